@@ -1,0 +1,97 @@
+// The aggregator's packet logic, shared by every I/O backend (kernel UDP now, DPDK later): decode
+// and validate, find the job, check its key, run the join barrier (HELLO/WELCOME) and the slot
+// table, and say what to send back. Pure logic: no sockets, no clock, no logging; one instance per
+// thread (lcore), so no locks.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "aggregator/slot_table.h"
+#include "ina/protocol/status.h"
+#include "ina/protocol/wire.h"
+
+namespace ina::agg {
+
+struct JobConfig {
+  JobId job = 1;
+  uint64_t key = 0;
+  SlotTableConfig slots;  // world size, slot count, block size
+};
+
+// What the backend must send after a packet. `hdr` plus `payload` (host order, `hdr.count` words)
+// describe the packet; payload points into the engine and is valid until the next on_packet().
+struct Reply {
+  enum class Target : uint8_t {
+    kNone,      // send nothing
+    kSender,    // unicast to the rank that sent the packet
+    kAllRanks,  // to every rank of hdr.job (rank addresses are the backend's business)
+  };
+  Target target = Target::kNone;
+  wire::Header hdr;
+  const int32_t* payload = nullptr;
+};
+
+// Counters of one engine (one writer). Per-rank vectors are indexed by rank of the single job;
+// multi-job counters live in the job map.
+struct EngineCounters {
+  uint64_t packets_in = 0;
+  uint64_t bytes_in = 0;
+  uint64_t replies_out = 0;        // reply packets (a multicast counts one per rank)
+  uint64_t completed = 0;          // completed slot copies
+  uint64_t duplicates = 0;         // kDuplicate + kResendResult + kReportMissing
+  uint64_t resent_results = 0;
+  uint64_t stale = 0;
+  uint64_t malformed = 0;          // decode errors + bad slot/rank/size + unexpected kinds
+  uint64_t mismatched = 0;
+  uint64_t unknown_job = 0;
+  uint64_t bad_key = 0;
+  uint64_t not_ready = 0;          // data before the join barrier completed
+  uint64_t hellos = 0;
+  uint64_t nonfinite_blocks = 0;
+  wire::DecodeCounters decode;
+  std::array<uint64_t, static_cast<size_t>(Verdict::kCount_)> by_verdict{};
+};
+
+struct RankCounters {
+  uint64_t packets = 0;
+  uint64_t retransmits = 0;
+  uint64_t duplicates = 0;
+};
+
+class Engine {
+ public:
+  // Adds a job this engine serves.
+  Status add_job(const JobConfig& cfg);
+
+  // Processes one received datagram (the INA header and payload). `sender_rank` is set to the
+  // packet's rank when it is valid for its job (so the backend can learn the rank's address),
+  // and to -1 otherwise.
+  Reply on_packet(std::span<const uint8_t> datagram, int32_t* sender_rank, JobId* sender_job);
+
+  const EngineCounters& counters() const { return counters_; }
+  // Per-rank counters of a job; empty span for an unknown job.
+  std::span<const RankCounters> rank_counters(JobId job) const;
+  // World size of a job, 0 when unknown.
+  uint32_t world_size(JobId job) const;
+  // True when every rank of the job has joined its current incarnation.
+  bool job_ready(JobId job) const;
+  const SlotTable* slot_table(JobId job) const;
+
+ private:
+  struct Job;
+  Reply handle_hello(Job& job, const wire::PacketView& pkt);
+  Reply handle_data(Job& job, const wire::PacketView& pkt);
+  Reply error_reply(const Job& job, const wire::PacketView& pkt, wire::ErrorReason reason,
+                    std::span<const uint64_t> bitmap, uint32_t extra);
+
+  std::map<JobId, std::unique_ptr<Job>> jobs_;
+  EngineCounters counters_;
+  std::vector<int32_t> scratch_;  // payload of control replies
+};
+
+}  // namespace ina::agg

@@ -1,0 +1,1 @@
+#include "ina/protocol/quantize.h"

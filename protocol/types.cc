@@ -1,0 +1,39 @@
+#include "ina/protocol/types.h"
+
+namespace ina {
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::kInt32: return "int32";
+    case DType::kFloat32: return "float32";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+std::string_view op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+  }
+  return "?";
+}
+
+std::optional<DType> parse_dtype(std::string_view s) {
+  if (s == "int32" || s == "int" || s == "i32") return DType::kInt32;
+  if (s == "float32" || s == "float" || s == "f32") return DType::kFloat32;
+  if (s == "float16" || s == "half" || s == "f16") return DType::kFloat16;
+  if (s == "bfloat16" || s == "bf16") return DType::kBFloat16;
+  return std::nullopt;
+}
+
+std::optional<ReduceOp> parse_op(std::string_view s) {
+  if (s == "sum") return ReduceOp::kSum;
+  if (s == "min") return ReduceOp::kMin;
+  if (s == "max") return ReduceOp::kMax;
+  return std::nullopt;
+}
+
+}  // namespace ina

@@ -1,0 +1,107 @@
+/* libina: the INA worker library, C ABI.
+ *
+ * A communicator joins one job of an aggregator; ina_allreduce() sums (or takes the MIN/MAX of)
+ * a buffer over all ranks of the job in the network. Every call returns an ina_result_t; a call
+ * that fails leaves a message in ina_comm_last_error(). Nothing here aborts, throws or keeps
+ * global state: communicators are independent and may be used from different threads (one
+ * thread per communicator at a time).
+ *
+ * Environment (ina_comm_create_from_env and fields left unset in a config):
+ *   INA_RANK, INA_WORLD_SIZE     this rank and the job's size
+ *   INA_AGGREGATOR=host:port     the aggregator (default port 47474)
+ *   INA_JOB, INA_JOB_KEY         job id (default 1) and its key (default 0)
+ *   INA_BLOCK_ELEMS, INA_WINDOW  elements per packet (default 256), slots in flight (default 128)
+ *   INA_TIMEOUT_MS               deadline of one collective (default 30000)
+ *   INA_RETRANSMIT_US            first retransmission timeout (default 2000, doubles, capped)
+ *   INA_LOG_LEVEL                error, warn, info (default) or debug
+ */
+#ifndef INA_INA_H_
+#define INA_INA_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define INA_VERSION_MAJOR 0
+#define INA_VERSION_MINOR 1
+#define INA_VERSION_PATCH 0
+
+typedef enum {
+  INA_SUCCESS = 0,
+  INA_INVALID_ARGUMENT = 1, /* bad argument or config; the message names it */
+  INA_TIMEOUT = 2,          /* the collective missed its deadline; the message names missing ranks */
+  INA_UNAVAILABLE = 3,      /* the aggregator cannot be reached */
+  INA_REMOTE_ERROR = 4,     /* the aggregator reported an error */
+  INA_NO_MEMORY = 5,
+  INA_NOT_SUPPORTED = 6,
+  INA_INTERNAL_ERROR = 7,
+} ina_result_t;
+
+/* Values equal the wire format's. */
+typedef enum {
+  INA_INT32 = 1,
+  INA_FLOAT32 = 2,
+  INA_FLOAT16 = 3,
+  INA_BFLOAT16 = 4,
+} ina_dtype_t;
+
+typedef enum {
+  INA_SUM = 1,
+  INA_MIN = 2,
+  INA_MAX = 3,
+} ina_op_t;
+
+typedef struct ina_comm ina_comm_t;
+
+/* A sized, versioned config: initialize with INA_CONFIG_INITIALIZER or ina_config_init(), then
+ * set fields. Zero / NULL fields take the environment's value, then the default. */
+typedef struct {
+  size_t struct_size;      /* sizeof(ina_config_t) */
+  uint32_t version;        /* INA_CONFIG_VERSION */
+  int32_t rank;            /* -1: INA_RANK */
+  int32_t world_size;      /* 0: INA_WORLD_SIZE */
+  const char* aggregator;  /* "host:port"; NULL: INA_AGGREGATOR */
+  uint32_t job;            /* 0: INA_JOB or 1 */
+  uint64_t job_key;        /* 0: INA_JOB_KEY or 0 */
+  uint32_t block_elems;    /* 0: INA_BLOCK_ELEMS or 256 */
+  uint32_t window;         /* 0: INA_WINDOW or 128 */
+  uint32_t timeout_ms;     /* 0: INA_TIMEOUT_MS or 30000 */
+  uint32_t retransmit_us;  /* 0: INA_RETRANSMIT_US or 2000 */
+} ina_config_t;
+
+#define INA_CONFIG_VERSION 1
+#define INA_CONFIG_INITIALIZER \
+  { sizeof(ina_config_t), INA_CONFIG_VERSION, -1, 0, NULL, 0, 0, 0, 0, 0, 0 }
+
+void ina_config_init(ina_config_t* config);
+
+/* Creates a communicator and joins the job (a barrier with every rank, within the deadline).
+ * config may be NULL (everything from the environment). On failure *comm is NULL and the
+ * message is in ina_last_create_error(). */
+ina_result_t ina_comm_create(const ina_config_t* config, ina_comm_t** comm);
+void ina_comm_destroy(ina_comm_t* comm);
+
+int ina_comm_rank(const ina_comm_t* comm);
+int ina_comm_size(const ina_comm_t* comm);
+
+/* recv may equal send (in place). count may be 0. Returns when the result is in recv. */
+ina_result_t ina_allreduce(ina_comm_t* comm, const void* send, void* recv, size_t count,
+                           ina_dtype_t dtype, ina_op_t op);
+
+/* A static description of a result code. */
+const char* ina_result_string(ina_result_t result);
+/* The message of the communicator's last failed call ("" if none); valid until its next call. */
+const char* ina_comm_last_error(const ina_comm_t* comm);
+/* The message of this thread's last failed ina_comm_create. */
+const char* ina_last_create_error(void);
+/* "0.1.0" */
+const char* ina_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* INA_INA_H_ */
