@@ -14,9 +14,11 @@
 //     16-bit types, from float32 to the output type (round to nearest even).
 //   Error bound (documented in protocol/QUANTIZATION.md and asserted by the tests): for an element
 //   whose exact sum over ranks is s, and M the largest |x| of the block over all ranks,
-//       |out - s| <= N * 2^(E-B-1) + ulp_out(s)       with 2^(E-1) <= M < 2^E,
-//   hence |out - s| <= N * M * 2^(-B) + ulp_out(s), where ulp_out is the spacing of the output type
-//   at |s| (covering the final rounding of float32 and of the 16-bit type).
+//       |out - s| <= qb + ulp_out(|s| + qb),   qb = N * 2^(E-B-1) <= N * M * 2^(-B),
+//   with 2^(E-1) <= M < 2^E, where ulp_out(a) is the spacing of the output type at a (covering
+//   the final rounding to float32 and then to the 16-bit type; the dequantized value lies within
+//   qb of s, so its spacing is at most ulp_out(|s| + qb)). Away from cancellation the tighter
+//   |out - s| <= qb + ulp_out(s) holds; see QUANTIZATION.md.
 //
 // MIN and MAX need no scale: floats are mapped to int32 by an order-preserving bijection of their
 // float32 bit patterns (16-bit types are widened to float32 first, exactly), so MIN/MAX are exact
