@@ -52,6 +52,7 @@ struct EngineCounters {
   uint64_t bad_key = 0;
   uint64_t not_ready = 0;          // data before the join barrier completed
   uint64_t hellos = 0;
+  uint64_t world_size_mismatch = 0;  // HELLOs whose world size differs from the job's
   uint64_t nonfinite_blocks = 0;
   wire::DecodeCounters decode;
   std::array<uint64_t, static_cast<size_t>(Verdict::kCount_)> by_verdict{};
@@ -65,6 +66,11 @@ struct RankCounters {
 
 class Engine {
  public:
+  Engine();
+  ~Engine();  // out of line: Job is complete only in engine.cc
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
   // Adds a job this engine serves.
   Status add_job(const JobConfig& cfg);
 

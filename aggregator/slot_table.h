@@ -76,6 +76,7 @@ struct CopyView {
 class SlotTable {
  public:
   static Result<std::unique_ptr<SlotTable>> create(const SlotTableConfig& cfg);
+  ~SlotTable();  // out of line: Copy is complete only in slot_table.cc
 
   // Processes a DATA packet already validated by wire::decode (any flags but RESULT/HELLO/ERROR).
   Verdict on_data(const wire::PacketView& pkt);

@@ -1,0 +1,305 @@
+// The aggregator's packet logic (see engine.h). Order of checks for every datagram:
+//   1. wire::decode: a datagram that is not a well-formed INA packet is counted by reason.
+//   2. job lookup, then key: a packet for a job this engine does not serve, or with the wrong key,
+//      is counted and never answered, so a stray or hostile sender learns nothing and cannot make
+//      the aggregator send traffic anywhere (isolation between jobs).
+//   3. kind: workers send only DATA and HELLO; RESULT/ERROR/WELCOME flags from them are malformed.
+//   4. HELLO -> join barrier; DATA -> slot table, once the barrier is complete.
+// Every reply is built in place (header + a pointer to the payload): RESULT payloads point at the
+// slot copy's accumulator, control payloads at scratch_, sized in add_job(), so nothing here
+// allocates per packet.
+#include "aggregator/engine.h"
+
+#include <algorithm>
+#include <string>
+
+namespace ina::agg {
+
+struct Engine::Job {
+  JobConfig cfg;
+  std::unique_ptr<SlotTable> table;
+  uint32_t world = 0;
+  // Join barrier of the current incarnation: who has joined, with which nonce.
+  std::vector<uint64_t> hello_bitmap;  // bit r = rank r joined
+  std::vector<BlockSeq> nonce;         // per rank; meaningful where its hello bit is set
+  uint32_t joined = 0;
+  bool ready = false;                  // every rank joined this incarnation
+  std::vector<RankCounters> ranks;
+};
+
+namespace {
+
+bool test_bit(const std::vector<uint64_t>& bm, uint32_t r) {
+  return (bm[r / 64] >> (r % 64)) & 1;
+}
+
+// Header fields shared by every reply about `pkt`'s job and slot.
+wire::Header reply_header(const JobConfig& cfg, const wire::Header& in, uint8_t flags) {
+  wire::Header h;
+  h.flags = flags;
+  h.job = cfg.job;
+  h.key = cfg.key;
+  h.seq = in.seq;
+  h.rank = 0;  // from the aggregator
+  h.slot = in.slot;
+  h.shadow = in.shadow;
+  h.dtype = DType::kInt32;
+  h.op = ReduceOp::kSum;
+  h.exp = kNoExponent;
+  h.next_exp = kNoExponent;
+  return h;
+}
+
+}  // namespace
+
+Engine::Engine() = default;
+Engine::~Engine() = default;
+
+Status Engine::add_job(const JobConfig& cfg) {
+  if (jobs_.count(cfg.job) != 0) {
+    return Status(StatusCode::kAlreadyExists,
+                  "engine: job " + std::to_string(cfg.job) + " is already served");
+  }
+  INA_ASSIGN_OR_RETURN(std::unique_ptr<SlotTable> table, SlotTable::create(cfg.slots));
+  auto job = std::make_unique<Job>();
+  job->cfg = cfg;
+  job->world = cfg.slots.world_size;
+  job->table = std::move(table);
+  job->hello_bitmap.assign(job->table->bitmap_words(), 0);
+  job->nonce.assign(job->world, 0);
+  job->ranks.assign(job->world, RankCounters{});
+  // Largest control payload: [reason, bitmap as ceil(world/32) int32 words]; WELCOME needs 2.
+  scratch_.resize(std::max<size_t>(scratch_.size(), 2 + (size_t{job->world} + 31) / 32));
+  jobs_.emplace(cfg.job, std::move(job));
+  return ok_status();
+}
+
+Reply Engine::on_packet(std::span<const uint8_t> datagram, int32_t* sender_rank,
+                        JobId* sender_job) {
+  *sender_rank = -1;
+  *sender_job = 0;
+  ++counters_.packets_in;
+  counters_.bytes_in += datagram.size();
+
+  wire::PacketView pkt;
+  const wire::DecodeError err = wire::decode(datagram, &pkt);
+  if (err != wire::DecodeError::kOk) [[unlikely]] {
+    counters_.decode.add(err);
+    ++counters_.malformed;
+    return {};
+  }
+  const wire::Header& h = pkt.hdr;
+  auto it = jobs_.find(h.job);
+  if (it == jobs_.end()) [[unlikely]] {
+    ++counters_.unknown_job;
+    return {};
+  }
+  Job& job = *it->second;
+  if (h.key != job.cfg.key) [[unlikely]] {
+    ++counters_.bad_key;
+    return {};
+  }
+  if (h.has(wire::kFlagResult) || h.has(wire::kFlagError)) [[unlikely]] {
+    // Only the aggregator sends RESULT, WELCOME and ERROR: a worker (or a loop in the network)
+    // sending one is broken, and it must never be added to a slot.
+    ++counters_.malformed;
+    return {};
+  }
+  const bool hello = h.has(wire::kFlagHello);
+  if (hello) {
+    ++counters_.hellos;
+    if (h.count != 1) [[unlikely]] {
+      ++counters_.malformed;
+      return {};
+    }
+    if (static_cast<uint32_t>(pkt.word(0)) != job.world) {
+      // Checked before the rank: a worker configured for a larger world may carry a rank beyond
+      // ours, and it deserves to learn why it cannot join.
+      ++counters_.world_size_mismatch;
+      return error_reply(job, pkt, wire::ErrorReason::kWorldSizeMismatch, {}, job.world);
+    }
+  }
+  if (h.rank >= job.world) [[unlikely]] {
+    if (!hello) ++counters_.by_verdict[static_cast<size_t>(Verdict::kBadRank)];
+    ++counters_.malformed;
+    return {};
+  }
+  // A valid packet of this job: the backend may learn the rank's address from it.
+  *sender_rank = h.rank;
+  *sender_job = h.job;
+  RankCounters& rc = job.ranks[h.rank];
+  ++rc.packets;
+  if (h.has(wire::kFlagRetransmit)) ++rc.retransmits;
+  return hello ? handle_hello(job, pkt) : handle_data(job, pkt);
+}
+
+// Join barrier. Each rank's HELLO carries a random nonce that names its incarnation (its
+// communicator). The barrier completes when every rank has joined; that resets the slot table (a
+// new incarnation starts its block sequence afresh) and WELCOMEs every rank. A rank seen with a new
+// nonce has restarted: the others must join again, so the barrier starts over.
+// on_packet() has checked the world size and the rank.
+Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
+  const wire::Header& h = pkt.hdr;
+  const bool retransmit = h.has(wire::kFlagRetransmit);
+
+  auto welcome = [&](Reply::Target target) {
+    Reply r;
+    r.target = target;
+    r.hdr = reply_header(job.cfg, h, wire::kFlagHello | wire::kFlagResult);
+    // The nonces differ per rank and one WELCOME goes to all, so its seq carries none of them.
+    r.hdr.seq = 0;
+    r.hdr.slot = 0;
+    r.hdr.shadow = false;
+    r.hdr.count = 2;
+    scratch_[0] = static_cast<int32_t>(job.cfg.slots.num_slots);
+    scratch_[1] = static_cast<int32_t>(job.cfg.slots.max_elems);
+    r.payload = scratch_.data();
+    counters_.replies_out += target == Reply::Target::kAllRanks ? job.world : 1;
+    return r;
+  };
+  auto missing = [&]() -> Reply {
+    if (!retransmit) return {};
+    return error_reply(job, pkt, wire::ErrorReason::kMissingRanks, job.hello_bitmap, 0);
+  };
+
+  if (test_bit(job.hello_bitmap, h.rank)) {
+    if (job.nonce[h.rank] == h.seq) {
+      // Same incarnation: its WELCOME was lost (or the barrier is still open).
+      return job.ready ? welcome(Reply::Target::kSender) : missing();
+    }
+    // A new incarnation of this rank: everyone joins again.
+    std::fill(job.hello_bitmap.begin(), job.hello_bitmap.end(), uint64_t{0});
+    job.joined = 0;
+    job.ready = false;
+  }
+  job.hello_bitmap[h.rank / 64] |= uint64_t{1} << (h.rank % 64);
+  job.nonce[h.rank] = h.seq;
+  if (++job.joined == job.world) {
+    job.ready = true;
+    job.table->reset();
+    return welcome(Reply::Target::kAllRanks);
+  }
+  return missing();
+}
+
+// DATA of a valid rank (checked by on_packet()).
+Reply Engine::handle_data(Job& job, const wire::PacketView& pkt) {
+  const wire::Header& h = pkt.hdr;
+  RankCounters& rc = job.ranks[h.rank];
+  const bool retransmit = h.has(wire::kFlagRetransmit);
+
+  if (!job.ready) {
+    ++counters_.not_ready;
+    if (!retransmit) return {};
+    return error_reply(job, pkt, wire::ErrorReason::kJobNotReady, job.hello_bitmap, 0);
+  }
+
+  const Verdict v = job.table->on_data(pkt);
+  ++counters_.by_verdict[static_cast<size_t>(v)];
+
+  auto result = [&](Reply::Target target) {
+    const CopyView c = job.table->copy(h.slot, h.shadow);
+    Reply r;
+    r.target = target;
+    r.hdr = reply_header(job.cfg, h,
+                         wire::kFlagResult | (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}));
+    r.hdr.seq = c.seq;
+    r.hdr.count = c.count;
+    r.hdr.dtype = c.dtype;
+    r.hdr.op = c.op;
+    r.hdr.exp = c.exp;
+    r.hdr.next_exp = c.next_exp;
+    r.payload = c.data;
+    counters_.replies_out += target == Reply::Target::kAllRanks ? job.world : 1;
+    return r;
+  };
+
+  switch (v) {
+    case Verdict::kAdded:
+      return {};
+    case Verdict::kCompleted: {
+      ++counters_.completed;
+      Reply r = result(Reply::Target::kAllRanks);
+      if (r.hdr.has(wire::kFlagNonFinite)) ++counters_.nonfinite_blocks;
+      return r;
+    }
+    case Verdict::kResendResult:
+      ++counters_.duplicates;
+      ++counters_.resent_results;
+      ++rc.duplicates;
+      return result(Reply::Target::kSender);
+    case Verdict::kDuplicate:
+      ++counters_.duplicates;
+      ++rc.duplicates;
+      return {};
+    case Verdict::kReportMissing: {
+      ++counters_.duplicates;
+      ++rc.duplicates;
+      const CopyView c = job.table->copy(h.slot, h.shadow);
+      return error_reply(job, pkt, wire::ErrorReason::kMissingRanks, c.bitmap, 0);
+    }
+    case Verdict::kStale:
+      ++counters_.stale;
+      return {};
+    case Verdict::kMismatch: {
+      ++counters_.mismatched;
+      const CopyView c = job.table->copy(h.slot, h.shadow);
+      return error_reply(job, pkt, wire::ErrorReason::kRoundMismatch, {}, c.count);
+    }
+    case Verdict::kBadSlot:
+    case Verdict::kBadRank:
+    case Verdict::kTooLarge:
+    case Verdict::kCount_:
+      ++counters_.malformed;
+      return {};
+  }
+  return {};
+}
+
+// ERROR to the sender: payload [reason, extra] or, with a bitmap, [reason, bitmap words] where
+// int32 word w holds ranks 32w..32w+31 (the low half of uint64 word w/2 first).
+Reply Engine::error_reply(const Job& job, const wire::PacketView& pkt, wire::ErrorReason reason,
+                          std::span<const uint64_t> bitmap, uint32_t extra) {
+  scratch_[0] = static_cast<int32_t>(reason);
+  uint16_t n = 2;
+  if (!bitmap.empty()) {
+    const uint32_t words = (job.world + 31) / 32;
+    for (uint32_t w = 0; w < words; ++w) {
+      scratch_[1 + w] = static_cast<int32_t>(static_cast<uint32_t>(bitmap[w / 2] >> (32 * (w % 2))));
+    }
+    n = static_cast<uint16_t>(1 + words);
+  } else {
+    scratch_[1] = static_cast<int32_t>(extra);
+  }
+  Reply r;
+  r.target = Reply::Target::kSender;
+  r.hdr = reply_header(job.cfg, pkt.hdr, wire::kFlagError);
+  r.hdr.rank = pkt.hdr.rank;  // the rank it answers
+  r.hdr.count = n;
+  r.payload = scratch_.data();
+  ++counters_.replies_out;
+  return r;
+}
+
+std::span<const RankCounters> Engine::rank_counters(JobId job) const {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return {};
+  return it->second->ranks;
+}
+
+uint32_t Engine::world_size(JobId job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? 0 : it->second->world;
+}
+
+bool Engine::job_ready(JobId job) const {
+  auto it = jobs_.find(job);
+  return it != jobs_.end() && it->second->ready;
+}
+
+const SlotTable* Engine::slot_table(JobId job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? nullptr : it->second->table.get();
+}
+
+}  // namespace ina::agg

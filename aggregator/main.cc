@@ -1,0 +1,196 @@
+// ina-aggregator: the software reduction switch on a kernel UDP socket.
+//
+//   ina-aggregator --world-size 8 [--port 47474] [--slots 512] [--block-elems 256] [--job 1]
+//                  [--key 0x...] [--stats-interval-ms 5000] ...
+//
+// Serves one job until SIGINT/SIGTERM, then prints its counters and exits 0.
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cctype>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "aggregator/udp_backend.h"
+#include "ina/protocol/features.h"
+#include "ina/protocol/log.h"
+#include "ina/protocol/wire.h"
+#include "ina_config.h"
+
+namespace {
+
+// Set by the signal handler, read by the serving loop: must be lock-free to be signal safe.
+std::atomic<bool> g_stop{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+void on_signal(int) { g_stop.store(true, std::memory_order_relaxed); }
+
+bool install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = 0;  // no SA_RESTART: poll() returns EINTR and the loop sees the flag at once
+  return sigaction(SIGINT, &sa, nullptr) == 0 && sigaction(SIGTERM, &sa, nullptr) == 0;
+}
+
+// Does this kernel accept a UDP socket option (UDP_GRO is set, UDP_SEGMENT is read)?
+bool udp_option_available(int opt, bool set) {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  int v = 1;
+  socklen_t len = sizeof v;
+  const bool ok = set ? setsockopt(fd, SOL_UDP, opt, &v, sizeof v) == 0
+                      : getsockopt(fd, SOL_UDP, opt, &v, &len) == 0;
+  ::close(fd);
+  return ok;
+}
+
+std::string version_text() {
+  std::string s = "ina-aggregator " INA_VERSION "\n";
+  s += "  " + ina::features::describe("dpdk", ina::features::probe_dpdk()) + "\n";
+  s += std::string("  udp gro: ") +
+       (udp_option_available(UDP_GRO, true) ? "available" : "not available") + "\n";
+  s += std::string("  udp gso: ") +
+       (udp_option_available(UDP_SEGMENT, false) ? "available" : "not available");
+  return s;
+}
+
+// A 64-bit key in decimal or 0x-prefixed hex (no octal surprise for a leading zero).
+bool parse_key(const std::string& text, uint64_t* out) {
+  if (text.empty()) return false;
+  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
+  const char* digits = text.c_str() + (hex ? 2 : 0);
+  if (*digits == '\0' || *digits == '-' || *digits == '+' || std::isspace(*digits)) return false;
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(digits, &end, hex ? 16 : 10);
+  if (errno != 0 || *end != '\0') return false;
+  *out = v;
+  return true;
+}
+
+bool write_port_file(const std::string& path, uint16_t port) {
+  // Written to a temporary name and renamed, so a reader never sees a partial file.
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fprintf(f, "%u\n", unsigned{port}) > 0;
+  if (std::fclose(f) != 0 || !ok) return false;
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ina-aggregator: in-network aggregation (reduction switch) over kernel UDP"};
+  app.set_version_flag("--version", version_text);
+
+  ina::agg::UdpOptions opts;
+  opts.port = ina::wire::kDefaultPort;
+  ina::agg::JobConfig job;
+  uint32_t world = 0;
+  uint32_t slots = 512;
+  uint32_t block = 256;
+  std::string key_text = "0";
+  uint32_t stats_ms = 5000;
+  std::string port_file;
+  std::string log_level;
+  bool no_gro = false;
+  bool no_gso = false;
+
+  app.add_option("--bind", opts.bind_host, "IPv4 address or host name to bind")
+      ->capture_default_str();
+  app.add_option("--port", opts.port, "UDP port (0: any free port; see --port-file)")
+      ->check(CLI::Range(int64_t{0}, int64_t{65535}))
+      ->capture_default_str();
+  app.add_option("--port-file", port_file, "write the bound port to this file once listening");
+  app.add_option("--world-size", world, "ranks in the job")
+      ->required()
+      ->check(CLI::Range(int64_t{1}, int64_t{65535}));
+  app.add_option("--slots", slots, "slots of the job (each with two copies)")
+      ->check(CLI::Range(int64_t{1}, int64_t{ina::wire::kMaxSlot} + 1))
+      ->capture_default_str();
+  app.add_option("--block-elems", block, "largest block (int32 elements per packet)")
+      ->check(CLI::Range(int64_t{1}, int64_t{16368}))
+      ->capture_default_str();
+  app.add_option("--job", job.job, "job id")
+      ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}))
+      ->capture_default_str();
+  app.add_option("--key", key_text, "per-job key checked on every packet (decimal or 0x hex)")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            uint64_t k;
+            return parse_key(s, &k) ? std::string{}
+                                    : "'" + s + "' is not a 64-bit key (decimal or 0x hex)";
+          },
+          "KEY"))
+      ->capture_default_str();
+  app.add_option("--stats-interval-ms", stats_ms, "print counters this often (0: never)")
+      ->check(CLI::Range(int64_t{0}, int64_t{86400000}))
+      ->capture_default_str();
+  app.add_option("--batch", opts.batch, "datagrams per recvmmsg/sendmmsg")
+      ->check(CLI::Range(int64_t{1}, int64_t{1024}))
+      ->capture_default_str();
+  app.add_flag("--no-gro", no_gro, "do not use UDP GRO on receive");
+  app.add_flag("--no-gso", no_gso, "do not use UDP GSO on send");
+  app.add_option("--drop-percent", opts.drop_percent, "test hook: drop received datagrams")
+      ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--dup-percent", opts.dup_percent, "test hook: duplicate received datagrams")
+      ->check(CLI::Range(0.0, 100.0));
+  app.add_option("--seed", opts.seed, "seed of the test hooks")->capture_default_str();
+  app.add_option("--log-level", log_level, "error, warn, info or debug (default: INA_LOG_LEVEL)")
+      ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
+
+  CLI11_PARSE(app, argc, argv);
+
+  if (!log_level.empty()) {
+    ina::log::Level l;
+    if (ina::log::parse_level(log_level.c_str(), &l)) ina::log::set_level(l);
+  }
+  (void)parse_key(key_text, &job.key);  // validated by the option's check
+  job.slots.world_size = world;
+  job.slots.num_slots = slots;
+  job.slots.max_elems = static_cast<uint16_t>(block);
+  opts.gro = !no_gro;
+  opts.gso = !no_gso;
+  opts.stats_interval = std::chrono::milliseconds(stats_ms);
+
+  if (!install_signal_handlers()) {
+    std::fprintf(stderr, "ina-aggregator: sigaction: %s\n", std::strerror(errno));
+    return 1;
+  }
+
+  auto agg = ina::agg::UdpAggregator::create(opts, {job});
+  if (!agg.ok()) {
+    std::fprintf(stderr, "ina-aggregator: %s\n", agg.status().to_string().c_str());
+    return 1;
+  }
+  ina::agg::UdpAggregator& a = **agg;
+  if (!port_file.empty() && !write_port_file(port_file, a.port())) {
+    std::fprintf(stderr, "ina-aggregator: cannot write --port-file %s: %s\n", port_file.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
+  std::printf("ina-aggregator listening on %s:%u job %u world %u slots %u block %u gro %s gso %s\n",
+              opts.bind_host.c_str(), unsigned{a.port()}, unsigned{job.job}, world, slots, block,
+              a.gro_enabled() ? "on" : "off", a.gso_enabled() ? "on" : "off");
+  std::fflush(stdout);
+
+  const ina::Status st = a.run(g_stop);
+  std::printf("%s", a.format_counters().c_str());
+  std::fflush(stdout);
+  if (!st.ok()) {
+    std::fprintf(stderr, "ina-aggregator: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,24 @@
+// Global operator new/delete that count allocations of opted-in threads (see alloc_counter.h).
+// In its own translation unit so that the compiler never sees malloc/free paired with new/delete.
+#include "alloc_counter.h"
+
+#include <cstdlib>
+#include <new>
+
+namespace ina::agg::testing {
+
+std::atomic<size_t> g_counted_allocs{0};
+thread_local bool t_count_allocs = false;
+
+}  // namespace ina::agg::testing
+
+void* operator new(std::size_t n) {
+  if (ina::agg::testing::t_count_allocs) ++ina::agg::testing::g_counted_allocs;
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* operator new[](std::size_t n) { return operator new(n); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }

@@ -1,0 +1,498 @@
+// Engine: decode, job/key checks, join barrier, slot table verdicts and the replies they produce.
+#include "aggregator/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "alloc_counter.h"
+#include "test_packets.h"
+
+namespace ina::agg {
+namespace {
+
+using testing::data_header;
+using testing::encode_packet;
+using testing::ranks_in_bitmap;
+
+constexpr JobId kJob = 7;
+constexpr uint64_t kKey = 0xA5A5'0000'1234'BEEFull;
+
+// A reply with its payload copied out (the engine's pointer dies at the next packet).
+struct Sent {
+  Reply::Target target = Reply::Target::kNone;
+  wire::Header hdr;
+  std::vector<int32_t> payload;
+  int32_t sender_rank = -2;
+  JobId sender_job = 0;
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  void SetUp() override { add(kJob, kKey, 3); }
+
+  void add(JobId job, uint64_t key, uint32_t world, uint32_t slots = 4, uint16_t elems = 8) {
+    JobConfig cfg;
+    cfg.job = job;
+    cfg.key = key;
+    cfg.slots.world_size = world;
+    cfg.slots.num_slots = slots;
+    cfg.slots.max_elems = elems;
+    ASSERT_TRUE(engine_.add_job(cfg).ok());
+  }
+
+  Sent send_bytes(const std::vector<uint8_t>& bytes) {
+    Sent s;
+    const Reply r = engine_.on_packet(bytes, &s.sender_rank, &s.sender_job);
+    s.target = r.target;
+    s.hdr = r.hdr;
+    if (r.target != Reply::Target::kNone && r.hdr.count > 0) {
+      EXPECT_NE(r.payload, nullptr);
+      s.payload.assign(r.payload, r.payload + r.hdr.count);
+    }
+    return s;
+  }
+
+  Sent hello(uint16_t rank, BlockSeq nonce, bool retransmit = false, uint32_t world = 3,
+             JobId job = kJob, uint64_t key = kKey) {
+    wire::Header h;
+    h.job = job;
+    h.key = key;
+    h.rank = rank;
+    h.seq = nonce;
+    h.flags = static_cast<uint8_t>(wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : 0));
+    return send_bytes(encode_packet(h, std::vector<int32_t>{static_cast<int32_t>(world)}));
+  }
+
+  // HELLO from every rank of the default job; returns the reply to the last one.
+  Sent join_all(uint32_t world = 3, JobId job = kJob, uint64_t key = kKey) {
+    Sent last;
+    for (uint16_t r = 0; r < world; ++r) last = hello(r, 1000 + r, false, world, job, key);
+    return last;
+  }
+
+  Sent data(uint16_t rank, uint16_t slot, bool shadow, BlockSeq seq, std::vector<int32_t> v,
+            uint8_t flags = 0, JobId job = kJob, uint64_t key = kKey) {
+    wire::Header h = data_header(job, key, rank, slot, shadow, seq, 0);
+    h.flags = flags;
+    return send_bytes(encode_packet(h, v));
+  }
+
+  Engine engine_;
+};
+
+void expect_error(const Sent& s, wire::ErrorReason reason) {
+  EXPECT_EQ(s.target, Reply::Target::kSender);
+  EXPECT_EQ(s.hdr.flags, wire::kFlagError);
+  ASSERT_GE(s.payload.size(), 1u);
+  EXPECT_EQ(s.payload[0], static_cast<int32_t>(reason));
+}
+
+std::vector<uint32_t> error_bitmap(const Sent& s) {
+  return ranks_in_bitmap(s.payload.data() + 1, s.payload.size() - 1);
+}
+
+TEST_F(EngineTest, AddJobValidates) {
+  JobConfig dup;
+  dup.job = kJob;
+  EXPECT_EQ(engine_.add_job(dup).code(), StatusCode::kAlreadyExists);
+  JobConfig bad;
+  bad.job = 9;
+  bad.slots.world_size = 0;
+  const Status st = engine_.add_job(bad);
+  EXPECT_EQ(st.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("world_size"), std::string::npos);
+  EXPECT_EQ(engine_.world_size(9), 0u);
+  EXPECT_EQ(engine_.world_size(kJob), 3u);
+  EXPECT_TRUE(engine_.rank_counters(9).empty());
+  EXPECT_EQ(engine_.slot_table(9), nullptr);
+  EXPECT_NE(engine_.slot_table(kJob), nullptr);
+}
+
+TEST_F(EngineTest, WelcomeOnlyAfterEveryRankJoined) {
+  Sent s = hello(0, 11);
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  EXPECT_EQ(s.sender_rank, 0);
+  EXPECT_EQ(s.sender_job, kJob);
+  EXPECT_FALSE(engine_.job_ready(kJob));
+  s = hello(2, 33);
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  // A retransmitted HELLO to the open barrier learns who is missing.
+  s = hello(0, 11, /*retransmit=*/true);
+  expect_error(s, wire::ErrorReason::kMissingRanks);
+  EXPECT_EQ(s.hdr.count, 2);  // reason + ceil(3/32) words
+  EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(s.hdr.job, kJob);
+  EXPECT_EQ(s.hdr.key, kKey);
+
+  s = hello(1, 22);
+  EXPECT_TRUE(engine_.job_ready(kJob));
+  EXPECT_EQ(s.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(s.hdr.flags, wire::kFlagHello | wire::kFlagResult);
+  EXPECT_EQ(s.hdr.job, kJob);
+  EXPECT_EQ(s.hdr.key, kKey);
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{4, 8}));  // num_slots, max_block_elems
+
+  // The WELCOME to rank 2 was lost: its retransmitted HELLO gets one, to it alone.
+  s = hello(2, 33, /*retransmit=*/true);
+  EXPECT_EQ(s.target, Reply::Target::kSender);
+  EXPECT_EQ(s.hdr.flags, wire::kFlagHello | wire::kFlagResult);
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{4, 8}));
+  EXPECT_TRUE(engine_.job_ready(kJob));
+  EXPECT_EQ(engine_.counters().hellos, 5u);
+  EXPECT_EQ(engine_.rank_counters(kJob)[0].packets, 2u);
+  EXPECT_EQ(engine_.rank_counters(kJob)[0].retransmits, 1u);
+  EXPECT_EQ(engine_.counters().replies_out, 1u + 3u + 1u);
+}
+
+TEST_F(EngineTest, DuplicateHelloBeforeBarrierIsSilent) {
+  hello(0, 5);
+  EXPECT_EQ(hello(0, 5).target, Reply::Target::kNone);
+  EXPECT_FALSE(engine_.job_ready(kJob));
+  hello(1, 6);
+  EXPECT_EQ(hello(2, 7).target, Reply::Target::kAllRanks);
+}
+
+TEST_F(EngineTest, NewIncarnationRestartsBarrierAndResetsSlots) {
+  join_all();
+  data(0, 0, false, 1, {5});
+  ASSERT_TRUE(engine_.slot_table(kJob)->copy(0, false).used);
+
+  // Rank 1 restarted (new nonce): the job is not ready until everyone joins again.
+  EXPECT_EQ(hello(1, 777).target, Reply::Target::kNone);
+  EXPECT_FALSE(engine_.job_ready(kJob));
+  Sent s = data(2, 0, false, 1, {5});
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  EXPECT_EQ(engine_.counters().not_ready, 1u);
+  s = hello(0, 1000, /*retransmit=*/true);  // its old nonce, but the barrier was cleared
+  expect_error(s, wire::ErrorReason::kMissingRanks);
+  EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{0, 1}));
+  s = hello(2, 1002);
+  EXPECT_EQ(s.target, Reply::Target::kAllRanks);
+  EXPECT_TRUE(engine_.job_ready(kJob));
+  // The half-finished round of the old incarnation is gone.
+  EXPECT_FALSE(engine_.slot_table(kJob)->copy(0, false).used);
+  // The new incarnation's sums start from scratch.
+  data(0, 0, false, 1, {1});
+  data(1, 0, false, 1, {2});
+  s = data(2, 0, false, 1, {3});
+  EXPECT_EQ(s.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{6}));
+}
+
+TEST_F(EngineTest, WorldSizeMismatchIsReported) {
+  Sent s = hello(0, 1, false, /*world=*/5);
+  expect_error(s, wire::ErrorReason::kWorldSizeMismatch);
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{2, 3}));
+  EXPECT_EQ(s.sender_rank, -1);  // not a member: its address is not learned
+  // Even from a rank beyond our world (a worker configured for a larger one).
+  s = hello(4, 1, false, /*world=*/5);
+  expect_error(s, wire::ErrorReason::kWorldSizeMismatch);
+  EXPECT_EQ(engine_.counters().world_size_mismatch, 2u);
+  EXPECT_EQ(engine_.rank_counters(kJob)[0].packets, 0u);
+  // It did not join.
+  hello(1, 2);
+  hello(2, 3);
+  EXPECT_FALSE(engine_.job_ready(kJob));
+}
+
+TEST_F(EngineTest, DataBeforeBarrierIsDroppedAndExplainedOnRetransmit) {
+  hello(0, 1);
+  hello(2, 3);
+  Sent s = data(0, 0, false, 1, {9});
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  EXPECT_EQ(s.sender_rank, 0);
+  s = data(0, 0, false, 1, {9}, wire::kFlagRetransmit);
+  expect_error(s, wire::ErrorReason::kJobNotReady);
+  EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(engine_.counters().not_ready, 2u);
+  EXPECT_FALSE(engine_.slot_table(kJob)->copy(0, false).used);
+}
+
+TEST_F(EngineTest, CompletedRoundGoesToEveryRank) {
+  join_all();
+  wire::Header h = data_header(kJob, kKey, 0, 3, true, 42, 0);
+  h.dtype = DType::kFloat32;
+  h.exp = 7;
+  h.next_exp = 2;
+  EXPECT_EQ(send_bytes(encode_packet(h, std::vector<int32_t>{1, -2, 3})).target,
+            Reply::Target::kNone);
+  h.rank = 1;
+  h.next_exp = 9;
+  h.flags = wire::kFlagNonFinite;
+  EXPECT_EQ(send_bytes(encode_packet(h, std::vector<int32_t>{10, -20, 30})).target,
+            Reply::Target::kNone);
+  h.rank = 2;
+  h.next_exp = kNoExponent;
+  h.flags = 0;
+  const Sent s = send_bytes(encode_packet(h, std::vector<int32_t>{100, -200, 300}));
+  EXPECT_EQ(s.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(s.hdr.flags, wire::kFlagResult | wire::kFlagNonFinite);
+  EXPECT_EQ(s.hdr.job, kJob);
+  EXPECT_EQ(s.hdr.key, kKey);
+  EXPECT_EQ(s.hdr.seq, 42u);
+  EXPECT_EQ(s.hdr.slot, 3);
+  EXPECT_TRUE(s.hdr.shadow);
+  EXPECT_EQ(s.hdr.count, 3);
+  EXPECT_EQ(s.hdr.dtype, DType::kFloat32);
+  EXPECT_EQ(s.hdr.op, ReduceOp::kSum);
+  EXPECT_EQ(s.hdr.exp, 7);
+  EXPECT_EQ(s.hdr.next_exp, 9);
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{111, -222, 333}));
+  EXPECT_EQ(engine_.counters().completed, 1u);
+  EXPECT_EQ(engine_.counters().nonfinite_blocks, 1u);
+  EXPECT_EQ(engine_.counters().by_verdict[static_cast<size_t>(Verdict::kAdded)], 2u);
+  EXPECT_EQ(engine_.counters().by_verdict[static_cast<size_t>(Verdict::kCompleted)], 1u);
+
+  // A finite round has no NONFINITE flag.
+  data(0, 0, false, 43, {1});
+  data(1, 0, false, 43, {1});
+  EXPECT_EQ(data(2, 0, false, 43, {1}).hdr.flags, wire::kFlagResult);
+}
+
+TEST_F(EngineTest, RetransmissionsAndDuplicates) {
+  join_all();
+  data(0, 1, false, 5, {1, 1});
+  data(2, 1, false, 5, {2, 2});
+  // A plain duplicate to the incomplete copy: silence.
+  Sent s = data(0, 1, false, 5, {1, 1});
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  // A retransmission: the bitmap of who has contributed, so the worker can name rank 1.
+  s = data(2, 1, false, 5, {2, 2}, wire::kFlagRetransmit);
+  expect_error(s, wire::ErrorReason::kMissingRanks);
+  EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{0, 2}));
+  EXPECT_EQ(s.hdr.seq, 5u);
+  EXPECT_EQ(s.hdr.slot, 1);
+  EXPECT_EQ(s.hdr.rank, 2);
+
+  s = data(1, 1, false, 5, {4, 4});
+  ASSERT_EQ(s.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{7, 7}));
+  // Rank 0 lost its result: the retransmission gets it again, to rank 0 only, not re-added.
+  s = data(0, 1, false, 5, {1, 1}, wire::kFlagRetransmit);
+  EXPECT_EQ(s.target, Reply::Target::kSender);
+  EXPECT_EQ(s.hdr.flags, wire::kFlagResult);
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{7, 7}));
+
+  const EngineCounters& c = engine_.counters();
+  EXPECT_EQ(c.duplicates, 3u);
+  EXPECT_EQ(c.resent_results, 1u);
+  EXPECT_EQ(c.completed, 1u);
+  const auto rc = engine_.rank_counters(kJob);
+  EXPECT_EQ(rc[0].packets, 1u + 3u);  // HELLO + 3 DATA
+  EXPECT_EQ(rc[0].retransmits, 1u);
+  EXPECT_EQ(rc[0].duplicates, 2u);
+  EXPECT_EQ(rc[1].duplicates, 0u);
+  EXPECT_EQ(rc[2].duplicates, 1u);
+  EXPECT_EQ(rc[2].retransmits, 1u);
+}
+
+TEST_F(EngineTest, StaleIsCountedAndDropped) {
+  join_all();
+  for (uint16_t r = 0; r < 3; ++r) data(r, 0, false, 10, {1});
+  for (uint16_t r = 0; r < 3; ++r) data(r, 0, false, 12, {2});
+  const Sent s = data(1, 0, false, 10, {1}, wire::kFlagRetransmit);
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  EXPECT_EQ(engine_.counters().stale, 1u);
+}
+
+TEST_F(EngineTest, RoundMismatchNamesTheExpectedCount) {
+  join_all();
+  data(0, 2, true, 3, {1, 2, 3, 4});
+  const Sent s = data(1, 2, true, 3, {1, 2});
+  expect_error(s, wire::ErrorReason::kRoundMismatch);
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{4, 4}));
+  EXPECT_EQ(s.hdr.seq, 3u);
+  EXPECT_EQ(engine_.counters().mismatched, 1u);
+  EXPECT_EQ(engine_.slot_table(kJob)->copy(2, true).contributors, 1u);
+}
+
+TEST_F(EngineTest, WrongKeyAndUnknownJobAreDroppedSilently) {
+  join_all();
+  data(0, 0, false, 1, {1, 1});
+  // A wrong key, with the same job, rank, slot and seq: no reply, no effect, address not learned.
+  Sent s = data(1, 0, false, 1, {1000, 1000}, 0, kJob, kKey ^ 1);
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  EXPECT_EQ(s.sender_rank, -1);
+  s = data(1, 0, false, 1, {1000, 1000}, wire::kFlagRetransmit, kJob, 0);
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  // An unknown job, and a HELLO with a wrong key (which would otherwise restart the barrier).
+  s = data(1, 0, false, 1, {1000, 1000}, wire::kFlagRetransmit, kJob + 1, kKey);
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  EXPECT_EQ(s.sender_rank, -1);
+  s = hello(1, 999, true, 3, kJob, kKey + 1);
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  EXPECT_TRUE(engine_.job_ready(kJob));
+
+  EXPECT_EQ(engine_.counters().bad_key, 3u);
+  EXPECT_EQ(engine_.counters().unknown_job, 1u);
+  EXPECT_EQ(engine_.slot_table(kJob)->copy(0, false).contributors, 1u);
+  data(1, 0, false, 1, {2, 2});
+  s = data(2, 0, false, 1, {3, 3});
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{6, 6}));
+  // Rejected packets never count against a rank.
+  EXPECT_EQ(engine_.rank_counters(kJob)[1].packets, 2u);  // HELLO + the good DATA
+}
+
+TEST_F(EngineTest, JobsAreIsolated) {
+  add(8, 0x8888, 2);
+  join_all();
+  join_all(2, 8, 0x8888);
+  data(0, 0, false, 1, {1});
+  data(0, 0, false, 1, {50}, 0, 8, 0x8888);
+  Sent s = data(1, 0, false, 1, {60}, 0, 8, 0x8888);
+  EXPECT_EQ(s.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(s.hdr.job, 8u);
+  EXPECT_EQ(s.hdr.key, 0x8888u);
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{110}));
+  EXPECT_EQ(engine_.slot_table(kJob)->copy(0, false).contributors, 1u);
+}
+
+TEST_F(EngineTest, EveryMalformedKindIsCounted) {
+  join_all();
+  const uint64_t before = engine_.counters().malformed;
+  const std::vector<uint8_t> good = encode_packet(data_header(kJob, kKey, 0, 0, false, 1, 0),
+                                                  std::vector<int32_t>{1, 2});
+  auto mutate = [&](size_t off, uint8_t v) {
+    std::vector<uint8_t> b = good;
+    b[off] = v;
+    return b;
+  };
+  struct Case {
+    std::vector<uint8_t> bytes;
+    wire::DecodeError err;
+  };
+  std::vector<Case> cases = {
+      {std::vector<uint8_t>(good.begin(), good.begin() + 31), wire::DecodeError::kTruncated},
+      {{}, wire::DecodeError::kTruncated},
+      {mutate(wire::kOffMagic, 0x00), wire::DecodeError::kBadMagic},
+      {mutate(wire::kOffVersion, 2), wire::DecodeError::kBadVersion},
+      {mutate(wire::kOffFlags, 0x80), wire::DecodeError::kUnknownFlags},
+      {mutate(wire::kOffDtype, 9), wire::DecodeError::kUnknownDtype},
+      {mutate(wire::kOffOp, 0), wire::DecodeError::kUnknownOp},
+      {std::vector<uint8_t>(good.begin(), good.end() - 1), wire::DecodeError::kCountBeyondPayload},
+      {[&] {
+         auto b = good;
+         b.push_back(0);
+         return b;
+       }(),
+       wire::DecodeError::kTrailingBytes},
+  };
+  for (const Case& c : cases) {
+    const uint64_t n = engine_.counters().decode.by_error[static_cast<size_t>(c.err)];
+    const Sent s = send_bytes(c.bytes);
+    EXPECT_EQ(s.target, Reply::Target::kNone) << wire::decode_error_name(c.err);
+    EXPECT_EQ(s.sender_rank, -1);
+    EXPECT_EQ(engine_.counters().decode.by_error[static_cast<size_t>(c.err)], n + 1)
+        << wire::decode_error_name(c.err);
+  }
+  EXPECT_EQ(engine_.counters().decode.total_rejected(), cases.size());
+
+  // Well-formed packets a worker must never send, and DATA the slot table rejects.
+  const uint8_t kinds[] = {wire::kFlagResult, wire::kFlagError,
+                           wire::kFlagHello | wire::kFlagResult,
+                           wire::kFlagResult | wire::kFlagRetransmit};
+  for (uint8_t f : kinds) {
+    EXPECT_EQ(data(0, 0, false, 1, {1}, f).target, Reply::Target::kNone) << int{f};
+  }
+  wire::Header h0;
+  h0.job = kJob;
+  h0.key = kKey;
+  h0.flags = wire::kFlagHello;
+  EXPECT_EQ(send_bytes(encode_packet(h0, std::vector<int32_t>{})).target,
+            Reply::Target::kNone);  // HELLO without world size
+  EXPECT_EQ(send_bytes(encode_packet(h0, std::vector<int32_t>{3, 3})).target,
+            Reply::Target::kNone);  // HELLO with extra words
+  EXPECT_EQ(hello(3, 1).target, Reply::Target::kNone);             // HELLO rank beyond world
+  EXPECT_EQ(data(0, 4, false, 1, {1}).target, Reply::Target::kNone);  // slot beyond the table
+  EXPECT_EQ(data(3, 0, false, 1, {1}).target, Reply::Target::kNone);  // rank beyond world
+  EXPECT_EQ(data(0, 0, false, 1, std::vector<int32_t>(9, 1)).target,
+            Reply::Target::kNone);  // more than max_elems
+  const EngineCounters& c = engine_.counters();
+  EXPECT_EQ(c.malformed - before, cases.size() + 4 + 3 + 3);
+  EXPECT_EQ(c.by_verdict[static_cast<size_t>(Verdict::kBadSlot)], 1u);
+  EXPECT_EQ(c.by_verdict[static_cast<size_t>(Verdict::kBadRank)], 1u);
+  EXPECT_EQ(c.by_verdict[static_cast<size_t>(Verdict::kTooLarge)], 1u);
+  // None of it touched a slot.
+  for (uint16_t s = 0; s < 4; ++s) EXPECT_FALSE(engine_.slot_table(kJob)->copy(s, false).used);
+  EXPECT_EQ(c.packets_in, 3u + cases.size() + 4 + 3 + 3);
+}
+
+// The packet path (decode, barrier, slot table, every kind of reply) never allocates.
+TEST_F(EngineTest, PacketPathDoesNotAllocate) {
+  add(9, 0, 100);  // scratch_ sized for the larger bitmap in add_job
+  std::vector<std::vector<uint8_t>> pkts;
+  auto hello_pkt = [](JobId job, uint64_t key, uint16_t rank, uint32_t world, uint8_t flags) {
+    wire::Header h;
+    h.job = job;
+    h.key = key;
+    h.rank = rank;
+    h.seq = 5;
+    h.flags = static_cast<uint8_t>(wire::kFlagHello | flags);
+    return encode_packet(h, std::vector<int32_t>{static_cast<int32_t>(world)});
+  };
+  for (uint16_t r = 0; r < 3; ++r) pkts.push_back(hello_pkt(kJob, kKey, r, 3, 0));
+  pkts.push_back(hello_pkt(kJob, kKey, 1, 3, wire::kFlagRetransmit));  // WELCOME again
+  pkts.push_back(hello_pkt(kJob, kKey, 1, 4, 0));                      // world mismatch
+  pkts.push_back(hello_pkt(9, 0, 5, 100, wire::kFlagRetransmit));      // missing ranks (100)
+  for (BlockSeq seq = 1; seq < 50; ++seq) {
+    for (uint16_t r = 0; r < 3; ++r) {
+      const auto slot = static_cast<uint16_t>(seq % 4);
+      const bool shadow = (seq / 4) % 2 == 1;
+      pkts.push_back(encode_packet(data_header(kJob, kKey, r, slot, shadow, seq, 8),
+                                   std::vector<int32_t>(8, seq)));
+      if (r == 1) {  // retransmission to the incomplete copy
+        auto h = data_header(kJob, kKey, r, slot, shadow, seq, 8);
+        h.flags = wire::kFlagRetransmit;
+        pkts.push_back(encode_packet(h, std::vector<int32_t>(8, seq)));
+        pkts.push_back(encode_packet(data_header(kJob, kKey, 2, slot, shadow, seq, 3),
+                                     std::vector<int32_t>(3, 0)));  // round mismatch
+      }
+    }
+    pkts.push_back(encode_packet(data_header(kJob, kKey, 0, static_cast<uint16_t>(seq % 4),
+                                             (seq / 4) % 2 == 1, seq, 8),
+                                 std::vector<int32_t>(8, seq)));  // resend result
+  }
+  pkts.push_back({1, 2, 3});                                                          // malformed
+  pkts.push_back(encode_packet(data_header(kJob, 1, 0, 0, false, 1, 1), {std::vector<int32_t>{1}}));  // bad key
+  size_t replies = 0;
+  int32_t rank;
+  JobId job;
+  const size_t before = testing::g_counted_allocs.load();
+  {
+    testing::CountAllocs counting;
+    for (const auto& p : pkts) {
+      if (engine_.on_packet(p, &rank, &job).target != Reply::Target::kNone) ++replies;
+    }
+  }
+  EXPECT_EQ(testing::g_counted_allocs.load() - before, 0u);
+  EXPECT_GT(replies, 150u);
+  EXPECT_EQ(engine_.counters().completed, 49u);
+  EXPECT_EQ(engine_.counters().mismatched, 49u);
+  EXPECT_EQ(engine_.counters().resent_results, 49u);
+  // The counter really counts: an allocation on a counting thread is seen.
+  {
+    testing::CountAllocs counting;
+    void* volatile p = ::operator new(16);  // volatile: not elided
+    ::operator delete(p);
+  }
+  EXPECT_EQ(testing::g_counted_allocs.load() - before, 1u);
+}
+
+TEST_F(EngineTest, BitmapWordsOfALargerWorld) {
+  add(9, 0, 100);
+  for (uint16_t r : {0, 31, 32, 63, 64, 99}) hello(r, 1, false, 100, 9, 0);
+  const Sent s = hello(99, 1, true, 100, 9, 0);
+  expect_error(s, wire::ErrorReason::kMissingRanks);
+  EXPECT_EQ(s.hdr.count, 1 + 4);  // ceil(100 / 32) words
+  EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{0, 31, 32, 63, 64, 99}));
+  // Low half of each uint64 first.
+  EXPECT_EQ(static_cast<uint32_t>(s.payload[1]), 0x80000001u);
+  EXPECT_EQ(static_cast<uint32_t>(s.payload[2]), 0x80000001u);
+  EXPECT_EQ(static_cast<uint32_t>(s.payload[3]), 0x1u);
+  EXPECT_EQ(static_cast<uint32_t>(s.payload[4]), 0x8u);
+}
+
+}  // namespace
+}  // namespace ina::agg

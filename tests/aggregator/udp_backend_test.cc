@@ -1,0 +1,440 @@
+// UdpAggregator on loopback: a real socket served by run() in a thread, driven by test sockets
+// that play the workers (HELLO/WELCOME, DATA rounds, retransmission, malformed input, UDP GSO/GRO
+// batches, the drop/dup hooks, stop).
+#include "aggregator/udp_backend.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "alloc_counter.h"
+#include "test_packets.h"
+
+namespace ina::agg {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::data_header;
+using testing::encode_packet;
+
+constexpr JobId kJob = 3;
+constexpr uint64_t kKey = 0x1122334455667788ull;
+
+// One simulated worker: a UDP socket on 127.0.0.1.
+class Client {
+ public:
+  explicit Client(uint16_t agg_port) {
+    fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    EXPECT_GE(fd_, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    agg_.sin_family = AF_INET;
+    agg_.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    agg_.sin_port = htons(agg_port);
+  }
+  ~Client() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  void send(const std::vector<uint8_t>& b) {
+    ASSERT_EQ(::sendto(fd_, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&agg_),
+                       sizeof agg_),
+              static_cast<ssize_t>(b.size()));
+  }
+
+  // Sends equal-size packets as one UDP GSO datagram train. False when the kernel lacks GSO.
+  bool send_gso(const std::vector<std::vector<uint8_t>>& pkts) {
+    std::vector<uint8_t> all;
+    for (const auto& p : pkts) all.insert(all.end(), p.begin(), p.end());
+    iovec iov{all.data(), all.size()};
+    alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(uint16_t))] = {};
+    msghdr m{};
+    m.msg_name = &agg_;
+    m.msg_namelen = sizeof agg_;
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctrl;
+    m.msg_controllen = sizeof ctrl;
+    cmsghdr* cm = CMSG_FIRSTHDR(&m);
+    cm->cmsg_level = SOL_UDP;
+    cm->cmsg_type = UDP_SEGMENT;
+    cm->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+    const auto seg = static_cast<uint16_t>(pkts[0].size());
+    std::memcpy(CMSG_DATA(cm), &seg, sizeof seg);
+    return ::sendmsg(fd_, &m, 0) == static_cast<ssize_t>(all.size());
+  }
+
+  struct Packet {
+    wire::Header hdr;
+    std::vector<int32_t> payload;
+  };
+  // The next packet, or nullopt after `timeout`.
+  std::optional<Packet> recv(std::chrono::milliseconds timeout = 3000ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, static_cast<int>(timeout.count())) != 1) return std::nullopt;
+    uint8_t buf[65536];
+    const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
+    if (n < 0) return std::nullopt;
+    wire::PacketView v;
+    EXPECT_EQ(wire::decode(std::span<const uint8_t>(buf, static_cast<size_t>(n)), &v),
+              wire::DecodeError::kOk);
+    return Packet{v.hdr, testing::payload_words(v)};
+  }
+
+ private:
+  int fd_ = -1;
+  sockaddr_in agg_{};
+};
+
+// Value of a counter row ("  name   123") in format_counters() text; -1 when absent.
+int64_t counter_value(const std::string& text, const std::string& name) {
+  const std::string key = "  " + name + " ";
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return -1;
+  return std::stoll(text.substr(at + key.size()));
+}
+
+class UdpAggregatorTest : public ::testing::Test {
+ protected:
+  void start(uint32_t world, UdpOptions opts = {}, uint32_t slots = 8, uint16_t elems = 16) {
+    opts.bind_host = "127.0.0.1";
+    opts.port = 0;
+    JobConfig job;
+    job.job = kJob;
+    job.key = kKey;
+    job.slots.world_size = world;
+    job.slots.num_slots = slots;
+    job.slots.max_elems = elems;
+    auto a = UdpAggregator::create(opts, {job});
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    agg_ = std::move(a).value();
+    ASSERT_NE(agg_->port(), 0);
+    allocs_at_start_ = testing::g_counted_allocs.load();
+    thread_ = std::thread([this] {
+      testing::CountAllocs counting;  // the serving loop must not allocate
+      run_status_ = agg_->run(stop_);
+    });
+    for (uint32_t r = 0; r < world; ++r) clients_.push_back(std::make_unique<Client>(agg_->port()));
+  }
+
+  // Stops run() and returns how long it took to return.
+  std::chrono::milliseconds stop() {
+    if (!thread_.joinable()) return 0ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    stop_.store(true);
+    thread_.join();
+    EXPECT_TRUE(run_status_.ok()) << run_status_.to_string();
+    EXPECT_EQ(testing::g_counted_allocs.load() - allocs_at_start_, 0u)
+        << "run() allocated on its packet path";
+    return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
+                                                                  t0);
+  }
+
+  void TearDown() override { stop(); }
+
+  std::vector<uint8_t> hello_packet(uint16_t rank, uint32_t world, bool retransmit = false) {
+    wire::Header h;
+    h.job = kJob;
+    h.key = kKey;
+    h.rank = rank;
+    h.seq = 0xC0FFEE00u + rank;
+    h.flags = static_cast<uint8_t>(wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : 0));
+    return encode_packet(h, std::vector<int32_t>{static_cast<int32_t>(world)});
+  }
+
+  std::vector<uint8_t> data_packet(uint16_t rank, uint16_t slot, bool shadow, BlockSeq seq,
+                                   const std::vector<int32_t>& v, uint8_t flags = 0) {
+    wire::Header h = data_header(kJob, kKey, rank, slot, shadow, seq, 0);
+    h.flags = flags;
+    return encode_packet(h, v);
+  }
+
+  // Every rank sends HELLO; every rank must get exactly one WELCOME, only after the last HELLO.
+  void join(uint32_t world) {
+    for (uint16_t r = 0; r + 1u < world; ++r) clients_[r]->send(hello_packet(r, world));
+    // The barrier is open: nobody is welcomed yet.
+    EXPECT_FALSE(clients_[0]->recv(150ms).has_value());
+    clients_[world - 1]->send(hello_packet(static_cast<uint16_t>(world - 1), world));
+    for (uint32_t r = 0; r < world; ++r) {
+      auto p = clients_[r]->recv();
+      ASSERT_TRUE(p.has_value()) << "rank " << r << " got no WELCOME";
+      EXPECT_EQ(p->hdr.flags, wire::kFlagHello | wire::kFlagResult);
+      EXPECT_EQ(p->hdr.job, kJob);
+      EXPECT_EQ(p->hdr.key, kKey);
+      EXPECT_EQ(p->payload, (std::vector<int32_t>{8, 16}));
+    }
+  }
+
+  std::unique_ptr<UdpAggregator> agg_;
+  std::atomic<bool> stop_{false};
+  size_t allocs_at_start_ = 0;
+  std::thread thread_;
+  Status run_status_;
+  std::vector<std::unique_ptr<Client>> clients_;
+};
+
+class UdpAggregatorWorldTest : public UdpAggregatorTest,
+                               public ::testing::WithParamInterface<uint32_t> {};
+
+TEST_P(UdpAggregatorWorldTest, JoinThenRoundsReachEveryRank) {
+  const uint32_t world = GetParam();
+  start(world);
+  ASSERT_NO_FATAL_FAILURE(join(world));
+
+  // Rounds through a window of 4 slots, alternating copies, seq per block.
+  constexpr uint16_t kWindow = 4;
+  BlockSeq seq = 100;
+  for (int round = 0; round < 3; ++round) {
+    std::map<BlockSeq, std::vector<int32_t>> want;
+    for (uint16_t s = 0; s < kWindow; ++s, ++seq) {
+      std::vector<int32_t> sum(5, 0);
+      for (uint16_t r = 0; r < world; ++r) {
+        std::vector<int32_t> v(5);
+        for (size_t k = 0; k < v.size(); ++k) {
+          v[k] = static_cast<int32_t>(seq * 1000 + r * 10 + k) * (r % 2 ? -1 : 1);
+          sum[k] += v[k];
+        }
+        clients_[r]->send(data_packet(r, s, round % 2 == 1, seq, v));
+      }
+      want[seq] = sum;
+    }
+    for (uint32_t r = 0; r < world; ++r) {
+      std::map<BlockSeq, std::vector<int32_t>> got;
+      for (uint16_t s = 0; s < kWindow; ++s) {
+        auto p = clients_[r]->recv();
+        ASSERT_TRUE(p.has_value()) << "rank " << r << " round " << round;
+        EXPECT_EQ(p->hdr.flags, wire::kFlagResult);
+        EXPECT_EQ(p->hdr.shadow, round % 2 == 1);
+        EXPECT_EQ(p->hdr.slot, static_cast<uint16_t>((p->hdr.seq - 100) % kWindow));
+        got[p->hdr.seq] = p->payload;
+      }
+      EXPECT_EQ(got, want) << "rank " << r;
+    }
+  }
+
+  // Rank 0 "lost" the last result: its retransmission gets the result again, to it alone.
+  constexpr bool kLastShadow = false;  // round 2 used copy 0
+  clients_[0]->send(data_packet(0, kWindow - 1, kLastShadow, seq - 1, std::vector<int32_t>(5, 0),
+                                wire::kFlagRetransmit));
+  auto p = clients_[0]->recv();
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->hdr.seq, seq - 1);
+  EXPECT_EQ(p->hdr.flags, wire::kFlagResult);
+  EXPECT_FALSE(clients_[1]->recv(100ms).has_value());
+
+  stop();
+  const EngineCounters& c = agg_->engine().counters();
+  EXPECT_EQ(c.completed, 3u * kWindow);
+  EXPECT_EQ(c.resent_results, 1u);
+  EXPECT_EQ(c.malformed, 0u);
+  const std::string text = agg_->format_counters();
+  EXPECT_EQ(counter_value(text, "completed"), 12);
+  EXPECT_EQ(counter_value(text, "send_errors"), 0);
+  EXPECT_EQ(counter_value(text, "unroutable"), 0);
+  // 1 WELCOME and 12 results per rank, plus the resent result.
+  EXPECT_EQ(counter_value(text, "tx_datagrams"), static_cast<int64_t>(world * 13 + 1));
+  EXPECT_NE(text.find("127.0.0.1:"), std::string::npos) << text;  // learned rank addresses
+}
+
+std::string world_name(const ::testing::TestParamInfo<uint32_t>& p) {
+  return "world" + std::to_string(p.param);
+}
+INSTANTIATE_TEST_SUITE_P(Worlds, UdpAggregatorWorldTest, ::testing::Values(2, 3, 4), world_name);
+
+TEST_F(UdpAggregatorTest, MalformedDatagramIsCountedAndDropped) {
+  start(2);
+  ASSERT_NO_FATAL_FAILURE(join(2));
+  clients_[0]->send({0xDE, 0xAD, 0xBE, 0xEF});             // truncated
+  std::vector<uint8_t> bad = data_packet(0, 0, false, 1, {1});
+  bad[0] = 0;                                                // bad magic
+  clients_[0]->send(bad);
+  wire::Header wrong_key = data_header(kJob, kKey + 1, 0, 0, false, 1, 0);
+  clients_[0]->send(encode_packet(wrong_key, std::vector<int32_t>{5}));
+  // A retransmitted HELLO is answered: once its WELCOME arrives, the datagrams before it (same
+  // socket, same order) have been processed.
+  clients_[0]->send(hello_packet(0, 2, /*retransmit=*/true));
+  auto p = clients_[0]->recv();
+  ASSERT_TRUE(p.has_value());
+  EXPECT_EQ(p->hdr.flags, wire::kFlagHello | wire::kFlagResult);
+  EXPECT_FALSE(clients_[0]->recv(100ms).has_value());  // nothing answered the bad ones
+  stop();
+  const EngineCounters& c = agg_->engine().counters();
+  EXPECT_EQ(c.malformed, 2u);
+  EXPECT_EQ(c.bad_key, 1u);
+  EXPECT_EQ(c.decode.by_error[static_cast<size_t>(wire::DecodeError::kTruncated)], 1u);
+  EXPECT_EQ(c.decode.by_error[static_cast<size_t>(wire::DecodeError::kBadMagic)], 1u);
+  const std::string text = agg_->format_counters();
+  EXPECT_EQ(counter_value(text, "truncated"), 1);
+  EXPECT_EQ(counter_value(text, "bad_magic"), 1);
+  EXPECT_EQ(counter_value(text, "bad_key"), 1);
+}
+
+TEST_F(UdpAggregatorTest, StopEndsRunPromptly) {
+  start(2);
+  std::this_thread::sleep_for(50ms);  // let run() reach its poll
+  EXPECT_LT(stop(), 1000ms);
+}
+
+// A GSO train from one rank arrives as one GRO buffer (when the aggregator has GRO) and must be
+// split into its datagrams; the results of a batch of completions go back as GSO trains (when
+// the aggregator has GSO) and must arrive as separate, intact datagrams.
+TEST_F(UdpAggregatorTest, GsoTrainsInBothDirections) {
+  constexpr uint32_t kWorld = 2;
+  constexpr uint16_t kBlocks = 8;
+  start(kWorld);
+  ASSERT_NO_FATAL_FAILURE(join(kWorld));
+  for (uint16_t s = 0; s < kBlocks; ++s) {
+    clients_[0]->send(data_packet(0, s, false, 10 + s, {s, -s, 7}));
+  }
+  // Rank 0's packets are queued; wait for them to be processed before the train completes them.
+  clients_[0]->send(hello_packet(0, kWorld, true));
+  ASSERT_TRUE(clients_[0]->recv().has_value());
+  std::vector<std::vector<uint8_t>> train;
+  for (uint16_t s = 0; s < kBlocks; ++s) train.push_back(data_packet(1, s, false, 10 + s, {1, 1, 1}));
+  const bool sent_as_train = clients_[1]->send_gso(train);
+  if (!sent_as_train) {
+    for (const auto& p : train) clients_[1]->send(p);  // a kernel without UDP_SEGMENT
+  }
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    std::map<BlockSeq, std::vector<int32_t>> got;
+    for (uint16_t k = 0; k < kBlocks; ++k) {
+      auto p = clients_[r]->recv();
+      ASSERT_TRUE(p.has_value()) << "rank " << r << " result " << k;
+      got[p->hdr.seq] = p->payload;
+    }
+    for (uint16_t s = 0; s < kBlocks; ++s) {
+      EXPECT_EQ(got[10u + s], (std::vector<int32_t>{s + 1, 1 - s, 8})) << "rank " << r;
+    }
+  }
+  stop();
+  const std::string text = agg_->format_counters();
+  EXPECT_EQ(agg_->engine().counters().completed, kBlocks);
+  if (sent_as_train && agg_->gro_enabled()) {
+    // The train arrived as one buffer, so its 8 completions were flushed together: with GSO,
+    // each rank's 8 equal-size results leave as one train.
+    EXPECT_EQ(counter_value(text, "gro_buffers"), 1) << text;
+    if (agg_->gso_enabled()) {
+      EXPECT_EQ(counter_value(text, "tx_gso_entries"), kWorld) << text;
+    }
+  }
+  RecordProperty("gro", agg_->gro_enabled() ? "on" : "off");
+  RecordProperty("gso", agg_->gso_enabled() ? "on" : "off");
+}
+
+TEST_F(UdpAggregatorTest, GsoOffSendsDatagramsOneByOne) {
+  UdpOptions o;
+  o.gso = false;
+  o.gro = false;
+  start(2, o);
+  EXPECT_FALSE(agg_->gso_enabled());
+  EXPECT_FALSE(agg_->gro_enabled());
+  ASSERT_NO_FATAL_FAILURE(join(2));
+  for (uint16_t s = 0; s < 4; ++s) clients_[0]->send(data_packet(0, s, false, 1 + s, {1}));
+  for (uint16_t s = 0; s < 4; ++s) clients_[1]->send(data_packet(1, s, false, 1 + s, {2}));
+  for (uint32_t r = 0; r < 2; ++r) {
+    for (int k = 0; k < 4; ++k) {
+      auto p = clients_[r]->recv();
+      ASSERT_TRUE(p.has_value());
+      EXPECT_EQ(p->payload, (std::vector<int32_t>{3}));
+    }
+  }
+  stop();
+  EXPECT_EQ(counter_value(agg_->format_counters(), "tx_gso_entries"), 0);
+}
+
+TEST_F(UdpAggregatorTest, DuplicateHookNeverAddsTwice) {
+  UdpOptions o;
+  o.dup_percent = 100;
+  start(2, o);
+  ASSERT_NO_FATAL_FAILURE(join(2));
+  clients_[0]->send(data_packet(0, 0, false, 1, {5}));
+  clients_[1]->send(data_packet(1, 0, false, 1, {6}));
+  for (uint32_t r = 0; r < 2; ++r) {
+    std::optional<Client::Packet> p;
+    // The duplicated last HELLO earned its sender a second WELCOME: skip it.
+    do {
+      p = clients_[r]->recv();
+      ASSERT_TRUE(p.has_value());
+    } while (p->hdr.has(wire::kFlagHello));
+    EXPECT_EQ(p->hdr.flags, wire::kFlagResult);
+    EXPECT_EQ(p->payload, (std::vector<int32_t>{11}));
+  }
+  // Rank 1's duplicate completed nothing: it was answered with the result, once more.
+  auto extra = clients_[1]->recv(300ms);
+  ASSERT_TRUE(extra.has_value());
+  EXPECT_EQ(extra->payload, (std::vector<int32_t>{11}));
+  stop();
+  EXPECT_EQ(agg_->engine().counters().duplicates, 2u);
+  EXPECT_EQ(agg_->engine().counters().resent_results, 1u);
+  EXPECT_EQ(agg_->engine().counters().completed, 1u);
+}
+
+TEST_F(UdpAggregatorTest, DropHookDropsEverything) {
+  UdpOptions o;
+  o.drop_percent = 100;
+  start(2, o);
+  clients_[0]->send(hello_packet(0, 2));
+  clients_[1]->send(hello_packet(1, 2));
+  EXPECT_FALSE(clients_[0]->recv(300ms).has_value());
+  stop();
+  EXPECT_EQ(agg_->dropped_by_hook(), 2u);
+  EXPECT_EQ(agg_->engine().counters().packets_in, 0u);
+}
+
+TEST(UdpAggregatorCreateTest, RejectsBadOptions) {
+  JobConfig job;
+  job.slots.world_size = 2;
+  UdpOptions o;
+  o.bind_host = "127.0.0.1";
+  o.port = 0;
+  o.batch = 0;
+  auto a = UdpAggregator::create(o, {job});
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("batch"), std::string::npos);
+
+  o.batch = 8;
+  o.bind_host = "no-such-host.invalid";
+  a = UdpAggregator::create(o, {job});
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("no-such-host.invalid"), std::string::npos);
+
+  o.bind_host = "127.0.0.1";
+  job.slots.max_elems = 16369;  // 32 + 4 * 16369 bytes do not fit in one UDP datagram
+  a = UdpAggregator::create(o, {job});
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("16368"), std::string::npos) << a.status().message();
+
+  job.slots.max_elems = 256;
+  job.slots.world_size = 0;
+  a = UdpAggregator::create(o, {job});
+  ASSERT_FALSE(a.ok());
+  EXPECT_NE(a.status().message().find("world_size"), std::string::npos);
+
+  // "localhost" resolves.
+  job.slots.world_size = 2;
+  o.bind_host = "localhost";
+  a = UdpAggregator::create(o, {job});
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_NE((*a)->port(), 0);
+}
+
+}  // namespace
+}  // namespace ina::agg
