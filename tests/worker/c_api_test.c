@@ -1,0 +1,340 @@
+/* The C ABI of libina, from plain C11, linked against the shared library (so only exported
+ * symbols are reachable).
+ *
+ *   c_api_test unit          config, errors, result strings, version: no sockets
+ *   c_api_test integration   spawns $INA_AGGREGATOR_BIN (skips without it), runs collectives
+ *                            through the C ABI, then checks that a dead aggregator is named
+ *
+ * Exit status: 0 pass, 1 fail, 77 skip (Meson's convention). */
+#define _POSIX_C_SOURCE 200809L
+
+#include <errno.h>
+#include <math.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "ina/ina.h"
+
+static int g_failures = 0;
+
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
+      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
+      ++g_failures;                                                            \
+    }                                                                          \
+  } while (0)
+
+#define CHECK_CONTAINS(haystack, needle)                                             \
+  do {                                                                               \
+    const char* h_ = (haystack);                                                     \
+    if (h_ == NULL || strstr(h_, (needle)) == NULL) {                                \
+      fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n", __FILE__, __LINE__, \
+              h_ ? h_ : "(null)", (needle));                                         \
+      ++g_failures;                                                                  \
+    }                                                                                \
+  } while (0)
+
+static void clear_env(void) {
+  static const char* const vars[] = {
+      "INA_RANK",          "INA_WORLD_SIZE",        "INA_AGGREGATOR",       "INA_JOB",
+      "INA_JOB_KEY",       "INA_BLOCK_ELEMS",       "INA_WINDOW",           "INA_TIMEOUT_MS",
+      "INA_RETRANSMIT_US", "INA_TEST_DROP_PERCENT", "INA_TEST_DUP_PERCENT", "INA_TEST_DELAY_US",
+      "INA_TEST_SEED"};
+  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; ++i) unsetenv(vars[i]);
+}
+
+/* ---- unit ---- */
+
+static void test_config_init(void) {
+  ina_config_t a = INA_CONFIG_INITIALIZER;
+  ina_config_t b;
+  memset(&b, 0x5A, sizeof b);
+  ina_config_init(&b);
+  CHECK(a.struct_size == sizeof(ina_config_t));
+  CHECK(b.struct_size == sizeof(ina_config_t));
+  CHECK(a.version == INA_CONFIG_VERSION && b.version == INA_CONFIG_VERSION);
+  CHECK(a.rank == -1 && b.rank == -1);
+  CHECK(a.world_size == 0 && b.world_size == 0);
+  CHECK(a.aggregator == NULL && b.aggregator == NULL);
+  CHECK(b.job == 0 && b.job_key == 0 && b.block_elems == 0 && b.window == 0);
+  CHECK(b.timeout_ms == 0 && b.retransmit_us == 0);
+  ina_config_init(NULL); /* must not crash */
+}
+
+static void test_create_rejects_bad_config(void) {
+  ina_comm_t* comm = (ina_comm_t*)0x1;
+  ina_config_t cfg = INA_CONFIG_INITIALIZER;
+  cfg.rank = 5;
+  cfg.world_size = 2;
+  cfg.aggregator = "127.0.0.1:9";
+  CHECK(ina_comm_create(&cfg, &comm) == INA_INVALID_ARGUMENT);
+  CHECK(comm == NULL);
+  CHECK(strlen(ina_last_create_error()) > 0);
+  CHECK_CONTAINS(ina_last_create_error(), "rank 5");
+
+  cfg.rank = 0;
+  cfg.world_size = 70000;
+  CHECK(ina_comm_create(&cfg, &comm) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_last_create_error(), "world_size");
+
+  cfg.world_size = 1;
+  cfg.aggregator = "127.0.0.1:";
+  CHECK(ina_comm_create(&cfg, &comm) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_last_create_error(), "config.aggregator");
+
+  cfg.aggregator = "127.0.0.1:9";
+  cfg.block_elems = 20000;
+  CHECK(ina_comm_create(&cfg, &comm) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_last_create_error(), "block_elems");
+
+  ina_config_t small = INA_CONFIG_INITIALIZER;
+  small.struct_size = 8;
+  CHECK(ina_comm_create(&small, &comm) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_last_create_error(), "struct_size");
+
+  ina_config_t newer = INA_CONFIG_INITIALIZER;
+  newer.version = INA_CONFIG_VERSION + 1;
+  CHECK(ina_comm_create(&newer, &comm) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_last_create_error(), "version");
+
+  CHECK(ina_comm_create(&cfg, NULL) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_last_create_error(), "NULL");
+}
+
+static void test_environment_fills_unset_fields(void) {
+  ina_comm_t* comm = NULL;
+  /* A malformed variable is named even when the config sets other fields. */
+  setenv("INA_WINDOW", "lots", 1);
+  ina_config_t cfg = INA_CONFIG_INITIALIZER;
+  cfg.rank = 0;
+  cfg.world_size = 1;
+  CHECK(ina_comm_create(&cfg, &comm) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_last_create_error(), "INA_WINDOW");
+  CHECK_CONTAINS(ina_last_create_error(), "lots");
+  unsetenv("INA_WINDOW");
+
+  /* rank comes from the environment when the config leaves it at -1 ... */
+  setenv("INA_RANK", "3", 1);
+  setenv("INA_WORLD_SIZE", "2", 1);
+  CHECK(ina_comm_create(NULL, &comm) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_last_create_error(), "rank 3");
+  /* ... and a config field overrides it. */
+  cfg = (ina_config_t)INA_CONFIG_INITIALIZER;
+  cfg.rank = 4;
+  CHECK(ina_comm_create(&cfg, &comm) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_last_create_error(), "rank 4");
+  clear_env();
+}
+
+static void* other_thread(void* arg) {
+  *(int*)arg = strlen(ina_last_create_error()) == 0;
+  return NULL;
+}
+
+static void test_create_error_is_per_thread(void) {
+  ina_comm_t* comm = NULL;
+  ina_config_t cfg = INA_CONFIG_INITIALIZER;
+  cfg.world_size = 0; /* invalid */
+  CHECK(ina_comm_create(&cfg, &comm) == INA_INVALID_ARGUMENT);
+  CHECK(strlen(ina_last_create_error()) > 0);
+  int empty_there = 0;
+  pthread_t t;
+  CHECK(pthread_create(&t, NULL, other_thread, &empty_there) == 0);
+  pthread_join(t, NULL);
+  CHECK(empty_there);
+}
+
+static void test_result_strings(void) {
+  const ina_result_t codes[] = {INA_SUCCESS,       INA_INVALID_ARGUMENT, INA_TIMEOUT,
+                                INA_UNAVAILABLE,   INA_REMOTE_ERROR,     INA_NO_MEMORY,
+                                INA_NOT_SUPPORTED, INA_INTERNAL_ERROR};
+  const size_t n = sizeof codes / sizeof codes[0];
+  for (size_t i = 0; i < n; ++i) {
+    const char* s = ina_result_string(codes[i]);
+    CHECK(s != NULL && strlen(s) > 0);
+    for (size_t j = 0; j < i; ++j) CHECK(strcmp(s, ina_result_string(codes[j])) != 0);
+  }
+  CHECK_CONTAINS(ina_result_string((ina_result_t)99), "unknown");
+}
+
+static void test_version_and_null_handles(void) {
+  char want[32];
+  snprintf(want, sizeof want, "%d.%d.%d", INA_VERSION_MAJOR, INA_VERSION_MINOR, INA_VERSION_PATCH);
+  CHECK(strcmp(ina_version(), want) == 0);
+  CHECK(strcmp(ina_version(), "0.1.0") == 0);
+  float x = 1;
+  CHECK(ina_allreduce(NULL, &x, &x, 1, INA_FLOAT32, INA_SUM) == INA_INVALID_ARGUMENT);
+  CHECK(ina_comm_rank(NULL) == -1);
+  CHECK(ina_comm_size(NULL) == -1);
+  CHECK(strcmp(ina_comm_last_error(NULL), "") == 0);
+  ina_comm_destroy(NULL);
+}
+
+static int run_unit(void) {
+  clear_env();
+  test_config_init();
+  test_create_rejects_bad_config();
+  test_environment_fills_unset_fields();
+  test_create_error_is_per_thread();
+  test_result_strings();
+  test_version_and_null_handles();
+  return g_failures == 0 ? 0 : 1;
+}
+
+/* ---- integration ---- */
+
+static void sleep_ms(long ms) {
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+  nanosleep(&ts, NULL);
+}
+
+/* Starts the aggregator for a 1-rank job on an ephemeral port; returns its pid and port. */
+static pid_t spawn_aggregator(const char* bin, const char* port_file, unsigned* port) {
+  unlink(port_file);
+  pid_t pid = fork();
+  if (pid < 0) return -1;
+  if (pid == 0) {
+    execl(bin, bin, "--world-size", "1", "--port", "0", "--port-file", port_file, "--bind",
+          "127.0.0.1", (char*)NULL);
+    fprintf(stderr, "exec %s: %s\n", bin, strerror(errno));
+    _exit(127);
+  }
+  for (int i = 0; i < 1000; ++i) { /* up to 10 s */
+    FILE* f = fopen(port_file, "r");
+    if (f != NULL) {
+      const int got = fscanf(f, "%u", port);
+      fclose(f);
+      if (got == 1 && *port > 0) return pid;
+    }
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      fprintf(stderr, "aggregator exited before listening (status %d)\n", status);
+      return -1;
+    }
+    sleep_ms(10);
+  }
+  fprintf(stderr, "aggregator did not write %s\n", port_file);
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return -1;
+}
+
+static int stop_aggregator(pid_t pid) {
+  kill(pid, SIGTERM);
+  for (int i = 0; i < 500; ++i) { /* up to 5 s, then SIGKILL */
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    sleep_ms(10);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, NULL, 0);
+  return -1;
+}
+
+static void test_collectives(ina_comm_t* comm) {
+  CHECK(ina_comm_rank(comm) == 0);
+  CHECK(ina_comm_size(comm) == 1);
+
+  enum { N = 1000 };
+  static float fin[N], fout[N];
+  for (int i = 0; i < N; ++i) fin[i] = (float)(sin(i * 0.37) * pow(10.0, (i / 256) - 2));
+  CHECK(ina_allreduce(comm, fin, fout, N, INA_FLOAT32, INA_SUM) == INA_SUCCESS);
+  for (int i = 0; i < N; ++i) {
+    /* One rank: the quantizer's bound is M * 2^-30 plus one float32 ulp. */
+    const double tol = 1e-9 * pow(10.0, (i / 256) - 2) + fabs(fin[i]) * 1.2e-7;
+    if (fabs((double)fout[i] - fin[i]) > tol) {
+      fprintf(stderr, "float32 sum element %d: %g vs %g\n", i, fout[i], fin[i]);
+      ++g_failures;
+      break;
+    }
+  }
+
+  static int32_t iv[N];
+  for (int i = 0; i < N; ++i) iv[i] = i * 7919 - 3000000;
+  CHECK(ina_allreduce(comm, iv, iv, N, INA_INT32, INA_SUM) == INA_SUCCESS); /* in place */
+  int ok = 1;
+  for (int i = 0; i < N; ++i) ok &= iv[i] == i * 7919 - 3000000;
+  CHECK(ok);
+
+  CHECK(ina_allreduce(comm, fin, fout, N, INA_FLOAT32, INA_MAX) == INA_SUCCESS);
+  CHECK(memcmp(fin, fout, sizeof fin) == 0); /* MIN/MAX are exact */
+
+  fin[300] = NAN;
+  CHECK(ina_allreduce(comm, fin, fout, N, INA_FLOAT32, INA_SUM) == INA_SUCCESS);
+  CHECK(isnan(fout[256]) && isnan(fout[511]) && !isnan(fout[255]) && !isnan(fout[512]));
+
+  CHECK(ina_allreduce(comm, NULL, NULL, 0, INA_FLOAT32, INA_SUM) == INA_SUCCESS);
+
+  CHECK(ina_allreduce(comm, fin, fout, N, (ina_dtype_t)99, INA_SUM) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_comm_last_error(comm), "dtype 99");
+  CHECK(ina_allreduce(comm, fin, fout, N, INA_FLOAT32, (ina_op_t)257) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_comm_last_error(comm), "op 257");
+  CHECK(ina_allreduce(comm, NULL, fout, N, INA_FLOAT32, INA_SUM) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_comm_last_error(comm), "null");
+}
+
+static int run_integration(void) {
+  clear_env();
+  const char* bin = getenv("INA_AGGREGATOR_BIN");
+  if (bin == NULL || *bin == '\0') {
+    fprintf(stderr, "INA_AGGREGATOR_BIN not set: skipping\n");
+    return 77;
+  }
+  char port_file[64];
+  snprintf(port_file, sizeof port_file, "/tmp/ina_c_api_test.%ld.port", (long)getpid());
+  unsigned port = 0;
+  const pid_t pid = spawn_aggregator(bin, port_file, &port);
+  if (pid < 0) return 1;
+
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%u", port);
+  ina_config_t cfg = INA_CONFIG_INITIALIZER;
+  cfg.rank = 0;
+  cfg.world_size = 1;
+  cfg.aggregator = addr;
+  cfg.timeout_ms = 5000;
+  ina_comm_t* comm = NULL;
+  const ina_result_t rc = ina_comm_create(&cfg, &comm);
+  CHECK(rc == INA_SUCCESS);
+  if (rc != INA_SUCCESS) {
+    fprintf(stderr, "ina_comm_create: %s: %s\n", ina_result_string(rc), ina_last_create_error());
+  } else {
+    test_collectives(comm);
+    ina_comm_destroy(comm);
+  }
+  CHECK(stop_aggregator(pid) == 0);
+  unlink(port_file);
+
+  /* Nothing listens on the port now: creation fails within the deadline and says so. */
+  cfg.timeout_ms = 300;
+  comm = NULL;
+  CHECK(ina_comm_create(&cfg, &comm) == INA_UNAVAILABLE);
+  CHECK(comm == NULL);
+  CHECK_CONTAINS(ina_last_create_error(), "no answer from aggregator 127.0.0.1");
+  CHECK_CONTAINS(ina_last_create_error(), "refused (no process listening?)");
+  return g_failures == 0 ? 0 : 1;
+}
+
+int main(int argc, char** argv) {
+  const char* mode = argc > 1 ? argv[1] : "unit";
+  int rc;
+  if (strcmp(mode, "unit") == 0) {
+    rc = run_unit();
+  } else if (strcmp(mode, "integration") == 0) {
+    rc = run_integration();
+  } else {
+    fprintf(stderr, "usage: %s [unit|integration]\n", argv[0]);
+    return 1;
+  }
+  if (rc == 0) printf("c_api_test %s: pass\n", mode);
+  return rc;
+}

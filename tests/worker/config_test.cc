@@ -1,0 +1,269 @@
+// Config::from_env and Config::validate: every variable parsed, every malformed value rejected
+// with a message that names the variable, and validate() naming the first bad field.
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <string>
+
+#include "ina/ina.hpp"
+#include "worker/config_internal.h"
+
+namespace ina {
+namespace {
+
+const char* const kAllVars[] = {
+    "INA_RANK",          "INA_WORLD_SIZE",        "INA_AGGREGATOR",       "INA_JOB",
+    "INA_JOB_KEY",       "INA_BLOCK_ELEMS",       "INA_WINDOW",           "INA_TIMEOUT_MS",
+    "INA_RETRANSMIT_US", "INA_TEST_DROP_PERCENT", "INA_TEST_DUP_PERCENT", "INA_TEST_DELAY_US",
+    "INA_TEST_SEED",
+};
+
+class ConfigEnvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    for (const char* v : kAllVars) unsetenv(v);
+  }
+  void TearDown() override {
+    for (const char* v : kAllVars) unsetenv(v);
+  }
+  static Config parse_ok() {
+    Result<Config> r = Config::from_env();
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? r.value() : Config{};
+  }
+  // from_env must fail with kInvalidArgument and a message naming `var` and the bad value.
+  static void expect_rejected(const char* var, const char* value) {
+    setenv(var, value, 1);
+    Result<Config> r = Config::from_env();
+    ASSERT_FALSE(r.ok()) << var << "=" << value << " was accepted";
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(var), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find(std::string("\"") + value + "\""), std::string::npos)
+        << r.status().message();
+    EXPECT_NE(r.status().message().find("expected"), std::string::npos) << r.status().message();
+    unsetenv(var);
+  }
+};
+
+TEST_F(ConfigEnvTest, DefaultsWithoutEnvironment) {
+  const Config c = parse_ok();
+  EXPECT_EQ(c.rank, -1);
+  EXPECT_EQ(c.world_size, 0);
+  EXPECT_EQ(c.aggregator_host, "127.0.0.1");
+  EXPECT_EQ(c.aggregator_port, 47474);
+  EXPECT_EQ(c.job, 1u);
+  EXPECT_EQ(c.job_key, 0u);
+  EXPECT_EQ(c.block_elems, 256u);
+  EXPECT_EQ(c.window, 128u);
+  EXPECT_EQ(c.timeout.count(), 30000);
+  EXPECT_EQ(c.retransmit.count(), 2000);
+  EXPECT_EQ(c.fault.drop_send_percent, 0);
+  EXPECT_EQ(c.fault.dup_send_percent, 0);
+  EXPECT_EQ(c.fault.delay_us, 0u);
+  EXPECT_EQ(c.fault.seed, 0u);
+}
+
+TEST_F(ConfigEnvTest, ParsesEveryVariable) {
+  setenv("INA_RANK", "3", 1);
+  setenv("INA_WORLD_SIZE", "8", 1);
+  setenv("INA_AGGREGATOR", "agg.example:5000", 1);
+  setenv("INA_JOB", "42", 1);
+  setenv("INA_JOB_KEY", "0xDEADbeef00000001", 1);
+  setenv("INA_BLOCK_ELEMS", "1024", 1);
+  setenv("INA_WINDOW", "32768", 1);
+  setenv("INA_TIMEOUT_MS", "1500", 1);
+  setenv("INA_RETRANSMIT_US", "250", 1);
+  setenv("INA_TEST_DROP_PERCENT", "2.5", 1);
+  setenv("INA_TEST_DUP_PERCENT", "100", 1);
+  setenv("INA_TEST_DELAY_US", "700", 1);
+  setenv("INA_TEST_SEED", "12345", 1);
+  const Config c = parse_ok();
+  EXPECT_EQ(c.rank, 3);
+  EXPECT_EQ(c.world_size, 8);
+  EXPECT_EQ(c.aggregator_host, "agg.example");
+  EXPECT_EQ(c.aggregator_port, 5000);
+  EXPECT_EQ(c.job, 42u);
+  EXPECT_EQ(c.job_key, 0xDEADBEEF00000001ull);
+  EXPECT_EQ(c.block_elems, 1024u);
+  EXPECT_EQ(c.window, 32768u);
+  EXPECT_EQ(c.timeout.count(), 1500);
+  EXPECT_EQ(c.retransmit.count(), 250);
+  EXPECT_DOUBLE_EQ(c.fault.drop_send_percent, 2.5);
+  EXPECT_DOUBLE_EQ(c.fault.drop_recv_percent, 2.5);  // one knob for both directions
+  EXPECT_DOUBLE_EQ(c.fault.dup_send_percent, 100.0);
+  EXPECT_EQ(c.fault.delay_us, 700u);
+  EXPECT_EQ(c.fault.seed, 12345u);
+  EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
+}
+
+TEST_F(ConfigEnvTest, JobKeyDecimalAndHex) {
+  setenv("INA_JOB_KEY", "18446744073709551615", 1);
+  EXPECT_EQ(parse_ok().job_key, UINT64_MAX);
+  setenv("INA_JOB_KEY", "0X10", 1);
+  EXPECT_EQ(parse_ok().job_key, 16u);
+}
+
+TEST_F(ConfigEnvTest, EmptyVariableKeepsDefault) {
+  setenv("INA_WINDOW", "", 1);
+  EXPECT_EQ(parse_ok().window, 128u);
+}
+
+TEST_F(ConfigEnvTest, AggregatorForms) {
+  struct Case {
+    const char* value;
+    const char* host;
+    uint16_t port;
+  } cases[] = {
+      {"10.0.0.7", "10.0.0.7", 47474},         {"10.0.0.7:1", "10.0.0.7", 1},
+      {"localhost:65535", "localhost", 65535}, {"[::1]", "::1", 47474},
+      {"[fe80::1]:9000", "fe80::1", 9000},     {"::1", "::1", 47474},
+  };
+  for (const Case& k : cases) {
+    setenv("INA_AGGREGATOR", k.value, 1);
+    const Config c = parse_ok();
+    EXPECT_EQ(c.aggregator_host, k.host) << k.value;
+    EXPECT_EQ(c.aggregator_port, k.port) << k.value;
+  }
+}
+
+TEST_F(ConfigEnvTest, RejectsMalformedValues) {
+  expect_rejected("INA_RANK", "abc");
+  expect_rejected("INA_RANK", "1x");
+  expect_rejected("INA_RANK", "-1");
+  expect_rejected("INA_RANK", " 1");
+  expect_rejected("INA_RANK", "+1");
+  expect_rejected("INA_RANK", "65535");
+  expect_rejected("INA_WORLD_SIZE", "0");
+  expect_rejected("INA_WORLD_SIZE", "65536");
+  expect_rejected("INA_WORLD_SIZE", "4.0");
+  expect_rejected("INA_AGGREGATOR", "host:");
+  expect_rejected("INA_AGGREGATOR", "host:0");
+  expect_rejected("INA_AGGREGATOR", "host:65536");
+  expect_rejected("INA_AGGREGATOR", "host:port");
+  expect_rejected("INA_AGGREGATOR", ":47474");
+  expect_rejected("INA_AGGREGATOR", "[::1");
+  expect_rejected("INA_AGGREGATOR", "[::1]47474");
+  expect_rejected("INA_AGGREGATOR", "[]:1");
+  expect_rejected("INA_JOB", "4294967296");
+  expect_rejected("INA_JOB", "0x10");  // hex only for the key
+  expect_rejected("INA_JOB_KEY", "0x");
+  expect_rejected("INA_JOB_KEY", "0xZZ");
+  expect_rejected("INA_JOB_KEY", "18446744073709551616");
+  expect_rejected("INA_BLOCK_ELEMS", "0");
+  expect_rejected("INA_BLOCK_ELEMS", "16385");
+  expect_rejected("INA_WINDOW", "0");
+  expect_rejected("INA_WINDOW", "32769");
+  expect_rejected("INA_TIMEOUT_MS", "0");
+  expect_rejected("INA_TIMEOUT_MS", "10s");
+  expect_rejected("INA_RETRANSMIT_US", "0");
+  expect_rejected("INA_RETRANSMIT_US", "1e3");
+  expect_rejected("INA_TEST_DROP_PERCENT", "101");
+  expect_rejected("INA_TEST_DROP_PERCENT", "-1");
+  expect_rejected("INA_TEST_DROP_PERCENT", "nan");
+  expect_rejected("INA_TEST_DROP_PERCENT", "5%");
+  expect_rejected("INA_TEST_DUP_PERCENT", "inf");
+  expect_rejected("INA_TEST_DELAY_US", "-5");
+  expect_rejected("INA_TEST_DELAY_US", "4294967296");
+  expect_rejected("INA_TEST_SEED", "seed");
+}
+
+TEST_F(ConfigEnvTest, ErrorStopsAtTheBadVariableOnly) {
+  setenv("INA_RANK", "1", 1);
+  setenv("INA_WINDOW", "many", 1);
+  Result<Config> r = Config::from_env();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("INA_WINDOW"), std::string::npos);
+  EXPECT_EQ(r.status().message().find("INA_RANK"), std::string::npos);
+}
+
+Config valid_config() {
+  Config c;
+  c.rank = 1;
+  c.world_size = 4;
+  return c;
+}
+
+// validate() must reject the config and name `field` in its message.
+void expect_invalid(const Config& c, const std::string& field) {
+  const Status s = c.validate();
+  ASSERT_FALSE(s.ok()) << "accepted; expected a complaint about " << field;
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find(field), std::string::npos) << s.message();
+}
+
+TEST(ConfigValidateTest, AcceptsValidAndBoundaryValues) {
+  Config c = valid_config();
+  EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
+  c.rank = 0;
+  c.world_size = 1;
+  c.block_elems = 1;
+  c.window = 1;
+  c.timeout = std::chrono::milliseconds(1);
+  c.retransmit = std::chrono::microseconds(1);
+  EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
+  c.world_size = 65535;
+  c.rank = 65534;
+  c.block_elems = 16384;
+  c.window = 32768;
+  c.fault.drop_send_percent = 100;
+  EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
+}
+
+TEST(ConfigValidateTest, NamesTheBadField) {
+  Config c = valid_config();
+  c.rank = -1;
+  expect_invalid(c, "rank");
+  c.rank = 4;
+  expect_invalid(c, "rank");
+  c = valid_config();
+  c.world_size = 0;
+  expect_invalid(c, "world_size");
+  c.world_size = 65536;
+  expect_invalid(c, "world_size");
+  c = valid_config();
+  c.aggregator_host.clear();
+  expect_invalid(c, "aggregator_host");
+  c = valid_config();
+  c.aggregator_port = 0;
+  expect_invalid(c, "aggregator_port");
+  c = valid_config();
+  c.block_elems = 0;
+  expect_invalid(c, "block_elems");
+  c.block_elems = 16385;
+  expect_invalid(c, "block_elems");
+  c = valid_config();
+  c.window = 0;
+  expect_invalid(c, "window");
+  c.window = 32769;
+  expect_invalid(c, "window");
+  c = valid_config();
+  c.timeout = std::chrono::milliseconds(0);
+  expect_invalid(c, "timeout");
+  c = valid_config();
+  c.retransmit = std::chrono::microseconds(-1);
+  expect_invalid(c, "retransmit");
+  c = valid_config();
+  c.fault.drop_recv_percent = 150;
+  expect_invalid(c, "drop_recv_percent");
+  c = valid_config();
+  c.fault.dup_send_percent = -1;
+  expect_invalid(c, "dup_send_percent");
+}
+
+TEST(ConfigValidateTest, NamesTheFirstBadField) {
+  Config c;  // rank -1 and world_size 0: world_size is checked first (rank's range needs it)
+  c.window = 0;
+  expect_invalid(c, "world_size");
+}
+
+TEST(ParseHostPortTest, NamesTheSourceInErrors) {
+  std::string host;
+  uint16_t port = 0;
+  const Status bad = worker::parse_host_port(":1", "config.aggregator", &host, &port);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.message().find("config.aggregator"), std::string::npos) << bad.message();
+  EXPECT_NE(bad.message().find("\":1\""), std::string::npos) << bad.message();
+}
+
+}  // namespace
+}  // namespace ina

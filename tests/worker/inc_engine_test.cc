@@ -1,0 +1,740 @@
+// The in-network collective engine against the real aggregator logic (ina::agg::Engine) over an
+// in-memory network with loss, duplication and reordering: one thread per rank.
+#include "worker/inc_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <bit>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ina/ina.hpp"
+#include "ina/protocol/half.h"
+#include "ina/protocol/quantize.h"
+#include "tests/worker/mem_network.h"
+#include "worker/communicator_impl.h"
+#include "worker/fault_transport.h"
+
+namespace ina::worker {
+namespace {
+
+using std::chrono::milliseconds;
+using testing::MemNetwork;
+using testing::NetFaults;
+
+constexpr DType kDtypes[] = {DType::kInt32, DType::kFloat32, DType::kFloat16, DType::kBFloat16};
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax};
+
+agg::JobConfig job_config(uint32_t world, uint32_t slots = 64, uint16_t max_elems = 256) {
+  agg::JobConfig j;
+  j.job = 7;
+  j.key = 0xC0FFEE;
+  j.slots.world_size = world;
+  j.slots.num_slots = slots;
+  j.slots.max_elems = max_elems;
+  return j;
+}
+
+Config rank_config(int rank, int world, milliseconds timeout = milliseconds(20000)) {
+  Config c;
+  c.rank = rank;
+  c.world_size = world;
+  c.job = 7;
+  c.job_key = 0xC0FFEE;
+  c.block_elems = 256;
+  c.window = 16;
+  c.timeout = timeout;
+  c.retransmit = std::chrono::microseconds(1000);
+  return c;
+}
+
+// Runs fn(rank) on one thread per rank and waits for all.
+void run_ranks(int world, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) threads.emplace_back(fn, r);
+  for (auto& t : threads) t.join();
+}
+
+// ---- test data ----
+
+uint64_t mix(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+// A value in (-1, 1) scaled by a magnitude that changes from block to block (256 elements), so
+// blocks have different exponents, including tiny and large ones.
+double gen_value(int rank, int test_case, size_t i) {
+  const uint64_t h = mix((uint64_t(rank) << 48) ^ (uint64_t(test_case) << 32) ^ i);
+  const double u = static_cast<double>(h >> 11) * 0x1p-53 * 2.0 - 1.0;
+  const int scale = static_cast<int>((i / 256 + static_cast<size_t>(test_case)) % 9) - 4;
+  return u * std::pow(10.0, scale);
+}
+
+void store(DType t, void* buf, size_t i, double v) {
+  switch (t) {
+    case DType::kInt32: {
+      const auto x = static_cast<int32_t>(static_cast<uint32_t>(mix(std::bit_cast<uint64_t>(v))));
+      std::memcpy(static_cast<uint8_t*>(buf) + 4 * i, &x, 4);
+      break;
+    }
+    case DType::kFloat32: {
+      const float f = static_cast<float>(v);
+      std::memcpy(static_cast<uint8_t*>(buf) + 4 * i, &f, 4);
+      break;
+    }
+    case DType::kFloat16: {
+      const uint16_t h = float_to_half(static_cast<float>(v));
+      std::memcpy(static_cast<uint8_t*>(buf) + 2 * i, &h, 2);
+      break;
+    }
+    case DType::kBFloat16: {
+      const uint16_t h = float_to_bf16(static_cast<float>(v));
+      std::memcpy(static_cast<uint8_t*>(buf) + 2 * i, &h, 2);
+      break;
+    }
+  }
+}
+
+double load(DType t, const void* buf, size_t i) {
+  const auto* p = static_cast<const uint8_t*>(buf);
+  switch (t) {
+    case DType::kInt32: {
+      int32_t x;
+      std::memcpy(&x, p + 4 * i, 4);
+      return x;
+    }
+    case DType::kFloat32: {
+      float f;
+      std::memcpy(&f, p + 4 * i, 4);
+      return f;
+    }
+    case DType::kFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return half_to_float(h);
+    }
+    case DType::kBFloat16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      return bf16_to_float(h);
+    }
+  }
+  return 0;
+}
+
+uint32_t load_u32(const void* buf, size_t i) {
+  uint32_t x;
+  std::memcpy(&x, static_cast<const uint8_t*>(buf) + 4 * i, 4);
+  return x;
+}
+
+// The spacing of the output type at magnitude v (covers its final rounding).
+double ulp_out(DType t, double v) {
+  v = std::fabs(v);
+  int mant = 23;
+  int emin = -126;
+  if (t == DType::kFloat16) {
+    mant = 10;
+    emin = -14;
+  } else if (t == DType::kBFloat16) {
+    mant = 7;
+  }
+  const int e = v == 0 ? emin : std::max(std::ilogb(v), emin);
+  return std::ldexp(1.0, e - mant);
+}
+
+std::vector<uint8_t> make_input(DType t, int rank, int test_case, size_t count) {
+  std::vector<uint8_t> buf(count * dtype_size(t) + 1);  // +1: never a zero-size vector
+  for (size_t i = 0; i < count; ++i) store(t, buf.data(), i, gen_value(rank, test_case, i));
+  return buf;
+}
+
+// Checks `out` of rank `rank` against the exact reduction of every rank's input.
+// Blocks listed in `nan_blocks` must be all NaN.
+void check_result(DType t, ReduceOp op, int world, int test_case, size_t count, size_t block,
+                  const std::vector<std::vector<uint8_t>>& inputs, const void* out,
+                  const std::vector<size_t>& nan_blocks = {}) {
+  const std::string where = std::string(dtype_name(t)) + " " + std::string(op_name(op)) +
+                            " count " + std::to_string(count) + " case " +
+                            std::to_string(test_case);
+  int failures = 0;
+  for (size_t b0 = 0; b0 < count; b0 += block) {
+    const size_t b1 = std::min(count, b0 + block);
+    const bool want_nan =
+        std::find(nan_blocks.begin(), nan_blocks.end(), b0 / block) != nan_blocks.end();
+    double block_max = 0;
+    for (int r = 0; r < world; ++r) {
+      for (size_t i = b0; i < b1; ++i)
+        block_max = std::max(block_max, std::fabs(load(t, inputs[r].data(), i)));
+    }
+    for (size_t i = b0; i < b1 && failures < 5; ++i) {
+      const double got = load(t, out, i);
+      if (want_nan) {
+        if (!std::isnan(got)) {
+          ADD_FAILURE() << where << ": element " << i << " should be NaN, got " << got;
+          ++failures;
+        }
+        continue;
+      }
+      if (t == DType::kInt32) {
+        uint32_t want = 0;
+        if (op == ReduceOp::kSum) {
+          for (int r = 0; r < world; ++r) want += load_u32(inputs[r].data(), i);
+        } else {
+          int32_t m = static_cast<int32_t>(load_u32(inputs[0].data(), i));
+          for (int r = 1; r < world; ++r) {
+            const auto v = static_cast<int32_t>(load_u32(inputs[r].data(), i));
+            m = op == ReduceOp::kMin ? std::min(m, v) : std::max(m, v);
+          }
+          want = static_cast<uint32_t>(m);
+        }
+        if (load_u32(out, i) != want) {
+          ADD_FAILURE() << where << ": element " << i << " is " << int32_t(load_u32(out, i))
+                        << ", want " << int32_t(want);
+          ++failures;
+        }
+        continue;
+      }
+      double want = load(t, inputs[0].data(), i);
+      for (int r = 1; r < world; ++r) {
+        const double v = load(t, inputs[r].data(), i);
+        if (op == ReduceOp::kSum) want += v;
+        if (op == ReduceOp::kMin) want = std::min(want, v);
+        if (op == ReduceOp::kMax) want = std::max(want, v);
+      }
+      if (op == ReduceOp::kSum) {
+        const double bound =
+            quant::sum_quantization_bound(block_max, static_cast<uint32_t>(world)) +
+            ulp_out(t, std::max(std::fabs(want), std::fabs(got)));
+        if (!(std::fabs(got - want) <= bound)) {
+          ADD_FAILURE() << where << ": element " << i << " is " << got << ", want " << want
+                        << " +- " << bound;
+          ++failures;
+        }
+      } else if (got != want) {  // MIN/MAX are exact
+        ADD_FAILURE() << where << ": element " << i << " is " << got << ", want exactly " << want;
+        ++failures;
+      }
+    }
+  }
+}
+
+// ---- join ----
+
+TEST(IncEngineJoin, AdoptsTheSmallerBlockAndWindow) {
+  MemNetwork net(2, job_config(2, /*slots=*/8, /*max_elems=*/128));
+  std::vector<uint32_t> blocks(2), windows(2);
+  run_ranks(2, [&](int r) {
+    Config c = rank_config(r, 2);
+    c.block_elems = 1024;
+    c.window = 100;
+    IncEngine e(c, net.transport(r));
+    ASSERT_TRUE(e.join().ok());
+    blocks[r] = e.block_elems();
+    windows[r] = e.window();
+  });
+  EXPECT_EQ(blocks, (std::vector<uint32_t>{128, 128}));
+  EXPECT_EQ(windows, (std::vector<uint32_t>{8, 8}));
+}
+
+TEST(IncEngineJoin, KeepsTheConfiguredSizesWhenSmaller) {
+  MemNetwork net(1, job_config(1, 64, 256));
+  Config c = rank_config(0, 1);
+  c.block_elems = 100;
+  c.window = 3;
+  IncEngine e(c, net.transport(0));
+  ASSERT_TRUE(e.join().ok());
+  EXPECT_EQ(e.block_elems(), 100u);
+  EXPECT_EQ(e.window(), 3u);
+}
+
+TEST(IncEngineJoin, WorldSizeMismatchNamesBothSizes) {
+  MemNetwork net(1, job_config(2));
+  IncEngine e(rank_config(0, 3, milliseconds(3000)), net.transport(0));
+  const Status s = e.join();
+  ASSERT_EQ(s.code(), StatusCode::kInvalidArgument) << s.to_string();
+  EXPECT_NE(s.message().find("world size 3"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("world size 2"), std::string::npos) << s.message();
+}
+
+TEST(IncEngineJoin, DeadlineNamesRanksThatHaveNotJoined) {
+  MemNetwork net(3, job_config(4));
+  std::vector<Status> st(3);
+  run_ranks(3, [&](int r) {  // rank 3 never starts
+    IncEngine e(rank_config(r, 4, milliseconds(400)), net.transport(r));
+    st[r] = e.join();
+  });
+  for (const Status& s : st) {
+    EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.to_string();
+    EXPECT_NE(s.message().find("ranks 3 have not joined"), std::string::npos) << s.message();
+  }
+}
+
+TEST(IncEngineJoin, SilentAggregatorIsUnavailable) {
+  MemNetwork net(1, job_config(1), {}, /*alive=*/false);
+  IncEngine e(rank_config(0, 1, milliseconds(200)), net.transport(0));
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = e.join();
+  const auto elapsed = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+  EXPECT_NE(s.message().find("no answer from aggregator mem-aggregator:1"), std::string::npos)
+      << s.message();
+  EXPECT_EQ(s.message().find("refused"), std::string::npos) << s.message();
+  EXPECT_GE(elapsed, milliseconds(200));
+  EXPECT_LT(elapsed, milliseconds(1200));
+  EXPECT_GT(e.stats().retransmits, 0u);  // HELLO was retransmitted while waiting
+}
+
+TEST(IncEngineJoin, RefusingAggregatorIsNamed) {
+  MemNetwork net(1, job_config(1), {}, /*alive=*/false, /*refuse=*/true);
+  IncEngine e(rank_config(0, 1, milliseconds(100)), net.transport(0));
+  const Status s = e.join();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+  EXPECT_NE(s.message().find("aggregator mem-aggregator:1 refused (no process listening?)"),
+            std::string::npos)
+      << s.message();
+}
+
+TEST(IncEngineJoin, AllreduceBeforeJoinFails) {
+  MemNetwork net(1, job_config(1));
+  IncEngine e(rank_config(0, 1), net.transport(0));
+  int32_t x = 1;
+  EXPECT_EQ(e.allreduce(&x, &x, 1, DType::kInt32, ReduceOp::kSum).code(),
+            StatusCode::kFailedPrecondition);
+}
+
+// ---- allreduce correctness ----
+
+struct SweepParams {
+  int world;
+  NetFaults faults;
+};
+
+void PrintTo(const SweepParams& p, std::ostream* os) {
+  *os << "world " << p.world << ", drop " << p.faults.drop_percent << "%, dup "
+      << p.faults.dup_percent << "%, reorder " << p.faults.reorder_percent << "%";
+}
+
+class IncEngineSweep : public ::testing::TestWithParam<SweepParams> {};
+
+// Every dtype x op x count on persistent communicators (so slot copies and seq carry over from
+// collective to collective), alternating in place and out of place.
+TEST_P(IncEngineSweep, EveryDtypeOpAndCount) {
+  const SweepParams p = GetParam();
+  const int world = p.world;
+  MemNetwork net(world, job_config(world, 64, 256), p.faults);
+  const size_t counts[] = {0, 1, 255, 256, 257, 1000, 20000};
+  std::vector<CommStats> stats(world);
+  // inputs[test_case][rank]
+  struct Case {
+    DType t;
+    ReduceOp op;
+    size_t count;
+    bool in_place;
+  };
+  std::vector<Case> cases;
+  for (DType t : kDtypes) {
+    for (ReduceOp op : kOps) {
+      for (size_t n : counts) cases.push_back({t, op, n, cases.size() % 2 == 0});
+    }
+  }
+  std::vector<std::vector<std::vector<uint8_t>>> inputs(cases.size());
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (int r = 0; r < world; ++r) {
+      inputs[c].push_back(make_input(cases[c].t, r, static_cast<int>(c), cases[c].count));
+    }
+  }
+  std::vector<std::vector<std::vector<uint8_t>>> outputs(cases.size(),
+                                                         std::vector<std::vector<uint8_t>>(world));
+  std::vector<uint32_t> block(world);
+  run_ranks(world, [&](int r) {
+    IncEngine e(rank_config(r, world), net.transport(r));
+    const Status js = e.join();
+    ASSERT_TRUE(js.ok()) << js.to_string();
+    block[r] = e.block_elems();
+    for (size_t c = 0; c < cases.size(); ++c) {
+      const Case& k = cases[c];
+      std::vector<uint8_t>& out = outputs[c][r];
+      out = inputs[c][r];
+      const void* send = k.in_place ? out.data() : inputs[c][r].data();
+      if (!k.in_place) std::fill(out.begin(), out.end(), 0xAB);
+      const Status s = e.allreduce(send, out.data(), k.count, k.t, k.op);
+      ASSERT_TRUE(s.ok()) << "rank " << r << " case " << c << ": " << s.to_string();
+    }
+    stats[r] = e.stats();
+  });
+  for (size_t c = 0; c < cases.size(); ++c) {
+    for (int r = 0; r < world; ++r) {
+      SCOPED_TRACE("rank " + std::to_string(r) + (cases[c].in_place ? " in place" : ""));
+      check_result(cases[c].t, cases[c].op, world, static_cast<int>(c), cases[c].count, block[r],
+                   inputs[c], outputs[c][r].data());
+    }
+    // Every rank holds the same result, bit for bit (integer sums are order independent).
+    for (int r = 1; r < world; ++r) {
+      EXPECT_EQ(std::memcmp(outputs[c][0].data(), outputs[c][r].data(),
+                            cases[c].count * dtype_size(cases[c].t)),
+                0)
+          << "case " << c << ": rank " << r << " differs from rank 0";
+    }
+  }
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(stats[r].collectives, cases.size());
+    EXPECT_EQ(stats[r].malformed, 0u);
+    if (p.faults.drop_percent > 0) {
+      EXPECT_GT(stats[r].retransmits, 0u) << "rank " << r;
+    }
+  }
+  if (p.faults.dup_percent > 0) {
+    uint64_t dups = 0;
+    for (const CommStats& s : stats) dups += s.duplicate_results;
+    EXPECT_GT(dups, 0u);
+  }
+  net.stop();
+  // Each rank's every round reached the aggregator exactly once as a contribution.
+  EXPECT_EQ(net.engine().counters().mismatched, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Networks, IncEngineSweep,
+    ::testing::Values(SweepParams{1, {}}, SweepParams{3, {}},
+                      SweepParams{4, {/*drop=*/5, /*dup=*/5, /*reorder=*/20, /*seed=*/11}}),
+    [](const ::testing::TestParamInfo<SweepParams>& param_info) {
+      return "world" + std::to_string(param_info.param.world) +
+             (param_info.param.faults.drop_percent > 0 ? "_lossy" : "_clean");
+    });
+
+TEST(IncEngineAllreduce, LargeCountThroughASmallWindow) {
+  const int world = 2;
+  MemNetwork net(world, job_config(world, 4, 64), {2, 2, 10, 5});
+  const size_t count = 100003;  // not a multiple of the block; ~25 rounds per slot
+  std::vector<std::vector<uint8_t>> in(world), out(world);
+  for (int r = 0; r < world; ++r) {
+    in[r] = make_input(DType::kFloat32, r, 99, count);
+    out[r] = in[r];
+  }
+  run_ranks(world, [&](int r) {
+    IncEngine e(rank_config(r, world), net.transport(r));
+    ASSERT_TRUE(e.join().ok());
+    ASSERT_EQ(e.window(), 4u);
+    const Status s =
+        e.allreduce(out[r].data(), out[r].data(), count, DType::kFloat32, ReduceOp::kSum);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+  });
+  for (int r = 0; r < world; ++r) {
+    check_result(DType::kFloat32, ReduceOp::kSum, world, 99, count, 64, in, out[r].data());
+  }
+}
+
+// A block holding a NaN (or, for SUM, an Inf) on one rank comes back all NaN on every rank; the
+// other blocks are unaffected. For MIN/MAX an Inf is an ordinary value.
+TEST(IncEngineAllreduce, NonFiniteBlocksBecomeNaN) {
+  const int world = 3;
+  const size_t count = 1000;  // blocks of 256: 0..3
+  for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
+    for (ReduceOp op : kOps) {
+      MemNetwork net(world, job_config(world));
+      std::vector<std::vector<uint8_t>> in(world), out(world);
+      for (int r = 0; r < world; ++r) in[r] = make_input(t, r, 5, count);
+      store(t, in[1].data(), 300, std::numeric_limits<double>::quiet_NaN());  // block 1
+      store(t, in[2].data(), 800, std::numeric_limits<double>::infinity());   // block 3
+      std::vector<uint64_t> nonfinite(world);
+      run_ranks(world, [&](int r) {
+        out[r].assign(in[r].size(), 0);
+        IncEngine e(rank_config(r, world), net.transport(r));
+        ASSERT_TRUE(e.join().ok());
+        ASSERT_TRUE(e.allreduce(in[r].data(), out[r].data(), count, t, op).ok());
+        nonfinite[r] = e.stats().nonfinite_blocks;
+      });
+      const std::vector<size_t> nan_blocks =
+          op == ReduceOp::kSum ? std::vector<size_t>{1, 3} : std::vector<size_t>{1};
+      for (int r = 0; r < world; ++r) {
+        SCOPED_TRACE(std::string(dtype_name(t)) + " " + std::string(op_name(op)));
+        check_result(t, op, world, 5, count, 256, in, out[r].data(), nan_blocks);
+        EXPECT_EQ(nonfinite[r], nan_blocks.size());
+      }
+      if (op == ReduceOp::kMax) {
+        EXPECT_EQ(load(t, out[0].data(), 800), HUGE_VAL);
+      }
+    }
+  }
+}
+
+// ---- failures ----
+
+TEST(IncEngineAllreduce, MissingRankIsNamedAtTheDeadline) {
+  const int world = 3;
+  MemNetwork net(world, job_config(world));
+  std::atomic<int> done{0};
+  std::vector<Status> st(world);
+  std::vector<double> elapsed_ms(world);
+  run_ranks(world, [&](int r) {
+    IncEngine e(rank_config(r, world, milliseconds(1500)), net.transport(r));
+    ASSERT_TRUE(e.join().ok());
+    if (r == 2) {
+      // Rank 2 joins but never calls allreduce; it stays alive until the others gave up.
+      for (int i = 0; i < 1000 && done.load() < 2; ++i)
+        std::this_thread::sleep_for(milliseconds(5));
+      return;
+    }
+    std::vector<float> buf(1000, 1.0f);
+    const auto t0 = std::chrono::steady_clock::now();
+    st[r] = e.allreduce(buf.data(), buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
+    elapsed_ms[r] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    ++done;
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded) << st[r].to_string();
+    EXPECT_NE(st[r].message().find("ranks 2 did not contribute (aggregator bitmap)"),
+              std::string::npos)
+        << st[r].message();
+    EXPECT_NE(st[r].message().find("allreduce of 1000 float32 elements"), std::string::npos)
+        << st[r].message();
+    EXPECT_NE(st[r].message().find("deadline 1500 ms exceeded"), std::string::npos)
+        << st[r].message();
+    EXPECT_GE(elapsed_ms[r], 1500);
+    EXPECT_LT(elapsed_ms[r], 2500);
+  }
+}
+
+TEST(IncEngineAllreduce, MismatchedCountsAreInvalidArgument) {
+  const int world = 2;
+  MemNetwork net(world, job_config(world));
+  std::vector<Status> st(world), after(world);
+  std::vector<std::vector<int32_t>> out(world);
+  std::barrier both_failed(world);
+  run_ranks(world, [&](int r) {
+    IncEngine e(rank_config(r, world, milliseconds(1000)), net.transport(r));
+    const Status joined = e.join();
+    EXPECT_TRUE(joined.ok()) << joined.to_string();
+    // Same number of blocks, so the last block's round sees two different counts.
+    std::vector<int32_t> buf(1001, 1);
+    if (joined.ok()) {
+      st[r] =
+          e.allreduce(buf.data(), buf.data(), r == 0 ? 1000 : 1001, DType::kInt32, ReduceOp::kSum);
+    }
+    both_failed.arrive_and_wait();  // reached by every rank, whatever happened before
+    if (!joined.ok()) return;
+    // The communicator stays usable: the next collective with matching arguments succeeds.
+    out[r].assign(1000, r + 1);
+    after[r] = e.allreduce(out[r].data(), out[r].data(), 1000, DType::kInt32, ReduceOp::kSum);
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_TRUE(after[r].ok()) << after[r].to_string();
+    EXPECT_EQ(out[r], std::vector<int32_t>(1000, 3));
+  }
+  int invalid = 0;
+  for (int r = 0; r < world; ++r) {
+    EXPECT_FALSE(st[r].ok());
+    if (st[r].code() == StatusCode::kInvalidArgument) {
+      ++invalid;
+      EXPECT_NE(st[r].message().find("ranks disagree on count/dtype/op"), std::string::npos)
+          << st[r].message();
+    } else {
+      // The round's first contributor only learns that its peer never joined its round.
+      EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded) << st[r].to_string();
+    }
+  }
+  EXPECT_GE(invalid, 1);
+}
+
+TEST(IncEngineAllreduce, NoAnswerDuringCollectiveIsUnavailable) {
+  // The aggregator answers the join, then goes silent: simulated by a second network whose
+  // aggregator is dead, reached through a transport switch.
+  class Switchable final : public Transport {
+   public:
+    Switchable(std::unique_ptr<Transport> a, std::unique_ptr<Transport> b)
+        : a_(std::move(a)), b_(std::move(b)) {}
+    Status send_batch(std::span<const std::span<const uint8_t>> p) override {
+      return cur()->send_batch(p);
+    }
+    Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds t) override {
+      return cur()->recv_batch(out, t);
+    }
+    size_t max_datagram() const override { return 65507; }
+    std::string peer_name() const override { return "switch:2"; }
+    bool second = false;
+
+   private:
+    Transport* cur() { return second ? b_.get() : a_.get(); }
+    std::unique_ptr<Transport> a_, b_;
+  };
+  MemNetwork live(1, job_config(1));
+  MemNetwork dead(1, job_config(1), {}, /*alive=*/false);
+  auto sw = std::make_unique<Switchable>(live.transport(0), dead.transport(0));
+  Switchable* swp = sw.get();
+  IncEngine e(rank_config(0, 1, milliseconds(300)), std::move(sw));
+  ASSERT_TRUE(e.join().ok());
+  swp->second = true;
+  std::vector<float> buf(10, 1.0f);
+  const Status s = e.allreduce(buf.data(), buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+  EXPECT_NE(s.message().find("no answer from aggregator switch:2"), std::string::npos)
+      << s.message();
+  // The communicator's counters moved on, so the next collective (aggregator back) still works.
+  swp->second = false;
+  const Status s2 =
+      e.allreduce(buf.data(), buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
+  EXPECT_TRUE(s2.ok()) << s2.to_string();
+}
+
+TEST(IncEngineAllreduce, RankRestartIsReportedAsJobNotReady) {
+  const int world = 2;
+  MemNetwork net(3, job_config(world));  // endpoint 2: rank 1's second incarnation
+  std::vector<std::unique_ptr<IncEngine>> e(2);
+  run_ranks(world, [&](int r) {
+    e[r] = std::make_unique<IncEngine>(rank_config(r, world, milliseconds(800)), net.transport(r));
+    ASSERT_TRUE(e[r]->join().ok());
+  });
+  // Rank 1 restarts: its new incarnation's HELLO reopens the barrier.
+  IncEngine again(rank_config(1, world, milliseconds(300)), net.transport(2));
+  EXPECT_EQ(again.join().code(), StatusCode::kDeadlineExceeded);
+  std::vector<int32_t> buf(10, 1);
+  const Status s =
+      e[0]->allreduce(buf.data(), buf.data(), buf.size(), DType::kInt32, ReduceOp::kSum);
+  EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.to_string();
+  EXPECT_NE(s.message().find("not ready"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("ranks 0 have not joined"), std::string::npos) << s.message();
+}
+
+TEST(IncEngineAllreduce, StragglerDelayIsApplied) {
+  const int world = 2;
+  MemNetwork net(world, job_config(world));
+  std::vector<double> ms(world);
+  run_ranks(world, [&](int r) {
+    Config c = rank_config(r, world);
+    if (r == 1) c.fault.delay_us = 100000;
+    IncEngine e(c, net.transport(r));
+    ASSERT_TRUE(e.join().ok());
+    int32_t x = r + 1;
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(e.allreduce(&x, &x, 1, DType::kInt32, ReduceOp::kSum).ok());
+    ms[r] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(x, 3);
+  });
+  EXPECT_GE(ms[0], 50.0);  // rank 0 waited for the straggler (slack for a slow scheduler)
+  EXPECT_GE(ms[1], 100.0);
+}
+
+// ---- communicator argument checks and fault injection ----
+
+TEST(CommunicatorTest, ValidatesArguments) {
+  MemNetwork net(1, job_config(1));
+  Result<std::unique_ptr<Communicator>> c =
+      create_communicator(rank_config(0, 1), net.transport(0));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  Communicator& comm = *c.value();
+  EXPECT_EQ(comm.rank(), 0);
+  EXPECT_EQ(comm.size(), 1);
+  float buf[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  EXPECT_TRUE(comm.allreduce(nullptr, nullptr, 0, DType::kFloat32, ReduceOp::kSum).ok());
+  Status s = comm.allreduce(nullptr, buf, 4, DType::kFloat32, ReduceOp::kSum);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("send is null"), std::string::npos) << s.message();
+  s = comm.allreduce(buf, nullptr, 4, DType::kFloat32, ReduceOp::kSum);
+  EXPECT_NE(s.message().find("recv is null"), std::string::npos) << s.message();
+  s = comm.allreduce(buf, buf, 4, static_cast<DType>(9), ReduceOp::kSum);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("dtype 9"), std::string::npos) << s.message();
+  s = comm.allreduce(buf, buf, 4, DType::kFloat32, static_cast<ReduceOp>(0));
+  EXPECT_NE(s.message().find("op 0"), std::string::npos) << s.message();
+  s = comm.allreduce(buf, buf + 1, 4, DType::kFloat32, ReduceOp::kSum);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("overlap"), std::string::npos) << s.message();
+  // Adjacent, non-overlapping buffers are fine.
+  ASSERT_TRUE(comm.allreduce(buf, buf + 4, 4, DType::kFloat32, ReduceOp::kMax).ok());
+  EXPECT_EQ(buf[4], 1.0f);
+  EXPECT_EQ(buf[7], 4.0f);
+}
+
+TEST(CommunicatorTest, RejectsInvalidConfigBeforeTouchingTheNetwork) {
+  MemNetwork net(1, job_config(1));
+  Config c = rank_config(0, 1);
+  c.window = 0;
+  Result<std::unique_ptr<Communicator>> r = create_communicator(c, net.transport(0));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("window"), std::string::npos);
+}
+
+TEST(CommunicatorTest, FaultInjectionStillProducesExactResults) {
+  const int world = 2;
+  MemNetwork net(world, job_config(world));
+  std::vector<std::vector<int32_t>> out(world);
+  run_ranks(world, [&](int r) {
+    Config c = rank_config(r, world);
+    c.fault.drop_send_percent = 10;
+    c.fault.drop_recv_percent = 10;
+    c.fault.dup_send_percent = 10;
+    Result<std::unique_ptr<Communicator>> comm = create_communicator(c, net.transport(r));
+    ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+    out[r].resize(50000);  // ~200 blocks: a 10% loss cannot miss them all
+    for (size_t i = 0; i < out[r].size(); ++i) out[r][i] = static_cast<int32_t>(i * (r + 1));
+    const Status s = comm.value()->allreduce(out[r].data(), out[r].data(), out[r].size(),
+                                             DType::kInt32, ReduceOp::kSum);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_GT(comm.value()->stats().retransmits, 0u);
+  });
+  for (int r = 0; r < world; ++r) {
+    for (size_t i = 0; i < out[r].size(); ++i) ASSERT_EQ(out[r][i], static_cast<int32_t>(3 * i));
+  }
+}
+
+TEST(FaultInjectingTransportTest, SeededDecisionsAreReproducibleAndCounted) {
+  // A sink transport that records what reaches it.
+  class Sink final : public Transport {
+   public:
+    explicit Sink(std::vector<size_t>* log) : log_(log) {}
+    Status send_batch(std::span<const std::span<const uint8_t>> p) override {
+      for (const auto& d : p) log_->push_back(d[0]);
+      return ok_status();
+    }
+    Result<size_t> recv_batch(std::span<Datagram>, std::chrono::microseconds) override {
+      return size_t{0};
+    }
+    size_t max_datagram() const override { return 100; }
+    std::string peer_name() const override { return "sink"; }
+
+   private:
+    std::vector<size_t>* log_;
+  };
+  FaultInjection f;
+  f.drop_send_percent = 30;
+  f.dup_send_percent = 20;
+  std::vector<uint8_t> bytes(200);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>(i);
+  std::vector<std::span<const uint8_t>> pkts;
+  for (size_t i = 0; i < bytes.size(); ++i) pkts.emplace_back(&bytes[i], 1);
+  std::vector<size_t> log1, log2, log3;
+  FaultInjectingTransport t1(std::make_unique<Sink>(&log1), f, 42);
+  FaultInjectingTransport t2(std::make_unique<Sink>(&log2), f, 42);
+  FaultInjectingTransport t3(std::make_unique<Sink>(&log3), f, 43);
+  ASSERT_TRUE(t1.send_batch(pkts).ok());
+  ASSERT_TRUE(t2.send_batch(pkts).ok());
+  ASSERT_TRUE(t3.send_batch(pkts).ok());
+  EXPECT_EQ(log1, log2);
+  EXPECT_NE(log1, log3);
+  const FaultCounters& c = t1.counters();
+  EXPECT_EQ(log1.size(), pkts.size() - c.dropped_on_send + c.duplicated_on_send);
+  EXPECT_GT(c.dropped_on_send, 30u);  // ~60 expected of 200
+  EXPECT_LT(c.dropped_on_send, 90u);
+  EXPECT_GT(c.duplicated_on_send, 10u);
+  EXPECT_TRUE(FaultInjectingTransport::wanted(f));
+  EXPECT_FALSE(FaultInjectingTransport::wanted(FaultInjection{}));
+}
+
+}  // namespace
+}  // namespace ina::worker

@@ -1,0 +1,218 @@
+// The kernel UDP transport on loopback against a plain socket standing in for the aggregator:
+// datagram boundaries survive GSO on send and GRO on receive, refusals are counted, and a bad
+// host is named.
+#include "worker/udp_transport.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <netinet/udp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace ina::worker {
+namespace {
+
+// A UDP socket bound to 127.0.0.1 on an ephemeral port.
+class PeerSocket {
+ public:
+  PeerSocket() {
+    fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len), 0);
+    port_ = ntohs(a.sin_port);
+    const int big = 4 << 20;
+    setsockopt(fd_, SOL_SOCKET, SO_RCVBUF, &big, sizeof big);
+  }
+  ~PeerSocket() { close(); }
+  void close() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int fd() const { return fd_; }
+  uint16_t port() const { return port_; }
+
+  // Receives one datagram (waits up to 2 s); empty on timeout.
+  std::vector<uint8_t> recv_one() {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, 2000) <= 0) return {};
+    std::vector<uint8_t> buf(70000);
+    const ssize_t n = ::recv(fd_, buf.data(), buf.size(), 0);
+    buf.resize(n > 0 ? static_cast<size_t>(n) : 0);
+    return buf;
+  }
+
+ private:
+  int fd_ = -1;
+  uint16_t port_ = 0;
+};
+
+std::unique_ptr<UdpTransport> connect_to(uint16_t port, bool gso = true, bool gro = true) {
+  UdpTransportOptions o;
+  o.host = "127.0.0.1";
+  o.port = port;
+  o.gso = gso;
+  o.gro = gro;
+  auto t = UdpTransport::create(o);
+  EXPECT_TRUE(t.ok()) << t.status().to_string();
+  return t.ok() ? std::move(t).value() : nullptr;
+}
+
+std::vector<uint8_t> pattern(size_t index, size_t size) {
+  std::vector<uint8_t> p(size);
+  for (size_t i = 0; i < size; ++i) p[i] = static_cast<uint8_t>(index * 31 + i);
+  return p;
+}
+
+void check_send_keeps_boundaries(bool gso) {
+  PeerSocket peer;
+  auto t = connect_to(peer.port(), gso);
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->peer_name(), "127.0.0.1:" + std::to_string(peer.port()));
+  // Runs of equal sizes (GSO candidates) broken by odd sizes, more than one sendmmsg batch.
+  std::vector<size_t> sizes;
+  for (int i = 0; i < 150; ++i) sizes.push_back(1056);
+  sizes.push_back(100);
+  for (int i = 0; i < 70; ++i) sizes.push_back(64);
+  sizes.push_back(1056);
+  std::vector<std::vector<uint8_t>> pkts;
+  std::vector<std::span<const uint8_t>> spans;
+  for (size_t i = 0; i < sizes.size(); ++i) pkts.push_back(pattern(i, sizes[i]));
+  for (const auto& p : pkts) spans.emplace_back(p);
+  ASSERT_TRUE(t->send_batch(spans).ok());
+  for (size_t i = 0; i < pkts.size(); ++i) {
+    const std::vector<uint8_t> got = peer.recv_one();
+    ASSERT_EQ(got, pkts[i]) << "datagram " << i;
+  }
+  EXPECT_EQ(t->counters().datagrams_sent, pkts.size());
+  EXPECT_EQ(t->counters().send_dropped, 0u);
+  if (gso && t->gso_enabled()) {
+    EXPECT_GT(t->counters().gso_sends, 0u);
+  } else {
+    EXPECT_EQ(t->counters().gso_sends, 0u);
+  }
+}
+
+TEST(UdpTransportTest, SendKeepsDatagramBoundariesWithGso) { check_send_keeps_boundaries(true); }
+TEST(UdpTransportTest, SendKeepsDatagramBoundariesWithoutGso) {
+  check_send_keeps_boundaries(false);
+}
+
+// The peer sends one UDP_SEGMENT super-datagram; the transport (UDP_GRO on) receives it as one
+// buffer and must hand out the segments one by one, also across calls with a small `out`.
+TEST(UdpTransportTest, ReceiveSplitsCoalescedDatagrams) {
+  PeerSocket peer;
+  auto t = connect_to(peer.port());
+  ASSERT_NE(t, nullptr);
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  dst.sin_port = htons(t->local_port());
+
+  constexpr size_t kSeg = 500, kSegs = 10, kLast = 123;
+  std::vector<uint8_t> buf;
+  for (size_t i = 0; i < kSegs; ++i) {
+    const auto p = pattern(i, i + 1 == kSegs ? kLast : kSeg);
+    buf.insert(buf.end(), p.begin(), p.end());
+  }
+  iovec iov{buf.data(), buf.size()};
+  msghdr h{};
+  h.msg_name = &dst;
+  h.msg_namelen = sizeof dst;
+  h.msg_iov = &iov;
+  h.msg_iovlen = 1;
+  alignas(cmsghdr) char ctrl[CMSG_SPACE(sizeof(uint16_t))] = {};
+  h.msg_control = ctrl;
+  h.msg_controllen = sizeof ctrl;
+  cmsghdr* c = CMSG_FIRSTHDR(&h);
+  c->cmsg_level = SOL_UDP;
+  c->cmsg_type = UDP_SEGMENT;
+  c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+  const uint16_t seg = kSeg;
+  std::memcpy(CMSG_DATA(c), &seg, sizeof seg);
+  if (::sendmsg(peer.fd(), &h, 0) < 0) GTEST_SKIP() << "no UDP GSO here: " << std::strerror(errno);
+
+  std::vector<Datagram> out(3);
+  size_t got = 0;
+  for (int attempt = 0; attempt < 20 && got < kSegs; ++attempt) {
+    auto n = t->recv_batch(out, std::chrono::milliseconds(200));
+    ASSERT_TRUE(n.ok()) << n.status().to_string();
+    ASSERT_LE(*n, out.size());
+    for (size_t i = 0; i < *n; ++i, ++got) {
+      const auto want = pattern(got, got + 1 == kSegs ? kLast : kSeg);
+      ASSERT_EQ(std::vector<uint8_t>(out[i].begin(), out[i].end()), want) << "segment " << got;
+    }
+  }
+  EXPECT_EQ(got, kSegs);
+  EXPECT_EQ(t->counters().datagrams_received, kSegs);
+  if (t->gro_enabled()) {
+    EXPECT_EQ(t->counters().gro_receives, 1u);
+  }
+  auto none = t->recv_batch(out, std::chrono::milliseconds(0));
+  ASSERT_TRUE(none.ok());
+  EXPECT_EQ(*none, 0u);
+}
+
+TEST(UdpTransportTest, RecvTimesOut) {
+  PeerSocket peer;
+  auto t = connect_to(peer.port());
+  ASSERT_NE(t, nullptr);
+  std::vector<Datagram> out(4);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto n = t->recv_batch(out, std::chrono::milliseconds(50));
+  const auto dt = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);
+  EXPECT_GE(dt, std::chrono::milliseconds(49));
+  EXPECT_LT(dt, std::chrono::milliseconds(1000));
+}
+
+TEST(UdpTransportTest, RefusalsAreCountedNotFatal) {
+  uint16_t port;
+  {
+    PeerSocket gone;  // learn a free port, then close it: nothing listens there
+    port = gone.port();
+  }
+  auto t = connect_to(port);
+  ASSERT_NE(t, nullptr);
+  const std::vector<uint8_t> p = pattern(0, 64);
+  const std::span<const uint8_t> one[1] = {p};
+  std::vector<Datagram> out(4);
+  for (int i = 0; i < 10 && t->refusals() == 0; ++i) {
+    ASSERT_TRUE(t->send_batch(one).ok());
+    auto n = t->recv_batch(out, std::chrono::milliseconds(20));
+    ASSERT_TRUE(n.ok()) << n.status().to_string();
+    EXPECT_EQ(*n, 0u);
+  }
+  EXPECT_GT(t->refusals(), 0u);
+}
+
+TEST(UdpTransportTest, OversizedDatagramIsAnError) {
+  PeerSocket peer;
+  auto t = connect_to(peer.port());
+  ASSERT_NE(t, nullptr);
+  std::vector<uint8_t> big(UdpTransport::kMaxUdpPayload + 1);
+  const std::span<const uint8_t> one[1] = {big};
+  EXPECT_EQ(t->send_batch(one).code(), StatusCode::kInvalidArgument);
+}
+
+TEST(UdpTransportTest, UnknownHostNamesTheVariable) {
+  UdpTransportOptions o;
+  o.host = "no-such-host.invalid";
+  auto t = UdpTransport::create(o);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("no-such-host.invalid"), std::string::npos);
+  EXPECT_NE(t.status().message().find("INA_AGGREGATOR"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ina::worker

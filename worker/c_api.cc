@@ -1,0 +1,210 @@
+// The C ABI (ina/ina.h) over the C++ API: opaque handles, result codes, messages kept per
+// communicator (and per thread for ina_comm_create). No exception crosses this boundary: every
+// entry point catches, and std::bad_alloc becomes INA_NO_MEMORY.
+#include <cstddef>
+#include <exception>
+#include <memory>
+#include <new>
+#include <string>
+
+#include "ina/ina.h"
+#include "ina/ina.hpp"
+#include "ina_config.h"
+#include "worker/config_internal.h"
+
+struct ina_comm {
+  std::unique_ptr<ina::Communicator> comm;
+  std::string last_error;
+};
+
+namespace {
+
+// The only mutable global state of the library: the message of this thread's last failed
+// ina_comm_create (there is no handle to keep it in).
+thread_local std::string t_create_error;
+
+// Assigning a message may itself run out of memory; the boundary must not throw, so it then
+// keeps no message rather than a wrong one.
+void set_message(std::string& dst, const char* msg) noexcept {
+  try {
+    dst = msg;
+  } catch (...) {
+    dst.clear();
+  }
+}
+void set_message(std::string& dst, const std::string& msg) noexcept {
+  set_message(dst, msg.c_str());
+}
+
+ina_result_t to_result(ina::StatusCode code) {
+  using ina::StatusCode;
+  switch (code) {
+    case StatusCode::kOk:
+      return INA_SUCCESS;
+    case StatusCode::kInvalidArgument:
+    case StatusCode::kFailedPrecondition:
+    case StatusCode::kNotFound:
+    case StatusCode::kAlreadyExists:
+      return INA_INVALID_ARGUMENT;
+    case StatusCode::kDeadlineExceeded:
+      return INA_TIMEOUT;
+    case StatusCode::kUnavailable:
+      return INA_UNAVAILABLE;
+    case StatusCode::kAborted:
+    case StatusCode::kDataLoss:
+      return INA_REMOTE_ERROR;
+    case StatusCode::kResourceExhausted:
+      return INA_NO_MEMORY;
+    case StatusCode::kUnimplemented:
+      return INA_NOT_SUPPORTED;
+    case StatusCode::kInternal:
+      return INA_INTERNAL_ERROR;
+  }
+  return INA_INTERNAL_ERROR;
+}
+
+ina_result_t fail(std::string& dst, const ina::Status& s) noexcept {
+  set_message(dst,
+              s.message().empty() ? std::string(ina::status_code_name(s.code())) : s.message());
+  return to_result(s.code());
+}
+
+// Runs `body` and turns an escaping exception into a result code and message.
+template <typename F>
+ina_result_t guarded(std::string& err, F&& body) noexcept {
+  try {
+    return body();
+  } catch (const std::bad_alloc&) {
+    set_message(err, "out of memory");
+    return INA_NO_MEMORY;
+  } catch (const std::exception& e) {
+    set_message(err, std::string("internal error: ") + e.what());
+    return INA_INTERNAL_ERROR;
+  } catch (...) {
+    set_message(err, "internal error: unknown exception");
+    return INA_INTERNAL_ERROR;
+  }
+}
+
+// Config::from_env overlaid with the non-zero (non-NULL, rank != -1) fields of `c`.
+ina::Result<ina::Config> merge_config(const ina_config_t* c) {
+  INA_ASSIGN_OR_RETURN(ina::Config cfg, ina::Config::from_env());
+  if (c == nullptr) return cfg;
+  // struct_size first: it is the one field every version of the struct has at offset 0.
+  if (c->struct_size < sizeof(ina_config_t)) {
+    return ina::invalid_argument("config.struct_size is " + std::to_string(c->struct_size) +
+                                 ", expected at least " + std::to_string(sizeof(ina_config_t)) +
+                                 ": initialize the config with INA_CONFIG_INITIALIZER or "
+                                 "ina_config_init()");
+  }
+  if (c->version != INA_CONFIG_VERSION) {
+    return ina::invalid_argument("config.version is " + std::to_string(c->version) +
+                                 ", this libina supports version " +
+                                 std::to_string(INA_CONFIG_VERSION) +
+                                 ": initialize the config with INA_CONFIG_INITIALIZER or "
+                                 "ina_config_init()");
+  }
+  if (c->rank != -1) cfg.rank = c->rank;
+  if (c->world_size != 0) cfg.world_size = c->world_size;
+  if (c->aggregator != nullptr) {
+    INA_RETURN_IF_ERROR(ina::worker::parse_host_port(c->aggregator, "config.aggregator",
+                                                     &cfg.aggregator_host, &cfg.aggregator_port));
+  }
+  if (c->job != 0) cfg.job = c->job;
+  if (c->job_key != 0) cfg.job_key = c->job_key;
+  if (c->block_elems != 0) cfg.block_elems = c->block_elems;
+  if (c->window != 0) cfg.window = c->window;
+  if (c->timeout_ms != 0) cfg.timeout = std::chrono::milliseconds(c->timeout_ms);
+  if (c->retransmit_us != 0) cfg.retransmit = std::chrono::microseconds(c->retransmit_us);
+  return cfg;
+}
+
+}  // namespace
+
+extern "C" {
+
+void ina_config_init(ina_config_t* config) {
+  if (config == nullptr) return;
+  const ina_config_t init = INA_CONFIG_INITIALIZER;
+  *config = init;
+}
+
+ina_result_t ina_comm_create(const ina_config_t* config, ina_comm_t** comm) {
+  return guarded(t_create_error, [&]() -> ina_result_t {
+    if (comm == nullptr) {
+      set_message(t_create_error, "ina_comm_create: comm (the output pointer) is NULL");
+      return INA_INVALID_ARGUMENT;
+    }
+    *comm = nullptr;
+    ina::Result<ina::Config> cfg = merge_config(config);
+    if (!cfg.ok()) return fail(t_create_error, cfg.status());
+    ina::Result<std::unique_ptr<ina::Communicator>> c = ina::Communicator::create(*cfg);
+    if (!c.ok()) return fail(t_create_error, c.status());
+    auto handle = std::make_unique<ina_comm>();
+    handle->comm = std::move(c.value());
+    *comm = handle.release();
+    return INA_SUCCESS;
+  });
+}
+
+void ina_comm_destroy(ina_comm_t* comm) { delete comm; }
+
+int ina_comm_rank(const ina_comm_t* comm) { return comm == nullptr ? -1 : comm->comm->rank(); }
+
+int ina_comm_size(const ina_comm_t* comm) { return comm == nullptr ? -1 : comm->comm->size(); }
+
+ina_result_t ina_allreduce(ina_comm_t* comm, const void* send, void* recv, size_t count,
+                           ina_dtype_t dtype, ina_op_t op) {
+  if (comm == nullptr) return INA_INVALID_ARGUMENT;
+  return guarded(comm->last_error, [&]() -> ina_result_t {
+    // Range-check the C enums as ints: a cast to the 8-bit C++ enums would wrap 257 to 1.
+    const int d = static_cast<int>(dtype);
+    const int o = static_cast<int>(op);
+    if (!(d >= 1 && d <= 4)) {
+      set_message(comm->last_error, "ina_allreduce: unknown dtype " + std::to_string(d) +
+                                        " (INA_INT32, INA_FLOAT32, INA_FLOAT16, INA_BFLOAT16)");
+      return INA_INVALID_ARGUMENT;
+    }
+    if (!(o >= 1 && o <= 3)) {
+      set_message(comm->last_error, "ina_allreduce: unknown op " + std::to_string(o) +
+                                        " (INA_SUM, INA_MIN, INA_MAX)");
+      return INA_INVALID_ARGUMENT;
+    }
+    const ina::Status s = comm->comm->allreduce(send, recv, count, static_cast<ina::DType>(d),
+                                                static_cast<ina::ReduceOp>(o));
+    if (!s.ok()) return fail(comm->last_error, s);
+    return INA_SUCCESS;
+  });
+}
+
+const char* ina_result_string(ina_result_t result) {
+  switch (result) {
+    case INA_SUCCESS:
+      return "success";
+    case INA_INVALID_ARGUMENT:
+      return "invalid argument or configuration";
+    case INA_TIMEOUT:
+      return "collective deadline exceeded";
+    case INA_UNAVAILABLE:
+      return "aggregator unavailable";
+    case INA_REMOTE_ERROR:
+      return "the aggregator reported an error";
+    case INA_NO_MEMORY:
+      return "out of memory";
+    case INA_NOT_SUPPORTED:
+      return "not supported";
+    case INA_INTERNAL_ERROR:
+      return "internal error";
+  }
+  return "unknown ina_result_t";
+}
+
+const char* ina_comm_last_error(const ina_comm_t* comm) {
+  return comm == nullptr ? "" : comm->last_error.c_str();
+}
+
+const char* ina_last_create_error(void) { return t_create_error.c_str(); }
+
+const char* ina_version(void) { return INA_VERSION; }
+
+}  // extern "C"

@@ -1,0 +1,258 @@
+// Config::from_env and Config::validate: strict parsing of the INA_* environment.
+//
+// Every variable is parsed as a whole (std::from_chars must consume it all) and range checked, so
+// "INA_RANK=1x" or "INA_WINDOW=0" is an error that names the variable, the value and the expected
+// form instead of a silently wrong job. An unset or empty variable keeps the default.
+#include <charconv>
+#include <cstdlib>
+#include <limits>
+#include <string>
+#include <string_view>
+#include <system_error>
+
+#include "ina/ina.hpp"
+#include "ina/protocol/wire.h"
+#include "worker/config_internal.h"
+
+namespace ina {
+namespace {
+
+constexpr uint32_t kMaxWorldSize = 65535;  // ranks are 16 bits on the wire
+constexpr uint32_t kMaxBlockElems = 16384;
+constexpr uint32_t kMaxWindow = wire::kMaxSlot + 1;
+constexpr uint64_t kMaxTimeoutMs = 24ull * 3600 * 1000;  // a day: beyond that it is a typo
+constexpr uint64_t kMaxRetransmitUs = 60ull * 1000 * 1000;
+
+std::string quoted(std::string_view v) {
+  std::string s = "\"";
+  s += v;
+  s += '"';
+  return s;
+}
+
+Status bad_value(std::string_view name, std::string_view value, std::string_view form) {
+  std::string m(name);
+  m += '=';
+  m += quoted(value);
+  m += " is not valid: expected ";
+  m += form;
+  return invalid_argument(std::move(m));
+}
+
+// An unsigned integer in [lo, hi], decimal, or hexadecimal with a 0x prefix when `allow_hex`.
+Status parse_unsigned(std::string_view name, std::string_view value, uint64_t lo, uint64_t hi,
+                      bool allow_hex, uint64_t* out) {
+  auto form = [&] {
+    std::string f = "an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+    if (allow_hex) f += " (decimal or 0x hexadecimal)";
+    return f;
+  };
+  std::string_view digits = value;
+  int base = 10;
+  if (allow_hex && digits.size() > 2 && digits[0] == '0' &&
+      (digits[1] == 'x' || digits[1] == 'X')) {
+    digits.remove_prefix(2);
+    base = 16;
+  }
+  uint64_t v = 0;
+  const char* first = digits.data();
+  const char* last = digits.data() + digits.size();
+  auto [ptr, ec] = std::from_chars(first, last, v, base);
+  if (ec != std::errc() || ptr != last || digits.empty()) return bad_value(name, value, form());
+  if (v < lo || v > hi) return bad_value(name, value, form());
+  *out = v;
+  return ok_status();
+}
+
+Status parse_percent(std::string_view name, std::string_view value, double* out) {
+  double v = 0;
+  const char* last = value.data() + value.size();
+  auto [ptr, ec] = std::from_chars(value.data(), last, v);
+  // from_chars accepts "inf" and "nan": the range check below rejects both.
+  if (ec != std::errc() || ptr != last || !(v >= 0.0 && v <= 100.0)) {
+    return bad_value(name, value, "a percentage in [0, 100]");
+  }
+  *out = v;
+  return ok_status();
+}
+
+// Stores the variable's value in *out; false when it is unset or empty (the default stays).
+bool get_env(const char* name, std::string_view* out) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return false;
+  *out = v;
+  return true;
+}
+
+template <typename T>
+Status env_unsigned(const char* name, uint64_t lo, uint64_t hi, bool allow_hex, T* field) {
+  std::string_view v;
+  if (!get_env(name, &v)) return ok_status();
+  uint64_t x = 0;
+  INA_RETURN_IF_ERROR(parse_unsigned(name, v, lo, hi, allow_hex, &x));
+  *field = static_cast<T>(x);
+  return ok_status();
+}
+
+Status env_percent(const char* name, double* field) {
+  std::string_view v;
+  if (!get_env(name, &v)) return ok_status();
+  return parse_percent(name, v, field);
+}
+
+std::string range_error(std::string_view field, std::string_view env, const std::string& value,
+                        const std::string& range) {
+  std::string m = "invalid ";
+  m += field;
+  m += ' ';
+  m += value;
+  m += ": must be in ";
+  m += range;
+  if (!env.empty()) {
+    m += " (";
+    m += env;
+    m += ')';
+  }
+  return m;
+}
+
+}  // namespace
+
+namespace worker {
+
+Status parse_host_port(std::string_view s, std::string_view what, std::string* host,
+                       uint16_t* port) {
+  auto bad = [&] {
+    return bad_value(what, s,
+                     "host, host:port, [ipv6] or [ipv6]:port (port 1..65535, default " +
+                         std::to_string(wire::kDefaultPort) + ")");
+  };
+  std::string_view h;
+  std::string_view p;
+  if (!s.empty() && s.front() == '[') {
+    const size_t close = s.find(']');
+    if (close == std::string_view::npos) return bad();
+    h = s.substr(1, close - 1);
+    std::string_view rest = s.substr(close + 1);
+    if (!rest.empty()) {
+      if (rest.front() != ':') return bad();
+      p = rest.substr(1);
+      if (p.empty()) return bad();
+    }
+  } else {
+    const size_t first = s.find(':');
+    if (first != std::string_view::npos && s.find(':', first + 1) != std::string_view::npos) {
+      h = s;  // more than one colon and no brackets: a bare IPv6 literal, no port
+    } else if (first != std::string_view::npos) {
+      h = s.substr(0, first);
+      p = s.substr(first + 1);
+      if (p.empty()) return bad();
+    } else {
+      h = s;
+    }
+  }
+  if (h.empty()) return bad();
+  uint16_t port_value = wire::kDefaultPort;
+  if (!p.empty()) {
+    uint64_t v = 0;
+    auto [ptr, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
+    if (ec != std::errc() || ptr != p.data() + p.size() || v < 1 || v > 65535) return bad();
+    port_value = static_cast<uint16_t>(v);
+  }
+  *host = std::string(h);
+  *port = port_value;
+  return ok_status();
+}
+
+}  // namespace worker
+
+Result<Config> Config::from_env() {
+  Config c;
+  INA_RETURN_IF_ERROR(env_unsigned("INA_RANK", 0, kMaxWorldSize - 1, false, &c.rank));
+  INA_RETURN_IF_ERROR(env_unsigned("INA_WORLD_SIZE", 1, kMaxWorldSize, false, &c.world_size));
+  std::string_view agg;
+  if (get_env("INA_AGGREGATOR", &agg)) {
+    INA_RETURN_IF_ERROR(
+        worker::parse_host_port(agg, "INA_AGGREGATOR", &c.aggregator_host, &c.aggregator_port));
+  }
+  INA_RETURN_IF_ERROR(
+      env_unsigned("INA_JOB", 0, std::numeric_limits<uint32_t>::max(), false, &c.job));
+  INA_RETURN_IF_ERROR(
+      env_unsigned("INA_JOB_KEY", 0, std::numeric_limits<uint64_t>::max(), true, &c.job_key));
+  INA_RETURN_IF_ERROR(env_unsigned("INA_BLOCK_ELEMS", 1, kMaxBlockElems, false, &c.block_elems));
+  INA_RETURN_IF_ERROR(env_unsigned("INA_WINDOW", 1, kMaxWindow, false, &c.window));
+  uint64_t timeout_ms = 0;
+  std::string_view v;
+  if (get_env("INA_TIMEOUT_MS", &v)) {
+    INA_RETURN_IF_ERROR(parse_unsigned("INA_TIMEOUT_MS", v, 1, kMaxTimeoutMs, false, &timeout_ms));
+    c.timeout = std::chrono::milliseconds(timeout_ms);
+  }
+  if (get_env("INA_RETRANSMIT_US", &v)) {
+    uint64_t us = 0;
+    INA_RETURN_IF_ERROR(parse_unsigned("INA_RETRANSMIT_US", v, 1, kMaxRetransmitUs, false, &us));
+    c.retransmit = std::chrono::microseconds(us);
+  }
+  INA_RETURN_IF_ERROR(env_percent("INA_TEST_DROP_PERCENT", &c.fault.drop_send_percent));
+  // One knob for both directions: a lossy link loses requests and replies alike.
+  c.fault.drop_recv_percent = c.fault.drop_send_percent;
+  INA_RETURN_IF_ERROR(env_percent("INA_TEST_DUP_PERCENT", &c.fault.dup_send_percent));
+  INA_RETURN_IF_ERROR(env_unsigned("INA_TEST_DELAY_US", 0, std::numeric_limits<uint32_t>::max(),
+                                   false, &c.fault.delay_us));
+  INA_RETURN_IF_ERROR(
+      env_unsigned("INA_TEST_SEED", 0, std::numeric_limits<uint64_t>::max(), true, &c.fault.seed));
+  return c;
+}
+
+Status Config::validate() const {
+  if (world_size < 1 || static_cast<uint32_t>(world_size) > kMaxWorldSize) {
+    return invalid_argument(range_error("world_size", "INA_WORLD_SIZE", std::to_string(world_size),
+                                        "[1, " + std::to_string(kMaxWorldSize) + "]"));
+  }
+  if (rank < 0 || rank >= world_size) {
+    return invalid_argument(
+        range_error("rank", "INA_RANK", std::to_string(rank),
+                    "[0, world_size) = [0, " + std::to_string(world_size) + ")"));
+  }
+  if (aggregator_host.empty()) {
+    return invalid_argument(
+        "invalid aggregator_host \"\": must name the aggregator (INA_AGGREGATOR)");
+  }
+  if (aggregator_port == 0) {
+    return invalid_argument(range_error("aggregator_port", "INA_AGGREGATOR", "0", "[1, 65535]"));
+  }
+  if (block_elems < 1 || block_elems > kMaxBlockElems) {
+    return invalid_argument(range_error("block_elems", "INA_BLOCK_ELEMS",
+                                        std::to_string(block_elems),
+                                        "[1, " + std::to_string(kMaxBlockElems) + "]"));
+  }
+  if (window < 1 || window > kMaxWindow) {
+    return invalid_argument(range_error("window", "INA_WINDOW", std::to_string(window),
+                                        "[1, " + std::to_string(kMaxWindow) + "]"));
+  }
+  if (timeout.count() <= 0 || static_cast<uint64_t>(timeout.count()) > kMaxTimeoutMs) {
+    return invalid_argument(range_error("timeout", "INA_TIMEOUT_MS",
+                                        std::to_string(timeout.count()) + " ms",
+                                        "[1, " + std::to_string(kMaxTimeoutMs) + "] ms"));
+  }
+  if (retransmit.count() <= 0 || static_cast<uint64_t>(retransmit.count()) > kMaxRetransmitUs) {
+    return invalid_argument(range_error("retransmit", "INA_RETRANSMIT_US",
+                                        std::to_string(retransmit.count()) + " us",
+                                        "[1, " + std::to_string(kMaxRetransmitUs) + "] us"));
+  }
+  struct Pct {
+    const char* field;
+    const char* env;
+    double v;
+  };
+  for (const Pct& p :
+       {Pct{"fault.drop_send_percent", "INA_TEST_DROP_PERCENT", fault.drop_send_percent},
+        Pct{"fault.drop_recv_percent", "INA_TEST_DROP_PERCENT", fault.drop_recv_percent},
+        Pct{"fault.dup_send_percent", "INA_TEST_DUP_PERCENT", fault.dup_send_percent}}) {
+    if (!(p.v >= 0.0 && p.v <= 100.0)) {
+      return invalid_argument(range_error(p.field, p.env, std::to_string(p.v), "[0, 100]"));
+    }
+  }
+  return ok_status();
+}
+
+}  // namespace ina

@@ -1,0 +1,51 @@
+// A Transport decorator for fault-injection tests (Config::fault, INA_TEST_*): drops datagrams on
+// send and on receive and duplicates them on send, at random from a seeded generator, so a run
+// with the same seed loses the same packets. It wraps any transport (kernel UDP in production
+// runs, the in-memory network in unit tests).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "ina/ina.hpp"
+#include "worker/transport.h"
+
+namespace ina::worker {
+
+struct FaultCounters {
+  uint64_t dropped_on_send = 0;
+  uint64_t dropped_on_receive = 0;
+  uint64_t duplicated_on_send = 0;
+};
+
+class FaultInjectingTransport final : public Transport {
+ public:
+  // `seed` must be the effective seed (FaultInjection::seed, or one derived from the rank).
+  FaultInjectingTransport(std::unique_ptr<Transport> inner, const FaultInjection& fault,
+                          uint64_t seed);
+
+  Status send_batch(std::span<const std::span<const uint8_t>> pkts) override;
+  Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds timeout) override;
+  size_t max_datagram() const override { return inner_->max_datagram(); }
+  std::string peer_name() const override { return inner_->peer_name(); }
+  uint64_t refusals() const override { return inner_->refusals(); }
+
+  const FaultCounters& counters() const { return counters_; }
+  Transport& inner() { return *inner_; }
+
+  // True when `fault` asks for any drop or duplication (else the decorator is not needed).
+  static bool wanted(const FaultInjection& fault);
+
+ private:
+  // Uniform in [0, 100): splitmix64, enough for test decisions and fully reproducible.
+  double next_percent();
+
+  std::unique_ptr<Transport> inner_;
+  FaultInjection fault_;
+  uint64_t state_;
+  FaultCounters counters_;
+  std::vector<std::span<const uint8_t>> out_;  // reused between calls
+};
+
+}  // namespace ina::worker

@@ -1,0 +1,633 @@
+// In-network allreduce: the worker's side of the streaming schedule.
+//
+// The aggregator gives a job `num_slots` slots, each with two copies (the shadow bit). A slot copy
+// collects one block from every rank, reduces it, and sends the result to all ranks. The worker
+// streams its buffer through a window of slots:
+//
+//   K  = block size (elements per packet),  n = ceil(count / K) blocks
+//   W' = min(W, n): the slots this collective uses; block i goes through slot s = i mod W'
+//   u[s]  = how many rounds this communicator has ever sent on slot s; a round uses copy
+//           u[s] & 1, then u[s] += 1. The counters persist across collectives, so the first round
+//           of a collective on slot s uses the other copy than the last round of the previous one
+//   seq   = a running block counter of the communicator, one per round; every rank computes the
+//           same values because every rank makes the same calls. The aggregator uses it to tell
+//           a retransmission of the current round from a stale packet of an older one.
+//
+// A slot carries one outstanding round at a time: block i + W' is sent on slot s only after the
+// result of block i arrived. That is what makes the two copies enough. When a rank sends round
+// r + 2 into copy c, it has received round r + 1's result (copy !c), which completed only after
+// every rank sent round r + 1, which each did only after receiving round r's result from copy c.
+// So no rank can still need copy c's old result: the aggregator may overwrite it. Until then,
+// a rank whose result packet was lost retransmits and gets the stored result again (a duplicate
+// is never added twice).
+//
+// Float SUM needs a shared scale per block (quantize.h): every rank must quantize block i with the
+// same exponent E_i = MAX over ranks of each rank's own exponent of block i. The exponent of the
+// next block on a slot rides in the packet of the current one (next_exp), and the aggregator
+// returns the MAX in the result. So a collective starts with a priming round per slot (count 0,
+// next_exp = the local exponent of the slot's first block); each result then brings E for the
+// next block on that slot. With seq, the priming rounds take seq base .. base+W'-1 and block i
+// takes base + W' + i. int32 and MIN/MAX need no scale and skip the priming round.
+//
+// A block with a NaN (or, for SUM, an Inf) is sent flagged NONFINITE (its non-finite elements
+// quantize to 0); the aggregator ORs the flag and every rank fills that block of the result with
+// NaN, the signal AMP's loss scaler looks for.
+//
+// In place (send == recv) is safe: block i's output is written when its result arrives, and by
+// then block i has been quantized into its packet (kept for retransmission: never re-read); the
+// one-block-ahead exponent scan reads block i + W' while sending block i, before block i + W' was
+// sent, so before its output could be written.
+//
+// Loss: each outstanding round has a retransmission timer; when it fires the kept packet goes out
+// again flagged RETRANSMIT and the timer doubles (up to kMaxBackoff times the first). The
+// aggregator answers a retransmission to an incomplete copy with its contributor bitmap, which
+// names the ranks that have not contributed if the deadline passes. Results are matched by
+// (slot, shadow, seq); anything else is a duplicate or stale and is counted and ignored.
+//
+// Cost per packet: one scan (float), one encode, one byte swap into the kept packet, no
+// allocation, no lock, no log. Sends of one loop iteration go out as one batch.
+#include "worker/inc_engine.h"
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "ina/protocol/log.h"
+#include "ina/protocol/quantize.h"
+
+namespace ina::worker {
+namespace {
+
+constexpr size_t kRecvBatch = 64;
+
+// Serial-number distance: how far `seq` is past `base` (mod 2^32).
+uint32_t seq_offset(BlockSeq seq, BlockSeq base) { return static_cast<uint32_t>(seq - base); }
+
+uint32_t random_nonce() {
+  std::random_device rd;
+  uint64_t x = (uint64_t{rd()} << 32) ^ rd() ^
+               static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  x ^= x >> 32;
+  const uint32_t n = static_cast<uint32_t>(x);
+  return n == 0 ? 1 : n;
+}
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+IncEngine::IncEngine(const Config& cfg, std::unique_ptr<Transport> transport)
+    : cfg_(cfg), transport_(std::move(transport)), world_(static_cast<uint32_t>(cfg.world_size)) {}
+
+IncEngine::~IncEngine() = default;
+
+// ---------------------------------------------------------------------------------------------
+// Join barrier
+
+Status IncEngine::join() {
+  joined_ = false;
+  const uint32_t nonce = random_nonce();
+  std::array<uint8_t, wire::kHeaderSize + wire::kElemSize> hello{};
+  wire::Header h;
+  h.flags = wire::kFlagHello;
+  h.job = cfg_.job;
+  h.key = cfg_.job_key;
+  h.seq = nonce;
+  h.rank = static_cast<uint16_t>(cfg_.rank);
+  h.slot = 0;
+  h.count = 1;
+  h.dtype = DType::kInt32;
+  h.op = ReduceOp::kSum;
+  wire::encode_header(h, hello.data());
+  const int32_t payload = static_cast<int32_t>(world_);
+  wire::store_payload(hello.data() + wire::kHeaderSize, &payload, 1);
+  const std::span<const uint8_t> pkt[1] = {std::span<const uint8_t>(hello)};
+
+  rx_.assign(kRecvBatch, Datagram());
+  missing_ = MissingReport{};
+  heard_ = false;
+  const uint64_t refusals0 = transport_->refusals();
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + cfg_.timeout;
+  const Clock::duration rto_max = cfg_.retransmit * kMaxBackoff;
+  Clock::duration rto = cfg_.retransmit;
+  Clock::time_point due = start + rto;
+  INA_RETURN_IF_ERROR(transport_->send_batch(pkt));
+  ++stats_.packets_sent;
+
+  const std::string who = "joining job " + std::to_string(cfg_.job) + " as rank " +
+                          std::to_string(cfg_.rank) + " of " + std::to_string(world_) +
+                          " at aggregator " + transport_->peer_name();
+  for (;;) {
+    Clock::time_point now = Clock::now();
+    if (now >= deadline) break;
+    const auto wait = std::chrono::ceil<std::chrono::microseconds>(std::min(due, deadline) - now);
+    INA_ASSIGN_OR_RETURN(size_t n, transport_->recv_batch(rx_, wait));
+    for (size_t i = 0; i < n; ++i) {
+      ++stats_.packets_received;
+      wire::PacketView pv;
+      if (wire::decode(rx_[i], &pv) != wire::DecodeError::kOk || pv.hdr.job != cfg_.job ||
+          pv.hdr.key != cfg_.job_key) {
+        ++stats_.malformed;
+        continue;
+      }
+      heard_ = true;
+      const wire::Header& r = pv.hdr;
+      if (r.has(wire::kFlagError)) {
+        ++stats_.error_reports;
+        if (r.count < 1) {
+          ++stats_.malformed;
+          continue;
+        }
+        const auto reason = static_cast<wire::ErrorReason>(pv.word(0));
+        if (reason == wire::ErrorReason::kWorldSizeMismatch) {
+          const std::string theirs = r.count >= 2 ? std::to_string(pv.word(1)) : "another";
+          return invalid_argument(who + ": world size mismatch: this rank has world size " +
+                                  std::to_string(world_) +
+                                  " (INA_WORLD_SIZE), the aggregator's job " +
+                                  std::to_string(cfg_.job) + " has world size " + theirs);
+        }
+        if (reason == wire::ErrorReason::kMissingRanks ||
+            reason == wire::ErrorReason::kJobNotReady) {
+          remember_missing(pv, reason);  // the HELLO bitmap: who has joined
+        }
+        continue;
+      }
+      if (r.has(wire::kFlagHello) && r.has(wire::kFlagResult)) {
+        if (r.count < 2 || pv.word(0) < 1 || pv.word(1) < 1) {
+          ++stats_.malformed;
+          continue;
+        }
+        const auto num_slots = static_cast<uint32_t>(pv.word(0));
+        const auto max_elems = static_cast<uint32_t>(pv.word(1));
+        const size_t transport_elems =
+            (transport_->max_datagram() - wire::kHeaderSize) / wire::kElemSize;
+        block_elems_ = std::min({cfg_.block_elems, max_elems,
+                                 static_cast<uint32_t>(std::min<size_t>(transport_elems, 0xFFFF))});
+        window_ = std::min({cfg_.window, num_slots, uint32_t{wire::kMaxSlot} + 1});
+        // The aggregator reset the job's slot table when the barrier completed: start afresh.
+        use_.assign(window_, 0);
+        next_seq_ = 1;
+        slots_.clear();
+        pkt_storage_.clear();
+        pkt_capacity_ = wire::packet_size(static_cast<uint16_t>(block_elems_));
+        scratch_.assign(block_elems_, 0);
+        tx_.clear();
+        tx_.reserve(window_);
+        tx_slots_.clear();
+        tx_slots_.reserve(window_);
+        joined_ = true;
+        INA_DEBUG("worker",
+                  "rank %d joined job %u at %s in %.1f ms: block %u elems, window %u "
+                  "(aggregator offers %u slots, %u elems)",
+                  cfg_.rank, cfg_.job, transport_->peer_name().c_str(), ms_since(start),
+                  block_elems_, window_, num_slots, max_elems);
+        return ok_status();
+      }
+      // Anything else (a stale result) is of no interest before the barrier.
+    }
+    now = Clock::now();
+    if (now >= due && now < deadline) {
+      hello[wire::kOffFlags] |= wire::kFlagRetransmit;
+      INA_RETURN_IF_ERROR(transport_->send_batch(pkt));
+      ++stats_.packets_sent;
+      ++stats_.retransmits;
+      rto = std::min(rto * 2, rto_max);
+      due = now + rto;
+    }
+  }
+
+  const std::string limit = std::to_string(cfg_.timeout.count()) + " ms";
+  if (missing_.valid) {
+    const std::string ranks = missing_ranks_text(missing_.bitmap);
+    if (!ranks.empty()) {
+      return deadline_exceeded(who + ": deadline " + limit + " exceeded; ranks " + ranks +
+                               " have not joined (aggregator bitmap)");
+    }
+  }
+  if (heard_) {
+    return deadline_exceeded(who + ": deadline " + limit +
+                             " exceeded without a WELCOME from the aggregator");
+  }
+  return unavailable(who + ": no answer from aggregator " + transport_->peer_name() + " within " +
+                     limit + " (is it running and serving job " + std::to_string(cfg_.job) +
+                     " with this key?)" + refused_note(refusals0));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Allreduce
+
+Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+  if (!joined_) return failed_precondition("allreduce before the communicator joined its job");
+  if (!is_valid_dtype(static_cast<uint8_t>(dtype)) || !is_valid_op(static_cast<uint8_t>(op))) {
+    return invalid_argument("allreduce: unknown dtype or op");
+  }
+  ++stats_.collectives;
+  if (count == 0) return ok_status();
+  if (send == nullptr || recv == nullptr) {
+    return invalid_argument("allreduce: null buffer with count " + std::to_string(count));
+  }
+  if (cfg_.fault.delay_us > 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(cfg_.fault.delay_us));
+  }
+
+  // The schedule (see the top of this file).
+  Collective& c = coll_;
+  c.send = static_cast<const uint8_t*>(send);
+  c.recv = static_cast<uint8_t*>(recv);
+  c.count = count;
+  c.dtype = dtype;
+  c.op = op;
+  c.elem_size = dtype_size(dtype);
+  c.blocks = (count + block_elems_ - 1) / block_elems_;
+  c.width = static_cast<uint32_t>(std::min<uint64_t>(window_, c.blocks));
+  c.priming = quant::needs_exponent(dtype, op);
+  c.base_seq = next_seq_;
+  c.block_seq0 = c.base_seq + (c.priming ? c.width : 0);
+  c.rounds_total = c.blocks + (c.priming ? c.width : 0);
+  c.rounds_left = c.rounds_total;
+  // Advance the communicator's counters for the whole collective now, so that a collective that
+  // fails part-way leaves every rank's counters where the others' are.
+  next_seq_ = static_cast<BlockSeq>(next_seq_ + c.rounds_total);
+  ensure_slot_buffers(c.width);
+  tx_slots_.clear();  // a collective that failed may have left sends queued
+  for (uint32_t s = 0; s < c.width; ++s) {
+    Slot& sl = slots_[s];
+    sl.first_use = use_[s];
+    sl.rounds = 0;
+    sl.active = false;
+    sl.queued = false;
+    const uint64_t blocks_on_slot = (c.blocks - s + c.width - 1) / c.width;
+    use_[s] += static_cast<uint32_t>(blocks_on_slot + (c.priming ? 1 : 0));
+  }
+  missing_.valid = false;
+  heard_ = false;
+  refusals_at_start_ = transport_->refusals();
+  const CommStats before = stats_;
+
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point deadline = start + cfg_.timeout;
+  next_due_ = Clock::time_point::max();
+  for (uint32_t s = 0; s < c.width; ++s) {
+    if (c.priming) {
+      start_priming(s);
+    } else {
+      start_block(s, s, kNoExponent);
+    }
+    queue(s, start);
+  }
+  INA_RETURN_IF_ERROR(flush());
+
+  while (c.rounds_left > 0) {
+    Clock::time_point now = Clock::now();
+    if (now >= deadline) return deadline_status(cfg_.timeout);
+    const auto wait =
+        std::chrono::ceil<std::chrono::microseconds>(std::min(next_due_, deadline) - now);
+    INA_ASSIGN_OR_RETURN(size_t n, transport_->recv_batch(rx_, wait));
+    for (size_t i = 0; i < n; ++i) INA_RETURN_IF_ERROR(on_datagram(rx_[i]));
+    now = Clock::now();
+    if (now >= next_due_) retransmit_due(now);
+    INA_RETURN_IF_ERROR(flush());
+  }
+
+  INA_DEBUG("worker",
+            "rank %d: %s done in %.3f ms: %" PRIu64 " blocks of %u, window %u, %" PRIu64
+            " packets sent, %" PRIu64 " retransmits, %" PRIu64 " duplicate results",
+            cfg_.rank, describe_collective().c_str(), ms_since(start), c.blocks, block_elems_,
+            c.width, stats_.packets_sent - before.packets_sent,
+            stats_.retransmits - before.retransmits,
+            stats_.duplicate_results - before.duplicate_results);
+  return ok_status();
+}
+
+void IncEngine::ensure_slot_buffers(uint32_t width) {
+  if (slots_.size() >= width) return;
+  // Grows to the widest collective seen (at most the window); pointers are refreshed because the
+  // storage may move, which is fine between collectives.
+  slots_.resize(width);
+  pkt_storage_.resize(size_t{width} * pkt_capacity_);
+  for (size_t s = 0; s < slots_.size(); ++s) {
+    slots_[s].pkt = pkt_storage_.data() + s * pkt_capacity_;
+  }
+}
+
+size_t IncEngine::block_len(uint64_t block) const {
+  const uint64_t first = block * block_elems_;
+  return static_cast<size_t>(std::min<uint64_t>(block_elems_, coll_.count - first));
+}
+
+const uint8_t* IncEngine::block_in(uint64_t block) const {
+  return coll_.send + block * block_elems_ * coll_.elem_size;
+}
+
+uint8_t* IncEngine::block_out(uint64_t block) const {
+  return coll_.recv + block * block_elems_ * coll_.elem_size;
+}
+
+void IncEngine::finish_header(Slot& sl, uint8_t flags, uint16_t count, int16_t exp,
+                              int16_t next_exp) {
+  wire::Header h;
+  h.flags = flags;
+  h.job = cfg_.job;
+  h.key = cfg_.job_key;
+  h.seq = sl.seq;
+  h.rank = static_cast<uint16_t>(cfg_.rank);
+  h.slot = static_cast<uint16_t>(&sl - slots_.data());
+  h.shadow = sl.shadow;
+  h.count = count;
+  h.dtype = coll_.dtype;
+  h.op = coll_.op;
+  h.exp = exp;
+  h.next_exp = next_exp;
+  wire::encode_header(h, sl.pkt);
+  sl.pkt_len = static_cast<uint32_t>(wire::packet_size(count));
+  sl.count = count;
+}
+
+void IncEngine::start_priming(uint32_t s) {
+  Slot& sl = slots_[s];
+  // The slot's first block is block s: its exponent goes out now, its NONFINITE flag later.
+  const quant::BlockScan scan = quant::scan_block(block_in(s), block_len(s), coll_.dtype, coll_.op);
+  sl.ahead_nonfinite = scan.nonfinite;
+  sl.block = kPriming;
+  sl.seq = static_cast<BlockSeq>(coll_.base_seq + s);
+  sl.exp = kNoExponent;
+  sl.shadow = ((sl.first_use + sl.rounds) & 1) != 0;
+  ++sl.rounds;
+  finish_header(sl, 0, 0, kNoExponent, scan.exp);
+}
+
+void IncEngine::start_block(uint32_t s, uint64_t block, int16_t exp) {
+  Slot& sl = slots_[s];
+  const Collective& c = coll_;
+  const size_t len = block_len(block);
+  const uint8_t* in = block_in(block);
+  bool nonfinite = false;
+  int16_t next_exp = kNoExponent;
+  if (c.priming) {
+    nonfinite = sl.ahead_nonfinite;
+    const uint64_t next = block + c.width;
+    if (next < c.blocks) {
+      const quant::BlockScan scan =
+          quant::scan_block(block_in(next), block_len(next), c.dtype, c.op);
+      next_exp = scan.exp;
+      sl.ahead_nonfinite = scan.nonfinite;
+    }
+  } else {
+    exp = kNoExponent;
+    if (c.dtype != DType::kInt32) nonfinite = quant::scan_block(in, len, c.dtype, c.op).nonfinite;
+  }
+  quant::encode(in, len, c.dtype, c.op, exp, world_, scratch_.data());
+  wire::store_payload(sl.pkt + wire::kHeaderSize, scratch_.data(), len);
+  sl.block = block;
+  sl.seq = static_cast<BlockSeq>(c.block_seq0 + block);
+  sl.exp = exp;
+  sl.shadow = ((sl.first_use + sl.rounds) & 1) != 0;
+  ++sl.rounds;
+  finish_header(sl, nonfinite ? wire::kFlagNonFinite : 0, static_cast<uint16_t>(len), exp,
+                next_exp);
+}
+
+void IncEngine::queue(uint32_t s, Clock::time_point now) {
+  Slot& sl = slots_[s];
+  sl.active = true;
+  sl.rto = cfg_.retransmit;
+  sl.due = now + sl.rto;
+  next_due_ = std::min(next_due_, sl.due);
+  if (!sl.queued) {
+    sl.queued = true;
+    tx_slots_.push_back(s);
+  }
+}
+
+Status IncEngine::flush() {
+  if (tx_slots_.empty()) return ok_status();
+  // Spans are built now, not at queue time: the packet is final once the iteration is over.
+  tx_.clear();
+  for (uint32_t s : tx_slots_) {
+    Slot& sl = slots_[s];
+    sl.queued = false;
+    tx_.emplace_back(sl.pkt, sl.pkt_len);
+  }
+  tx_slots_.clear();
+  stats_.packets_sent += tx_.size();
+  return transport_->send_batch(tx_);
+}
+
+void IncEngine::retransmit_due(Clock::time_point now) {
+  const Clock::duration rto_max = cfg_.retransmit * kMaxBackoff;
+  next_due_ = Clock::time_point::max();
+  for (uint32_t s = 0; s < coll_.width; ++s) {
+    Slot& sl = slots_[s];
+    if (!sl.active) continue;
+    if (sl.due <= now && !sl.queued) {
+      sl.pkt[wire::kOffFlags] |= wire::kFlagRetransmit;
+      sl.rto = std::min(sl.rto * 2, rto_max);
+      sl.due = now + sl.rto;
+      sl.queued = true;
+      tx_slots_.push_back(s);
+      ++stats_.retransmits;
+    }
+    next_due_ = std::min(next_due_, sl.due);
+  }
+}
+
+Status IncEngine::on_datagram(Datagram d) {
+  ++stats_.packets_received;
+  wire::PacketView pv;
+  if (wire::decode(d, &pv) != wire::DecodeError::kOk || pv.hdr.job != cfg_.job ||
+      pv.hdr.key != cfg_.job_key) {
+    ++stats_.malformed;
+    return ok_status();
+  }
+  heard_ = true;
+  const wire::Header& h = pv.hdr;
+  if (h.has(wire::kFlagError)) return on_error(pv);
+  if (h.has(wire::kFlagHello)) return ok_status();  // a late duplicate WELCOME
+  if (h.has(wire::kFlagResult)) return on_result(pv);
+  ++stats_.malformed;  // DATA is never sent to a worker
+  return ok_status();
+}
+
+Status IncEngine::on_result(const wire::PacketView& pv) {
+  const wire::Header& h = pv.hdr;
+  Collective& c = coll_;
+  if (h.slot >= c.width) {
+    ++stats_.duplicate_results;
+    return ok_status();
+  }
+  const uint32_t s = h.slot;
+  Slot& sl = slots_[s];
+  if (!sl.active || h.seq != sl.seq || h.shadow != sl.shadow) {
+    ++stats_.duplicate_results;  // a result for a round already done (or of an older collective)
+    return ok_status();
+  }
+  if (h.count != sl.count || h.dtype != c.dtype || h.op != c.op) {
+    ++stats_.malformed;
+    return ok_status();
+  }
+  sl.active = false;
+  --c.rounds_left;
+  const Clock::time_point now = Clock::now();
+  if (sl.block == kPriming) {
+    start_block(s, s, h.next_exp);
+    queue(s, now);
+    return ok_status();
+  }
+  const uint64_t block = sl.block;
+  uint8_t* out = block_out(block);
+  if (h.has(wire::kFlagNonFinite) && c.dtype != DType::kInt32) {
+    quant::fill_nan(out, sl.count, c.dtype);
+    ++stats_.nonfinite_blocks;
+  } else {
+    wire::load_payload(scratch_.data(), pv.payload, sl.count);
+    quant::decode(scratch_.data(), sl.count, c.dtype, c.op, sl.exp, world_, out);
+  }
+  const uint64_t next = block + c.width;
+  if (next < c.blocks) {
+    start_block(s, next, h.next_exp);
+    queue(s, now);
+  }
+  return ok_status();
+}
+
+Status IncEngine::on_error(const wire::PacketView& pv) {
+  ++stats_.error_reports;
+  const wire::Header& h = pv.hdr;
+  if (h.count < 1) {
+    ++stats_.malformed;
+    return ok_status();
+  }
+  const auto reason = static_cast<wire::ErrorReason>(pv.word(0));
+  switch (reason) {
+    case wire::ErrorReason::kMissingRanks:
+    case wire::ErrorReason::kJobNotReady:
+      if (in_collective(h.seq)) remember_missing(pv, reason);
+      break;
+    case wire::ErrorReason::kRoundMismatch:
+      if (in_collective(h.seq)) {
+        std::string m = describe_collective() +
+                        ": ranks disagree on count/dtype/op: every rank must call allreduce with "
+                        "the same arguments (and the same INA_BLOCK_ELEMS and INA_WINDOW)";
+        if (h.count >= 2) {
+          const uint16_t slot = h.slot;
+          m += "; the aggregator's round for block seq " + std::to_string(h.seq) + " (slot " +
+               std::to_string(slot) + ") expects " + std::to_string(pv.word(1)) + " elements";
+          if (slot < coll_.width) m += ", this rank sent " + std::to_string(slots_[slot].count);
+        }
+        return invalid_argument(std::move(m));
+      }
+      break;
+    case wire::ErrorReason::kWorldSizeMismatch:
+    default:
+      break;  // not about a collective; joining handles it
+  }
+  return ok_status();
+}
+
+void IncEngine::remember_missing(const wire::PacketView& pv, wire::ErrorReason reason) {
+  missing_.valid = true;
+  missing_.reason = reason;
+  missing_.seq = pv.hdr.seq;
+  missing_.slot = pv.hdr.slot;
+  missing_.bitmap.resize(pv.hdr.count - 1u);  // capacity stays after the first report
+  for (size_t w = 1; w < pv.hdr.count; ++w) {
+    missing_.bitmap[w - 1] = static_cast<uint32_t>(pv.word(w));
+  }
+}
+
+bool IncEngine::in_collective(BlockSeq seq) const {
+  return seq_offset(seq, coll_.base_seq) < coll_.rounds_total;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Messages
+
+std::string IncEngine::describe_collective() const {
+  std::string s = "allreduce of " + std::to_string(coll_.count) + " ";
+  s += dtype_name(coll_.dtype);
+  s += " elements (";
+  s += op_name(coll_.op);
+  s += ")";
+  return s;
+}
+
+std::string IncEngine::missing_ranks_text(const std::vector<uint32_t>& bitmap) const {
+  // "3", "0-2, 5", capped so a huge job does not produce a huge message.
+  constexpr size_t kMaxRanges = 16;
+  auto present = [&](uint32_t r) {
+    const size_t w = r / 32;
+    return w < bitmap.size() && ((bitmap[w] >> (r % 32)) & 1u) != 0;
+  };
+  std::string s;
+  size_t ranges = 0;
+  uint32_t missing = 0;
+  for (uint32_t r = 0; r < world_;) {
+    if (present(r)) {
+      ++r;
+      continue;
+    }
+    uint32_t end = r;
+    while (end + 1 < world_ && !present(end + 1)) ++end;
+    missing += end - r + 1;
+    if (ranges < kMaxRanges) {
+      if (!s.empty()) s += ", ";
+      s += std::to_string(r);
+      if (end > r) s += "-" + std::to_string(end);
+    }
+    ++ranges;
+    r = end + 1;
+  }
+  if (ranges > kMaxRanges) s += ", ... (" + std::to_string(missing) + " in all)";
+  return s;
+}
+
+std::string IncEngine::refused_note(uint64_t refusals_at_start) const {
+  if (transport_->refusals() <= refusals_at_start) return {};
+  return "; aggregator " + transport_->peer_name() + " refused (no process listening?)";
+}
+
+Status IncEngine::deadline_status(std::chrono::milliseconds limit) const {
+  // The oldest outstanding round is the one the collective is waiting for.
+  const Slot* oldest = nullptr;
+  for (uint32_t s = 0; s < coll_.width; ++s) {
+    const Slot& sl = slots_[s];
+    if (!sl.active) continue;
+    if (oldest == nullptr ||
+        seq_offset(sl.seq, coll_.base_seq) < seq_offset(oldest->seq, coll_.base_seq)) {
+      oldest = &sl;
+    }
+  }
+  std::string m =
+      describe_collective() + ": deadline " + std::to_string(limit.count()) + " ms exceeded";
+  if (oldest != nullptr) {
+    m += " waiting for ";
+    m += oldest->block == kPriming ? "the exponent round" : "block";
+    m += " seq " + std::to_string(oldest->seq) + " (slot " +
+         std::to_string(oldest - slots_.data()) + ")";
+  }
+  if (missing_.valid) {
+    const std::string ranks = missing_ranks_text(missing_.bitmap);
+    if (missing_.reason == wire::ErrorReason::kJobNotReady) {
+      m += "; the aggregator reports job " + std::to_string(cfg_.job) + " not ready: ranks " +
+           (ranks.empty() ? std::string("?") : ranks) + " have not joined (did a rank restart?)";
+    } else if (ranks.empty()) {
+      m += "; every rank contributed (aggregator bitmap) but the result did not arrive";
+    } else {
+      m += "; ranks " + ranks + " did not contribute (aggregator bitmap)";
+    }
+    return deadline_exceeded(m + refused_note(refusals_at_start_));
+  }
+  if (heard_) {
+    return deadline_exceeded(m + "; the aggregator did not report which ranks are missing" +
+                             refused_note(refusals_at_start_));
+  }
+  return unavailable(m + ": no answer from aggregator " + transport_->peer_name() +
+                     refused_note(refusals_at_start_));
+}
+
+}  // namespace ina::worker

@@ -1,0 +1,148 @@
+// The in-network collective engine: joins a job at an aggregator and streams allreduce blocks
+// through the aggregator's slots over any Transport. The schedule is explained at the top of
+// inc_engine.cc. One engine per communicator; not thread-safe (one caller at a time).
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ina/ina.hpp"
+#include "ina/protocol/status.h"
+#include "ina/protocol/types.h"
+#include "ina/protocol/wire.h"
+#include "worker/transport.h"
+
+namespace ina::worker {
+
+class IncEngine {
+ public:
+  // Retransmission timeouts double from cfg.retransmit up to this multiple of it.
+  static constexpr uint32_t kMaxBackoff = 64;
+
+  // `cfg` must be valid (Config::validate). The engine owns the transport.
+  IncEngine(const Config& cfg, std::unique_ptr<Transport> transport);
+  ~IncEngine();
+  IncEngine(const IncEngine&) = delete;
+  IncEngine& operator=(const IncEngine&) = delete;
+
+  // The join barrier: HELLO with a fresh incarnation nonce, retransmitted with backoff until the
+  // aggregator's WELCOME (every rank joined) or cfg.timeout. Adopts the smaller of the
+  // configured and the aggregator's block size and window.
+  Status join();
+
+  // Sums (or takes the MIN/MAX of) `count` elements over all ranks. recv may equal send. All
+  // ranks must call it with the same count, dtype and op, in the same order.
+  Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
+
+  bool joined() const { return joined_; }
+  uint32_t block_elems() const { return block_elems_; }  // adopted at join
+  uint32_t window() const { return window_; }            // adopted at join
+  const CommStats& stats() const { return stats_; }
+  Transport& transport() { return *transport_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+
+  // One slot of the window while a collective runs.
+  struct Slot {
+    uint8_t* pkt = nullptr;  // the last packet sent on this slot (kept for retransmission)
+    uint32_t pkt_len = 0;
+    uint64_t block = 0;  // block of the outstanding round (kPriming: the priming round)
+    BlockSeq seq = 0;
+    uint32_t rounds = 0;           // rounds sent on this slot in this collective
+    uint32_t first_use = 0;        // the slot's use counter u[s] when the collective began
+    uint16_t count = 0;            // payload elements of the outstanding round
+    int16_t exp = kNoExponent;     // exponent the outstanding block was quantized with
+    bool ahead_nonfinite = false;  // NONFINITE of the next block, scanned one block ahead
+    bool shadow = false;
+    bool active = false;    // a round is outstanding
+    bool queued = false;    // its packet is in the pending send batch
+    Clock::time_point due;  // when to retransmit
+    Clock::duration rto{};  // current retransmission timeout (doubles, capped)
+  };
+
+  // The collective in flight: its arguments and schedule.
+  struct Collective {
+    const uint8_t* send = nullptr;
+    uint8_t* recv = nullptr;
+    size_t count = 0;
+    DType dtype = DType::kInt32;
+    ReduceOp op = ReduceOp::kSum;
+    size_t elem_size = 4;
+    uint64_t blocks = 0;      // n = ceil(count / K)
+    uint32_t width = 0;       // W' = min(W, n)
+    bool priming = false;     // float SUM: one exponent round per slot first
+    BlockSeq base_seq = 0;    // seq of the first round (priming or block 0)
+    BlockSeq block_seq0 = 0;  // seq of block 0
+    uint64_t rounds_total = 0;
+    uint64_t rounds_left = 0;
+  };
+
+  // What the aggregator last told us about missing ranks (ERROR kMissingRanks / kJobNotReady).
+  struct MissingReport {
+    bool valid = false;
+    wire::ErrorReason reason = wire::ErrorReason::kMissingRanks;
+    BlockSeq seq = 0;
+    uint16_t slot = 0;
+    std::vector<uint32_t> bitmap;  // words as on the wire: bit r of word r/32 = rank r present
+  };
+
+  static constexpr uint64_t kPriming = ~uint64_t{0};
+
+  void ensure_slot_buffers(uint32_t width);
+  size_t block_len(uint64_t block) const;
+  const uint8_t* block_in(uint64_t block) const;
+  uint8_t* block_out(uint64_t block) const;
+
+  // Build a round's packet in the slot's buffer and queue it for sending.
+  void start_priming(uint32_t s);
+  void start_block(uint32_t s, uint64_t block, int16_t exp);
+  void finish_header(Slot& sl, uint8_t flags, uint16_t count, int16_t exp, int16_t next_exp);
+  void queue(uint32_t s, Clock::time_point now);
+  Status flush();
+
+  // Handles one received datagram while a collective runs; a non-OK Status ends it.
+  Status on_datagram(Datagram d);
+  Status on_result(const wire::PacketView& pv);
+  Status on_error(const wire::PacketView& pv);
+  void retransmit_due(Clock::time_point now);
+
+  // Messages.
+  std::string describe_collective() const;
+  Status deadline_status(std::chrono::milliseconds limit) const;
+  std::string missing_ranks_text(const std::vector<uint32_t>& bitmap) const;
+  std::string refused_note(uint64_t refusals_at_start) const;
+  bool in_collective(BlockSeq seq) const;
+  void remember_missing(const wire::PacketView& pv, wire::ErrorReason reason);
+
+  const Config cfg_;
+  std::unique_ptr<Transport> transport_;
+  CommStats stats_;
+  bool joined_ = false;
+  uint32_t block_elems_ = 0;
+  uint32_t window_ = 0;
+  uint32_t world_ = 0;
+  BlockSeq next_seq_ = 1;      // running block sequence of this communicator
+  std::vector<uint32_t> use_;  // u[s]: rounds ever sent on slot s (shadow = u & 1)
+
+  // Per-collective state, allocated at join / first use and reused.
+  std::vector<Slot> slots_;
+  std::vector<uint8_t> pkt_storage_;  // slots_.size() packets of pkt_capacity_ bytes
+  size_t pkt_capacity_ = 0;
+  std::vector<int32_t> scratch_;  // K host-order words (encode / decode)
+  std::vector<std::span<const uint8_t>> tx_;
+  std::vector<uint32_t> tx_slots_;
+  std::vector<Datagram> rx_;
+  Collective coll_;
+  MissingReport missing_;
+  Clock::time_point next_due_;  // earliest retransmission time over active slots
+  bool heard_ = false;          // any valid packet of this job in this collective
+  uint64_t refusals_at_start_ = 0;
+};
+
+}  // namespace ina::worker

@@ -1,0 +1,8 @@
+// Stand-in when the rdma feature is off.
+#include "ina/protocol/features.h"
+
+namespace ina::features {
+
+Probe probe_rdma() { return {false, false, "configure with -Drdma=enabled and libibverbs-dev"}; }
+
+}  // namespace ina::features

@@ -1,0 +1,50 @@
+// The datagram transport the in-network collective engine runs on: a connected, unreliable,
+// message-preserving channel to one aggregator. Implementations: kernel UDP (udp_transport.h),
+// an in-memory network in the tests, and a fault-injecting decorator (fault_transport.h).
+//
+// The engine owns retransmission, ordering and duplicate detection, so a transport may lose,
+// reorder or duplicate datagrams; it must only never corrupt or merge them. Neither call allocates
+// in the steady state: the caller passes spans, and received datagrams are views into buffers the
+// transport owns.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "ina/protocol/status.h"
+
+namespace ina::worker {
+
+// A received datagram: a view into the transport's receive buffers, valid until the next
+// recv_batch() call on the same transport.
+using Datagram = std::span<const uint8_t>;
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+
+  // Sends each span of `pkts` as one datagram, in order. A datagram the network (or a full socket
+  // buffer) loses is not an error: the engine retransmits. An error Status means the transport
+  // itself is broken (a closed socket, a datagram larger than the transport can carry).
+  virtual Status send_batch(std::span<const std::span<const uint8_t>> pkts) = 0;
+
+  // Waits up to `timeout` for at least one datagram, then stores up to out.size() of them in
+  // `out` without waiting further. Returns how many (0: the timeout expired). A timeout of 0
+  // only collects what has already arrived.
+  virtual Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds timeout) = 0;
+
+  // The largest datagram send_batch() accepts (bytes).
+  virtual size_t max_datagram() const = 0;
+
+  // The aggregator's address for messages, e.g. "127.0.0.1:47474".
+  virtual std::string peer_name() const = 0;
+
+  // How often the peer refused a datagram (ICMP port unreachable: nothing listens there). The
+  // engine treats refusals as loss and names them in its error message when a deadline passes.
+  virtual uint64_t refusals() const { return 0; }
+};
+
+}  // namespace ina::worker
