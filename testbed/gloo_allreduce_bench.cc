@@ -1,0 +1,349 @@
+// ina-gloo-bench: Gloo's ring AllReduce over its TCP transport on 127.0.0.1, with the sweep,
+// data, check and table of ina-bench. Forks --ranks processes (before any thread) which meet
+// through a gloo::rendezvous::FileStore in a fresh temporary directory, removed as soon as every
+// rank is connected (and at the end, whatever happened).
+//
+//   build/testbed/ina-gloo-bench -b 8 -e 64M --ranks 4
+//
+// time = max over ranks of the average time of one call; #wrong = sum over ranks (the inputs
+// have few significant bits, so the float sum is exact in any order; one ulp is allowed anyway).
+#include <dirent.h>
+#include <gloo/allreduce.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench_common.h"
+#include "bench_ranks.h"
+
+namespace {
+
+struct Options {
+  std::string minbytes = "8";
+  std::string maxbytes = "64M";
+  double stepfactor = 2;
+  int iters = 20;
+  int warmup = 5;
+  int check = 1;
+  std::string datatype = "float32";
+  std::string op = "sum";
+  int ranks = 4;
+  uint32_t timeout_ms = 30000;
+  std::string csv;
+  std::string max_bytes_per_size = "0";
+  bool is_int = false;
+  int opcode = 0;  // 0 sum, 1 min, 2 max
+  size_t min_b = 0, max_b = 0, cap_b = 0;
+};
+
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+template <typename T>
+ReduceFn reduce_fn(int opcode) {
+  switch (opcode) {
+    case 1: return static_cast<ReduceFn>(&gloo::min<T>);
+    case 2: return static_cast<ReduceFn>(&gloo::max<T>);
+    default: return static_cast<ReduceFn>(&gloo::sum<T>);
+  }
+}
+
+// int32 SUM wraps (gloo::sum<int32_t> would overflow a signed int): add as uint32.
+void sum_wrap_i32(void* c, const void* a, const void* b, size_t n) {
+  auto* pc = static_cast<uint32_t*>(c);
+  const auto* pa = static_cast<const uint32_t*>(a);
+  const auto* pb = static_cast<const uint32_t*>(b);
+  for (size_t i = 0; i < n; ++i) pc[i] = pa[i] + pb[i];
+}
+
+double ulp_f32(double a) {
+  int e = -126;
+  if (a > 0) {
+    int e2 = 0;
+    std::frexp(a, &e2);
+    e = std::max(e2 - 1, -126);
+  }
+  return std::ldexp(1.0, e - 23);
+}
+
+int64_t check_output(const Options& o, int rank, int ranks, const void* out, size_t count,
+                     double scale) {
+  int64_t wrong = 0;
+  for (size_t i = 0; i < count; ++i) {
+    bool bad = false;
+    if (o.is_int) {
+      uint32_t sum = 0;
+      int32_t mn = INT32_MAX;
+      int32_t mx = INT32_MIN;
+      for (int r = 0; r < ranks; ++r) {
+        int32_t v = bench_int_value(i, r);
+        sum += static_cast<uint32_t>(v);
+        mn = std::min(mn, v);
+        mx = std::max(mx, v);
+      }
+      int32_t got = static_cast<const int32_t*>(out)[i];
+      bad = o.opcode == 0 ? static_cast<uint32_t>(got) != sum : got != (o.opcode == 1 ? mn : mx);
+    } else {
+      double sum = 0;
+      double mn = 0;
+      double mx = 0;
+      for (int r = 0; r < ranks; ++r) {
+        double v = static_cast<float>(bench_float_value(i, r, 256, scale));
+        sum += v;
+        if (r == 0 || v < mn) mn = v;
+        if (r == 0 || v > mx) mx = v;
+      }
+      double got = static_cast<const float*>(out)[i];
+      bad = o.opcode == 0 ? !(std::fabs(got - sum) <= ulp_f32(std::fabs(sum)))
+                          : !(got == (o.opcode == 1 ? mn : mx));
+    }
+    if (bad) {
+      if (wrong < 5) std::fprintf(stderr, "# rank %d: element %zu wrong\n", rank, i);
+      wrong++;
+    }
+  }
+  return wrong;
+}
+
+void fill(const Options& o, int rank, void* buf, size_t count, double scale) {
+  if (o.is_int) {
+    auto* p = static_cast<int32_t*>(buf);
+    for (size_t i = 0; i < count; ++i) p[i] = bench_int_value(i, rank);
+  } else {
+    auto* p = static_cast<float*>(buf);
+    for (size_t i = 0; i < count; ++i)
+      p[i] = static_cast<float>(bench_float_value(i, rank, 256, scale));
+  }
+}
+
+int child_main(const Options& o, const std::vector<size_t>& sizes, const std::string& dir, int rank,
+               int fd) {
+  try {
+    gloo::transport::tcp::attr attr("127.0.0.1");
+    auto dev = gloo::transport::tcp::CreateDevice(attr);
+    gloo::rendezvous::FileStore store(dir);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, o.ranks);
+    ctx->setTimeout(std::chrono::milliseconds(o.timeout_ms));
+    ctx->connectFullMesh(store, dev);
+    bench::report_ready(fd, rank);  // the parent removes the store once every rank is here
+
+    const size_t esize = 4;
+    std::vector<uint64_t> send_store(sizes.back() / 8 + 8);
+    std::vector<uint64_t> recv_store(sizes.back() / 8 + 8);
+    double scale = bench_float_scale(o.ranks, 3.0e38);
+    bool all_ok = true;
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      size_t bytes = sizes[k];
+      size_t count = bytes / esize;
+      int iters = 0;
+      int warmup = 0;
+      bench_iters_for(bytes, o.iters, o.warmup, o.cap_b, &iters, &warmup);
+      fill(o, rank, send_store.data(), count, scale);
+      std::memset(recv_store.data(), 0xff, bytes);
+      gloo::AllreduceOptions opts(ctx);
+      opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      opts.setTimeout(std::chrono::milliseconds(o.timeout_ms));
+      if (o.is_int) {
+        opts.setInput(reinterpret_cast<int32_t*>(send_store.data()), count);
+        opts.setOutput(reinterpret_cast<int32_t*>(recv_store.data()), count);
+        opts.setReduceFunction(o.opcode == 0 ? &sum_wrap_i32 : reduce_fn<int32_t>(o.opcode));
+      } else {
+        opts.setInput(reinterpret_cast<float*>(send_store.data()), count);
+        opts.setOutput(reinterpret_cast<float*>(recv_store.data()), count);
+        opts.setReduceFunction(reduce_fn<float>(o.opcode));
+      }
+      opts.setTag(static_cast<uint32_t>(k));
+      for (int i = 0; i < warmup; ++i) gloo::allreduce(opts);
+      double t0 = bench_now_us();
+      for (int i = 0; i < iters; ++i) gloo::allreduce(opts);
+      double t = (bench_now_us() - t0) / iters;
+      int64_t wrong =
+          o.check ? check_output(o, rank, o.ranks, recv_store.data(), count, scale) : -1;
+      if (wrong > 0) all_ok = false;
+      bench::report_size(fd, rank, static_cast<int>(k), t, wrong, true, "");
+    }
+    return all_ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::string msg = std::string("gloo: ") + e.what();
+    std::fprintf(stderr, "# rank %d: %s\n", rank, msg.c_str());
+    bench::report_failure(fd, rank, msg);
+    return 1;
+  }
+}
+
+void remove_dir(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d != nullptr) {
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      std::string path = dir + "/" + name;
+      struct stat st;
+      if (lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        remove_dir(path);
+      else
+        unlink(path.c_str());
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{
+      "ina-gloo-bench: Gloo ring AllReduce over TCP on 127.0.0.1 (nccl-tests style table)"};
+  app.add_option("-b,--minbytes", o.minbytes, "smallest size (K/M/G suffixes)")
+      ->capture_default_str();
+  app.add_option("-e,--maxbytes", o.maxbytes, "largest size (K/M/G suffixes)")
+      ->capture_default_str();
+  app.add_option("-f,--stepfactor", o.stepfactor, "size multiplier between rows")
+      ->capture_default_str();
+  app.add_option("-n,--iters", o.iters, "timed iterations per size")->capture_default_str();
+  app.add_option("-w,--warmup_iters", o.warmup, "untimed iterations per size")
+      ->capture_default_str();
+  app.add_option("-d,--datatype", o.datatype, "float32|int32 (or float|int)")
+      ->capture_default_str();
+  app.add_option("-o,--op", o.op, "sum|min|max")->capture_default_str();
+  app.add_option("-c,--check", o.check, "1: verify every element of the last output")
+      ->capture_default_str();
+  app.add_option("--ranks,--workers", o.ranks, "forked ranks")->capture_default_str();
+  app.add_option("--timeout-ms", o.timeout_ms, "Gloo's timeout")->capture_default_str();
+  app.add_option("--csv", o.csv, "append rows to this CSV file");
+  app.add_option("--max-bytes-per-size", o.max_bytes_per_size,
+                 "cap iterations so that iters x size <= this (K/M/G; 0: no cap)")
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  if (bench_parse_size(o.minbytes.c_str(), &o.min_b) != 0 ||
+      bench_parse_size(o.maxbytes.c_str(), &o.max_b) != 0 ||
+      bench_parse_size(o.max_bytes_per_size.c_str(), &o.cap_b) != 0) {
+    std::fprintf(stderr, "ina-gloo-bench: bad size in -b/-e/--max-bytes-per-size\n");
+    return 1;
+  }
+  if (o.datatype == "float32" || o.datatype == "float")
+    o.is_int = false;
+  else if (o.datatype == "int32" || o.datatype == "int")
+    o.is_int = true;
+  else {
+    std::fprintf(stderr, "ina-gloo-bench: datatype must be float32 or int32\n");
+    return 1;
+  }
+  if (o.op == "sum")
+    o.opcode = 0;
+  else if (o.op == "min")
+    o.opcode = 1;
+  else if (o.op == "max")
+    o.opcode = 2;
+  else {
+    std::fprintf(stderr, "ina-gloo-bench: op must be sum, min or max\n");
+    return 1;
+  }
+  if (o.iters < 1 || o.warmup < 0 || o.ranks < 1 || o.stepfactor <= 1.0) {
+    std::fprintf(stderr,
+                 "ina-gloo-bench: need iters >= 1, warmup >= 0, ranks >= 1, "
+                 "stepfactor > 1\n");
+    return 1;
+  }
+  std::vector<size_t> sizes(BENCH_MAX_SIZES);
+  int n = bench_sizes(o.min_b, o.max_b, o.stepfactor, 4, sizes.data());
+  if (n <= 0) {
+    std::fprintf(stderr, "ina-gloo-bench: no sizes in the range\n");
+    return 1;
+  }
+  sizes.resize(static_cast<size_t>(n));
+  const char* type_name = o.is_int ? "int32" : "float32";
+
+  char tmpl[] = "/tmp/ina-gloo-bench-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string dir = tmpl;
+
+  bench_print_preamble(stdout, "ina-gloo-bench: Gloo AllReduce (ring), TCP transport on 127.0.0.1");
+  std::printf("# ranks %d, dtype %s, op %s, iters %d, warmup %d, check %d", o.ranks, type_name,
+              o.op.c_str(), o.iters, o.warmup, o.check);
+  if (o.cap_b > 0) {
+    char cap[64];
+    bench_format_size(o.cap_b, cap, sizeof cap);
+    std::printf(", iterations capped at %s per size", cap);
+  }
+  std::printf("\n");
+  bench_print_table_header(stdout);
+
+  std::vector<pid_t> pids;
+  int read_fd = -1;
+  if (!bench::spawn_ranks(
+          o.ranks, [&](int rank, int fd) { return child_main(o, sizes, dir, rank, fd); }, &pids,
+          &read_fd)) {
+    remove_dir(dir);
+    return 1;
+  }
+  double busbw_sum = 0;
+  int rows = 0;
+  long long wrong_total = 0;
+  bool all_ok = true;
+  bench::Collected col;
+  bench::collect(
+      read_fd, o.ranks, n,
+      [&](int k, const bench::SizeRow& row) {
+        size_t bytes = sizes[static_cast<size_t>(k)];
+        size_t count = bytes / 4;
+        if (!row.ok) {
+          std::printf("%12zu  FAILED (see below)\n", bytes);
+          all_ok = false;
+          return;
+        }
+        double algbw = 0;
+        double busbw = 0;
+        bench_bandwidth(bytes, row.time_us, o.ranks, &algbw, &busbw);
+        long long wrong = static_cast<long long>(row.wrong);
+        bench_print_row(stdout, bytes, count, type_name, o.op.c_str(), row.time_us, algbw, busbw,
+                        wrong);
+        bool complete = row.reports == o.ranks && row.ok;
+        if (complete) {
+          busbw_sum += busbw;
+          rows++;
+        } else {
+          std::printf("# (size %zu: not every rank completed it)\n", bytes);
+          all_ok = false;
+        }
+        if (wrong > 0) {
+          wrong_total += wrong;
+          all_ok = false;
+        }
+        if (!o.csv.empty() &&
+            bench_csv_append(o.csv.c_str(), "gloo", o.ranks, bytes, count, type_name, o.op.c_str(),
+                             row.time_us, algbw, busbw, wrong) != 0)
+          std::fprintf(stderr, "ina-gloo-bench: cannot append to %s: %s\n", o.csv.c_str(),
+                       std::strerror(errno));
+      },
+      &col, [&] { remove_dir(dir); });
+  std::vector<std::string> failures = col.failures;
+  if (!bench::wait_ranks(pids, &failures)) all_ok = false;
+  for (size_t k = 0; k < sizes.size(); ++k)
+    if (!col.rows[k].printed) all_ok = false;
+  remove_dir(dir);
+  bench_print_footer(stdout, busbw_sum, rows, wrong_total, o.check);
+  for (const auto& f : failures) std::printf("# FAILED %s\n", f.c_str());
+  std::fflush(stdout);
+  return all_ok ? 0 : 1;
+}

@@ -1,0 +1,796 @@
+// ina-bench: AllReduce through an INA aggregator, in the style of nccl-tests' all_reduce_perf.
+//
+// Local mode (default): the process binds an embedded aggregator (kernel UDP backend) on
+// 127.0.0.1, forks --workers ranks, serves them from a thread until they finish, and prints one
+// row per size (time = max over ranks, #wrong = sum over ranks) and the aggregator's counters.
+// External mode (--aggregator host:port, or INA_AGGREGATOR with INA_RANK / INA_WORLD_SIZE): this
+// process is one rank of a job served by a running ina-aggregator; rank 0 prints the table (time
+// and #wrong are reduced over the ranks through the aggregator itself, outside the timed loop).
+//
+// Every size: fill the send buffer (rank r, element i: bench_float_value / bench_int_value),
+// run the warmup and the timed iterations out of place, then check every element of the last
+// output against the exact reduction of all ranks' inputs, computed in double (int32: wrapping):
+//   float SUM: |out - s| <= quant::sum_quantization_bound(M, N) + ulp_out(|s| + that bound),
+//              M the block's largest |x| over ranks (blocks of --block-elems elements);
+//   MIN, MAX and int32: exact.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "aggregator/udp_backend.h"
+#include "bench_common.h"
+#include "bench_ranks.h"
+#include "ina/ina.hpp"
+#include "ina/protocol/quantize.h"
+#include "ina/protocol/status.h"
+#include "ina/protocol/types.h"
+
+namespace {
+
+using ina::DType;
+using ina::ReduceOp;
+
+constexpr ina::JobId kJob = 1;
+constexpr uint64_t kJobKey = 0x696e612d62656e63ULL;  // "ina-benc"
+
+struct Options {
+  std::string minbytes = "8";
+  std::string maxbytes = "64M";
+  double stepfactor = 2;
+  int iters = 20;
+  int warmup = 5;
+  int check = 1;
+  std::string datatype = "float32";
+  std::string op = "sum";
+  int workers = 4;
+  uint32_t block_elems = 256;
+  uint32_t window = 128;
+  uint32_t timeout_ms = 30000;
+  std::string csv;
+  double drop_percent = 0;
+  double agg_drop_percent = 0;
+  std::string max_bytes_per_size = "0";
+  std::string aggregator;  // external mode
+  int rank = -1;           // external mode (default INA_RANK)
+  bool workers_given = false;
+  ina::Config env;  // the environment (INA_*) overlaid with the flags given
+  bool verbose = false;
+
+  // Derived.
+  size_t min_b = 0, max_b = 0, cap_b = 0;
+  DType dtype = DType::kFloat32;
+  ReduceOp rop = ReduceOp::kSum;
+};
+
+std::optional<DType> parse_type(const std::string& s) {
+  if (s == "float32" || s == "float" || s == "fp32" || s == "f32") return DType::kFloat32;
+  if (s == "float16" || s == "half" || s == "fp16" || s == "f16") return DType::kFloat16;
+  if (s == "bfloat16" || s == "bf16") return DType::kBFloat16;
+  if (s == "int32" || s == "int" || s == "i32") return DType::kInt32;
+  return std::nullopt;
+}
+
+std::optional<ReduceOp> parse_reduce_op(const std::string& s) {
+  if (s == "sum") return ReduceOp::kSum;
+  if (s == "min") return ReduceOp::kMin;
+  if (s == "max") return ReduceOp::kMax;
+  return std::nullopt;
+}
+
+const char* type_name(DType t) {
+  switch (t) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat16: return "float16";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kInt32: return "int32";
+  }
+  return "?";
+}
+
+const char* reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMin: return "min";
+    case ReduceOp::kMax: return "max";
+  }
+  return "?";
+}
+
+// ---- 16-bit float conversions (round to nearest even), independent of the library ----
+
+uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+uint16_t f32_to_f16(float f) {
+  uint32_t x = float_bits(f);
+  uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
+  uint32_t a = x & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
+  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to Inf
+  if (a < 0x38800000u) {  // below 2^-14: a float16 subnormal (or zero)
+    float m = std::nearbyint(bits_float(a) * 16777216.0f);  // exact scaling by 2^24
+    return static_cast<uint16_t>(sign | static_cast<uint16_t>(m));
+  }
+  uint32_t h = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
+  return static_cast<uint16_t>(sign | h);
+}
+
+float f16_to_f32(uint16_t h) {
+  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t e = (h >> 10) & 0x1fu;
+  uint32_t m = h & 0x3ffu;
+  if (e == 0) {
+    float v = std::ldexp(static_cast<float>(m), -24);
+    return sign ? -v : v;
+  }
+  if (e == 31) return bits_float(sign | 0x7f800000u | (m << 13));
+  return bits_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+
+uint16_t f32_to_bf16(float f) {
+  uint32_t x = float_bits(f);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
+  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
+}
+
+float bf16_to_f32(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
+
+// Spacing of the output type at magnitude a.
+double ulp_out(DType t, double a) {
+  int mant = 23;
+  int emin = -126;
+  if (t == DType::kFloat16) {
+    mant = 10;
+    emin = -14;
+  } else if (t == DType::kBFloat16) {
+    mant = 7;
+  }
+  int e = emin;
+  if (a > 0 && std::isfinite(a)) {
+    int e2 = 0;
+    std::frexp(a, &e2);
+    e = std::max(e2 - 1, emin);
+  }
+  return std::ldexp(1.0, e - mant);
+}
+
+// ---- data ----
+
+struct DataSpec {
+  DType dtype;
+  ReduceOp op;
+  int ranks;
+  size_t block;
+  double scale;
+};
+
+DataSpec make_spec(const Options& o, int ranks, size_t block) {
+  double limit = o.dtype == DType::kFloat16 ? 65504.0 : 3.0e38;
+  return DataSpec{o.dtype, o.rop, ranks, block, bench_float_scale(ranks, limit)};
+}
+
+// Rank r's input element i, as stored in the buffer (float types: the value after rounding to
+// the type, which is exact for these values).
+double input_value(const DataSpec& d, size_t i, int r) {
+  double v = bench_float_value(i, r, d.block, d.scale);
+  switch (d.dtype) {
+    case DType::kFloat32: return static_cast<float>(v);
+    case DType::kFloat16: return f16_to_f32(f32_to_f16(static_cast<float>(v)));
+    case DType::kBFloat16: return bf16_to_f32(f32_to_bf16(static_cast<float>(v)));
+    case DType::kInt32: break;
+  }
+  return 0;
+}
+
+void fill_input(const DataSpec& d, int rank, void* buf, size_t count) {
+  switch (d.dtype) {
+    case DType::kFloat32: {
+      auto* p = static_cast<float*>(buf);
+      for (size_t i = 0; i < count; ++i)
+        p[i] = static_cast<float>(bench_float_value(i, rank, d.block, d.scale));
+      break;
+    }
+    case DType::kFloat16: {
+      auto* p = static_cast<uint16_t*>(buf);
+      for (size_t i = 0; i < count; ++i)
+        p[i] = f32_to_f16(static_cast<float>(bench_float_value(i, rank, d.block, d.scale)));
+      break;
+    }
+    case DType::kBFloat16: {
+      auto* p = static_cast<uint16_t*>(buf);
+      for (size_t i = 0; i < count; ++i)
+        p[i] = f32_to_bf16(static_cast<float>(bench_float_value(i, rank, d.block, d.scale)));
+      break;
+    }
+    case DType::kInt32: {
+      auto* p = static_cast<int32_t*>(buf);
+      for (size_t i = 0; i < count; ++i) p[i] = bench_int_value(i, rank);
+      break;
+    }
+  }
+}
+
+double output_value(DType t, const void* buf, size_t i) {
+  switch (t) {
+    case DType::kFloat32: return static_cast<const float*>(buf)[i];
+    case DType::kFloat16: return f16_to_f32(static_cast<const uint16_t*>(buf)[i]);
+    case DType::kBFloat16: return bf16_to_f32(static_cast<const uint16_t*>(buf)[i]);
+    case DType::kInt32: return static_cast<const int32_t*>(buf)[i];
+  }
+  return 0;
+}
+
+// Counts the elements of `out` outside the documented bound; describes the first few on stderr.
+int64_t check_output(const DataSpec& d, int rank, const void* out, size_t count, size_t bytes) {
+  int64_t wrong = 0;
+  constexpr int kShow = 5;
+  auto show = [&](size_t i, double got, double ref, double tol) {
+    if (wrong <= kShow)
+      std::fprintf(stderr,
+                   "# rank %d, %zu B: element %zu: got %.9g, expected %.9g (tolerance %.3g)\n",
+                   rank, bytes, i, got, ref, tol);
+  };
+  if (d.dtype == DType::kInt32) {
+    const auto* p = static_cast<const int32_t*>(out);
+    for (size_t i = 0; i < count; ++i) {
+      uint32_t sum = 0;
+      int32_t mn = INT32_MAX;
+      int32_t mx = INT32_MIN;
+      for (int r = 0; r < d.ranks; ++r) {
+        int32_t v = bench_int_value(i, r);
+        sum += static_cast<uint32_t>(v);
+        mn = std::min(mn, v);
+        mx = std::max(mx, v);
+      }
+      int32_t ref = d.op == ReduceOp::kSum   ? static_cast<int32_t>(sum)
+                    : d.op == ReduceOp::kMin ? mn
+                                             : mx;
+      if (p[i] != ref) {
+        wrong++;
+        show(i, p[i], ref, 0);
+      }
+    }
+    return wrong;
+  }
+  if (d.op != ReduceOp::kSum) {
+    for (size_t i = 0; i < count; ++i) {
+      double ref = input_value(d, i, 0);
+      for (int r = 1; r < d.ranks; ++r) {
+        double v = input_value(d, i, r);
+        ref = d.op == ReduceOp::kMin ? std::min(ref, v) : std::max(ref, v);
+      }
+      double got = output_value(d.dtype, out, i);
+      if (!(got == ref)) {
+        wrong++;
+        show(i, got, ref, 0);
+      }
+    }
+    return wrong;
+  }
+  // Float SUM: per block, the exact sums and the largest |x| over ranks, then the bound.
+  size_t block = std::max<size_t>(d.block, 1);
+  std::vector<double> sums(block);
+  for (size_t b0 = 0; b0 < count; b0 += block) {
+    size_t n = std::min(block, count - b0);
+    double m = 0;
+    for (size_t j = 0; j < n; ++j) {
+      double s = 0;
+      for (int r = 0; r < d.ranks; ++r) {
+        double v = input_value(d, b0 + j, r);
+        s += v;  // exact: few significant bits
+        m = std::max(m, std::fabs(v));
+      }
+      sums[j] = s;
+    }
+    double qb = ina::quant::sum_quantization_bound(m, static_cast<uint32_t>(d.ranks));
+    for (size_t j = 0; j < n; ++j) {
+      double ref = sums[j];
+      double tol = qb + ulp_out(d.dtype, std::fabs(ref) + qb);
+      double got = output_value(d.dtype, out, b0 + j);
+      if (!(std::fabs(got - ref) <= tol)) {
+        wrong++;
+        show(b0 + j, got, ref, tol);
+      }
+    }
+  }
+  return wrong;
+}
+
+// ---- the sweep (one rank) ----
+
+struct SizeOutcome {
+  double time_us = 0;
+  int64_t wrong = 0;
+  bool ok = true;
+  std::string msg;
+};
+
+using Reporter = std::function<bool(int k, const SizeOutcome&)>;  // false: stop
+
+// Runs the sweep on one rank; returns true when every collective succeeded and nothing was wrong.
+// Failures are printed to stderr when `print_failures` (otherwise the reporter passes them on).
+bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size_t>& sizes,
+               bool print_failures, const Reporter& report) {
+  const size_t esize = ina::dtype_size(o.dtype);
+  const size_t max_bytes = sizes.empty() ? 0 : sizes.back();
+  // Cache-line aligned buffers, as a framework's tensors would be.
+  struct alignas(64) Line {
+    unsigned char b[64];
+  };
+  std::vector<Line> send_store(max_bytes / sizeof(Line) + 1);
+  std::vector<Line> recv_store(max_bytes / sizeof(Line) + 1);
+  void* send = send_store.data();
+  void* recv = recv_store.data();
+  DataSpec spec = make_spec(o, comm.size(), o.block_elems);
+  bool all_ok = true;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    size_t bytes = sizes[k];
+    size_t count = bytes / esize;
+    int iters = 0;
+    int warmup = 0;
+    bench_iters_for(bytes, o.iters, o.warmup, o.cap_b, &iters, &warmup);
+    fill_input(spec, comm.rank(), send, count);
+    std::memset(recv, 0xff, bytes);  // NaN / -1: a block never written shows up as wrong
+    SizeOutcome res;
+    for (int i = 0; i < warmup && res.ok; ++i) {
+      ina::Status st = comm.allreduce(send, recv, count, o.dtype, o.rop);
+      if (!st.ok()) {
+        res.ok = false;
+        res.msg = "warmup allreduce of " + std::to_string(bytes) + " B: " + st.to_string();
+      }
+    }
+    double t0 = bench_now_us();
+    int done = 0;
+    for (int i = 0; i < iters && res.ok; ++i) {
+      ina::Status st = comm.allreduce(send, recv, count, o.dtype, o.rop);
+      if (!st.ok()) {
+        res.ok = false;
+        res.msg = "allreduce of " + std::to_string(bytes) + " B (iteration " + std::to_string(i) +
+                  "): " + st.to_string();
+      } else {
+        done++;
+      }
+    }
+    double t1 = bench_now_us();
+    res.time_us = done > 0 ? (t1 - t0) / done : 0;
+    if (!res.ok) {
+      res.wrong = 0;
+    } else if (o.check) {
+      res.wrong = check_output(spec, comm.rank(), recv, count, bytes);
+    } else {
+      res.wrong = -1;
+    }
+    if (!res.ok && print_failures)
+      std::fprintf(stderr, "# rank %d: %s\n", comm.rank(), res.msg.c_str());
+    if (!res.ok || res.wrong > 0) all_ok = false;
+    if (!report(static_cast<int>(k), res) || !res.ok) break;
+  }
+  return all_ok;
+}
+
+std::array<uint64_t, 8> stats_array(const ina::CommStats& s) {
+  return {s.collectives,       s.packets_sent, s.packets_received, s.retransmits,
+          s.duplicate_results, s.malformed,    s.nonfinite_blocks, s.error_reports};
+}
+
+void print_row(const Options& o, int ranks, size_t bytes, double time_us, int64_t wrong,
+               bool complete, double* busbw_sum, int* rows) {
+  size_t count = bytes / ina::dtype_size(o.dtype);
+  double algbw = 0;
+  double busbw = 0;
+  bench_bandwidth(bytes, time_us, ranks, &algbw, &busbw);
+  bench_print_row(stdout, bytes, count, type_name(o.dtype), reduce_op_name(o.rop), time_us, algbw,
+                  busbw, static_cast<long long>(wrong));
+  if (!complete) {
+    std::printf("# (size %zu: not every rank completed it)\n", bytes);
+  } else {
+    *busbw_sum += busbw;
+    (*rows)++;
+  }
+  if (!o.csv.empty() && bench_csv_append(o.csv.c_str(), "ina", ranks, bytes, count,
+                                         type_name(o.dtype), reduce_op_name(o.rop), time_us, algbw,
+                                         busbw, static_cast<long long>(wrong)) != 0) {
+    std::fprintf(stderr, "ina-bench: cannot append to %s: %s\n", o.csv.c_str(),
+                 std::strerror(errno));
+  }
+}
+
+std::string cap_text(size_t cap) {
+  if (cap == 0) return "";
+  char buf[64];
+  bench_format_size(cap, buf, sizeof buf);
+  return std::string(", iterations capped at ") + buf + " per size";
+}
+
+void print_config_line(const Options& o, int ranks, const std::string& where) {
+  std::printf(
+      "# ranks %d, dtype %s, op %s, block %u elems, window %u slots, iters %d, warmup %d, "
+      "check %d%s\n# aggregator: %s\n",
+      ranks, type_name(o.dtype), reduce_op_name(o.rop), o.block_elems, o.window, o.iters, o.warmup,
+      o.check, cap_text(o.cap_b).c_str(), where.c_str());
+  if (o.drop_percent > 0 || o.agg_drop_percent > 0)
+    std::printf(
+        "# fault injection: workers drop %.3g%% of sent and received datagrams, "
+        "aggregator drops %.3g%% of received datagrams\n",
+        o.drop_percent, o.agg_drop_percent);
+}
+
+// ---- local mode ----
+
+int child_main(const Options& o, const ina::Config& env_cfg, const std::vector<size_t>& sizes,
+               uint16_t port, int rank, int fd) {
+  ina::Config cfg = env_cfg;
+  cfg.rank = rank;
+  cfg.world_size = o.workers;
+  cfg.aggregator_host = "127.0.0.1";
+  cfg.aggregator_port = port;
+  cfg.job = kJob;
+  cfg.job_key = kJobKey;
+  auto comm = ina::Communicator::create(cfg);
+  if (!comm.ok()) {
+    std::string msg = "joining the job: " + comm.status().to_string();
+    bench::report_failure(fd, rank, msg);
+    return 1;
+  }
+  std::unique_ptr<ina::Communicator> c = std::move(comm).value();
+  bool ok = run_sweep(*c, o, sizes, false, [&](int k, const SizeOutcome& r) {
+    bench::report_size(fd, rank, k, r.time_us, r.wrong, r.ok, r.msg);
+    return true;
+  });
+  bench::report_stats(fd, rank, stats_array(c->stats()));
+  c.reset();
+  return ok ? 0 : 1;
+}
+
+int run_local(const Options& o, const std::vector<size_t>& sizes) {
+  // Flags and the environment were merged into o.env by main().
+  ina::Config env_cfg = o.env;
+
+  ina::agg::UdpOptions uo;
+  uo.bind_host = "127.0.0.1";
+  uo.port = 0;
+  uo.drop_percent = o.agg_drop_percent;
+  ina::agg::JobConfig job;
+  job.job = kJob;
+  job.key = kJobKey;
+  job.slots.world_size = static_cast<uint32_t>(o.workers);
+  job.slots.num_slots = std::max<uint32_t>(o.window, 1);
+  job.slots.max_elems = static_cast<uint16_t>(o.block_elems);
+  auto agg = ina::agg::UdpAggregator::create(uo, {job});
+  if (!agg.ok()) {
+    std::fprintf(stderr, "ina-bench: starting the embedded aggregator: %s\n",
+                 agg.status().to_string().c_str());
+    return 1;
+  }
+  std::unique_ptr<ina::agg::UdpAggregator> aggregator = std::move(agg).value();
+  const uint16_t port = aggregator->port();
+
+  bench_print_preamble(stdout, "ina-bench: in-network AllReduce through a software aggregator");
+  std::string where = "127.0.0.1:" + std::to_string(port) + " (embedded, kernel UDP, GRO " +
+                      (aggregator->gro_enabled() ? "on" : "off") + ", GSO " +
+                      (aggregator->gso_enabled() ? "on" : "off") + ")";
+  print_config_line(o, o.workers, where);
+  bench_print_table_header(stdout);
+
+  // Fork every rank before the aggregator thread exists. Children never touch `aggregator`
+  // and leave through _exit, so its destructor runs only here.
+  std::vector<pid_t> pids;
+  int read_fd = -1;
+  bool spawned = bench::spawn_ranks(
+      o.workers, [&](int rank, int fd) { return child_main(o, env_cfg, sizes, port, rank, fd); },
+      &pids, &read_fd);
+  if (!spawned) return 1;
+
+  std::atomic<bool> stop{false};
+  ina::Status agg_status;
+  std::thread server([&] { agg_status = aggregator->run(stop); });
+
+  double busbw_sum = 0;
+  int rows = 0;
+  int64_t wrong_total = 0;
+  bool all_ok = true;
+  bench::Collected col;
+  bench::collect(
+      read_fd, o.workers, static_cast<int>(sizes.size()),
+      [&](int k, const bench::SizeRow& row) {
+        bool complete = row.reports == o.workers && row.ok;
+        if (!row.ok) {  // a rank's collective failed: no numbers for this size
+          std::printf("%12zu  FAILED (see below)\n", sizes[static_cast<size_t>(k)]);
+          all_ok = false;
+          return;
+        }
+        print_row(o, o.workers, sizes[static_cast<size_t>(k)], row.time_us, row.wrong, complete,
+                  &busbw_sum, &rows);
+        if (row.wrong > 0) wrong_total += row.wrong;
+        if (!complete || row.wrong > 0) all_ok = false;
+      },
+      &col);
+  std::vector<std::string> failures = col.failures;
+  if (!bench::wait_ranks(pids, &failures)) all_ok = false;
+  stop.store(true);
+  server.join();
+
+  for (size_t k = 0; k < sizes.size(); ++k)
+    if (!col.rows[k].printed) all_ok = false;  // a size no rank reached
+  if (col.protocol_error) {
+    failures.push_back("a rank sent a truncated report");
+    all_ok = false;
+  }
+  bench_print_footer(stdout, busbw_sum, rows, static_cast<long long>(wrong_total), o.check);
+
+  const auto& c = aggregator->engine().counters();
+  uint64_t agg_retx = 0;
+  uint64_t agg_dups = 0;
+  for (const auto& rc : aggregator->engine().rank_counters(kJob)) {
+    agg_retx += rc.retransmits;
+    agg_dups += rc.duplicates;
+  }
+  std::printf(
+      "# aggregator: packets in %llu (%.1f MB), replies out %llu, completed slots %llu, "
+      "retransmits %llu, duplicates %llu (resent results %llu), stale %llu, "
+      "not ready %llu, malformed %llu, mismatched %llu, dropped by hook %llu\n",
+      static_cast<unsigned long long>(c.packets_in), static_cast<double>(c.bytes_in) / 1e6,
+      static_cast<unsigned long long>(c.replies_out), static_cast<unsigned long long>(c.completed),
+      static_cast<unsigned long long>(agg_retx),
+      static_cast<unsigned long long>(std::max(c.duplicates, agg_dups)),
+      static_cast<unsigned long long>(c.resent_results), static_cast<unsigned long long>(c.stale),
+      static_cast<unsigned long long>(c.not_ready), static_cast<unsigned long long>(c.malformed),
+      static_cast<unsigned long long>(c.mismatched),
+      static_cast<unsigned long long>(aggregator->dropped_by_hook()));
+  std::array<uint64_t, 8> w{};
+  for (size_t r = 0; r < col.stats.size(); ++r)
+    if (col.have_stats[r])
+      for (size_t j = 0; j < w.size(); ++j) w[j] += col.stats[r][j];
+  std::printf(
+      "# workers: collectives %llu, packets sent %llu, received %llu, retransmits %llu, "
+      "duplicate results %llu, malformed %llu, nonfinite blocks %llu, error reports %llu\n",
+      static_cast<unsigned long long>(w[0]), static_cast<unsigned long long>(w[1]),
+      static_cast<unsigned long long>(w[2]), static_cast<unsigned long long>(w[3]),
+      static_cast<unsigned long long>(w[4]), static_cast<unsigned long long>(w[5]),
+      static_cast<unsigned long long>(w[6]), static_cast<unsigned long long>(w[7]));
+  if (o.verbose) {
+    std::string text = aggregator->format_counters();
+    size_t pos = 0;
+    while (pos < text.size()) {
+      size_t nl = text.find('\n', pos);
+      if (nl == std::string::npos) nl = text.size();
+      std::printf("# %s\n", text.substr(pos, nl - pos).c_str());
+      pos = nl + 1;
+    }
+  }
+  if (!agg_status.ok()) {
+    std::printf("# aggregator stopped with %s\n", agg_status.to_string().c_str());
+    all_ok = false;
+  }
+  for (const auto& f : failures) std::printf("# FAILED %s\n", f.c_str());
+  std::fflush(stdout);
+  return all_ok ? 0 : 1;
+}
+
+// ---- external mode ----
+
+bool parse_host_port(const std::string& s, std::string* host, uint16_t* port) {
+  size_t colon = s.rfind(':');
+  std::string h = colon == std::string::npos ? s : s.substr(0, colon);
+  unsigned long p = 47474;
+  if (colon != std::string::npos) {
+    std::string ps = s.substr(colon + 1);
+    char* end = nullptr;
+    p = std::strtoul(ps.c_str(), &end, 10);
+    if (ps.empty() || *end != '\0' || p == 0 || p > 65535) return false;
+  }
+  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
+  if (h.empty()) return false;
+  *host = h;
+  *port = static_cast<uint16_t>(p);
+  return true;
+}
+
+int run_external(const Options& o, const std::vector<size_t>& sizes) {
+  ina::Config cfg = o.env;
+  if (!o.aggregator.empty() &&
+      !parse_host_port(o.aggregator, &cfg.aggregator_host, &cfg.aggregator_port)) {
+    std::fprintf(stderr, "ina-bench: --aggregator: expected host:port, got '%s'\n",
+                 o.aggregator.c_str());
+    return 1;
+  }
+  if (o.rank >= 0) cfg.rank = o.rank;
+  if (o.workers_given) cfg.world_size = o.workers;
+  if (cfg.rank < 0 || cfg.world_size <= 0 || cfg.rank >= cfg.world_size) {
+    std::fprintf(stderr,
+                 "ina-bench: external mode needs a rank and a world size (INA_RANK and "
+                 "INA_WORLD_SIZE, or --rank and --workers); got rank %d, world %d\n",
+                 cfg.rank, cfg.world_size);
+    return 1;
+  }
+  auto comm = ina::Communicator::create(cfg);
+  if (!comm.ok()) {
+    std::fprintf(stderr, "ina-bench: rank %d: joining the job: %s\n", cfg.rank,
+                 comm.status().to_string().c_str());
+    return 1;
+  }
+  std::unique_ptr<ina::Communicator> c = std::move(comm).value();
+  const int rank = c->rank();
+  const int ranks = c->size();
+  if (rank == 0) {
+    bench_print_preamble(stdout, "ina-bench: in-network AllReduce through a software aggregator");
+    print_config_line(o, ranks,
+                      cfg.aggregator_host + ":" + std::to_string(cfg.aggregator_port) +
+                          " (external), job " + std::to_string(cfg.job));
+    bench_print_table_header(stdout);
+  }
+  double busbw_sum = 0;
+  int rows = 0;
+  int64_t wrong_total = 0;
+  bool all_ok = true;
+  bool ok = run_sweep(*c, o, sizes, true, [&](int k, const SizeOutcome& r) {
+    if (!r.ok) {
+      all_ok = false;
+      if (rank == 0) std::printf("# FAILED rank 0: %s\n", r.msg.c_str());
+      return false;
+    }
+    // Max time and total #wrong over the ranks, through the aggregator (MAX of floats and
+    // SUM of int32 are exact).
+    float t = static_cast<float>(r.time_us);
+    int32_t w = static_cast<int32_t>(std::min<int64_t>(r.wrong, INT32_MAX / ranks));
+    ina::Status st = c->allreduce(&t, &t, 1, DType::kFloat32, ReduceOp::kMax);
+    if (st.ok()) st = c->allreduce(&w, &w, 1, DType::kInt32, ReduceOp::kSum);
+    if (!st.ok()) {
+      std::fprintf(stderr, "# rank %d: reducing the results: %s\n", rank, st.to_string().c_str());
+      all_ok = false;
+      return false;
+    }
+    if (w != 0) all_ok = false;
+    if (rank == 0) {
+      print_row(o, ranks, sizes[static_cast<size_t>(k)], t, w, true, &busbw_sum, &rows);
+      if (w > 0) wrong_total += w;
+    }
+    return true;
+  });
+  if (rank == 0) {
+    bench_print_footer(stdout, busbw_sum, rows, static_cast<long long>(wrong_total), o.check);
+    auto s = stats_array(c->stats());
+    std::printf(
+        "# rank 0: collectives %llu, packets sent %llu, received %llu, retransmits %llu, "
+        "duplicate results %llu\n",
+        static_cast<unsigned long long>(s[0]), static_cast<unsigned long long>(s[1]),
+        static_cast<unsigned long long>(s[2]), static_cast<unsigned long long>(s[3]),
+        static_cast<unsigned long long>(s[4]));
+    std::fflush(stdout);
+  }
+  c.reset();
+  return ok && all_ok ? 0 : 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  CLI::App app{"ina-bench: AllReduce through an INA aggregator (nccl-tests style table)"};
+  app.add_option("-b,--minbytes", o.minbytes, "smallest size (K/M/G suffixes)")
+      ->capture_default_str();
+  app.add_option("-e,--maxbytes", o.maxbytes, "largest size (K/M/G suffixes)")
+      ->capture_default_str();
+  app.add_option("-f,--stepfactor", o.stepfactor, "size multiplier between rows")
+      ->capture_default_str();
+  app.add_option("-n,--iters", o.iters, "timed iterations per size")->capture_default_str();
+  app.add_option("-w,--warmup_iters", o.warmup, "untimed iterations per size")
+      ->capture_default_str();
+  app.add_option("-d,--datatype", o.datatype, "float32|float16|bfloat16|int32 (or float|half|int)")
+      ->capture_default_str();
+  app.add_option("-o,--op", o.op, "sum|min|max")->capture_default_str();
+  app.add_option("-c,--check", o.check, "1: verify every element of the last output")
+      ->capture_default_str();
+  auto* workers_opt = app.add_option("--workers", o.workers, "ranks (local mode: forked processes)")
+                          ->capture_default_str();
+  auto* block_opt = app.add_option("--block-elems", o.block_elems, "elements per packet (1..16384)")
+                        ->capture_default_str();
+  auto* window_opt = app.add_option("--window", o.window, "slots in flight")->capture_default_str();
+  auto* timeout_opt = app.add_option("--timeout-ms", o.timeout_ms, "deadline of one collective")
+                          ->capture_default_str();
+  app.add_option("--csv", o.csv, "append rows to this CSV file");
+  auto* drop_opt =
+      app.add_option("--drop-percent", o.drop_percent,
+                     "workers drop this percent of sent and of received datagrams (fault hook)")
+          ->capture_default_str();
+  app.add_option("--agg-drop-percent", o.agg_drop_percent,
+                 "local mode: the aggregator drops this percent of received datagrams")
+      ->capture_default_str();
+  app.add_option("--max-bytes-per-size", o.max_bytes_per_size,
+                 "cap iterations so that iters x size <= this (K/M/G; 0: no cap)")
+      ->capture_default_str();
+  app.add_option("--aggregator", o.aggregator,
+                 "external mode: host:port of a running ina-aggregator (or INA_AGGREGATOR)");
+  app.add_option("--rank", o.rank, "external mode: this rank (default INA_RANK)");
+  app.add_flag("-v,--verbose", o.verbose, "print the aggregator's full counter table");
+  CLI11_PARSE(app, argc, argv);
+  o.workers_given = workers_opt->count() > 0;
+
+  // Defaults < environment (INA_BLOCK_ELEMS, INA_WINDOW, INA_TIMEOUT_MS, INA_RETRANSMIT_US,
+  // INA_TEST_*) < flags.
+  auto env = ina::Config::from_env();
+  if (!env.ok()) {
+    std::fprintf(stderr, "ina-bench: %s\n", env.status().to_string().c_str());
+    return 1;
+  }
+  o.env = env.value();
+  if (block_opt->count() > 0)
+    o.env.block_elems = o.block_elems;
+  else
+    o.block_elems = o.env.block_elems;
+  if (window_opt->count() > 0)
+    o.env.window = o.window;
+  else
+    o.window = o.env.window;
+  if (timeout_opt->count() > 0)
+    o.env.timeout = std::chrono::milliseconds(o.timeout_ms);
+  else
+    o.timeout_ms = static_cast<uint32_t>(o.env.timeout.count());
+  if (drop_opt->count() > 0) {
+    o.env.fault.drop_send_percent = o.drop_percent;
+    o.env.fault.drop_recv_percent = o.drop_percent;
+  } else {
+    o.drop_percent = o.env.fault.drop_send_percent;
+  }
+
+  if (bench_parse_size(o.minbytes.c_str(), &o.min_b) != 0 ||
+      bench_parse_size(o.maxbytes.c_str(), &o.max_b) != 0 ||
+      bench_parse_size(o.max_bytes_per_size.c_str(), &o.cap_b) != 0) {
+    std::fprintf(stderr, "ina-bench: bad size in -b/-e/--max-bytes-per-size\n");
+    return 1;
+  }
+  auto dt = parse_type(o.datatype);
+  auto op = parse_reduce_op(o.op);
+  if (!dt || !op) {
+    std::fprintf(stderr, "ina-bench: unknown %s '%s'\n", !dt ? "datatype" : "op",
+                 !dt ? o.datatype.c_str() : o.op.c_str());
+    return 1;
+  }
+  o.dtype = *dt;
+  o.rop = *op;
+  if (o.iters < 1 || o.warmup < 0 || o.workers < 1 || o.block_elems < 1 || o.block_elems > 16384 ||
+      o.window < 1 || o.stepfactor <= 1.0 || o.drop_percent < 0 || o.drop_percent >= 100 ||
+      o.agg_drop_percent < 0 || o.agg_drop_percent >= 100) {
+    std::fprintf(stderr,
+                 "ina-bench: need iters >= 1, warmup >= 0, workers >= 1, 1 <= block-elems <= "
+                 "16384, window >= 1, stepfactor > 1, drop percents in [0, 100)\n");
+    return 1;
+  }
+  std::vector<size_t> sizes(BENCH_MAX_SIZES);
+  int n = bench_sizes(o.min_b, o.max_b, o.stepfactor, ina::dtype_size(o.dtype), sizes.data());
+  if (n <= 0) {
+    std::fprintf(stderr, "ina-bench: no sizes between -b %s and -e %s\n", o.minbytes.c_str(),
+                 o.maxbytes.c_str());
+    return 1;
+  }
+  sizes.resize(static_cast<size_t>(n));
+
+  const char* env_agg = std::getenv("INA_AGGREGATOR");
+  bool external = !o.aggregator.empty() || (env_agg != nullptr && *env_agg != '\0');
+  return external ? run_external(o, sizes) : run_local(o, sizes);
+}
