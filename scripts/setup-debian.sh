@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs what INA needs on Debian 12 (apt). Idempotent: does nothing when all is installed.
+#   scripts/setup-debian.sh            build + test dependencies, Open MPI and Gloo (peers)
+set -euo pipefail
+
+packages=(
+  meson ninja-build g++ pkg-config        # build
+  libgtest-dev libgmock-dev                # tests
+  libcli11-dev                             # argument parsing
+  libibverbs-dev                           # rdma feature (compiles here; no RDMA at run time)
+  openmpi-bin libopenmpi-dev libgloo-dev   # peers for side-by-side benchmarks
+  iproute2 nftables                        # network namespaces and loss injection
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup-debian: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+echo "setup-debian: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

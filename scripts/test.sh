@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Sets everything up and runs every test suite: installs the Debian packages, builds in
+# build-test/ with warnings as errors, runs `meson test` (suites unit and integration; the
+# suites that need hardware report SKIP with their reason).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup-debian.sh
+if [ -f build-test/build.ninja ]; then
+  meson setup --reconfigure build-test -Dwerror=true
+else
+  meson setup build-test -Dwerror=true
+fi
+meson compile -C build-test
+meson test -C build-test --print-errorlogs --num-processes "$(nproc)" "$@"

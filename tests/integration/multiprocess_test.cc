@@ -1,0 +1,518 @@
+// Multi-process integration on loopback: a real `ina-aggregator` process and N forked worker
+// processes, each with its own libina communicator, running AllReduce over kernel UDP.
+//
+// Every result is checked twice:
+//   * bitwise against a model of the protocol built from the quantizer reference (per block: the
+//     MAX of the ranks' exponents, encode, wrap-around int32 sum, decode): the in-network result
+//     must equal it exactly, whatever the loss, duplication or reordering on the way;
+//   * against the double-precision sum within the documented bound (quantize.h), so the model
+//     itself is held to the specification.
+// Loss and duplication are injected by the test hooks of both the workers and the aggregator.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ina/ina.hpp"
+#include "ina/protocol/half.h"
+#include "ina/protocol/quantize.h"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kBlock = 256;
+
+// ---- the aggregator process ----
+
+struct AggregatorProcess {
+  pid_t pid = -1;
+  uint16_t port = 0;
+  std::string port_file;
+
+  ~AggregatorProcess() { stop(); }
+
+  // Returns "" on success, else why not.
+  std::string start(int world, double drop_percent = 0, double dup_percent = 0) {
+    const char* bin = std::getenv("INA_AGGREGATOR_BIN");
+    if (bin == nullptr) return "INA_AGGREGATOR_BIN is not set (run through meson test)";
+    char tmpl[] = "/tmp/ina-agg-port-XXXXXX";
+    int fd = mkstemp(tmpl);
+    if (fd < 0) return "mkstemp failed";
+    close(fd);
+    unlink(tmpl);
+    port_file = tmpl;
+    std::vector<std::string> args = {bin,           "--world-size",        std::to_string(world),
+                                     "--bind",      "127.0.0.1",           "--port",
+                                     "0",           "--port-file",         port_file,
+                                     "--stats-interval-ms", "0",           "--seed",
+                                     "7",           "--drop-percent",      std::to_string(drop_percent),
+                                     "--dup-percent", std::to_string(dup_percent)};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid, bin, nullptr, nullptr, argv.data(), environ) != 0) {
+      pid = -1;
+      return std::string("cannot spawn ") + bin;
+    }
+    auto deadline = Clock::now() + 10s;
+    while (Clock::now() < deadline) {
+      std::ifstream in(port_file);
+      unsigned p = 0;
+      if (in >> p && p > 0 && p < 65536) {
+        port = static_cast<uint16_t>(p);
+        return "";
+      }
+      int status;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return "ina-aggregator exited during start-up";
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return "ina-aggregator did not write its port within 10 s";
+  }
+
+  // SIGTERM, then expects a clean exit within 5 s. Returns the exit status (or -1).
+  int stop() {
+    if (pid <= 0) return -1;
+    kill(pid, SIGTERM);
+    int status = 0;
+    auto deadline = Clock::now() + 5s;
+    while (Clock::now() < deadline) {
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        unlink(port_file.c_str());
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    pid = -1;
+    unlink(port_file.c_str());
+    return -1;
+  }
+};
+
+// ---- deterministic data and the reference model ----
+
+struct Case {
+  ina::DType dtype;
+  ina::ReduceOp op;
+  size_t count;
+};
+
+uint64_t case_seed(int rank, int case_index) {
+  return 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(rank + 1) + 1000003ULL * case_index;
+}
+
+// Fills `n` elements of rank's input. Floats span several decades per block and both signs.
+void fill_input(std::vector<uint8_t>& buf, const Case& c, int rank, int case_index) {
+  buf.resize(c.count * ina::dtype_size(c.dtype));
+  std::mt19937_64 rng(case_seed(rank, case_index));
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> decade(-4, 4);
+  for (size_t i = 0; i < c.count; ++i) {
+    double v = unit(rng) * std::pow(10.0, decade(rng));
+    switch (c.dtype) {
+      case ina::DType::kInt32: {
+        int32_t x = static_cast<int32_t>(rng());  // full range: SUM wraps
+        std::memcpy(&buf[i * 4], &x, 4);
+        break;
+      }
+      case ina::DType::kFloat32: {
+        float x = static_cast<float>(v);
+        std::memcpy(&buf[i * 4], &x, 4);
+        break;
+      }
+      case ina::DType::kFloat16: {
+        uint16_t x = ina::float_to_half(static_cast<float>(v / 100.0));
+        std::memcpy(&buf[i * 2], &x, 2);
+        break;
+      }
+      case ina::DType::kBFloat16: {
+        uint16_t x = ina::float_to_bf16(static_cast<float>(v));
+        std::memcpy(&buf[i * 2], &x, 2);
+        break;
+      }
+    }
+  }
+}
+
+double element_as_double(const uint8_t* p, ina::DType t) {
+  switch (t) {
+    case ina::DType::kInt32: {
+      int32_t x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case ina::DType::kFloat32: {
+      float x;
+      std::memcpy(&x, p, 4);
+      return x;
+    }
+    case ina::DType::kFloat16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      return ina::half_to_float(x);
+    }
+    case ina::DType::kBFloat16: {
+      uint16_t x;
+      std::memcpy(&x, p, 2);
+      return ina::bf16_to_float(x);
+    }
+  }
+  return 0;
+}
+
+// Spacing of the output type at |v| (for the final rounding in the bound).
+double ulp_of(ina::DType t, double v) {
+  int mant = t == ina::DType::kFloat32 ? 24 : t == ina::DType::kFloat16 ? 11 : 8;
+  int min_exp = t == ina::DType::kFloat32 ? -126 : t == ina::DType::kFloat16 ? -14 : -126;
+  int e = v == 0 ? min_exp : std::max(static_cast<int>(std::floor(std::log2(std::fabs(v)))), min_exp);
+  return std::ldexp(1.0, e - (mant - 1));
+}
+
+// The protocol's result, computed from every rank's input with the quantizer reference.
+std::vector<uint8_t> model_result(const std::vector<std::vector<uint8_t>>& inputs, const Case& c,
+                                  uint32_t world) {
+  const size_t es = ina::dtype_size(c.dtype);
+  std::vector<uint8_t> out(c.count * es);
+  std::vector<int32_t> q(kBlock), acc(kBlock);
+  for (size_t base = 0; base < c.count; base += kBlock) {
+    const size_t n = std::min<size_t>(kBlock, c.count - base);
+    int16_t exp = ina::kNoExponent;
+    bool nonfinite = false;
+    if (ina::quant::needs_exponent(c.dtype, c.op)) {
+      for (const auto& in : inputs) {
+        auto s = ina::quant::scan_block(in.data() + base * es, n, c.dtype, c.op);
+        exp = ina::quant::max_exponent(exp, s.exp);
+        nonfinite = nonfinite || s.nonfinite;
+      }
+    }
+    for (size_t r = 0; r < inputs.size(); ++r) {
+      ina::quant::encode(inputs[r].data() + base * es, n, c.dtype, c.op, exp, world, q.data());
+      for (size_t i = 0; i < n; ++i) {
+        if (r == 0) {
+          acc[i] = q[i];
+        } else if (c.op == ina::ReduceOp::kSum) {
+          acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(q[i]));
+        } else if (c.op == ina::ReduceOp::kMin) {
+          acc[i] = std::min(acc[i], q[i]);
+        } else {
+          acc[i] = std::max(acc[i], q[i]);
+        }
+      }
+    }
+    if (nonfinite) {
+      ina::quant::fill_nan(out.data() + base * es, n, c.dtype);
+    } else {
+      ina::quant::decode(acc.data(), n, c.dtype, c.op, exp, world, out.data() + base * es);
+    }
+  }
+  return out;
+}
+
+// Checks `got` bitwise against the model and within the documented bound of the double reference.
+// Returns a description of the first failure, or "".
+std::string check_result(const std::vector<uint8_t>& got,
+                         const std::vector<std::vector<uint8_t>>& inputs, const Case& c,
+                         uint32_t world) {
+  const size_t es = ina::dtype_size(c.dtype);
+  std::vector<uint8_t> want = model_result(inputs, c, world);
+  for (size_t i = 0; i < c.count; ++i) {
+    if (std::memcmp(&got[i * es], &want[i * es], es) != 0) {
+      char msg[256];
+      std::snprintf(msg, sizeof msg, "element %zu: got %.9g, protocol model says %.9g", i,
+                    element_as_double(&got[i * es], c.dtype),
+                    element_as_double(&want[i * es], c.dtype));
+      return msg;
+    }
+  }
+  if (c.dtype == ina::DType::kInt32) return "";  // bitwise equal to the exact wrapped sum/min/max
+  for (size_t base = 0; base < c.count; base += kBlock) {
+    const size_t n = std::min<size_t>(kBlock, c.count - base);
+    double block_max = 0;
+    for (const auto& in : inputs)
+      for (size_t i = base; i < base + n; ++i)
+        block_max = std::max(block_max, std::fabs(element_as_double(&in[i * es], c.dtype)));
+    for (size_t i = base; i < base + n; ++i) {
+      double ref = element_as_double(&inputs[0][i * es], c.dtype);
+      for (size_t r = 1; r < inputs.size(); ++r) {
+        double x = element_as_double(&inputs[r][i * es], c.dtype);
+        ref = c.op == ina::ReduceOp::kSum ? ref + x
+              : c.op == ina::ReduceOp::kMin ? std::min(ref, x)
+                                            : std::max(ref, x);
+      }
+      double out = element_as_double(&got[i * es], c.dtype);
+      const double qb = ina::quant::sum_quantization_bound(block_max, world);
+      double bound = c.op == ina::ReduceOp::kSum ? qb + ulp_of(c.dtype, std::fabs(ref) + qb) : 0.0;
+      if (!(std::fabs(out - ref) <= bound)) {
+        char msg[256];
+        std::snprintf(msg, sizeof msg, "element %zu: got %.9g, exact %.9g, bound %.3g", i, out, ref,
+                      bound);
+        return msg;
+      }
+    }
+  }
+  return "";
+}
+
+// ---- worker processes ----
+
+struct WorkerPlan {
+  int world = 1;
+  uint16_t port = 0;
+  std::vector<Case> cases;
+  double drop_percent = 0;
+  double dup_percent = 0;
+  std::chrono::milliseconds timeout{20000};
+};
+
+// Runs in a forked child; returns the exit code. Failures go to stderr.
+int worker_main(int rank, const WorkerPlan& plan) {
+  ina::Config cfg;
+  cfg.rank = rank;
+  cfg.world_size = plan.world;
+  cfg.aggregator_host = "127.0.0.1";
+  cfg.aggregator_port = plan.port;
+  cfg.block_elems = kBlock;
+  cfg.timeout = plan.timeout;
+  cfg.retransmit = 1000us;
+  cfg.fault.drop_send_percent = plan.drop_percent;
+  cfg.fault.drop_recv_percent = plan.drop_percent;
+  cfg.fault.dup_send_percent = plan.dup_percent;
+  cfg.fault.seed = 1234 + static_cast<uint64_t>(rank);
+  auto comm = ina::Communicator::create(cfg);
+  if (!comm.ok()) {
+    std::fprintf(stderr, "rank %d: create: %s\n", rank, comm.status().to_string().c_str());
+    return 2;
+  }
+  int failures = 0;
+  for (size_t ci = 0; ci < plan.cases.size(); ++ci) {
+    const Case& c = plan.cases[ci];
+    std::vector<std::vector<uint8_t>> inputs(plan.world);
+    for (int r = 0; r < plan.world; ++r) fill_input(inputs[r], c, r, static_cast<int>(ci));
+    // Alternate in-place and out-of-place calls.
+    std::vector<uint8_t> out = inputs[rank];
+    const bool in_place = ci % 2 == 1;
+    std::vector<uint8_t> send = inputs[rank];
+    ina::Status s = in_place ? (*comm)->allreduce(out.data(), out.data(), c.count, c.dtype, c.op)
+                             : (*comm)->allreduce(send.data(), out.data(), c.count, c.dtype, c.op);
+    if (!s.ok()) {
+      std::fprintf(stderr, "rank %d: allreduce %s %s count %zu: %s\n", rank,
+                   std::string(ina::dtype_name(c.dtype)).c_str(),
+                   std::string(ina::op_name(c.op)).c_str(), c.count, s.to_string().c_str());
+      return 3;
+    }
+    std::string err = check_result(out, inputs, c, static_cast<uint32_t>(plan.world));
+    if (!err.empty()) {
+      std::fprintf(stderr, "rank %d: allreduce %s %s count %zu%s: %s\n", rank,
+                   std::string(ina::dtype_name(c.dtype)).c_str(),
+                   std::string(ina::op_name(c.op)).c_str(), c.count, in_place ? " in place" : "",
+                   err.c_str());
+      ++failures;
+    }
+  }
+  return failures == 0 ? 0 : 1;
+}
+
+// Forks plan.world workers, waits for all within `limit`; returns their exit codes (-1: killed).
+std::vector<int> run_workers(const WorkerPlan& plan, std::chrono::seconds limit) {
+  std::vector<pid_t> pids;
+  std::fflush(nullptr);
+  for (int r = 0; r < plan.world; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) _exit(worker_main(r, plan));
+    pids.push_back(pid);
+  }
+  std::vector<int> codes(plan.world, -1);
+  auto deadline = Clock::now() + limit;
+  size_t left = pids.size();
+  while (left > 0 && Clock::now() < deadline) {
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (pids[r] <= 0) continue;
+      int status;
+      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        pids[r] = -1;
+        --left;
+      }
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  for (pid_t p : pids) {
+    if (p > 0) {
+      kill(p, SIGKILL);
+      waitpid(p, nullptr, 0);
+    }
+  }
+  return codes;
+}
+
+std::vector<Case> standard_cases(bool with_large) {
+  std::vector<Case> cases;
+  const ina::DType dtypes[] = {ina::DType::kFloat32, ina::DType::kFloat16, ina::DType::kBFloat16,
+                               ina::DType::kInt32};
+  const ina::ReduceOp ops[] = {ina::ReduceOp::kSum, ina::ReduceOp::kMin, ina::ReduceOp::kMax};
+  for (size_t count : {size_t{1}, size_t{255}, size_t{256}, size_t{257}})
+    for (auto t : dtypes)
+      for (auto op : ops) cases.push_back({t, op, count});
+  if (with_large) {
+    cases.push_back({ina::DType::kFloat32, ina::ReduceOp::kSum, 1000003});
+    cases.push_back({ina::DType::kInt32, ina::ReduceOp::kSum, 1000003});
+    cases.push_back({ina::DType::kBFloat16, ina::ReduceOp::kMax, 1000003});
+  }
+  return cases;
+}
+
+void run_allreduce_job(int world, double worker_drop, double agg_drop, double dup, bool large) {
+  AggregatorProcess agg;
+  std::string err = agg.start(world, agg_drop, dup);
+  ASSERT_EQ(err, "");
+  WorkerPlan plan;
+  plan.world = world;
+  plan.port = agg.port;
+  plan.cases = standard_cases(large);
+  plan.drop_percent = worker_drop;
+  plan.dup_percent = dup;
+  auto codes = run_workers(plan, 240s);
+  for (int r = 0; r < world; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r << " failed (see stderr)";
+  EXPECT_EQ(agg.stop(), 0) << "ina-aggregator did not shut down cleanly on SIGTERM";
+}
+
+class WorldSize : public ::testing::TestWithParam<int> {};
+
+TEST_P(WorldSize, AllDtypesOpsAndCountsMatchTheModelAndTheBound) {
+  run_allreduce_job(GetParam(), 0, 0, 0, /*large=*/true);
+}
+
+std::string world_name(const ::testing::TestParamInfo<int>& param) {
+  return "N" + std::to_string(param.param);
+}
+
+INSTANTIATE_TEST_SUITE_P(Loopback, WorldSize, ::testing::Values(1, 2, 3, 4, 8), world_name);
+
+TEST(Loss, OnePercentDropStillExact) { run_allreduce_job(4, 0.5, 0.5, 0, /*large=*/true); }
+
+TEST(Loss, FivePercentDropAndDuplicatesStillExact) {
+  run_allreduce_job(4, 2.5, 2.5, 2.0, /*large=*/true);
+}
+
+TEST(Loss, DuplicatesOnlyStillExact) { run_allreduce_job(3, 0, 0, 5.0, /*large=*/false); }
+
+// A worker killed in the middle of a stream of AllReduces: the survivors must return an error
+// naming it, within the deadline (gloo's fork-and-kill pattern).
+TEST(Failure, KilledWorkerIsNamedWithinTheDeadline) {
+  constexpr int kWorld = 4;
+  constexpr int kVictim = 2;
+  constexpr auto kDeadline = 2000ms;
+  AggregatorProcess agg;
+  ASSERT_EQ(agg.start(kWorld), "");
+
+  // Survivors report their error message through shared memory.
+  struct Shared {
+    std::atomic<int> victim_running;
+    char message[kWorld][512];
+    int code[kWorld];
+    double seconds_to_error[kWorld];
+  };
+  void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* shared = new (mem) Shared{};
+
+  std::fflush(nullptr);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < kWorld; ++r) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      ina::Config cfg;
+      cfg.rank = r;
+      cfg.world_size = kWorld;
+      cfg.aggregator_port = agg.port;
+      cfg.timeout = kDeadline;
+      cfg.retransmit = 1000us;
+      auto comm = ina::Communicator::create(cfg);
+      if (!comm.ok()) _exit(2);
+      std::vector<float> buf(1 << 20, 1.0f);
+      for (int iter = 0;; ++iter) {
+        if (r == kVictim && iter == 2) shared->victim_running.store(1);
+        auto t0 = Clock::now();
+        ina::Status s = (*comm)->allreduce(buf.data(), buf.data(), buf.size(),
+                                           ina::DType::kFloat32, ina::ReduceOp::kSum);
+        if (!s.ok()) {
+          shared->seconds_to_error[r] = std::chrono::duration<double>(Clock::now() - t0).count();
+          std::snprintf(shared->message[r], sizeof shared->message[r], "%s", s.to_string().c_str());
+          shared->code[r] = static_cast<int>(s.code());
+          _exit(0);
+        }
+        std::fill(buf.begin(), buf.end(), 1.0f);
+        if (iter > 10000) _exit(4);
+      }
+    }
+    pids.push_back(pid);
+  }
+  auto wait_start = Clock::now();
+  while (shared->victim_running.load() == 0 && Clock::now() - wait_start < 60s)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(shared->victim_running.load(), 1) << "the victim never reached its third collective";
+  kill(pids[kVictim], SIGKILL);
+  waitpid(pids[kVictim], nullptr, 0);
+  const auto killed_at = Clock::now();
+
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kVictim) continue;
+    int status = -1;
+    bool done = false;
+    while (Clock::now() - killed_at < kDeadline + 8s) {
+      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        done = true;
+        break;
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    if (!done) {
+      kill(pids[r], SIGKILL);
+      waitpid(pids[r], nullptr, 0);
+    }
+    ASSERT_TRUE(done) << "rank " << r << " hung after rank " << kVictim << " was killed";
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "rank " << r;
+    std::string msg = shared->message[r];
+    EXPECT_EQ(shared->code[r], static_cast<int>(ina::StatusCode::kDeadlineExceeded)) << msg;
+    EXPECT_NE(msg.find("rank"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(std::to_string(kVictim)), std::string::npos) << msg;
+    // The missing list must not accuse a survivor.
+    for (int other = 0; other < kWorld; ++other) {
+      if (other == kVictim) continue;
+      EXPECT_EQ(msg.find("ranks " + std::to_string(other) + " "), std::string::npos) << msg;
+    }
+    EXPECT_LE(shared->seconds_to_error[r], std::chrono::duration<double>(kDeadline).count() + 2.0)
+        << msg;
+  }
+  munmap(mem, sizeof(Shared));
+  EXPECT_EQ(agg.stop(), 0);
+}
+
+}  // namespace
