@@ -223,11 +223,17 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt) {
       if (r.hdr.has(wire::kFlagNonFinite)) ++counters_.nonfinite_blocks;
       return r;
     }
-    case Verdict::kResendResult:
+    case Verdict::kResendResult: {
       ++counters_.duplicates;
       ++counters_.resent_results;
       ++rc.duplicates;
-      return result(Reply::Target::kSender);
+      // Marked RETRANSMIT so that the worker can tell this copy from the original result: an
+      // original arriving after the worker resent its DATA proves the resend was spurious
+      // (the Eifel idea), and its round trip is a valid RTT sample.
+      Reply r = result(Reply::Target::kSender);
+      r.hdr.flags |= wire::kFlagRetransmit;
+      return r;
+    }
     case Verdict::kDuplicate:
       ++counters_.duplicates;
       ++rc.duplicates;

@@ -39,7 +39,9 @@
 // sent, so before its output could be written.
 //
 // Loss: each outstanding round has a retransmission timer; when it fires the kept packet goes out
-// again flagged RETRANSMIT and the timer doubles (up to kMaxBackoff times the first). The
+// again flagged RETRANSMIT and the timer doubles (up to kMaxBackoff times the configured one).
+// A new round's timer starts from an adaptive timeout, max(configured, SRTT + 4 RTTVAR) over the
+// send-to-result times of rounds that were not resent (RFC 6298, Karn's rule). The
 // aggregator answers a retransmission to an incomplete copy with its contributor bitmap, which
 // names the ranks that have not contributed if the deadline passes. Results are matched by
 // (slot, shadow, seq); anything else is a duplicate or stale and is counted and ignored.
@@ -81,7 +83,12 @@ double ms_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 IncEngine::IncEngine(const Config& cfg, std::unique_ptr<Transport> transport)
-    : cfg_(cfg), transport_(std::move(transport)), world_(static_cast<uint32_t>(cfg.world_size)) {}
+    : cfg_(cfg),
+      transport_(std::move(transport)),
+      world_(static_cast<uint32_t>(cfg.world_size)),
+      rto_(cfg.retransmit) {
+  stats_.rto_us = static_cast<uint64_t>(cfg.retransmit.count());
+}
 
 IncEngine::~IncEngine() = default;
 
@@ -290,7 +297,11 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
     INA_ASSIGN_OR_RETURN(size_t n, transport_->recv_batch(rx_, wait));
     for (size_t i = 0; i < n; ++i) INA_RETURN_IF_ERROR(on_datagram(rx_[i]));
     now = Clock::now();
-    if (now >= next_due_) retransmit_due(now);
+    // A full batch means more datagrams are waiting: results may be among them, so timers are
+    // checked only once the receive queue is drained. Otherwise a rank that was descheduled for a
+    // few milliseconds wakes up to expired timers and resends blocks whose results sit unread in
+    // its socket (each such resend costs the aggregator a full result packet).
+    if (n < rx_.size() && now >= next_due_) retransmit_due(now);
     INA_RETURN_IF_ERROR(flush());
   }
 
@@ -395,7 +406,9 @@ void IncEngine::start_block(uint32_t s, uint64_t block, int16_t exp) {
 void IncEngine::queue(uint32_t s, Clock::time_point now) {
   Slot& sl = slots_[s];
   sl.active = true;
-  sl.rto = cfg_.retransmit;
+  sl.retransmitted = false;
+  sl.sent_at = now;
+  sl.rto = rto_;
   sl.due = now + sl.rto;
   next_due_ = std::min(next_due_, sl.due);
   if (!sl.queued) {
@@ -426,6 +439,7 @@ void IncEngine::retransmit_due(Clock::time_point now) {
     if (!sl.active) continue;
     if (sl.due <= now && !sl.queued) {
       sl.pkt[wire::kOffFlags] |= wire::kFlagRetransmit;
+      sl.retransmitted = true;
       sl.rto = std::min(sl.rto * 2, rto_max);
       sl.due = now + sl.rto;
       sl.queued = true;
@@ -473,6 +487,16 @@ Status IncEngine::on_result(const wire::PacketView& pv) {
   sl.active = false;
   --c.rounds_left;
   const Clock::time_point now = Clock::now();
+  // Karn's rule: a round that was resent gives no sample, unless this is the aggregator's
+  // original result (not marked RETRANSMIT): then the first transmission completed the round,
+  // the resend was spurious, and leaving out exactly these slow rounds would bias the
+  // estimate low and cause more spurious resends.
+  if (!sl.retransmitted) {
+    rtt_sample(now - sl.sent_at);
+  } else if (!h.has(wire::kFlagRetransmit)) {
+    ++stats_.spurious_retransmits;
+    rtt_sample(now - sl.sent_at);
+  }
   if (sl.block == kPriming) {
     start_block(s, s, h.next_exp);
     queue(s, now);
@@ -493,6 +517,24 @@ Status IncEngine::on_result(const wire::PacketView& pv) {
     queue(s, now);
   }
   return ok_status();
+}
+
+void IncEngine::rtt_sample(Clock::duration rtt) {
+  // RFC 6298 with its gains (1/8, 1/4); the configured timeout is the floor, so the default
+  // behaviour on an idle network is unchanged, and 64 times it the ceiling.
+  if (srtt_ == Clock::duration::zero()) {
+    srtt_ = rtt;
+    rttvar_ = rtt / 2;
+  } else {
+    const Clock::duration err = srtt_ > rtt ? srtt_ - rtt : rtt - srtt_;
+    rttvar_ = (3 * rttvar_ + err) / 4;
+    srtt_ = (7 * srtt_ + rtt) / 8;
+  }
+  const Clock::duration floor = cfg_.retransmit;
+  const Clock::duration ceiling = cfg_.retransmit * kMaxBackoff;
+  rto_ = std::clamp<Clock::duration>(srtt_ + 4 * rttvar_, floor, ceiling);
+  stats_.rto_us = static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(rto_).count());
 }
 
 Status IncEngine::on_error(const wire::PacketView& pv) {

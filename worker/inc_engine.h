@@ -62,8 +62,10 @@ class IncEngine {
     bool shadow = false;
     bool active = false;    // a round is outstanding
     bool queued = false;    // its packet is in the pending send batch
-    Clock::time_point due;  // when to retransmit
-    Clock::duration rto{};  // current retransmission timeout (doubles, capped)
+    bool retransmitted = false;  // the outstanding round was resent (no RTT sample: Karn)
+    Clock::time_point sent_at;   // first transmission of the outstanding round
+    Clock::time_point due;       // when to retransmit
+    Clock::duration rto{};       // current retransmission timeout (doubles, capped)
   };
 
   // The collective in flight: its arguments and schedule.
@@ -111,6 +113,8 @@ class IncEngine {
   Status on_result(const wire::PacketView& pv);
   Status on_error(const wire::PacketView& pv);
   void retransmit_due(Clock::time_point now);
+  // Folds one round-trip sample into the smoothed RTT and sets rto_ (RFC 6298).
+  void rtt_sample(Clock::duration rtt);
 
   // Messages.
   std::string describe_collective() const;
@@ -128,6 +132,12 @@ class IncEngine {
   uint32_t window_ = 0;
   uint32_t world_ = 0;
   BlockSeq next_seq_ = 1;      // running block sequence of this communicator
+  // Adaptive retransmission timeout: a round's "RTT" is send-to-result, which includes waiting
+  // for the slowest rank and the queue of the rest of the window, so it varies with load; a fixed
+  // timeout below it resends every block (and adds to the load). Kept across collectives.
+  Clock::duration srtt_{};
+  Clock::duration rttvar_{};
+  Clock::duration rto_{};      // base timeout of a new round: max(cfg.retransmit, srtt + 4 rttvar)
   std::vector<uint32_t> use_;  // u[s]: rounds ever sent on slot s (shadow = u & 1)
 
   // Per-collective state, allocated at join / first use and reused.

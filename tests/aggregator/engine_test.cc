@@ -272,7 +272,8 @@ TEST_F(EngineTest, RetransmissionsAndDuplicates) {
   // Rank 0 lost its result: the retransmission gets it again, to rank 0 only, not re-added.
   s = data(0, 1, false, 5, {1, 1}, wire::kFlagRetransmit);
   EXPECT_EQ(s.target, Reply::Target::kSender);
-  EXPECT_EQ(s.hdr.flags, wire::kFlagResult);
+  // Marked as a resend, so that the worker can tell it from the multicast original.
+  EXPECT_EQ(s.hdr.flags, wire::kFlagResult | wire::kFlagRetransmit);
   EXPECT_EQ(s.payload, (std::vector<int32_t>{7, 7}));
 
   const EngineCounters& c = engine_.counters();

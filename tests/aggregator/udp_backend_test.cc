@@ -237,7 +237,7 @@ TEST_P(UdpAggregatorWorldTest, JoinThenRoundsReachEveryRank) {
   auto p = clients_[0]->recv();
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ(p->hdr.seq, seq - 1);
-  EXPECT_EQ(p->hdr.flags, wire::kFlagResult);
+  EXPECT_EQ(p->hdr.flags, wire::kFlagResult | wire::kFlagRetransmit);  // a resend, marked
   EXPECT_FALSE(clients_[1]->recv(100ms).has_value());
 
   stop();
@@ -381,6 +381,7 @@ TEST_F(UdpAggregatorTest, DuplicateHookNeverAddsTwice) {
   auto extra = clients_[1]->recv(300ms);
   ASSERT_TRUE(extra.has_value());
   EXPECT_EQ(extra->payload, (std::vector<int32_t>{11}));
+  EXPECT_EQ(extra->hdr.flags, wire::kFlagResult | wire::kFlagRetransmit);
   stop();
   EXPECT_EQ(agg_->engine().counters().duplicates, 2u);
   EXPECT_EQ(agg_->engine().counters().resent_results, 1u);

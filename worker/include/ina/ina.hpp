@@ -60,6 +60,8 @@ struct CommStats {
   uint64_t malformed = 0;           // datagrams that failed validation
   uint64_t nonfinite_blocks = 0;
   uint64_t error_reports = 0;
+  uint64_t spurious_retransmits = 0; // resends whose original result arrived after all
+  uint64_t rto_us = 0;              // current adaptive retransmission timeout
 };
 
 class Communicator {
