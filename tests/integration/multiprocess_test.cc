@@ -415,11 +415,15 @@ std::string world_name(const ::testing::TestParamInfo<int>& param) {
 
 INSTANTIATE_TEST_SUITE_P(Loopback, WorldSize, ::testing::Values(1, 2, 3, 4, 8), world_name);
 
-TEST(Loss, OnePercentDropStillExact) { run_allreduce_job(4, 0.5, 0.5, 0, /*large=*/true); }
+// Each worker drops the percentage of the datagrams it sends and of those it receives; with
+// duplicates, both the workers and the aggregator duplicate that percentage of datagrams.
+TEST(Loss, OnePercentDropStillExact) { run_allreduce_job(4, 1.0, 0, 0, /*large=*/true); }
 
 TEST(Loss, FivePercentDropAndDuplicatesStillExact) {
-  run_allreduce_job(4, 2.5, 2.5, 2.0, /*large=*/true);
+  run_allreduce_job(4, 5.0, 0, 2.0, /*large=*/true);
 }
+
+TEST(Loss, AggregatorSideDropStillExact) { run_allreduce_job(3, 0, 2.0, 0, /*large=*/false); }
 
 TEST(Loss, DuplicatesOnlyStillExact) { run_allreduce_job(3, 0, 0, 5.0, /*large=*/false); }
 
