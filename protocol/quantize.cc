@@ -19,6 +19,7 @@
 // trip count).
 #include "ina/protocol/quantize.h"
 
+#include <algorithm>
 #include <bit>
 #include <cfloat>
 #include <cmath>
@@ -299,6 +300,25 @@ void fill_nan(void* dst, size_t n, DType t) {
 double sum_quantization_bound(double block_max_abs, uint32_t world_size) {
   return static_cast<double>(world_size) * block_max_abs *
          std::ldexp(1.0, -magnitude_bits(world_size));
+}
+
+double output_ulp(DType t, double a) {
+  int mant_bits = 23;  // explicit mantissa bits
+  int min_exp = -126;  // exponent of the smallest normal number
+  if (t == DType::kFloat16) {
+    mant_bits = 10;
+    min_exp = -14;
+  } else if (t == DType::kBFloat16) {
+    mant_bits = 7;
+  }
+  a = std::fabs(a);
+  const int e = (a > 0 && std::isfinite(a)) ? std::max(std::ilogb(a), min_exp) : min_exp;
+  return std::ldexp(1.0, e - mant_bits);
+}
+
+double sum_error_bound(DType t, double block_max_abs, uint32_t world_size, double exact) {
+  const double qb = sum_quantization_bound(block_max_abs, world_size);
+  return qb + output_ulp(t, std::fabs(exact) + qb);
 }
 
 int32_t float_to_ordered(float f) { return to_ordered(f); }

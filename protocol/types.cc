@@ -23,8 +23,8 @@ std::string_view op_name(ReduceOp op) {
 
 std::optional<DType> parse_dtype(std::string_view s) {
   if (s == "int32" || s == "int" || s == "i32") return DType::kInt32;
-  if (s == "float32" || s == "float" || s == "f32") return DType::kFloat32;
-  if (s == "float16" || s == "half" || s == "f16") return DType::kFloat16;
+  if (s == "float32" || s == "float" || s == "f32" || s == "fp32") return DType::kFloat32;
+  if (s == "float16" || s == "half" || s == "f16" || s == "fp16") return DType::kFloat16;
   if (s == "bfloat16" || s == "bf16") return DType::kBFloat16;
   return std::nullopt;
 }

@@ -10,8 +10,8 @@
 // Every size: fill the send buffer (rank r, element i: bench_float_value / bench_int_value),
 // run the warmup and the timed iterations out of place, then check every element of the last
 // output against the exact reduction of all ranks' inputs, computed in double (int32: wrapping):
-//   float SUM: |out - s| <= quant::sum_quantization_bound(M, N) + ulp_out(|s| + that bound),
-//              M the block's largest |x| over ranks (blocks of --block-elems elements);
+//   float SUM: |out - s| <= quant::sum_error_bound(dtype, M, N, s) (quantize.h), M the block's
+//              largest |x| over ranks (blocks of --block-elems elements);
 //   MIN, MAX and int32: exact.
 #include <fcntl.h>
 #include <unistd.h>
@@ -37,6 +37,7 @@
 #include "bench_common.h"
 #include "bench_ranks.h"
 #include "ina/ina.hpp"
+#include "ina/protocol/half.h"
 #include "ina/protocol/quantize.h"
 #include "ina/protocol/status.h"
 #include "ina/protocol/types.h"
@@ -78,107 +79,6 @@ struct Options {
   ReduceOp rop = ReduceOp::kSum;
 };
 
-std::optional<DType> parse_type(const std::string& s) {
-  if (s == "float32" || s == "float" || s == "fp32" || s == "f32") return DType::kFloat32;
-  if (s == "float16" || s == "half" || s == "fp16" || s == "f16") return DType::kFloat16;
-  if (s == "bfloat16" || s == "bf16") return DType::kBFloat16;
-  if (s == "int32" || s == "int" || s == "i32") return DType::kInt32;
-  return std::nullopt;
-}
-
-std::optional<ReduceOp> parse_reduce_op(const std::string& s) {
-  if (s == "sum") return ReduceOp::kSum;
-  if (s == "min") return ReduceOp::kMin;
-  if (s == "max") return ReduceOp::kMax;
-  return std::nullopt;
-}
-
-const char* type_name(DType t) {
-  switch (t) {
-    case DType::kFloat32: return "float32";
-    case DType::kFloat16: return "float16";
-    case DType::kBFloat16: return "bfloat16";
-    case DType::kInt32: return "int32";
-  }
-  return "?";
-}
-
-const char* reduce_op_name(ReduceOp op) {
-  switch (op) {
-    case ReduceOp::kSum: return "sum";
-    case ReduceOp::kMin: return "min";
-    case ReduceOp::kMax: return "max";
-  }
-  return "?";
-}
-
-// ---- 16-bit float conversions (round to nearest even), independent of the library ----
-
-uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-}
-
-float bits_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-uint16_t f32_to_f16(float f) {
-  uint32_t x = float_bits(f);
-  uint16_t sign = static_cast<uint16_t>((x >> 16) & 0x8000u);
-  uint32_t a = x & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
-  if (a >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // rounds to Inf
-  if (a < 0x38800000u) {  // below 2^-14: a float16 subnormal (or zero)
-    float m = std::nearbyint(bits_float(a) * 16777216.0f);  // exact scaling by 2^24
-    return static_cast<uint16_t>(sign | static_cast<uint16_t>(m));
-  }
-  uint32_t h = (a - 0x38000000u + 0xfffu + ((a >> 13) & 1u)) >> 13;
-  return static_cast<uint16_t>(sign | h);
-}
-
-float f16_to_f32(uint16_t h) {
-  uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
-  uint32_t e = (h >> 10) & 0x1fu;
-  uint32_t m = h & 0x3ffu;
-  if (e == 0) {
-    float v = std::ldexp(static_cast<float>(m), -24);
-    return sign ? -v : v;
-  }
-  if (e == 31) return bits_float(sign | 0x7f800000u | (m << 13));
-  return bits_float(sign | ((e + 112u) << 23) | (m << 13));
-}
-
-uint16_t f32_to_bf16(float f) {
-  uint32_t x = float_bits(f);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((x >> 16) | 0x40u);
-  return static_cast<uint16_t>((x + 0x7fffu + ((x >> 16) & 1u)) >> 16);
-}
-
-float bf16_to_f32(uint16_t b) { return bits_float(static_cast<uint32_t>(b) << 16); }
-
-// Spacing of the output type at magnitude a.
-double ulp_out(DType t, double a) {
-  int mant = 23;
-  int emin = -126;
-  if (t == DType::kFloat16) {
-    mant = 10;
-    emin = -14;
-  } else if (t == DType::kBFloat16) {
-    mant = 7;
-  }
-  int e = emin;
-  if (a > 0 && std::isfinite(a)) {
-    int e2 = 0;
-    std::frexp(a, &e2);
-    e = std::max(e2 - 1, emin);
-  }
-  return std::ldexp(1.0, e - mant);
-}
-
 // ---- data ----
 
 struct DataSpec {
@@ -200,8 +100,8 @@ double input_value(const DataSpec& d, size_t i, int r) {
   double v = bench_float_value(i, r, d.block, d.scale);
   switch (d.dtype) {
     case DType::kFloat32: return static_cast<float>(v);
-    case DType::kFloat16: return f16_to_f32(f32_to_f16(static_cast<float>(v)));
-    case DType::kBFloat16: return bf16_to_f32(f32_to_bf16(static_cast<float>(v)));
+    case DType::kFloat16: return ina::half_to_float(ina::float_to_half(static_cast<float>(v)));
+    case DType::kBFloat16: return ina::bf16_to_float(ina::float_to_bf16(static_cast<float>(v)));
     case DType::kInt32: break;
   }
   return 0;
@@ -218,13 +118,13 @@ void fill_input(const DataSpec& d, int rank, void* buf, size_t count) {
     case DType::kFloat16: {
       auto* p = static_cast<uint16_t*>(buf);
       for (size_t i = 0; i < count; ++i)
-        p[i] = f32_to_f16(static_cast<float>(bench_float_value(i, rank, d.block, d.scale)));
+        p[i] = ina::float_to_half(static_cast<float>(bench_float_value(i, rank, d.block, d.scale)));
       break;
     }
     case DType::kBFloat16: {
       auto* p = static_cast<uint16_t*>(buf);
       for (size_t i = 0; i < count; ++i)
-        p[i] = f32_to_bf16(static_cast<float>(bench_float_value(i, rank, d.block, d.scale)));
+        p[i] = ina::float_to_bf16(static_cast<float>(bench_float_value(i, rank, d.block, d.scale)));
       break;
     }
     case DType::kInt32: {
@@ -238,8 +138,8 @@ void fill_input(const DataSpec& d, int rank, void* buf, size_t count) {
 double output_value(DType t, const void* buf, size_t i) {
   switch (t) {
     case DType::kFloat32: return static_cast<const float*>(buf)[i];
-    case DType::kFloat16: return f16_to_f32(static_cast<const uint16_t*>(buf)[i]);
-    case DType::kBFloat16: return bf16_to_f32(static_cast<const uint16_t*>(buf)[i]);
+    case DType::kFloat16: return ina::half_to_float(static_cast<const uint16_t*>(buf)[i]);
+    case DType::kBFloat16: return ina::bf16_to_float(static_cast<const uint16_t*>(buf)[i]);
     case DType::kInt32: return static_cast<const int32_t*>(buf)[i];
   }
   return 0;
@@ -307,10 +207,9 @@ int64_t check_output(const DataSpec& d, int rank, const void* out, size_t count,
       }
       sums[j] = s;
     }
-    double qb = ina::quant::sum_quantization_bound(m, static_cast<uint32_t>(d.ranks));
     for (size_t j = 0; j < n; ++j) {
       double ref = sums[j];
-      double tol = qb + ulp_out(d.dtype, std::fabs(ref) + qb);
+      double tol = ina::quant::sum_error_bound(d.dtype, m, static_cast<uint32_t>(d.ranks), ref);
       double got = output_value(d.dtype, out, b0 + j);
       if (!(std::fabs(got - ref) <= tol)) {
         wrong++;
@@ -404,17 +303,19 @@ void print_row(const Options& o, int ranks, size_t bytes, double time_us, int64_
   double algbw = 0;
   double busbw = 0;
   bench_bandwidth(bytes, time_us, ranks, &algbw, &busbw);
-  bench_print_row(stdout, bytes, count, type_name(o.dtype), reduce_op_name(o.rop), time_us, algbw,
-                  busbw, static_cast<long long>(wrong));
+  const char* type = ina::dtype_name(o.dtype).data();
+  const char* redop = ina::op_name(o.rop).data();
+  bench_print_row(stdout, bytes, count, type, redop, time_us, algbw, busbw,
+                  static_cast<long long>(wrong));
   if (!complete) {
     std::printf("# (size %zu: not every rank completed it)\n", bytes);
   } else {
     *busbw_sum += busbw;
     (*rows)++;
   }
-  if (!o.csv.empty() && bench_csv_append(o.csv.c_str(), "ina", ranks, bytes, count,
-                                         type_name(o.dtype), reduce_op_name(o.rop), time_us, algbw,
-                                         busbw, static_cast<long long>(wrong)) != 0) {
+  if (!o.csv.empty() && bench_csv_append(o.csv.c_str(), "ina", ranks, bytes, count, type, redop,
+                                         time_us, algbw, busbw,
+                                         static_cast<long long>(wrong)) != 0) {
     std::fprintf(stderr, "ina-bench: cannot append to %s: %s\n", o.csv.c_str(),
                  std::strerror(errno));
   }
@@ -431,8 +332,8 @@ void print_config_line(const Options& o, int ranks, const std::string& where) {
   std::printf(
       "# ranks %d, dtype %s, op %s, block %u elems, window %u slots, iters %d, warmup %d, "
       "check %d%s\n# aggregator: %s\n",
-      ranks, type_name(o.dtype), reduce_op_name(o.rop), o.block_elems, o.window, o.iters, o.warmup,
-      o.check, cap_text(o.cap_b).c_str(), where.c_str());
+      ranks, ina::dtype_name(o.dtype).data(), ina::op_name(o.rop).data(), o.block_elems,
+      o.window, o.iters, o.warmup, o.check, cap_text(o.cap_b).c_str(), where.c_str());
   if (o.drop_percent > 0 || o.agg_drop_percent > 0)
     std::printf(
         "# fault injection: workers drop %.3g%% of sent and received datagrams, "
@@ -764,8 +665,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ina-bench: bad size in -b/-e/--max-bytes-per-size\n");
     return 1;
   }
-  auto dt = parse_type(o.datatype);
-  auto op = parse_reduce_op(o.op);
+  auto dt = ina::parse_dtype(o.datatype);
+  auto op = ina::parse_op(o.op);
   if (!dt || !op) {
     std::fprintf(stderr, "ina-bench: unknown %s '%s'\n", !dt ? "datatype" : "op",
                  !dt ? o.datatype.c_str() : o.op.c_str());

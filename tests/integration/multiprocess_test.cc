@@ -187,14 +187,6 @@ double element_as_double(const uint8_t* p, ina::DType t) {
   return 0;
 }
 
-// Spacing of the output type at |v| (for the final rounding in the bound).
-double ulp_of(ina::DType t, double v) {
-  int mant = t == ina::DType::kFloat32 ? 24 : t == ina::DType::kFloat16 ? 11 : 8;
-  int min_exp = t == ina::DType::kFloat32 ? -126 : t == ina::DType::kFloat16 ? -14 : -126;
-  int e = v == 0 ? min_exp : std::max(static_cast<int>(std::floor(std::log2(std::fabs(v)))), min_exp);
-  return std::ldexp(1.0, e - (mant - 1));
-}
-
 // The protocol's result, computed from every rank's input with the quantizer reference.
 std::vector<uint8_t> model_result(const std::vector<std::vector<uint8_t>>& inputs, const Case& c,
                                   uint32_t world) {
@@ -267,8 +259,9 @@ std::string check_result(const std::vector<uint8_t>& got,
                                             : std::max(ref, x);
       }
       double out = element_as_double(&got[i * es], c.dtype);
-      const double qb = ina::quant::sum_quantization_bound(block_max, world);
-      double bound = c.op == ina::ReduceOp::kSum ? qb + ulp_of(c.dtype, std::fabs(ref) + qb) : 0.0;
+      const double bound = c.op == ina::ReduceOp::kSum
+                               ? ina::quant::sum_error_bound(c.dtype, block_max, world, ref)
+                               : 0.0;
       if (!(std::fabs(out - ref) <= bound)) {
         char msg[256];
         std::snprintf(msg, sizeof msg, "element %zu: got %.9g, exact %.9g, bound %.3g", i, out, ref,

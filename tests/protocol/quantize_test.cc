@@ -710,5 +710,25 @@ TEST(Quantize, FillNanGivesQuietNans) {
   fill_nan(f, 0, DType::kFloat32);  // n = 0 writes nothing (and does not crash)
 }
 
+TEST(ErrorBound, OutputUlpIsTheSpacingOfTheType) {
+  EXPECT_EQ(output_ulp(DType::kFloat32, 1.0), std::ldexp(1.0, -23));
+  EXPECT_EQ(output_ulp(DType::kFloat32, 1.5), std::ldexp(1.0, -23));
+  EXPECT_EQ(output_ulp(DType::kFloat32, -2.0), std::ldexp(1.0, -22));
+  EXPECT_EQ(output_ulp(DType::kFloat16, 1.0), std::ldexp(1.0, -10));
+  EXPECT_EQ(output_ulp(DType::kFloat16, 65504.0), 32.0);
+  EXPECT_EQ(output_ulp(DType::kBFloat16, 1.0), std::ldexp(1.0, -7));
+  // Zero and subnormal magnitudes: the subnormal spacing.
+  EXPECT_EQ(output_ulp(DType::kFloat32, 0.0), std::ldexp(1.0, -149));
+  EXPECT_EQ(output_ulp(DType::kFloat32, 1e-40), std::ldexp(1.0, -149));
+  EXPECT_EQ(output_ulp(DType::kFloat16, 0.0), std::ldexp(1.0, -24));
+  EXPECT_EQ(output_ulp(DType::kBFloat16, 0.0), std::ldexp(1.0, -133));
+  // The whole bound: qb + the spacing at |s| + qb.
+  const double qb = sum_quantization_bound(1.0, 8);
+  EXPECT_EQ(qb, 8 * std::ldexp(1.0, -27));
+  EXPECT_EQ(sum_error_bound(DType::kFloat32, 1.0, 8, -3.0), qb + std::ldexp(1.0, -22));
+  // Full cancellation: the spacing at qb itself (2^-24 for N = 8, M = 1), not at 0.
+  EXPECT_EQ(sum_error_bound(DType::kBFloat16, 1.0, 8, 0.0), qb + std::ldexp(1.0, -24 - 7));
+}
+
 }  // namespace
 }  // namespace ina::quant

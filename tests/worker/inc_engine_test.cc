@@ -141,21 +141,6 @@ uint32_t load_u32(const void* buf, size_t i) {
   return x;
 }
 
-// The spacing of the output type at magnitude v (covers its final rounding).
-double ulp_out(DType t, double v) {
-  v = std::fabs(v);
-  int mant = 23;
-  int emin = -126;
-  if (t == DType::kFloat16) {
-    mant = 10;
-    emin = -14;
-  } else if (t == DType::kBFloat16) {
-    mant = 7;
-  }
-  const int e = v == 0 ? emin : std::max(std::ilogb(v), emin);
-  return std::ldexp(1.0, e - mant);
-}
-
 std::vector<uint8_t> make_input(DType t, int rank, int test_case, size_t count) {
   std::vector<uint8_t> buf(count * dtype_size(t) + 1);  // +1: never a zero-size vector
   for (size_t i = 0; i < count; ++i) store(t, buf.data(), i, gen_value(rank, test_case, i));
@@ -217,8 +202,7 @@ void check_result(DType t, ReduceOp op, int world, int test_case, size_t count, 
       }
       if (op == ReduceOp::kSum) {
         const double bound =
-            quant::sum_quantization_bound(block_max, static_cast<uint32_t>(world)) +
-            ulp_out(t, std::max(std::fabs(want), std::fabs(got)));
+            quant::sum_error_bound(t, block_max, static_cast<uint32_t>(world), want);
         if (!(std::fabs(got - want) <= bound)) {
           ADD_FAILURE() << where << ": element " << i << " is " << got << ", want " << want
                         << " +- " << bound;

@@ -75,8 +75,16 @@ void decode(const int32_t* q, size_t n, DType t, ReduceOp op, int16_t exp, uint3
 void fill_nan(void* dst, size_t n, DType t);
 
 // The documented bound on |out - exact| for a SUM of floats, excluding the final rounding to the
-// output type: N * M * 2^-B, M the block's largest |x| over all ranks.
+// output type: qb = N * M * 2^-B, M the block's largest |x| over all ranks.
 double sum_quantization_bound(double block_max_abs, uint32_t world_size);
+
+// Spacing of the values of float type t at magnitude a (the subnormal spacing below the smallest
+// normal number).
+double output_ulp(DType t, double a);
+
+// The whole documented bound for one element of a float SUM whose exact sum is `exact`:
+// qb + output_ulp(t, |exact| + qb). What tests and benchmarks check results against.
+double sum_error_bound(DType t, double block_max_abs, uint32_t world_size, double exact);
 
 // Order-preserving map between float32 bit patterns and int32 (exposed for tests and kernels).
 int32_t float_to_ordered(float f);

@@ -47,6 +47,7 @@ inline constexpr size_t dtype_size(DType t) {
   return 0;
 }
 
+// Views of string literals: .data() is NUL-terminated.
 std::string_view dtype_name(DType t);  // "int32", "float32", "float16", "bfloat16"
 std::string_view op_name(ReduceOp op); // "sum", "min", "max"
 // Accepts the names above and the nccl-tests spellings ("float", "half", "bfloat16", "int").
