@@ -4,6 +4,8 @@
 # an nccl-tests style table. Extra arguments go to ina-bench (try --help).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Meson compiles the CUDA kernels with nvcc, which it looks for on PATH.
+if [ -d /usr/local/cuda/bin ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
 scripts/setup-debian.sh
 if [ ! -f build/build.ninja ]; then
   meson setup build

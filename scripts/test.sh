@@ -4,6 +4,8 @@
 # suites that need hardware report SKIP with their reason).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Meson compiles the CUDA kernels with nvcc, which it looks for on PATH.
+if [ -d /usr/local/cuda/bin ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
 scripts/setup-debian.sh
 if [ -f build-test/build.ninja ]; then
   meson setup --reconfigure build-test -Dwerror=true
