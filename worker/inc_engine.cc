@@ -46,8 +46,9 @@
 // names the ranks that have not contributed if the deadline passes. Results are matched by
 // (slot, shadow, seq); anything else is a duplicate or stale and is counted and ignored.
 //
-// Cost per packet: one scan (float), one encode, one byte swap into the kept packet, no
-// allocation, no lock, no log. Sends of one loop iteration go out as one batch.
+// Cost per packet: one scan (float) and one fused encode + byte swap into the kept packet (the
+// SIMD kernels of kernels/, bit-identical to the quantizer reference), no allocation, no lock,
+// no log. Sends of one loop iteration go out as one batch.
 #include "worker/inc_engine.h"
 
 #include <algorithm>
@@ -56,6 +57,7 @@
 #include <random>
 #include <thread>
 
+#include "ina/kernels/cpu_quant.h"
 #include "ina/protocol/log.h"
 #include "ina/protocol/quantize.h"
 
@@ -182,7 +184,6 @@ Status IncEngine::join() {
         slots_.clear();
         pkt_storage_.clear();
         pkt_capacity_ = wire::packet_size(static_cast<uint16_t>(block_elems_));
-        scratch_.assign(block_elems_, 0);
         tx_.clear();
         tx_.reserve(window_);
         tx_slots_.clear();
@@ -362,7 +363,8 @@ void IncEngine::finish_header(Slot& sl, uint8_t flags, uint16_t count, int16_t e
 void IncEngine::start_priming(uint32_t s) {
   Slot& sl = slots_[s];
   // The slot's first block is block s: its exponent goes out now, its NONFINITE flag later.
-  const quant::BlockScan scan = quant::scan_block(block_in(s), block_len(s), coll_.dtype, coll_.op);
+  const quant::BlockScan scan =
+      kernels::cpu::scan_block(block_in(s), block_len(s), coll_.dtype, coll_.op);
   sl.ahead_nonfinite = scan.nonfinite;
   sl.block = kPriming;
   sl.seq = static_cast<BlockSeq>(coll_.base_seq + s);
@@ -384,16 +386,17 @@ void IncEngine::start_block(uint32_t s, uint64_t block, int16_t exp) {
     const uint64_t next = block + c.width;
     if (next < c.blocks) {
       const quant::BlockScan scan =
-          quant::scan_block(block_in(next), block_len(next), c.dtype, c.op);
+          kernels::cpu::scan_block(block_in(next), block_len(next), c.dtype, c.op);
       next_exp = scan.exp;
       sl.ahead_nonfinite = scan.nonfinite;
     }
   } else {
     exp = kNoExponent;
-    if (c.dtype != DType::kInt32) nonfinite = quant::scan_block(in, len, c.dtype, c.op).nonfinite;
+    if (c.dtype != DType::kInt32) {
+      nonfinite = kernels::cpu::scan_block(in, len, c.dtype, c.op).nonfinite;
+    }
   }
-  quant::encode(in, len, c.dtype, c.op, exp, world_, scratch_.data());
-  wire::store_payload(sl.pkt + wire::kHeaderSize, scratch_.data(), len);
+  kernels::cpu::encode_wire(in, len, c.dtype, c.op, exp, world_, sl.pkt + wire::kHeaderSize);
   sl.block = block;
   sl.seq = static_cast<BlockSeq>(c.block_seq0 + block);
   sl.exp = exp;
@@ -505,11 +508,10 @@ Status IncEngine::on_result(const wire::PacketView& pv) {
   const uint64_t block = sl.block;
   uint8_t* out = block_out(block);
   if (h.has(wire::kFlagNonFinite) && c.dtype != DType::kInt32) {
-    quant::fill_nan(out, sl.count, c.dtype);
+    kernels::cpu::fill_nan(out, sl.count, c.dtype);
     ++stats_.nonfinite_blocks;
   } else {
-    wire::load_payload(scratch_.data(), pv.payload, sl.count);
-    quant::decode(scratch_.data(), sl.count, c.dtype, c.op, sl.exp, world_, out);
+    kernels::cpu::decode_wire(pv.payload, sl.count, c.dtype, c.op, sl.exp, world_, out);
   }
   const uint64_t next = block + c.width;
   if (next < c.blocks) {

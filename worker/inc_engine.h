@@ -144,7 +144,6 @@ class IncEngine {
   std::vector<Slot> slots_;
   std::vector<uint8_t> pkt_storage_;  // slots_.size() packets of pkt_capacity_ bytes
   size_t pkt_capacity_ = 0;
-  std::vector<int32_t> scratch_;  // K host-order words (encode / decode)
   std::vector<std::span<const uint8_t>> tx_;
   std::vector<uint32_t> tx_slots_;
   std::vector<Datagram> rx_;
