@@ -1,0 +1,11 @@
+// Barrier: returns on a rank once every rank has entered it.
+#pragma once
+
+#include "ina/protocol/status.h"
+#include "worker/host/context.h"
+
+namespace ina::host {
+
+Status barrier(Context& ctx);
+
+}  // namespace ina::host

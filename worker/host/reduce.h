@@ -1,0 +1,24 @@
+// Element-wise reduction of host buffers, the arithmetic of every host collective.
+//
+//   int32     SUM wraps modulo 2^32 (two's complement, as the in-network path does); MIN/MAX exact.
+//   float32   IEEE float arithmetic.
+//   float16,  each element is widened to float32 (exact), combined in float32, and rounded back
+//   bfloat16  to the 16-bit type (round to nearest even) at every step: convert, add, round.
+//             A result therefore carries one 16-bit rounding per reduction step it went through
+//             (at most world_size - 1 of them), each at most half an ulp of the partial sum.
+//   MIN/MAX   a NaN in either operand gives NaN (so a NaN anywhere reaches every rank).
+//
+// Every algorithm reduces each element along one fixed chain of ranks and then distributes that
+// single result, so all ranks end with bitwise identical outputs.
+#pragma once
+
+#include <cstddef>
+
+#include "ina/protocol/types.h"
+
+namespace ina::host {
+
+// acc[i] = op(acc[i], in[i]) for n elements of type t.
+void reduce_into(void* acc, const void* in, size_t n, DType t, ReduceOp op);
+
+}  // namespace ina::host

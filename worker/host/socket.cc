@@ -1,0 +1,223 @@
+#include "worker/host/socket.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <thread>
+
+namespace ina::host {
+
+int ms_until(Clock::time_point deadline) {
+  // Rounded up: a wait never ends before its deadline.
+  const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+  if (left.count() <= 0) return 0;
+  return static_cast<int>(std::min<int64_t>((left.count() + 999) / 1000, INT_MAX));
+}
+
+Result<HostPort> parse_host_port(std::string_view s) {
+  HostPort hp;
+  std::string_view port_str;
+  if (!s.empty() && s.front() == '[') {
+    const size_t close = s.find(']');
+    if (close == std::string_view::npos || close + 1 >= s.size() || s[close + 1] != ':')
+      return invalid_argument("'" + std::string(s) + "': expected [v6addr]:port");
+    hp.host = std::string(s.substr(1, close - 1));
+    port_str = s.substr(close + 2);
+  } else {
+    const size_t colon = s.rfind(':');
+    if (colon == std::string_view::npos || colon == 0)
+      return invalid_argument("'" + std::string(s) + "': expected host:port");
+    hp.host = std::string(s.substr(0, colon));
+    port_str = s.substr(colon + 1);
+  }
+  uint32_t port = 0;
+  if (port_str.empty() || port_str.size() > 5) {
+    return invalid_argument("'" + std::string(s) + "': bad port");
+  }
+  for (char c : port_str) {
+    if (c < '0' || c > '9') return invalid_argument("'" + std::string(s) + "': bad port");
+    port = port * 10 + static_cast<uint32_t>(c - '0');
+  }
+  if (port > 65535) return invalid_argument("'" + std::string(s) + "': port out of range");
+  hp.port = static_cast<uint16_t>(port);
+  return hp;
+}
+
+namespace {
+
+Status set_nodelay(int fd) {
+  int one = 1;
+  if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) != 0)
+    return errno_status("setsockopt(TCP_NODELAY)", errno);
+  return ok_status();
+}
+
+struct AddrInfoDeleter {
+  void operator()(addrinfo* ai) const { freeaddrinfo(ai); }
+};
+
+Result<std::unique_ptr<addrinfo, AddrInfoDeleter>> resolve(const std::string& host, uint16_t port,
+                                                           bool passive) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = passive ? AI_PASSIVE : 0;
+  addrinfo* res = nullptr;
+  const std::string port_str = std::to_string(port);
+  const int rc = getaddrinfo(host.empty() ? nullptr : host.c_str(), port_str.c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr)
+    return invalid_argument("cannot resolve '" + host + "': " + gai_strerror(rc));
+  return std::unique_ptr<addrinfo, AddrInfoDeleter>(res);
+}
+
+}  // namespace
+
+Status set_nonblocking(int fd) {
+  const int flags = fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
+    return errno_status("fcntl(O_NONBLOCK)", errno);
+  return ok_status();
+}
+
+Result<int> listen_tcp(const std::string& host, uint16_t port, int backlog) {
+  INA_ASSIGN_OR_RETURN(auto ai, resolve(host, port, true));
+  const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  if (fd < 0) return errno_status("socket", errno);
+  int one = 1;
+  (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+  if (bind(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+    const int err = errno;
+    close(fd);
+    return errno_status("bind " + host + ":" + std::to_string(port), err);
+  }
+  if (listen(fd, backlog) != 0) {
+    const int err = errno;
+    close(fd);
+    return errno_status("listen", err);
+  }
+  return fd;
+}
+
+Result<uint16_t> local_port(int fd) {
+  sockaddr_storage ss{};
+  socklen_t len = sizeof(ss);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&ss), &len) != 0)
+    return errno_status("getsockname", errno);
+  if (ss.ss_family == AF_INET) return ntohs(reinterpret_cast<sockaddr_in*>(&ss)->sin_port);
+  return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
+}
+
+Result<int> connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline) {
+  INA_ASSIGN_OR_RETURN(auto ai, resolve(host, port, false));
+  const std::string name = host + ":" + std::to_string(port);
+  Status last = unavailable("connect " + name + ": no attempt");
+  for (;;) {
+    const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) return errno_status("socket", errno);
+    int err = 0;
+    if (connect(fd, ai->ai_addr, ai->ai_addrlen) != 0) {
+      err = errno;
+      if (err == EINPROGRESS) {
+        pollfd p{fd, POLLOUT, 0};
+        const int n = poll(&p, 1, std::max(ms_until(deadline), 1));
+        if (n == 1) {
+          socklen_t len = sizeof(err);
+          if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
+        } else {
+          err = ETIMEDOUT;
+        }
+      }
+    }
+    if (err == 0) {
+      Status s = set_nodelay(fd);
+      if (!s.ok()) {
+        close(fd);
+        return s;
+      }
+      return fd;
+    }
+    close(fd);
+    last = errno_status("connect " + name, err);
+    if (err != ECONNREFUSED && err != ETIMEDOUT && err != EHOSTUNREACH && err != ENETUNREACH &&
+        err != ECONNRESET && err != EAGAIN)
+      return last;
+    if (Clock::now() >= deadline)
+      return deadline_exceeded("connect " + name + ": no listener before the deadline (" +
+                               last.message() + ")");
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+Result<int> accept_tcp(int listen_fd, Clock::time_point deadline) {
+  for (;;) {
+    const int fd = accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd >= 0) {
+      Status s = set_nodelay(fd);
+      if (!s.ok()) {
+        close(fd);
+        return s;
+      }
+      return fd;
+    }
+    if (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR && errno != ECONNABORTED)
+      return errno_status("accept", errno);
+    const int wait_ms = ms_until(deadline);
+    if (wait_ms == 0) return deadline_exceeded("accept: no connection before the deadline");
+    pollfd p{listen_fd, POLLIN, 0};
+    (void)poll(&p, 1, wait_ms);
+  }
+}
+
+Status send_all(int fd, const void* buf, size_t n, Clock::time_point deadline,
+                std::string_view what) {
+  const auto* p = static_cast<const uint8_t*>(buf);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t k = ::send(fd, p + done, n - done, MSG_NOSIGNAL);
+    if (k > 0) {
+      done += static_cast<size_t>(k);
+      continue;
+    }
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK)
+      return errno_status(std::string(what), errno);
+    const int wait_ms = ms_until(deadline);
+    if (wait_ms == 0) return deadline_exceeded(std::string(what) + ": send timed out");
+    pollfd pf{fd, POLLOUT, 0};
+    (void)poll(&pf, 1, wait_ms);
+  }
+  return ok_status();
+}
+
+Status recv_all(int fd, void* buf, size_t n, Clock::time_point deadline, std::string_view what) {
+  auto* p = static_cast<uint8_t*>(buf);
+  size_t done = 0;
+  while (done < n) {
+    const ssize_t k = ::recv(fd, p + done, n - done, 0);
+    if (k > 0) {
+      done += static_cast<size_t>(k);
+      continue;
+    }
+    if (k == 0) return unavailable(std::string(what) + ": connection closed");
+    if (errno == EINTR) continue;
+    if (errno != EAGAIN && errno != EWOULDBLOCK) return errno_status(std::string(what), errno);
+    const int wait_ms = ms_until(deadline);
+    if (wait_ms == 0) return deadline_exceeded(std::string(what) + ": receive timed out");
+    pollfd pf{fd, POLLIN, 0};
+    (void)poll(&pf, 1, wait_ms);
+  }
+  return ok_status();
+}
+
+}  // namespace ina::host

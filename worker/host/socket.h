@@ -1,0 +1,62 @@
+// Small TCP helpers shared by the rendezvous store and the peer mesh: address parsing, listening,
+// connecting with retry until a deadline, and whole-buffer I/O on non-blocking sockets bounded by
+// a deadline. Every function returns a Status; none blocks past its deadline.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "ina/protocol/status.h"
+
+namespace ina::host {
+
+using Clock = std::chrono::steady_clock;
+
+// Milliseconds left until `deadline` (0 when past), clamped to an int for poll(2).
+int ms_until(Clock::time_point deadline);
+
+struct HostPort {
+  std::string host;
+  uint16_t port = 0;
+};
+// "host:port" or "[v6]:port". Names the input on error.
+Result<HostPort> parse_host_port(std::string_view s);
+
+// A non-blocking IPv4/IPv6 listening socket bound to host:port (port 0: ephemeral).
+Result<int> listen_tcp(const std::string& host, uint16_t port, int backlog);
+// The port a bound socket listens on.
+Result<uint16_t> local_port(int fd);
+// Connects to host:port, retrying refused/unreachable attempts every few ms until `deadline`.
+// Returns a non-blocking socket with TCP_NODELAY.
+Result<int> connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline);
+// Accepts one connection (non-blocking, TCP_NODELAY) or fails at `deadline`.
+Result<int> accept_tcp(int listen_fd, Clock::time_point deadline);
+
+Status set_nonblocking(int fd);
+// Writes/reads exactly n bytes on a non-blocking socket, polling until `deadline`. `what` names
+// the peer in errors ("store server", "rank 3").
+Status send_all(int fd, const void* buf, size_t n, Clock::time_point deadline, std::string_view what);
+Status recv_all(int fd, void* buf, size_t n, Clock::time_point deadline, std::string_view what);
+
+// Little-endian fixed-width coding for the store's and the mesh's framing.
+inline void put_u32(uint8_t* p, uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline void put_u64(uint8_t* p, uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
+}
+inline uint32_t get_u32(const uint8_t* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= uint32_t{p[i]} << (8 * i);
+  return v;
+}
+inline uint64_t get_u64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= uint64_t{p[i]} << (8 * i);
+  return v;
+}
+
+}  // namespace ina::host

@@ -1,0 +1,311 @@
+#include "worker/host/tcp_mesh.h"
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "worker/host/socket.h"
+
+namespace ina::host {
+
+namespace {
+
+constexpr uint32_t kMagic = 0x4D414E49;  // "INAM"
+
+std::string rank_name(int r) { return "rank " + std::to_string(r); }
+
+Status peer_errno(int peer, int err) {
+  if (err == ECONNRESET) return unavailable(rank_name(peer) + ": connection reset");
+  if (err == EPIPE) return unavailable(rank_name(peer) + ": connection closed (broken pipe)");
+  return errno_status(rank_name(peer), err);
+}
+
+void put_hello(uint8_t* p, int rank, int size) {
+  put_u32(p, kMagic);
+  put_u32(p + 4, static_cast<uint32_t>(rank));
+  put_u32(p + 8, static_cast<uint32_t>(size));
+  put_u32(p + 12, 0);
+}
+
+// Checks a hello: our magic and world size; returns the sender's rank.
+Result<int> check_hello(const uint8_t* p, int size, const std::string& from) {
+  if (get_u32(p) != kMagic) return unavailable(from + ": not an INA mesh peer (bad magic)");
+  if (get_u32(p + 8) != static_cast<uint32_t>(size))
+    return invalid_argument(from + ": world size " + std::to_string(get_u32(p + 8)) +
+                            ", this rank has " + std::to_string(size));
+  const uint32_t r = get_u32(p + 4);
+  if (r >= static_cast<uint32_t>(size)) return invalid_argument(from + ": bad rank " + std::to_string(r));
+  return static_cast<int>(r);
+}
+
+void set_buffers(int fd, int bytes) {
+  if (bytes <= 0) return;
+  (void)setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &bytes, sizeof(bytes));
+  (void)setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &bytes, sizeof(bytes));
+}
+
+}  // namespace
+
+Result<std::unique_ptr<TcpMesh>> TcpMesh::connect(Store& store, int rank, int size,
+                                                  const TcpMeshOptions& opts) {
+  if (size < 1 || rank < 0 || rank >= size)
+    return invalid_argument("TcpMesh: rank " + std::to_string(rank) + " outside world of " +
+                            std::to_string(size));
+  auto mesh = std::unique_ptr<TcpMesh>(new TcpMesh(rank, size, opts.timeout));
+  if (size == 1) return mesh;
+  const auto deadline = Clock::now() + opts.timeout;
+
+  INA_ASSIGN_OR_RETURN(int lfd, listen_tcp(opts.address, 0, size));
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{lfd};
+  INA_ASSIGN_OR_RETURN(uint16_t port, local_port(lfd));
+  const bool v6 = opts.address.find(':') != std::string::npos;
+  const std::string me = (v6 ? "[" + opts.address + "]" : opts.address) + ":" + std::to_string(port);
+  INA_RETURN_IF_ERROR(store.set("mesh/addr/" + std::to_string(rank), to_bytes(me)));
+
+  uint8_t hello[16];
+  put_hello(hello, rank, size);
+  // Lower ranks: connect, say hello, expect theirs.
+  for (int peer = 0; peer < rank; ++peer) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    INA_ASSIGN_OR_RETURN(Bytes addr, store.get("mesh/addr/" + std::to_string(peer),
+                                               std::max(left, std::chrono::milliseconds(1))));
+    INA_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(to_string(addr)));
+    INA_ASSIGN_OR_RETURN(int fd, connect_tcp(hp.host, hp.port, deadline));
+    mesh->peers_[static_cast<size_t>(peer)].fd = fd;  // owned by the mesh from here on
+    set_buffers(fd, opts.socket_buffer_bytes);
+    const std::string name = rank_name(peer);
+    INA_RETURN_IF_ERROR(send_all(fd, hello, sizeof(hello), deadline, name));
+    uint8_t reply[16];
+    INA_RETURN_IF_ERROR(recv_all(fd, reply, sizeof(reply), deadline, name));
+    INA_ASSIGN_OR_RETURN(int got, check_hello(reply, size, name));
+    if (got != peer)
+      return unavailable(name + ": the address published by rank " + std::to_string(peer) +
+                         " answered as rank " + std::to_string(got));
+  }
+  // Higher ranks: accept, expect hello, answer.
+  for (int n = rank + 1; n < size; ++n) {
+    Result<int> fd = accept_tcp(lfd, deadline);
+    if (!fd.ok()) {
+      std::string missing;
+      for (int p = rank + 1; p < size; ++p)
+        if (mesh->peers_[static_cast<size_t>(p)].fd < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+      return deadline_exceeded("TcpMesh: rank " + std::to_string(rank) + ": ranks " + missing +
+                               " did not connect within " + std::to_string(opts.timeout.count()) + " ms");
+    }
+    uint8_t got_hello[16];
+    Status s = recv_all(*fd, got_hello, sizeof(got_hello), deadline, "mesh peer");
+    if (s.ok() && get_u32(got_hello) != kMagic) {
+      // Not one of ours (a port scanner, a stale client): drop it and keep accepting.
+      close(*fd);
+      --n;
+      continue;
+    }
+    Result<int> peer = s.ok() ? check_hello(got_hello, size, "mesh peer") : Result<int>(s);
+    if (peer.ok() && (*peer <= rank || mesh->peers_[static_cast<size_t>(*peer)].fd >= 0))
+      peer = invalid_argument("mesh peer: unexpected connection from rank " + std::to_string(*peer));
+    if (!peer.ok()) {
+      close(*fd);
+      return peer.status();
+    }
+    mesh->peers_[static_cast<size_t>(*peer)].fd = *fd;
+    set_buffers(*fd, opts.socket_buffer_bytes);
+    INA_RETURN_IF_ERROR(send_all(*fd, hello, sizeof(hello), deadline, rank_name(*peer)));
+  }
+  return mesh;
+}
+
+TcpMesh::~TcpMesh() {
+  for (auto& p : peers_)
+    if (p.fd >= 0) close(p.fd);
+}
+
+Context::Handle TcpMesh::post(int peer, bool is_send, uint8_t* buf, size_t bytes) {
+  const Handle h = next_handle_++;
+  if (!broken_.ok()) return h;  // not in ops_: wait() reports broken_
+  if (peer < 0 || peer >= size_ || peer == rank_) {
+    (void)fail(invalid_argument("TcpMesh: bad peer " + std::to_string(peer)));
+    return h;
+  }
+  auto op = std::make_unique<Op>();
+  op->peer = peer;
+  op->is_send = is_send;
+  op->buf = buf;
+  op->bytes = bytes;
+  put_u64(op->header, bytes);
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  (is_send ? p.sends : p.recvs).push_back(op.get());
+  ops_.emplace(h, std::move(op));
+  // Eager send: a message posted on an idle link goes to the kernel now, without waiting for the
+  // next wait() (lower latency, and the peer can progress while this rank computes).
+  if (is_send && p.sends.size() == 1) {
+    Status s = progress_send(peer);
+    if (!s.ok()) (void)fail(std::move(s));
+  }
+  return h;
+}
+
+Context::Handle TcpMesh::isend(int peer, const void* buf, size_t bytes) {
+  return post(peer, true, static_cast<uint8_t*>(const_cast<void*>(buf)), bytes);
+}
+
+Context::Handle TcpMesh::irecv(int peer, void* buf, size_t bytes) {
+  return post(peer, false, static_cast<uint8_t*>(buf), bytes);
+}
+
+Status TcpMesh::fail(Status s) {
+  if (broken_.ok()) broken_ = std::move(s);
+  for (auto& p : peers_) {
+    p.sends.clear();
+    p.recvs.clear();
+  }
+  ops_.clear();
+  return broken_;
+}
+
+// Moves as many bytes of the queued sends as the socket takes.
+Status TcpMesh::progress_send(int peer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  while (!p.sends.empty()) {
+    Op* op = p.sends.front();
+    iovec iov[2];
+    int n = 0;
+    if (op->done < 8) iov[n++] = {op->header + op->done, 8 - op->done};
+    const size_t body_done = op->done < 8 ? 0 : op->done - 8;
+    if (op->bytes > body_done) iov[n++] = {op->buf + body_done, op->bytes - body_done};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    const ssize_t k = sendmsg(p.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return ok_status();
+      return peer_gone(peer, peer_errno(peer, errno));
+    }
+    op->done += static_cast<size_t>(k);
+    if (op->done == op->bytes + 8) {
+      op->complete = true;
+      p.sends.pop_front();
+    }
+  }
+  return ok_status();
+}
+
+// Reads into the queued receives as far as the socket has data.
+Status TcpMesh::progress_recv(int peer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  while (!p.recvs.empty()) {
+    Op* op = p.recvs.front();
+    iovec iov[2];
+    int n = 0;
+    uint8_t got[8];
+    if (op->done < 8) iov[n++] = {got, 8 - op->done};
+    const size_t body_done = op->done < 8 ? 0 : op->done - 8;
+    if (op->bytes > body_done) iov[n++] = {op->buf + body_done, op->bytes - body_done};
+    const ssize_t k = readv(p.fd, iov, n);
+    if (k == 0) return peer_gone(peer, unavailable(rank_name(peer) + ": connection closed"));
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return ok_status();
+      return peer_gone(peer, peer_errno(peer, errno));
+    }
+    if (op->done < 8) {
+      // The header arrived in `got`; it overwrites op->header (which held the expected size).
+      const size_t hdr_part = std::min<size_t>(static_cast<size_t>(k), 8 - op->done);
+      uint8_t expected[8];
+      put_u64(expected, op->bytes);
+      if (std::memcmp(got, expected + op->done, hdr_part) != 0)
+        return invalid_argument(rank_name(peer) + " sent a message of another size than the " +
+                                std::to_string(op->bytes) + " bytes expected");
+    }
+    op->done += static_cast<size_t>(k);
+    if (op->done == op->bytes + 8) {
+      op->complete = true;
+      p.recvs.pop_front();
+    }
+  }
+  return ok_status();
+}
+
+Status TcpMesh::poll_once(int timeout_ms) {
+  std::vector<pollfd>& fds = poll_fds_;  // reused: no allocation per poll
+  std::vector<int>& who = poll_ranks_;
+  fds.clear();
+  who.clear();
+  for (int r = 0; r < size_; ++r) {
+    Peer& p = peers_[static_cast<size_t>(r)];
+    if (p.fd < 0) continue;
+    short ev = 0;
+    if (!p.sends.empty()) ev |= POLLOUT;
+    if (!p.recvs.empty()) ev |= POLLIN;
+    if (ev == 0 && !p.closed) ev = POLLRDHUP;  // only to notice a peer that goes away
+    if (ev == 0) continue;
+    fds.push_back({p.fd, ev, 0});
+    who.push_back(r);
+  }
+  const int n = poll(fds.data(), fds.size(), timeout_ms);
+  if (n < 0) return errno == EINTR ? ok_status() : errno_status("poll", errno);
+  for (size_t i = 0; i < fds.size(); ++i) {
+    const short re = fds[i].revents;
+    if (re == 0) continue;
+    const int r = who[i];
+    Peer& p = peers_[static_cast<size_t>(r)];
+    if (fds[i].events == POLLRDHUP) {
+      p.closed = true;
+      continue;
+    }
+    if (!p.recvs.empty() && (re & (POLLIN | POLLHUP | POLLERR))) INA_RETURN_IF_ERROR(progress_recv(r));
+    if (!p.sends.empty() && (re & (POLLOUT | POLLHUP | POLLERR))) INA_RETURN_IF_ERROR(progress_send(r));
+  }
+  return ok_status();
+}
+
+// A peer's connection failed. Other peers seen closing earlier are named too: when a rank dies,
+// its neighbours may fail first and close, and the rank that died is the one to report.
+Status TcpMesh::peer_gone(int peer, Status s) {
+  std::string others;
+  for (int r = 0; r < size_; ++r)
+    if (r != peer && peers_[static_cast<size_t>(r)].closed) others += (others.empty() ? "" : ", ") + std::to_string(r);
+  peers_[static_cast<size_t>(peer)].closed = true;
+  if (others.empty()) return s;
+  return Status(s.code(), s.message() + " (connections also closed by: rank " + others + ")");
+}
+
+Status TcpMesh::timeout_error(const Op& op) const {
+  const std::string what = rank_name(op.peer) + (op.is_send ? " did not receive" : " did not send") +
+                           " within " + std::to_string(timeout_.count()) + " ms";
+  std::string closed;
+  for (int r = 0; r < size_; ++r)
+    if (peers_[static_cast<size_t>(r)].closed) closed += (closed.empty() ? "" : ", ") + std::to_string(r);
+  if (!closed.empty())
+    return unavailable((closed.find(',') == std::string::npos ? "rank " : "ranks ") + closed +
+                       ": connection closed (" + what + ")");
+  return deadline_exceeded(what);
+}
+
+Status TcpMesh::wait(Handle h) {
+  if (h == 0) return ok_status();
+  if (!broken_.ok()) return broken_;
+  auto it = ops_.find(h);
+  if (it == ops_.end()) return ok_status();  // already waited
+  Op* op = it->second.get();
+  const auto deadline = Clock::now() + timeout_;
+  // Try the waited-for peer first: small messages often complete without a poll.
+  Status s = op->is_send ? progress_send(op->peer) : progress_recv(op->peer);
+  if (!s.ok()) return fail(std::move(s));
+  while (!op->complete) {
+    const int ms = ms_until(deadline);
+    if (ms == 0) return fail(timeout_error(*op));
+    s = poll_once(ms);
+    if (!s.ok()) return fail(std::move(s));
+  }
+  ops_.erase(it);
+  return ok_status();
+}
+
+}  // namespace ina::host

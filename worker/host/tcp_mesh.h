@@ -1,0 +1,97 @@
+// TcpMesh: a full TCP mesh between the ranks of a job, built through a rendezvous Store.
+//
+// Setup: every rank listens on an ephemeral port of its configured address and publishes
+// "host:port" under the key "mesh/addr/<rank>"; it then connects to every lower rank (retrying
+// until the deadline) and accepts every higher one. Each connection starts with a handshake of
+// magic, rank and world size in both directions, so a connection that reached the wrong job or
+// rank is refused. Lower ranks never wait on higher ones while connecting, so setup cannot
+// deadlock. Use a PrefixStore to build several meshes through one store.
+//
+// Data: every message is framed by its 8-byte length (little-endian) so that a size mismatch is
+// caught. All sockets are non-blocking; wait() polls every peer with posted operations and moves
+// bytes with sendmsg/readv as the kernel allows, so sends and receives to different peers progress
+// together. Errors name the rank: "rank 3: connection closed", "rank 3: connection reset",
+// "rank 3 did not send within 5000 ms". A peer that closes while this rank waits on another one is
+// remembered and named when that wait times out (the peer that died is the cause).
+#pragma once
+
+#include <poll.h>
+
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "ina/protocol/status.h"
+#include "worker/host/context.h"
+#include "worker/host/store.h"
+
+namespace ina::host {
+
+struct TcpMeshOptions {
+  std::string address = "127.0.0.1";         // listen on and publish this address
+  std::chrono::milliseconds timeout{30000};  // setup, and every wait
+  int socket_buffer_bytes = 0;               // SO_SNDBUF/SO_RCVBUF; 0: the kernel's autotuning
+};
+
+class TcpMesh final : public Context {
+ public:
+  static Result<std::unique_ptr<TcpMesh>> connect(Store& store, int rank, int size,
+                                                  const TcpMeshOptions& opts);
+  ~TcpMesh() override;
+  TcpMesh(const TcpMesh&) = delete;
+  TcpMesh& operator=(const TcpMesh&) = delete;
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+
+  Handle isend(int peer, const void* buf, size_t bytes) override;
+  Handle irecv(int peer, void* buf, size_t bytes) override;
+  Status wait(Handle h) override;
+
+  // The error that broke the mesh (OK while healthy).
+  const Status& error() const { return broken_; }
+
+ private:
+  struct Op {
+    int peer = -1;
+    bool is_send = false;
+    bool complete = false;
+    uint8_t* buf = nullptr;
+    size_t bytes = 0;
+    size_t done = 0;  // bytes moved, the 8-byte header included
+    uint8_t header[8] = {};
+  };
+  struct Peer {
+    int fd = -1;
+    bool closed = false;  // the peer shut its side while we had nothing posted
+    std::deque<Op*> sends;
+    std::deque<Op*> recvs;
+  };
+
+  TcpMesh(int rank, int size, std::chrono::milliseconds timeout)
+      : rank_(rank), size_(size), timeout_(timeout), peers_(static_cast<size_t>(size)) {}
+  Handle post(int peer, bool is_send, uint8_t* buf, size_t bytes);
+  Status progress_send(int peer);
+  Status progress_recv(int peer);
+  Status poll_once(int timeout_ms);
+  Status fail(Status s);
+  Status timeout_error(const Op& op) const;
+  Status peer_gone(int peer, Status s);
+
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  std::vector<Peer> peers_;
+  std::unordered_map<Handle, std::unique_ptr<Op>> ops_;  // posted, not yet waited
+  std::vector<pollfd> poll_fds_;
+  std::vector<int> poll_ranks_;
+  Handle next_handle_ = 1;
+  Status broken_;
+};
+
+}  // namespace ina::host
