@@ -86,6 +86,33 @@ ina_result_t guarded(std::string& err, F&& body) noexcept {
   }
 }
 
+// Range-checks a C enum as an int: a cast to the 8-bit C++ enum would wrap 257 to 1.
+bool c_dtype(std::string& err, const char* fn, ina_dtype_t dtype, ina::DType* out) {
+  const int d = static_cast<int>(dtype);
+  if (!(d >= 1 && d <= 4)) {
+    set_message(err, std::string(fn) + ": unknown dtype " + std::to_string(d) +
+                         " (INA_INT32, INA_FLOAT32, INA_FLOAT16, INA_BFLOAT16)");
+    return false;
+  }
+  *out = static_cast<ina::DType>(d);
+  return true;
+}
+
+bool c_op(std::string& err, const char* fn, ina_op_t op, ina::ReduceOp* out) {
+  const int o = static_cast<int>(op);
+  if (!(o >= 1 && o <= 3)) {
+    set_message(err, std::string(fn) + ": unknown op " + std::to_string(o) +
+                         " (INA_SUM, INA_MIN, INA_MAX)");
+    return false;
+  }
+  *out = static_cast<ina::ReduceOp>(o);
+  return true;
+}
+
+ina_result_t result_of(std::string& err, const ina::Status& s) noexcept {
+  return s.ok() ? INA_SUCCESS : fail(err, s);
+}
+
 // Config::from_env overlaid with the non-zero (non-NULL, rank != -1) fields of `c`.
 ina::Result<ina::Config> merge_config(const ina_config_t* c) {
   INA_ASSIGN_OR_RETURN(ina::Config cfg, ina::Config::from_env());
@@ -157,24 +184,82 @@ ina_result_t ina_allreduce(ina_comm_t* comm, const void* send, void* recv, size_
                            ina_dtype_t dtype, ina_op_t op) {
   if (comm == nullptr) return INA_INVALID_ARGUMENT;
   return guarded(comm->last_error, [&]() -> ina_result_t {
-    // Range-check the C enums as ints: a cast to the 8-bit C++ enums would wrap 257 to 1.
-    const int d = static_cast<int>(dtype);
-    const int o = static_cast<int>(op);
-    if (!(d >= 1 && d <= 4)) {
-      set_message(comm->last_error, "ina_allreduce: unknown dtype " + std::to_string(d) +
-                                        " (INA_INT32, INA_FLOAT32, INA_FLOAT16, INA_BFLOAT16)");
+    ina::DType d{};
+    ina::ReduceOp o{};
+    if (!c_dtype(comm->last_error, "ina_allreduce", dtype, &d) ||
+        !c_op(comm->last_error, "ina_allreduce", op, &o)) {
       return INA_INVALID_ARGUMENT;
     }
-    if (!(o >= 1 && o <= 3)) {
-      set_message(comm->last_error, "ina_allreduce: unknown op " + std::to_string(o) +
-                                        " (INA_SUM, INA_MIN, INA_MAX)");
-      return INA_INVALID_ARGUMENT;
-    }
-    const ina::Status s = comm->comm->allreduce(send, recv, count, static_cast<ina::DType>(d),
-                                                static_cast<ina::ReduceOp>(o));
-    if (!s.ok()) return fail(comm->last_error, s);
-    return INA_SUCCESS;
+    return result_of(comm->last_error, comm->comm->allreduce(send, recv, count, d, o));
   });
+}
+
+ina_result_t ina_allgather(ina_comm_t* comm, const void* send, void* recv, size_t count,
+                           ina_dtype_t dtype) {
+  if (comm == nullptr) return INA_INVALID_ARGUMENT;
+  return guarded(comm->last_error, [&]() -> ina_result_t {
+    ina::DType d{};
+    if (!c_dtype(comm->last_error, "ina_allgather", dtype, &d)) return INA_INVALID_ARGUMENT;
+    return result_of(comm->last_error, comm->comm->allgather(send, recv, count, d));
+  });
+}
+
+ina_result_t ina_reduce_scatter(ina_comm_t* comm, const void* send, void* recv, size_t count,
+                                ina_dtype_t dtype, ina_op_t op) {
+  if (comm == nullptr) return INA_INVALID_ARGUMENT;
+  return guarded(comm->last_error, [&]() -> ina_result_t {
+    ina::DType d{};
+    ina::ReduceOp o{};
+    if (!c_dtype(comm->last_error, "ina_reduce_scatter", dtype, &d) ||
+        !c_op(comm->last_error, "ina_reduce_scatter", op, &o)) {
+      return INA_INVALID_ARGUMENT;
+    }
+    return result_of(comm->last_error, comm->comm->reduce_scatter(send, recv, count, d, o));
+  });
+}
+
+ina_result_t ina_broadcast(ina_comm_t* comm, void* buf, size_t count, ina_dtype_t dtype,
+                           int root) {
+  if (comm == nullptr) return INA_INVALID_ARGUMENT;
+  return guarded(comm->last_error, [&]() -> ina_result_t {
+    ina::DType d{};
+    if (!c_dtype(comm->last_error, "ina_broadcast", dtype, &d)) return INA_INVALID_ARGUMENT;
+    return result_of(comm->last_error, comm->comm->broadcast(buf, count, d, root));
+  });
+}
+
+ina_result_t ina_barrier(ina_comm_t* comm) {
+  if (comm == nullptr) return INA_INVALID_ARGUMENT;
+  return guarded(comm->last_error, [&]() -> ina_result_t {
+    return result_of(comm->last_error, comm->comm->barrier());
+  });
+}
+
+ina_result_t ina_alltoall(ina_comm_t* comm, const void* send, void* recv, size_t count,
+                          ina_dtype_t dtype) {
+  if (comm == nullptr) return INA_INVALID_ARGUMENT;
+  return guarded(comm->last_error, [&]() -> ina_result_t {
+    ina::DType d{};
+    if (!c_dtype(comm->last_error, "ina_alltoall", dtype, &d)) return INA_INVALID_ARGUMENT;
+    return result_of(comm->last_error, comm->comm->alltoall(send, recv, count, d));
+  });
+}
+
+ina_result_t ina_alltoallv(ina_comm_t* comm, const void* send, const size_t* send_counts,
+                           const size_t* send_displs, void* recv, const size_t* recv_counts,
+                           const size_t* recv_displs, ina_dtype_t dtype) {
+  if (comm == nullptr) return INA_INVALID_ARGUMENT;
+  return guarded(comm->last_error, [&]() -> ina_result_t {
+    ina::DType d{};
+    if (!c_dtype(comm->last_error, "ina_alltoallv", dtype, &d)) return INA_INVALID_ARGUMENT;
+    return result_of(comm->last_error,
+                     comm->comm->alltoallv(send, send_counts, send_displs, recv, recv_counts,
+                                           recv_displs, d));
+  });
+}
+
+int ina_comm_on_host_path(const ina_comm_t* comm) {
+  return comm == nullptr ? -1 : (comm->comm->on_host_path() ? 1 : 0);
 }
 
 const char* ina_result_string(ina_result_t result) {

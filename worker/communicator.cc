@@ -1,12 +1,31 @@
-// ina::Communicator: validates arguments at the API boundary, then runs the in-network engine.
+// ina::Communicator: validates arguments at the API boundary, then runs the in-network engine,
+// or the host collectives on a TCP mesh (host only, the fallback of a lost aggregator, and the
+// collectives no aggregator does: allgather, reduce_scatter, broadcast, barrier, alltoall(v)).
+#include <algorithm>
+#include <chrono>
 #include <cinttypes>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "ina/ina.hpp"
+#include "ina/kernels/cpu_quant.h"
 #include "ina/protocol/log.h"
+#include "ina/protocol/quantize.h"
 #include "worker/communicator_impl.h"
+#include "worker/config_internal.h"
 #include "worker/fault_transport.h"
+#include "worker/host/allgather.h"
+#include "worker/host/allreduce.h"
+#include "worker/host/alltoall.h"
+#include "worker/host/barrier.h"
+#include "worker/host/broadcast.h"
+#include "worker/host/reduce_scatter.h"
+#include "worker/host/select.h"
+#include "worker/host/store.h"
+#include "worker/host/tcp_mesh.h"
 #include "worker/inc_engine.h"
 #include "worker/udp_transport.h"
 
@@ -21,58 +40,367 @@ bool overlap_partially(const void* a, const void* b, size_t bytes) {
   return x < y ? y - x < bytes : x - y < bytes;
 }
 
+using Clock = std::chrono::steady_clock;
+
+constexpr std::chrono::milliseconds kFirstProbe{1000};
+constexpr std::chrono::milliseconds kMaxProbe{60000};
+constexpr std::chrono::milliseconds kMaxProbeJoin{5000};
+
+Status no_mesh(const char* what) {
+  return failed_precondition(std::string(what) +
+                             ": host collectives need the host mesh: set INA_STORE=host:port or "
+                             "MASTER_ADDR and MASTER_PORT (Config::store)");
+}
+
+// An in-network failure that the host path can absorb: the aggregator is gone or too slow.
+bool fallbackable(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+}
+
+Status check_dtype(const char* what, DType dtype) {
+  if (!is_valid_dtype(static_cast<uint8_t>(dtype))) {
+    return invalid_argument(std::string(what) + ": unknown dtype " +
+                            std::to_string(static_cast<int>(dtype)) +
+                            " (int32=1, float32=2, float16=3, bfloat16=4)");
+  }
+  return ok_status();
+}
+
+Status check_op(const char* what, ReduceOp op) {
+  if (!is_valid_op(static_cast<uint8_t>(op))) {
+    return invalid_argument(std::string(what) + ": unknown op " +
+                            std::to_string(static_cast<int>(op)) + " (sum=1, min=2, max=3)");
+  }
+  return ok_status();
+}
+
+Status check_count(const char* what, size_t count, size_t blocks, DType dtype) {
+  const size_t esize = dtype_size(dtype);
+  if (blocks == 0) blocks = 1;
+  if (count > SIZE_MAX / esize / blocks) {
+    return invalid_argument(std::string(what) + ": count " + std::to_string(count) + " overflows");
+  }
+  return ok_status();
+}
+
+// The communicator: the in-network engine (unless host only) and, when a store is configured, the
+// host TCP mesh.
+//
+// Path agreement. Every rank must run each collective on the same path. After each in-network
+// AllReduce (when a mesh exists) the ranks take the MAX of a failure flag over the mesh: one
+// small host AllReduce per collective (a round trip of log2(N) steps on the mesh; the cost of
+// this first version, to be optimized). A rank that failed in-network may see others that got
+// every result; the flag makes all of them redo the collective on the host path, from the
+// original input. In place, that input is kept in a scratch copy taken before the in-network
+// attempt (one extra buffer of the collective's size, only when a mesh exists).
+//
+// Probing. On the host path, rank 0 decides before each AllReduce whether to probe the
+// aggregator (after 1 s, then 2 s, 4 s, ... up to 60 s of wall time since the last attempt) and
+// broadcasts the decision (one more small host message per collective on the host path); then
+// every rank re-joins (a barrier at the aggregator, with a deadline of min(timeout, 5 s)) and
+// the ranks take the MIN of their success over the mesh: all joined, back in-network.
 class CommunicatorImpl final : public Communicator {
  public:
-  CommunicatorImpl(const Config& cfg, std::unique_ptr<Transport> transport)
-      : rank_(cfg.rank), size_(cfg.world_size), engine_(cfg, std::move(transport)) {}
+  CommunicatorImpl(const Config& cfg, std::unique_ptr<Transport> transport,
+                   std::unique_ptr<host::TcpStore> store, std::unique_ptr<host::TcpMesh> mesh)
+      : cfg_(cfg),
+        store_(std::move(store)),
+        mesh_(std::move(mesh)),
+        block_elems_(cfg.block_elems) {
+    if (transport) engine_ = std::make_unique<IncEngine>(cfg, std::move(transport));
+    if (const char* a = std::getenv("INA_ALGO"); a != nullptr) algo_override_ = a;
+  }
 
   ~CommunicatorImpl() override {
-    const CommStats& s = engine_.stats();
+    const CommStats& s = stats();
     INA_DEBUG("worker",
               "rank %d closes: %" PRIu64 " collectives, %" PRIu64 " packets sent, %" PRIu64
               " received, %" PRIu64 " retransmits, %" PRIu64 " duplicate results, %" PRIu64
-              " malformed, %" PRIu64 " error reports",
-              rank_, s.collectives, s.packets_sent, s.packets_received, s.retransmits,
-              s.duplicate_results, s.malformed, s.error_reports);
+              " malformed, %" PRIu64 " error reports, %" PRIu64 " on the host path, %" PRIu64
+              " fallbacks",
+              cfg_.rank, s.collectives, s.packets_sent, s.packets_received, s.retransmits,
+              s.duplicate_results, s.malformed, s.error_reports, s.host_collectives, s.fallbacks);
   }
 
-  Status join() { return engine_.join(); }
+  // Joins the aggregator (unless host only); with a mesh, a join that fails for want of an
+  // aggregator (unavailable, deadline) puts every rank on the host path instead.
+  Status start() {
+    if (!engine_) {
+      host_path_ = true;
+      return ok_status();
+    }
+    const Status s = engine_->join();
+    if (s.ok()) block_elems_ = engine_->block_elems();
+    if (!mesh_) return s;
+    const int32_t flag = s.ok() ? 0 : fallbackable(s) ? 1 : 2;
+    INA_ASSIGN_OR_RETURN(int32_t worst, agree_max(flag, 2 * cfg_.timeout));
+    if (flag == 2) return s;
+    if (worst == 2) return aborted("joining the job: another rank failed to join (see its log)");
+    if (worst == 1) {
+      INA_INFO("worker", "rank %d: no aggregator for job %u (%s): running on the host path",
+               cfg_.rank, cfg_.job,
+               s.ok() ? "another rank could not join" : s.message().c_str());
+      enter_host_path();
+    }
+    return ok_status();
+  }
 
   Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
-    const auto d = static_cast<uint8_t>(dtype);
-    const auto o = static_cast<uint8_t>(op);
-    if (!is_valid_dtype(d)) {
-      return invalid_argument("allreduce: unknown dtype " + std::to_string(d) +
-                              " (int32=1, float32=2, float16=3, bfloat16=4)");
-    }
-    if (!is_valid_op(o)) {
-      return invalid_argument("allreduce: unknown op " + std::to_string(o) +
-                              " (sum=1, min=2, max=3)");
-    }
+    INA_RETURN_IF_ERROR(check_dtype("allreduce", dtype));
+    INA_RETURN_IF_ERROR(check_op("allreduce", op));
     if (count > 0 && (send == nullptr || recv == nullptr)) {
       return invalid_argument(std::string("allreduce: ") + (send == nullptr ? "send" : "recv") +
                               " is null with count " + std::to_string(count));
     }
-    const size_t esize = dtype_size(dtype);
-    if (count > SIZE_MAX / esize) {
-      return invalid_argument("allreduce: count " + std::to_string(count) + " overflows");
-    }
-    if (overlap_partially(send, recv, count * esize)) {
+    INA_RETURN_IF_ERROR(check_count("allreduce", count, 1, dtype));
+    const size_t bytes = count * dtype_size(dtype);
+    if (overlap_partially(send, recv, bytes)) {
       return invalid_argument(
           "allreduce: send and recv overlap without being equal (in place needs send == recv)");
     }
-    return engine_.allreduce(send, recv, count, dtype, op);
+    if (host_path_) {
+      INA_RETURN_IF_ERROR(maybe_probe());
+      if (host_path_) {
+        ++host_stats_.collectives;
+        ++host_stats_.host_collectives;
+        return host_allreduce(send, recv, count, dtype, op);
+      }
+    }
+    if (!mesh_) return engine_->allreduce(send, recv, count, dtype, op);
+
+    // Keep the input of an in-place call: a failed attempt may have overwritten part of it.
+    const void* input = send;
+    if (send == recv && count > 0) {
+      scratch_.resize(bytes);
+      std::memcpy(scratch_.data(), send, bytes);
+      input = scratch_.data();
+    }
+    const Status s = engine_->allreduce(send, recv, count, dtype, op);
+    const int32_t flag = s.ok() ? 0 : fallbackable(s) ? 1 : 2;
+    INA_ASSIGN_OR_RETURN(int32_t worst, agree_max(flag, 2 * cfg_.timeout));
+    if (flag == 2) return s;
+    if (worst == 2) return aborted("allreduce: failed on another rank (see its log)");
+    if (worst == 0) return s;
+    INA_INFO("worker", "rank %d: in-network allreduce failed (%s): redone on the host path",
+             cfg_.rank, s.ok() ? "on another rank" : s.message().c_str());
+    enter_host_path();
+    ++host_stats_.fallbacks;
+    ++host_stats_.host_collectives;
+    return host_allreduce(input, recv, count, dtype, op);
   }
 
-  int rank() const override { return rank_; }
-  int size() const override { return size_; }
-  const CommStats& stats() const override { return engine_.stats(); }
+  Status allgather(const void* send, void* recv, size_t count, DType dtype) override {
+    if (!mesh_) return no_mesh("allgather");
+    INA_RETURN_IF_ERROR(check_dtype("allgather", dtype));
+    INA_RETURN_IF_ERROR(check_count("allgather", count, static_cast<size_t>(cfg_.world_size), dtype));
+    count_host();
+    return host::allgather(*mesh_, send, recv, count, dtype);
+  }
+
+  Status reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
+                        ReduceOp op) override {
+    if (!mesh_) return no_mesh("reduce_scatter");
+    INA_RETURN_IF_ERROR(check_dtype("reduce_scatter", dtype));
+    INA_RETURN_IF_ERROR(check_op("reduce_scatter", op));
+    INA_RETURN_IF_ERROR(
+        check_count("reduce_scatter", count, static_cast<size_t>(cfg_.world_size), dtype));
+    count_host();
+    return host::reduce_scatter(*mesh_, send, recv, count, dtype, op);
+  }
+
+  Status broadcast(void* buf, size_t count, DType dtype, int root) override {
+    if (!mesh_) return no_mesh("broadcast");
+    INA_RETURN_IF_ERROR(check_dtype("broadcast", dtype));
+    INA_RETURN_IF_ERROR(check_count("broadcast", count, 1, dtype));
+    if (root < 0 || root >= cfg_.world_size) {
+      return invalid_argument("broadcast: root " + std::to_string(root) + " is not in [0, " +
+                              std::to_string(cfg_.world_size) + ")");
+    }
+    if (count > 0 && buf == nullptr) return invalid_argument("broadcast: buf is null");
+    count_host();
+    host::BroadcastOptions o;
+    o.root = root;
+    return host::broadcast(*mesh_, buf, count, dtype, o);
+  }
+
+  Status barrier() override {
+    if (!mesh_) return no_mesh("barrier");
+    count_host();
+    return host::barrier(*mesh_);
+  }
+
+  Status alltoall(const void* send, void* recv, size_t count, DType dtype) override {
+    if (!mesh_) return no_mesh("alltoall");
+    INA_RETURN_IF_ERROR(check_dtype("alltoall", dtype));
+    INA_RETURN_IF_ERROR(check_count("alltoall", count, static_cast<size_t>(cfg_.world_size), dtype));
+    count_host();
+    return host::alltoall(*mesh_, send, recv, count, dtype);
+  }
+
+  Status alltoallv(const void* send, const size_t* send_counts, const size_t* send_displs,
+                   void* recv, const size_t* recv_counts, const size_t* recv_displs,
+                   DType dtype) override {
+    if (!mesh_) return no_mesh("alltoallv");
+    INA_RETURN_IF_ERROR(check_dtype("alltoallv", dtype));
+    if (send_counts == nullptr || send_displs == nullptr || recv_counts == nullptr ||
+        recv_displs == nullptr) {
+      return invalid_argument("alltoallv: counts and displacements must not be null");
+    }
+    const auto n = static_cast<size_t>(cfg_.world_size);
+    count_host();
+    return host::alltoallv(*mesh_, send, {send_counts, n}, {send_displs, n}, recv,
+                           {recv_counts, n}, {recv_displs, n}, dtype);
+  }
+
+  bool on_host_path() const override { return host_path_; }
+  int rank() const override { return cfg_.rank; }
+  int size() const override { return cfg_.world_size; }
+  const CommStats& stats() const override {
+    stats_ = engine_ ? engine_->stats() : CommStats{};
+    stats_.collectives += host_stats_.collectives;
+    stats_.host_collectives = host_stats_.host_collectives;
+    stats_.fallbacks = host_stats_.fallbacks;
+    stats_.probes = host_stats_.probes;
+    return stats_;
+  }
 
  private:
-  int rank_;
-  int size_;
-  IncEngine engine_;
+  void count_host() {
+    ++host_stats_.collectives;
+    ++host_stats_.host_collectives;
+  }
+
+  void enter_host_path() {
+    host_path_ = true;
+    probe_backoff_ = kFirstProbe;
+    next_probe_ = Clock::now() + probe_backoff_;
+  }
+
+  host::AllreduceOptions algo(size_t bytes) const {
+    host::AllreduceOptions o;
+    Result<host::AllreduceAlgorithm> a =
+        host::select_allreduce(host::CostModel{}, bytes, cfg_.world_size, algo_override_);
+    if (a.ok()) o.algorithm = *a;  // a bad INA_ALGO: the model's choice (the override is a hint)
+    return o;
+  }
+
+  // MAX of one int32 over the mesh, waiting up to `wait` (a rank still in its in-network
+  // deadline may arrive that much later).
+  Result<int32_t> agree_max(int32_t v, std::chrono::milliseconds wait) {
+    mesh_->set_timeout(std::max(wait, cfg_.timeout));
+    const Status s = host::allreduce(*mesh_, &v, &v, 1, DType::kInt32, ReduceOp::kMax, algo(4));
+    mesh_->set_timeout(cfg_.timeout);
+    if (!s.ok()) return s;
+    return v;
+  }
+
+  // On the host path with an aggregator configured: probe it when rank 0's backoff says so.
+  Status maybe_probe() {
+    if (!engine_ || !mesh_) return ok_status();
+    int32_t probe = 0;
+    if (cfg_.rank == 0) probe = Clock::now() >= next_probe_ ? 1 : 0;
+    if (cfg_.world_size > 1) {
+      host::BroadcastOptions o;
+      o.root = 0;
+      INA_RETURN_IF_ERROR(host::broadcast(*mesh_, &probe, 1, DType::kInt32, o));
+    }
+    if (probe == 0) return ok_status();
+    ++host_stats_.probes;
+    const Status s = engine_->join(std::min(cfg_.timeout, kMaxProbeJoin));
+    INA_ASSIGN_OR_RETURN(int32_t worst, agree_max(s.ok() ? 0 : 1, 2 * cfg_.timeout));
+    if (worst == 0) {
+      INA_INFO("worker", "rank %d: the aggregator is back: in-network again", cfg_.rank);
+      block_elems_ = engine_->block_elems();
+      host_path_ = false;
+      return ok_status();
+    }
+    INA_DEBUG("worker", "rank %d: aggregator probe failed (%s); next in %lld ms", cfg_.rank,
+              s.ok() ? "another rank could not join" : s.message().c_str(),
+              static_cast<long long>(std::min(probe_backoff_ * 2, kMaxProbe).count()));
+    probe_backoff_ = std::min(probe_backoff_ * 2, kMaxProbe);
+    next_probe_ = Clock::now() + probe_backoff_;
+    return ok_status();
+  }
+
+  // AllReduce on the mesh. Exact mode reduces the in-network path's quantized words.
+  Status host_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+    if (count == 0) return ok_status();
+    if (dtype == DType::kInt32 || cfg_.fallback == FallbackMode::kFloat) {
+      return host::allreduce(*mesh_, send, recv, count, dtype, op,
+                             algo(count * dtype_size(dtype)));
+    }
+    // Per block of K elements, as the engine does (inc_engine.cc): the MAX of the ranks'
+    // exponents (float SUM) and the OR of their NONFINITE flags, then encode, reduce the int32
+    // words (SUM wraps as the aggregator's does), decode.
+    const size_t k = block_elems_;
+    const size_t nb = (count + k - 1) / k;
+    const size_t es = dtype_size(dtype);
+    const bool with_exp = quant::needs_exponent(dtype, op);
+    const auto* in = static_cast<const uint8_t*>(send);
+    auto* out = static_cast<uint8_t*>(recv);
+    meta_.assign(with_exp ? 2 * nb : nb, 0);
+    for (size_t b = 0; b < nb; ++b) {
+      const size_t len = std::min(k, count - b * k);
+      const quant::BlockScan scan = kernels::cpu::scan_block(in + b * k * es, len, dtype, op);
+      meta_[b] = scan.nonfinite ? 1 : 0;
+      if (with_exp) meta_[nb + b] = scan.exp;
+    }
+    INA_RETURN_IF_ERROR(host::allreduce(*mesh_, meta_.data(), meta_.data(), meta_.size(),
+                                        DType::kInt32, ReduceOp::kMax, algo(meta_.size() * 4)));
+    const auto world = static_cast<uint32_t>(cfg_.world_size);
+    q_.resize(count);
+    for (size_t b = 0; b < nb; ++b) {
+      const size_t len = std::min(k, count - b * k);
+      const int16_t exp = with_exp ? static_cast<int16_t>(meta_[nb + b]) : kNoExponent;
+      kernels::cpu::encode(in + b * k * es, len, dtype, op, exp, world, q_.data() + b * k);
+    }
+    INA_RETURN_IF_ERROR(host::allreduce(*mesh_, q_.data(), q_.data(), count, DType::kInt32, op,
+                                        algo(count * 4)));
+    for (size_t b = 0; b < nb; ++b) {
+      const size_t len = std::min(k, count - b * k);
+      if (meta_[b] != 0) {
+        kernels::cpu::fill_nan(out + b * k * es, len, dtype);
+      } else {
+        const int16_t exp = with_exp ? static_cast<int16_t>(meta_[nb + b]) : kNoExponent;
+        kernels::cpu::decode(q_.data() + b * k, len, dtype, op, exp, world, out + b * k * es);
+      }
+    }
+    return ok_status();
+  }
+
+  const Config cfg_;
+  std::unique_ptr<IncEngine> engine_;          // null: host only
+  std::unique_ptr<host::TcpStore> store_;      // rank 0 serves the rendezvous while it lives
+  std::unique_ptr<host::TcpMesh> mesh_;        // null: no store configured
+  bool host_path_ = false;
+  uint32_t block_elems_;                       // the engine's adopted block size (exact mode)
+  std::string algo_override_;                  // INA_ALGO
+  Clock::time_point next_probe_{};
+  std::chrono::milliseconds probe_backoff_{kFirstProbe};
+  CommStats host_stats_;                       // what ran on the mesh
+  mutable CommStats stats_;                    // engine's + host_stats_
+  std::vector<uint8_t> scratch_;               // the input of an in-place in-network attempt
+  std::vector<int32_t> meta_;                  // exact mode: per-block flags and exponents
+  std::vector<int32_t> q_;                     // exact mode: the quantized words
 };
+
+Result<std::unique_ptr<host::TcpMesh>> connect_mesh(const Config& cfg,
+                                                    std::unique_ptr<host::TcpStore>* store) {
+  std::string host;
+  uint16_t port = 0;
+  INA_RETURN_IF_ERROR(parse_host_port(cfg.store, "INA_STORE", &host, &port));
+  host::TcpStoreOptions so;
+  so.host = host;
+  so.port = port;
+  so.is_server = cfg.rank == 0;
+  so.connect_timeout = cfg.timeout;
+  INA_ASSIGN_OR_RETURN(*store, host::TcpStore::create(so));
+  host::PrefixStore prefixed("ina/job" + std::to_string(cfg.job), **store);
+  host::TcpMeshOptions mo;
+  mo.address = cfg.mesh_address;
+  mo.timeout = cfg.timeout;
+  return host::TcpMesh::connect(prefixed, cfg.rank, cfg.world_size, mo);
+}
 
 }  // namespace
 
@@ -85,12 +413,22 @@ uint64_t effective_fault_seed(const Config& cfg) {
 Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
                                                           std::unique_ptr<Transport> transport) {
   INA_RETURN_IF_ERROR(cfg.validate());
-  if (FaultInjectingTransport::wanted(cfg.fault)) {
+  if (transport && FaultInjectingTransport::wanted(cfg.fault)) {
     transport = std::make_unique<FaultInjectingTransport>(std::move(transport), cfg.fault,
                                                           effective_fault_seed(cfg));
   }
-  auto comm = std::make_unique<CommunicatorImpl>(cfg, std::move(transport));
-  INA_RETURN_IF_ERROR(comm->join());
+  std::unique_ptr<host::TcpStore> store;
+  std::unique_ptr<host::TcpMesh> mesh;
+  if (!cfg.store.empty()) {
+    INA_ASSIGN_OR_RETURN(mesh, connect_mesh(cfg, &store));
+  } else if (!transport) {
+    return invalid_argument(
+        "no aggregator transport and no host mesh: set INA_STORE=host:port or MASTER_ADDR and "
+        "MASTER_PORT");
+  }
+  auto comm = std::make_unique<CommunicatorImpl>(cfg, std::move(transport), std::move(store),
+                                                 std::move(mesh));
+  INA_RETURN_IF_ERROR(comm->start());
   return std::unique_ptr<Communicator>(std::move(comm));
 }
 
@@ -98,12 +436,18 @@ Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
 
 Result<std::unique_ptr<Communicator>> Communicator::create(const Config& cfg) {
   INA_RETURN_IF_ERROR(cfg.validate());
+  if (cfg.host_only) return worker::create_communicator(cfg, nullptr);
   worker::UdpTransportOptions opts;
   opts.host = cfg.aggregator_host;
   opts.port = cfg.aggregator_port;
-  INA_ASSIGN_OR_RETURN(std::unique_ptr<worker::UdpTransport> udp,
-                       worker::UdpTransport::create(opts));
-  return worker::create_communicator(cfg, std::move(udp));
+  Result<std::unique_ptr<worker::UdpTransport>> udp = worker::UdpTransport::create(opts);
+  if (!udp.ok()) {
+    if (cfg.store.empty()) return udp.status();
+    INA_INFO("worker", "rank %d: no aggregator transport (%s): host path only", cfg.rank,
+             udp.status().message().c_str());
+    return worker::create_communicator(cfg, nullptr);
+  }
+  return worker::create_communicator(cfg, std::move(udp.value()));
 }
 
 }  // namespace ina

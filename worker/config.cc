@@ -171,10 +171,47 @@ Result<Config> Config::from_env() {
   INA_RETURN_IF_ERROR(env_unsigned("INA_RANK", 0, kMaxWorldSize - 1, false, &c.rank));
   INA_RETURN_IF_ERROR(env_unsigned("INA_WORLD_SIZE", 1, kMaxWorldSize, false, &c.world_size));
   std::string_view agg;
-  if (get_env("INA_AGGREGATOR", &agg)) {
+  const bool have_aggregator = get_env("INA_AGGREGATOR", &agg);
+  if (have_aggregator) {
     INA_RETURN_IF_ERROR(
         worker::parse_host_port(agg, "INA_AGGREGATOR", &c.aggregator_host, &c.aggregator_port));
   }
+  // The host mesh's rendezvous: INA_STORE, else PyTorch's MASTER_ADDR and MASTER_PORT.
+  std::string_view store;
+  std::string_view master_addr;
+  std::string_view master_port;
+  if (get_env("INA_STORE", &store)) {
+    c.store = std::string(store);
+  } else if (get_env("MASTER_ADDR", &master_addr) && get_env("MASTER_PORT", &master_port)) {
+    c.store = std::string(master_addr) + ":" + std::string(master_port);
+  }
+  if (!c.store.empty()) {
+    std::string h;
+    uint16_t p = 0;
+    INA_RETURN_IF_ERROR(worker::parse_host_port(
+        c.store, store.empty() ? "MASTER_ADDR:MASTER_PORT" : "INA_STORE", &h, &p));
+  }
+  std::string_view mesh_addr;
+  if (get_env("INA_MESH_ADDR", &mesh_addr)) c.mesh_address = std::string(mesh_addr);
+  std::string_view fallback;
+  if (get_env("INA_FALLBACK", &fallback)) {
+    if (fallback == "exact") {
+      c.fallback = FallbackMode::kExact;
+    } else if (fallback == "float") {
+      c.fallback = FallbackMode::kFloat;
+    } else {
+      return bad_value("INA_FALLBACK", fallback, "exact or float");
+    }
+  }
+  std::string_view transport;
+  if (get_env("INA_TRANSPORT", &transport)) {
+    if (transport == "host") {
+      c.host_only = true;
+    } else if (transport != "udp" && transport != "auto") {
+      return bad_value("INA_TRANSPORT", transport, "auto, udp or host");
+    }
+  }
+  if (!have_aggregator && !c.store.empty()) c.host_only = true;
   INA_RETURN_IF_ERROR(
       env_unsigned("INA_JOB", 0, std::numeric_limits<uint32_t>::max(), false, &c.job));
   INA_RETURN_IF_ERROR(
@@ -238,6 +275,17 @@ Status Config::validate() const {
     return invalid_argument(range_error("retransmit", "INA_RETRANSMIT_US",
                                         std::to_string(retransmit.count()) + " us",
                                         "[1, " + std::to_string(kMaxRetransmitUs) + "] us"));
+  }
+  if (host_only && store.empty()) {
+    return invalid_argument(
+        "host_only (INA_TRANSPORT=host) needs a rendezvous store: set INA_STORE=host:port or "
+        "MASTER_ADDR and MASTER_PORT");
+  }
+  if (fallback != FallbackMode::kExact && fallback != FallbackMode::kFloat) {
+    return invalid_argument("invalid fallback: must be exact or float (INA_FALLBACK)");
+  }
+  if (!store.empty() && mesh_address.empty()) {
+    return invalid_argument("invalid mesh_address \"\": must name this host (INA_MESH_ADDR)");
   }
   struct Pct {
     const char* field;

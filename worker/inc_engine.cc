@@ -97,8 +97,9 @@ IncEngine::~IncEngine() = default;
 // ---------------------------------------------------------------------------------------------
 // Join barrier
 
-Status IncEngine::join() {
+Status IncEngine::join(std::chrono::milliseconds timeout) {
   joined_ = false;
+  const std::chrono::milliseconds limit_ms = timeout.count() > 0 ? timeout : cfg_.timeout;
   const uint32_t nonce = random_nonce();
   std::array<uint8_t, wire::kHeaderSize + wire::kElemSize> hello{};
   wire::Header h;
@@ -121,7 +122,7 @@ Status IncEngine::join() {
   heard_ = false;
   const uint64_t refusals0 = transport_->refusals();
   const Clock::time_point start = Clock::now();
-  const Clock::time_point deadline = start + cfg_.timeout;
+  const Clock::time_point deadline = start + limit_ms;
   const Clock::duration rto_max = cfg_.retransmit * kMaxBackoff;
   Clock::duration rto = cfg_.retransmit;
   Clock::time_point due = start + rto;
@@ -209,7 +210,7 @@ Status IncEngine::join() {
     }
   }
 
-  const std::string limit = std::to_string(cfg_.timeout.count()) + " ms";
+  const std::string limit = std::to_string(limit_ms.count()) + " ms";
   if (missing_.valid) {
     const std::string ranks = missing_ranks_text(missing_.bitmap);
     if (!ranks.empty()) {

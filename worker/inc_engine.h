@@ -32,8 +32,9 @@ class IncEngine {
 
   // The join barrier: HELLO with a fresh incarnation nonce, retransmitted with backoff until the
   // aggregator's WELCOME (every rank joined) or cfg.timeout. Adopts the smaller of the
-  // configured and the aggregator's block size and window.
-  Status join();
+  // configured and the aggregator's block size and window. `timeout` zero: cfg.timeout (a probe
+  // of a lost aggregator uses a shorter one).
+  Status join(std::chrono::milliseconds timeout = std::chrono::milliseconds::zero());
 
   // Sums (or takes the MIN/MAX of) `count` elements over all ranks. recv may equal send. All
   // ranks must call it with the same count, dtype and op, in the same order.

@@ -4,6 +4,8 @@
  *   c_api_test unit          config, errors, result strings, version: no sockets
  *   c_api_test integration   spawns $INA_AGGREGATOR_BIN (skips without it), runs collectives
  *                            through the C ABI, then checks that a dead aggregator is named
+ *   c_api_test host          3 threads as ranks, host only (INA_TRANSPORT=host, INA_STORE on a
+ *                            free port): every host collective through the C ABI
  *
  * Exit status: 0 pass, 1 fail, 77 skip (Meson's convention). */
 #define _POSIX_C_SOURCE 200809L
@@ -16,6 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -48,7 +53,8 @@ static void clear_env(void) {
       "INA_RANK",          "INA_WORLD_SIZE",        "INA_AGGREGATOR",       "INA_JOB",
       "INA_JOB_KEY",       "INA_BLOCK_ELEMS",       "INA_WINDOW",           "INA_TIMEOUT_MS",
       "INA_RETRANSMIT_US", "INA_TEST_DROP_PERCENT", "INA_TEST_DUP_PERCENT", "INA_TEST_DELAY_US",
-      "INA_TEST_SEED"};
+      "INA_TEST_SEED",     "INA_STORE",             "MASTER_ADDR",          "MASTER_PORT",
+      "INA_MESH_ADDR",     "INA_FALLBACK",          "INA_TRANSPORT",        "INA_ALGO"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; ++i) unsetenv(vars[i]);
 }
 
@@ -280,6 +286,13 @@ static void test_collectives(ina_comm_t* comm) {
   CHECK_CONTAINS(ina_comm_last_error(comm), "op 257");
   CHECK(ina_allreduce(comm, NULL, fout, N, INA_FLOAT32, INA_SUM) == INA_INVALID_ARGUMENT);
   CHECK_CONTAINS(ina_comm_last_error(comm), "null");
+
+  /* No store configured: in-network only, and the host collectives say what is missing. */
+  CHECK(ina_comm_on_host_path(comm) == 0);
+  CHECK(ina_barrier(comm) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_comm_last_error(comm), "INA_STORE");
+  CHECK(ina_broadcast(comm, fin, 4, INA_FLOAT32, 0) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_comm_last_error(comm), "MASTER_ADDR");
 }
 
 static int run_integration(void) {
@@ -324,6 +337,137 @@ static int run_integration(void) {
   return g_failures == 0 ? 0 : 1;
 }
 
+/* ---- host only, 3 threads ---- */
+
+enum { HOST_WORLD = 3 };
+
+struct host_rank {
+  int rank;
+  int failures;
+};
+
+#define HCHECK(a, cond)                                                              \
+  do {                                                                               \
+    if (!(cond)) {                                                                   \
+      fprintf(stderr, "rank %d: %s:%d: CHECK failed: %s\n", (a)->rank, __FILE__, __LINE__, \
+              #cond);                                                                \
+      ++(a)->failures;                                                               \
+    }                                                                                \
+  } while (0)
+
+static void* host_rank_main(void* p) {
+  struct host_rank* a = (struct host_rank*)p;
+  const int r = a->rank;
+  ina_config_t cfg = INA_CONFIG_INITIALIZER;
+  cfg.rank = r;
+  cfg.world_size = HOST_WORLD;
+  cfg.timeout_ms = 20000;
+  ina_comm_t* comm = NULL;
+  const ina_result_t rc = ina_comm_create(&cfg, &comm);
+  HCHECK(a, rc == INA_SUCCESS);
+  if (rc != INA_SUCCESS) {
+    fprintf(stderr, "rank %d: ina_comm_create: %s\n", r, ina_last_create_error());
+    return NULL;
+  }
+  HCHECK(a, ina_comm_on_host_path(comm) == 1);
+
+  /* broadcast from rank 1 */
+  int32_t b[5];
+  for (int i = 0; i < 5; ++i) b[i] = r * 100 + i;
+  HCHECK(a, ina_broadcast(comm, b, 5, INA_INT32, 1) == INA_SUCCESS);
+  for (int i = 0; i < 5; ++i) HCHECK(a, b[i] == 100 + i);
+
+  /* alltoallv: rank s sends (s + d) % 3 floats to rank d (zero for some pairs, self included) */
+  size_t scount[HOST_WORLD], sdispl[HOST_WORLD], rcount[HOST_WORLD], rdispl[HOST_WORLD];
+  size_t stotal = 0, rtotal = 0;
+  for (int j = 0; j < HOST_WORLD; ++j) {
+    scount[j] = (size_t)((r + j) % HOST_WORLD);
+    sdispl[j] = stotal;
+    stotal += scount[j];
+    rcount[j] = (size_t)((j + r) % HOST_WORLD);
+    rdispl[j] = rtotal + 1; /* a gap of one element before each block */
+    rtotal += rcount[j] + 1;
+  }
+  float sbuf[16], rbuf[16];
+  for (int j = 0; j < HOST_WORLD; ++j)
+    for (size_t k = 0; k < scount[j]; ++k) sbuf[sdispl[j] + k] = (float)(r * 1000 + j * 10 + (int)k);
+  for (int i = 0; i < 16; ++i) rbuf[i] = -1.0f;
+  HCHECK(a, ina_alltoallv(comm, sbuf, scount, sdispl, rbuf, rcount, rdispl, INA_FLOAT32) ==
+                INA_SUCCESS);
+  for (int i = 0; i < HOST_WORLD; ++i) {
+    HCHECK(a, rbuf[rdispl[i] - 1] == -1.0f); /* the gaps are untouched */
+    for (size_t k = 0; k < rcount[i]; ++k)
+      HCHECK(a, rbuf[rdispl[i] + k] == (float)(i * 1000 + r * 10 + (int)k));
+  }
+
+  /* allgather, reduce_scatter, alltoall, barrier */
+  int32_t mine[2] = {r, r + 10}, all[2 * HOST_WORLD];
+  HCHECK(a, ina_allgather(comm, mine, all, 2, INA_INT32) == INA_SUCCESS);
+  for (int i = 0; i < HOST_WORLD; ++i) HCHECK(a, all[2 * i] == i && all[2 * i + 1] == i + 10);
+  int32_t rs_in[2 * HOST_WORLD], rs_out[2];
+  for (int i = 0; i < 2 * HOST_WORLD; ++i) rs_in[i] = i * (r + 1);
+  HCHECK(a, ina_reduce_scatter(comm, rs_in, rs_out, 2, INA_INT32, INA_SUM) == INA_SUCCESS);
+  HCHECK(a, rs_out[0] == 2 * r * 6 && rs_out[1] == (2 * r + 1) * 6); /* 1 + 2 + 3 = 6 */
+  int32_t a2a_in[HOST_WORLD], a2a_out[HOST_WORLD];
+  for (int j = 0; j < HOST_WORLD; ++j) a2a_in[j] = r * 10 + j;
+  HCHECK(a, ina_alltoall(comm, a2a_in, a2a_out, 1, INA_INT32) == INA_SUCCESS);
+  for (int i = 0; i < HOST_WORLD; ++i) HCHECK(a, a2a_out[i] == i * 10 + r);
+  HCHECK(a, ina_barrier(comm) == INA_SUCCESS);
+
+  /* allreduce on the host path (exact mode): small integers sum exactly */
+  float f[600];
+  for (int i = 0; i < 600; ++i) f[i] = (float)((i % 7) * (r + 1));
+  HCHECK(a, ina_allreduce(comm, f, f, 600, INA_FLOAT32, INA_SUM) == INA_SUCCESS);
+  for (int i = 0; i < 600; ++i) HCHECK(a, f[i] == (float)((i % 7) * 6));
+
+  /* bad arguments */
+  HCHECK(a, ina_broadcast(comm, b, 5, INA_INT32, 5) == INA_INVALID_ARGUMENT);
+  HCHECK(a, strstr(ina_comm_last_error(comm), "root 5") != NULL);
+  HCHECK(a, ina_alltoall(comm, a2a_in, a2a_out, 1, (ina_dtype_t)9) == INA_INVALID_ARGUMENT);
+  ina_comm_destroy(comm);
+  return NULL;
+}
+
+static unsigned free_tcp_port(void) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  struct sockaddr_in sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sin_family = AF_INET;
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof sa;
+  unsigned port = 0;
+  if (bind(fd, (struct sockaddr*)&sa, sizeof sa) == 0 &&
+      getsockname(fd, (struct sockaddr*)&sa, &len) == 0) {
+    port = ntohs(sa.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+static int run_host(void) {
+  clear_env();
+  const unsigned port = free_tcp_port();
+  CHECK(port != 0);
+  char store[64];
+  snprintf(store, sizeof store, "127.0.0.1:%u", port);
+  setenv("INA_STORE", store, 1);
+  setenv("INA_TRANSPORT", "host", 1);
+  pthread_t t[HOST_WORLD];
+  struct host_rank ranks[HOST_WORLD];
+  for (int i = 0; i < HOST_WORLD; ++i) {
+    ranks[i].rank = i;
+    ranks[i].failures = 0;
+    CHECK(pthread_create(&t[i], NULL, host_rank_main, &ranks[i]) == 0);
+  }
+  for (int i = 0; i < HOST_WORLD; ++i) {
+    pthread_join(t[i], NULL);
+    g_failures += ranks[i].failures;
+  }
+  clear_env();
+  return g_failures == 0 ? 0 : 1;
+}
+
 int main(int argc, char** argv) {
   const char* mode = argc > 1 ? argv[1] : "unit";
   int rc;
@@ -331,8 +475,10 @@ int main(int argc, char** argv) {
     rc = run_unit();
   } else if (strcmp(mode, "integration") == 0) {
     rc = run_integration();
+  } else if (strcmp(mode, "host") == 0) {
+    rc = run_host();
   } else {
-    fprintf(stderr, "usage: %s [unit|integration]\n", argv[0]);
+    fprintf(stderr, "usage: %s [unit|integration|host]\n", argv[0]);
     return 1;
   }
   if (rc == 0) printf("c_api_test %s: pass\n", mode);

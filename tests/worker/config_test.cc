@@ -15,7 +15,8 @@ const char* const kAllVars[] = {
     "INA_RANK",          "INA_WORLD_SIZE",        "INA_AGGREGATOR",       "INA_JOB",
     "INA_JOB_KEY",       "INA_BLOCK_ELEMS",       "INA_WINDOW",           "INA_TIMEOUT_MS",
     "INA_RETRANSMIT_US", "INA_TEST_DROP_PERCENT", "INA_TEST_DUP_PERCENT", "INA_TEST_DELAY_US",
-    "INA_TEST_SEED",
+    "INA_TEST_SEED",     "INA_STORE",             "MASTER_ADDR",          "MASTER_PORT",
+    "INA_MESH_ADDR",     "INA_FALLBACK",          "INA_TRANSPORT",
 };
 
 class ConfigEnvTest : public ::testing::Test {
@@ -94,6 +95,53 @@ TEST_F(ConfigEnvTest, ParsesEveryVariable) {
   EXPECT_EQ(c.fault.delay_us, 700u);
   EXPECT_EQ(c.fault.seed, 12345u);
   EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
+}
+
+TEST_F(ConfigEnvTest, HostPathVariables) {
+  Config c = parse_ok();
+  EXPECT_EQ(c.store, "");
+  EXPECT_FALSE(c.host_only);
+  EXPECT_EQ(c.fallback, FallbackMode::kExact);
+  EXPECT_EQ(c.mesh_address, "127.0.0.1");
+
+  // MASTER_ADDR/MASTER_PORT without INA_AGGREGATOR: a store and no aggregator, so host only.
+  setenv("MASTER_ADDR", "10.0.0.1", 1);
+  setenv("MASTER_PORT", "29500", 1);
+  c = parse_ok();
+  EXPECT_EQ(c.store, "10.0.0.1:29500");
+  EXPECT_TRUE(c.host_only);
+
+  // INA_STORE wins over MASTER_*; with an aggregator the host mesh is the fallback.
+  setenv("INA_STORE", "store.example:1234", 1);
+  setenv("INA_AGGREGATOR", "agg.example:5000", 1);
+  setenv("INA_FALLBACK", "float", 1);
+  setenv("INA_MESH_ADDR", "10.0.0.7", 1);
+  c = parse_ok();
+  EXPECT_EQ(c.store, "store.example:1234");
+  EXPECT_FALSE(c.host_only);
+  EXPECT_EQ(c.fallback, FallbackMode::kFloat);
+  EXPECT_EQ(c.mesh_address, "10.0.0.7");
+
+  setenv("INA_TRANSPORT", "host", 1);
+  EXPECT_TRUE(parse_ok().host_only);
+  setenv("INA_TRANSPORT", "auto", 1);
+  EXPECT_FALSE(parse_ok().host_only);
+
+  expect_rejected("INA_FALLBACK", "fast");
+  expect_rejected("INA_TRANSPORT", "rdma2");
+  expect_rejected("INA_STORE", "host:0");
+}
+
+TEST(ConfigValidateTest, HostOnlyNeedsAStore) {
+  Config c;
+  c.rank = 0;
+  c.world_size = 1;
+  c.host_only = true;
+  const Status s = c.validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("INA_STORE"), std::string::npos) << s.message();
+  c.store = "127.0.0.1:29500";
+  EXPECT_TRUE(c.validate().ok());
 }
 
 TEST_F(ConfigEnvTest, JobKeyDecimalAndHex) {

@@ -2,6 +2,11 @@
 // in-memory network with loss, duplication and reordering: one thread per rank.
 #include "worker/inc_engine.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -718,6 +723,94 @@ TEST(FaultInjectingTransportTest, SeededDecisionsAreReproducibleAndCounted) {
   EXPECT_GT(c.duplicated_on_send, 10u);
   EXPECT_TRUE(FaultInjectingTransport::wanted(f));
   EXPECT_FALSE(FaultInjectingTransport::wanted(FaultInjection{}));
+}
+
+// ---- the host path: every rank takes it when any rank fails in-network ----
+
+// Passes sends through; once `deaf` is set, swallows everything received (this rank's results
+// are lost while its packets still reach the aggregator).
+class DeafTransport final : public Transport {
+ public:
+  DeafTransport(std::unique_ptr<Transport> inner, std::atomic<bool>* deaf)
+      : inner_(std::move(inner)), deaf_(deaf) {}
+  Status send_batch(std::span<const std::span<const uint8_t>> p) override {
+    return inner_->send_batch(p);
+  }
+  Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds t) override {
+    INA_ASSIGN_OR_RETURN(size_t n, inner_->recv_batch(out, t));
+    return deaf_->load() ? size_t{0} : n;
+  }
+  size_t max_datagram() const override { return inner_->max_datagram(); }
+  std::string peer_name() const override { return inner_->peer_name(); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+  std::atomic<bool>* deaf_;
+};
+
+uint16_t free_tcp_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  uint16_t port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+TEST(CommunicatorTest, OneRankLosesItsResultsAndEveryRankTakesTheHostPath) {
+  const int world = 3;
+  // The aggregator offers 128 elements per block: the host path must use the adopted size.
+  MemNetwork net(world, job_config(world, 64, 128));
+  const uint16_t port = free_tcp_port();
+  ASSERT_NE(port, 0);
+  std::atomic<bool> deaf{false};
+  std::vector<std::vector<float>> in_network(world), host(world);
+  run_ranks(world, [&](int r) {
+    Config c = rank_config(r, world, milliseconds(1000));
+    c.store = "127.0.0.1:" + std::to_string(port);
+    std::unique_ptr<Transport> t = net.transport(r);
+    if (r == 2) t = std::make_unique<DeafTransport>(std::move(t), &deaf);
+    Result<std::unique_ptr<Communicator>> comm = create_communicator(c, std::move(t));
+    ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+    Communicator& cm = *comm.value();
+    std::vector<float> x(1000);
+    for (size_t i = 0; i < x.size(); ++i) {
+      x[i] = static_cast<float>(std::sin(0.37 * static_cast<double>(i) + r) *
+                                std::pow(10.0, static_cast<double>(i % 9) - 4));
+    }
+    // 1. In-network.
+    in_network[r].resize(x.size());
+    ASSERT_TRUE(cm.allreduce(x.data(), in_network[r].data(), x.size(), DType::kFloat32,
+                             ReduceOp::kSum).ok());
+    EXPECT_FALSE(cm.on_host_path());
+    // 2. int32, 4 blocks on 4 slots in one batch: rank 2 sends all of them, then hears nothing;
+    // ranks 0 and 1 get every result, rank 2 misses its deadline. All redo it on the host path.
+    std::vector<int32_t> v(512);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(i) * (r + 1);
+    if (r == 2) deaf.store(true);
+    const Status s = cm.allreduce(v.data(), v.data(), v.size(), DType::kInt32, ReduceOp::kSum);
+    ASSERT_TRUE(s.ok()) << s.to_string();
+    EXPECT_TRUE(cm.on_host_path());
+    EXPECT_EQ(cm.stats().fallbacks, 1u);
+    for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], static_cast<int32_t>(i) * 6) << i;
+    // 3. The first collective again, now on the host path (exact mode): the same bytes.
+    host[r] = x;
+    ASSERT_TRUE(cm.allreduce(host[r].data(), host[r].data(), x.size(), DType::kFloat32,
+                             ReduceOp::kSum).ok());
+    EXPECT_TRUE(cm.on_host_path());
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(std::memcmp(in_network[r].data(), host[r].data(), host[r].size() * 4), 0)
+        << "rank " << r;
+    EXPECT_EQ(std::memcmp(in_network[r].data(), in_network[0].data(), host[r].size() * 4), 0);
+  }
 }
 
 }  // namespace

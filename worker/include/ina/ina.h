@@ -14,6 +14,19 @@
  *   INA_TIMEOUT_MS               deadline of one collective (default 30000)
  *   INA_RETRANSMIT_US            first retransmission timeout (default 2000, doubles, capped)
  *   INA_LOG_LEVEL                error, warn, info (default) or debug
+ *   INA_STORE=host:port          rendezvous of the host TCP mesh (else MASTER_ADDR and
+ *                                MASTER_PORT); rank 0 serves it. Without it: no host mesh, so
+ *                                no fallback and no host collectives below.
+ *   INA_MESH_ADDR                this rank's address on the mesh (default 127.0.0.1)
+ *   INA_TRANSPORT=host           every collective on the host mesh (also when INA_AGGREGATOR is
+ *                                unset and a store is set); auto/udp (default): the aggregator,
+ *                                falling back to the host mesh when it is lost
+ *   INA_FALLBACK=exact|float     exact (default): the host path reduces the same quantized
+ *                                integers, bitwise identical to the aggregator's result;
+ *                                float: reduces the floats (best precision)
+ *   INA_ALGO=ring|hd|tree        host AllReduce algorithm (default: a cost model picks)
+ * The host-path settings (INA_STORE .. INA_ALGO) come from the environment only: ina_config_t
+ * has no fields for them (it stays version 1).
  */
 #ifndef INA_INA_H_
 #define INA_INA_H_
@@ -90,6 +103,32 @@ int ina_comm_size(const ina_comm_t* comm);
 /* recv may equal send (in place). count may be 0. Returns when the result is in recv. */
 ina_result_t ina_allreduce(ina_comm_t* comm, const void* send, void* recv, size_t count,
                            ina_dtype_t dtype, ina_op_t op);
+
+/* Host collectives, on the TCP mesh (NCCL's shapes; counts and displacements in elements). They
+ * need the mesh: without INA_STORE (or MASTER_ADDR/MASTER_PORT) they return INA_INVALID_ARGUMENT
+ * with a message saying so. Every rank calls them in the same order.
+ *   allgather       recv: size * count elements, block i from rank i
+ *   reduce_scatter  send: size blocks of count; recv (count) gets the reduction of block rank
+ *   broadcast       count elements of root's buf into buf on every rank
+ *   alltoall        block j (count elements) of send goes to rank j; block i of recv is rank i's;
+ *                   send and recv must not overlap
+ *   alltoallv       size counts and displacements each; zero counts allowed; recv_counts[i] must
+ *                   equal rank i's send_counts[rank] */
+ina_result_t ina_allgather(ina_comm_t* comm, const void* send, void* recv, size_t count,
+                           ina_dtype_t dtype);
+ina_result_t ina_reduce_scatter(ina_comm_t* comm, const void* send, void* recv, size_t count,
+                                ina_dtype_t dtype, ina_op_t op);
+ina_result_t ina_broadcast(ina_comm_t* comm, void* buf, size_t count, ina_dtype_t dtype,
+                           int root);
+ina_result_t ina_barrier(ina_comm_t* comm);
+ina_result_t ina_alltoall(ina_comm_t* comm, const void* send, void* recv, size_t count,
+                          ina_dtype_t dtype);
+ina_result_t ina_alltoallv(ina_comm_t* comm, const void* send, const size_t* send_counts,
+                           const size_t* send_displs, void* recv, const size_t* recv_counts,
+                           const size_t* recv_displs, ina_dtype_t dtype);
+/* 1 while ina_allreduce runs on the host mesh (host only, or after losing the aggregator), 0 when
+ * in-network, -1 for a NULL comm. */
+int ina_comm_on_host_path(const ina_comm_t* comm);
 
 /* A static description of a result code. */
 const char* ina_result_string(ina_result_t result);

@@ -6,7 +6,9 @@
 //
 // Errors come back as Status (no exceptions): kInvalidArgument for bad arguments,
 // kDeadlineExceeded with the missing ranks named when a collective cannot finish in time,
-// kUnavailable when the aggregator never answers.
+// kUnavailable when the aggregator never answers. With a host mesh (Config::store) a lost or
+// missing aggregator is not an error: AllReduce completes on the host path (fallback) and the
+// communicator probes the aggregator again with backoff; see communicator.cc.
 #pragma once
 
 #include <chrono>
@@ -31,6 +33,15 @@ struct FaultInjection {
   uint64_t seed = 0;  // 0: derived from the rank
 };
 
+// How an AllReduce that runs on the host path (no aggregator) reduces floats.
+//   kExact  the host reduces the same quantized int32 words the aggregator would (per block of
+//           block_elems: the MAX of the ranks' exponents, encode, int32 sum/min/max, decode), so
+//           the output is bitwise identical to the in-network one. Costs an extra small
+//           AllReduce of per-block exponents and flags, and int32 scratch of the buffer's count.
+//   kFloat  the host reduces the floats themselves (best precision, not bitwise identical).
+// int32 is reduced the same way in both.
+enum class FallbackMode : uint8_t { kExact = 0, kFloat = 1 };
+
 struct Config {
   int rank = -1;
   int world_size = 0;
@@ -43,6 +54,16 @@ struct Config {
   std::chrono::milliseconds timeout{30000};       // deadline of one collective (and of joining)
   std::chrono::microseconds retransmit{2000};     // first retransmission timeout
   FaultInjection fault;
+
+  // Host path (host collectives over a TCP mesh, and the fallback of AllReduce).
+  // store: the rendezvous "host:port" (INA_STORE, else MASTER_ADDR:MASTER_PORT); rank 0 serves
+  // it. Empty: no host mesh, so no fallback and no host-only collectives (allgather, ...).
+  std::string store;
+  std::string mesh_address = "127.0.0.1";  // this rank listens on and publishes it (INA_MESH_ADDR)
+  FallbackMode fallback = FallbackMode::kExact;  // INA_FALLBACK=exact|float
+  // Never use the aggregator: every collective runs on the host mesh (needs `store`).
+  // INA_TRANSPORT=host, or INA_AGGREGATOR unset while a store is set.
+  bool host_only = false;
 
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
@@ -62,6 +83,9 @@ struct CommStats {
   uint64_t error_reports = 0;
   uint64_t spurious_retransmits = 0; // resends whose original result arrived after all
   uint64_t rto_us = 0;              // current adaptive retransmission timeout
+  uint64_t host_collectives = 0;    // collectives that ran on the host mesh (fallbacks included)
+  uint64_t fallbacks = 0;           // in-network AllReduces redone on the host path
+  uint64_t probes = 0;              // re-joins of a lost aggregator attempted
 };
 
 class Communicator {
@@ -73,6 +97,29 @@ class Communicator {
   // recv may equal send. Any count (0 allowed). float32/float16/bfloat16/int32; sum/min/max.
   virtual Status allreduce(const void* send, void* recv, size_t count, DType dtype,
                            ReduceOp op) = 0;
+
+  // Host collectives, on the TCP mesh (they need Config::store; without it they return
+  // kFailedPrecondition). Counts are in elements; every rank calls them in the same order.
+  // allgather: recv holds size() * count elements, block i from rank i (send may be block rank()).
+  virtual Status allgather(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // reduce_scatter: send holds size() blocks of count; recv (count) gets the reduction of block
+  // rank() (NCCL's ncclReduceScatter).
+  virtual Status reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
+                                ReduceOp op) = 0;
+  // broadcast: count elements of root's buf into buf on every rank.
+  virtual Status broadcast(void* buf, size_t count, DType dtype, int root) = 0;
+  virtual Status barrier() = 0;
+  // alltoall: block j of send (count elements) goes to rank j; block i of recv is from rank i.
+  // send and recv must not overlap.
+  virtual Status alltoall(const void* send, void* recv, size_t count, DType dtype) = 0;
+  // alltoallv: size() counts and displacements each, in elements; zero counts allowed;
+  // recv_counts[i] must equal rank i's send_counts[rank()].
+  virtual Status alltoallv(const void* send, const size_t* send_counts, const size_t* send_displs,
+                           void* recv, const size_t* recv_counts, const size_t* recv_displs,
+                           DType dtype) = 0;
+
+  // True while AllReduce runs on the host mesh (host only, or after losing the aggregator).
+  virtual bool on_host_path() const = 0;
 
   virtual int rank() const = 0;
   virtual int size() const = 0;

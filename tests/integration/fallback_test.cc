@@ -1,0 +1,678 @@
+// The host path of the Communicator: fallback when the aggregator is lost, host-only jobs, and the
+// host collectives' configuration errors. Processes on loopback: a real `ina-aggregator` and
+// forked workers linked with libina's core, a TcpStore served by rank 0 on a free port.
+//
+//   AggregatorKilledMidStream   4 workers stream 20 AllReduces; the aggregator is SIGTERMed while
+//                               collective 8 (100003 floats) is in flight. Every collective must
+//                               match the protocol model bitwise (exact mode), and from collective
+//                               9 on every rank reports on_host_path().
+//   ExactHostOnlyMatchesInNetwork  the same inputs in-network, then host only (exact mode): the
+//                               outputs are byte for byte the same (NaN blocks, 16-bit types,
+//                               MIN/MAX and int32 included); float mode stays within a tolerance.
+//   AggregatorBackReturnsInNetwork  the aggregator is stopped, the ranks fall back, a new one
+//                               starts on the same port: the probe (backoff from 1 s) brings every
+//                               rank back in-network, results exact throughout.
+//   NoStore, UnreachableAggregator  in process, world 1.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ina/ina.hpp"
+#include "ina/protocol/half.h"
+#include "ina/protocol/quantize.h"
+
+extern char** environ;
+
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint32_t kBlock = 256;
+constexpr int kWorld = 4;
+
+uint16_t free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = 0;
+  socklen_t len = sizeof a;
+  uint16_t port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    port = ntohs(a.sin_port);
+  }
+  close(fd);
+  return port;
+}
+
+struct AggregatorProcess {
+  pid_t pid = -1;
+  uint16_t port = 0;
+  std::string port_file;
+
+  ~AggregatorProcess() { stop(); }
+
+  std::string start(int world, uint16_t fixed_port = 0) {
+    const char* bin = std::getenv("INA_AGGREGATOR_BIN");
+    if (bin == nullptr) return "INA_AGGREGATOR_BIN is not set (run through meson test)";
+    char tmpl[] = "/tmp/ina-fb-port-XXXXXX";
+    const int fd = mkstemp(tmpl);
+    if (fd < 0) return "mkstemp failed";
+    close(fd);
+    unlink(tmpl);
+    port_file = tmpl;
+    std::vector<std::string> args = {bin,         "--world-size", std::to_string(world),
+                                     "--bind",    "127.0.0.1",    "--port",
+                                     std::to_string(fixed_port), "--port-file", port_file,
+                                     "--stats-interval-ms", "0"};
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid, bin, nullptr, nullptr, argv.data(), environ) != 0) {
+      pid = -1;
+      return std::string("cannot spawn ") + bin;
+    }
+    const auto deadline = Clock::now() + 10s;
+    while (Clock::now() < deadline) {
+      std::ifstream in(port_file);
+      unsigned p = 0;
+      if (in >> p && p > 0 && p < 65536) {
+        port = static_cast<uint16_t>(p);
+        return "";
+      }
+      int status;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        return "ina-aggregator exited during start-up";
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return "ina-aggregator did not write its port within 10 s";
+  }
+
+  int stop() {
+    if (pid <= 0) return -1;
+    kill(pid, SIGTERM);
+    int status = 0;
+    const auto deadline = Clock::now() + 5s;
+    while (Clock::now() < deadline) {
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        pid = -1;
+        unlink(port_file.c_str());
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(5ms);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    pid = -1;
+    unlink(port_file.c_str());
+    return -1;
+  }
+};
+
+struct Case {
+  ina::DType dtype;
+  ina::ReduceOp op;
+  size_t count;
+  bool nan = false;  // rank 2 puts a NaN at element count / 2
+};
+
+void fill_input(std::vector<uint8_t>& buf, const Case& c, int rank, int ci) {
+  buf.resize(c.count * ina::dtype_size(c.dtype));
+  std::mt19937_64 rng(0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(rank + 1) +
+                      1000003ULL * static_cast<uint64_t>(ci));
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> decade(-4, 4);
+  for (size_t i = 0; i < c.count; ++i) {
+    double v = unit(rng) * std::pow(10.0, decade(rng));
+    if (c.nan && rank == 2 && i == c.count / 2) v = std::numeric_limits<double>::quiet_NaN();
+    switch (c.dtype) {
+      case ina::DType::kInt32: {
+        const auto x = static_cast<int32_t>(rng());
+        std::memcpy(&buf[i * 4], &x, 4);
+        break;
+      }
+      case ina::DType::kFloat32: {
+        const auto x = static_cast<float>(v);
+        std::memcpy(&buf[i * 4], &x, 4);
+        break;
+      }
+      case ina::DType::kFloat16: {
+        const uint16_t x = ina::float_to_half(static_cast<float>(v / 100.0));
+        std::memcpy(&buf[i * 2], &x, 2);
+        break;
+      }
+      case ina::DType::kBFloat16: {
+        const uint16_t x = ina::float_to_bf16(static_cast<float>(v));
+        std::memcpy(&buf[i * 2], &x, 2);
+        break;
+      }
+    }
+  }
+}
+
+// What the in-network path gives (multiprocess_test.cc's model): per block, the MAX of the
+// ranks' exponents, encode, wrapping int32 reduction, decode; NONFINITE blocks are NaN.
+std::vector<uint8_t> model_result(const std::vector<std::vector<uint8_t>>& inputs, const Case& c) {
+  const auto world = static_cast<uint32_t>(inputs.size());
+  const size_t es = ina::dtype_size(c.dtype);
+  std::vector<uint8_t> out(c.count * es);
+  std::vector<int32_t> q(kBlock), acc(kBlock);
+  for (size_t base = 0; base < c.count; base += kBlock) {
+    const size_t n = std::min<size_t>(kBlock, c.count - base);
+    int16_t exp = ina::kNoExponent;
+    bool nonfinite = false;
+    for (const auto& in : inputs) {
+      const auto s = ina::quant::scan_block(in.data() + base * es, n, c.dtype, c.op);
+      if (ina::quant::needs_exponent(c.dtype, c.op)) exp = ina::quant::max_exponent(exp, s.exp);
+      nonfinite = nonfinite || (c.dtype != ina::DType::kInt32 && s.nonfinite);
+    }
+    for (size_t r = 0; r < inputs.size(); ++r) {
+      ina::quant::encode(inputs[r].data() + base * es, n, c.dtype, c.op, exp, world, q.data());
+      for (size_t i = 0; i < n; ++i) {
+        if (r == 0) {
+          acc[i] = q[i];
+        } else if (c.op == ina::ReduceOp::kSum) {
+          acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(q[i]));
+        } else if (c.op == ina::ReduceOp::kMin) {
+          acc[i] = std::min(acc[i], q[i]);
+        } else {
+          acc[i] = std::max(acc[i], q[i]);
+        }
+      }
+    }
+    if (nonfinite) {
+      ina::quant::fill_nan(out.data() + base * es, n, c.dtype);
+    } else {
+      ina::quant::decode(acc.data(), n, c.dtype, c.op, exp, world, out.data() + base * es);
+    }
+  }
+  return out;
+}
+
+std::string first_difference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
+                             size_t es) {
+  if (got.size() != want.size()) return "size differs";
+  for (size_t i = 0; i * es < got.size(); ++i) {
+    if (std::memcmp(&got[i * es], &want[i * es], es) != 0) {
+      return "element " + std::to_string(i) + " differs";
+    }
+  }
+  return "";
+}
+
+// Runs case ci on `comm` (in place when ci is odd) and returns the output.
+ina::Status run_case(ina::Communicator& comm, const Case& c, int ci, int rank,
+                     std::vector<uint8_t>* out) {
+  std::vector<uint8_t> in;
+  fill_input(in, c, rank, ci);
+  *out = in;
+  if (ci % 2 == 1) return comm.allreduce(out->data(), out->data(), c.count, c.dtype, c.op);
+  return comm.allreduce(in.data(), out->data(), c.count, c.dtype, c.op);
+}
+
+std::vector<uint8_t> model_of(const Case& c, int ci) {
+  std::vector<std::vector<uint8_t>> inputs(kWorld);
+  for (int r = 0; r < kWorld; ++r) fill_input(inputs[r], c, r, ci);
+  return model_result(inputs, c);
+}
+
+ina::Config worker_config(int rank, uint16_t agg_port, uint16_t store_port) {
+  ina::Config cfg;
+  cfg.rank = rank;
+  cfg.world_size = kWorld;
+  cfg.aggregator_host = "127.0.0.1";
+  cfg.aggregator_port = agg_port;
+  cfg.block_elems = kBlock;
+  cfg.timeout = 2000ms;
+  cfg.retransmit = 1000us;
+  if (store_port != 0) cfg.store = "127.0.0.1:" + std::to_string(store_port);
+  return cfg;
+}
+
+// Forks kWorld children running body(rank) (its return value is the exit code) and waits up to
+// `limit` for all of them; returns "" or what went wrong. `while_running` runs in the parent.
+template <typename Body, typename Parent>
+std::string run_workers(Body body, Parent while_running, std::chrono::seconds limit) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < kWorld; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) return "fork failed";
+    if (pid == 0) {
+      int rc = 1;
+      try {
+        rc = body(r);
+      } catch (...) {
+        rc = 9;
+      }
+      std::fflush(stderr);
+      _exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  std::string err = while_running();
+  const auto deadline = Clock::now() + limit;
+  size_t left = pids.size();
+  std::vector<bool> done(pids.size(), false);
+  while (left > 0 && Clock::now() < deadline) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (done[i]) continue;
+      int status = 0;
+      if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        done[i] = true;
+        --left;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+          err += "rank " + std::to_string(i) + " exited with status " + std::to_string(status) +
+                 "; ";
+        }
+      }
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (done[i]) continue;
+    kill(pids[i], SIGKILL);
+    waitpid(pids[i], nullptr, 0);
+    err += "rank " + std::to_string(i) + " did not finish in time; ";
+  }
+  return err;
+}
+
+// ---- the aggregator killed mid-stream ----
+
+constexpr int kKillAt = 8;
+const std::vector<Case>& stream_cases() {
+  using ina::DType;
+  using ina::ReduceOp;
+  static const std::vector<Case> cases = {
+      {DType::kFloat32, ReduceOp::kSum, 1000},   {DType::kFloat32, ReduceOp::kSum, 1},
+      {DType::kFloat32, ReduceOp::kSum, 100003}, {DType::kFloat32, ReduceOp::kSum, 257},
+      {DType::kFloat32, ReduceOp::kSum, 4096},   {DType::kFloat16, ReduceOp::kSum, 3000},
+      {DType::kFloat32, ReduceOp::kMax, 999},    {DType::kFloat32, ReduceOp::kSum, 100003},
+      {DType::kFloat32, ReduceOp::kSum, 100003},  // 8: the aggregator dies during it
+      {DType::kFloat32, ReduceOp::kSum, 1},      {DType::kFloat32, ReduceOp::kSum, 100003},
+      {DType::kBFloat16, ReduceOp::kSum, 5000},  {DType::kInt32, ReduceOp::kSum, 777},
+      {DType::kFloat32, ReduceOp::kMin, 1000},   {DType::kFloat32, ReduceOp::kSum, 256, true},
+      {DType::kFloat32, ReduceOp::kSum, 100003}, {DType::kFloat16, ReduceOp::kMax, 300},
+      {DType::kFloat32, ReduceOp::kSum, 12345},  {DType::kFloat32, ReduceOp::kSum, 1},
+      {DType::kFloat32, ReduceOp::kSum, 100003},
+  };
+  return cases;
+}
+
+struct Shared {
+  std::atomic<int> ready;   // ranks waiting before collective kKillAt
+  std::atomic<int> go;      // the parent lets them run it
+  std::atomic<int> killed;  // the aggregator is gone (reaped)
+  int host_path[32][kWorld];
+  uint64_t fallbacks[kWorld];
+};
+
+TEST(Fallback, AggregatorKilledMidStream) {
+  AggregatorProcess agg;
+  const std::string why = agg.start(kWorld);
+  ASSERT_EQ(why, "");
+  const uint16_t store_port = free_port();
+  ASSERT_NE(store_port, 0);
+  void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                   -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* sh = new (mem) Shared();
+  const auto& cases = stream_cases();
+  const auto t0 = Clock::now();
+
+  auto body = [&](int rank) -> int {
+    auto comm = ina::Communicator::create(worker_config(rank, agg.port, store_port));
+    if (!comm.ok()) {
+      std::fprintf(stderr, "rank %d: create: %s\n", rank, comm.status().to_string().c_str());
+      return 2;
+    }
+    int failures = 0;
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      if (ci == kKillAt) {
+        sh->ready.fetch_add(1);
+        while (sh->go.load() == 0) std::this_thread::sleep_for(100us);
+      }
+      if (ci == kKillAt + 1) {
+        while (sh->killed.load() == 0) std::this_thread::sleep_for(100us);
+      }
+      const Case& c = cases[ci];
+      std::vector<uint8_t> out;
+      const ina::Status s = run_case(**comm, c, static_cast<int>(ci), rank, &out);
+      if (!s.ok()) {
+        std::fprintf(stderr, "rank %d: collective %zu: %s\n", rank, ci, s.to_string().c_str());
+        return 3;
+      }
+      sh->host_path[ci][rank] = (*comm)->on_host_path() ? 1 : 0;
+      const std::string d =
+          first_difference(out, model_of(c, static_cast<int>(ci)), ina::dtype_size(c.dtype));
+      if (!d.empty()) {
+        std::fprintf(stderr, "rank %d: collective %zu (%s %s, %zu): %s from the model\n", rank,
+                     ci, std::string(ina::dtype_name(c.dtype)).c_str(),
+                     std::string(ina::op_name(c.op)).c_str(), c.count, d.c_str());
+        ++failures;
+      }
+    }
+    sh->fallbacks[rank] = (*comm)->stats().fallbacks;
+    return failures == 0 ? 0 : 4;
+  };
+  auto parent = [&]() -> std::string {
+    const auto deadline = Clock::now() + 60s;
+    while (sh->ready.load() < kWorld && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    if (sh->ready.load() < kWorld) return "the ranks never reached collective 8; ";
+    sh->go.store(1);
+    std::this_thread::sleep_for(3ms);  // collective 8 is in flight
+    const int rc = agg.stop();
+    sh->killed.store(1);
+    return rc == 0 ? "" : "aggregator exit status " + std::to_string(rc) + "; ";
+  };
+  const std::string err = run_workers(body, parent, 60s);
+  EXPECT_EQ(err, "");
+  for (size_t ci = 0; ci < cases.size(); ++ci) {
+    for (int r = 0; r < kWorld; ++r) {
+      if (ci < kKillAt) {
+        EXPECT_EQ(sh->host_path[ci][r], 0) << "collective " << ci << " rank " << r;
+      } else if (ci > kKillAt) {
+        EXPECT_EQ(sh->host_path[ci][r], 1) << "collective " << ci << " rank " << r;
+      }
+    }
+  }
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(sh->fallbacks[r], 1u) << "rank " << r;
+  std::fprintf(stderr, "stream of %zu collectives with the aggregator killed: %.2f s\n",
+               cases.size(), std::chrono::duration<double>(Clock::now() - t0).count());
+  munmap(mem, sizeof(Shared));
+}
+
+// ---- the aggregator comes back: the probe returns the job in-network ----
+
+struct Shared2 {
+  std::atomic<int> ready;   // ranks done with collective 0
+  std::atomic<int> killed;  // the aggregator is gone
+  std::atomic<int> fallen;  // ranks on the host path
+  std::atomic<int> back;    // ranks in-network again
+  uint64_t probes[kWorld];
+};
+
+TEST(Fallback, AggregatorBackReturnsInNetwork) {
+  AggregatorProcess agg;
+  ASSERT_EQ(agg.start(kWorld), "");
+  const uint16_t agg_port = agg.port;
+  const uint16_t store_port = free_port();
+  ASSERT_NE(store_port, 0);
+  void* mem = mmap(nullptr, sizeof(Shared2), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                   -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* sh = new (mem) Shared2();
+  const Case c{ina::DType::kFloat32, ina::ReduceOp::kSum, 3000};
+  const auto t0 = Clock::now();
+
+  auto body = [&](int rank) -> int {
+    auto comm = ina::Communicator::create(worker_config(rank, agg_port, store_port));
+    if (!comm.ok()) return 2;
+    int ci = 0;
+    auto step = [&]() -> int {
+      std::vector<uint8_t> out;
+      const ina::Status s = run_case(**comm, c, ci, rank, &out);
+      if (!s.ok()) {
+        std::fprintf(stderr, "rank %d: collective %d: %s\n", rank, ci, s.to_string().c_str());
+        return 3;
+      }
+      if (!first_difference(out, model_of(c, ci), 4).empty()) {
+        std::fprintf(stderr, "rank %d: collective %d differs from the model\n", rank, ci);
+        return 4;
+      }
+      ++ci;
+      return 0;
+    };
+    if (int rc = step(); rc != 0) return rc;
+    if ((*comm)->on_host_path()) return 5;
+    sh->ready.fetch_add(1);
+    while (sh->killed.load() == 0) std::this_thread::sleep_for(100us);
+    if (int rc = step(); rc != 0) return rc;  // fails in-network, redone on the host
+    if (!(*comm)->on_host_path()) return 6;
+    sh->fallen.fetch_add(1);
+    // Keep going until the probe (after 1 s) finds the restarted aggregator.
+    const auto deadline = Clock::now() + 20s;
+    while ((*comm)->on_host_path() && Clock::now() < deadline) {
+      if (int rc = step(); rc != 0) return rc;
+      std::this_thread::sleep_for(20ms);
+    }
+    if ((*comm)->on_host_path()) return 7;
+    sh->back.fetch_add(1);
+    for (int i = 0; i < 3; ++i) {
+      if (int rc = step(); rc != 0) return rc;
+      if ((*comm)->on_host_path()) return 8;
+    }
+    sh->probes[rank] = (*comm)->stats().probes;
+    return 0;
+  };
+  auto parent = [&]() -> std::string {
+    const auto deadline = Clock::now() + 30s;
+    while (sh->ready.load() < kWorld && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    if (agg.stop() != 0) return "aggregator did not stop cleanly; ";
+    sh->killed.store(1);
+    while (sh->fallen.load() < kWorld && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+    if (sh->fallen.load() < kWorld) return "the ranks did not fall back; ";
+    return agg.start(kWorld, agg_port);  // the same port: the probe finds it
+  };
+  EXPECT_EQ(run_workers(body, parent, 60s), "");
+  EXPECT_EQ(sh->back.load(), kWorld);
+  for (int r = 0; r < kWorld; ++r) EXPECT_GE(sh->probes[r], 1u) << "rank " << r;
+  std::fprintf(stderr, "aggregator back after a fallback: %.2f s\n",
+               std::chrono::duration<double>(Clock::now() - t0).count());
+  munmap(mem, sizeof(Shared2));
+}
+
+// ---- exact mode on the host path == in-network ----
+
+const std::vector<Case>& exact_cases() {
+  using ina::DType;
+  using ina::ReduceOp;
+  static const std::vector<Case> cases = {
+      {DType::kFloat32, ReduceOp::kSum, 1},         {DType::kFloat32, ReduceOp::kSum, 100003},
+      {DType::kFloat32, ReduceOp::kSum, 1000, true}, {DType::kFloat16, ReduceOp::kSum, 2049},
+      {DType::kBFloat16, ReduceOp::kSum, 777},      {DType::kFloat32, ReduceOp::kMax, 513},
+      {DType::kFloat16, ReduceOp::kMin, 300, true}, {DType::kBFloat16, ReduceOp::kMax, 1000},
+      {DType::kInt32, ReduceOp::kSum, 1001},        {DType::kInt32, ReduceOp::kMin, 10},
+      {DType::kFloat32, ReduceOp::kSum, 0},
+  };
+  return cases;
+}
+
+std::string result_path(const std::string& dir, int rank, size_t ci) {
+  return dir + "/r" + std::to_string(rank) + "_c" + std::to_string(ci);
+}
+
+TEST(Fallback, ExactHostOnlyMatchesInNetwork) {
+  char tmpl[] = "/tmp/ina-fb-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  const auto& cases = exact_cases();
+  const auto t0 = Clock::now();
+
+  // 1. In-network, no store: save every output.
+  {
+    AggregatorProcess agg;
+    ASSERT_EQ(agg.start(kWorld), "");
+    auto body = [&](int rank) -> int {
+      auto comm = ina::Communicator::create(worker_config(rank, agg.port, 0));
+      if (!comm.ok()) {
+        std::fprintf(stderr, "rank %d: create: %s\n", rank, comm.status().to_string().c_str());
+        return 2;
+      }
+      for (size_t ci = 0; ci < cases.size(); ++ci) {
+        std::vector<uint8_t> out;
+        const ina::Status s = run_case(**comm, cases[ci], static_cast<int>(ci), rank, &out);
+        if (!s.ok() || (*comm)->on_host_path()) {
+          std::fprintf(stderr, "rank %d: in-network collective %zu: %s\n", rank, ci,
+                       s.to_string().c_str());
+          return 3;
+        }
+        std::ofstream f(result_path(dir, rank, ci), std::ios::binary);
+        f.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
+      }
+      return 0;
+    };
+    EXPECT_EQ(run_workers(body, [] { return std::string(); }, 60s), "");
+  }
+
+  // 2. Host only, exact (the default) and float mode.
+  for (const ina::FallbackMode mode : {ina::FallbackMode::kExact, ina::FallbackMode::kFloat}) {
+    const uint16_t store_port = free_port();
+    ASSERT_NE(store_port, 0);
+    auto body = [&](int rank) -> int {
+      ina::Config cfg = worker_config(rank, 1, store_port);  // nothing serves port 1: unused
+      cfg.host_only = true;
+      cfg.fallback = mode;
+      auto comm = ina::Communicator::create(cfg);
+      if (!comm.ok()) {
+        std::fprintf(stderr, "rank %d: create: %s\n", rank, comm.status().to_string().c_str());
+        return 2;
+      }
+      int failures = 0;
+      for (size_t ci = 0; ci < cases.size(); ++ci) {
+        const Case& c = cases[ci];
+        std::vector<uint8_t> out;
+        const ina::Status s = run_case(**comm, c, static_cast<int>(ci), rank, &out);
+        if (!s.ok() || !(*comm)->on_host_path()) {
+          std::fprintf(stderr, "rank %d: host collective %zu: %s\n", rank, ci,
+                       s.to_string().c_str());
+          return 3;
+        }
+        std::ifstream f(result_path(dir, rank, ci), std::ios::binary);
+        const std::vector<uint8_t> saved((std::istreambuf_iterator<char>(f)),
+                                         std::istreambuf_iterator<char>());
+        const size_t es = ina::dtype_size(c.dtype);
+        if (mode == ina::FallbackMode::kExact || c.dtype == ina::DType::kInt32) {
+          const std::string d = first_difference(out, saved, es);
+          if (!d.empty()) {
+            std::fprintf(stderr, "rank %d: exact host collective %zu: %s from in-network\n", rank,
+                         ci, d.c_str());
+            ++failures;
+          }
+        } else if (c.dtype == ina::DType::kFloat32 && c.op == ina::ReduceOp::kSum && !c.nan) {
+          // Float mode: float32 arithmetic over 4 ranks: within 3 roundings of the exact sum
+          // (the in-network result carries the block's quantization error instead).
+          std::vector<std::vector<uint8_t>> inputs(kWorld);
+          for (int r = 0; r < kWorld; ++r) fill_input(inputs[r], c, r, static_cast<int>(ci));
+          for (size_t i = 0; i < c.count; ++i) {
+            double exact = 0, mag = 0;
+            for (int r = 0; r < kWorld; ++r) {
+              float x;
+              std::memcpy(&x, &inputs[r][i * es], 4);
+              exact += x;
+              mag += std::fabs(x);
+            }
+            float a;
+            std::memcpy(&a, &out[i * es], 4);
+            if (!(std::fabs(a - exact) <= 3 * 0x1p-24 * mag)) {
+              std::fprintf(stderr, "rank %d: float host collective %zu element %zu: %.9g vs %.9g\n",
+                           rank, ci, i, a, exact);
+              ++failures;
+              break;
+            }
+          }
+        }
+      }
+      return failures == 0 ? 0 : 4;
+    };
+    EXPECT_EQ(run_workers(body, [] { return std::string(); }, 60s), "")
+        << (mode == ina::FallbackMode::kExact ? "exact" : "float");
+  }
+  for (int r = 0; r < kWorld; ++r)
+    for (size_t ci = 0; ci < cases.size(); ++ci) unlink(result_path(dir, r, ci).c_str());
+  rmdir(dir.c_str());
+  std::fprintf(stderr, "in-network vs host only: %.2f s\n",
+               std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+// ---- in process, world 1 ----
+
+TEST(Fallback, NoStoreHostCollectivesSayWhatIsMissing) {
+  AggregatorProcess agg;
+  ASSERT_EQ(agg.start(1), "");
+  ina::Config cfg;
+  cfg.rank = 0;
+  cfg.world_size = 1;
+  cfg.aggregator_port = agg.port;
+  cfg.timeout = 5000ms;
+  auto comm = ina::Communicator::create(cfg);
+  ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+  ina::Communicator& c = **comm;
+  EXPECT_FALSE(c.on_host_path());
+  float x[2] = {1, 2}, y[2] = {};
+  const size_t counts[1] = {1}, displs[1] = {0};
+  const ina::Status all[] = {
+      c.allgather(x, y, 1, ina::DType::kFloat32),
+      c.reduce_scatter(x, y, 1, ina::DType::kFloat32, ina::ReduceOp::kSum),
+      c.broadcast(x, 1, ina::DType::kFloat32, 0),
+      c.barrier(),
+      c.alltoall(x, y, 1, ina::DType::kFloat32),
+      c.alltoallv(x, counts, displs, y, counts, displs, ina::DType::kFloat32),
+  };
+  for (const ina::Status& s : all) {
+    EXPECT_EQ(s.code(), ina::StatusCode::kFailedPrecondition) << s.to_string();
+    EXPECT_NE(s.message().find("INA_STORE"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("MASTER_ADDR"), std::string::npos) << s.message();
+  }
+  EXPECT_TRUE(c.allreduce(x, y, 2, ina::DType::kFloat32, ina::ReduceOp::kSum).ok());
+
+  ina::Config host_only = cfg;
+  host_only.host_only = true;
+  EXPECT_EQ(ina::Communicator::create(host_only).status().code(),
+            ina::StatusCode::kInvalidArgument);
+}
+
+TEST(Fallback, UnreachableAggregatorRunsOnTheHostPath) {
+  const uint16_t dead = free_port();  // nothing listens there
+  const uint16_t store_port = free_port();
+  ASSERT_NE(dead, 0);
+  ASSERT_NE(store_port, 0);
+  ina::Config cfg;
+  cfg.rank = 0;
+  cfg.world_size = 1;
+  cfg.aggregator_port = dead;
+  cfg.timeout = 300ms;
+  cfg.store = "127.0.0.1:" + std::to_string(store_port);
+  auto comm = ina::Communicator::create(cfg);
+  ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+  EXPECT_TRUE((*comm)->on_host_path());
+  float x[3] = {1.5f, -2.25f, 1e-3f}, y[3] = {};
+  ASSERT_TRUE((*comm)->allreduce(x, y, 3, ina::DType::kFloat32, ina::ReduceOp::kSum).ok());
+  EXPECT_EQ(y[0], 1.5f);
+  EXPECT_EQ(y[1], -2.25f);
+  EXPECT_TRUE((*comm)->barrier().ok());
+  float b[2] = {7, 8};
+  EXPECT_TRUE((*comm)->broadcast(b, 2, ina::DType::kFloat32, 0).ok());
+  EXPECT_EQ((*comm)->stats().host_collectives, 3u);
+  EXPECT_EQ((*comm)->stats().collectives, 3u);
+  EXPECT_EQ((*comm)->stats().collectives, 3u);  // stable across calls
+}
+
+}  // namespace
