@@ -41,6 +41,7 @@
 #include "ina/protocol/quantize.h"
 #include "ina/protocol/status.h"
 #include "ina/protocol/types.h"
+#include "worker/config_internal.h"
 
 namespace {
 
@@ -495,30 +496,16 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
 
 // ---- external mode ----
 
-bool parse_host_port(const std::string& s, std::string* host, uint16_t* port) {
-  size_t colon = s.rfind(':');
-  std::string h = colon == std::string::npos ? s : s.substr(0, colon);
-  unsigned long p = 47474;
-  if (colon != std::string::npos) {
-    std::string ps = s.substr(colon + 1);
-    char* end = nullptr;
-    p = std::strtoul(ps.c_str(), &end, 10);
-    if (ps.empty() || *end != '\0' || p == 0 || p > 65535) return false;
-  }
-  if (h.size() >= 2 && h.front() == '[' && h.back() == ']') h = h.substr(1, h.size() - 2);
-  if (h.empty()) return false;
-  *host = h;
-  *port = static_cast<uint16_t>(p);
-  return true;
-}
-
 int run_external(const Options& o, const std::vector<size_t>& sizes) {
   ina::Config cfg = o.env;
-  if (!o.aggregator.empty() &&
-      !parse_host_port(o.aggregator, &cfg.aggregator_host, &cfg.aggregator_port)) {
-    std::fprintf(stderr, "ina-bench: --aggregator: expected host:port, got '%s'\n",
-                 o.aggregator.c_str());
-    return 1;
+  if (!o.aggregator.empty()) {
+    // The library's parser, so --aggregator reads exactly like INA_AGGREGATOR.
+    ina::Status st = ina::worker::parse_host_port(o.aggregator, "--aggregator",
+                                                  &cfg.aggregator_host, &cfg.aggregator_port);
+    if (!st.ok()) {
+      std::fprintf(stderr, "ina-bench: %s\n", st.message().c_str());
+      return 1;
+    }
   }
   if (o.rank >= 0) cfg.rank = o.rank;
   if (o.workers_given) cfg.world_size = o.workers;
