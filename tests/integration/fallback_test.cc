@@ -16,7 +16,6 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -33,17 +32,12 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
-#include <limits>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "ina/protocol/half.h"
-#include "ina/protocol/quantize.h"
-
-extern char** environ;
+#include "tests/integration/loopback_support.h"
 
 namespace {
 
@@ -52,6 +46,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kBlock = 256;
 constexpr int kWorld = 4;
+
+using ina::testing::AggregatorProcess;
+using ina::testing::Case;
+using ina::testing::fill_input;
+using ina::testing::model_result;
 
 uint16_t free_port() {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
@@ -68,152 +67,6 @@ uint16_t free_port() {
   }
   close(fd);
   return port;
-}
-
-struct AggregatorProcess {
-  pid_t pid = -1;
-  uint16_t port = 0;
-  std::string port_file;
-
-  ~AggregatorProcess() { stop(); }
-
-  std::string start(int world, uint16_t fixed_port = 0) {
-    const char* bin = std::getenv("INA_AGGREGATOR_BIN");
-    if (bin == nullptr) return "INA_AGGREGATOR_BIN is not set (run through meson test)";
-    char tmpl[] = "/tmp/ina-fb-port-XXXXXX";
-    const int fd = mkstemp(tmpl);
-    if (fd < 0) return "mkstemp failed";
-    close(fd);
-    unlink(tmpl);
-    port_file = tmpl;
-    std::vector<std::string> args = {bin,         "--world-size", std::to_string(world),
-                                     "--bind",    "127.0.0.1",    "--port",
-                                     std::to_string(fixed_port), "--port-file", port_file,
-                                     "--stats-interval-ms", "0"};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid, bin, nullptr, nullptr, argv.data(), environ) != 0) {
-      pid = -1;
-      return std::string("cannot spawn ") + bin;
-    }
-    const auto deadline = Clock::now() + 10s;
-    while (Clock::now() < deadline) {
-      std::ifstream in(port_file);
-      unsigned p = 0;
-      if (in >> p && p > 0 && p < 65536) {
-        port = static_cast<uint16_t>(p);
-        return "";
-      }
-      int status;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        return "ina-aggregator exited during start-up";
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    return "ina-aggregator did not write its port within 10 s";
-  }
-
-  int stop() {
-    if (pid <= 0) return -1;
-    kill(pid, SIGTERM);
-    int status = 0;
-    const auto deadline = Clock::now() + 5s;
-    while (Clock::now() < deadline) {
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        unlink(port_file.c_str());
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(5ms);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    pid = -1;
-    unlink(port_file.c_str());
-    return -1;
-  }
-};
-
-struct Case {
-  ina::DType dtype;
-  ina::ReduceOp op;
-  size_t count;
-  bool nan = false;  // rank 2 puts a NaN at element count / 2
-};
-
-void fill_input(std::vector<uint8_t>& buf, const Case& c, int rank, int ci) {
-  buf.resize(c.count * ina::dtype_size(c.dtype));
-  std::mt19937_64 rng(0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(rank + 1) +
-                      1000003ULL * static_cast<uint64_t>(ci));
-  std::uniform_real_distribution<double> unit(-1.0, 1.0);
-  std::uniform_int_distribution<int> decade(-4, 4);
-  for (size_t i = 0; i < c.count; ++i) {
-    double v = unit(rng) * std::pow(10.0, decade(rng));
-    if (c.nan && rank == 2 && i == c.count / 2) v = std::numeric_limits<double>::quiet_NaN();
-    switch (c.dtype) {
-      case ina::DType::kInt32: {
-        const auto x = static_cast<int32_t>(rng());
-        std::memcpy(&buf[i * 4], &x, 4);
-        break;
-      }
-      case ina::DType::kFloat32: {
-        const auto x = static_cast<float>(v);
-        std::memcpy(&buf[i * 4], &x, 4);
-        break;
-      }
-      case ina::DType::kFloat16: {
-        const uint16_t x = ina::float_to_half(static_cast<float>(v / 100.0));
-        std::memcpy(&buf[i * 2], &x, 2);
-        break;
-      }
-      case ina::DType::kBFloat16: {
-        const uint16_t x = ina::float_to_bf16(static_cast<float>(v));
-        std::memcpy(&buf[i * 2], &x, 2);
-        break;
-      }
-    }
-  }
-}
-
-// What the in-network path gives (multiprocess_test.cc's model): per block, the MAX of the
-// ranks' exponents, encode, wrapping int32 reduction, decode; NONFINITE blocks are NaN.
-std::vector<uint8_t> model_result(const std::vector<std::vector<uint8_t>>& inputs, const Case& c) {
-  const auto world = static_cast<uint32_t>(inputs.size());
-  const size_t es = ina::dtype_size(c.dtype);
-  std::vector<uint8_t> out(c.count * es);
-  std::vector<int32_t> q(kBlock), acc(kBlock);
-  for (size_t base = 0; base < c.count; base += kBlock) {
-    const size_t n = std::min<size_t>(kBlock, c.count - base);
-    int16_t exp = ina::kNoExponent;
-    bool nonfinite = false;
-    for (const auto& in : inputs) {
-      const auto s = ina::quant::scan_block(in.data() + base * es, n, c.dtype, c.op);
-      if (ina::quant::needs_exponent(c.dtype, c.op)) exp = ina::quant::max_exponent(exp, s.exp);
-      nonfinite = nonfinite || (c.dtype != ina::DType::kInt32 && s.nonfinite);
-    }
-    for (size_t r = 0; r < inputs.size(); ++r) {
-      ina::quant::encode(inputs[r].data() + base * es, n, c.dtype, c.op, exp, world, q.data());
-      for (size_t i = 0; i < n; ++i) {
-        if (r == 0) {
-          acc[i] = q[i];
-        } else if (c.op == ina::ReduceOp::kSum) {
-          acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(q[i]));
-        } else if (c.op == ina::ReduceOp::kMin) {
-          acc[i] = std::min(acc[i], q[i]);
-        } else {
-          acc[i] = std::max(acc[i], q[i]);
-        }
-      }
-    }
-    if (nonfinite) {
-      ina::quant::fill_nan(out.data() + base * es, n, c.dtype);
-    } else {
-      ina::quant::decode(acc.data(), n, c.dtype, c.op, exp, world, out.data() + base * es);
-    }
-  }
-  return out;
 }
 
 std::string first_difference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
@@ -240,7 +93,7 @@ ina::Status run_case(ina::Communicator& comm, const Case& c, int ci, int rank,
 std::vector<uint8_t> model_of(const Case& c, int ci) {
   std::vector<std::vector<uint8_t>> inputs(kWorld);
   for (int r = 0; r < kWorld; ++r) fill_input(inputs[r], c, r, ci);
-  return model_result(inputs, c);
+  return model_result(inputs, c, kBlock);
 }
 
 ina::Config worker_config(int rank, uint16_t agg_port, uint16_t store_port) {
@@ -479,7 +332,9 @@ TEST(Fallback, AggregatorBackReturnsInNetwork) {
     sh->killed.store(1);
     while (sh->fallen.load() < kWorld && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
     if (sh->fallen.load() < kWorld) return "the ranks did not fall back; ";
-    return agg.start(kWorld, agg_port);  // the same port: the probe finds it
+    AggregatorProcess::Options opts;
+    opts.port = agg_port;  // the same port: the probe finds it
+    return agg.start(kWorld, opts);
   };
   EXPECT_EQ(run_workers(body, parent, 60s), "");
   EXPECT_EQ(sh->back.load(), kWorld);

@@ -10,7 +10,6 @@
 // Loss and duplication are injected by the test hooks of both the workers and the aggregator.
 #include <fcntl.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -24,9 +23,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <limits>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -34,8 +30,7 @@
 #include "ina/ina.hpp"
 #include "ina/protocol/half.h"
 #include "ina/protocol/quantize.h"
-
-extern char** environ;
+#include "tests/integration/loopback_support.h"
 
 namespace {
 
@@ -44,122 +39,12 @@ using Clock = std::chrono::steady_clock;
 
 constexpr uint32_t kBlock = 256;
 
-// ---- the aggregator process ----
-
-struct AggregatorProcess {
-  pid_t pid = -1;
-  uint16_t port = 0;
-  std::string port_file;
-
-  ~AggregatorProcess() { stop(); }
-
-  // Returns "" on success, else why not.
-  std::string start(int world, double drop_percent = 0, double dup_percent = 0) {
-    const char* bin = std::getenv("INA_AGGREGATOR_BIN");
-    if (bin == nullptr) return "INA_AGGREGATOR_BIN is not set (run through meson test)";
-    char tmpl[] = "/tmp/ina-agg-port-XXXXXX";
-    int fd = mkstemp(tmpl);
-    if (fd < 0) return "mkstemp failed";
-    close(fd);
-    unlink(tmpl);
-    port_file = tmpl;
-    std::vector<std::string> args = {bin,           "--world-size",        std::to_string(world),
-                                     "--bind",      "127.0.0.1",           "--port",
-                                     "0",           "--port-file",         port_file,
-                                     "--stats-interval-ms", "0",           "--seed",
-                                     "7",           "--drop-percent",      std::to_string(drop_percent),
-                                     "--dup-percent", std::to_string(dup_percent)};
-    std::vector<char*> argv;
-    for (auto& a : args) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid, bin, nullptr, nullptr, argv.data(), environ) != 0) {
-      pid = -1;
-      return std::string("cannot spawn ") + bin;
-    }
-    auto deadline = Clock::now() + 10s;
-    while (Clock::now() < deadline) {
-      std::ifstream in(port_file);
-      unsigned p = 0;
-      if (in >> p && p > 0 && p < 65536) {
-        port = static_cast<uint16_t>(p);
-        return "";
-      }
-      int status;
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        return "ina-aggregator exited during start-up";
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    return "ina-aggregator did not write its port within 10 s";
-  }
-
-  // SIGTERM, then expects a clean exit within 5 s. Returns the exit status (or -1).
-  int stop() {
-    if (pid <= 0) return -1;
-    kill(pid, SIGTERM);
-    int status = 0;
-    auto deadline = Clock::now() + 5s;
-    while (Clock::now() < deadline) {
-      if (waitpid(pid, &status, WNOHANG) == pid) {
-        pid = -1;
-        unlink(port_file.c_str());
-        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      }
-      std::this_thread::sleep_for(10ms);
-    }
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
-    pid = -1;
-    unlink(port_file.c_str());
-    return -1;
-  }
-};
+using ina::testing::AggregatorProcess;
+using ina::testing::Case;
+using ina::testing::fill_input;
+using ina::testing::model_result;
 
 // ---- deterministic data and the reference model ----
-
-struct Case {
-  ina::DType dtype;
-  ina::ReduceOp op;
-  size_t count;
-};
-
-uint64_t case_seed(int rank, int case_index) {
-  return 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(rank + 1) + 1000003ULL * case_index;
-}
-
-// Fills `n` elements of rank's input. Floats span several decades per block and both signs.
-void fill_input(std::vector<uint8_t>& buf, const Case& c, int rank, int case_index) {
-  buf.resize(c.count * ina::dtype_size(c.dtype));
-  std::mt19937_64 rng(case_seed(rank, case_index));
-  std::uniform_real_distribution<double> unit(-1.0, 1.0);
-  std::uniform_int_distribution<int> decade(-4, 4);
-  for (size_t i = 0; i < c.count; ++i) {
-    double v = unit(rng) * std::pow(10.0, decade(rng));
-    switch (c.dtype) {
-      case ina::DType::kInt32: {
-        int32_t x = static_cast<int32_t>(rng());  // full range: SUM wraps
-        std::memcpy(&buf[i * 4], &x, 4);
-        break;
-      }
-      case ina::DType::kFloat32: {
-        float x = static_cast<float>(v);
-        std::memcpy(&buf[i * 4], &x, 4);
-        break;
-      }
-      case ina::DType::kFloat16: {
-        uint16_t x = ina::float_to_half(static_cast<float>(v / 100.0));
-        std::memcpy(&buf[i * 2], &x, 2);
-        break;
-      }
-      case ina::DType::kBFloat16: {
-        uint16_t x = ina::float_to_bf16(static_cast<float>(v));
-        std::memcpy(&buf[i * 2], &x, 2);
-        break;
-      }
-    }
-  }
-}
 
 double element_as_double(const uint8_t* p, ina::DType t) {
   switch (t) {
@@ -187,53 +72,13 @@ double element_as_double(const uint8_t* p, ina::DType t) {
   return 0;
 }
 
-// The protocol's result, computed from every rank's input with the quantizer reference.
-std::vector<uint8_t> model_result(const std::vector<std::vector<uint8_t>>& inputs, const Case& c,
-                                  uint32_t world) {
-  const size_t es = ina::dtype_size(c.dtype);
-  std::vector<uint8_t> out(c.count * es);
-  std::vector<int32_t> q(kBlock), acc(kBlock);
-  for (size_t base = 0; base < c.count; base += kBlock) {
-    const size_t n = std::min<size_t>(kBlock, c.count - base);
-    int16_t exp = ina::kNoExponent;
-    bool nonfinite = false;
-    if (ina::quant::needs_exponent(c.dtype, c.op)) {
-      for (const auto& in : inputs) {
-        auto s = ina::quant::scan_block(in.data() + base * es, n, c.dtype, c.op);
-        exp = ina::quant::max_exponent(exp, s.exp);
-        nonfinite = nonfinite || s.nonfinite;
-      }
-    }
-    for (size_t r = 0; r < inputs.size(); ++r) {
-      ina::quant::encode(inputs[r].data() + base * es, n, c.dtype, c.op, exp, world, q.data());
-      for (size_t i = 0; i < n; ++i) {
-        if (r == 0) {
-          acc[i] = q[i];
-        } else if (c.op == ina::ReduceOp::kSum) {
-          acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(q[i]));
-        } else if (c.op == ina::ReduceOp::kMin) {
-          acc[i] = std::min(acc[i], q[i]);
-        } else {
-          acc[i] = std::max(acc[i], q[i]);
-        }
-      }
-    }
-    if (nonfinite) {
-      ina::quant::fill_nan(out.data() + base * es, n, c.dtype);
-    } else {
-      ina::quant::decode(acc.data(), n, c.dtype, c.op, exp, world, out.data() + base * es);
-    }
-  }
-  return out;
-}
-
 // Checks `got` bitwise against the model and within the documented bound of the double reference.
 // Returns a description of the first failure, or "".
 std::string check_result(const std::vector<uint8_t>& got,
                          const std::vector<std::vector<uint8_t>>& inputs, const Case& c,
                          uint32_t world) {
   const size_t es = ina::dtype_size(c.dtype);
-  std::vector<uint8_t> want = model_result(inputs, c, world);
+  std::vector<uint8_t> want = model_result(inputs, c, kBlock);
   for (size_t i = 0; i < c.count; ++i) {
     if (std::memcmp(&got[i * es], &want[i * es], es) != 0) {
       char msg[256];
@@ -383,7 +228,10 @@ std::vector<Case> standard_cases(bool with_large) {
 
 void run_allreduce_job(int world, double worker_drop, double agg_drop, double dup, bool large) {
   AggregatorProcess agg;
-  std::string err = agg.start(world, agg_drop, dup);
+  AggregatorProcess::Options opts;
+  opts.drop_percent = agg_drop;
+  opts.dup_percent = dup;
+  std::string err = agg.start(world, opts);
   ASSERT_EQ(err, "");
   WorkerPlan plan;
   plan.world = world;

@@ -1,0 +1,170 @@
+#include "tests/integration/loopback_support.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <thread>
+
+#include "ina/protocol/half.h"
+#include "ina/protocol/quantize.h"
+
+extern char** environ;
+
+namespace ina::testing {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+std::string AggregatorProcess::start(int world, const Options& opts) {
+  const char* bin = std::getenv("INA_AGGREGATOR_BIN");
+  if (bin == nullptr) return "INA_AGGREGATOR_BIN is not set (run through meson test)";
+  char tmpl[] = "/tmp/ina-agg-port-XXXXXX";
+  const int fd = mkstemp(tmpl);
+  if (fd < 0) return "mkstemp failed";
+  close(fd);
+  unlink(tmpl);
+  port_file = tmpl;
+  std::vector<std::string> args = {bin,
+                                   "--world-size",
+                                   std::to_string(world),
+                                   "--bind",
+                                   "127.0.0.1",
+                                   "--port",
+                                   std::to_string(opts.port),
+                                   "--port-file",
+                                   port_file,
+                                   "--stats-interval-ms",
+                                   "0",
+                                   "--seed",
+                                   "7",
+                                   "--drop-percent",
+                                   std::to_string(opts.drop_percent),
+                                   "--dup-percent",
+                                   std::to_string(opts.dup_percent)};
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  if (posix_spawn(&pid, bin, nullptr, nullptr, argv.data(), environ) != 0) {
+    pid = -1;
+    return std::string("cannot spawn ") + bin;
+  }
+  const auto deadline = Clock::now() + 10s;
+  while (Clock::now() < deadline) {
+    std::ifstream in(port_file);
+    unsigned p = 0;
+    if (in >> p && p > 0 && p < 65536) {
+      port = static_cast<uint16_t>(p);
+      return "";
+    }
+    int status;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      pid = -1;
+      return "ina-aggregator exited during start-up";
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return "ina-aggregator did not write its port within 10 s";
+}
+
+int AggregatorProcess::stop() {
+  if (pid <= 0) return -1;
+  kill(pid, SIGTERM);
+  int status = 0;
+  const auto deadline = Clock::now() + 5s;
+  while (Clock::now() < deadline) {
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      pid = -1;
+      unlink(port_file.c_str());
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(5ms);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &status, 0);
+  pid = -1;
+  unlink(port_file.c_str());
+  return -1;
+}
+
+void fill_input(std::vector<uint8_t>& buf, const Case& c, int rank, int case_index) {
+  buf.resize(c.count * dtype_size(c.dtype));
+  std::mt19937_64 rng(0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(rank + 1) +
+                      1000003ULL * static_cast<uint64_t>(case_index));
+  std::uniform_real_distribution<double> unit(-1.0, 1.0);
+  std::uniform_int_distribution<int> decade(-4, 4);
+  for (size_t i = 0; i < c.count; ++i) {
+    double v = unit(rng) * std::pow(10.0, decade(rng));
+    if (c.nan && rank == 2 && i == c.count / 2) v = std::numeric_limits<double>::quiet_NaN();
+    switch (c.dtype) {
+      case DType::kInt32: {
+        const auto x = static_cast<int32_t>(rng());
+        std::memcpy(&buf[i * 4], &x, 4);
+        break;
+      }
+      case DType::kFloat32: {
+        const auto x = static_cast<float>(v);
+        std::memcpy(&buf[i * 4], &x, 4);
+        break;
+      }
+      case DType::kFloat16: {
+        const uint16_t x = float_to_half(static_cast<float>(v / 100.0));
+        std::memcpy(&buf[i * 2], &x, 2);
+        break;
+      }
+      case DType::kBFloat16: {
+        const uint16_t x = float_to_bf16(static_cast<float>(v));
+        std::memcpy(&buf[i * 2], &x, 2);
+        break;
+      }
+    }
+  }
+}
+
+std::vector<uint8_t> model_result(const std::vector<std::vector<uint8_t>>& inputs, const Case& c,
+                                  uint32_t block) {
+  const auto world = static_cast<uint32_t>(inputs.size());
+  const size_t es = dtype_size(c.dtype);
+  std::vector<uint8_t> out(c.count * es);
+  std::vector<int32_t> q(block), acc(block);
+  for (size_t base = 0; base < c.count; base += block) {
+    const size_t n = std::min<size_t>(block, c.count - base);
+    int16_t exp = kNoExponent;
+    bool nonfinite = false;
+    for (const auto& in : inputs) {
+      const auto s = quant::scan_block(in.data() + base * es, n, c.dtype, c.op);
+      if (quant::needs_exponent(c.dtype, c.op)) exp = quant::max_exponent(exp, s.exp);
+      nonfinite = nonfinite || (c.dtype != DType::kInt32 && s.nonfinite);
+    }
+    for (size_t r = 0; r < inputs.size(); ++r) {
+      quant::encode(inputs[r].data() + base * es, n, c.dtype, c.op, exp, world, q.data());
+      for (size_t i = 0; i < n; ++i) {
+        if (r == 0) {
+          acc[i] = q[i];
+        } else if (c.op == ReduceOp::kSum) {
+          acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(q[i]));
+        } else if (c.op == ReduceOp::kMin) {
+          acc[i] = std::min(acc[i], q[i]);
+        } else {
+          acc[i] = std::max(acc[i], q[i]);
+        }
+      }
+    }
+    if (nonfinite) {
+      quant::fill_nan(out.data() + base * es, n, c.dtype);
+    } else {
+      quant::decode(acc.data(), n, c.dtype, c.op, exp, world, out.data() + base * es);
+    }
+  }
+  return out;
+}
+
+}  // namespace ina::testing
