@@ -1,4 +1,5 @@
-// libnccl-net-ina.so: NCCL's CollNet v8 plugin over INA (exports ncclCollNetPlugin_v8).
+// libnccl-net-ina.so: NCCL's CollNet v8 plugin over INA (exports ncclCollNetPlugin_v8; the
+// point-to-point net NCCL also needs from the same library is ina_net.cc).
 //
 // One device ("ina") when INA_AGGREGATOR is set, none otherwise (NCCL then leaves CollNet off).
 // listen() reserves a TCP port on INA_MESH_ADDR (default 127.0.0.1) and puts "host:port" in the
@@ -38,25 +39,12 @@
 #include "ina_config.h"
 #include "integrations/nccl/collnet_logic.h"
 #include "integrations/nccl/collnet_v8.h"
+#include "integrations/nccl/plugin_log.h"
 
 namespace {
 
 using ina::nccl::Segment;
 
-ncclDebugLogger_t g_log = nullptr;  // NCCL's logger, set by init()
-
-#define INA_NCCL_LOG(level, ...)                                            \
-  do {                                                                      \
-    if (g_log != nullptr) {                                                 \
-      g_log(level, NCCL_NET, __FILE__, __LINE__, __VA_ARGS__);              \
-    } else if (level == NCCL_LOG_WARN) {                                    \
-      std::fprintf(stderr, "NCCL WARN ina: ");                              \
-      std::fprintf(stderr, __VA_ARGS__);                                    \
-      std::fprintf(stderr, "\n");                                           \
-    }                                                                       \
-  } while (0)
-#define INA_NCCL_WARN(...) INA_NCCL_LOG(NCCL_LOG_WARN, __VA_ARGS__)
-#define INA_NCCL_INFO(...) INA_NCCL_LOG(NCCL_LOG_INFO, __VA_ARGS__)
 
 constexpr uint32_t kHandleMagic = 0x494e4131;  // "INA1"
 
@@ -176,7 +164,7 @@ ina::Status broadcast_bytes(ina::Communicator& comm, void* data, size_t bytes, i
 // --- the plugin's entry points ---
 
 ncclResult_t ina_init(ncclDebugLogger_t log) {
-  g_log = log;
+  ina::nccl::nccl_logger() = log;
   INA_NCCL_INFO("ina: INA CollNet plugin %s (aggregator %s)", INA_VERSION,
                 aggregator_configured() ? std::getenv("INA_AGGREGATOR") : "unset: no device");
   return ncclSuccess;

@@ -9,7 +9,9 @@
 //   - iallreduce results bitwise equal to the protocol model (loopback_support: the quantized
 //     SUM for floats, exact MIN/MAX and int32) for every supported pair, in place too;
 //   - iallgather / ireducescatter over windows that cross slices, into and from scattered parts;
-//   - regMr of CUDA or DMA-BUF memory refused; devices() is 0 without INA_AGGREGATOR.
+//   - regMr of CUDA or DMA-BUF memory refused; devices() is 0 without INA_AGGREGATOR;
+//   - the point-to-point net (ncclNetPlugin_v8, which NCCL needs to take the CollNet): messages
+//     of 0, 13 bytes and 3 MiB around a ring, posted together, exact.
 #include <dlfcn.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -242,6 +244,109 @@ void check_reducescatter(const ncclCollNet_v8_t* p, void* comm) {
                g_rank);
 }
 
+// NCCL's bootstrap allgather of listen handles, through the parent.
+bool exchange(int to_parent, int from_parent, const char* mine,
+              char (*all)[NCCL_NET_HANDLE_MAXSIZE]) {
+  return write(to_parent, mine, NCCL_NET_HANDLE_MAXSIZE) == NCCL_NET_HANDLE_MAXSIZE &&
+         read(from_parent, all, kRanks * NCCL_NET_HANDLE_MAXSIZE) ==
+             static_cast<ssize_t>(kRanks * NCCL_NET_HANDLE_MAXSIZE);
+}
+
+uint8_t message_byte(int from, size_t msg, size_t i) {
+  return static_cast<uint8_t>(from * 29 + msg * 7 + i * 13);
+}
+
+// The point-to-point net NCCL needs beside the CollNet: a ring, each rank sending three
+// messages (0 bytes, 13 bytes, 3 MiB) to the next while receiving from the previous, all posted
+// at once and completed by test() loops.
+void check_net(const ncclNet_v8_t* n, int to_parent, int from_parent) {
+  CHECK(n->init(logger) == ncclSuccess, "net init");
+  int ndev = -1;
+  CHECK(n->devices(&ndev) == ncclSuccess && ndev == 1, "net devices: %d", ndev);
+  char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
+  void* listen_comm = nullptr;
+  CHECK(n->listen(0, handle, &listen_comm) == ncclSuccess && listen_comm, "net listen");
+  char all[kRanks][NCCL_NET_HANDLE_MAXSIZE];
+  if (!exchange(to_parent, from_parent, handle, all)) {
+    CHECK(false, "net handle exchange");
+    return;
+  }
+  void* send_comm = nullptr;
+  void* recv_comm = nullptr;
+  while (send_comm == nullptr || recv_comm == nullptr) {
+    if (send_comm == nullptr &&
+        n->connect(0, all[(g_rank + 1) % kRanks], &send_comm, nullptr) != ncclSuccess) {
+      CHECK(false, "net connect");
+      return;
+    }
+    if (recv_comm == nullptr && n->accept(listen_comm, &recv_comm, nullptr) != ncclSuccess) {
+      CHECK(false, "net accept");
+      return;
+    }
+  }
+  void* mh = nullptr;
+  std::vector<uint8_t> probe(16);
+  CHECK(n->regMr(send_comm, probe.data(), probe.size(), NCCL_PTR_CUDA, &mh) != ncclSuccess,
+        "net regMr of CUDA memory must be refused");
+  const size_t sizes[3] = {0, 13, 3u << 20};
+  const int prev = (g_rank + kRanks - 1) % kRanks;
+  std::vector<std::vector<uint8_t>> out(3), in(3);
+  std::vector<void*> reqs;
+  std::vector<void*> mrs;
+  for (size_t m = 0; m < 3; ++m) {
+    out[m].resize(sizes[m] + 1);
+    for (size_t i = 0; i < sizes[m]; ++i) out[m][i] = message_byte(g_rank, m, i);
+    in[m].assign(4u << 20, 0);
+    void* smh = nullptr;
+    void* rmh = nullptr;
+    CHECK(n->regMr(send_comm, out[m].data(), out[m].size(), NCCL_PTR_HOST, &smh) == ncclSuccess,
+          "net regMr");
+    CHECK(n->regMr(recv_comm, in[m].data(), in[m].size(), NCCL_PTR_HOST, &rmh) == ncclSuccess,
+          "net regMr");
+    mrs.push_back(smh);
+    mrs.push_back(rmh);
+    void* sreq = nullptr;
+    void* rreq = nullptr;
+    CHECK(n->isend(send_comm, out[m].data(), static_cast<int>(sizes[m]), 7, smh, &sreq) ==
+              ncclSuccess && sreq, "isend %zu", m);
+    void* data = in[m].data();
+    int cap = static_cast<int>(in[m].size());
+    int tag = 7;
+    CHECK(n->irecv(recv_comm, 1, &data, &cap, &tag, &rmh, &rreq) == ncclSuccess && rreq,
+          "irecv %zu", m);
+    reqs.push_back(sreq);
+    reqs.push_back(rreq);
+  }
+  std::vector<int> got(reqs.size(), -1);
+  size_t left = reqs.size();
+  while (left > 0) {
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (reqs[i] == nullptr) continue;
+      int done = 0;
+      if (n->test(reqs[i], &done, &got[i]) != ncclSuccess) {
+        CHECK(false, "net test of request %zu", i);
+        reqs[i] = nullptr;
+        --left;
+      } else if (done) {
+        reqs[i] = nullptr;
+        --left;
+      }
+    }
+  }
+  for (size_t m = 0; m < 3; ++m) {
+    CHECK(got[2 * m] == static_cast<int>(sizes[m]), "send %zu size %d", m, got[2 * m]);
+    CHECK(got[2 * m + 1] == static_cast<int>(sizes[m]), "recv %zu size %d", m, got[2 * m + 1]);
+    size_t bad = 0;
+    for (size_t i = 0; i < sizes[m]; ++i) bad += in[m][i] != message_byte(prev, m, i);
+    CHECK(bad == 0, "message %zu from rank %d: %zu wrong bytes", m, prev, bad);
+  }
+  for (size_t i = 0; i < mrs.size(); ++i) n->deregMr(i % 2 ? recv_comm : send_comm, mrs[i]);
+  CHECK(n->closeSend(send_comm) == ncclSuccess, "closeSend");
+  CHECK(n->closeRecv(recv_comm) == ncclSuccess, "closeRecv");
+  CHECK(n->closeListen(listen_comm) == ncclSuccess, "net closeListen");
+  std::fprintf(stderr, "rank %d: net: 3 messages around the ring exact\n", g_rank);
+}
+
 int run_rank(const char* path, int to_parent, int from_parent) {
   alarm(240);  // a hang becomes a failure (SIGALRM), never a stuck test
   const ncclCollNet_v8_t* p = load(path);
@@ -273,8 +378,7 @@ int run_rank(const char* path, int to_parent, int from_parent) {
   void* listen_comm = nullptr;
   CHECK(p->listen(0, handle, &listen_comm) == ncclSuccess, "listen");
   char all[kRanks][NCCL_NET_HANDLE_MAXSIZE];
-  if (write(to_parent, handle, sizeof(handle)) != sizeof(handle) ||
-      read(from_parent, all, sizeof(all)) != static_cast<ssize_t>(sizeof(all))) {
+  if (!exchange(to_parent, from_parent, handle, all)) {
     std::fprintf(stderr, "rank %d: handle exchange failed\n", g_rank);
     return 2;
   }
@@ -309,6 +413,11 @@ int run_rank(const char* path, int to_parent, int from_parent) {
   if (req != nullptr) wait_all(p, {req}, {0});
   CHECK(p->closeColl(comm) == ncclSuccess, "closeColl");
   CHECK(p->closeListen(listen_comm) == ncclSuccess, "closeListen");
+
+  void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  const auto* net = static_cast<const ncclNet_v8_t*>(dlsym(lib, "ncclNetPlugin_v8"));
+  CHECK(net != nullptr && std::strcmp(net->name, "ina") == 0, "ncclNetPlugin_v8 exported");
+  if (net != nullptr) check_net(net, to_parent, from_parent);
   return g_failures == 0 ? 0 : 1;
 }
 
@@ -350,14 +459,17 @@ int main() {
       _exit(run_rank(path, up[r][1], down[r][0]));
     }
   }
-  // NCCL's bootstrap allgather of the listen handles, done here with pipes.
-  char all[kRanks][NCCL_NET_HANDLE_MAXSIZE];
+  // NCCL's bootstrap allgather of the listen handles, done here with pipes: once for the
+  // CollNet, once for the net.
   bool exchanged = true;
-  for (int r = 0; r < kRanks; ++r)
-    exchanged &= read(up[r][0], all[r], sizeof(all[r])) == static_cast<ssize_t>(sizeof(all[r]));
-  if (exchanged) {
+  for (int round = 0; round < 2 && exchanged; ++round) {
+    char all[kRanks][NCCL_NET_HANDLE_MAXSIZE];
     for (int r = 0; r < kRanks; ++r)
-      exchanged &= write(down[r][1], all, sizeof(all)) == static_cast<ssize_t>(sizeof(all));
+      exchanged &= read(up[r][0], all[r], sizeof(all[r])) == static_cast<ssize_t>(sizeof(all[r]));
+    if (exchanged) {
+      for (int r = 0; r < kRanks; ++r)
+        exchanged &= write(down[r][1], all, sizeof(all)) == static_cast<ssize_t>(sizeof(all));
+    }
   }
   int failed = exchanged ? 0 : 1;
   for (int r = 0; r < kRanks; ++r) {
