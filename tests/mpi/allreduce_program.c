@@ -186,6 +186,40 @@ int main(int argc, char** argv) {
     }
     free(ia); free(ib); free(fa); free(fb); free(fc);
   }
+  /* An MPI_Iallreduce must not block its caller: rank 0 posts one, then sends 4 MiB (beyond the
+   * eager limit, so the send needs rank 1's receive) to rank 1, which receives before posting
+   * its own. A library that ran the reduction inside MPI_Iallreduce would deadlock here. */
+  {
+    const int n = 2048;
+    const int big = 1 << 20;
+    int* a = malloc(n * sizeof(int));
+    int* b = malloc(n * sizeof(int));
+    int* msg = calloc(big, sizeof(int));
+    fill(a, MPI_INT, n, g_rank, 103);
+    MPI_Request r;
+    if (g_rank == 0) {
+      MPI_Iallreduce(a, b, n, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &r);
+      for (int i = 0; i < big; ++i) msg[i] = i;
+      MPI_Send(msg, big, MPI_INT, 1, 5, MPI_COMM_WORLD);
+    } else if (g_rank == 1) {
+      MPI_Recv(msg, big, MPI_INT, 0, 5, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      for (int i = 0; i < big; ++i) {
+        if (msg[i] != i) MPI_Abort(MPI_COMM_WORLD, 4);
+      }
+      MPI_Iallreduce(a, b, n, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &r);
+    } else {
+      MPI_Iallreduce(a, b, n, MPI_INT, MPI_MAX, MPI_COMM_WORLD, &r);
+    }
+    MPI_Wait(&r, MPI_STATUS_IGNORE);
+    char name[64];
+    snprintf(name, sizeof(name), "r%d_c%d.bin", g_rank, ncases + 3);
+    write_file(name, b, n * sizeof(int));
+    if (manifest != NULL) {
+      fprintf(manifest, "%d iallreduce_int_max_overlap int max world nonblocking %d 0\n",
+              ncases + 3, n);
+    }
+    free(a); free(b); free(msg);
+  }
   if (manifest != NULL) fclose(manifest);
   MPI_Comm_free(&half);
   MPI_Finalize();
