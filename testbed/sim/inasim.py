@@ -128,13 +128,29 @@ def predict(alg, n, d, p):
 # ---- calibration ----
 
 def lstsq(rows, targets):
+    """Non-negative weighted least squares: every parameter is a cost, so a column whose
+    unconstrained coefficient would be negative is held at 0 (exact active-set search over the
+    few columns). Rows are weighted by 1/target: relative error matters across 8 B .. 64 MiB."""
+    import itertools
     import numpy as np
     a = np.asarray(rows, dtype=float)
     y = np.asarray(targets, dtype=float)
-    # Relative error matters across 8 B .. 64 MiB: weight each row by 1/y.
     w = 1.0 / np.maximum(y, 1e-12)
-    x, *_ = np.linalg.lstsq(a * w[:, None], y * w, rcond=None)
-    return [float(v) for v in x]
+    aw, yw = a * w[:, None], y * w
+    k = a.shape[1]
+    best, best_res = [0.0] * k, float(np.sum(yw ** 2))
+    for r in range(k, 0, -1):
+        for cols in itertools.combinations(range(k), r):
+            x, *_ = np.linalg.lstsq(aw[:, cols], yw, rcond=None)
+            if np.any(x < 0):
+                continue
+            res = float(np.sum((aw[:, cols] @ x - yw) ** 2))
+            if res < best_res - 1e-18:
+                best = [0.0] * k
+                for c, v in zip(cols, x):
+                    best[c] = float(v)
+                best_res = res
+    return best
 
 
 def fit_host(samples):
@@ -155,7 +171,7 @@ def fit_inc(samples, payload=1024, header=40):
         pk = max(1, math.ceil(d / payload))
         rows.append([1.0, pk * header + d, n * pk])
     x0, b, c = lstsq(rows, [t for *_, t in samples])
-    return x0 / 2 - c, b, c
+    return max(0.0, x0 / 2 - c), b, c
 
 
 def read_csv(path):
