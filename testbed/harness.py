@@ -19,7 +19,8 @@ then runs testbed/report.py (plots, simulator calibration, results/REPORT.md) un
 
 usage: testbed/harness.py [--quick] [-N 2,4,8] [-b 8] [-e 64M] [-f 2] [--loss 0,0.1,1]
                           [--loss-stepfactor 8] [--variants LIST] [--backends kernel]
-                          [-n 20] [-w 5] [-B 512M] [--timeout 300] [--build-dir build]
+                          [-n 20] [-w 5] [-B 256M] [--timeout 300] [--budget-min 25]
+                          [--build-dir build] [--out DIR] [--no-report]
 Variants: ina ina-veth host-ring host-tree host-hd mpi gloo, and alltoall rows (host-alltoall,
 mpi-alltoall) when the benches' --help shows --coll; a variant that cannot run is listed with
 the reason. The default sweep (full) takes about 20-25 minutes at N <= 8 on an idle machine with
@@ -288,14 +289,17 @@ class Harness:
             why = self.unavailable(v)
             if why:
                 skipped.append((v, why))
+        runnable = [v for v in variants if v not in dict(skipped)]
+        # Lossless first, all variants at each N together: a sweep cut short by --budget-min
+        # still compares every variant.
+        for loss in a.loss:
+            if loss > 0 and not self.root_ok:
+                skipped.append((f"loss={loss}%", self.root_why))
                 continue
-            for loss in a.loss:
-                if loss > 0 and not self.root_ok:
-                    skipped.append((f"{v} loss={loss}%", self.root_why))
-                    continue
-                if loss > 0 and v.endswith("alltoall"):
-                    continue
-                for n in a.ranks:
+            for n in a.ranks:
+                for v in runnable:
+                    if loss > 0 and v.endswith("alltoall"):
+                        continue
                     plan.append((v, n, loss))
         for v, why in skipped:
             print(f"# skipped {v}: {why}", flush=True)
@@ -316,6 +320,12 @@ class Harness:
             for v, why in skipped:
                 uw.writerow([v, "", "", "", "skipped", 0, why])
             for i, (v, n, loss) in enumerate(plan):
+                if a.budget_min > 0 and time.time() - t0 > a.budget_min * 60:
+                    note = f"not started: the sweep's budget of {a.budget_min:g} min was spent"
+                    print(f"[{i + 1}/{len(plan)}] {v:13s} N={n} loss={loss:<4g}% skipped "
+                          f"({note})", flush=True)
+                    uw.writerow([v, "", n, loss, "skipped", 0, note])
+                    continue
                 s0 = time.time()
                 status, rows, note = self.run_one(v, n, loss, tables)
                 dt = time.time() - s0
@@ -380,17 +390,20 @@ def main(argv=None):
                     help="aggregator backends (kernel; dpdk when it lands)")
     ap.add_argument("-n", "--iters", type=int, default=None)
     ap.add_argument("-w", "--warmup", type=int, default=None)
-    ap.add_argument("-B", "--cap", type=parse_size, default=512 << 20,
-                    help="max bytes moved per size (iterations capped)")
+    ap.add_argument("-B", "--cap", type=parse_size, default=256 << 20,
+                    help="max bytes moved per size (iterations capped; default 256M)")
+    ap.add_argument("--budget-min", type=float, default=None,
+                    help="start no run after this many minutes (full: 25, quick: 5; 0: none)")
     ap.add_argument("--timeout", type=float, default=None, help="seconds per run")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out", help="output directory (default results/compare-<stamp>)")
     ap.add_argument("--no-report", action="store_true", help="do not run report.py afterwards")
     a = ap.parse_args(argv)
     quick = dict(ranks=[2, 4], minbytes=8, maxbytes=256 << 10, stepfactor=8, loss=[0.0, 1.0],
-                 loss_stepfactor=8, iters=3, warmup=1, timeout=60)
+                 loss_stepfactor=8, iters=3, warmup=1, timeout=60, budget_min=5)
     full = dict(ranks=[2, 4, 8], minbytes=8, maxbytes=64 << 20, stepfactor=2,
-                loss=[0.0, 0.1, 1.0], loss_stepfactor=8, iters=20, warmup=5, timeout=300)
+                loss=[0.0, 0.1, 1.0], loss_stepfactor=8, iters=20, warmup=5, timeout=300,
+                budget_min=25)
     for k, v in (quick if a.quick else full).items():
         if getattr(a, k) is None:
             setattr(a, k, v)

@@ -17,7 +17,7 @@ CLI (root):
   topo.py check                         # can namespaces be made here? (exit 77 if not)
   topo.py run-ina -N 4 -M 1 [--kind leafspine --leaves 2] [--loss w0=1,agg0=0.5]
           [--straggle 1=10:5000] [--delay 2=300] [--kill-agg-after 2 --restart-after 1]
-          [--host-path] [--backend kernel] [--build-dir build] -- <ina-bench args>
+          [--host-path | --fallback] [--backend kernel] [--build-dir build] -- <ina-bench args>
   topo.py shell -N 2 -M 1               # print the layout and hold it until SIGINT/SIGTERM
 """
 import argparse
@@ -231,10 +231,12 @@ class Topology:
 
     def reachable(self, src, dst, port=40999, timeout=3.0):
         """True when a UDP datagram from src reaches dst and the echo comes back (no ping
-        needed): a one-shot echo server in dst's namespace, a client in src's."""
+        needed): an echo server in dst's namespace (until 0.5 s without a datagram), a client
+        in src's that retries every 0.2 s, so a lossy path still answers."""
         server = ("import socket,sys;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);"
-                  f"s.bind(('{dst.ip}',{port}));s.settimeout({timeout});print('up',flush=True);"
-                  "d,a=s.recvfrom(64);s.sendto(d,a)")
+                  f"s.bind(('{dst.ip}',{port}));s.settimeout({timeout});print('up',flush=True)\n"
+                  "try:\n while True:\n  d,a=s.recvfrom(64);s.sendto(d,a);s.settimeout(0.5)\n"
+                  "except OSError: pass")
         client = ("import socket,sys,time;s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM);"
                   "s.settimeout(0.2);end=time.time()+" + str(timeout) + "\n"
                   "while time.time()<end:\n"
@@ -316,9 +318,10 @@ def run_ina(args, bench_args):
         for w in topo.workers():
             env = dict(os.environ, INA_AGGREGATOR=f"{agg.ip}:{port}", INA_RANK=str(w.index),
                        INA_WORLD_SIZE=str(args.workers), INA_MESH_ADDR=w.ip)
+            if args.host_path or args.fallback:
+                env.update(INA_STORE=f"{topo.workers()[0].ip}:29500", INA_FALLBACK="float")
             if args.host_path:
-                env.update(INA_TRANSPORT="host", INA_STORE=f"{topo.workers()[0].ip}:29500",
-                           INA_FALLBACK="float")
+                env["INA_TRANSPORT"] = "host"
             if str(w.index) in delay:
                 env["INA_TEST_DELAY_US"] = str(delay[str(w.index)])
             if str(w.index) in straggle:
@@ -371,6 +374,9 @@ def main(argv=None):
                            help="restart it this many seconds after the kill (<0: never)")
             p.add_argument("--host-path", action="store_true",
                            help="INA_TRANSPORT=host: the host algorithms over the veth links")
+            p.add_argument("--fallback", action="store_true",
+                           help="INA_STORE on w0: the workers fall back to the host path when "
+                                "the aggregator goes away, and probe to return")
             p.add_argument("--backend", default="kernel", help="aggregator backend (kernel)")
             p.add_argument("--build-dir", default="build")
             p.add_argument("--timeout", type=float, default=300)
