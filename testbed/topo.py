@@ -303,7 +303,12 @@ def run_ina(args, bench_args):
     install_signal_teardown(topo)
     loss = parse_assignments(args.loss, "--loss", float)
     delay = parse_assignments(args.delay, "--delay", int)
-    straggle = parse_assignments(args.straggle, "--straggle", str)
+    def straggle_form(v):
+        pct, sep, us = v.partition(":")
+        if not sep or not 0 <= float(pct) <= 100 or not us.isdigit():
+            raise ValueError("expected PROB_PERCENT:DELAY_US, e.g. 10:5000")
+        return v
+    straggle = parse_assignments(args.straggle, "--straggle", straggle_form)
     with topo:
         print(topo.describe(), flush=True)
         for name, pct in loss.items():
