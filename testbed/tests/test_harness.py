@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Smoke test of the comparison harness and the report: a tiny sweep (N = 2, three sizes,
-INA, the host ring, Gloo when built; with 1% loss when namespaces can be made) must give rows
+INA, the host ring, Gloo when built, INA across veth links (topo.py) when namespaces can be
+made, and then also with 1% loss) must give rows
 for every run with no wrong element, the machine description, the summary tables, and a report
 with plots and a calibrated simulator; no namespace is left behind.
 usage: test_harness.py BUILD_DIR. Exits 77 (SKIP) when ina-bench is not built."""
@@ -25,6 +26,8 @@ class HarnessSmoke(unittest.TestCase):
         if os.access(os.path.join(BUILD, "testbed", "ina-gloo-bench"), os.X_OK):
             variants.append("gloo")
         root_ok, _ = topo.can_make_namespaces()
+        if root_ok and os.access(os.path.join(BUILD, "aggregator", "ina-aggregator"), os.X_OK):
+            variants.append("ina-veth")  # workers and aggregator in namespaces on a bridge
         losses = ["0", "1"] if root_ok else ["0"]
         before = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         with tempfile.TemporaryDirectory() as out:
