@@ -193,8 +193,8 @@ def main(argv=None):
     md.append("")
     for r in bad:
         md.append(f"* failed: {r['variant']} N={r['ranks']} loss={r['loss_pct']}%: {r['note']}")
-    for r in skipped:
-        md.append(f"* skipped: {r['variant']}: {r['note']}")
+    for line in dict.fromkeys(f"* skipped: {r['variant']}: {r['note']}" for r in skipped):
+        md.append(line)
     md += ["", "Variants: `ina` in-network AllReduce through ina-bench's embedded kernel-UDP "
            "aggregator on the run's loopback; `ina-veth` the same with the workers and an "
            "ina-aggregator in separate namespaces on one bridge (testbed/topo.py); `host-ring`, "
