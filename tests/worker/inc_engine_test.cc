@@ -854,5 +854,34 @@ TEST(CommunicatorTest, OneRankLosesItsResultsAndEveryRankTakesTheHostPath) {
   }
 }
 
+TEST(CommunicatorTest, StragglerHookAppliesOnTheHostPath) {
+  // Host only (no aggregator): rank 1 straggles by 40 ms on every collective (100%).
+  const int world = 2;
+  const uint16_t port = free_tcp_port();
+  ASSERT_NE(port, 0);
+  std::vector<double> ms(world);
+  run_ranks(world, [&](int r) {
+    Config c = rank_config(r, world, milliseconds(5000));
+    c.store = "127.0.0.1:" + std::to_string(port);
+    if (r == 1) {
+      c.fault.straggle_percent = 100;
+      c.fault.straggle_delay_us = 40000;
+    }
+    Result<std::unique_ptr<Communicator>> comm = create_communicator(c, nullptr);
+    ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+    ASSERT_TRUE(comm.value()->on_host_path());
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 2; ++i) {
+      int32_t x = r + 1;
+      ASSERT_TRUE(comm.value()->allreduce(&x, &x, 1, DType::kInt32, ReduceOp::kSum).ok());
+      EXPECT_EQ(x, 3);
+    }
+    ms[r] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  });
+  EXPECT_GE(ms[1], 80.0);
+  EXPECT_GE(ms[0], 40.0);  // rank 0 waited for the straggler
+}
+
 }  // namespace
 }  // namespace ina::worker

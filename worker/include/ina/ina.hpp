@@ -23,7 +23,7 @@
 namespace ina {
 
 // Test hooks for the worker's I/O: drop or duplicate datagrams at random (seeded), and delay
-// this rank before each collective (a straggler): always by delay_us, and by straggle_delay_us
+// this rank before each AllReduce (a straggler): always by delay_us, and by straggle_delay_us
 // more in straggle_percent of the collectives (an intermittent straggler, seeded). Read from
 // INA_TEST_DROP_PERCENT, INA_TEST_DUP_PERCENT, INA_TEST_DELAY_US and
 // INA_TEST_STRAGGLE=prob_percent:delay_us by Config::from_env.
