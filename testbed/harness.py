@@ -166,7 +166,7 @@ class Harness:
         mpi_help = help_text([self.bin["mpi"]]) if os.access(self.bin["mpi"], os.X_OK) else ""
         self.ina_transport_flag = "--transport" in ina_help and "--algo" in ina_help
         self.ina_coll_flag = "--coll" in ina_help
-        self.mpi_coll_flag = "--coll" in mpi_help or "alltoall" in mpi_help
+        self.mpi_coll_flag = "--coll" in mpi_help
         self.out = a.out or os.path.join(HERE, "results",
                                          "compare-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
         self.notes = []
@@ -192,7 +192,7 @@ class Harness:
         if variant == "host-alltoall" and not self.ina_coll_flag:
             return "ina-bench --help shows no --coll (alltoall mode not merged yet)"
         if variant == "mpi-alltoall" and not self.mpi_coll_flag:
-            return "ina-mpi-bench --help shows no alltoall mode (not merged yet)"
+            return "ina-mpi-bench --help shows no --coll (alltoall mode not merged yet)"
         return None
 
     def sizes_args(self, loss):
@@ -204,7 +204,10 @@ class Harness:
     def command(self, variant, n, tmpcsv):
         """(argv, env) of one run on loopback (not ina-veth)."""
         common = self.sizes_args(self.cur_loss) + ["--csv", tmpcsv]
-        env = dict(os.environ)
+        # The variant decides the path: none of the caller's path settings leak in.
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("INA_TRANSPORT", "INA_STORE", "INA_ALGO", "INA_FALLBACK",
+                            "INA_AGGREGATOR", "INA_RANK", "INA_WORLD_SIZE")}
         self.port += 1
         if variant == "ina":
             argv = [self.bin["ina"], "--workers", str(n)] + common
