@@ -19,12 +19,13 @@ then runs testbed/report.py (plots, simulator calibration, results/REPORT.md) un
 
 usage: testbed/harness.py [--quick] [-N 2,4,8] [-b 8] [-e 64M] [-f 2] [--loss 0,0.1,1]
                           [--loss-stepfactor 8] [--variants LIST] [--backends kernel]
-                          [-n 20] [-w 5] [-B 256M] [--timeout 300] [--budget-min 25]
+                          [-n 20] [-w 5] [-B 256M] [--timeout 180] [--budget-min 20]
                           [--build-dir build] [--out DIR] [--no-report]
 Variants: ina ina-veth host-ring host-tree host-hd mpi gloo, and alltoall rows (host-alltoall,
 mpi-alltoall) when the benches' --help shows --coll; a variant that cannot run is listed with
-the reason. The default sweep (full) takes about 20-25 minutes at N <= 8 on an idle machine with
->= 8 cores (see README.md); --quick about 1-2 minutes.
+the reason. The full sweep (the default) starts no run after 20 minutes (--budget-min) and
+gives each run 180 s, so it ends within ~23 minutes; see README.md for the estimate of its
+length. --quick takes about 1 minute.
 """
 import argparse
 import csv
@@ -396,8 +397,9 @@ def main(argv=None):
     ap.add_argument("-B", "--cap", type=parse_size, default=256 << 20,
                     help="max bytes moved per size (iterations capped; default 256M)")
     ap.add_argument("--budget-min", type=float, default=None,
-                    help="start no run after this many minutes (full: 25, quick: 5; 0: none)")
-    ap.add_argument("--timeout", type=float, default=None, help="seconds per run")
+                    help="start no run after this many minutes (full: 20, quick: 5; 0: none)")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds per run (full: 180, quick: 60)")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out", help="output directory (default results/compare-<stamp>)")
     ap.add_argument("--no-report", action="store_true", help="do not run report.py afterwards")
@@ -405,8 +407,8 @@ def main(argv=None):
     quick = dict(ranks=[2, 4], minbytes=8, maxbytes=256 << 10, stepfactor=8, loss=[0.0, 1.0],
                  loss_stepfactor=8, iters=3, warmup=1, timeout=60, budget_min=5)
     full = dict(ranks=[2, 4, 8], minbytes=8, maxbytes=64 << 20, stepfactor=2,
-                loss=[0.0, 0.1, 1.0], loss_stepfactor=8, iters=20, warmup=5, timeout=300,
-                budget_min=25)
+                loss=[0.0, 0.1, 1.0], loss_stepfactor=8, iters=20, warmup=5, timeout=180,
+                budget_min=20)
     for k, v in (quick if a.quick else full).items():
         if getattr(a, k) is None:
             setattr(a, k, v)

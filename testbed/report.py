@@ -143,7 +143,7 @@ def headline(rows, n=4):
     clean = pick(rows, coll="allreduce", loss_pct=0.0, ranks=n)
     if not clean:
         return None
-    lines = [f"| variant | busbw at largest size (GB/s) | time at smallest size (us) |",
+    lines = ["| variant | busbw at largest size (GB/s) | time at smallest size (us) |",
              "|---|---|---|"]
     for v in variants_of(clean):
         sub = pick(clean, variant=v)
