@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""Smoke test of the comparison harness and the report: a tiny sweep (N = 2, three sizes,
-INA, the host ring, Gloo when built, INA across veth links (topo.py) when namespaces can be
-made, and then also with 1% loss) must give rows
-for every run with no wrong element, the machine description, the summary tables, and a report
-with plots and a calibrated simulator; no namespace is left behind.
+"""Smoke tests of the comparison harness, the report and the aggregator fault driver:
+* a tiny sweep (N = 2, three sizes; INA, the host ring, Gloo when built, INA across veth links
+  (topo.py) and 1% loss when namespaces can be made) gives rows for every run with no wrong
+  element, the machine description and the summary tables; report.py makes the plots and a
+  calibrated simulator section; no namespace is left behind;
+* an aggregator killed and restarted mid-run (topo.py run-ina --fallback): the workers finish.
 usage: test_harness.py BUILD_DIR. Exits 77 (SKIP) when ina-bench is not built."""
 import csv
 import os
@@ -68,6 +69,32 @@ class HarnessSmoke(unittest.TestCase):
         after = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         self.assertEqual(sorted(l for l in after.splitlines() if "inatb-" in l),
                          sorted(l for l in before.splitlines() if "inatb-" in l))
+
+
+class AggregatorKillRestart(unittest.TestCase):
+    def test_workers_fall_back_and_return(self):
+        """topo.py run-ina: the aggregator is killed 1 s into a run of 150 small AllReduces
+        (rank 0 delayed 20 ms each, so the run outlasts the kill on any machine) and restarted
+        0.3 s later; with --fallback the ranks redo the collective on the host path, return
+        in-network once the new aggregator answers, and finish with no wrong element."""
+        ok, why = topo.can_make_namespaces()
+        if not ok:
+            self.skipTest(why)
+        if not os.access(os.path.join(BUILD, "aggregator", "ina-aggregator"), os.X_OK):
+            self.skipTest("ina-aggregator is not built")
+        r = subprocess.run([sys.executable, os.path.join(TESTBED, "topo.py"), "run-ina", "-N",
+                            "2", "--fallback", "--delay", "0=20000", "--kill-agg-after", "1",
+                            "--restart-after", "0.3", "--build-dir", BUILD, "--timeout", "60",
+                            "--", "-b", "8", "-e", "64", "-f", "8", "-n", "150", "-w", "1",
+                            "--timeout-ms", "1500"],
+                           capture_output=True, text=True, timeout=90)
+        out = r.stdout + r.stderr
+        print(out[-3000:])
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("# killing aggregator agg0", out)
+        self.assertIn("# restarting aggregator agg0", out)
+        self.assertIn("redone on the host path", out)
+        self.assertIn("Out of bounds values : 0 OK", out)
 
 
 if __name__ == "__main__":
