@@ -50,6 +50,18 @@ def can_make_namespaces():
     r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
     if r.returncode != 0:
         return False, f"'ip netns' is unavailable: {r.stderr.strip()}"
+    # Root in a container may still lack CAP_SYS_ADMIN or nf_tables: try both once.
+    probe = f"inatb-probe-{os.getpid()}-{secrets.token_hex(2)}"
+    r = subprocess.run(["ip", "netns", "add", probe], capture_output=True, text=True)
+    if r.returncode != 0:
+        return False, f"cannot create a network namespace: {r.stderr.strip()}"
+    try:
+        r = subprocess.run(["ip", "netns", "exec", probe, "nft", "list", "tables"],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            return False, f"nftables unusable in a namespace: {r.stderr.strip()}"
+    finally:
+        subprocess.run(["ip", "netns", "del", probe], capture_output=True)
     return True, ""
 
 
