@@ -181,9 +181,9 @@ def main(argv=None):
           " (written by `testbed/harness.py`). Numbers from one shared machine: every rank, the "
           "aggregator and the peers share its cores, so they compare software costs and are "
           "indicative only.", "", "## Machine", "", "```"]
-    for d in rdirs:
+    for i, d in enumerate(rdirs):
         with open(os.path.join(d, "machine.txt")) as f:
-            md.append(f.read().rstrip())
+            md.append(("\n" if i else "") + f"# {os.path.basename(d)}\n" + f.read().rstrip())
     md += ["```", "", "## Runs", ""]
     ok = [r for r in runs if r["status"] == "ok"]
     bad = [r for r in runs if r["status"] == "failed"]
