@@ -10,6 +10,7 @@ packages=(
   libibverbs-dev                           # rdma feature (compiles here; no RDMA at run time)
   openmpi-bin libopenmpi-dev libgloo-dev   # peers for side-by-side benchmarks
   iproute2 nftables                        # network namespaces and loss injection
+  python3 python3-numpy python3-matplotlib # testbed harness, simulator, plots
 )
 
 missing=()

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ina/ina.hpp"
@@ -163,6 +164,10 @@ class CommunicatorImpl final : public Communicator {
       if (host_path_) {
         ++host_stats_.collectives;
         ++host_stats_.host_collectives;
+        // The straggler test hooks (the engine applies them on the in-network path).
+        if (const uint64_t us = collective_delay_us(cfg_.fault, &straggle_state_); us > 0) {
+          std::this_thread::sleep_for(std::chrono::microseconds(us));
+        }
         return host_allreduce(send, recv, count, dtype, op);
       }
     }
@@ -373,6 +378,7 @@ class CommunicatorImpl final : public Communicator {
   std::unique_ptr<host::TcpStore> store_;      // rank 0 serves the rendezvous while it lives
   std::unique_ptr<host::TcpMesh> mesh_;        // null: no store configured
   bool host_path_ = false;
+  uint64_t straggle_state_ = effective_fault_seed(cfg_) ^ 0x484f5354ull;  // host-path stragglers
   uint32_t block_elems_;                       // the engine's adopted block size (exact mode)
   std::string algo_override_;                  // INA_ALGO
   Clock::time_point next_probe_{};

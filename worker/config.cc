@@ -76,6 +76,29 @@ Status parse_percent(std::string_view name, std::string_view value, double* out)
   return ok_status();
 }
 
+// INA_TEST_STRAGGLE: "prob_percent:delay_us", e.g. "10:5000" (one collective in ten is delayed
+// by 5 ms more).
+Status parse_straggle(std::string_view value, double* percent, uint32_t* delay_us) {
+  constexpr std::string_view kName = "INA_TEST_STRAGGLE";
+  constexpr const char* kForm = "prob_percent:delay_us, a percentage in [0, 100] and microseconds "
+                                "in [0, 4294967295], e.g. 10:5000";
+  const size_t colon = value.find(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == value.size()) {
+    return bad_value(kName, value, kForm);
+  }
+  double p = 0;
+  uint64_t d = 0;
+  if (!parse_percent(kName, value.substr(0, colon), &p).ok() ||
+      !parse_unsigned(kName, value.substr(colon + 1), 0, std::numeric_limits<uint32_t>::max(),
+                      false, &d)
+           .ok()) {
+    return bad_value(kName, value, kForm);
+  }
+  *percent = p;
+  *delay_us = static_cast<uint32_t>(d);
+  return ok_status();
+}
+
 // Stores the variable's value in *out; false when it is unset or empty (the default stays).
 bool get_env(const char* name, std::string_view* out) {
   const char* v = std::getenv(name);
@@ -235,6 +258,9 @@ Result<Config> Config::from_env() {
   INA_RETURN_IF_ERROR(env_percent("INA_TEST_DUP_PERCENT", &c.fault.dup_send_percent));
   INA_RETURN_IF_ERROR(env_unsigned("INA_TEST_DELAY_US", 0, std::numeric_limits<uint32_t>::max(),
                                    false, &c.fault.delay_us));
+  if (get_env("INA_TEST_STRAGGLE", &v)) {
+    INA_RETURN_IF_ERROR(parse_straggle(v, &c.fault.straggle_percent, &c.fault.straggle_delay_us));
+  }
   INA_RETURN_IF_ERROR(
       env_unsigned("INA_TEST_SEED", 0, std::numeric_limits<uint64_t>::max(), true, &c.fault.seed));
   return c;
@@ -295,7 +321,8 @@ Status Config::validate() const {
   for (const Pct& p :
        {Pct{"fault.drop_send_percent", "INA_TEST_DROP_PERCENT", fault.drop_send_percent},
         Pct{"fault.drop_recv_percent", "INA_TEST_DROP_PERCENT", fault.drop_recv_percent},
-        Pct{"fault.dup_send_percent", "INA_TEST_DUP_PERCENT", fault.dup_send_percent}}) {
+        Pct{"fault.dup_send_percent", "INA_TEST_DUP_PERCENT", fault.dup_send_percent},
+        Pct{"fault.straggle_percent", "INA_TEST_STRAGGLE", fault.straggle_percent}}) {
     if (!(p.v >= 0.0 && p.v <= 100.0)) {
       return invalid_argument(range_error(p.field, p.env, std::to_string(p.v), "[0, 100]"));
     }

@@ -10,12 +10,21 @@ bool FaultInjectingTransport::wanted(const FaultInjection& fault) {
   return fault.drop_send_percent > 0 || fault.drop_recv_percent > 0 || fault.dup_send_percent > 0;
 }
 
-double FaultInjectingTransport::next_percent() {
-  uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+double next_fault_percent(uint64_t* state) {
+  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
   return static_cast<double>(z >> 11) * (100.0 / 9007199254740992.0);  // 53 bits -> [0, 100)
+}
+
+uint64_t collective_delay_us(const FaultInjection& fault, uint64_t* state) {
+  uint64_t us = fault.delay_us;
+  if (fault.straggle_percent > 0 && fault.straggle_delay_us > 0 &&
+      next_fault_percent(state) < fault.straggle_percent) {
+    us += fault.straggle_delay_us;
+  }
+  return us;
 }
 
 Status FaultInjectingTransport::send_batch(std::span<const std::span<const uint8_t>> pkts) {

@@ -19,6 +19,13 @@ struct FaultCounters {
   uint64_t duplicated_on_send = 0;
 };
 
+// Uniform in [0, 100) from *state (splitmix64): enough for test decisions, fully reproducible.
+double next_fault_percent(uint64_t* state);
+
+// The wait before one collective (INA_TEST_DELAY_US and INA_TEST_STRAGGLE): fault.delay_us,
+// plus fault.straggle_delay_us in fault.straggle_percent of the calls, drawn from *state.
+uint64_t collective_delay_us(const FaultInjection& fault, uint64_t* state);
+
 class FaultInjectingTransport final : public Transport {
  public:
   // `seed` must be the effective seed (FaultInjection::seed, or one derived from the rank).
@@ -38,8 +45,7 @@ class FaultInjectingTransport final : public Transport {
   static bool wanted(const FaultInjection& fault);
 
  private:
-  // Uniform in [0, 100): splitmix64, enough for test decisions and fully reproducible.
-  double next_percent();
+  double next_percent() { return next_fault_percent(&state_); }
 
   std::unique_ptr<Transport> inner_;
   FaultInjection fault_;

@@ -60,6 +60,8 @@
 #include "ina/kernels/cpu_quant.h"
 #include "ina/protocol/log.h"
 #include "ina/protocol/quantize.h"
+#include "worker/communicator_impl.h"
+#include "worker/fault_transport.h"
 
 namespace ina::worker {
 namespace {
@@ -88,7 +90,8 @@ IncEngine::IncEngine(const Config& cfg, std::unique_ptr<Transport> transport)
     : cfg_(cfg),
       transport_(std::move(transport)),
       world_(static_cast<uint32_t>(cfg.world_size)),
-      rto_(cfg.retransmit) {
+      rto_(cfg.retransmit),
+      straggle_state_(effective_fault_seed(cfg) ^ 0x5354524147474c45ull) {  // "STRAGGLE"
   stats_.rto_us = static_cast<uint64_t>(cfg.retransmit.count());
 }
 
@@ -240,8 +243,8 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   if (send == nullptr || recv == nullptr) {
     return invalid_argument("allreduce: null buffer with count " + std::to_string(count));
   }
-  if (cfg_.fault.delay_us > 0) {
-    std::this_thread::sleep_for(std::chrono::microseconds(cfg_.fault.delay_us));
+  if (const uint64_t us = collective_delay_us(cfg_.fault, &straggle_state_); us > 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(us));
   }
 
   // The schedule (see the top of this file).

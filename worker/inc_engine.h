@@ -139,6 +139,7 @@ class IncEngine {
   Clock::duration srtt_{};
   Clock::duration rttvar_{};
   Clock::duration rto_{};      // base timeout of a new round: max(cfg.retransmit, srtt + 4 rttvar)
+  uint64_t straggle_state_ = 0;  // draws of the intermittent-straggler test hook
   std::vector<uint32_t> use_;  // u[s]: rounds ever sent on slot s (shadow = u & 1)
 
   // Per-collective state, allocated at join / first use and reused.

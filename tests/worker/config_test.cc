@@ -16,7 +16,7 @@ const char* const kAllVars[] = {
     "INA_JOB_KEY",       "INA_BLOCK_ELEMS",       "INA_WINDOW",           "INA_TIMEOUT_MS",
     "INA_RETRANSMIT_US", "INA_TEST_DROP_PERCENT", "INA_TEST_DUP_PERCENT", "INA_TEST_DELAY_US",
     "INA_TEST_SEED",     "INA_STORE",             "MASTER_ADDR",          "MASTER_PORT",
-    "INA_MESH_ADDR",     "INA_FALLBACK",          "INA_TRANSPORT",
+    "INA_MESH_ADDR",     "INA_FALLBACK",          "INA_TRANSPORT",        "INA_TEST_STRAGGLE",
 };
 
 class ConfigEnvTest : public ::testing::Test {
@@ -213,6 +213,30 @@ TEST_F(ConfigEnvTest, RejectsMalformedValues) {
   expect_rejected("INA_TEST_DELAY_US", "-5");
   expect_rejected("INA_TEST_DELAY_US", "4294967296");
   expect_rejected("INA_TEST_SEED", "seed");
+  for (const char* bad : {"10", "10:", ":5000", "101:5000", "-1:5", "10:-5", "10:4294967296",
+                          "10:5ms", "nan:5", "10:5:5", "10%:5000"}) {
+    expect_rejected("INA_TEST_STRAGGLE", bad);
+    unsetenv("INA_TEST_STRAGGLE");
+  }
+}
+
+TEST_F(ConfigEnvTest, StraggleIsParsed) {
+  Config c = parse_ok();
+  EXPECT_EQ(c.fault.straggle_percent, 0.0);
+  EXPECT_EQ(c.fault.straggle_delay_us, 0u);
+  setenv("INA_TEST_STRAGGLE", "12.5:5000", 1);
+  c = parse_ok();
+  EXPECT_EQ(c.fault.straggle_percent, 12.5);
+  EXPECT_EQ(c.fault.straggle_delay_us, 5000u);
+  setenv("INA_TEST_STRAGGLE", "0:0", 1);
+  c = parse_ok();
+  EXPECT_EQ(c.fault.straggle_percent, 0.0);
+  setenv("INA_TEST_STRAGGLE", "x:1", 1);
+  Result<Config> r = Config::from_env();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("INA_TEST_STRAGGLE"), std::string::npos);
+  EXPECT_NE(r.status().message().find("prob_percent:delay_us"), std::string::npos)
+      << r.status().message();
 }
 
 TEST_F(ConfigEnvTest, ErrorStopsAtTheBadVariableOnly) {

@@ -619,6 +619,47 @@ TEST(IncEngineAllreduce, StragglerDelayIsApplied) {
   EXPECT_GE(ms[1], 100.0);
 }
 
+TEST(IncEngineAllreduce, IntermittentStragglerDelaysSomeCollectives) {
+  // The draw: 0% never, 100% always, 30% about 30 of 100 (seeded, so reproducible).
+  FaultInjection f;
+  f.delay_us = 7;
+  f.straggle_delay_us = 1000;
+  uint64_t st = 42;
+  f.straggle_percent = 0;
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(collective_delay_us(f, &st), 7u);
+  f.straggle_percent = 100;
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(collective_delay_us(f, &st), 1007u);
+  f.straggle_percent = 30;
+  int slow = 0;
+  for (int i = 0; i < 10000; ++i) slow += collective_delay_us(f, &st) == 1007u ? 1 : 0;
+  EXPECT_GT(slow, 2700);
+  EXPECT_LT(slow, 3300);
+
+  // Applied by the engine: rank 1 straggles on every collective at 100%.
+  const int world = 2;
+  MemNetwork net(world, job_config(world));
+  std::vector<double> ms(world);
+  run_ranks(world, [&](int r) {
+    Config c = rank_config(r, world);
+    if (r == 1) {
+      c.fault.straggle_percent = 100;
+      c.fault.straggle_delay_us = 40000;
+    }
+    IncEngine e(c, net.transport(r));
+    ASSERT_TRUE(e.join().ok());
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 2; ++i) {
+      int32_t x = r + 1;
+      ASSERT_TRUE(e.allreduce(&x, &x, 1, DType::kInt32, ReduceOp::kSum).ok());
+      EXPECT_EQ(x, 3);
+    }
+    ms[r] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  });
+  EXPECT_GE(ms[1], 80.0);
+  EXPECT_GE(ms[0], 40.0);  // rank 0 waited for the straggler (slack for a slow scheduler)
+}
+
 // ---- communicator argument checks and fault injection ----
 
 TEST(CommunicatorTest, ValidatesArguments) {
@@ -811,6 +852,35 @@ TEST(CommunicatorTest, OneRankLosesItsResultsAndEveryRankTakesTheHostPath) {
         << "rank " << r;
     EXPECT_EQ(std::memcmp(in_network[r].data(), in_network[0].data(), host[r].size() * 4), 0);
   }
+}
+
+TEST(CommunicatorTest, StragglerHookAppliesOnTheHostPath) {
+  // Host only (no aggregator): rank 1 straggles by 40 ms on every collective (100%).
+  const int world = 2;
+  const uint16_t port = free_tcp_port();
+  ASSERT_NE(port, 0);
+  std::vector<double> ms(world);
+  run_ranks(world, [&](int r) {
+    Config c = rank_config(r, world, milliseconds(5000));
+    c.store = "127.0.0.1:" + std::to_string(port);
+    if (r == 1) {
+      c.fault.straggle_percent = 100;
+      c.fault.straggle_delay_us = 40000;
+    }
+    Result<std::unique_ptr<Communicator>> comm = create_communicator(c, nullptr);
+    ASSERT_TRUE(comm.ok()) << comm.status().to_string();
+    ASSERT_TRUE(comm.value()->on_host_path());
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < 2; ++i) {
+      int32_t x = r + 1;
+      ASSERT_TRUE(comm.value()->allreduce(&x, &x, 1, DType::kInt32, ReduceOp::kSum).ok());
+      EXPECT_EQ(x, 3);
+    }
+    ms[r] =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  });
+  EXPECT_GE(ms[1], 80.0);
+  EXPECT_GE(ms[0], 40.0);  // rank 0 waited for the straggler
 }
 
 }  // namespace

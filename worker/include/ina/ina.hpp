@@ -23,13 +23,17 @@
 namespace ina {
 
 // Test hooks for the worker's I/O: drop or duplicate datagrams at random (seeded), and delay
-// this rank before each collective (a straggler). Read from INA_TEST_DROP_PERCENT,
-// INA_TEST_DUP_PERCENT, INA_TEST_DELAY_US by Config::from_env.
+// this rank before each AllReduce (a straggler): always by delay_us, and by straggle_delay_us
+// more in straggle_percent of the collectives (an intermittent straggler, seeded). Read from
+// INA_TEST_DROP_PERCENT, INA_TEST_DUP_PERCENT, INA_TEST_DELAY_US and
+// INA_TEST_STRAGGLE=prob_percent:delay_us by Config::from_env.
 struct FaultInjection {
   double drop_send_percent = 0;
   double drop_recv_percent = 0;
   double dup_send_percent = 0;
   uint32_t delay_us = 0;
+  double straggle_percent = 0;
+  uint32_t straggle_delay_us = 0;
   uint64_t seed = 0;  // 0: derived from the rank
 };
 

@@ -1,0 +1,431 @@
+#!/usr/bin/python3
+"""Comparison harness: INA (in-network, kernel UDP aggregator; on loopback and across veth links
+between network namespaces), INA's host algorithms (ring, tree, halving-doubling), Open MPI (TCP)
+and Gloo (TCP), in one run, at N = 2, 4, 8, sizes 8 B .. 64 MiB, with and without injected loss.
+
+Each run happens in a fresh network namespace of its own (its loopback carries the traffic; with
+loss, an nft `numgen random` rule drops that percent of the packets it receives), or, for
+`ina-veth`, in a topology of testbed/topo.py (workers and the aggregator in namespaces on one
+bridge, the loss on every host's input). Without root, runs use the machine's loopback and the
+lossy rows are skipped with a note.
+
+Writes testbed/results/compare-<UTC stamp>/:
+  machine.txt   CPU model, cores, kernel, load, date, git rev, the command line
+  results.csv   variant,coll,ranks,loss_pct,bytes,count,dtype,op,time_us,algbw,busbw,wrong
+  runs.csv      one row per run: variant,coll,ranks,loss_pct,status,seconds,note
+  tables.txt    every tool's nccl-tests table, as printed
+  summary.md    one nccl-tests style table per variant and N, lossless and lossy
+then runs testbed/report.py (plots, simulator calibration, results/REPORT.md) unless --no-report.
+
+usage: testbed/harness.py [--quick] [-N 2,4,8] [-b 8] [-e 64M] [-f 2] [--loss 0,0.1,1]
+                          [--loss-stepfactor 8] [--variants LIST] [--backends kernel]
+                          [-n 20] [-w 5] [-B 256M] [--timeout 180] [--budget-min 20]
+                          [--build-dir build] [--out DIR] [--no-report]
+Variants: ina ina-veth host-ring host-tree host-hd mpi gloo, and alltoall rows (host-alltoall,
+mpi-alltoall) when the benches' --help shows --coll; a variant that cannot run is listed with
+the reason. The full sweep (the default) starts no run after 20 minutes (--budget-min) and
+gives each run 180 s, so it ends within ~23 minutes; see README.md for the estimate of its
+length. --quick takes about 1 minute.
+"""
+import argparse
+import csv
+import io
+import os
+import platform
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+import topo  # noqa: E402
+
+ALL_VARIANTS = ["ina", "ina-veth", "host-ring", "host-tree", "host-hd", "mpi", "gloo",
+                "host-alltoall", "mpi-alltoall"]
+CSV_FIELDS = ["variant", "coll", "ranks", "loss_pct", "bytes", "count", "dtype", "op", "time_us",
+              "algbw", "busbw", "wrong"]
+
+
+def parse_size(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = s.strip().upper()
+    try:
+        return int(t[:-1]) * mult[t[-1]] if t and t[-1] in mult else int(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size {s!r}: expected bytes with an optional K/M/G")
+
+
+def parse_list(kind, conv):
+    def p(s):
+        try:
+            return [conv(x) for x in s.split(",") if x]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{kind} {s!r}: expected a comma-separated list")
+    return p
+
+
+def help_text(argv):
+    try:
+        r = subprocess.run(argv + ["--help"], capture_output=True, text=True, timeout=10)
+        return r.stdout + r.stderr
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def machine_description(argv):
+    cpu = "unknown CPU"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
+                         text=True).stdout.strip() or "unknown"
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain"], capture_output=True,
+                           text=True).stdout.strip()
+    load = open("/proc/loadavg").read().split()[:3] if os.path.exists("/proc/loadavg") else []
+    return "\n".join([
+        f"cpu: {cpu}",
+        f"cores: {os.cpu_count()}",
+        f"kernel: {platform.system()} {platform.release()} {platform.machine()}",
+        f"date: {time.strftime('%Y-%m-%d %H:%M:%S UTC', time.gmtime())}",
+        f"git: {rev}{' (with local changes)' if dirty else ''}",
+        f"load average at start: {' '.join(load)}",
+        f"command: {' '.join(argv)}",
+    ]) + "\n"
+
+
+def run_child(argv, env, timeout):
+    """(status, output) of argv; on timeout or interrupt it gets SIGTERM first (so topo.py can
+    tear its namespaces down), SIGKILL 10 s later."""
+    p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                         text=True)
+    try:
+        out, _ = p.communicate(timeout=timeout)
+        return p.returncode, out
+    except BaseException as e:
+        p.terminate()
+        try:
+            out, _ = p.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            out, _ = p.communicate()
+        if isinstance(e, subprocess.TimeoutExpired):
+            return 124, (out or "") + f"\n# timed out after {timeout:.0f}s\n"
+        raise
+
+
+class Box:
+    """A network namespace of one run: lo up, optional loss on what lo delivers."""
+
+    def __init__(self, loss, use_netns):
+        self.loss, self.use_netns = loss, use_netns
+        self.name = None
+
+    def __enter__(self):
+        if self.use_netns:
+            self.name = f"inatb-{os.getpid() % 100000}-h{time.monotonic_ns() % 100000}"
+            subprocess.run(["ip", "netns", "add", self.name], check=True)
+            subprocess.run(["ip", "netns", "exec", self.name, "ip", "link", "set", "lo", "up"],
+                           check=True)
+            if self.loss > 0:
+                subprocess.run(["ip", "netns", "exec", self.name, "nft", "-f", "-"], check=True,
+                               text=True, input=f"table inet {topo.NFT_TABLE} {{\n"
+                               f"{topo.loss_rules(self.loss, 'input')}}}\n")
+        return self
+
+    def argv(self, argv):
+        return (["ip", "netns", "exec", self.name] + argv) if self.name else argv
+
+    def __exit__(self, *exc):
+        if self.name:
+            r = subprocess.run(["ip", "netns", "pids", self.name], capture_output=True, text=True)
+            for pid in r.stdout.split():  # only this run's processes are in this namespace
+                try:
+                    os.kill(int(pid), 9)
+                except (ProcessLookupError, ValueError):
+                    pass
+            subprocess.run(["ip", "netns", "del", self.name], capture_output=True)
+            self.name = None
+
+
+class Harness:
+    def __init__(self, a):
+        self.a = a
+        self.build = os.path.abspath(a.build_dir)
+        self.bin = {k: os.path.join(self.build, *v) for k, v in {
+            "ina": ("testbed", "ina-bench"), "agg": ("aggregator", "ina-aggregator"),
+            "mpi": ("testbed", "ina-mpi-bench"), "gloo": ("testbed", "ina-gloo-bench")}.items()}
+        self.root_ok, self.root_why = topo.can_make_namespaces()
+        ina_help = help_text([self.bin["ina"]]) if os.access(self.bin["ina"], os.X_OK) else ""
+        mpi_help = help_text([self.bin["mpi"]]) if os.access(self.bin["mpi"], os.X_OK) else ""
+        self.ina_transport_flag = "--transport" in ina_help and "--algo" in ina_help
+        self.ina_coll_flag = "--coll" in ina_help
+        self.mpi_coll_flag = "--coll" in mpi_help
+        self.out = a.out or os.path.join(HERE, "results",
+                                         "compare-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+        self.notes = []
+        self.port = 29500 + os.getpid() % 2000
+
+    # What can run, and why not.
+    def unavailable(self, variant):
+        exe = lambda k: os.access(self.bin[k], os.X_OK)  # noqa: E731
+        if variant in ("ina", "host-ring", "host-tree", "host-hd", "host-alltoall") and not exe("ina"):
+            return f"{self.bin['ina']} is not built"
+        if variant == "ina-veth":
+            if not self.root_ok:
+                return self.root_why
+            if not exe("agg"):
+                return f"{self.bin['agg']} is not built"
+        if variant.startswith("mpi"):
+            if not exe("mpi"):
+                return f"{self.bin['mpi']} is not built (libopenmpi-dev, -Dmpi=enabled)"
+            if shutil.which("mpirun") is None:
+                return "mpirun is not installed (openmpi-bin)"
+        if variant == "gloo" and not exe("gloo"):
+            return f"{self.bin['gloo']} is not built (libgloo-dev)"
+        if variant == "host-alltoall" and not self.ina_coll_flag:
+            return "ina-bench --help shows no --coll (alltoall mode not merged yet)"
+        if variant == "mpi-alltoall" and not self.mpi_coll_flag:
+            return "ina-mpi-bench --help shows no --coll (alltoall mode not merged yet)"
+        return None
+
+    def sizes_args(self, loss):
+        f = self.a.stepfactor if loss == 0 else self.a.loss_stepfactor
+        return ["-b", str(self.a.minbytes), "-e", str(self.a.maxbytes), "-f", str(f),
+                "-n", str(self.a.iters), "-w", str(self.a.warmup), "-c", "1",
+                "--max-bytes-per-size", str(self.a.cap)]
+
+    def command(self, variant, n, tmpcsv):
+        """(argv, env) of one run on loopback (not ina-veth)."""
+        common = self.sizes_args(self.cur_loss) + ["--csv", tmpcsv]
+        # The variant decides the path: none of the caller's path settings leak in.
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("INA_TRANSPORT", "INA_STORE", "INA_ALGO", "INA_FALLBACK",
+                            "INA_AGGREGATOR", "INA_RANK", "INA_WORLD_SIZE")}
+        self.port += 1
+        if variant == "ina":
+            argv = [self.bin["ina"], "--workers", str(n)] + common
+            if self.ina_transport_flag:
+                argv += ["--transport", "inc"]
+            return argv, env
+        if variant.startswith("host-"):
+            algo = variant.split("-", 1)[1]
+            argv = [self.bin["ina"], "--workers", str(n)] + common
+            if self.ina_transport_flag:
+                argv += ["--transport", "host"]
+                if algo != "alltoall":
+                    argv += ["--algo", algo]
+            else:
+                env.update(INA_TRANSPORT="host", INA_STORE=f"127.0.0.1:{self.port}",
+                           INA_FALLBACK="float", INA_ALGO=algo)
+            if algo == "alltoall":
+                argv += ["--coll", "alltoall"]
+            return argv, env
+        if variant.startswith("mpi"):
+            flags = ["-np", str(n), "--oversubscribe", "--mca", "btl", "tcp,self",
+                     "--mca", "btl_tcp_if_include", "lo"]
+            if os.geteuid() == 0:
+                flags = ["--allow-run-as-root"] + flags
+            extra = ["--coll", "alltoall"] if variant == "mpi-alltoall" else []
+            return ["mpirun"] + flags + [self.bin["mpi"]] + common + extra, env
+        if variant == "gloo":
+            return [self.bin["gloo"], "--ranks", str(n)] + common, env
+        raise ValueError(variant)
+
+    def run_one(self, variant, n, loss, tables):
+        """Runs one (variant, N, loss); returns (status, rows, note)."""
+        self.cur_loss = loss
+        tmpcsv = os.path.join(self.out, f".tmp-{variant}-{n}-{loss}.csv")
+        if os.path.exists(tmpcsv):
+            os.remove(tmpcsv)
+        if variant == "ina-veth":
+            argv = [sys.executable, os.path.join(HERE, "topo.py"), "run-ina", "-N", str(n),
+                    "-M", "1", "--build-dir", self.build, "--timeout", str(self.a.timeout)]
+            if loss > 0:
+                argv += ["--loss", ",".join([f"w{i}={loss}" for i in range(n)] + [f"agg0={loss}"])]
+            argv += ["--"] + self.sizes_args(loss) + ["--csv", tmpcsv]
+            env, box = dict(os.environ), Box(0, False)
+        else:
+            argv, env = self.command(variant, n, tmpcsv)
+            box = Box(loss, self.root_ok)
+        shown = " ".join(argv).replace(ROOT + "/", "")
+        envs = " ".join(f"{k}={v}" for k, v in env.items()
+                        if k.startswith("INA_") and os.environ.get(k) != v)
+        with box:
+            header = f"== {variant} N={n} loss={loss}%: {envs + ' ' if envs else ''}{shown}\n"
+            rc, text = run_child(box.argv(argv), env, self.a.timeout + 15)
+        tables.write(header + text + (f"# exited with status {rc}\n" if rc else "") + "\n")
+        tables.flush()
+        rows = []
+        if os.path.exists(tmpcsv):
+            with open(tmpcsv, newline="") as f:
+                for r in csv.DictReader(f):
+                    rows.append({"variant": variant,
+                                 "coll": "alltoall" if variant.endswith("alltoall") else "allreduce",
+                                 "loss_pct": loss, **{k: r[k] for k in CSV_FIELDS[2:] if k != "loss_pct"
+                                                      and k in r}})
+            os.remove(tmpcsv)
+        note = ""
+        if rc != 0:
+            last = [l for l in text.strip().splitlines() if l.strip()][-1:] or [""]
+            note = f"exit {rc}{' (timeout)' if rc == 124 else ''}: {last[0][:160]}"
+        return ("ok" if rc == 0 else "failed"), rows, note
+
+    def run(self):
+        a = self.a
+        os.makedirs(self.out, exist_ok=True)
+        with open(os.path.join(self.out, "machine.txt"), "w") as f:
+            f.write(machine_description(sys.argv))
+        variants = [v for v in a.variants]
+        for b in a.backends:
+            if b != "kernel":
+                self.notes.append(f"backend {b}: skipped (only the kernel UDP aggregator exists "
+                                  "in this build; the option is the hook for DPDK)")
+        plan, skipped = [], []
+        for v in variants:
+            why = self.unavailable(v)
+            if why:
+                skipped.append((v, why))
+        runnable = [v for v in variants if v not in dict(skipped)]
+        # Lossless first, all variants at each N together: a sweep cut short by --budget-min
+        # still compares every variant.
+        for loss in a.loss:
+            if loss > 0 and not self.root_ok:
+                skipped.append((f"loss={loss}%", self.root_why))
+                continue
+            for n in a.ranks:
+                for v in runnable:
+                    if loss > 0 and v.endswith("alltoall"):
+                        continue
+                    plan.append((v, n, loss))
+        for v, why in skipped:
+            print(f"# skipped {v}: {why}", flush=True)
+        if not self.ina_transport_flag:
+            self.notes.append("ina-bench has no --transport/--algo yet: host rows run through "
+                              "INA_TRANSPORT=host INA_STORE INA_FALLBACK=float INA_ALGO=<algo>")
+        for n in self.notes:
+            print(f"# note: {n}", flush=True)
+        results = os.path.join(self.out, "results.csv")
+        runs_path = os.path.join(self.out, "runs.csv")
+        t0 = time.time()
+        with open(results, "w", newline="") as rf, open(runs_path, "w", newline="") as uf, \
+                open(os.path.join(self.out, "tables.txt"), "w") as tables:
+            rw = csv.DictWriter(rf, CSV_FIELDS)
+            rw.writeheader()
+            uw = csv.writer(uf)
+            uw.writerow(["variant", "coll", "ranks", "loss_pct", "status", "seconds", "note"])
+            for v, why in skipped:
+                uw.writerow([v, "", "", "", "skipped", 0, why])
+            for i, (v, n, loss) in enumerate(plan):
+                if a.budget_min > 0 and time.time() - t0 > a.budget_min * 60:
+                    note = f"not started: the sweep's budget of {a.budget_min:g} min was spent"
+                    print(f"[{i + 1}/{len(plan)}] {v:13s} N={n} loss={loss:<4g}% skipped "
+                          f"({note})", flush=True)
+                    uw.writerow([v, "", n, loss, "skipped", 0, note])
+                    continue
+                s0 = time.time()
+                status, rows, note = self.run_one(v, n, loss, tables)
+                dt = time.time() - s0
+                for r in rows:
+                    rw.writerow(r)
+                rf.flush()
+                uw.writerow([v, "alltoall" if v.endswith("alltoall") else "allreduce", n, loss,
+                             status, f"{dt:.1f}", note])
+                uf.flush()
+                done = time.time() - t0
+                eta = done / (i + 1) * (len(plan) - i - 1)
+                print(f"[{i + 1}/{len(plan)}] {v:13s} N={n} loss={loss:<4g}% {status:6s} "
+                      f"{len(rows):2d} sizes {dt:6.1f}s  elapsed {done:5.0f}s  eta {eta:5.0f}s"
+                      + (f"  ({note})" if note else ""), flush=True)
+        with open(os.path.join(self.out, "summary.md"), "w") as f:
+            f.write(summary_markdown(results, self.notes, skipped))
+        print(f"# {len(plan)} runs in {time.time() - t0:.0f}s; results in "
+              f"{os.path.relpath(self.out, ROOT)}", flush=True)
+        return 0
+
+
+def summary_markdown(results_csv, notes, skipped):
+    with open(results_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = io.StringIO()
+    for n in notes:
+        out.write(f"* note: {n}\n")
+    for v, why in skipped:
+        out.write(f"* skipped {v}: {why}\n")
+    keys = []
+    for r in rows:
+        k = (r["variant"], r["coll"], r["ranks"], r["loss_pct"])
+        if k not in keys:
+            keys.append(k)
+    for k in keys:
+        out.write(f"\n### {k[0]} ({k[1]}), N = {k[2]}, loss {k[3]}%\n\n```\n")
+        out.write("#       size         count      type   redop     time   algbw   busbw  #wrong\n")
+        out.write("#        (B)    (elements)                       (us)  (GB/s)  (GB/s)\n")
+        for r in rows:
+            if (r["variant"], r["coll"], r["ranks"], r["loss_pct"]) == k:
+                out.write(f"{int(r['bytes']):12d}  {int(r['count']):12d}  {r['dtype']:>8s}  "
+                          f"{r['op']:>6s}  {float(r['time_us']):9.1f}  {float(r['algbw']):6.2f}  "
+                          f"{float(r['busbw']):6.2f}  {r['wrong']:>6s}\n")
+        out.write("```\n")
+    return out.getvalue()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke test: N 2,4; 8 B..256 KiB x8; 3 iterations; loss 0,1")
+    ap.add_argument("-N", "--ranks", type=parse_list("ranks", int), default=None)
+    ap.add_argument("-b", "--minbytes", type=parse_size, default=None)
+    ap.add_argument("-e", "--maxbytes", type=parse_size, default=None)
+    ap.add_argument("-f", "--stepfactor", type=int, default=None)
+    ap.add_argument("--loss", type=parse_list("loss", float), default=None,
+                    help="loss percents (0 = none), e.g. 0,0.1,1")
+    ap.add_argument("--loss-stepfactor", type=int, default=None,
+                    help="size step of the lossy runs (fewer sizes)")
+    ap.add_argument("--variants", type=parse_list("variants", str), default=ALL_VARIANTS)
+    ap.add_argument("--backends", type=parse_list("backends", str), default=["kernel"],
+                    help="aggregator backends (kernel; dpdk when it lands)")
+    ap.add_argument("-n", "--iters", type=int, default=None)
+    ap.add_argument("-w", "--warmup", type=int, default=None)
+    ap.add_argument("-B", "--cap", type=parse_size, default=256 << 20,
+                    help="max bytes moved per size (iterations capped; default 256M)")
+    ap.add_argument("--budget-min", type=float, default=None,
+                    help="start no run after this many minutes (full: 20, quick: 5; 0: none)")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds per run (full: 180, quick: 60)")
+    ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--out", help="output directory (default results/compare-<stamp>)")
+    ap.add_argument("--no-report", action="store_true", help="do not run report.py afterwards")
+    a = ap.parse_args(argv)
+    quick = dict(ranks=[2, 4], minbytes=8, maxbytes=256 << 10, stepfactor=8, loss=[0.0, 1.0],
+                 loss_stepfactor=8, iters=3, warmup=1, timeout=60, budget_min=5)
+    full = dict(ranks=[2, 4, 8], minbytes=8, maxbytes=64 << 20, stepfactor=2,
+                loss=[0.0, 0.1, 1.0], loss_stepfactor=8, iters=20, warmup=5, timeout=180,
+                budget_min=20)
+    for k, v in (quick if a.quick else full).items():
+        if getattr(a, k) is None:
+            setattr(a, k, v)
+    for v in a.variants:
+        if v not in ALL_VARIANTS:
+            ap.error(f"--variants: unknown {v!r} (expected some of {','.join(ALL_VARIANTS)})")
+    if any(not 0 <= x <= 100 for x in a.loss):
+        ap.error("--loss: each percent must be in [0, 100]")
+    if any(n < 1 for n in a.ranks):
+        ap.error("-N: rank counts must be >= 1")
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: namespaces deleted
+    h = Harness(a)
+    rc = h.run()
+    if not a.no_report:
+        rc |= subprocess.run([sys.executable, os.path.join(HERE, "report.py"), h.out]).returncode
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())

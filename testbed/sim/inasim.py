@@ -1,0 +1,364 @@
+#!/usr/bin/python3
+"""Alpha-beta(-gamma) model of AllReduce at scale: host algorithms vs in-network aggregation.
+
+Times of one AllReduce of D bytes per rank over N ranks (seconds):
+
+  ring                  2(N-1) a + 2(N-1)/N D b + (N-1)/N D g
+  tree (double binary)  2 ceil(log2 N) a + 2 D b + D g                  (pipelined, NCCL-style)
+  hd (Rabenseifner)     2 log2(N') a + 2(N'-1)/N' D b + (N'-1)/N' D g,  N' = 2^floor(log2 N);
+                        a non-power-of-two N adds 2 (a + D b) for the extra ranks' fold/unfold
+  inc (single level)    2 (ai + c) + D' bi + N p c
+  hier (fan-in k)       2 L (ai + c) + D' bi + k p c,  L = ceil(log_k N)  (levels pipelined)
+
+where a, b, g are the host path's per-message latency, per-byte transfer time and per-byte
+reduction time; ai, bi the in-network path's per-message latency and per-byte time of a worker's
+link (D' = D (P + H) / P: payload P bytes per packet plus H header bytes), p = ceil(D / P)
+packets per worker and c the aggregator's per-packet cost. "inc" is one software aggregator
+serving all N workers (it handles N p packets, serially: no overlap assumed between the link and
+the aggregator, an upper bound); "hier" is a tree of aggregators with fan-in k whose levels work
+on different blocks at once, so only one level's k p packets are on the critical path. The
+single-level model is the hierarchical one with k = N.
+
+Calibration (least squares, numpy): host rows of a harness CSV (a variant that runs the ring,
+default host-ring) fit a, b of the ring formula (g folded into b); INA rows fit x0 = 2(ai + c),
+bi and c of the single-level formula. Validation predicts every measured row back and reports the
+mean absolute relative error per variant.
+
+CLI:
+  inasim.py formulas --alpha 5e-6 --beta 1e-10 -N 8 -D 1M        # one point, every algorithm
+  inasim.py calibrate results.csv [--json params.json]            # fit and validate
+  inasim.py crossover [--params params.json] [--plots DIR]        # best algorithm by N and size
+"""
+import argparse
+import json
+import math
+import sys
+
+ALGORITHMS = ("ring", "tree", "hd", "inc", "hier")
+
+
+class Params:
+    """Model parameters (seconds, seconds per byte)."""
+
+    def __init__(self, alpha=20e-6, beta=1 / 10e9, gamma=0.0, alpha_inc=None, beta_inc=None,
+                 c_pkt=0.1e-6, payload=1024, header=40, fan_in=32):
+        self.alpha, self.beta, self.gamma = alpha, beta, gamma
+        self.alpha_inc = alpha if alpha_inc is None else alpha_inc
+        self.beta_inc = beta if beta_inc is None else beta_inc
+        self.c_pkt, self.payload, self.header, self.fan_in = c_pkt, payload, header, fan_in
+
+    def to_dict(self):
+        return dict(self.__dict__)
+
+    @classmethod
+    def from_dict(cls, d):
+        p = cls()
+        for k, v in d.items():
+            if k not in p.__dict__:
+                raise ValueError(f"unknown parameter {k!r} (expected one of {sorted(p.__dict__)})")
+            setattr(p, k, v)
+        return p
+
+
+def _check(n, d):
+    if n < 1 or int(n) != n:
+        raise ValueError(f"N {n}: must be an integer >= 1")
+    if d < 0:
+        raise ValueError(f"D {d}: must be >= 0 bytes")
+
+
+def t_ring(n, d, p):
+    _check(n, d)
+    if n == 1:
+        return 0.0
+    return 2 * (n - 1) * p.alpha + 2 * (n - 1) / n * d * p.beta + (n - 1) / n * d * p.gamma
+
+
+def t_tree(n, d, p):
+    _check(n, d)
+    if n == 1:
+        return 0.0
+    return 2 * math.ceil(math.log2(n)) * p.alpha + 2 * d * p.beta + d * p.gamma
+
+
+def t_hd(n, d, p):
+    _check(n, d)
+    if n == 1:
+        return 0.0
+    n2 = 1 << (int(n).bit_length() - 1)
+    t = 0.0
+    if n2 > 1:
+        t = 2 * math.log2(n2) * p.alpha + 2 * (n2 - 1) / n2 * d * p.beta + (n2 - 1) / n2 * d * p.gamma
+    if n2 != n:
+        t += 2 * (p.alpha + d * p.beta) + d * p.gamma
+    return t
+
+
+def packets(d, p):
+    return max(1, math.ceil(d / p.payload))
+
+
+def wire_bytes(d, p):
+    return packets(d, p) * p.header + d
+
+
+def t_hier(n, d, p, k=None):
+    _check(n, d)
+    k = p.fan_in if k is None else k
+    if k < 2:
+        raise ValueError(f"fan-in {k}: must be >= 2")
+    k = min(k, max(n, 2))
+    levels = max(1, math.ceil(math.log(n, k) - 1e-12)) if n > 1 else 1
+    pk = packets(d, p)
+    return 2 * levels * (p.alpha_inc + p.c_pkt) + wire_bytes(d, p) * p.beta_inc + min(k, n) * pk * p.c_pkt
+
+
+def t_inc(n, d, p):
+    """Single-level in-network aggregation: one aggregator, fan-in N."""
+    return t_hier(n, d, p, k=max(n, 2))
+
+
+MODELS = {"ring": t_ring, "tree": t_tree, "hd": t_hd, "inc": t_inc, "hier": t_hier}
+
+
+def predict(alg, n, d, p):
+    return MODELS[alg](n, d, p)
+
+
+# ---- calibration ----
+
+def lstsq(rows, targets):
+    """Non-negative weighted least squares: every parameter is a cost, so a column whose
+    unconstrained coefficient would be negative is held at 0 (exact active-set search over the
+    few columns). Rows are weighted by 1/target: relative error matters across 8 B .. 64 MiB."""
+    import itertools
+    import numpy as np
+    a = np.asarray(rows, dtype=float)
+    y = np.asarray(targets, dtype=float)
+    w = 1.0 / np.maximum(y, 1e-12)
+    aw, yw = a * w[:, None], y * w
+    k = a.shape[1]
+    best, best_res = [0.0] * k, float(np.sum(yw ** 2))
+    for r in range(k, 0, -1):
+        for cols in itertools.combinations(range(k), r):
+            x, *_ = np.linalg.lstsq(aw[:, cols], yw, rcond=None)
+            if np.any(x < 0):
+                continue
+            res = float(np.sum((aw[:, cols] @ x - yw) ** 2))
+            if res < best_res - 1e-18:
+                best = [0.0] * k
+                for c, v in zip(cols, x):
+                    best[c] = float(v)
+                best_res = res
+    return best
+
+
+def fit_host(samples):
+    """samples: [(N, D, seconds)] of a ring. Returns (alpha, beta)."""
+    if len(samples) < 2:
+        raise ValueError("host calibration needs at least 2 samples")
+    rows = [[2 * (n - 1), 2 * (n - 1) / n * d] for n, d, _ in samples]
+    a, b = lstsq(rows, [t for *_, t in samples])
+    return a, b
+
+
+def fit_inc(samples, payload=1024, header=40):
+    """samples: [(N, D, seconds)] of single-level INA. Returns (alpha_inc, beta_inc, c_pkt)."""
+    if len(samples) < 3:
+        raise ValueError("in-network calibration needs at least 3 samples")
+    rows = []
+    for n, d, _ in samples:
+        pk = max(1, math.ceil(d / payload))
+        rows.append([1.0, pk * header + d, n * pk])
+    x0, b, c = lstsq(rows, [t for *_, t in samples])
+    return max(0.0, x0 / 2 - c), b, c
+
+
+def read_csv(path):
+    """The harness CSV (results.csv) or a compare.sh CSV; returns dicts."""
+    import csv
+    with open(path, newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = []
+    for r in rows:
+        try:
+            out.append(dict(variant=r.get("variant") or r.get("tool"), n=int(r["ranks"]),
+                            d=int(r["bytes"]), t=float(r["time_us"]) * 1e-6,
+                            loss=float(r.get("loss_pct") or 0), coll=r.get("coll") or "allreduce"))
+        except (KeyError, ValueError):
+            continue
+    return [r for r in out if r["t"] > 0 and r["coll"] == "allreduce"]
+
+
+VARIANT_MODEL = {"host-ring": "ring", "host-tree": "tree", "host-hd": "hd", "gloo": "ring",
+                 "mpi": "ring", "ina": "inc", "ina-veth": "inc"}
+
+
+def calibrate(rows, host_variant="host-ring", inc_variant="ina", block_elems=256):
+    """Fits Params on lossless rows; returns (params, validation dict variant -> error)."""
+    p = Params(payload=block_elems * 4)
+    clean = [r for r in rows if r["loss"] == 0]
+    hv = host_variant
+    if not any(r["variant"] == hv for r in clean):
+        hv = next((v for v in ("gloo", "mpi") if any(r["variant"] == v for r in clean)), None)
+    if hv is None:
+        raise ValueError("no host rows (host-ring, gloo or mpi) without loss to calibrate from")
+    p.alpha, p.beta = fit_host([(r["n"], r["d"], r["t"]) for r in clean if r["variant"] == hv])
+    inc = [(r["n"], r["d"], r["t"]) for r in clean if r["variant"] == inc_variant]
+    if inc:
+        p.alpha_inc, p.beta_inc, p.c_pkt = fit_inc(inc, p.payload, p.header)
+    return p, {"host_variant": hv, "inc_variant": inc_variant if inc else None,
+               "errors": validate(rows, p)}
+
+
+def validate(rows, p):
+    """Mean and max |predicted - measured| / measured per variant (lossless rows)."""
+    errs = {}
+    for r in rows:
+        alg = VARIANT_MODEL.get(r["variant"])
+        if alg is None or r["loss"] != 0:
+            continue
+        e = abs(predict(alg, r["n"], r["d"], p) - r["t"]) / r["t"]
+        errs.setdefault(r["variant"], []).append(e)
+    return {v: {"model": VARIANT_MODEL[v], "rows": len(e), "mean_rel_err": sum(e) / len(e),
+                "max_rel_err": max(e)} for v, e in errs.items()}
+
+
+# ---- crossover ----
+
+def sizes(lo=8, hi=1 << 30, factor=4):
+    s = lo
+    while s <= hi:
+        yield s
+        s *= factor
+
+
+def best_table(p, ns=(2, 8, 64, 256, 1024, 4096, 16384), ds=None):
+    ds = list(ds or sizes())
+    lines = ["| N \\ size | " + " | ".join(human(d) for d in ds) + " |",
+             "|---" * (len(ds) + 1) + "|"]
+    for n in ns:
+        cells = []
+        for d in ds:
+            t = {a: predict(a, n, d, p) for a in ALGORITHMS}
+            cells.append(min(t, key=t.get))
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def crossover_size(p, n, a, b, ds=None):
+    """Smallest size in ds from which algorithm a is faster than b (None: never)."""
+    for d in ds or sizes(factor=2):
+        if predict(a, n, d, p) < predict(b, n, d, p):
+            return d
+    return None
+
+
+def human(d):
+    for unit, s in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if d >= s and d % s == 0:
+            return f"{d // s} {unit}"
+    return f"{d} B"
+
+
+def plots(p, outdir):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    made = []
+    ns = [2 ** i for i in range(1, 15)]
+    for d in (8, 1 << 30):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for a in ALGORITHMS:
+            ax.plot(ns, [predict(a, n, d, p) for n in ns], marker=".", label=a)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("workers N")
+        ax.set_ylabel("predicted time (s)")
+        ax.set_title(f"model: AllReduce of {human(d)} vs N")
+        ax.legend()
+        ax.grid(True, which="both", alpha=0.3)
+        f = f"{outdir}/sim-time-vs-N-{d}B.png"
+        fig.tight_layout()
+        fig.savefig(f, dpi=100)
+        plt.close(fig)
+        made.append(f)
+    ds = list(sizes(factor=2))
+    for n in (1024, 4096):
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for a in ALGORITHMS:
+            ax.plot(ds, [predict(a, n, d, p) for d in ds], label=a)
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("bytes per rank")
+        ax.set_ylabel("predicted time (s)")
+        ax.set_title(f"model: AllReduce at N = {n}")
+        ax.legend()
+        ax.grid(True, which="both", alpha=0.3)
+        f = f"{outdir}/sim-time-vs-size-N{n}.png"
+        fig.tight_layout()
+        fig.savefig(f, dpi=100)
+        plt.close(fig)
+        made.append(f)
+    return made
+
+
+def parse_size(s):
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    s = s.strip()
+    try:
+        if s[-1:].upper() in mult:
+            return int(float(s[:-1]) * mult[s[-1].upper()])
+        return int(s)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size {s!r}: expected bytes with an optional K/M/G suffix")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    f = sub.add_parser("formulas")
+    f.add_argument("--alpha", type=float, default=20e-6)
+    f.add_argument("--beta", type=float, default=1e-10)
+    f.add_argument("--c-pkt", type=float, default=1e-7)
+    f.add_argument("--fan-in", type=int, default=32)
+    f.add_argument("-N", type=int, default=8)
+    f.add_argument("-D", type=parse_size, default=1 << 20)
+    c = sub.add_parser("calibrate")
+    c.add_argument("csv")
+    c.add_argument("--json")
+    c.add_argument("--host-variant", default="host-ring")
+    x = sub.add_parser("crossover")
+    x.add_argument("--params", help="JSON written by calibrate --json")
+    x.add_argument("--plots", help="directory for PNG plots")
+    args = ap.parse_args(argv)
+    if args.cmd == "formulas":
+        p = Params(alpha=args.alpha, beta=args.beta, c_pkt=args.c_pkt, fan_in=args.fan_in)
+        for a in ALGORITHMS:
+            print(f"{a:5s} {predict(a, args.N, args.D, p) * 1e6:14.3f} us")
+        return 0
+    if args.cmd == "calibrate":
+        p, info = calibrate(read_csv(args.csv), args.host_variant)
+        print(json.dumps({"params": p.to_dict(), **info}, indent=2))
+        if args.json:
+            with open(args.json, "w") as fh:
+                json.dump({"params": p.to_dict(), **info}, fh, indent=2)
+        return 0
+    p = Params()
+    if args.params:
+        with open(args.params) as fh:
+            d = json.load(fh)
+        p = Params.from_dict(d.get("params", d))
+    print(best_table(p))
+    for n in (1024, 4096):
+        s = crossover_size(p, n, "hier", "ring")
+        print(f"N={n}: hier faster than ring from {human(s) if s else 'never (up to 1 GiB)'}; "
+              f"speed-up at 1 GiB {predict('ring', n, 1 << 30, p) / predict('hier', n, 1 << 30, p):.2f}x")
+    if args.plots:
+        for f in plots(p, args.plots):
+            print("wrote", f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,110 @@
+#!/usr/bin/python3
+"""Smoke tests of the comparison harness, the report and the aggregator fault driver:
+* a tiny sweep (N = 2, three sizes; INA, the host ring, Gloo when built, INA across veth links
+  (topo.py) and 1% loss when namespaces can be made) gives rows for every run with no wrong
+  element, the machine description and the summary tables; report.py makes the plots and a
+  calibrated simulator section; no namespace is left behind;
+* an aggregator killed and restarted mid-run (topo.py run-ina --fallback): the workers finish.
+usage: test_harness.py BUILD_DIR. Exits 77 (SKIP) when ina-bench is not built."""
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TESTBED = os.path.dirname(HERE)
+sys.path.insert(0, TESTBED)
+import topo  # noqa: E402
+
+BUILD = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(TESTBED, "..", "build")
+
+
+class HarnessSmoke(unittest.TestCase):
+    def test_quick_sweep_and_report(self):
+        variants = ["ina", "host-ring"]
+        if os.access(os.path.join(BUILD, "testbed", "ina-gloo-bench"), os.X_OK):
+            variants.append("gloo")
+        root_ok, _ = topo.can_make_namespaces()
+        if root_ok and os.access(os.path.join(BUILD, "aggregator", "ina-aggregator"), os.X_OK):
+            variants.append("ina-veth")  # workers and aggregator in namespaces on a bridge
+        losses = ["0", "1"] if root_ok else ["0"]
+        before = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        with tempfile.TemporaryDirectory() as out:
+            r = subprocess.run([sys.executable, os.path.join(TESTBED, "harness.py"), "--quick",
+                                "-N", "2", "-b", "8", "-e", "64K", "-f", "64", "--loss-stepfactor", "64",
+                                "--loss", ",".join(losses), "--variants", ",".join(variants),
+                                "--build-dir", BUILD, "--out", out, "--no-report"],
+                               capture_output=True, text=True, timeout=120)
+            print(r.stdout[-3000:], r.stderr[-2000:])
+            self.assertEqual(r.returncode, 0)
+            self.assertIn(f"[{len(variants) * len(losses)}/{len(variants) * len(losses)}]",
+                          r.stdout)  # progress lines
+            with open(os.path.join(out, "results.csv"), newline="") as f:
+                rows = list(csv.DictReader(f))
+            for v in variants:
+                for loss in losses:
+                    got = [x for x in rows if x["variant"] == v and float(x["loss_pct"]) == float(loss)]
+                    self.assertEqual(sorted(int(x["bytes"]) for x in got), [8, 512, 32768],
+                                     f"{v} loss {loss}")
+                    self.assertTrue(all(x["wrong"] == "0" for x in got), got)
+                    self.assertTrue(all(float(x["time_us"]) > 0 for x in got), got)
+            machine = open(os.path.join(out, "machine.txt")).read()
+            for key in ("cpu:", "cores:", "kernel:", "date:", "git:"):
+                self.assertIn(key, machine)
+            summary = open(os.path.join(out, "summary.md")).read()
+            self.assertIn("### ina (allreduce), N = 2", summary)
+            report = os.path.join(out, "REPORT.md")
+            r = subprocess.run([sys.executable, os.path.join(TESTBED, "report.py"), out,
+                                "--report", report], capture_output=True, text=True, timeout=120)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            text = open(report).read()
+            self.assertIn("## Simulator", text)
+            self.assertIn("| 4096 | 1 GiB |", text)
+            for png in ("busbw-vs-size-N2.png", "latency-vs-N.png", "sim-time-vs-size-N4096.png"):
+                self.assertGreater(os.path.getsize(os.path.join(out, png)), 1000, png)
+            if root_ok:
+                self.assertTrue(os.path.exists(os.path.join(out, "throughput-vs-loss.png")))
+        after = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        self.assertEqual(sorted(l for l in after.splitlines() if "inatb-" in l),
+                         sorted(l for l in before.splitlines() if "inatb-" in l))
+
+
+class AggregatorKillRestart(unittest.TestCase):
+    def test_workers_fall_back_and_return(self):
+        """topo.py run-ina: the aggregator is killed 1 s into a run of 150 small AllReduces
+        (rank 0 delayed 20 ms each, so the run outlasts the kill on any machine) and restarted
+        0.3 s later; with --fallback the ranks redo the collective on the host path, return
+        in-network once the new aggregator answers, and finish with no wrong element."""
+        ok, why = topo.can_make_namespaces()
+        if not ok:
+            self.skipTest(why)
+        if not os.access(os.path.join(BUILD, "aggregator", "ina-aggregator"), os.X_OK):
+            self.skipTest("ina-aggregator is not built")
+        r = subprocess.run([sys.executable, os.path.join(TESTBED, "topo.py"), "run-ina", "-N",
+                            "2", "--fallback", "--delay", "0=20000", "--kill-agg-after", "1",
+                            "--restart-after", "0.3", "--build-dir", BUILD, "--timeout", "60",
+                            "--", "-b", "8", "-e", "64", "-f", "8", "-n", "150", "-w", "1",
+                            "--timeout-ms", "1500"],
+                           capture_output=True, text=True, timeout=90)
+        out = r.stdout + r.stderr
+        print(out[-3000:])
+        self.assertEqual(r.returncode, 0)
+        self.assertIn("# killing aggregator agg0", out)
+        self.assertIn("# restarting aggregator agg0", out)
+        self.assertIn("redone on the host path", out)
+        self.assertIn("Out of bounds values : 0 OK", out)
+
+
+if __name__ == "__main__":
+    if not os.access(os.path.join(BUILD, "testbed", "ina-bench"), os.X_OK):
+        print(f"SKIP: {BUILD}/testbed/ina-bench is not built")
+        sys.exit(77)
+    try:
+        import matplotlib  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError as e:
+        print(f"SKIP: {e} (apt-get install python3-numpy python3-matplotlib)")
+        sys.exit(77)
+    unittest.main(argv=sys.argv[:1], verbosity=2)

@@ -1,0 +1,101 @@
+#!/usr/bin/python3
+"""Topology create/teardown (testbed/topo.py) leaves nothing behind: namespaces, links and nft
+tables, after a normal exit, an exception, and SIGTERM/SIGINT of the CLI. Needs root and
+`ip netns`: exits 77 (Meson SKIP) with the reason otherwise."""
+import os
+import signal
+import subprocess
+import sys
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+import topo  # noqa: E402
+
+TOPO = os.path.join(HERE, "..", "topo.py")
+
+
+def snapshot():
+    """Namespaces, root-namespace links and root nft tables now."""
+    ns = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
+    nft = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    return ({l.split()[0] for l in ns.splitlines() if l.strip()},
+            {l.split(":")[1].strip().split("@")[0] for l in links.splitlines()},
+            set(nft.splitlines()))
+
+
+class TopologyTeardown(unittest.TestCase):
+    def assert_clean(self, before, run_id):
+        ns, links, nft = snapshot()
+        self.assertEqual([n for n in ns - before[0]], [])
+        self.assertFalse([n for n in ns if run_id in n], ns)
+        self.assertEqual(links - before[1], set())
+        self.assertEqual(nft - before[2], set())
+
+    def test_bridge_up_ping_down(self):
+        before = snapshot()
+        t = topo.Topology(3, 1, "bridge")
+        with t:
+            ns, _, _ = snapshot()
+            self.assertEqual(len([n for n in ns if t.run_id in n]), 5)  # 4 hosts + switch
+            t.set_loss(t.host("w1"), 5)
+            self.assertTrue(t.reachable(t.host("w0"), t.host("agg0")))
+            # the address exists only inside the namespace
+            self.assertNotIn(t.host("w0").ip, subprocess.run(["ip", "-o", "addr"],
+                             capture_output=True, text=True).stdout)
+            nft = t.run(t.host("w1"), ["nft", "list", "tables"], capture_output=True, text=True)
+            self.assertIn(topo.NFT_TABLE, nft.stdout)
+            t.set_loss(t.host("w1"), 0)
+            nft = t.run(t.host("w1"), ["nft", "list", "tables"], capture_output=True, text=True)
+            self.assertNotIn(topo.NFT_TABLE, nft.stdout)
+        self.assert_clean(before, t.run_id)
+
+    def test_leafspine_and_exception(self):
+        before = snapshot()
+        t = topo.Topology(4, 2, "leafspine", leaves=2)
+        with self.assertRaises(RuntimeError):
+            with t:
+                t.set_link_loss(1, 10)
+                # w0 on leaf0, w1 on leaf1: across the spine
+                self.assertTrue(t.reachable(t.host("w0"), t.host("w1")))
+                p = t.popen(t.host("agg0"), ["sleep", "60"])
+                raise RuntimeError("boom")
+        self.assertIsNotNone(p.poll())  # the process started in the namespace was ended
+        self.assert_clean(before, t.run_id)
+
+    def test_cli_signal_teardown(self):
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            before = snapshot()
+            p = subprocess.Popen([sys.executable, TOPO, "shell", "-N", "2", "-M", "1",
+                                  "--loss", "w0=1"], stdout=subprocess.PIPE, text=True)
+            out = ""
+            deadline = time.time() + 30
+            while "ready" not in out and time.time() < deadline:
+                line = p.stdout.readline()
+                if not line:
+                    break
+                out += line
+            self.assertIn("ready", out)
+            run_id = out.split("run ")[1].split(":")[0]
+            p.send_signal(sig)
+            self.assertEqual(p.wait(timeout=30), 128 + sig)
+            p.stdout.close()
+            self.assert_clean(before, run_id)
+
+    def test_bad_arguments(self):
+        with self.assertRaises(ValueError):
+            topo.Topology(0, 1)
+        with self.assertRaises(ValueError):
+            topo.Topology(2, 1, "mesh")
+        with self.assertRaises(ValueError):
+            topo.loss_rules(101)
+
+
+if __name__ == "__main__":
+    ok, why = topo.can_make_namespaces()
+    if not ok:
+        print(f"SKIP: {why}")
+        sys.exit(77)
+    unittest.main(verbosity=2)
