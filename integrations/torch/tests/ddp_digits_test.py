@@ -17,7 +17,7 @@ def main():
         return common.SKIP
     example = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples",
                            "ddp_digits.py")
-    r = subprocess.run([sys.executable, example, "--world-size", "2", "--epochs", "6",
+    r = subprocess.run([sys.executable, example, "--world-size", "2", "--epochs", "5",
                         "--tolerance", "0.03", "--timeout", "150"],
                        capture_output=True, text=True, timeout=170)
     print(r.stdout)
