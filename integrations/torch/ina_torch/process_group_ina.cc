@@ -219,8 +219,18 @@ class ProcessGroupINA final : public c10d::ProcessGroup {
 
   const std::string getBackendName() const override { return "ina"; }
 
-  bool in_network() const { return owns_aggregator_ && !comm_->on_host_path(); }
-  const CommStats& stats() const { return comm_->stats(); }
+  // libina's counters and path, read on the progress thread after the collectives queued so far
+  // (the communicator is not to be read while it runs one).
+  std::pair<CommStats, bool> snapshot() {
+    CommStats stats;
+    bool in_network = false;
+    auto work = enqueue(c10d::OpType::UNKNOWN, {}, [&] {
+      stats = comm_->stats();
+      in_network = owns_aggregator_ && !comm_->on_host_path();
+    });
+    work->wait();
+    return {stats, in_network};
+  }
 
   c10::intrusive_ptr<c10d::Work> allreduce(std::vector<at::Tensor>& tensors,
                                            const c10d::AllreduceOptions& opts) override {
@@ -536,13 +546,19 @@ pybind11::dict stats(const c10::intrusive_ptr<c10d::ProcessGroup>& pg) {
   pybind11::dict d;
   auto* ina = dynamic_cast<ProcessGroupINA*>(pg.get());
   if (ina == nullptr) return d;
-  const CommStats& s = ina->stats();
+  std::pair<CommStats, bool> snap;
+  {
+    pybind11::gil_scoped_release no_gil;  // the progress thread may run Python future callbacks
+    snap = ina->snapshot();
+  }
+  const CommStats& s = snap.first;
+  const bool in_network = snap.second;
   d["collectives"] = s.collectives;
   d["packets_sent"] = s.packets_sent;
   d["retransmits"] = s.retransmits;
   d["host_collectives"] = s.host_collectives;
   d["fallbacks"] = s.fallbacks;
-  d["in_network"] = ina->in_network();
+  d["in_network"] = in_network;
   return d;
 }
 
