@@ -11,6 +11,8 @@ packages=(
   openmpi-bin libopenmpi-dev libgloo-dev   # peers for side-by-side benchmarks
   iproute2 nftables                        # network namespaces and loss injection
   python3 python3-numpy python3-matplotlib # testbed harness, simulator, plots
+  python3-torch libtorch-dev python3-dev pybind11-dev  # torch feature: the "ina" c10d backend
+  python3-sklearn                          # its DDP example and test (digits dataset)
 )
 
 missing=()

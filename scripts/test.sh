@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test suite: installs the Debian packages, builds in
-# build-test/ with warnings as errors, runs `meson test` (suites unit and integration; the
+# build-test/ with warnings as errors, runs `meson test` (suites unit, integration and torch; the
 # suites that need hardware report SKIP with their reason).
 set -euo pipefail
 cd "$(dirname "$0")/.."

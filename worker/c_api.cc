@@ -1,11 +1,16 @@
 // The C ABI (ina/ina.h) over the C++ API: opaque handles, result codes, messages kept per
 // communicator (and per thread for ina_comm_create). No exception crosses this boundary: every
 // entry point catches, and std::bad_alloc becomes INA_NO_MEMORY.
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
 #include <exception>
 #include <memory>
 #include <new>
 #include <string>
+#include <vector>
 
 #include "ina/ina.h"
 #include "ina/ina.hpp"
@@ -146,6 +151,83 @@ ina::Result<ina::Config> merge_config(const ina_config_t* c) {
   return cfg;
 }
 
+// The C ABI's ina_store_t as the C++ API's ExternalStore.
+class CStore final : public ina::ExternalStore {
+ public:
+  explicit CStore(const ina_store_t& s) : s_(s) {}
+
+  ina::Status set(const std::string& key, const std::vector<uint8_t>& value) override {
+    const ina_result_t r = s_.set(s_.ctx, key.c_str(), value.data(), value.size());
+    if (r == INA_SUCCESS) return ina::ok_status();
+    return ina::unavailable("ina_store_t.set('" + key + "') failed: " + ina_result_string(r));
+  }
+
+  ina::Result<std::vector<uint8_t>> get(const std::string& key,
+                                        std::chrono::milliseconds timeout) override {
+    const auto ms = static_cast<uint32_t>(
+        std::clamp<int64_t>(timeout.count(), 0, std::numeric_limits<uint32_t>::max()));
+    std::vector<uint8_t> value(256);
+    for (int attempt = 0; attempt < 4; ++attempt) {
+      size_t size = 0;
+      const ina_result_t r = s_.get(s_.ctx, key.c_str(), ms, value.data(), value.size(), &size);
+      if (r == INA_TIMEOUT) {
+        return ina::deadline_exceeded("ina_store_t.get: key '" + key + "' not set within " +
+                                      std::to_string(ms) + " ms");
+      }
+      if (r != INA_SUCCESS) {
+        return ina::unavailable("ina_store_t.get('" + key + "') failed: " +
+                                ina_result_string(r));
+      }
+      if (size <= value.size()) {
+        value.resize(size);
+        return value;
+      }
+      value.resize(size);  // too small: again with the size it asked for
+    }
+    return ina::internal_error("ina_store_t.get('" + key +
+                               "'): the value kept growing beyond the buffer");
+  }
+
+ private:
+  ina_store_t s_;
+};
+
+ina_result_t create_comm(const ina_config_t* config, const ina_store_t* store,
+                         ina_comm_t** comm) {
+  return guarded(t_create_error, [&]() -> ina_result_t {
+    const char* fn = store != nullptr ? "ina_comm_create_with_store" : "ina_comm_create";
+    if (comm == nullptr) {
+      set_message(t_create_error, std::string(fn) + ": comm (the output pointer) is NULL");
+      return INA_INVALID_ARGUMENT;
+    }
+    *comm = nullptr;
+    ina::Result<ina::Config> cfg = merge_config(config);
+    if (!cfg.ok()) return fail(t_create_error, cfg.status());
+    std::unique_ptr<CStore> external;
+    if (store != nullptr) {
+      if (store->set == nullptr || store->get == nullptr) {
+        set_message(t_create_error,
+                    std::string(fn) + ": store->set and store->get must both be set");
+        return INA_INVALID_ARGUMENT;
+      }
+      external = std::make_unique<CStore>(*store);
+      cfg->external_store = external.get();
+      // As with INA_STORE: no aggregator named anywhere means the host mesh only.
+      const char* env_agg = std::getenv("INA_AGGREGATOR");
+      if ((config == nullptr || config->aggregator == nullptr) &&
+          (env_agg == nullptr || *env_agg == '\0')) {
+        cfg->host_only = true;
+      }
+    }
+    ina::Result<std::unique_ptr<ina::Communicator>> c = ina::Communicator::create(*cfg);
+    if (!c.ok()) return fail(t_create_error, c.status());
+    auto handle = std::make_unique<ina_comm>();
+    handle->comm = std::move(c.value());
+    *comm = handle.release();
+    return INA_SUCCESS;
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -157,21 +239,17 @@ void ina_config_init(ina_config_t* config) {
 }
 
 ina_result_t ina_comm_create(const ina_config_t* config, ina_comm_t** comm) {
-  return guarded(t_create_error, [&]() -> ina_result_t {
-    if (comm == nullptr) {
-      set_message(t_create_error, "ina_comm_create: comm (the output pointer) is NULL");
-      return INA_INVALID_ARGUMENT;
-    }
-    *comm = nullptr;
-    ina::Result<ina::Config> cfg = merge_config(config);
-    if (!cfg.ok()) return fail(t_create_error, cfg.status());
-    ina::Result<std::unique_ptr<ina::Communicator>> c = ina::Communicator::create(*cfg);
-    if (!c.ok()) return fail(t_create_error, c.status());
-    auto handle = std::make_unique<ina_comm>();
-    handle->comm = std::move(c.value());
-    *comm = handle.release();
-    return INA_SUCCESS;
-  });
+  return create_comm(config, nullptr, comm);
+}
+
+ina_result_t ina_comm_create_with_store(const ina_config_t* config, const ina_store_t* store,
+                                        ina_comm_t** comm) {
+  if (store == nullptr) {
+    set_message(t_create_error, "ina_comm_create_with_store: store is NULL");
+    if (comm != nullptr) *comm = nullptr;
+    return INA_INVALID_ARGUMENT;
+  }
+  return create_comm(config, store, comm);
 }
 
 void ina_comm_destroy(ina_comm_t* comm) { delete comm; }

@@ -392,6 +392,14 @@ class CommunicatorImpl final : public Communicator {
 
 Result<std::unique_ptr<host::TcpMesh>> connect_mesh(const Config& cfg,
                                                     std::unique_ptr<host::TcpStore>* store) {
+  host::TcpMeshOptions mo;
+  mo.address = cfg.mesh_address;
+  mo.timeout = cfg.timeout;
+  if (cfg.external_store != nullptr) {  // the application's store: no TcpStore of our own
+    host::ExternalStoreAdapter external(*cfg.external_store);
+    host::PrefixStore prefixed("ina/job" + std::to_string(cfg.job), external);
+    return host::TcpMesh::connect(prefixed, cfg.rank, cfg.world_size, mo);
+  }
   std::string host;
   uint16_t port = 0;
   INA_RETURN_IF_ERROR(parse_host_port(cfg.store, "INA_STORE", &host, &port));
@@ -402,9 +410,6 @@ Result<std::unique_ptr<host::TcpMesh>> connect_mesh(const Config& cfg,
   so.connect_timeout = cfg.timeout;
   INA_ASSIGN_OR_RETURN(*store, host::TcpStore::create(so));
   host::PrefixStore prefixed("ina/job" + std::to_string(cfg.job), **store);
-  host::TcpMeshOptions mo;
-  mo.address = cfg.mesh_address;
-  mo.timeout = cfg.timeout;
   return host::TcpMesh::connect(prefixed, cfg.rank, cfg.world_size, mo);
 }
 
@@ -425,7 +430,7 @@ Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
   }
   std::unique_ptr<host::TcpStore> store;
   std::unique_ptr<host::TcpMesh> mesh;
-  if (!cfg.store.empty()) {
+  if (!cfg.store.empty() || cfg.external_store != nullptr) {
     INA_ASSIGN_OR_RETURN(mesh, connect_mesh(cfg, &store));
   } else if (!transport) {
     return invalid_argument(
@@ -448,7 +453,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& cfg) {
   opts.port = cfg.aggregator_port;
   Result<std::unique_ptr<worker::UdpTransport>> udp = worker::UdpTransport::create(opts);
   if (!udp.ok()) {
-    if (cfg.store.empty()) return udp.status();
+    if (cfg.store.empty() && cfg.external_store == nullptr) return udp.status();
     INA_INFO("worker", "rank %d: no aggregator transport (%s): host path only", cfg.rank,
              udp.status().message().c_str());
     return worker::create_communicator(cfg, nullptr);

@@ -302,7 +302,7 @@ Status Config::validate() const {
                                         std::to_string(retransmit.count()) + " us",
                                         "[1, " + std::to_string(kMaxRetransmitUs) + "] us"));
   }
-  if (host_only && store.empty()) {
+  if (host_only && store.empty() && external_store == nullptr) {
     return invalid_argument(
         "host_only (INA_TRANSPORT=host) needs a rendezvous store: set INA_STORE=host:port or "
         "MASTER_ADDR and MASTER_PORT");
@@ -310,7 +310,7 @@ Status Config::validate() const {
   if (fallback != FallbackMode::kExact && fallback != FallbackMode::kFloat) {
     return invalid_argument("invalid fallback: must be exact or float (INA_FALLBACK)");
   }
-  if (!store.empty() && mesh_address.empty()) {
+  if ((!store.empty() || external_store != nullptr) && mesh_address.empty()) {
     return invalid_argument("invalid mesh_address \"\": must name this host (INA_MESH_ADDR)");
   }
   struct Pct {

@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdlib>
@@ -524,6 +525,28 @@ Status PrefixStore::wait(const std::vector<std::string>& keys, std::chrono::mill
   full.reserve(keys.size());
   for (const auto& k : keys) full.push_back(prefix_ + k);
   return base_.wait(full, timeout);
+}
+
+Status ExternalStoreAdapter::wait(const std::vector<std::string>& keys,
+                                  std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  std::vector<std::string> missing;
+  for (const auto& k : keys) {
+    const auto left = std::max(std::chrono::milliseconds(0),
+                               std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   deadline - Clock::now()));
+    Result<Bytes> v = store_.get(k, left);
+    if (v.ok()) continue;
+    if (v.status().code() != StatusCode::kDeadlineExceeded) return v.status();
+    missing.push_back(k);
+  }
+  if (!missing.empty()) return deadline_exceeded(missing_keys_message(missing, timeout));
+  return ok_status();
+}
+
+Result<int64_t> ExternalStoreAdapter::add(const std::string& key, int64_t) {
+  return unimplemented("external store: add('" + key +
+                       "') is not offered by Config::external_store");
 }
 
 }  // namespace ina::host

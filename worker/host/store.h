@@ -23,6 +23,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ina/ina.hpp"
 #include "ina/protocol/status.h"
 
 namespace ina::host {
@@ -105,6 +106,26 @@ class TcpStore final : public Store {
   int fd_ = -1;
   uint16_t port_ = 0;
   std::mutex mu_;  // one request in flight per client connection
+};
+
+// The application's store (Config::external_store, borrowed) as a rendezvous Store. wait() gets
+// each key in turn within one deadline and names the keys still missing; add() is not offered
+// (the mesh setup does not use it).
+class ExternalStoreAdapter final : public Store {
+ public:
+  explicit ExternalStoreAdapter(ExternalStore& store) : store_(store) {}
+
+  Status set(const std::string& key, const Bytes& value) override {
+    return store_.set(key, value);
+  }
+  Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
+    return store_.get(key, timeout);
+  }
+  Status wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
+  Result<int64_t> add(const std::string& key, int64_t delta) override;
+
+ private:
+  ExternalStore& store_;
 };
 
 // Prepends "<prefix>/" to every key of a borrowed store (which must outlive it).

@@ -91,10 +91,30 @@ typedef struct {
 
 void ina_config_init(ina_config_t* config);
 
+/* An external rendezvous store (the application's own: an MPI exchange, a launcher's store). With
+ * ina_comm_create_with_store the host mesh meets through it instead of starting libina's TCP store
+ * on INA_STORE / MASTER_ADDR:MASTER_PORT. libina calls it only inside that call, from the calling
+ * thread, and writes keys "ina/job<J>/mesh/addr/<rank>".
+ *   set  stores `size` bytes under `key` (visible to every rank); returns INA_SUCCESS or an error.
+ *   get  waits up to timeout_ms for `key`; returns INA_TIMEOUT if it never appears, else stores
+ *        the value's size in *size and, when it fits in `capacity`, the value in `value` (libina
+ *        calls again with a larger buffer when *size > capacity). */
+typedef struct {
+  void* ctx; /* passed back to every callback */
+  ina_result_t (*set)(void* ctx, const char* key, const void* value, size_t size);
+  ina_result_t (*get)(void* ctx, const char* key, uint32_t timeout_ms, void* value,
+                      size_t capacity, size_t* size);
+} ina_store_t;
+
 /* Creates a communicator and joins the job (a barrier with every rank, within the deadline).
  * config may be NULL (everything from the environment). On failure *comm is NULL and the
  * message is in ina_last_create_error(). */
 ina_result_t ina_comm_create(const ina_config_t* config, ina_comm_t** comm);
+/* ina_comm_create with the host mesh's rendezvous through `store` (borrowed for the call; both
+ * callbacks required). With no aggregator (config->aggregator NULL and INA_AGGREGATOR unset)
+ * every collective runs on the host mesh. */
+ina_result_t ina_comm_create_with_store(const ina_config_t* config, const ina_store_t* store,
+                                        ina_comm_t** comm);
 void ina_comm_destroy(ina_comm_t* comm);
 
 int ina_comm_rank(const ina_comm_t* comm);

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ina/protocol/status.h"
 #include "ina/protocol/types.h"
@@ -46,6 +47,21 @@ struct FaultInjection {
 // int32 is reduced the same way in both.
 enum class FallbackMode : uint8_t { kExact = 0, kFloat = 1 };
 
+// A rendezvous store the application already has (PyTorch's c10d::Store, an MPI job's own
+// exchange). With Config::external_store set, the host mesh meets through it instead of through
+// libina's TcpStore, which would otherwise serve INA_STORE / MASTER_ADDR:MASTER_PORT itself and
+// collide with the launcher's store on the same port. libina writes "ina/job<J>/mesh/addr/<rank>"
+// keys. It calls the store only inside Communicator::create, from the creating thread.
+// The C ABI's form is ina_store_t (ina.h).
+class ExternalStore {
+ public:
+  virtual ~ExternalStore() = default;
+  virtual Status set(const std::string& key, const std::vector<uint8_t>& value) = 0;
+  // Waits up to `timeout` for `key` (kDeadlineExceeded if it never appears), returns its value.
+  virtual Result<std::vector<uint8_t>> get(const std::string& key,
+                                           std::chrono::milliseconds timeout) = 0;
+};
+
 struct Config {
   int rank = -1;
   int world_size = 0;
@@ -68,6 +84,9 @@ struct Config {
   // Never use the aggregator: every collective runs on the host mesh (needs `store`).
   // INA_TRANSPORT=host, or INA_AGGREGATOR unset while a store is set.
   bool host_only = false;
+  // Borrowed, must outlive Communicator::create; null: the mesh uses `store` as above. When set,
+  // it replaces `store` for the rendezvous (no TcpStore is started) and enables the host mesh.
+  ExternalStore* external_store = nullptr;
 
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
