@@ -1,5 +1,5 @@
 // ina::Communicator: validates arguments at the API boundary, then runs the in-network engine,
-// or the host collectives on a TCP mesh (host only, the fallback of a lost aggregator, and the
+// or the host collectives on a TCP or RDMA verbs mesh (INA_HOST_TRANSPORT; host only, the fallback of a lost aggregator, and the
 // collectives no aggregator does: allgather, reduce_scatter, broadcast, barrier, alltoall(v)).
 #include <algorithm>
 #include <chrono>
@@ -27,6 +27,12 @@
 #include "worker/host/store.h"
 #include "worker/host/tcp_mesh.h"
 #include "worker/inc_engine.h"
+#include "ina/protocol/features.h"
+#include "ina_config.h"
+#include "worker/rdma/verbs_proto.h"
+#if INA_HAVE_RDMA
+#include "worker/rdma/verbs_mesh.h"
+#endif
 #include "worker/udp_transport.h"
 
 namespace ina {
@@ -102,7 +108,7 @@ Status check_count(const char* what, size_t count, size_t blocks, DType dtype) {
 class CommunicatorImpl final : public Communicator {
  public:
   CommunicatorImpl(const Config& cfg, std::unique_ptr<Transport> transport,
-                   std::unique_ptr<host::TcpStore> store, std::unique_ptr<host::TcpMesh> mesh)
+                   std::unique_ptr<host::TcpStore> store, std::unique_ptr<host::Context> mesh)
       : cfg_(cfg),
         store_(std::move(store)),
         mesh_(std::move(mesh)),
@@ -371,7 +377,7 @@ class CommunicatorImpl final : public Communicator {
   const Config cfg_;
   std::unique_ptr<IncEngine> engine_;          // null: host only
   std::unique_ptr<host::TcpStore> store_;      // rank 0 serves the rendezvous while it lives
-  std::unique_ptr<host::TcpMesh> mesh_;        // null: no store configured
+  std::unique_ptr<host::Context> mesh_;        // TcpMesh or VerbsMesh; null: no store configured
   bool host_path_ = false;
   uint32_t block_elems_;                       // the engine's adopted block size (exact mode)
   std::string algo_override_;                  // INA_ALGO
@@ -384,8 +390,16 @@ class CommunicatorImpl final : public Communicator {
   std::vector<int32_t> q_;                     // exact mode: the quantized words
 };
 
-Result<std::unique_ptr<host::TcpMesh>> connect_mesh(const Config& cfg,
+// The host mesh through the job's rendezvous store, on the transport INA_HOST_TRANSPORT selects.
+Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
                                                     std::unique_ptr<host::TcpStore>* store) {
+  const features::Probe rdma_probe = features::probe_rdma();
+  INA_ASSIGN_OR_RETURN(HostTransport transport,
+                       rdma::choose_host_transport(cfg.host_transport, rdma_probe.built,
+                                                   rdma_probe.usable, rdma_probe.detail));
+  INA_DEBUG("worker", "rank %d: host transport %s (INA_HOST_TRANSPORT=%s; rdma: %s)", cfg.rank,
+            rdma::host_transport_name(transport), rdma::host_transport_name(cfg.host_transport),
+            rdma_probe.detail.c_str());
   std::string host;
   uint16_t port = 0;
   INA_RETURN_IF_ERROR(parse_host_port(cfg.store, "INA_STORE", &host, &port));
@@ -396,10 +410,21 @@ Result<std::unique_ptr<host::TcpMesh>> connect_mesh(const Config& cfg,
   so.connect_timeout = cfg.timeout;
   INA_ASSIGN_OR_RETURN(*store, host::TcpStore::create(so));
   host::PrefixStore prefixed("ina/job" + std::to_string(cfg.job), **store);
+#if INA_HAVE_RDMA
+  if (transport == HostTransport::kVerbs) {
+    rdma::VerbsMeshOptions vo;
+    vo.timeout = cfg.timeout;
+    INA_ASSIGN_OR_RETURN(std::unique_ptr<rdma::VerbsMesh> vm,
+                         rdma::VerbsMesh::connect(prefixed, cfg.rank, cfg.world_size, vo));
+    return std::unique_ptr<host::Context>(std::move(vm));
+  }
+#endif
   host::TcpMeshOptions mo;
   mo.address = cfg.mesh_address;
   mo.timeout = cfg.timeout;
-  return host::TcpMesh::connect(prefixed, cfg.rank, cfg.world_size, mo);
+  INA_ASSIGN_OR_RETURN(std::unique_ptr<host::TcpMesh> tm,
+                       host::TcpMesh::connect(prefixed, cfg.rank, cfg.world_size, mo));
+  return std::unique_ptr<host::Context>(std::move(tm));
 }
 
 }  // namespace
@@ -418,7 +443,7 @@ Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
                                                           effective_fault_seed(cfg));
   }
   std::unique_ptr<host::TcpStore> store;
-  std::unique_ptr<host::TcpMesh> mesh;
+  std::unique_ptr<host::Context> mesh;
   if (!cfg.store.empty()) {
     INA_ASSIGN_OR_RETURN(mesh, connect_mesh(cfg, &store));
   } else if (!transport) {

@@ -42,6 +42,14 @@ struct FaultInjection {
 // int32 is reduced the same way in both.
 enum class FallbackMode : uint8_t { kExact = 0, kFloat = 1 };
 
+// The peer transport of the host collectives (INA_HOST_TRANSPORT=auto|tcp|verbs):
+//   kAuto   RDMA verbs when libina was built with the rdma feature and the machine has an RDMA
+//           device, else TCP.
+//   kTcp    the TCP mesh.
+//   kVerbs  RC queue pairs over RDMA verbs; creating the communicator fails naming the reason
+//           when the feature is not built or no device exists.
+enum class HostTransport : uint8_t { kAuto = 0, kTcp = 1, kVerbs = 2 };
+
 struct Config {
   int rank = -1;
   int world_size = 0;
@@ -64,6 +72,7 @@ struct Config {
   // Never use the aggregator: every collective runs on the host mesh (needs `store`).
   // INA_TRANSPORT=host, or INA_AGGREGATOR unset while a store is set.
   bool host_only = false;
+  HostTransport host_transport = HostTransport::kAuto;  // INA_HOST_TRANSPORT=auto|tcp|verbs
 
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
