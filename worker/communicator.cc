@@ -412,7 +412,13 @@ Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
   host::PrefixStore prefixed("ina/job" + std::to_string(cfg.job), **store);
 #if INA_HAVE_RDMA
   if (transport == HostTransport::kVerbs) {
+    INA_ASSIGN_OR_RETURN(rdma::VerbsSelection sel,
+                         rdma::parse_verbs_selection(std::getenv("INA_VERBS_DEVICE"),
+                                                     std::getenv("INA_VERBS_GID_INDEX")));
     rdma::VerbsMeshOptions vo;
+    vo.device = sel.device;
+    vo.port = sel.port;
+    vo.gid_index = sel.gid_index;
     vo.timeout = cfg.timeout;
     INA_ASSIGN_OR_RETURN(std::unique_ptr<rdma::VerbsMesh> vm,
                          rdma::VerbsMesh::connect(prefixed, cfg.rank, cfg.world_size, vo));

@@ -343,6 +343,35 @@ TEST(HostTransport, Choice) {
   EXPECT_STREQ(host_transport_name(HostTransport::kVerbs), "verbs");
 }
 
+TEST(VerbsSelection, StrictParsing) {
+  auto s = parse_verbs_selection(nullptr, nullptr);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->device, "");
+  EXPECT_EQ(s->port, 0);
+  EXPECT_EQ(s->gid_index, 0);
+  s = parse_verbs_selection("mlx5_0", "3");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->device, "mlx5_0");
+  EXPECT_EQ(s->port, 0);
+  EXPECT_EQ(s->gid_index, 3);
+  s = parse_verbs_selection("rxe0:2", "");
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(s->device, "rxe0");
+  EXPECT_EQ(s->port, 2);
+  for (const char* bad : {":1", "mlx5_0:", "mlx5_0:0", "mlx5_0:256", "mlx5_0:x", "a b"}) {
+    s = parse_verbs_selection(bad, nullptr);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.status().message().find("INA_VERBS_DEVICE=\"" + std::string(bad) + "\" is not valid"),
+              std::string::npos)
+        << s.status().message();
+  }
+  for (const char* bad : {"-1", "256", "1x", " 1"}) {
+    s = parse_verbs_selection(nullptr, bad);
+    ASSERT_FALSE(s.ok()) << bad;
+    EXPECT_NE(s.status().message().find("expected an integer in [0, 255]"), std::string::npos);
+  }
+}
+
 class EnvGuard {
  public:
   EnvGuard(const char* name, const char* value) : name_(name) {

@@ -135,6 +135,23 @@ bool is_device_pointer(const void* p) {
   return true;
 }
 
+Result<DeviceAllocation> device_allocation(const void* p) {
+  const Driver& d = driver();
+  if (!d.ok) return failed_precondition(d.why);
+  CUdeviceptr base = 0;
+  size_t size = 0;
+  CUresult r = d.MemGetAddressRange(&base, &size, dev(p));
+  if (r != CUDA_SUCCESS) return invalid_argument(cu_error("cuMemGetAddressRange", r));
+  unsigned long long id = 0;
+  r = d.PointerGetAttribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, dev(p));
+  if (r != CUDA_SUCCESS) return invalid_argument(cu_error("cuPointerGetAttribute(BUFFER_ID)", r));
+  DeviceAllocation a;
+  a.base = reinterpret_cast<void*>(static_cast<uintptr_t>(base));
+  a.bytes = size;
+  a.buffer_id = id;
+  return a;
+}
+
 Status copy_device_to_host(void* dst, const void* src, size_t bytes) {
   if (bytes == 0) return ok_status();
   if (!driver().ok) return failed_precondition(driver().why);
@@ -210,6 +227,9 @@ bool cuda_driver_available(std::string* why) {
   return false;
 }
 bool is_device_pointer(const void*) { return false; }
+Result<DeviceAllocation> device_allocation(const void*) {
+  return failed_precondition("libina built without the cuda feature");
+}
 Status copy_device_to_host(void*, const void*, size_t) {
   return failed_precondition("libina built without the cuda feature");
 }

@@ -35,6 +35,15 @@ bool is_device_pointer(const void* p);
 Status copy_device_to_host(void* dst, const void* src, size_t bytes);
 Status copy_host_to_device(void* dst, const void* src, size_t bytes);
 
+// The allocation holding a device pointer. buffer_id (CU_POINTER_ATTRIBUTE_BUFFER_ID) is never
+// reused by a later allocation at the same address, so it keys a registration cache safely.
+struct DeviceAllocation {
+  void* base = nullptr;
+  size_t bytes = 0;
+  uint64_t buffer_id = 0;
+};
+Result<DeviceAllocation> device_allocation(const void* p);
+
 struct DeviceRegistration {
   ibv_mr* mr = nullptr;  // null with kHostStaging
   DeviceRegKind kind = DeviceRegKind::kHostStaging;

@@ -67,8 +67,20 @@ struct VerbsMesh::Op {
   size_t chunks = 0;          // chunk_count(bytes)
   size_t chunks_done = 0;     // sends: posted; receives: copied out
   uint64_t last_seq = 0;      // sends: the ring sequence of the last chunk
-  DeviceRegistration reg;     // zero-copy device sends (reg.mr != nullptr)
+  ibv_mr* mr = nullptr;       // zero-copy device sends: the cached registration it uses
+  uint64_t mr_key = 0;        // its cache key (CUDA buffer id)
 };
+
+struct VerbsMesh::CachedMr {
+  uint64_t key = 0;
+  DeviceRegistration reg;
+  int in_use = 0;             // pending sends reading through it
+  uint64_t last_use = 0;
+};
+
+namespace {
+constexpr size_t kMaxCachedMrs = 32;
+}  // namespace
 
 struct VerbsMesh::Peer {
   ibv_qp* qp = nullptr;
@@ -123,6 +135,7 @@ VerbsMesh::~VerbsMesh() {
   for (Peer& p : peers_)
     if (p.qp != nullptr) ibv_destroy_qp(p.qp);  // no more DMA into or out of any buffer
   for (auto& [h, op] : ops_) release_op(op.get());
+  for (CachedMr& c : mr_cache_) deregister_device_memory(&c.reg);
   res_.reset();  // memory region, CQ, PD, device (in that order)
 }
 
@@ -348,7 +361,44 @@ Result<std::unique_ptr<VerbsMesh>> VerbsMesh::connect(host::Store& store, int ra
 }
 
 void VerbsMesh::release_op(Op* op) {
-  if (op->reg.mr != nullptr || op->reg.dmabuf_fd >= 0) deregister_device_memory(&op->reg);
+  if (op->mr == nullptr) return;
+  for (CachedMr& c : mr_cache_)
+    if (c.key == op->mr_key) --c.in_use;
+  op->mr = nullptr;
+}
+
+ibv_mr* VerbsMesh::device_mr(const void* p, uint64_t* cache_key) {
+  Result<DeviceAllocation> a = device_allocation(p);
+  if (!a.ok()) {
+    INA_DEBUG("rdma", "device buffer %p: host staging (%s)", p, a.status().message().c_str());
+    return nullptr;
+  }
+  for (CachedMr& c : mr_cache_) {
+    if (c.key == a->buffer_id) {
+      if (c.reg.mr == nullptr) return nullptr;  // known not to register: staged
+      ++c.in_use;
+      c.last_use = ++mr_clock_;
+      *cache_key = c.key;
+      return c.reg.mr;
+    }
+  }
+  if (mr_cache_.size() >= kMaxCachedMrs) {
+    auto victim = mr_cache_.end();
+    for (auto it = mr_cache_.begin(); it != mr_cache_.end(); ++it)
+      if (it->in_use == 0 && (victim == mr_cache_.end() || it->last_use < victim->last_use)) victim = it;
+    if (victim == mr_cache_.end()) return nullptr;  // all in use: stage this one
+    deregister_device_memory(&victim->reg);
+    mr_cache_.erase(victim);
+  }
+  CachedMr c;
+  c.key = a->buffer_id;
+  c.reg = register_device_memory(res_->pd, a->base, a->bytes, IBV_ACCESS_LOCAL_WRITE);
+  c.last_use = ++mr_clock_;
+  if (c.reg.mr != nullptr) c.in_use = 1;
+  mr_cache_.push_back(std::move(c));
+  if (mr_cache_.back().reg.mr == nullptr) return nullptr;
+  *cache_key = a->buffer_id;
+  return mr_cache_.back().reg.mr;
 }
 
 host::Context::Handle VerbsMesh::post(int peer, bool is_send, uint8_t* buf, size_t bytes) {
@@ -367,7 +417,7 @@ host::Context::Handle VerbsMesh::post(int peer, bool is_send, uint8_t* buf, size
   op->device = bytes > 0 && is_device_pointer(buf);
   if (op->device && is_send) {
     // GPUDirect: the NIC reads the chunks from GPU memory (else they are staged through host).
-    op->reg = register_device_memory(res_->pd, buf, bytes, IBV_ACCESS_LOCAL_WRITE);
+    op->mr = device_mr(buf, &op->mr_key);
   }
   Peer& p = peers_[static_cast<size_t>(peer)];
   (is_send ? p.sends : p.recvs).push_back(op.get());
@@ -418,9 +468,9 @@ Status VerbsMesh::progress_sends(int peer) {
     const bool last = i + 1 == op->chunks;
     const uint32_t slot = p.send_window.next_slot();
     ibv_sge sge{};
-    if (op->reg.mr != nullptr) {
+    if (op->mr != nullptr) {
       sge.addr = reinterpret_cast<uintptr_t>(op->buf + i * slot_bytes_);
-      sge.lkey = op->reg.mr->lkey;
+      sge.lkey = op->mr->lkey;
     } else {
       uint8_t* staging = p.send_slots + static_cast<size_t>(slot) * slot_bytes_;
       if (op->device) {
@@ -450,7 +500,7 @@ Status VerbsMesh::progress_sends(int peer) {
     if (last) {
       p.sends.pop_front();
       op->last_seq = seq;
-      if (op->reg.mr != nullptr) {
+      if (op->mr != nullptr) {
         p.zero_copy.push_back(op);  // the NIC still reads the user's buffer
       } else {
         op->complete = true;        // the data is in the staging slots
@@ -474,16 +524,12 @@ Status VerbsMesh::post_credit(int peer) {
   ibv_send_wr* bad = nullptr;
   wr.wr_id = wr_id(peer, kCredit);
   wr.opcode = IBV_WR_RDMA_WRITE;
-  wr.send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  wr.send_flags = IBV_SEND_SIGNALED;  // the source stays unchanged until this completes
   wr.sg_list = &sge;
   wr.num_sge = 1;
   wr.wr.rdma.remote_addr = p.remote.credit_addr;
   wr.wr.rdma.rkey = p.remote.credit_rkey;
-  int r = ibv_post_send(p.qp, &wr, &bad);
-  if (r == EINVAL || r == ENOMEM) {  // no inline data on this device: a plain gather
-    wr.send_flags = IBV_SEND_SIGNALED;
-    r = ibv_post_send(p.qp, &wr, &bad);
-  }
+  const int r = ibv_post_send(p.qp, &wr, &bad);
   if (r != 0) return verbs_errno(rank_name(peer) + ": ibv_post_send(credit)", r);
   p.credit_inflight = true;
   ++p.sq_outstanding;

@@ -13,6 +13,12 @@
 // "verbs/<inc>/ready/<rank>" and waits for every peer's, so no write reaches a queue pair not yet
 // ready to receive it. A rank missing within the timeout is named by the store's error.
 //
+// Device buffers: a CUDA device pointer passed to isend is read by the NIC straight from GPU
+// memory when its allocation registers (gpudirect.h: dmabuf, else peer memory); registrations are
+// cached per allocation (keyed by CUDA's buffer id, at most kMaxCachedMrs, the least recently
+// used one unused by a pending send evicted) and released with the mesh. Otherwise, and for
+// every irecv into device memory, chunks are staged through the host slots with cuMemcpy.
+//
 // Data: messages are cut into chunks of at most slot_bytes (verbs_proto.h). A chunk is copied into
 // the local staging slot (or, for a CUDA device buffer registered through GPUDirect, read by the
 // NIC straight from GPU memory) and written with RDMA WRITE WITH IMMEDIATE into the peer's
@@ -98,6 +104,11 @@ class VerbsMesh final : public host::Context {
   Status fail(Status s);
   Status timeout_error(const Op& op) const;
   void release_op(Op* op);
+  // A cached registration of the allocation holding device buffer `p` (GPUDirect), or null when
+  // the NIC cannot register it (the op is staged through host memory).
+  ibv_mr* device_mr(const void* p, uint64_t* cache_key);
+
+  struct CachedMr;
 
   int rank_;
   int size_;
@@ -108,6 +119,8 @@ class VerbsMesh final : public host::Context {
   std::unique_ptr<Resources> res_;
   std::vector<Peer> peers_;
   std::unordered_map<Handle, std::unique_ptr<Op>> ops_;
+  std::vector<CachedMr> mr_cache_;  // device allocations registered with the NIC
+  uint64_t mr_clock_ = 0;           // for least-recently-used eviction
   Handle next_handle_ = 1;
   Status broken_;
 };

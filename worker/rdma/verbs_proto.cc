@@ -3,6 +3,7 @@
 #include "worker/rdma/verbs_proto.h"
 
 #include <algorithm>
+#include <string_view>
 
 #include "worker/host/socket.h"
 
@@ -169,6 +170,48 @@ Status RecvWindow::on_arrival() {
                           " slots full (the sender ignored its credits)");
   ++arrived_;
   return ok_status();
+}
+
+namespace {
+
+bool parse_decimal(std::string_view s, uint64_t hi, uint64_t* out) {
+  if (s.empty() || s.size() > 6) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (v > hi) return false;
+  *out = v;
+  return true;
+}
+
+}  // namespace
+
+Result<VerbsSelection> parse_verbs_selection(const char* device, const char* gid_index) {
+  VerbsSelection sel;
+  if (device != nullptr && *device != '\0') {
+    const std::string_view d(device);
+    const size_t colon = d.find(':');
+    const std::string_view name = d.substr(0, colon);
+    uint64_t port = 0;
+    bool ok = !name.empty() && name.find_first_of(" /\t") == std::string_view::npos;
+    if (ok && colon != std::string_view::npos) ok = parse_decimal(d.substr(colon + 1), 255, &port) && port >= 1;
+    if (!ok)
+      return invalid_argument("INA_VERBS_DEVICE=\"" + std::string(d) +
+                              "\" is not valid: expected an RDMA device name, optionally with "
+                              ":port (1 .. 255), e.g. mlx5_0 or mlx5_0:1");
+    sel.device = std::string(name);
+    sel.port = static_cast<uint8_t>(port);
+  }
+  if (gid_index != nullptr && *gid_index != '\0') {
+    uint64_t g = 0;
+    if (!parse_decimal(gid_index, 255, &g))
+      return invalid_argument("INA_VERBS_GID_INDEX=\"" + std::string(gid_index) +
+                              "\" is not valid: expected an integer in [0, 255]");
+    sel.gid_index = static_cast<int>(g);
+  }
+  return sel;
 }
 
 const char* host_transport_name(HostTransport t) {

@@ -133,6 +133,17 @@ class RecvWindow {
   uint64_t returned_ = 0;
 };
 
+// Where the verbs mesh runs: INA_VERBS_DEVICE=name[:port] (default: the first device with an
+// active port) and INA_VERBS_GID_INDEX=n (0 .. 255, default 0; RoCE v2 usually wants the index of
+// the IPv4-mapped GID, `show_gids` lists them). Null arguments: unset. Errors name the variable and
+// the expected form.
+struct VerbsSelection {
+  std::string device;
+  uint8_t port = 0;  // 0: the first active port
+  int gid_index = 0;
+};
+Result<VerbsSelection> parse_verbs_selection(const char* device, const char* gid_index);
+
 // INA_HOST_TRANSPORT (Config::host_transport, parsed in config.cc): the peer transport of the
 // host collectives.
 const char* host_transport_name(HostTransport t);
