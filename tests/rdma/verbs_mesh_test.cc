@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <random>
@@ -44,8 +45,16 @@ void run_verbs(int world, const std::function<void(VerbsMesh&)>& fn,
   for (auto& t : threads) t.join();
 }
 
+// INA_VERBS_DEVICE / INA_VERBS_GID_INDEX pick the device (testbed/rdma_rxe_check.sh sets them).
 VerbsMeshOptions small_slots() {
   VerbsMeshOptions o;
+  auto sel = parse_verbs_selection(std::getenv("INA_VERBS_DEVICE"), std::getenv("INA_VERBS_GID_INDEX"));
+  EXPECT_TRUE(sel.ok()) << sel.status().to_string();
+  if (sel.ok()) {
+    o.device = sel->device;
+    o.port = sel->port;
+    o.gid_index = sel->gid_index;
+  }
   o.slot_bytes = 4096;
   o.slots = 4;
   o.timeout = 20s;

@@ -272,7 +272,9 @@ Result<std::unique_ptr<VerbsMesh>> VerbsMesh::connect(host::Store& store, int ra
                          nullptr, 0);
   if (res.cq == nullptr) return verbs_errno("ibv_create_cq", errno);
 
-  const size_t per_peer = kHeaderBytes + 2 * static_cast<size_t>(opts.slots) * opts.slot_bytes;
+  // Rounded to 64 bytes so that every peer's credit word is aligned for 8-byte RDMA writes.
+  const size_t per_peer =
+      (kHeaderBytes + 2 * static_cast<size_t>(opts.slots) * opts.slot_bytes + 63) & ~size_t{63};
   res.region_bytes = ((per_peer * static_cast<size_t>(size)) + 4095) & ~size_t{4095};
   res.region = static_cast<uint8_t*>(std::aligned_alloc(4096, res.region_bytes));
   if (res.region == nullptr)
@@ -332,8 +334,12 @@ Result<std::unique_ptr<VerbsMesh>> VerbsMesh::connect(host::Store& store, int ra
     if (p == rank) continue;
     Peer& peer = mesh->peers_[static_cast<size_t>(p)];
     const std::string name = rank_name(p);
-    INA_ASSIGN_OR_RETURN(host::Bytes b, store.get(peer_info_key(static_cast<uint64_t>(incarnation), p, rank), left()));
-    INA_ASSIGN_OR_RETURN(peer.remote, VerbsPeerInfo::parse(b, name + "'s queue pair info"));
+    Result<host::Bytes> b = store.get(peer_info_key(static_cast<uint64_t>(incarnation), p, rank), left());
+    if (!b.ok())
+      return Status(b.status().code(), "VerbsMesh: rank " + std::to_string(rank) + ": " + name +
+                                           " did not publish its queue pair info (" +
+                                           b.status().message() + ")");
+    INA_ASSIGN_OR_RETURN(peer.remote, VerbsPeerInfo::parse(*b, name + "'s queue pair info"));
     const VerbsPeerInfo& r = peer.remote;
     if (r.world_size != static_cast<uint32_t>(size) || r.from_rank != static_cast<uint32_t>(p) ||
         r.to_rank != static_cast<uint32_t>(rank))
@@ -590,6 +596,10 @@ Status VerbsMesh::handle_completion(const ibv_wc& wc) {
     case kRecv:
       if (wc.opcode != IBV_WC_RECV_RDMA_WITH_IMM || (wc.wc_flags & IBV_WC_WITH_IMM) == 0)
         return internal_error(rank_name(peer) + ": a receive completed without an immediate");
+      if (decode_imm(ntohl(wc.imm_data)).length != wc.byte_len)
+        return internal_error(rank_name(peer) + ": a chunk of " + std::to_string(wc.byte_len) +
+                              " bytes announced " +
+                              std::to_string(decode_imm(ntohl(wc.imm_data)).length));
       INA_RETURN_IF_ERROR(p.recv_window.on_arrival());
       p.arrived.push_back(ntohl(wc.imm_data));
       return post_recv(p.qp, peer);
