@@ -397,9 +397,6 @@ Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
   INA_ASSIGN_OR_RETURN(HostTransport transport,
                        rdma::choose_host_transport(cfg.host_transport, rdma_probe.built,
                                                    rdma_probe.usable, rdma_probe.detail));
-  INA_DEBUG("worker", "rank %d: host transport %s (INA_HOST_TRANSPORT=%s; rdma: %s)", cfg.rank,
-            rdma::host_transport_name(transport), rdma::host_transport_name(cfg.host_transport),
-            rdma_probe.detail.c_str());
   std::string host;
   uint16_t port = 0;
   INA_RETURN_IF_ERROR(parse_host_port(cfg.store, "INA_STORE", &host, &port));
@@ -410,6 +407,24 @@ Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
   so.connect_timeout = cfg.timeout;
   INA_ASSIGN_OR_RETURN(*store, host::TcpStore::create(so));
   host::PrefixStore prefixed("ina/job" + std::to_string(cfg.job), **store);
+  // The ranks agree on one transport (their machines may differ): see agree_host_transport.
+  if (cfg.world_size > 1) {
+    const rdma::TransportVote mine{transport, cfg.host_transport};
+    INA_RETURN_IF_ERROR(prefixed.set("transport/" + std::to_string(cfg.rank),
+                                     host::to_bytes(rdma::encode_vote(mine))));
+    std::vector<rdma::TransportVote> votes;
+    for (int r = 0; r < cfg.world_size; ++r) {
+      INA_ASSIGN_OR_RETURN(host::Bytes b, prefixed.get("transport/" + std::to_string(r), cfg.timeout));
+      INA_ASSIGN_OR_RETURN(rdma::TransportVote v,
+                           rdma::decode_vote(host::to_string(b), "rank " + std::to_string(r) +
+                                                                     "'s host transport"));
+      votes.push_back(v);
+    }
+    INA_ASSIGN_OR_RETURN(transport, rdma::agree_host_transport(votes));
+  }
+  INA_DEBUG("worker", "rank %d: host transport %s (INA_HOST_TRANSPORT=%s; rdma: %s)", cfg.rank,
+            rdma::host_transport_name(transport), rdma::host_transport_name(cfg.host_transport),
+            rdma_probe.detail.c_str());
 #if INA_HAVE_RDMA
   if (transport == HostTransport::kVerbs) {
     INA_ASSIGN_OR_RETURN(rdma::VerbsSelection sel,

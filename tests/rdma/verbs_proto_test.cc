@@ -372,6 +372,39 @@ TEST(VerbsSelection, StrictParsing) {
   }
 }
 
+TEST(HostTransport, RanksAgree) {
+  using T = HostTransport;
+  for (const TransportVote& v : {TransportVote{T::kVerbs, T::kAuto}, TransportVote{T::kTcp, T::kVerbs},
+                                 TransportVote{T::kTcp, T::kTcp}}) {
+    auto d = decode_vote(encode_vote(v), "rank 1's host transport");
+    ASSERT_TRUE(d.ok());
+    EXPECT_EQ(d->chosen, v.chosen);
+    EXPECT_EQ(d->requested, v.requested);
+  }
+  EXPECT_EQ(encode_vote({T::kVerbs, T::kAuto}), "verbs/auto");
+  for (const char* bad : {"", "verbs", "auto/auto", "rdma/auto", "verbs/auto/x", "tcp/"}) {
+    auto d = decode_vote(bad, "rank 1's host transport");
+    ASSERT_FALSE(d.ok()) << bad;
+    EXPECT_NE(d.status().message().find("rank 1's host transport"), std::string::npos);
+  }
+  // All alike: that one.
+  auto a = agree_host_transport({{T::kVerbs, T::kAuto}, {T::kVerbs, T::kVerbs}});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(*a, T::kVerbs);
+  // A rank without a device under auto: everyone on tcp.
+  a = agree_host_transport({{T::kVerbs, T::kAuto}, {T::kVerbs, T::kAuto}, {T::kTcp, T::kAuto}});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(*a, T::kTcp);
+  a = agree_host_transport({{T::kVerbs, T::kAuto}, {T::kTcp, T::kTcp}});
+  ASSERT_TRUE(a.ok());
+  EXPECT_EQ(*a, T::kTcp);
+  // verbs demanded on one rank, tcp on another: a clear error naming both.
+  a = agree_host_transport({{T::kTcp, T::kAuto}, {T::kVerbs, T::kAuto}, {T::kVerbs, T::kVerbs}});
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().message(),
+            "host transport mismatch: rank 2 uses verbs (INA_HOST_TRANSPORT=verbs), rank 0 tcp (auto)");
+}
+
 class EnvGuard {
  public:
   EnvGuard(const char* name, const char* value) : name_(name) {

@@ -234,4 +234,45 @@ Result<HostTransport> choose_host_transport(HostTransport requested, bool rdma_b
   return ok ? HostTransport::kVerbs : HostTransport::kTcp;
 }
 
+std::string encode_vote(const TransportVote& v) {
+  return std::string(host_transport_name(v.chosen)) + "/" + host_transport_name(v.requested);
+}
+
+Result<TransportVote> decode_vote(const std::string& s, const std::string& what) {
+  const size_t slash = s.find('/');
+  auto parse = [](std::string_view t, HostTransport* out) {
+    if (t == "auto") *out = HostTransport::kAuto;
+    else if (t == "tcp") *out = HostTransport::kTcp;
+    else if (t == "verbs") *out = HostTransport::kVerbs;
+    else return false;
+    return true;
+  };
+  TransportVote v;
+  if (slash == std::string::npos || !parse(std::string_view(s).substr(0, slash), &v.chosen) ||
+      !parse(std::string_view(s).substr(slash + 1), &v.requested) ||
+      v.chosen == HostTransport::kAuto)
+    return invalid_argument(what + ": \"" + s + "\" is not <tcp|verbs>/<auto|tcp|verbs>");
+  return v;
+}
+
+Result<HostTransport> agree_host_transport(const std::vector<TransportVote>& votes) {
+  if (votes.empty()) return HostTransport::kTcp;
+  bool all_same = true;
+  for (const TransportVote& v : votes) all_same = all_same && v.chosen == votes[0].chosen;
+  if (all_same) return votes[0].chosen;
+  int forced_verbs = -1;  // a rank that chose verbs because it was told to
+  int tcp = -1;
+  for (size_t r = 0; r < votes.size(); ++r) {
+    if (votes[r].chosen == HostTransport::kVerbs && votes[r].requested == HostTransport::kVerbs &&
+        forced_verbs < 0)
+      forced_verbs = static_cast<int>(r);
+    if (votes[r].chosen == HostTransport::kTcp && tcp < 0) tcp = static_cast<int>(r);
+  }
+  if (forced_verbs < 0) return HostTransport::kTcp;  // some rank cannot do verbs: all use tcp
+  return failed_precondition(
+      "host transport mismatch: rank " + std::to_string(forced_verbs) +
+      " uses verbs (INA_HOST_TRANSPORT=verbs), rank " + std::to_string(tcp) + " tcp (" +
+      host_transport_name(votes[static_cast<size_t>(tcp)].requested) + ")");
+}
+
 }  // namespace ina::rdma

@@ -152,4 +152,16 @@ const char* host_transport_name(HostTransport t);
 Result<HostTransport> choose_host_transport(HostTransport requested, bool rdma_built,
                                             bool rdma_usable, const std::string& rdma_detail);
 
+// Agreement across the ranks of a job, which may differ in hardware: each rank publishes its
+// local choice and what it asked for. All equal: that one. Otherwise, when every rank that chose
+// verbs only asked for auto, all use tcp; else kFailedPrecondition naming a rank on each side:
+// "host transport mismatch: rank 0 uses verbs (INA_HOST_TRANSPORT=verbs), rank 2 tcp (auto)".
+struct TransportVote {
+  HostTransport chosen = HostTransport::kTcp;     // kTcp or kVerbs
+  HostTransport requested = HostTransport::kAuto;
+};
+std::string encode_vote(const TransportVote& v);                          // "verbs/auto"
+Result<TransportVote> decode_vote(const std::string& s, const std::string& what);
+Result<HostTransport> agree_host_transport(const std::vector<TransportVote>& votes);
+
 }  // namespace ina::rdma
