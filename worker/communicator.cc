@@ -1,5 +1,5 @@
 // ina::Communicator: validates arguments at the API boundary, then runs the in-network engine,
-// or the host collectives on a TCP mesh (host only, the fallback of a lost aggregator, and the
+// or the host collectives on a TCP or RDMA verbs mesh (INA_HOST_TRANSPORT; host only, the fallback of a lost aggregator, and the
 // collectives no aggregator does: allgather, reduce_scatter, broadcast, barrier, alltoall(v)).
 #include <algorithm>
 #include <chrono>
@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -28,6 +29,12 @@
 #include "worker/host/store.h"
 #include "worker/host/tcp_mesh.h"
 #include "worker/inc_engine.h"
+#include "ina/protocol/features.h"
+#include "ina_config.h"
+#include "worker/rdma/verbs_proto.h"
+#if INA_HAVE_RDMA
+#include "worker/rdma/verbs_mesh.h"
+#endif
 #include "worker/udp_transport.h"
 
 namespace ina {
@@ -103,7 +110,7 @@ Status check_count(const char* what, size_t count, size_t blocks, DType dtype) {
 class CommunicatorImpl final : public Communicator {
  public:
   CommunicatorImpl(const Config& cfg, std::unique_ptr<Transport> transport,
-                   std::unique_ptr<host::TcpStore> store, std::unique_ptr<host::TcpMesh> mesh)
+                   std::unique_ptr<host::TcpStore> store, std::unique_ptr<host::Context> mesh)
       : cfg_(cfg),
         store_(std::move(store)),
         mesh_(std::move(mesh)),
@@ -376,7 +383,7 @@ class CommunicatorImpl final : public Communicator {
   const Config cfg_;
   std::unique_ptr<IncEngine> engine_;          // null: host only
   std::unique_ptr<host::TcpStore> store_;      // rank 0 serves the rendezvous while it lives
-  std::unique_ptr<host::TcpMesh> mesh_;        // null: no store configured
+  std::unique_ptr<host::Context> mesh_;        // TcpMesh or VerbsMesh; null: no store configured
   bool host_path_ = false;
   uint64_t straggle_state_ = effective_fault_seed(cfg_) ^ 0x484f5354ull;  // host-path stragglers
   uint32_t block_elems_;                       // the engine's adopted block size (exact mode)
@@ -390,27 +397,72 @@ class CommunicatorImpl final : public Communicator {
   std::vector<int32_t> q_;                     // exact mode: the quantized words
 };
 
-Result<std::unique_ptr<host::TcpMesh>> connect_mesh(const Config& cfg,
+// The host mesh through the job's rendezvous store, on the transport INA_HOST_TRANSPORT selects.
+Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
                                                     std::unique_ptr<host::TcpStore>* store) {
+  const features::Probe rdma_probe = features::probe_rdma();
+  INA_ASSIGN_OR_RETURN(HostTransport transport,
+                       rdma::choose_host_transport(cfg.host_transport, rdma_probe.built,
+                                                   rdma_probe.usable, rdma_probe.detail));
+  // The rendezvous: the application's store (no TcpStore of our own), or INA_STORE's TcpStore,
+  // served by rank 0 while the communicator lives.
+  std::optional<host::ExternalStoreAdapter> external;
+  host::Store* base = nullptr;
+  if (cfg.external_store != nullptr) {
+    external.emplace(*cfg.external_store);
+    base = &*external;
+  } else {
+    std::string host;
+    uint16_t port = 0;
+    INA_RETURN_IF_ERROR(parse_host_port(cfg.store, "INA_STORE", &host, &port));
+    host::TcpStoreOptions so;
+    so.host = host;
+    so.port = port;
+    so.is_server = cfg.rank == 0;
+    so.connect_timeout = cfg.timeout;
+    INA_ASSIGN_OR_RETURN(*store, host::TcpStore::create(so));
+    base = store->get();
+  }
+  host::PrefixStore prefixed("ina/job" + std::to_string(cfg.job), *base);
+  // The ranks agree on one transport (their machines may differ): see agree_host_transport.
+  if (cfg.world_size > 1) {
+    const rdma::TransportVote mine{transport, cfg.host_transport};
+    INA_RETURN_IF_ERROR(prefixed.set("transport/" + std::to_string(cfg.rank),
+                                     host::to_bytes(rdma::encode_vote(mine))));
+    std::vector<rdma::TransportVote> votes;
+    for (int r = 0; r < cfg.world_size; ++r) {
+      INA_ASSIGN_OR_RETURN(host::Bytes b, prefixed.get("transport/" + std::to_string(r), cfg.timeout));
+      INA_ASSIGN_OR_RETURN(rdma::TransportVote v,
+                           rdma::decode_vote(host::to_string(b), "rank " + std::to_string(r) +
+                                                                     "'s host transport"));
+      votes.push_back(v);
+    }
+    INA_ASSIGN_OR_RETURN(transport, rdma::agree_host_transport(votes));
+  }
+  INA_DEBUG("worker", "rank %d: host transport %s (INA_HOST_TRANSPORT=%s; rdma: %s)", cfg.rank,
+            rdma::host_transport_name(transport), rdma::host_transport_name(cfg.host_transport),
+            rdma_probe.detail.c_str());
+#if INA_HAVE_RDMA
+  if (transport == HostTransport::kVerbs) {
+    INA_ASSIGN_OR_RETURN(rdma::VerbsSelection sel,
+                         rdma::parse_verbs_selection(std::getenv("INA_VERBS_DEVICE"),
+                                                     std::getenv("INA_VERBS_GID_INDEX")));
+    rdma::VerbsMeshOptions vo;
+    vo.device = sel.device;
+    vo.port = sel.port;
+    vo.gid_index = sel.gid_index;
+    vo.timeout = cfg.timeout;
+    INA_ASSIGN_OR_RETURN(std::unique_ptr<rdma::VerbsMesh> vm,
+                         rdma::VerbsMesh::connect(prefixed, cfg.rank, cfg.world_size, vo));
+    return std::unique_ptr<host::Context>(std::move(vm));
+  }
+#endif
   host::TcpMeshOptions mo;
   mo.address = cfg.mesh_address;
   mo.timeout = cfg.timeout;
-  if (cfg.external_store != nullptr) {  // the application's store: no TcpStore of our own
-    host::ExternalStoreAdapter external(*cfg.external_store);
-    host::PrefixStore prefixed("ina/job" + std::to_string(cfg.job), external);
-    return host::TcpMesh::connect(prefixed, cfg.rank, cfg.world_size, mo);
-  }
-  std::string host;
-  uint16_t port = 0;
-  INA_RETURN_IF_ERROR(parse_host_port(cfg.store, "INA_STORE", &host, &port));
-  host::TcpStoreOptions so;
-  so.host = host;
-  so.port = port;
-  so.is_server = cfg.rank == 0;
-  so.connect_timeout = cfg.timeout;
-  INA_ASSIGN_OR_RETURN(*store, host::TcpStore::create(so));
-  host::PrefixStore prefixed("ina/job" + std::to_string(cfg.job), **store);
-  return host::TcpMesh::connect(prefixed, cfg.rank, cfg.world_size, mo);
+  INA_ASSIGN_OR_RETURN(std::unique_ptr<host::TcpMesh> tm,
+                       host::TcpMesh::connect(prefixed, cfg.rank, cfg.world_size, mo));
+  return std::unique_ptr<host::Context>(std::move(tm));
 }
 
 }  // namespace
@@ -429,7 +481,7 @@ Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
                                                           effective_fault_seed(cfg));
   }
   std::unique_ptr<host::TcpStore> store;
-  std::unique_ptr<host::TcpMesh> mesh;
+  std::unique_ptr<host::Context> mesh;
   if (!cfg.store.empty() || cfg.external_store != nullptr) {
     INA_ASSIGN_OR_RETURN(mesh, connect_mesh(cfg, &store));
   } else if (!transport) {

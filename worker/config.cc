@@ -234,6 +234,18 @@ Result<Config> Config::from_env() {
       return bad_value("INA_TRANSPORT", transport, "auto, udp or host");
     }
   }
+  std::string_view host_transport;
+  if (get_env("INA_HOST_TRANSPORT", &host_transport)) {
+    if (host_transport == "auto") {
+      c.host_transport = HostTransport::kAuto;
+    } else if (host_transport == "tcp") {
+      c.host_transport = HostTransport::kTcp;
+    } else if (host_transport == "verbs") {
+      c.host_transport = HostTransport::kVerbs;
+    } else {
+      return bad_value("INA_HOST_TRANSPORT", host_transport, "auto, tcp or verbs");
+    }
+  }
   if (!have_aggregator && !c.store.empty()) c.host_only = true;
   INA_RETURN_IF_ERROR(
       env_unsigned("INA_JOB", 0, std::numeric_limits<uint32_t>::max(), false, &c.job));

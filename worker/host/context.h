@@ -1,6 +1,7 @@
 // What a host collective sees of the job: its rank, the world size, and point-to-point byte
 // messages to and from peers (Gloo's Context and Pair). Algorithms take a Context& and never a
-// concrete transport, so the same schedule runs over TCP (TcpMesh) or, later, RDMA verbs.
+// concrete transport, so the same schedule runs over TCP (TcpMesh) or RDMA verbs
+// (rdma::VerbsMesh, worker/rdma/verbs_mesh.h).
 //
 // Semantics, which every implementation keeps:
 //   * isend/irecv post an operation and return at once; the buffer must stay valid and untouched
@@ -39,6 +40,7 @@ class Context {
   virtual int size() const = 0;
   // The deadline of every wait.
   virtual std::chrono::milliseconds timeout() const = 0;
+  virtual void set_timeout(std::chrono::milliseconds t) = 0;
 
   virtual Handle isend(int peer, const void* buf, size_t bytes) = 0;
   virtual Handle irecv(int peer, void* buf, size_t bytes) = 0;

@@ -47,7 +47,7 @@ class TcpMesh final : public Context {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
-  void set_timeout(std::chrono::milliseconds t) { timeout_ = t; }
+  void set_timeout(std::chrono::milliseconds t) override { timeout_ = t; }
 
   Handle isend(int peer, const void* buf, size_t bytes) override;
   Handle irecv(int peer, void* buf, size_t bytes) override;

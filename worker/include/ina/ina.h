@@ -25,7 +25,11 @@
  *                                integers, bitwise identical to the aggregator's result;
  *                                float: reduces the floats (best precision)
  *   INA_ALGO=ring|hd|tree        host AllReduce algorithm (default: a cost model picks)
- * The host-path settings (INA_STORE .. INA_ALGO) come from the environment only: ina_config_t
+ *   INA_HOST_TRANSPORT=auto|tcp|verbs  the host mesh's transport: auto (default) RDMA verbs when
+ *                                libina has the rdma feature and the machine an RDMA device,
+ *                                else TCP; verbs without them fails naming the reason
+ *   INA_VERBS_DEVICE=name[:port], INA_VERBS_GID_INDEX=n  the verbs device, port and GID index
+ * The host-path settings (INA_STORE .. INA_VERBS_GID_INDEX) come from the environment only: ina_config_t
  * has no fields for them (it stays version 1).
  */
 #ifndef INA_INA_H_

@@ -50,8 +50,9 @@ enum class FallbackMode : uint8_t { kExact = 0, kFloat = 1 };
 // A rendezvous store the application already has (PyTorch's c10d::Store, an MPI job's own
 // exchange). With Config::external_store set, the host mesh meets through it instead of through
 // libina's TcpStore, which would otherwise serve INA_STORE / MASTER_ADDR:MASTER_PORT itself and
-// collide with the launcher's store on the same port. libina writes "ina/job<J>/mesh/addr/<rank>"
-// keys. It calls the store only inside Communicator::create, from the creating thread.
+// collide with the launcher's store on the same port. libina writes keys under "ina/job<J>/"
+// (mesh addresses, the host-transport vote, verbs queue pair info). It calls the store only
+// inside Communicator::create, from the creating thread.
 // The C ABI's form is ina_store_t (ina.h).
 class ExternalStore {
  public:
@@ -61,6 +62,13 @@ class ExternalStore {
   virtual Result<std::vector<uint8_t>> get(const std::string& key,
                                            std::chrono::milliseconds timeout) = 0;
 };
+// The peer transport of the host collectives (INA_HOST_TRANSPORT=auto|tcp|verbs):
+//   kAuto   RDMA verbs when libina was built with the rdma feature and the machine has an RDMA
+//           device, else TCP.
+//   kTcp    the TCP mesh.
+//   kVerbs  RC queue pairs over RDMA verbs; creating the communicator fails naming the reason
+//           when the feature is not built or no device exists.
+enum class HostTransport : uint8_t { kAuto = 0, kTcp = 1, kVerbs = 2 };
 
 struct Config {
   int rank = -1;
@@ -87,6 +95,7 @@ struct Config {
   // Borrowed, must outlive Communicator::create; null: the mesh uses `store` as above. When set,
   // it replaces `store` for the rendezvous (no TcpStore is started) and enables the host mesh.
   ExternalStore* external_store = nullptr;
+  HostTransport host_transport = HostTransport::kAuto;  // INA_HOST_TRANSPORT=auto|tcp|verbs
 
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
