@@ -25,6 +25,8 @@
 #include <rte_prefetch.h>
 #include <rte_ring.h>
 
+#include <time.h>
+
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -102,6 +104,12 @@ frame::HwCheck l4_check(uint64_t f) {
     case RTE_MBUF_F_RX_L4_CKSUM_BAD: return frame::HwCheck::kBad;
     default: return frame::HwCheck::kUnknown;
   }
+}
+
+uint64_t now_ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 void set_len(rte_mbuf* m, size_t len) {
@@ -355,6 +363,7 @@ void DpdkAggregator::Lcore::loop() {
   const unsigned n = static_cast<unsigned>(a.lcores_.size());
   rte_mbuf* pkts[kMaxBurst];
   uint64_t last_dropped = 0;
+  const uint64_t cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID), wall0 = now_ns(CLOCK_MONOTONIC);
   while (!a.stop_.load(std::memory_order_relaxed)) {
     uint16_t got = 0;
     if (has_rxq) {
@@ -399,6 +408,8 @@ void DpdkAggregator::Lcore::loop() {
   // Frames staged or queued for tx are sent; frames other lcores may still hand over are freed
   // by the destructor.
   flush_tx();
+  c.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+  c.wall_ns += now_ns(CLOCK_MONOTONIC) - wall0;
 }
 
 // `verified`: handed over by another lcore, which classified it and checked its checksums.
