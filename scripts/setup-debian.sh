@@ -10,6 +10,8 @@ packages=(
   libibverbs-dev                           # rdma feature (compiles here; no RDMA at run time)
   openmpi-bin libopenmpi-dev libgloo-dev   # peers for side-by-side benchmarks
   iproute2 nftables                        # network namespaces and loss injection
+  libdpdk-dev dpdk dpdk-dev                # dpdk feature (optional): DPDK aggregator; dpdk-dev
+                                           # has dpdk-testpmd, the reference of ina-dpdk-bench
 )
 
 missing=()
