@@ -10,9 +10,10 @@
 //   5. replies collected in a tx array go out in bursts; the few counters are published.
 // A reply to the sender reuses the received mbuf. A result for every rank is encoded once in the
 // received mbuf; each other rank's frame is a fresh mbuf with a copy of the encoded datagram and
-// its own headers (the UDP checksum of the datagram is summed once). Copies rather than indirect
-// mbufs: a result is at most 4 KiB, a copy of it is cheaper than the extra segment and refcount
-// traffic, and every PMD transmits single-segment frames, where not every one takes chains.
+// its own headers (the UDP checksum of the datagram is summed once). Copies are the default because
+// every PMD transmits single-segment frames (not every one takes chains); indirect_multicast
+// chains a header mbuf to a clone of the one datagram instead (see ina-dpdk-bench --indirect for
+// the cost of each).
 #include "aggregator/dpdk_backend.h"
 
 #include <rte_eal.h>
@@ -303,8 +304,10 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
     }
     l->stage.assign(n, {});
     for (auto& s : l->stage) s.reserve(kMaxBurst);
-    // A burst of frames can each complete a slot whose result goes to every rank.
-    l->tx.assign(size_t{kMaxBurst} * (max_world + 1), nullptr);
+    // A burst of frames can each complete a slot whose result goes to every rank; send() flushes
+    // when the array is full, so large worlds only cap it.
+    l->tx.assign(std::clamp<size_t>(size_t{opts.burst} * (max_world + 1), 2 * kMaxBurst, 65536),
+                 nullptr);
     a->lcores_.push_back(std::move(l));
   }
   return a;
@@ -548,6 +551,39 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   if (last < 0) {
     c.unroutable += peers != nullptr ? peers->size() : 1;
     rte_pktmbuf_free(m);
+    return;
+  }
+  if (a.opts_.indirect_multicast) {
+    // m becomes the datagram alone; each rank gets a header mbuf chained to a clone of it (the
+    // last rank to m itself).
+    set_len(m, flen);
+    rte_pktmbuf_adj(m, static_cast<uint16_t>(frame::kUdpHeadroom));
+    for (int k = 0; k <= last; ++k) {
+      const Peer& pe = (*peers)[static_cast<size_t>(k)];
+      if (!pe.known) {
+        ++c.unroutable;
+        continue;
+      }
+      rte_mbuf* h = rte_pktmbuf_alloc(a.pool_);
+      rte_mbuf* seg = k == last ? m : rte_pktmbuf_clone(m, a.pool_);
+      if (h == nullptr || seg == nullptr) [[unlikely]] {
+        ++c.no_mbuf;
+        rte_pktmbuf_free(h);
+        if (seg != m) rte_pktmbuf_free(seg);
+        if (k == last) rte_pktmbuf_free(m);
+        continue;
+      }
+      set_len(h, frame::write_udp_headers(rte_pktmbuf_mtod(h, uint8_t*), src, pe.ep, len, sum,
+                                          ip_id++) - len);
+      if (rte_pktmbuf_chain(h, seg) != 0) [[unlikely]] {
+        ++c.reply_too_big;
+        rte_pktmbuf_free(h);
+        if (seg != m) rte_pktmbuf_free(seg);
+        if (k == last) rte_pktmbuf_free(m);
+        continue;
+      }
+      send(h);
+    }
     return;
   }
   for (int k = 0; k < last; ++k) {

@@ -46,6 +46,10 @@ struct DpdkOptions {
   uint32_t mbufs = 16383;      // mbuf pool size
   uint32_t handoff_ring = 1024;  // per lcore pair
   unsigned lcores = 0;         // worker lcores to use, the first ones (0: every worker lcore)
+  // Results for every rank: false: one single-segment copy per rank (the default: every PMD sends
+  // those); true: per rank a 42-byte header mbuf chained to an indirect mbuf (rte_pktmbuf_clone)
+  // of the one encoded datagram, for ports that transmit chains (ina-dpdk-bench --indirect).
+  bool indirect_multicast = false;
   // Configure the port (queues, pool) and start it. When false the caller configured and started
   // it (tests with rte_eth_from_rings do this to own the rings): it must have at least as many tx
   // queues as worker lcores; rx queues beyond the workers are not polled.

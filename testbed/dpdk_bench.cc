@@ -2,7 +2,7 @@
 // dpdk-testpmd's io forwarding on a net_ring vdev with the same frame size, in the same run.
 //
 //   ina-dpdk-bench [--elems 64,256,1024] [--seconds 1] [--world 4] [--slots 128] [--lcores 1]
-//                  [--testpmd dpdk-testpmd|none] [-- <EAL arguments>]
+//                  [--indirect] [--testpmd dpdk-testpmd|none] [-- <EAL arguments>]
 //
 // The generator runs on the main lcore: it plays `world` ranks streaming blocks through the
 // slots (every block: one DATA frame per rank), each frame an mbuf filled from a per-(rank, slot
@@ -206,7 +206,7 @@ TestpmdResult run_testpmd(const std::string& bin, const std::string& lcores, siz
 }
 
 bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, double seconds,
-              rte_mempool* gen_pool, SizeResult* res) {
+              bool indirect, rte_mempool* gen_pool, SizeResult* res) {
   static int serial = 0;
   const std::string base = "b" + std::to_string(serial++);
   rte_ring* rx = rte_ring_create((base + "rx").c_str(), 4096, rte_socket_id(),
@@ -228,6 +228,7 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
   o.udp_port = kAggPort;
   o.lcores = lcores;
   o.mbufs = 16383;
+  o.indirect_multicast = indirect;
   ina::agg::JobConfig job;
   job.job = 1;
   job.key = 42;
@@ -396,6 +397,7 @@ int main(int argc, char** argv) {
   uint32_t slots = 128;
   unsigned lcores = 1;
   std::string testpmd = "dpdk-testpmd";
+  bool indirect = false;
   std::vector<std::string> eal_extra;
   app.add_option("--elems", sizes, "elements per packet")->delimiter(',')->capture_default_str();
   app.add_option("--seconds", seconds, "per size (keep it short: shared machines)")
@@ -406,6 +408,8 @@ int main(int argc, char** argv) {
   app.add_option("--lcores", lcores, "aggregator worker lcores")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
+  app.add_flag("--indirect", indirect,
+               "results to every rank as header + indirect datagram chains instead of copies");
   app.add_option("--testpmd", testpmd, "dpdk-testpmd binary, or 'none'")->capture_default_str();
   app.add_option("eal", eal_extra, "extra EAL arguments, after --");
   CLI11_PARSE(app, argc, argv);
@@ -433,8 +437,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("# ina-dpdk-bench: world %u, slots %u, %u aggregator lcore(s), %.1f s per size, "
-              "net_ring in process; testpmd io fwd on net_ring0 (lcores %s)\n",
-              world, slots, lcores, seconds, lcore_map.c_str());
+              "results %s, net_ring in process; testpmd io fwd on net_ring0 (lcores %s)\n",
+              world, slots, lcores, seconds, indirect ? "indirect (chains)" : "copied",
+              lcore_map.c_str());
   std::printf("# Mpps: frames per wall second; /cpu: per CPU second of the polling thread(s) (the\n"
               "# fair figure where CPU is shared or capped); ratio = agg/cpu over testpmd/cpu.\n");
   std::printf("# %5s %5s %9s %9s %8s %8s %6s %10s %10s %7s %6s  %s\n", "elems", "frame",
@@ -443,7 +448,7 @@ int main(int argc, char** argv) {
   int rc = 0;
   for (uint16_t e : sizes) {
     SizeResult r;
-    if (!run_size(e, world, slots, lcores, seconds, gen_pool, &r)) {
+    if (!run_size(e, world, slots, lcores, seconds, indirect, gen_pool, &r)) {
       rc = 1;
       break;
     }

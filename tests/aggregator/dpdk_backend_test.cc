@@ -99,6 +99,7 @@ class RingPort {
     for (rte_ring* r : tx_) rte_ring_free(r);
   }
   const std::string& name() const { return name_; }
+  uint64_t segments_seen() const { return segs_; }
 
   void inject(const std::vector<uint8_t>& f) {
     rte_mbuf* m = rte_pktmbuf_alloc(g_pool);
@@ -112,9 +113,12 @@ class RingPort {
     for (unsigned q = 0; q < tx_.size(); ++q) {
       rte_mbuf* m;
       while (rte_ring_dequeue(tx_[q], reinterpret_cast<void**>(&m)) == 0) {
-        EXPECT_EQ(m->nb_segs, 1);
-        const uint8_t* d = rte_pktmbuf_mtod(m, const uint8_t*);
-        out.push_back(Rx{std::vector<uint8_t>(d, d + m->data_len), q});
+        // Chains (indirect multicast) are read across their segments.
+        std::vector<uint8_t> bytes(m->pkt_len);
+        const void* d = rte_pktmbuf_read(m, 0, m->pkt_len, bytes.data());
+        if (d != bytes.data()) std::memcpy(bytes.data(), d, m->pkt_len);
+        segs_ += m->nb_segs;
+        out.push_back(Rx{std::move(bytes), q});
         rte_pktmbuf_free(m);
       }
     }
@@ -138,6 +142,7 @@ class RingPort {
   std::vector<rte_ring*> tx_;
   uint16_t port_ = 0;
   std::string name_;
+  uint64_t segs_ = 0;
 };
 
 // A reply as rank `r` sees it: addressed to r and a valid INA datagram (checksums included).
@@ -188,7 +193,8 @@ struct Running {
   }
 };
 
-std::unique_ptr<Running> start(unsigned lcores, uint32_t world, uint32_t slots, uint16_t elems) {
+std::unique_ptr<Running> start(unsigned lcores, uint32_t world, uint32_t slots, uint16_t elems,
+                               bool indirect = false) {
   auto r = std::make_unique<Running>();
   r->port = std::make_unique<RingPort>(lcores);
   DpdkOptions o;
@@ -199,6 +205,7 @@ std::unique_ptr<Running> start(unsigned lcores, uint32_t world, uint32_t slots, 
   o.mac = kAggMac;
   o.mbufs = 4095;
   o.lcores = lcores;
+  o.indirect_multicast = indirect;
   JobConfig j;
   j.job = kJob;
   j.key = kKey;
@@ -243,11 +250,13 @@ int32_t value(uint32_t rank, uint32_t block, uint32_t i) {
          ((i + rank) % 3 == 0 ? -1 : 1);
 }
 
-class DpdkLoop : public ::testing::TestWithParam<unsigned> {
+// Parameters: worker lcores, indirect multicast.
+class DpdkLoop : public ::testing::TestWithParam<std::tuple<unsigned, bool>> {
  protected:
   void SetUp() override {
-    if (GetParam() > g_workers) {
-      GTEST_SKIP() << "needs " << GetParam() << " worker lcores, the EAL has " << g_workers;
+    if (std::get<0>(GetParam()) > g_workers) {
+      GTEST_SKIP() << "needs " << std::get<0>(GetParam()) << " worker lcores, the EAL has "
+                   << g_workers;
     }
   }
 };
@@ -255,10 +264,11 @@ class DpdkLoop : public ::testing::TestWithParam<unsigned> {
 // Randomized order, 15% duplicates and 10% loss (resent later with RETRANSMIT) over two epochs
 // of every slot copy: each rank gets every block's exact sum.
 TEST_P(DpdkLoop, ShuffledDuplicatedLossyTrafficGivesExactSums) {
-  const unsigned lcores = GetParam();
+  const unsigned lcores = std::get<0>(GetParam());
+  const bool indirect = std::get<1>(GetParam());
   constexpr uint32_t kWorld = 4, kSlots = 8, kEpochs = 2;
   constexpr uint16_t kElems = 64;
-  auto run = start(lcores, kWorld, kSlots, kElems);
+  auto run = start(lcores, kWorld, kSlots, kElems, indirect);
   ASSERT_NE(run, nullptr);
   join(*run, kWorld, kSlots, kElems);
   std::mt19937 rng(1234 + lcores);
@@ -354,6 +364,13 @@ TEST_P(DpdkLoop, ShuffledDuplicatedLossyTrafficGivesExactSums) {
   const DpdkLoopCounters lc = run->agg->loop_totals();
   EXPECT_EQ(lc.tx_dropped + lc.handoff_dropped + lc.no_mbuf + lc.unroutable, 0u);
   EXPECT_GE(results_total, uint64_t{kEpochs} * 2 * kSlots * kWorld);
+  // Copies are single segments; indirect results are header + datagram chains.
+  const uint64_t frames = lc.tx;
+  if (indirect) {
+    EXPECT_GT(run->port->segments_seen(), frames);
+  } else {
+    EXPECT_EQ(run->port->segments_seen(), frames);
+  }
   if (lcores > 1) {
     EXPECT_GT(lc.handed_off, 0u);
     for (unsigned i = 0; i < lcores; ++i) EXPECT_GT(run->agg->engine(i).counters().completed, 0u);
@@ -362,9 +379,9 @@ TEST_P(DpdkLoop, ShuffledDuplicatedLossyTrafficGivesExactSums) {
 
 // Malformed frames are counted by reason and never answered; ARP and ICMP echo are answered.
 TEST_P(DpdkLoop, MalformedFramesCountedArpAndPingAnswered) {
-  const unsigned lcores = GetParam();
+  const unsigned lcores = std::get<0>(GetParam());
   constexpr uint32_t kWorld = 2;
-  auto run = start(lcores, kWorld, 4, 16);
+  auto run = start(lcores, kWorld, 4, 16, std::get<1>(GetParam()));
   ASSERT_NE(run, nullptr);
   join(*run, kWorld, 4, 16);
 
@@ -488,8 +505,12 @@ TEST_P(DpdkLoop, MalformedFramesCountedArpAndPingAnswered) {
   EXPECT_EQ(e.completed, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Lcores, DpdkLoop, ::testing::Values(1u, 2u),
-                         [](const auto& p) { return std::to_string(p.param) + "_lcores"; });
+INSTANTIATE_TEST_SUITE_P(Lcores, DpdkLoop,
+                         ::testing::Combine(::testing::Values(1u, 2u), ::testing::Bool()),
+                         [](const auto& p) {
+                           return std::to_string(std::get<0>(p.param)) + "_lcores" +
+                                  (std::get<1>(p.param) ? "_indirect" : "_copies");
+                         });
 
 // CPUs this process may run on, for the EAL's lcore map.
 std::vector<int> allowed_cpus() {
