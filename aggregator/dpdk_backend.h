@@ -9,8 +9,11 @@
 // copy); an lcore that receives a packet of another lcore's slot hands it over through a
 // single-producer single-consumer rte_ring (RSS cannot do this: the slot is inside the INA header,
 // not in the 5-tuple, and a worker sends every slot from one UDP port). HELLOs go to every lcore
-// (each runs its own join barrier); only lcore 0 answers them. No locks, allocation or logging in
-// the loop; each lcore publishes a few counters (relaxed atomics) that the main lcore prints.
+// (each runs its own join barrier); only lcore 0 answers them. With one rx queue (every vdev here)
+// an lcore always sees the last HELLO before the first DATA of the new round (one FIFO ring from
+// the rx lcore); with RSS over several rx queues a DATA frame can overtake the HELLO copy, and that
+// lcore drops it as not-ready until the worker retransmits. No locks, allocation or logging in the
+// loop; each lcore publishes a few counters (relaxed atomics) that the main lcore prints.
 #pragma once
 
 #include <atomic>
