@@ -3,6 +3,8 @@
 //   ina-aggregator --world-size 8 [--port 47474] [--slots 512] [--block-elems 256] [--job 1]
 //                  [--key 0x...] [--stats-interval-ms 5000] ...
 //
+//   ina-aggregator --backend dpdk --ip 10.0.0.1 [--dpdk-port net_ring0] ... -- <EAL arguments>
+//
 // Serves one job until SIGINT/SIGTERM, then prints its counters and exits 0.
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -17,6 +19,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
@@ -25,6 +28,9 @@
 #include "ina/protocol/log.h"
 #include "ina/protocol/wire.h"
 #include "ina_config.h"
+#if INA_HAVE_DPDK
+#include "aggregator/dpdk_main.h"
+#endif
 
 namespace {
 
@@ -106,6 +112,10 @@ int main(int argc, char** argv) {
   std::string log_level;
   bool no_gro = false;
   bool no_gso = false;
+  std::string backend = "udp";
+  std::string dpdk_port, dpdk_ip, dpdk_mac;
+  uint16_t dpdk_burst = 32;
+  std::vector<std::string> eal_args;
 
   app.add_option("--bind", opts.bind_host, "IPv4 address or host name to bind")
       ->capture_default_str();
@@ -150,6 +160,17 @@ int main(int argc, char** argv) {
   app.add_option("--log-level", log_level, "error, warn, info or debug (default: INA_LOG_LEVEL)")
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
 
+  app.add_option("--backend", backend, "udp (kernel sockets) or dpdk (EAL arguments after --)")
+      ->check(CLI::IsMember({"udp", "dpdk"}))
+      ->capture_default_str();
+  app.add_option("--dpdk-port", dpdk_port, "dpdk: port name (net_ring0, a PCI address) or number");
+  app.add_option("--ip", dpdk_ip, "dpdk: our IPv4 address (answers ARP and ping for it)");
+  app.add_option("--mac", dpdk_mac, "dpdk: our MAC address (default: the port's)");
+  app.add_option("--burst", dpdk_burst, "dpdk: rx/tx burst size")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("eal", eal_args, "dpdk: EAL arguments, after --");
+
   CLI11_PARSE(app, argc, argv);
 
   if (!log_level.empty()) {
@@ -166,6 +187,28 @@ int main(int argc, char** argv) {
 
   if (!install_signal_handlers()) {
     std::fprintf(stderr, "ina-aggregator: sigaction: %s\n", std::strerror(errno));
+    return 1;
+  }
+  if (backend == "dpdk") {
+#if INA_HAVE_DPDK
+    ina::agg::DpdkCliOptions d;
+    d.port = dpdk_port;
+    d.ip = dpdk_ip;
+    d.mac = dpdk_mac;
+    d.udp_port = opts.port;
+    d.burst = dpdk_burst;
+    d.stats_ms = stats_ms;
+    d.eal_args = eal_args;
+    return ina::agg::run_dpdk_aggregator(d, job, g_stop);
+#else
+    std::fprintf(stderr, "ina-aggregator: --backend dpdk: built without DPDK (-Ddpdk=enabled "
+                         "with libdpdk-dev installed)\n");
+    return 1;
+#endif
+  }
+  if (!eal_args.empty()) {
+    std::fprintf(stderr, "ina-aggregator: arguments after -- are EAL arguments, for --backend dpdk "
+                         "only\n");
     return 1;
   }
 

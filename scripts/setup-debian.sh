@@ -13,6 +13,8 @@ packages=(
   python3 python3-numpy python3-matplotlib # testbed harness, simulator, plots
   python3-torch libtorch-dev python3-dev pybind11-dev  # torch feature: the "ina" c10d backend
   python3-sklearn                          # its DDP example and test (digits dataset)
+  libdpdk-dev dpdk dpdk-dev                # dpdk feature (optional): DPDK aggregator; dpdk-dev
+                                           # has dpdk-testpmd, the reference of ina-dpdk-bench
 )
 
 missing=()

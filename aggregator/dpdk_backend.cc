@@ -1,0 +1,781 @@
+// DPDK backend (see dpdk_backend.h).
+//
+// Each worker lcore runs the same loop, chosen once before it starts:
+//   1. rx_burst on its rx queue (when it has one), prefetching a few frames ahead;
+//   2. classify each frame (frame.h, with the NIC's checksum flags when it reports them): ARP and
+//      ICMP echo are answered in place; drops are counted and freed; an INA frame of a slot owned
+//      by another lcore is staged for that lcore, a HELLO copied to every lcore;
+//   3. the staged frames go out in one enqueue per destination ring;
+//   4. frames handed over by the other lcores are processed (their checksums were checked);
+//   5. replies collected in a tx array go out in bursts; the few counters are published.
+// A reply to the sender reuses the received mbuf. A result for every rank is encoded once in the
+// received mbuf; each other rank's frame is a fresh mbuf with a copy of the encoded datagram and
+// its own headers (the UDP checksum of the datagram is summed once). Copies are the default because
+// every PMD transmits single-segment frames (not every one takes chains); indirect_multicast
+// chains a header mbuf to a clone of the one datagram instead (see ina-dpdk-bench --indirect for
+// the cost of each).
+#include "aggregator/dpdk_backend.h"
+
+#include <rte_eal.h>
+#include <rte_errno.h>
+#include <rte_ethdev.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_mempool.h>
+#include <rte_prefetch.h>
+#include <rte_ring.h>
+
+#include <time.h>
+
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <map>
+
+#include "ina/protocol/log.h"
+#include "ina/protocol/wire.h"
+
+namespace ina::agg {
+
+namespace {
+constexpr const char* kComponent = "dpdk";
+constexpr uint16_t kMaxBurst = 256;
+constexpr unsigned kPrefetchAhead = 3;
+std::atomic<unsigned> g_instance{0};  // unique names of pools and rings
+
+Status dpdk_error(const std::string& what, int err) {
+  return Status(StatusCode::kInternal, "dpdk: " + what + ": " + rte_strerror(err < 0 ? -err : err));
+}
+}  // namespace
+
+struct Peer {
+  bool known = false;
+  frame::Endpoint ep;
+};
+
+// Published counters, read by the main lcore while the loop runs.
+struct alignas(64) Published {
+  std::atomic<uint64_t> rx{0}, tx{0}, completed{0}, dropped{0}, handed_off{0};
+};
+
+struct alignas(64) DpdkAggregator::Lcore {
+  DpdkAggregator* self = nullptr;
+  unsigned idx = 0;
+  unsigned lcore_id = 0;
+  bool has_rxq = false;
+  uint16_t queue = 0;  // rx queue (when has_rxq) and tx queue
+  std::unique_ptr<Engine> engine;
+  frame::Counters fc;
+  DpdkLoopCounters c;
+  Published pub;
+  std::map<JobId, std::vector<Peer>> peer_table;  // per job, by rank: learnt from packets
+  std::vector<rte_ring*> in;                  // from lcore src (nullptr for self)
+  std::vector<rte_ring*> out;                 // to lcore dst (nullptr for self)
+  std::vector<std::vector<rte_mbuf*>> stage;  // per destination, capacity burst
+  std::vector<rte_mbuf*> tx;                  // replies waiting for tx_burst
+  size_t tx_n = 0;
+  uint16_t ip_id = 0;
+
+  void loop();
+  void on_frame(rte_mbuf* m, bool verified);
+  void process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello);
+  void send(rte_mbuf* m);
+  void flush_tx();
+  void flush_stage();
+};
+
+namespace {
+int launch(void* arg) {
+  static_cast<DpdkAggregator::Lcore*>(arg)->loop();
+  return 0;
+}
+
+frame::HwCheck ip_check(uint64_t f) {
+  switch (f & RTE_MBUF_F_RX_IP_CKSUM_MASK) {
+    case RTE_MBUF_F_RX_IP_CKSUM_GOOD: return frame::HwCheck::kGood;
+    case RTE_MBUF_F_RX_IP_CKSUM_BAD: return frame::HwCheck::kBad;
+    default: return frame::HwCheck::kUnknown;
+  }
+}
+frame::HwCheck l4_check(uint64_t f) {
+  switch (f & RTE_MBUF_F_RX_L4_CKSUM_MASK) {
+    case RTE_MBUF_F_RX_L4_CKSUM_GOOD: return frame::HwCheck::kGood;
+    case RTE_MBUF_F_RX_L4_CKSUM_BAD: return frame::HwCheck::kBad;
+    default: return frame::HwCheck::kUnknown;
+  }
+}
+
+uint64_t now_ns(clockid_t clock) {
+  timespec ts{};
+  clock_gettime(clock, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void set_len(rte_mbuf* m, size_t len) {
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = static_cast<uint32_t>(len);
+}
+}  // namespace
+
+Status dpdk_eal_init(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  std::vector<std::string> copy = args;
+  if (copy.empty()) copy.push_back("ina-aggregator");
+  for (std::string& s : copy) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  const int rc = rte_eal_init(static_cast<int>(copy.size()), argv.data());
+  if (rc < 0) {
+    return Status(StatusCode::kUnavailable,
+                  std::string("dpdk: the EAL cannot start: ") + rte_strerror(rte_errno));
+  }
+  if (static_cast<size_t>(rc) + 1 != copy.size()) {
+    return invalid_argument("dpdk: EAL arguments not understood, starting at '" +
+                            copy[static_cast<size_t>(rc) + 1] + "'");
+  }
+  return ok_status();
+}
+
+void dpdk_eal_cleanup() { rte_eal_cleanup(); }
+
+Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions& opts,
+                                                               const std::vector<JobConfig>& jobs) {
+  if (jobs.empty()) return invalid_argument("dpdk: at least one job is required");
+  if (opts.ip == 0) return invalid_argument("dpdk: --ip (our IPv4 address, a.b.c.d) is required");
+  if (opts.burst < 1 || opts.burst > kMaxBurst) {
+    return invalid_argument("dpdk: burst must be in 1.." + std::to_string(kMaxBurst));
+  }
+  std::unique_ptr<DpdkAggregator> a(new DpdkAggregator());
+  a->opts_ = opts;
+  const unsigned inst = g_instance.fetch_add(1);
+
+  // The port: by name, else by number.
+  uint16_t port = 0;
+  if (!opts.port.empty()) {
+    if (rte_eth_dev_get_port_by_name(opts.port.c_str(), &port) != 0) {
+      char* end = nullptr;
+      const unsigned long v = std::strtoul(opts.port.c_str(), &end, 10);
+      if (end == opts.port.c_str() || *end != '\0' || v > UINT16_MAX) {
+        return invalid_argument("dpdk: port '" + opts.port +
+                                "' is neither a DPDK port name nor a port number (ports: " +
+                                std::to_string(rte_eth_dev_count_avail()) + ")");
+      }
+      port = static_cast<uint16_t>(v);
+    }
+  }
+  if (!rte_eth_dev_is_valid_port(port)) {
+    return invalid_argument("dpdk: no DPDK port " + std::to_string(port) + " (" +
+                            std::to_string(rte_eth_dev_count_avail()) +
+                            " available; add one with EAL --vdev or -a)");
+  }
+  a->port_ = port;
+
+  std::vector<unsigned> workers;
+  unsigned lc;
+  RTE_LCORE_FOREACH_WORKER(lc) {
+    if (opts.lcores == 0 || workers.size() < opts.lcores) workers.push_back(lc);
+  }
+  if (workers.empty()) {
+    return invalid_argument(
+        "dpdk: no worker lcore: give the EAL at least two lcores (e.g. -l 0-1); the main lcore "
+        "prints counters, the workers run the data plane");
+  }
+  const unsigned n = static_cast<unsigned>(workers.size());
+
+  rte_eth_dev_info info{};
+  int rc = rte_eth_dev_info_get(port, &info);
+  if (rc != 0) return dpdk_error("rte_eth_dev_info_get", rc);
+
+  // Largest frame: headers + the largest packet of any job (control replies are smaller).
+  size_t max_frame = frame::kUdpHeadroom + wire::packet_size(2);
+  for (const JobConfig& j : jobs) {
+    max_frame = std::max(max_frame, frame::kUdpHeadroom + wire::packet_size(j.slots.max_elems));
+    max_frame = std::max(max_frame, frame::kUdpHeadroom +
+                                        wire::packet_size(static_cast<uint16_t>(
+                                            1 + (j.slots.world_size + 31) / 32)));
+  }
+  const uint16_t data_room =
+      static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<size_t>(max_frame + 4, 2048));
+  const std::string pool_name = "ina_agg_" + std::to_string(inst);
+  a->pool_ = rte_pktmbuf_pool_create(pool_name.c_str(), opts.mbufs, 256, 0, data_room,
+                                     rte_eth_dev_socket_id(port));
+  if (a->pool_ == nullptr) return dpdk_error("mbuf pool " + pool_name, rte_errno);
+
+  if (opts.configure_port) {
+    if (info.max_tx_queues < n) {
+      return invalid_argument("dpdk: port " + opts.port + " has " +
+                              std::to_string(info.max_tx_queues) + " tx queues, fewer than the " +
+                              std::to_string(n) + " worker lcores: use fewer lcores");
+    }
+    a->rx_queues_ = static_cast<uint16_t>(std::min<unsigned>(n, info.max_rx_queues));
+    rte_eth_conf conf{};
+    if (a->rx_queues_ > 1) {
+      const uint64_t hf = info.flow_type_rss_offloads & (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP);
+      if (hf != 0) {
+        conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
+        conf.rx_adv_conf.rss_conf.rss_hf = hf;
+      } else {
+        a->rx_queues_ = 1;  // no way to spread frames over queues: one rx lcore, handoff
+      }
+    }
+    conf.rxmode.offloads =
+        info.rx_offload_capa & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM);
+    if (max_frame > RTE_ETHER_MAX_LEN) {
+      conf.rxmode.mtu = static_cast<uint32_t>(max_frame - RTE_ETHER_HDR_LEN);
+      if (info.max_mtu < conf.rxmode.mtu) {
+        return invalid_argument("dpdk: blocks of this size need an MTU of " +
+                                std::to_string(conf.rxmode.mtu) + "; the port allows " +
+                                std::to_string(info.max_mtu) + ": use smaller --block-elems");
+      }
+    }
+    rc = rte_eth_dev_configure(port, a->rx_queues_, static_cast<uint16_t>(n), &conf);
+    if (rc != 0) return dpdk_error("rte_eth_dev_configure", rc);
+    uint16_t rxd = opts.rx_desc, txd = opts.tx_desc;
+    rc = rte_eth_dev_adjust_nb_rx_tx_desc(port, &rxd, &txd);
+    if (rc != 0) return dpdk_error("rte_eth_dev_adjust_nb_rx_tx_desc", rc);
+    for (uint16_t q = 0; q < a->rx_queues_; ++q) {
+      rc = rte_eth_rx_queue_setup(port, q, rxd, rte_eth_dev_socket_id(port), nullptr, a->pool_);
+      if (rc != 0) return dpdk_error("rte_eth_rx_queue_setup", rc);
+    }
+    for (uint16_t q = 0; q < n; ++q) {
+      rc = rte_eth_tx_queue_setup(port, q, txd, rte_eth_dev_socket_id(port), nullptr);
+      if (rc != 0) return dpdk_error("rte_eth_tx_queue_setup", rc);
+    }
+    rc = rte_eth_dev_start(port);
+    if (rc != 0) return dpdk_error("rte_eth_dev_start", rc);
+    a->port_started_ = true;
+  } else {
+    if (info.nb_tx_queues < n) {
+      return invalid_argument("dpdk: port has " + std::to_string(info.nb_tx_queues) +
+                              " tx queues configured, fewer than the " + std::to_string(n) +
+                              " worker lcores");
+    }
+    a->rx_queues_ = static_cast<uint16_t>(std::min<unsigned>(n, info.nb_rx_queues));
+  }
+
+  a->local_.ip = opts.ip;
+  a->local_.udp_port = opts.udp_port;
+  if (opts.mac_set) {
+    a->local_.mac = opts.mac;
+  } else {
+    rte_ether_addr ea{};
+    rc = rte_eth_macaddr_get(port, &ea);
+    if (rc != 0) return dpdk_error("rte_eth_macaddr_get", rc);
+    std::memcpy(a->local_.mac.data(), ea.addr_bytes, 6);
+  }
+
+  // Handoff rings, one per ordered pair of lcores.
+  a->rings_.assign(size_t{n} * n, nullptr);
+  if (n > 1) {
+    for (unsigned s = 0; s < n; ++s) {
+      for (unsigned d = 0; d < n; ++d) {
+        if (s == d) continue;
+        const std::string name =
+            "ina_h" + std::to_string(inst) + "_" + std::to_string(s) + "_" + std::to_string(d);
+        rte_ring* r = rte_ring_create(name.c_str(), opts.handoff_ring, rte_socket_id(),
+                                      RING_F_SP_ENQ | RING_F_SC_DEQ);
+        if (r == nullptr) return dpdk_error("handoff ring " + name, rte_errno);
+        a->rings_[size_t{s} * n + d] = r;
+      }
+    }
+  }
+
+  const size_t max_world = std::max_element(jobs.begin(), jobs.end(), [](auto& x, auto& y) {
+                             return x.slots.world_size < y.slots.world_size;
+                           })->slots.world_size;
+  for (unsigned i = 0; i < n; ++i) {
+    auto l = std::make_unique<Lcore>();
+    l->self = a.get();
+    l->idx = i;
+    l->lcore_id = workers[i];
+    l->has_rxq = i < a->rx_queues_;
+    l->queue = static_cast<uint16_t>(i);
+    l->engine = std::make_unique<Engine>();
+    for (const JobConfig& j : jobs) {
+      INA_RETURN_IF_ERROR(l->engine->add_job(j));
+      l->peer_table[j.job].assign(j.slots.world_size, Peer{});
+    }
+    l->in.assign(n, nullptr);
+    l->out.assign(n, nullptr);
+    for (unsigned o = 0; o < n; ++o) {
+      l->in[o] = a->rings_[size_t{o} * n + i];
+      l->out[o] = a->rings_[size_t{i} * n + o];
+    }
+    l->stage.assign(n, {});
+    for (auto& s : l->stage) s.reserve(kMaxBurst);
+    // A burst of frames can each complete a slot whose result goes to every rank; send() flushes
+    // when the array is full, so large worlds only cap it.
+    l->tx.assign(std::clamp<size_t>(size_t{opts.burst} * (max_world + 1), 2 * kMaxBurst, 65536),
+                 nullptr);
+    a->lcores_.push_back(std::move(l));
+  }
+  return a;
+}
+
+DpdkAggregator::~DpdkAggregator() {
+  stop();
+  for (rte_ring* r : rings_) {
+    if (r == nullptr) continue;
+    rte_mbuf* m;
+    while (rte_ring_dequeue(r, reinterpret_cast<void**>(&m)) == 0) rte_pktmbuf_free(m);
+    rte_ring_free(r);
+  }
+  if (opts_.configure_port && pool_ != nullptr) {
+    // Our port: stopped and closed, its queues release their mbufs, then the pool goes.
+    if (port_started_) (void)rte_eth_dev_stop(port_);
+    (void)rte_eth_dev_close(port_);
+    rte_mempool_free(pool_);
+  }
+  // A port the caller configured may still hold mbufs of the pool in its queues: the pool stays
+  // until the EAL is released.
+}
+
+Status DpdkAggregator::start() {
+  if (running_) return Status(StatusCode::kFailedPrecondition, "dpdk: already running");
+  stop_.store(false);
+  for (auto& l : lcores_) {
+    const int rc = rte_eal_remote_launch(launch, l.get(), l->lcore_id);
+    if (rc != 0) {
+      stop_.store(true);
+      for (auto& o : lcores_) {
+        if (o.get() == l.get()) break;
+        rte_eal_wait_lcore(o->lcore_id);
+      }
+      return dpdk_error("rte_eal_remote_launch on lcore " + std::to_string(l->lcore_id), rc);
+    }
+  }
+  running_ = true;
+  return ok_status();
+}
+
+void DpdkAggregator::stop() {
+  if (!running_) return;
+  stop_.store(true, std::memory_order_relaxed);
+  for (auto& l : lcores_) rte_eal_wait_lcore(l->lcore_id);
+  running_ = false;
+  if (port_started_) {
+    (void)rte_eth_dev_stop(port_);
+    port_started_ = false;
+  }
+}
+
+void DpdkAggregator::Lcore::loop() {
+  DpdkAggregator& a = *self;
+  const uint16_t burst = a.opts_.burst;
+  const unsigned n = static_cast<unsigned>(a.lcores_.size());
+  rte_mbuf* pkts[kMaxBurst];
+  uint64_t last_dropped = 0;
+  const uint64_t cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID), wall0 = now_ns(CLOCK_MONOTONIC);
+  while (!a.stop_.load(std::memory_order_relaxed)) {
+    uint16_t got = 0;
+    if (has_rxq) {
+      got = rte_eth_rx_burst(a.port_, queue, pkts, burst);
+      for (uint16_t i = 0; i < got && i < kPrefetchAhead; ++i) {
+        rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void*));
+      }
+      for (uint16_t i = 0; i < got; ++i) {
+        if (i + kPrefetchAhead < got) {
+          rte_prefetch0(rte_pktmbuf_mtod(pkts[i + kPrefetchAhead], void*));
+        }
+        on_frame(pkts[i], false);
+      }
+      c.rx += got;
+      if (n > 1) flush_stage();
+    }
+    for (unsigned s = 0; s < n; ++s) {
+      if (in[s] == nullptr) continue;
+      const unsigned k = rte_ring_dequeue_burst(in[s], reinterpret_cast<void**>(pkts), burst,
+                                                nullptr);
+      for (unsigned i = 0; i < k; ++i) {
+        if (i + 1 < k) rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], void*));
+        on_frame(pkts[i], true);
+      }
+      c.handoff_received += k;
+      got = static_cast<uint16_t>(got + k);
+    }
+    flush_tx();
+    if (got != 0) {
+      pub.rx.store(c.rx, std::memory_order_relaxed);
+      pub.tx.store(c.tx, std::memory_order_relaxed);
+      pub.completed.store(engine->counters().completed, std::memory_order_relaxed);
+      const uint64_t dropped = fc.dropped() + engine->counters().malformed + c.tx_dropped +
+                               c.handoff_dropped + c.multi_segment;
+      if (dropped != last_dropped) {
+        pub.dropped.store(dropped, std::memory_order_relaxed);
+        last_dropped = dropped;
+      }
+      pub.handed_off.store(c.handed_off, std::memory_order_relaxed);
+    }
+  }
+  // Frames staged or queued for tx are sent; frames other lcores may still hand over are freed
+  // by the destructor.
+  flush_tx();
+  c.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+  c.wall_ns += now_ns(CLOCK_MONOTONIC) - wall0;
+}
+
+// `verified`: handed over by another lcore, which classified it and checked its checksums.
+void DpdkAggregator::Lcore::on_frame(rte_mbuf* m, bool verified) {
+  DpdkAggregator& a = *self;
+  if (m->nb_segs != 1) [[unlikely]] {
+    ++c.multi_segment;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
+  frame::Parsed p;
+  const frame::RxOffload off =
+      verified ? frame::RxOffload{frame::HwCheck::kGood, frame::HwCheck::kGood}
+               : frame::RxOffload{ip_check(m->ol_flags), l4_check(m->ol_flags)};
+  const frame::Verdict v =
+      frame::classify(std::span<const uint8_t>(data, m->data_len), a.local_, off, &p);
+  if (!verified) fc.add(v);
+  switch (v) {
+    case frame::Verdict::kIna:
+      break;
+    case frame::Verdict::kArpRequest:
+      set_len(m, frame::arp_reply(data, p, a.local_));
+      send(m);
+      return;
+    case frame::Verdict::kIcmpEcho:
+      if (rte_mbuf_refcnt_read(m) != 1 || RTE_MBUF_CLONED(m)) [[unlikely]] {
+        rte_pktmbuf_free(m);  // never write into a shared buffer
+        return;
+      }
+      set_len(m, frame::icmp_echo_reply(data, p, a.local_));
+      send(m);
+      return;
+    default:
+      rte_pktmbuf_free(m);
+      return;
+  }
+  const std::span<const uint8_t> ina = p.ina;
+  const bool hello =
+      ina.size() >= wire::kHeaderSize && (ina[wire::kOffFlags] & wire::kFlagHello) != 0;
+  const unsigned n = static_cast<unsigned>(a.lcores_.size());
+  if (n > 1 && !verified && ina.size() >= wire::kHeaderSize) {
+    if (hello) {
+      // Every lcore runs the join barrier: each gets a copy (rare: once per rank and incarnation).
+      for (unsigned d = 0; d < n; ++d) {
+        if (d == idx) continue;
+        rte_mbuf* cp = rte_pktmbuf_copy(m, a.pool_, 0, UINT32_MAX);
+        if (cp == nullptr) {
+          ++c.no_mbuf;
+          continue;
+        }
+        if (rte_ring_enqueue(out[d], cp) != 0) {
+          ++c.handoff_dropped;
+          rte_pktmbuf_free(cp);
+        } else {
+          ++c.handed_off;
+        }
+      }
+    } else {
+      const uint16_t slot = wire::get_u16(ina.data() + wire::kOffSlot) & wire::kMaxSlot;
+      const unsigned owner = slot % n;
+      if (owner != idx) {
+        stage[owner].push_back(m);
+        if (stage[owner].size() == stage[owner].capacity()) flush_stage();
+        return;
+      }
+    }
+  }
+  process_ina(m, p, hello);
+}
+
+void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello) {
+  DpdkAggregator& a = *self;
+  int32_t rank = -1;
+  JobId job = 0;
+  const Reply r = engine->on_packet(p.ina, &rank, &job);
+  std::vector<Peer>* peers = nullptr;
+  if (rank >= 0) {
+    auto it = peer_table.find(job);
+    if (it != peer_table.end()) {
+      peers = &it->second;
+      Peer& pe = (*peers)[static_cast<size_t>(rank)];
+      if (!pe.known || pe.ep.ip != p.src_ip || pe.ep.port != p.src_port || pe.ep.mac != p.src_mac)
+          [[unlikely]] {
+        pe.known = true;
+        pe.ep = frame::Endpoint{p.src_mac, p.src_ip, p.src_port};
+      }
+    }
+  }
+  // Only lcore 0 answers HELLOs (every lcore saw them).
+  if (r.target == Reply::Target::kNone || (hello && idx != 0)) {
+    rte_pktmbuf_free(m);
+    return;
+  }
+  const size_t len = wire::packet_size(r.hdr.count);
+  const size_t flen = frame::kUdpHeadroom + len;
+  if (rte_mbuf_refcnt_read(m) != 1 || RTE_MBUF_CLONED(m) ||
+      flen > static_cast<size_t>(m->buf_len - m->data_off)) [[unlikely]] {
+    // Never write into a shared buffer; a reply larger than the room left needs a fresh mbuf.
+    rte_mbuf* fresh = rte_pktmbuf_alloc(a.pool_);
+    if (fresh == nullptr || flen > rte_pktmbuf_tailroom(fresh)) {
+      if (fresh == nullptr) ++c.no_mbuf; else ++c.reply_too_big;
+      rte_pktmbuf_free(fresh);
+      rte_pktmbuf_free(m);
+      return;
+    }
+    rte_pktmbuf_free(m);
+    m = fresh;
+  }
+  uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
+  uint8_t* dg = data + frame::kUdpHeadroom;
+  wire::encode_header(r.hdr, dg);
+  if (r.hdr.count > 0) wire::store_payload(dg + wire::kHeaderSize, r.payload, r.hdr.count);
+  const uint32_t sum = frame::sum16(dg, len);
+
+  if (r.target == Reply::Target::kSender) {
+    set_len(m, frame::udp_reply(data, p, a.local_, len, sum, ip_id++));
+    send(m);
+    return;
+  }
+  // To every rank whose address is known; the received mbuf goes to the last one.
+  if (peers == nullptr) {
+    auto it = peer_table.find(r.hdr.job);
+    if (it != peer_table.end()) peers = &it->second;
+  }
+  const frame::Endpoint src{a.local_.mac, a.local_.ip, a.local_.udp_port};
+  int last = -1;
+  if (peers != nullptr) {
+    for (size_t k = peers->size(); k-- > 0;) {
+      if ((*peers)[k].known) {
+        last = static_cast<int>(k);
+        break;
+      }
+    }
+  }
+  if (last < 0) {
+    c.unroutable += peers != nullptr ? peers->size() : 1;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  if (a.opts_.indirect_multicast) {
+    // m becomes the datagram alone; each rank gets a header mbuf chained to a clone of it (the
+    // last rank to m itself).
+    set_len(m, flen);
+    rte_pktmbuf_adj(m, static_cast<uint16_t>(frame::kUdpHeadroom));
+    for (int k = 0; k <= last; ++k) {
+      const Peer& pe = (*peers)[static_cast<size_t>(k)];
+      if (!pe.known) {
+        ++c.unroutable;
+        continue;
+      }
+      rte_mbuf* h = rte_pktmbuf_alloc(a.pool_);
+      rte_mbuf* seg = k == last ? m : rte_pktmbuf_clone(m, a.pool_);
+      if (h == nullptr || seg == nullptr) [[unlikely]] {
+        ++c.no_mbuf;
+        rte_pktmbuf_free(h);
+        if (seg != m) rte_pktmbuf_free(seg);
+        if (k == last) rte_pktmbuf_free(m);
+        continue;
+      }
+      set_len(h, frame::write_udp_headers(rte_pktmbuf_mtod(h, uint8_t*), src, pe.ep, len, sum,
+                                          ip_id++) - len);
+      if (rte_pktmbuf_chain(h, seg) != 0) [[unlikely]] {
+        ++c.reply_too_big;
+        rte_pktmbuf_free(h);
+        if (seg != m) rte_pktmbuf_free(seg);
+        if (k == last) rte_pktmbuf_free(m);
+        continue;
+      }
+      send(h);
+    }
+    return;
+  }
+  for (int k = 0; k < last; ++k) {
+    const Peer& pe = (*peers)[static_cast<size_t>(k)];
+    if (!pe.known) {
+      ++c.unroutable;
+      continue;
+    }
+    rte_mbuf* cp = rte_pktmbuf_alloc(a.pool_);
+    if (cp == nullptr) [[unlikely]] {
+      ++c.no_mbuf;
+      continue;
+    }
+    uint8_t* cd = rte_pktmbuf_mtod(cp, uint8_t*);
+    rte_memcpy(cd + frame::kUdpHeadroom, dg, len);
+    set_len(cp, frame::write_udp_headers(cd, src, pe.ep, len, sum, ip_id++));
+    send(cp);
+  }
+  set_len(m, frame::write_udp_headers(data, src, (*peers)[static_cast<size_t>(last)].ep, len, sum,
+                                      ip_id++));
+  send(m);
+}
+
+void DpdkAggregator::Lcore::send(rte_mbuf* m) {
+  if (tx_n == tx.size()) flush_tx();
+  tx[tx_n++] = m;
+}
+
+void DpdkAggregator::Lcore::flush_tx() {
+  DpdkAggregator& a = *self;
+  size_t done = 0;
+  int idle = 0;
+  while (done < tx_n) {
+    const uint16_t want = static_cast<uint16_t>(std::min<size_t>(tx_n - done, kMaxBurst));
+    const uint16_t k = rte_eth_tx_burst(a.port_, queue, &tx[done], want);
+    done += k;
+    if (k == 0 && ++idle > 3) break;  // the queue is full: drop the rest
+  }
+  c.tx += done;
+  for (size_t i = done; i < tx_n; ++i) {
+    ++c.tx_dropped;
+    rte_pktmbuf_free(tx[i]);
+  }
+  tx_n = 0;
+}
+
+void DpdkAggregator::Lcore::flush_stage() {
+  for (size_t d = 0; d < stage.size(); ++d) {
+    auto& s = stage[d];
+    if (s.empty()) continue;
+    const unsigned k = rte_ring_enqueue_burst(out[d], reinterpret_cast<void* const*>(s.data()),
+                                              static_cast<unsigned>(s.size()), nullptr);
+    c.handed_off += k;
+    for (size_t i = k; i < s.size(); ++i) {
+      ++c.handoff_dropped;
+      rte_pktmbuf_free(s[i]);
+    }
+    s.clear();
+  }
+}
+
+std::string DpdkAggregator::format_lcore_counters() const {
+  std::string s;
+  char line[200];
+  for (const auto& l : lcores_) {
+    std::snprintf(line, sizeof line,
+                  "lcore %u (q%u%s): rx %" PRIu64 " tx %" PRIu64 " completed %" PRIu64
+                  " handed_off %" PRIu64 " dropped %" PRIu64 "\n",
+                  l->lcore_id, unsigned{l->queue}, l->has_rxq ? "" : " tx only",
+                  l->pub.rx.load(std::memory_order_relaxed),
+                  l->pub.tx.load(std::memory_order_relaxed),
+                  l->pub.completed.load(std::memory_order_relaxed),
+                  l->pub.handed_off.load(std::memory_order_relaxed),
+                  l->pub.dropped.load(std::memory_order_relaxed));
+    s += line;
+  }
+  return s;
+}
+
+const Engine& DpdkAggregator::engine(unsigned i) const { return *lcores_.at(i)->engine; }
+const frame::Counters& DpdkAggregator::frame_counters(unsigned i) const {
+  return lcores_.at(i)->fc;
+}
+const DpdkLoopCounters& DpdkAggregator::loop_counters(unsigned i) const {
+  return lcores_.at(i)->c;
+}
+
+frame::Counters DpdkAggregator::frame_totals() const {
+  frame::Counters t;
+  for (const auto& l : lcores_) {
+    for (size_t i = 0; i < t.by_verdict.size(); ++i) t.by_verdict[i] += l->fc.by_verdict[i];
+  }
+  return t;
+}
+
+EngineCounters DpdkAggregator::engine_totals() const {
+  EngineCounters t;
+  for (const auto& l : lcores_) {
+    const EngineCounters& e = l->engine->counters();
+    t.packets_in += e.packets_in;
+    t.bytes_in += e.bytes_in;
+    t.replies_out += e.replies_out;
+    t.completed += e.completed;
+    t.duplicates += e.duplicates;
+    t.resent_results += e.resent_results;
+    t.stale += e.stale;
+    t.malformed += e.malformed;
+    t.mismatched += e.mismatched;
+    t.unknown_job += e.unknown_job;
+    t.bad_key += e.bad_key;
+    t.not_ready += e.not_ready;
+    t.hellos += e.hellos;
+    t.world_size_mismatch += e.world_size_mismatch;
+    t.nonfinite_blocks += e.nonfinite_blocks;
+    for (size_t i = 0; i < t.decode.by_error.size(); ++i) {
+      t.decode.by_error[i] += e.decode.by_error[i];
+    }
+    for (size_t i = 0; i < t.by_verdict.size(); ++i) t.by_verdict[i] += e.by_verdict[i];
+  }
+  return t;
+}
+
+DpdkLoopCounters DpdkAggregator::loop_totals() const {
+  DpdkLoopCounters t;
+  for (const auto& l : lcores_) {
+    const DpdkLoopCounters& c = l->c;
+    t.rx += c.rx;
+    t.tx += c.tx;
+    t.tx_dropped += c.tx_dropped;
+    t.handed_off += c.handed_off;
+    t.handoff_received += c.handoff_received;
+    t.handoff_dropped += c.handoff_dropped;
+    t.no_mbuf += c.no_mbuf;
+    t.multi_segment += c.multi_segment;
+    t.unroutable += c.unroutable;
+    t.reply_too_big += c.reply_too_big;
+  }
+  return t;
+}
+
+std::string DpdkAggregator::format_counters() const {
+  std::string s;
+  char line[200];
+  auto row = [&](const std::string& name, uint64_t v) {
+    if (v == 0) return;
+    std::snprintf(line, sizeof line, "  %-24s %" PRIu64 "\n", name.c_str(), v);
+    s += line;
+  };
+  const EngineCounters e = engine_totals();
+  const DpdkLoopCounters lt = loop_totals();
+  const frame::Counters ft = frame_totals();
+  s += "totals (all lcores; zero counters omitted):\n";
+  row("rx_frames", lt.rx);
+  row("tx_frames", lt.tx);
+  row("tx_dropped", lt.tx_dropped);
+  row("handed_off", lt.handed_off);
+  row("handoff_dropped", lt.handoff_dropped);
+  row("no_mbuf", lt.no_mbuf);
+  row("multi_segment", lt.multi_segment);
+  row("unroutable", lt.unroutable);
+  row("reply_too_big", lt.reply_too_big);
+  row("ina_packets_in", e.packets_in);
+  row("completed", e.completed);
+  row("replies_out", e.replies_out);
+  row("duplicates", e.duplicates);
+  row("resent_results", e.resent_results);
+  row("stale", e.stale);
+  row("malformed", e.malformed);
+  row("mismatched", e.mismatched);
+  row("unknown_job", e.unknown_job);
+  row("bad_key", e.bad_key);
+  row("not_ready", e.not_ready);
+  row("hellos (per lcore)", e.hellos);
+  s += "frames by verdict:\n";
+  for (size_t i = 0; i < ft.by_verdict.size(); ++i) {
+    row(std::string(frame::verdict_name(static_cast<frame::Verdict>(i))), ft.by_verdict[i]);
+  }
+  s += "INA decode errors:\n";
+  for (size_t i = 1; i < e.decode.by_error.size(); ++i) {
+    row(std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i))), e.decode.by_error[i]);
+  }
+  s += "per lcore:\n";
+  for (const auto& l : lcores_) {
+    const EngineCounters& le = l->engine->counters();
+    std::snprintf(line, sizeof line,
+                  "  lcore %u: rx %" PRIu64 " tx %" PRIu64 " ina %" PRIu64 " completed %" PRIu64
+                  " handed_off %" PRIu64 " received_handoff %" PRIu64 "\n",
+                  l->lcore_id, l->c.rx, l->c.tx, le.packets_in, le.completed, l->c.handed_off,
+                  l->c.handoff_received);
+    s += line;
+  }
+  return s;
+}
+
+}  // namespace ina::agg

@@ -1,0 +1,83 @@
+// The `--backend dpdk` path of ina-aggregator (see dpdk_main.h).
+#include "aggregator/dpdk_main.h"
+
+#include <chrono>
+#include <cstdio>
+#include <thread>
+
+#include "aggregator/dpdk_backend.h"
+#include "ina/protocol/frame.h"
+
+namespace ina::agg {
+
+int run_dpdk_aggregator(const DpdkCliOptions& o, const JobConfig& job,
+                        const std::atomic<bool>& stop) {
+  DpdkOptions d;
+  d.port = o.port;
+  d.udp_port = o.udp_port;
+  d.burst = o.burst;
+  auto ip = frame::parse_ipv4(o.ip);
+  if (o.ip.empty() || !ip.ok()) {
+    std::fprintf(stderr, "ina-aggregator: --ip: %s\n",
+                 o.ip.empty() ? "required with --backend dpdk (our IPv4 address, a.b.c.d)"
+                              : ip.status().to_string().c_str());
+    return 1;
+  }
+  d.ip = *ip;
+  if (!o.mac.empty()) {
+    auto mac = frame::parse_mac(o.mac);
+    if (!mac.ok()) {
+      std::fprintf(stderr, "ina-aggregator: --mac: %s\n", mac.status().to_string().c_str());
+      return 1;
+    }
+    d.mac = *mac;
+    d.mac_set = true;
+  }
+  std::vector<std::string> eal = {"ina-aggregator"};
+  eal.insert(eal.end(), o.eal_args.begin(), o.eal_args.end());
+  const Status est = dpdk_eal_init(eal);
+  if (!est.ok()) {
+    std::fprintf(stderr, "ina-aggregator: %s\n", est.to_string().c_str());
+    return est.code() == StatusCode::kUnavailable ? 77 : 1;
+  }
+  int code = 0;
+  {
+    auto agg = DpdkAggregator::create(d, {job});
+    if (!agg.ok()) {
+      std::fprintf(stderr, "ina-aggregator: %s\n", agg.status().to_string().c_str());
+      dpdk_eal_cleanup();
+      return 1;
+    }
+    DpdkAggregator& a = **agg;
+    const Status st = a.start();
+    if (!st.ok()) {
+      std::fprintf(stderr, "ina-aggregator: %s\n", st.to_string().c_str());
+      code = 1;
+    } else {
+      std::printf("ina-aggregator (dpdk) on port %u %s %s:%u job %u world %u slots %u block %u "
+                  "lcores %u rx queues %u\n",
+                  unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
+                  frame::format_ipv4(a.local().ip).c_str(), unsigned{a.local().udp_port},
+                  unsigned{job.job}, job.slots.world_size, job.slots.num_slots,
+                  unsigned{job.slots.max_elems}, a.lcores(), unsigned{a.rx_queues()});
+      std::fflush(stdout);
+      using Clock = std::chrono::steady_clock;
+      auto next = Clock::now() + std::chrono::milliseconds(o.stats_ms);
+      while (!stop.load(std::memory_order_relaxed)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        if (o.stats_ms > 0 && Clock::now() >= next) {
+          next += std::chrono::milliseconds(o.stats_ms);
+          std::printf("%s", a.format_lcore_counters().c_str());
+          std::fflush(stdout);
+        }
+      }
+      a.stop();  // loops end, then the port stops
+      std::printf("%s", a.format_counters().c_str());
+      std::fflush(stdout);
+    }
+  }  // the port is closed and the pool freed here
+  dpdk_eal_cleanup();
+  return code;
+}
+
+}  // namespace ina::agg

@@ -1,0 +1,155 @@
+// Ethernet/IPv4/UDP framing for kernel-bypass data planes (the DPDK aggregator now, kernel-bypass
+// worker transports later): classify a received frame (INA datagram for us, ARP request for our
+// address, ICMP echo request, or a counted drop reason), answer ARP and ICMP echo in place, and
+// turn a received INA frame into its UDP reply in place (swap addresses and ports, fix lengths and
+// checksums) without copying the payload. Pure logic over byte buffers: no DPDK, no allocation.
+//
+// Checks on an IPv4 frame: version 4, header length 20..60 and within the frame, total length
+// between the header length and the frame (Ethernet padding after it is ignored), no fragment
+// (MF or offset set), header checksum (unless the NIC vouched for it), destination = our address,
+// then for UDP: length >= 8 and == IP payload length, checksum when non-zero (unless vouched),
+// destination port = ours.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "ina/protocol/status.h"
+
+namespace ina::frame {
+
+inline constexpr size_t kEthHeader = 14;
+inline constexpr size_t kIpv4MinHeader = 20;
+inline constexpr size_t kUdpHeader = 8;
+inline constexpr size_t kIcmpHeader = 8;
+inline constexpr size_t kArpPayload = 28;
+inline constexpr size_t kUdpHeadroom = kEthHeader + kIpv4MinHeader + kUdpHeader;  // 42
+inline constexpr uint16_t kEtherTypeIpv4 = 0x0800;
+inline constexpr uint16_t kEtherTypeArp = 0x0806;
+inline constexpr uint8_t kIpProtoIcmp = 1;
+inline constexpr uint8_t kIpProtoUdp = 17;
+
+using Mac = std::array<uint8_t, 6>;
+
+// Parses "aa:bb:cc:dd:ee:ff".
+Result<Mac> parse_mac(std::string_view text);
+std::string format_mac(const Mac& m);
+// Parses dotted IPv4 into host order.
+Result<uint32_t> parse_ipv4(std::string_view text);
+std::string format_ipv4(uint32_t host_order);
+
+// Our identity on the link.
+struct LocalConfig {
+  Mac mac{};
+  uint32_t ip = 0;        // host order
+  uint16_t udp_port = 0;  // host order
+};
+
+// What a frame is. Everything after kIcmpEcho is a drop reason.
+enum class Verdict : uint8_t {
+  kIna,               // UDP to our address and port: out.ina is the INA datagram
+  kArpRequest,        // ARP request for our address: answer with arp_reply()
+  kIcmpEcho,          // ICMP echo request to our address: answer with icmp_echo_reply()
+  kTooShort,          // shorter than an Ethernet header, or than the headers it announces
+  kBadEtherType,      // neither IPv4 nor ARP (VLAN tags included)
+  kArpMalformed,      // not Ethernet/IPv4 ARP, or truncated
+  kArpNotRequest,     // ARP reply or other opcode (we never ask)
+  kArpNotForUs,       // ARP request for another address
+  kBadIpVersion,
+  kBadIpHeaderLength, // IHL < 5 or beyond the frame
+  kBadIpTotalLength,  // total length < header length or beyond the frame
+  kIpFragment,        // MF set or fragment offset non-zero: refused
+  kBadIpChecksum,
+  kIpNotForUs,        // destination address is not ours
+  kBadIpProtocol,     // neither UDP nor ICMP
+  kBadUdpLength,      // UDP length < 8 or != IP payload length
+  kBadUdpChecksum,
+  kWrongUdpPort,
+  kIcmpMalformed,     // truncated ICMP message
+  kIcmpNotEcho,       // ICMP other than echo request
+  kBadIcmpChecksum,
+  kCount_,
+};
+std::string_view verdict_name(Verdict v);
+inline bool is_drop(Verdict v) { return v > Verdict::kIcmpEcho; }
+
+// Checksum checks the NIC already made (DPDK's RX offload flags). A check marked good is skipped;
+// a check the NIC found bad is a drop without recomputing.
+enum class HwCheck : uint8_t { kUnknown, kGood, kBad };
+struct RxOffload {
+  HwCheck ip = HwCheck::kUnknown;
+  HwCheck l4 = HwCheck::kUnknown;
+};
+
+// Offsets found by classify(); valid for kIna, kArpRequest, kIcmpEcho.
+struct Parsed {
+  size_t l3 = kEthHeader;  // IPv4 or ARP header
+  size_t l4 = 0;           // UDP or ICMP header
+  size_t l3_len = 0;       // IP total length (frame bytes after l3 + l3_len are padding)
+  std::span<const uint8_t> ina;  // INA datagram (UDP payload), for kIna
+  // The sender, for kIna (host order): where the reply goes.
+  Mac src_mac{};
+  uint32_t src_ip = 0;
+  uint16_t src_port = 0;
+};
+
+Verdict classify(std::span<const uint8_t> frame, const LocalConfig& local, RxOffload offload,
+                 Parsed* out);
+
+// Per-verdict counters; one writer.
+struct Counters {
+  std::array<uint64_t, static_cast<size_t>(Verdict::kCount_)> by_verdict{};
+  void add(Verdict v) { ++by_verdict[static_cast<size_t>(v)]; }
+  uint64_t get(Verdict v) const { return by_verdict[static_cast<size_t>(v)]; }
+  uint64_t dropped() const {
+    uint64_t t = 0;
+    for (size_t i = static_cast<size_t>(Verdict::kTooShort); i < by_verdict.size(); ++i) {
+      t += by_verdict[i];
+    }
+    return t;
+  }
+};
+
+// ---- Internet checksum (RFC 1071) ----
+// 32-bit accumulation of big-endian 16-bit words; fold() gives the 16-bit one's-complement sum.
+uint32_t sum16(const uint8_t* p, size_t n, uint32_t acc = 0);
+inline uint16_t fold(uint32_t acc) {
+  while (acc >> 16) acc = (acc & 0xFFFF) + (acc >> 16);
+  return static_cast<uint16_t>(acc);
+}
+// Checksum field value over `n` bytes (the field itself must be zero in the data).
+inline uint16_t checksum(const uint8_t* p, size_t n) { return static_cast<uint16_t>(~fold(sum16(p, n))); }
+
+// ---- replies, built in place in the received frame ----
+// ARP reply to a kArpRequest frame; returns the reply's length (28-byte ARP after Ethernet).
+size_t arp_reply(uint8_t* frame, const Parsed& p, const LocalConfig& local);
+// ICMP echo reply to a kIcmpEcho frame; returns the reply's length (padding dropped).
+size_t icmp_echo_reply(uint8_t* frame, const Parsed& p, const LocalConfig& local);
+
+// A UDP endpoint on the link.
+struct Endpoint {
+  Mac mac{};
+  uint32_t ip = 0;     // host order
+  uint16_t port = 0;   // host order
+};
+
+// Writes Ethernet + 20-byte IPv4 + UDP headers (kUdpHeadroom bytes at `frame`) for a datagram of
+// `payload_len` bytes that follows them, with both checksums. `payload_sum` is sum16() of the
+// payload, computed once when the same payload goes to several destinations. Returns the frame
+// length. `ip_id` is the IPv4 identification (DF is set).
+size_t write_udp_headers(uint8_t* frame, const Endpoint& src, const Endpoint& dst,
+                         size_t payload_len, uint32_t payload_sum, uint16_t ip_id);
+
+// Turns a kIna frame into a reply to its sender: the reply datagram (`reply_len` bytes) must
+// already be written at frame + kUdpHeadroom. IP options of the request are dropped (the reply
+// has a 20-byte header), so when the request had options the caller writes the reply datagram
+// after calling udp_reply_offset(). Returns the frame length.
+inline size_t udp_reply_offset() { return kUdpHeadroom; }
+size_t udp_reply(uint8_t* frame, const Parsed& p, const LocalConfig& local, size_t reply_len,
+                 uint32_t reply_sum, uint16_t ip_id);
+
+}  // namespace ina::frame
