@@ -28,6 +28,10 @@
 #include "worker/host/tcp_mesh.h"
 #include "worker/inc_engine.h"
 #include "worker/udp_transport.h"
+#include "ina_config.h"
+#if INA_HAVE_DPDK
+#include "worker/dpdk_transport.h"
+#endif
 
 namespace ina {
 namespace worker {
@@ -437,6 +441,30 @@ Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
 Result<std::unique_ptr<Communicator>> Communicator::create(const Config& cfg) {
   INA_RETURN_IF_ERROR(cfg.validate());
   if (cfg.host_only) return worker::create_communicator(cfg, nullptr);
+  // Kernel-bypass transports are chosen by the environment only (INA_TRANSPORT=dpdk), so that a
+  // Config built in code never starts DPDK by surprise.
+  const char* kind = std::getenv("INA_TRANSPORT");
+  if (kind != nullptr && std::strcmp(kind, "dpdk") == 0) {
+#if INA_HAVE_DPDK
+    INA_ASSIGN_OR_RETURN(worker::DpdkTransportOptions dopts, worker::dpdk_options_from_env(cfg));
+    Result<std::unique_ptr<worker::DpdkTransport>> dpdk = worker::DpdkTransport::create(dopts);
+    if (!dpdk.ok()) {
+      if (cfg.store.empty() || dpdk.status().code() != StatusCode::kUnavailable) {
+        return dpdk.status();
+      }
+      INA_WARN("worker", "rank %d: dpdk transport unavailable (%s): host path only", cfg.rank,
+               dpdk.status().message().c_str());
+      return worker::create_communicator(cfg, nullptr);
+    }
+    INA_DEBUG("worker", "rank %d: transport dpdk to %s", cfg.rank,
+              dpdk.value()->peer_name().c_str());
+    return worker::create_communicator(cfg, std::move(dpdk.value()));
+#else
+    return invalid_argument(
+        "INA_TRANSPORT=dpdk: this libina was built without DPDK (meson -Ddpdk=enabled, "
+        "libdpdk-dev)");
+#endif
+  }
   worker::UdpTransportOptions opts;
   opts.host = cfg.aggregator_host;
   opts.port = cfg.aggregator_port;
@@ -447,6 +475,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& cfg) {
              udp.status().message().c_str());
     return worker::create_communicator(cfg, nullptr);
   }
+  INA_DEBUG("worker", "rank %d: transport udp to %s", cfg.rank, udp.value()->peer_name().c_str());
   return worker::create_communicator(cfg, std::move(udp.value()));
 }
 

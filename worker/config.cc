@@ -207,8 +207,10 @@ Result<Config> Config::from_env() {
   if (get_env("INA_TRANSPORT", &transport)) {
     if (transport == "host") {
       c.host_only = true;
-    } else if (transport != "udp" && transport != "auto") {
-      return bad_value("INA_TRANSPORT", transport, "auto, udp or host");
+    } else if (transport != "udp" && transport != "auto" && transport != "dpdk") {
+      // dpdk: the kernel-bypass transport, configured by its own variables (dpdk_transport.h)
+      // when Communicator::create() reads INA_TRANSPORT.
+      return bad_value("INA_TRANSPORT", transport, "auto, udp, dpdk or host");
     }
   }
   if (!have_aggregator && !c.store.empty()) c.host_only = true;
