@@ -207,10 +207,11 @@ Result<Config> Config::from_env() {
   if (get_env("INA_TRANSPORT", &transport)) {
     if (transport == "host") {
       c.host_only = true;
-    } else if (transport != "udp" && transport != "auto" && transport != "dpdk") {
-      // dpdk: the kernel-bypass transport, configured by its own variables (dpdk_transport.h)
-      // when Communicator::create() reads INA_TRANSPORT.
-      return bad_value("INA_TRANSPORT", transport, "auto, udp, dpdk or host");
+    } else if (transport != "udp" && transport != "auto" && transport != "dpdk" &&
+               transport != "xdp") {
+      // dpdk, xdp: the kernel-bypass transports, configured by their own variables
+      // (dpdk_transport.h, xdp_transport.h) when Communicator::create() reads INA_TRANSPORT.
+      return bad_value("INA_TRANSPORT", transport, "auto, udp, dpdk, xdp or host");
     }
   }
   if (!have_aggregator && !c.store.empty()) c.host_only = true;
