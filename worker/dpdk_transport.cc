@@ -128,9 +128,10 @@ Status g_eal_status;
 rte_mempool* g_pool = nullptr;
 uint16_t g_started_port = RTE_MAX_ETHPORTS;  // for the exit handler
 
-void stop_at_exit() {
-  // A communicator still alive at exit (leaked, or exit() from another thread): stop the port so
-  // the peer sees a clean disconnect.
+// A communicator still alive at exit or unload (leaked, or exit() from another thread): stop the
+// port so the peer sees a clean disconnect. A destructor rather than atexit(): it also runs when
+// libina is unloaded before the process ends.
+__attribute__((destructor)) void stop_at_exit() {
   if (g_started_port != RTE_MAX_ETHPORTS) (void)rte_eth_dev_stop(g_started_port);
 }
 
@@ -159,7 +160,6 @@ Status start_eal(const std::vector<std::string>& args) {
                                     copy[static_cast<size_t>(rc) + 1] + "'");
   } else {
     g_eal_status = ok_status();
-    std::atexit(stop_at_exit);
   }
   return g_eal_status;
 }

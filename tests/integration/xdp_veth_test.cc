@@ -41,6 +41,21 @@ void teardown() {
   if (!g_ns_w.empty()) (void)sh("ip netns del " + g_ns_w);
 }
 
+// On SIGTERM/SIGINT (meson's timeout): delete the namespaces with fork/exec only, then exit.
+char g_sig_ns[2][64];
+void on_signal(int) {
+  for (auto& ns : g_sig_ns) {
+    if (ns[0] == '\0') continue;
+    const pid_t p = fork();
+    if (p == 0) {
+      execlp("ip", "ip", "netns", "del", ns, static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    if (p > 0) waitpid(p, nullptr, 0);
+  }
+  _exit(1);
+}
+
 bool enter_ns(const std::string& ns) {
   const int fd = open(("/var/run/netns/" + ns).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
@@ -161,6 +176,10 @@ int main(int argc, char** argv) {
   }
   g_ns_w = ns_w;
   std::atexit(teardown);
+  std::snprintf(g_sig_ns[0], sizeof g_sig_ns[0], "%s", ns_a.c_str());
+  std::snprintf(g_sig_ns[1], sizeof g_sig_ns[1], "%s", ns_w.c_str());
+  signal(SIGTERM, on_signal);
+  signal(SIGINT, on_signal);
   std::vector<std::string> setup = {
       "ip -n " + ns_a + " link set lo up",
       "ip -n " + ns_a + " link add name br0 type bridge",
