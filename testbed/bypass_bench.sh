@@ -36,10 +36,9 @@ for k in $(seq 0 $((n - 1))); do
   ip -n "$W" link set "w$k" up
 done
 # Full checksums towards the AF_XDP sockets (see README: kernel-bypass transports).
-/usr/bin/python3 - "$A" "$n" <<'PY'
-import ctypes, fcntl, os, socket, struct, sys
-ns, n = sys.argv[1], int(sys.argv[2])
-os.setns(os.open(f"/var/run/netns/{ns}", os.O_RDONLY), os.CLONE_NEWNET)
+ip netns exec "$A" /usr/bin/python3 - "$n" <<'PY'
+import ctypes, fcntl, socket, struct, sys
+n = int(sys.argv[1])
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 for dev in [f"a{k}" for k in range(n)] + ["br0"]:
     ev = ctypes.create_string_buffer(struct.pack("II", 0x17, 0))  # ETHTOOL_STXCSUM, off
