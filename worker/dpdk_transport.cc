@@ -104,7 +104,10 @@ class DpdkPort {
   }
 
  private:
-  DpdkPort() { rte_spinlock_init(&rx_lock_), rte_spinlock_init(&tx_lock_); }
+  DpdkPort() {
+    rte_spinlock_init(&rx_lock_);
+    rte_spinlock_init(&tx_lock_);
+  }
   void dispatch(rte_mbuf* m);
 
   uint16_t id_ = 0;
@@ -117,6 +120,10 @@ class DpdkPort {
   std::array<DpdkTransport::Endpoint*, kMaxEndpoints> eps_{};
   size_t n_eps_ = 0;
   frame::Counters drops_;  // under rx_lock_
+  uint64_t multi_segment_ = 0;  // scattered frames (never INA-sized here), dropped; under rx_lock_
+  uint64_t no_rank_ = 0;        // frames while no rank is registered; under rx_lock_
+  uint64_t generation_ = 0;     // which acquire() started the port (see the destructor)
+  bool started_ = false;
 };
 
 namespace {
@@ -127,6 +134,7 @@ bool g_eal_tried = false;
 Status g_eal_status;
 rte_mempool* g_pool = nullptr;
 uint16_t g_started_port = RTE_MAX_ETHPORTS;  // for the exit handler
+uint64_t g_generation = 0;                     // acquire() calls that started the port
 
 // A communicator still alive at exit or unload (leaked, or exit() from another thread): stop the
 // port so the peer sees a clean disconnect. A destructor rather than atexit(): it also runs when
@@ -189,6 +197,7 @@ Result<std::shared_ptr<DpdkPort>> DpdkPort::acquire(const DpdkTransportOptions& 
   if (auto p = g_port.lock()) return p;
   INA_RETURN_IF_ERROR(start_eal(o.eal_args));
   std::shared_ptr<DpdkPort> p(new DpdkPort());
+  p->generation_ = ++g_generation;
   INA_ASSIGN_OR_RETURN(p->id_, find_port(o.port));
   char name[RTE_ETH_NAME_MAX_LEN] = {};
   (void)rte_eth_dev_get_name_by_port(p->id_, name);
@@ -217,6 +226,7 @@ Result<std::shared_ptr<DpdkPort>> DpdkPort::acquire(const DpdkTransportOptions& 
   rc = rte_eth_dev_start(p->id_);
   if (rc != 0) return dpdk_error("rte_eth_dev_start of " + p->name_, rc);
   g_started_port = p->id_;
+  p->started_ = true;
   rte_ether_addr ea{};
   if (rte_eth_macaddr_get(p->id_, &ea) == 0) std::memcpy(p->mac_.data(), ea.addr_bytes, 6);
   uint16_t mtu = 0;
@@ -230,6 +240,8 @@ Result<std::shared_ptr<DpdkPort>> DpdkPort::acquire(const DpdkTransportOptions& 
 
 DpdkPort::~DpdkPort() {
   std::lock_guard<std::mutex> lock(g_mu);
+  // A rank created while the last one was closing may have started the port again already.
+  if (!started_ || generation_ != g_generation) return;
   (void)rte_eth_dev_stop(id_);
   g_started_port = RTE_MAX_ETHPORTS;
   INA_DEBUG("worker", "dpdk port %u (%s) stopped", id_, name_.c_str());
@@ -285,7 +297,7 @@ void DpdkPort::poll() {
 
 void DpdkPort::dispatch(rte_mbuf* m) {
   if (m->nb_segs != 1 || n_eps_ == 0) {
-    drops_.add(frame::Verdict::kTooShort);
+    ++(n_eps_ == 0 ? no_rank_ : multi_segment_);
     rte_pktmbuf_free(m);
     return;
   }
