@@ -191,6 +191,35 @@ size_t arp_reply(uint8_t* f, const Parsed& p, const LocalConfig& local) {
   return kEthHeader + kArpPayload;
 }
 
+size_t arp_request(uint8_t* f, const LocalConfig& local, uint32_t target_ip) {
+  std::memset(f, 0xFF, 6);
+  std::memcpy(f + 6, local.mac.data(), 6);
+  wr16(f + 12, kEtherTypeArp);
+  uint8_t* a = f + kEthHeader;
+  wr16(a, 1);
+  wr16(a + 2, kEtherTypeIpv4);
+  a[4] = 6;
+  a[5] = 4;
+  wr16(a + 6, 1);  // request
+  std::memcpy(a + 8, local.mac.data(), 6);
+  wr32(a + 14, local.ip);
+  std::memset(a + 18, 0, 6);
+  wr32(a + 24, target_ip);
+  return kEthHeader + kArpPayload;
+}
+
+bool arp_reply_sender(std::span<const uint8_t> frame, const LocalConfig& local, uint32_t* ip,
+                      Mac* mac) {
+  const uint8_t* f = frame.data();
+  if (frame.size() < kEthHeader + kArpPayload || rd16(f + 12) != kEtherTypeArp) return false;
+  const uint8_t* a = f + kEthHeader;
+  if (rd16(a) != 1 || rd16(a + 2) != kEtherTypeIpv4 || a[4] != 6 || a[5] != 4) return false;
+  if (rd16(a + 6) != 2 || rd32(a + 24) != local.ip) return false;
+  std::memcpy(mac->data(), a + 8, 6);
+  *ip = rd32(a + 14);
+  return true;
+}
+
 size_t icmp_echo_reply(uint8_t* f, const Parsed& p, const LocalConfig& local) {
   uint8_t* ip = f + p.l3;
   uint8_t* icmp = f + p.l4;

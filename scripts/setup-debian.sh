@@ -8,6 +8,8 @@ packages=(
   libgtest-dev libgmock-dev                # tests
   libcli11-dev                             # argument parsing
   libibverbs-dev                           # rdma feature (compiles here; no RDMA at run time)
+  libdpdk-dev                              # dpdk feature: aggregator backend, worker transport
+  libxdp-dev libbpf-dev                    # xdp feature: AF_XDP worker transport
   openmpi-bin libopenmpi-dev libgloo-dev   # peers for side-by-side benchmarks
   iproute2 nftables                        # network namespaces and loss injection
   python3 python3-numpy python3-matplotlib # testbed harness, simulator, plots

@@ -36,6 +36,13 @@
 #include "worker/rdma/verbs_mesh.h"
 #endif
 #include "worker/udp_transport.h"
+#include "ina_config.h"
+#if INA_HAVE_DPDK
+#include "worker/dpdk_transport.h"
+#endif
+#if INA_HAVE_XDP
+#include "worker/xdp_transport.h"
+#endif
 
 namespace ina {
 namespace worker {
@@ -500,6 +507,46 @@ Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
 Result<std::unique_ptr<Communicator>> Communicator::create(const Config& cfg) {
   INA_RETURN_IF_ERROR(cfg.validate());
   if (cfg.host_only) return worker::create_communicator(cfg, nullptr);
+  // Kernel-bypass transports are chosen by the environment only (INA_TRANSPORT=dpdk|xdp), so that
+  // a Config built in code never starts DPDK or binds AF_XDP by surprise.
+  const char* kind = std::getenv("INA_TRANSPORT");
+  const bool want_dpdk = kind != nullptr && std::strcmp(kind, "dpdk") == 0;
+  const bool want_xdp = kind != nullptr && std::strcmp(kind, "xdp") == 0;
+  if (want_dpdk || want_xdp) {
+    Result<std::unique_ptr<worker::Transport>> t = unimplemented("");
+    if (want_dpdk) {
+#if INA_HAVE_DPDK
+      INA_ASSIGN_OR_RETURN(worker::DpdkTransportOptions o, worker::dpdk_options_from_env(cfg));
+      auto r = worker::DpdkTransport::create(o);
+      t = r.ok() ? Result<std::unique_ptr<worker::Transport>>(std::move(r.value()))
+                 : Result<std::unique_ptr<worker::Transport>>(r.status());
+#else
+      return invalid_argument(
+          "INA_TRANSPORT=dpdk: this libina was built without DPDK (meson -Ddpdk=enabled, "
+          "libdpdk-dev)");
+#endif
+    } else {
+#if INA_HAVE_XDP
+      INA_ASSIGN_OR_RETURN(worker::XdpTransportOptions o, worker::xdp_options_from_env(cfg));
+      auto r = worker::XdpTransport::create(o);
+      t = r.ok() ? Result<std::unique_ptr<worker::Transport>>(std::move(r.value()))
+                 : Result<std::unique_ptr<worker::Transport>>(r.status());
+#else
+      return invalid_argument(
+          "INA_TRANSPORT=xdp: this libina was built without AF_XDP (meson -Dxdp=enabled, "
+          "libxdp-dev libbpf-dev)");
+#endif
+    }
+    if (!t.ok()) {
+      if (cfg.store.empty() || t.status().code() != StatusCode::kUnavailable) return t.status();
+      INA_WARN("worker", "rank %d: %s transport unavailable (%s): host path only", cfg.rank, kind,
+               t.status().message().c_str());
+      return worker::create_communicator(cfg, nullptr);
+    }
+    INA_DEBUG("worker", "rank %d: transport %s to %s", cfg.rank, kind,
+              t.value()->peer_name().c_str());
+    return worker::create_communicator(cfg, std::move(t.value()));
+  }
   worker::UdpTransportOptions opts;
   opts.host = cfg.aggregator_host;
   opts.port = cfg.aggregator_port;
@@ -510,6 +557,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& cfg) {
              udp.status().message().c_str());
     return worker::create_communicator(cfg, nullptr);
   }
+  INA_DEBUG("worker", "rank %d: transport udp to %s", cfg.rank, udp.value()->peer_name().c_str());
   return worker::create_communicator(cfg, std::move(udp.value()));
 }
 

@@ -230,8 +230,11 @@ Result<Config> Config::from_env() {
   if (get_env("INA_TRANSPORT", &transport)) {
     if (transport == "host") {
       c.host_only = true;
-    } else if (transport != "udp" && transport != "auto") {
-      return bad_value("INA_TRANSPORT", transport, "auto, udp or host");
+    } else if (transport != "udp" && transport != "auto" && transport != "dpdk" &&
+               transport != "xdp") {
+      // dpdk, xdp: the kernel-bypass transports, configured by their own variables
+      // (dpdk_transport.h, xdp_transport.h) when Communicator::create() reads INA_TRANSPORT.
+      return bad_value("INA_TRANSPORT", transport, "auto, udp, dpdk, xdp or host");
     }
   }
   std::string_view host_transport;

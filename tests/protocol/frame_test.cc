@@ -220,6 +220,31 @@ TEST(Frame, AnswersArpForOurAddressOnly) {
   EXPECT_EQ(classify_vec(bad), Verdict::kArpMalformed);
 }
 
+TEST(Frame, ArpClientRequestIsAnsweredAndTheReplyReadBack) {
+  // A worker (kPeer) asks for our address; our arp_reply() answers; the worker reads the answer.
+  const LocalConfig worker{kPeerMac, 0x0A000022, 40000};
+  std::vector<uint8_t> f(64, 0xEE);
+  ASSERT_EQ(::ina::frame::arp_request(f.data(), worker, kOurIp), 42u);
+  f.resize(42);
+  EXPECT_EQ((std::vector<uint8_t>(f.begin(), f.begin() + 6)), std::vector<uint8_t>(6, 0xFF));
+  Parsed p;
+  ASSERT_EQ(classify_vec(f, &p), Verdict::kArpRequest);
+  EXPECT_EQ(p.src_mac, kPeerMac);
+  // A request is not a reply.
+  uint32_t ip = 0;
+  Mac mac{};
+  EXPECT_FALSE(arp_reply_sender(f, worker, &ip, &mac));
+  arp_reply(f.data(), p, local());
+  EXPECT_EQ(classify(f, worker, RxOffload{}, &p), Verdict::kArpNotRequest);
+  ASSERT_TRUE(arp_reply_sender(f, worker, &ip, &mac));
+  EXPECT_EQ(ip, kOurIp);
+  EXPECT_EQ(mac, kOurMac);
+  // Addressed to someone else, or truncated: not ours.
+  const LocalConfig other{kPeerMac, 0x0A000023, 40000};
+  EXPECT_FALSE(arp_reply_sender(f, other, &ip, &mac));
+  EXPECT_FALSE(arp_reply_sender(std::span<const uint8_t>(f.data(), 41), worker, &ip, &mac));
+}
+
 std::vector<uint8_t> icmp_echo(size_t data_len, uint8_t type = 8) {
   auto f = udp_frame(payload_of(data_len));  // reuse the IP header, then turn it into ICMP
   uint8_t* ip = f.data() + kEthHeader;

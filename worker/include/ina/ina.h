@@ -20,7 +20,9 @@
  *   INA_MESH_ADDR                this rank's address on the mesh (default 127.0.0.1)
  *   INA_TRANSPORT=host           every collective on the host mesh (also when INA_AGGREGATOR is
  *                                unset and a store is set); auto/udp (default): the aggregator,
- *                                falling back to the host mesh when it is lost
+ *                                falling back to the host mesh when it is lost; dpdk or xdp: the
+ *                                aggregator over a kernel-bypass transport, configured by
+ *                                INA_LOCAL_IP, INA_DPDK_ARGS, INA_XDP_IFACE, ... (README)
  *   INA_FALLBACK=exact|float     exact (default): the host path reduces the same quantized
  *                                integers, bitwise identical to the aggregator's result;
  *                                float: reduces the floats (best precision)

@@ -127,6 +127,14 @@ inline uint16_t checksum(const uint8_t* p, size_t n) { return static_cast<uint16
 // ---- replies, built in place in the received frame ----
 // ARP reply to a kArpRequest frame; returns the reply's length (28-byte ARP after Ethernet).
 size_t arp_reply(uint8_t* frame, const Parsed& p, const LocalConfig& local);
+// ---- ARP as a client (kernel-bypass workers resolving the aggregator) ----
+// Writes a broadcast ARP request "who has target_ip, tell local" (42 bytes) at `frame`.
+size_t arp_request(uint8_t* frame, const LocalConfig& local, uint32_t target_ip);
+// For a frame that classify() called kArpNotRequest: when it is an Ethernet/IPv4 ARP reply
+// addressed to local.ip, stores the sender's addresses and returns true.
+bool arp_reply_sender(std::span<const uint8_t> frame, const LocalConfig& local, uint32_t* ip,
+                      Mac* mac);
+
 // ICMP echo reply to a kIcmpEcho frame; returns the reply's length (padding dropped).
 size_t icmp_echo_reply(uint8_t* frame, const Parsed& p, const LocalConfig& local);
 

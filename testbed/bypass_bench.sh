@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# ina-bench at N ranks (default 4) through the kernel-UDP ina-aggregator over veth pairs in two
+# network namespaces unique to this run (deleted on exit): once with the workers on kernel UDP
+# (addresses on their veths) and once over the AF_XDP transport (INA_TRANSPORT=xdp, copy mode on
+# veth), same topology, same run. Needs root. Figures on a shared machine are indicative only.
+#   testbed/bypass_bench.sh BUILD_DIR [RANKS] [ina-bench args...]
+# e.g. testbed/bypass_bench.sh build 4 -b 64K -e 4M -f 4 -n 20 -w 3
+set -euo pipefail
+build=${1:?usage: bypass_bench.sh BUILD_DIR [RANKS] [ina-bench args]}
+n=${2:-4}
+shift $(( $# >= 2 ? 2 : 1 ))
+args=("$@")
+[ ${#args[@]} -gt 0 ] || args=(-b 64K -e 4M -f 4 -n 20 -w 3)
+[ "$(id -u)" -eq 0 ] || { echo "bypass_bench: needs root (namespaces, AF_XDP)"; exit 77; }
+agg_bin=$build/aggregator/ina-aggregator
+bench=$build/testbed/ina-bench
+A=ina_bb_$$_a
+W=ina_bb_$$_w
+agg_pid=
+cleanup() {
+  [ -n "$agg_pid" ] && kill "$agg_pid" 2>/dev/null && wait "$agg_pid" 2>/dev/null || true
+  ip netns del "$A" 2>/dev/null || true
+  ip netns del "$W" 2>/dev/null || true
+}
+trap cleanup EXIT INT TERM
+ip netns add "$A"
+ip netns add "$W"
+ip -n "$A" link set lo up
+ip -n "$A" link add name br0 type bridge
+ip -n "$A" addr add 10.79.0.1/24 dev br0
+ip -n "$A" link set br0 up
+for k in $(seq 0 $((n - 1))); do
+  ip -n "$W" link add name "w$k" type veth peer name "a$k" netns "$A"
+  ip -n "$A" link set "a$k" master br0
+  ip -n "$A" link set "a$k" up
+  ip -n "$W" link set "w$k" up
+done
+# Full checksums towards the AF_XDP sockets (see README: kernel-bypass transports).
+ip netns exec "$A" /usr/bin/python3 - "$n" <<'PY'
+import ctypes, fcntl, socket, struct, sys
+n = int(sys.argv[1])
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+for dev in [f"a{k}" for k in range(n)] + ["br0"]:
+    ev = ctypes.create_string_buffer(struct.pack("II", 0x17, 0))  # ETHTOOL_STXCSUM, off
+    ifr = struct.pack("16sQ16x", dev.encode(), ctypes.addressof(ev))  # struct ifreq
+    fcntl.ioctl(s.fileno(), 0x8946, ifr)  # SIOCETHTOOL
+PY
+
+run() {  # $1 = udp | xdp
+  ip netns exec "$A" "$agg_bin" --bind 10.79.0.1 --port 47474 --world-size "$n" --no-gso --no-gro \
+    --stats-interval-ms 0 >/dev/null 2>&1 &
+  agg_pid=$!
+  sleep 0.5
+  local pids=()
+  for k in $(seq 0 $((n - 1))); do
+    if [ "$1" = udp ]; then
+      env_t=(INA_TRANSPORT=udp)
+    else
+      env_t=(INA_TRANSPORT=xdp INA_XDP_IFACE="w$k" INA_LOCAL_IP="10.79.0.$((10 + k))")
+    fi
+    if [ "$k" -eq 0 ]; then out=/dev/stdout; else out=/dev/null; fi
+    ip netns exec "$W" env "${env_t[@]}" INA_RANK="$k" INA_WORLD_SIZE="$n" \
+      "$bench" --aggregator 10.79.0.1:47474 "${args[@]}" >"$out" 2>&1 &
+    pids+=($!)
+  done
+  local rc=0
+  for p in "${pids[@]}"; do wait "$p" || rc=1; done
+  kill "$agg_pid" 2>/dev/null; wait "$agg_pid" 2>/dev/null || true
+  agg_pid=
+  return $rc
+}
+
+echo "== $n ranks, kernel UDP workers (all through w0, 10.79.0.10)"
+ip -n "$W" addr add 10.79.0.10/24 dev w0
+run udp || echo "udp run failed"
+ip -n "$W" addr flush dev w0
+echo "== $n ranks, AF_XDP workers (INA_TRANSPORT=xdp, one veth each, copy mode)"
+run xdp

@@ -1,0 +1,250 @@
+// Suite dpdk: workers over the DPDK transport (INA_TRANSPORT=dpdk, net_memif client) against the
+// DPDK aggregator (ina-aggregator --backend dpdk, net_memif server) on one host. N ranks (argv[1],
+// 2..4) run as threads of this process sharing its one DPDK port; int32 SUM and float32 SUM must
+// equal the protocol model bit for bit; ARP resolves the aggregator's MAC. Exits 77 with the
+// reason when an EAL (ours or the aggregator's) cannot start.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ina/ina.hpp"
+#include "loopback_support.h"
+
+namespace {
+
+int g_failures = 0;
+#define CHECK(cond, ...)                                   \
+  do {                                                     \
+    if (!(cond)) {                                         \
+      std::printf("FAIL %s:%d: ", __FILE__, __LINE__);     \
+      std::printf(__VA_ARGS__);                            \
+      std::printf("\n");                                   \
+      ++g_failures;                                        \
+    }                                                      \
+  } while (0)
+
+constexpr const char* kAggIp = "10.77.0.1";
+constexpr const char* kWorkerIp = "10.77.0.2";
+
+std::string common_eal(const std::string& prefix) {
+  return "--no-huge -m 256 --no-shconf --no-pci --no-telemetry --log-level=3 --file-prefix " +
+         prefix;
+}
+
+pid_t spawn_aggregator(int world, const std::string& sock, const std::string& log) {
+  const char* bin = std::getenv("INA_AGGREGATOR_BIN");
+  if (bin == nullptr) return -1;
+  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  const std::string lcores = "0@0,1@" + std::to_string(1 % cpus);
+  std::vector<std::string> args = {bin,
+                                   "--backend",
+                                   "dpdk",
+                                   "--dpdk-port",
+                                   "net_memif0",
+                                   "--ip",
+                                   kAggIp,
+                                   "--world-size",
+                                   std::to_string(world),
+                                   "--stats-interval-ms",
+                                   "0",
+                                   "--"};
+  std::string eal = common_eal("ina_agg_" + std::to_string(getpid())) +
+                    " --vdev=net_memif0,role=server,socket=" + sock + " --lcores " + lcores;
+  for (size_t i = 0; i < eal.size();) {
+    const size_t j = eal.find(' ', i);
+    args.push_back(eal.substr(i, j == std::string::npos ? std::string::npos : j - i));
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  const pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = std::freopen(log.c_str(), "w", stdout);
+    (void)f;
+    dup2(fileno(stdout), 2);
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    execv(bin, argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+std::string slurp(const std::string& path) {
+  std::string s;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+    std::fclose(f);
+  }
+  return s;
+}
+
+// The aggregator's exit status if it has exited, else -1.
+int exited(pid_t pid) {
+  int st = 0;
+  if (waitpid(pid, &st, WNOHANG) == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+  return -1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int world = argc > 1 ? std::atoi(argv[1]) : 2;
+  if (world < 2 || world > 4) {
+    std::printf("usage: %s WORLD (2..4)\n", argv[0]);
+    return 1;
+  }
+  const std::string tag = std::to_string(getpid());
+  const std::string sock = "/tmp/ina_memif_" + tag + ".sock";
+  const std::string log = "/tmp/ina_memif_agg_" + tag + ".log";
+  const pid_t agg = spawn_aggregator(world, sock, log);
+  if (agg < 0) {
+    std::printf("FAIL: INA_AGGREGATOR_BIN is not set\n");
+    return 1;
+  }
+  // Wait for the aggregator's banner (its EAL is up and the memif server listens).
+  const auto t0 = std::chrono::steady_clock::now();
+  for (;;) {
+    const int code = exited(agg);
+    if (code == 77) {
+      std::printf("SKIP: the aggregator's EAL cannot start: %s\n", slurp(log).c_str());
+      return 77;
+    }
+    if (code >= 0) {
+      std::printf("FAIL: the aggregator exited with %d:\n%s\n", code, slurp(log).c_str());
+      return 1;
+    }
+    if (slurp(log).find("ina-aggregator (dpdk)") != std::string::npos) break;
+    if (std::chrono::steady_clock::now() - t0 > std::chrono::seconds(20)) {
+      kill(agg, SIGKILL);
+      waitpid(agg, nullptr, 0);
+      std::printf("FAIL: the aggregator did not start in 20 s:\n%s\n", slurp(log).c_str());
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+
+  const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
+  const std::string eal = common_eal("ina_w_" + tag) + " --vdev=net_memif0,role=client,socket=" +
+                          sock + " --lcores 0@" + std::to_string(cpus > 1 ? 1 : 0);
+  setenv("INA_TRANSPORT", "dpdk", 1);
+  setenv("INA_DPDK_ARGS", eal.c_str(), 1);
+  setenv("INA_LOCAL_IP", kWorkerIp, 1);
+  unsetenv("INA_AGGREGATOR_MAC");  // ARP
+
+  std::vector<std::unique_ptr<ina::Communicator>> comms(static_cast<size_t>(world));
+  std::vector<ina::Status> created(static_cast<size_t>(world));
+  {
+    std::vector<std::thread> th;
+    for (int r = 0; r < world; ++r) {
+      th.emplace_back([&, r] {
+        ina::Config c;
+        c.rank = r;
+        c.world_size = world;
+        c.aggregator_host = kAggIp;
+        c.aggregator_port = 47474;
+        c.block_elems = 256;
+        c.timeout = std::chrono::milliseconds(20000);
+        auto res = ina::Communicator::create(c);
+        if (res.ok()) {
+          comms[static_cast<size_t>(r)] = std::move(res.value());
+        } else {
+          created[static_cast<size_t>(r)] = res.status();
+        }
+      });
+    }
+    for (auto& t : th) t.join();
+  }
+  int rc = 0;
+  for (int r = 0; r < world; ++r) {
+    const ina::Status& s = created[static_cast<size_t>(r)];
+    if (s.ok()) continue;
+    if (s.message().find("EAL cannot start") != std::string::npos) {
+      std::printf("SKIP: %s\n", s.to_string().c_str());
+      rc = 77;
+    } else {
+      std::printf("FAIL: rank %d: %s\n", r, s.to_string().c_str());
+      rc = 1;
+    }
+  }
+
+  if (rc == 0) {
+    const std::vector<ina::testing::Case> cases = {
+        {ina::DType::kInt32, ina::ReduceOp::kSum, 10007},
+        {ina::DType::kFloat32, ina::ReduceOp::kSum, 30011},
+        {ina::DType::kFloat32, ina::ReduceOp::kSum, 1},
+    };
+    for (size_t ci = 0; ci < cases.size(); ++ci) {
+      const auto& c = cases[ci];
+      std::vector<std::vector<uint8_t>> in(static_cast<size_t>(world));
+      for (int r = 0; r < world; ++r) {
+        ina::testing::fill_input(in[static_cast<size_t>(r)], c, r, static_cast<int>(ci));
+      }
+      const std::vector<uint8_t> want = ina::testing::model_result(in, c, 256);
+      std::vector<std::vector<uint8_t>> out(static_cast<size_t>(world));
+      std::vector<ina::Status> st(static_cast<size_t>(world));
+      const auto start = std::chrono::steady_clock::now();
+      std::vector<std::thread> th;
+      for (int r = 0; r < world; ++r) {
+        th.emplace_back([&, r] {
+          const auto i = static_cast<size_t>(r);
+          out[i].resize(in[i].size());
+          st[i] = comms[i]->allreduce(in[i].data(), out[i].data(), c.count, c.dtype, c.op);
+        });
+      }
+      for (auto& t : th) t.join();
+      const double ms = std::chrono::duration<double, std::milli>(
+                            std::chrono::steady_clock::now() - start).count();
+      for (int r = 0; r < world; ++r) {
+        const auto i = static_cast<size_t>(r);
+        CHECK(st[i].ok(), "case %zu rank %d: %s", ci, r, st[i].to_string().c_str());
+        CHECK(out[i] == want, "case %zu rank %d: result differs from the protocol model", ci, r);
+        CHECK(comms[i]->stats().packets_received > 0, "case %zu rank %d: no packets", ci, r);
+        CHECK(comms[i]->stats().host_collectives == 0, "case %zu rank %d: ran on the host", ci, r);
+      }
+      std::printf("case %zu: dtype %d op %d count %zu, %d ranks over dpdk memif: %s in %.1f ms\n",
+                  ci, static_cast<int>(c.dtype), static_cast<int>(c.op), c.count, world,
+                  g_failures == 0 ? "exact" : "WRONG", ms);
+    }
+  }
+  comms.clear();  // the last transport stops the port before the aggregator goes
+
+  kill(agg, SIGTERM);
+  int status = 0;
+  int waited = 0;
+  while (waitpid(agg, &status, WNOHANG) == 0 && waited < 100) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ++waited;
+  }
+  if (waited >= 100) {
+    kill(agg, SIGKILL);
+    waitpid(agg, &status, 0);
+    CHECK(false, "the aggregator did not exit within 5 s of SIGTERM");
+  } else {
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "the aggregator exited with status %d",
+          status);
+  }
+  const std::string agg_log = slurp(log);
+  if (g_failures > 0 || rc == 1) std::printf("aggregator log:\n%s\n", agg_log.c_str());
+  std::remove(log.c_str());
+  std::remove(sock.c_str());
+  // The EALs' runtime directories (root's location; --no-shconf still creates them).
+  std::error_code ec;
+  std::filesystem::remove_all("/var/run/dpdk/ina_agg_" + tag, ec);
+  std::filesystem::remove_all("/var/run/dpdk/ina_w_" + tag, ec);
+  if (rc != 0) return rc;
+  std::printf("%s\n", g_failures == 0 ? "PASS" : "FAILED");
+  return g_failures == 0 ? 0 : 1;
+}
