@@ -32,12 +32,10 @@ class FakeDeviceOps::Stream {
     error_ = ok_status();
     return e;
   }
-  // The failure of an operation that already ran (as cudaEventSynchronize reports it).
-  Status take_error() {
+  // The failure of an operation that already ran (what an event recorded now reports).
+  Status current_error() {
     std::lock_guard<std::mutex> lk(mu_);
-    Status e = error_;
-    error_ = ok_status();
-    return e;
+    return error_;
   }
 
  private:
@@ -75,10 +73,13 @@ struct FakeDeviceOps::Event {
   std::condition_variable cv;
   uint64_t recorded = 0;
   uint64_t completed = 0;
-  Stream* stream = nullptr;  // of the last record
-  void complete(uint64_t gen) {
+  Status error;  // a failure on the recording stream before the completed record
+  void complete(uint64_t gen, Status e) {
     std::lock_guard<std::mutex> lk(mu);
-    if (gen > completed) completed = gen;
+    if (gen > completed) {
+      completed = gen;
+      error = std::move(e);
+    }
     cv.notify_all();
   }
   void wait(uint64_t gen) {
@@ -185,10 +186,10 @@ Status FakeDeviceOps::record_event(void* e, void* s) {
   {
     std::lock_guard<std::mutex> lk(ev->mu);
     gen = ++ev->recorded;
-    ev->stream = stream_of(s);
   }
-  stream_of(s)->enqueue([ev, gen] {
-    ev->complete(gen);
+  Stream* st = stream_of(s);
+  st->enqueue([ev, gen, st] {
+    ev->complete(gen, st->current_error());
     return ok_status();
   });
   return ok_status();
@@ -211,14 +212,13 @@ Status FakeDeviceOps::stream_wait_event(void* s, void* e) {
 Status FakeDeviceOps::event_synchronize(void* e) {
   auto* ev = static_cast<Event*>(e);
   uint64_t gen;
-  Stream* st;
   {
     std::lock_guard<std::mutex> lk(ev->mu);
     gen = ev->recorded;
-    st = ev->stream;
   }
   ev->wait(gen);
-  return st == nullptr ? ok_status() : st->take_error();
+  std::lock_guard<std::mutex> lk(ev->mu);
+  return ev->error;
 }
 
 Status FakeDeviceOps::stream_synchronize(void* s) { return stream_of(s)->synchronize(); }
