@@ -16,7 +16,8 @@ const char* const kAllVars[] = {
     "INA_JOB_KEY",       "INA_BLOCK_ELEMS",       "INA_WINDOW",           "INA_TIMEOUT_MS",
     "INA_RETRANSMIT_US", "INA_TEST_DROP_PERCENT", "INA_TEST_DUP_PERCENT", "INA_TEST_DELAY_US",
     "INA_TEST_SEED",     "INA_STORE",             "MASTER_ADDR",          "MASTER_PORT",
-    "INA_MESH_ADDR",     "INA_FALLBACK",          "INA_TRANSPORT",
+    "INA_MESH_ADDR",     "INA_FALLBACK",          "INA_TRANSPORT",        "INA_DEVICE_CHUNK_ELEMS",
+    "INA_DEVICE_BUFFERS",
 };
 
 class ConfigEnvTest : public ::testing::Test {
@@ -213,6 +214,10 @@ TEST_F(ConfigEnvTest, RejectsMalformedValues) {
   expect_rejected("INA_TEST_DELAY_US", "-5");
   expect_rejected("INA_TEST_DELAY_US", "4294967296");
   expect_rejected("INA_TEST_SEED", "seed");
+  expect_rejected("INA_DEVICE_CHUNK_ELEMS", "0");
+  expect_rejected("INA_DEVICE_CHUNK_ELEMS", "1M");
+  expect_rejected("INA_DEVICE_BUFFERS", "0");
+  expect_rejected("INA_DEVICE_BUFFERS", "17");
 }
 
 TEST_F(ConfigEnvTest, ErrorStopsAtTheBadVariableOnly) {
@@ -296,6 +301,11 @@ TEST(ConfigValidateTest, NamesTheBadField) {
   c = valid_config();
   c.fault.dup_send_percent = -1;
   expect_invalid(c, "dup_send_percent");
+  c = valid_config();
+  c.device_buffers = 0;
+  expect_invalid(c, "device_buffers");
+  c.device_buffers = 17;
+  expect_invalid(c, "device_buffers");
 }
 
 TEST(ConfigValidateTest, NamesTheFirstBadField) {

@@ -25,6 +25,9 @@
  *                                integers, bitwise identical to the aggregator's result;
  *                                float: reduces the floats (best precision)
  *   INA_ALGO=ring|hd|tree        host AllReduce algorithm (default: a cost model picks)
+ *   INA_DEVICE_CHUNK_ELEMS       device buffers: elements per staged chunk (default 512 blocks,
+ *                                rounded up to whole blocks)
+ *   INA_DEVICE_BUFFERS           device buffers: pinned staging buffers in rotation (default 2)
  * The host-path settings (INA_STORE .. INA_ALGO) come from the environment only: ina_config_t
  * has no fields for them (it stays version 1).
  */
