@@ -134,6 +134,7 @@ class AsyncCommunicator final : public Communicator {
     if (!device_path(send, recv)) return inner_->allreduce(send, recv, count, dtype, op);
     INA_RETURN_IF_ERROR(check_args("allreduce", send, recv, count, dtype, op));
     INA_RETURN_IF_ERROR(bind_device(send, recv));
+    INA_RETURN_IF_ERROR(prepare_pipeline());
     void* start = nullptr;
     INA_ASSIGN_OR_RETURN(start, ops_->create_event());
     Status s = ops_->record_event(start, nullptr);
@@ -154,7 +155,10 @@ class AsyncCommunicator final : public Communicator {
       }
     }
     const bool device = device_path(send, recv);
-    if (device) INA_RETURN_IF_ERROR(bind_device(send, recv));
+    if (device) {
+      INA_RETURN_IF_ERROR(bind_device(send, recv));
+      INA_RETURN_IF_ERROR(prepare_pipeline());
+    }
     auto done = std::make_shared<Completion>();
     void* start = nullptr;
     if (stream != nullptr) {
@@ -258,11 +262,27 @@ class AsyncCommunicator final : public Communicator {
            (recv != nullptr && ops_->is_device_pointer(recv));
   }
 
-  Status device_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
-                          void* start) {
+  PipelineOptions pipeline_options() const {
     PipelineOptions opts;
     opts.chunk_elems = chunk_elems_for(cfg_.device_chunk_elems, inner_->block_elems());
     opts.buffers = cfg_.device_buffers;
+    return opts;
+  }
+
+  // Allocates the staging buffers for the largest chunk (4-byte elements) once, on the caller's
+  // thread, with no collective running (see DevicePipeline::prepare). Later runs allocate nothing.
+  Status prepare_pipeline() {
+    if (pipeline_ready_) return ok_status();
+    drain();
+    const PipelineOptions opts = pipeline_options();
+    INA_RETURN_IF_ERROR(pipeline_.prepare(opts.chunk_elems * 4, opts.buffers));
+    pipeline_ready_ = true;
+    return ok_status();
+  }
+
+  Status device_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                          void* start) {
+    const PipelineOptions opts = pipeline_options();
     return pipeline_.run(send, recv, count, dtype, opts, start, [&](void* buf, size_t n) {
       return inner_->allreduce(buf, buf, n, dtype, op);
     });
@@ -348,6 +368,7 @@ class AsyncCommunicator final : public Communicator {
   std::unique_ptr<Communicator> inner_;
   std::unique_ptr<DeviceOps> ops_;
   DevicePipeline pipeline_;
+  bool pipeline_ready_ = false;  // caller's thread only
   const Config cfg_;
   std::mutex mu_;
   std::condition_variable cv_;

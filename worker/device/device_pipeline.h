@@ -52,6 +52,12 @@ class DevicePipeline {
   Status run(const void* send, void* recv, size_t count, DType dtype, const PipelineOptions& opts,
              void* start, const ChunkReduce& reduce);
 
+  // Creates the streams and events and allocates `buffers` staging buffers of chunk_bytes now
+  // (run does it on first use otherwise). The asynchronous path calls it on the caller's thread
+  // before it holds the user's stream, so no allocation that may synchronize the device
+  // happens while a stream waits for the collective.
+  Status prepare(size_t chunk_bytes, uint32_t buffers) { return ensure(chunk_bytes, buffers); }
+
   const Stats& stats() const { return stats_; }
 
  private:
