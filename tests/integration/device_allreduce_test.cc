@@ -231,6 +231,25 @@ TEST_F(DeviceAllreduce, AsyncRequestsStreamOrderAndLifecycle) {
       s = (*r)->wait();  // waiting twice returns the same result
       if (!s.ok()) return "second wait: " + s.to_string();
     }
+    // Host buffers ordered on a stream: start after the stream's earlier work, hold its later
+    // work until done.
+    {
+      std::vector<uint8_t> late(in[2].size(), 0);
+      std::vector<uint8_t> after;
+      if (!ops.launch_host_func(*user, [&] {
+            std::this_thread::sleep_for(20ms);
+            late = in[2];
+          }).ok()) {
+        return "host func";
+      }
+      auto r = rk.comm->allreduce_async(late.data(), late.data(), n, DType::kInt32, ReduceOp::kSum, *user);
+      if (!r.ok()) return "host async on a stream: " + r.status().to_string();
+      if (!ops.launch_host_func(*user, [&] { after = late; }).ok()) return "host func";
+      if (!ops.stream_synchronize(*user).ok()) return "user stream";
+      if (after != exp[2]) return "host buffers on a stream: later stream work saw no result";
+      s = (*r)->wait();
+      if (!s.ok()) return "host buffers on a stream: " + s.to_string();
+    }
     std::memcpy(dev[1], in[1].data(), in[1].size());
     {
       auto r = rk.comm->allreduce_async(dev[1], dev[1], n, DType::kBFloat16, ReduceOp::kMax, nullptr);

@@ -6,7 +6,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <thread>
 #include <numeric>
 #include <vector>
 
@@ -200,6 +203,40 @@ INSTANTIATE_TEST_SUITE_P(
                       Fault{4, 0, SIZE_MAX, "device-to-host copy of chunk 2 of 5 (elements 128 .. 192)"},
                       Fault{0, 2, SIZE_MAX, "device-to-host copy of chunk 1 of 5"},
                       Fault{0, 0, 3, "reduction of chunk 3 of 5 (elements 192 .. 256): network down"}));
+
+// The point of the pipeline: with copies and the network of equal length (10 ms each), chunk k's
+// network step runs while chunk k+1 is copied in and chunk k-1 copied out. With 3 buffers
+// (one per stage) 8 chunks take about 8 network steps plus one copy each way (~100 ms); with 2 a
+// buffer's cycle is copy in, network, copy out for every 2 chunks (~130 ms); in sequence (1
+// buffer) 8 x 3 steps (~240 ms). The margins allow for a loaded machine (sleeps, not CPU work).
+double pipeline_ms(uint32_t buffers) {
+  FakeDeviceOps::Options o;
+  o.copy_delay_us = 10000;
+  FakeDeviceOps ops(o);
+  const size_t n = 8 * 64;
+  void* d = ops.alloc_device(n * 4);
+  DevicePipeline p(ops);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = p.run(d, d, n, DType::kInt32, {64, buffers}, nullptr, [](void*, size_t) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    return ok_status();
+  });
+  const double ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  ops.free_device(d);
+  return s.ok() ? ms : -1;
+}
+
+TEST(DevicePipeline, CopiesOverlapTheNetwork) {
+  const double one = pipeline_ms(1), two = pipeline_ms(2), three = pipeline_ms(3);
+  std::printf("8 chunks, 10 ms per copy and per network step: 1 buffer %.0f ms, 2 buffers %.0f ms, "
+              "3 buffers %.0f ms\n", one, two, three);
+  EXPECT_GE(one, 230.0);
+  EXPECT_GE(three, 90.0);
+  EXPECT_LT(three, 160.0);
+  EXPECT_LT(two, one - 50.0);
+  EXPECT_LT(three, two);
+}
 
 TEST(DevicePipeline, RejectsBadOptions) {
   FakeDeviceOps ops;

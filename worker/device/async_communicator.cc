@@ -233,7 +233,11 @@ class AsyncCommunicator final : public Communicator {
                              dtype);
   }
 
-  bool on_host_path() const override { return inner_->on_host_path(); }
+  // After the submitted collectives (one of them may switch the path).
+  bool on_host_path() const override {
+    const_cast<AsyncCommunicator*>(this)->drain();
+    return inner_->on_host_path();
+  }
   uint32_t block_elems() const override { return inner_->block_elems(); }
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }

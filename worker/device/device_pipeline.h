@@ -18,7 +18,7 @@ namespace ina::worker {
 struct PipelineOptions {
   size_t chunk_elems = 0;  // elements per chunk; must be a multiple of the block size (the
                            // caller rounds: see chunk_elems_for)
-  uint32_t buffers = 2;    // pinned staging buffers in rotation, 1 .. kMaxBuffers
+  uint32_t buffers = 3;    // pinned staging buffers in rotation, 1 .. kMaxBuffers
   static constexpr uint32_t kMaxBuffers = 16;
 };
 

@@ -27,7 +27,7 @@
  *   INA_ALGO=ring|hd|tree        host AllReduce algorithm (default: a cost model picks)
  *   INA_DEVICE_CHUNK_ELEMS       device buffers: elements per staged chunk (default 512 blocks,
  *                                rounded up to whole blocks)
- *   INA_DEVICE_BUFFERS           device buffers: pinned staging buffers in rotation (default 2)
+ *   INA_DEVICE_BUFFERS           device buffers: pinned staging buffers in rotation (default 3)
  * The host-path settings (INA_STORE .. INA_ALGO) come from the environment only: ina_config_t
  * has no fields for them (it stays version 1).
  */
@@ -113,7 +113,7 @@ ina_result_t ina_allreduce(ina_comm_t* comm, const void* send, void* recv, size_
 /* Asynchronous AllReduce. Returns at once with *req set (NULL on failure); ina_wait or ina_test
  * gives the collective's result, ina_request_free releases the handle.
  *   send, recv   host or CUDA device memory (either or both). Device buffers move in chunks
- *                through pinned host buffers, double-buffered (INA_DEVICE_CHUNK_ELEMS,
+ *                through a rotation of pinned host buffers (INA_DEVICE_CHUNK_ELEMS,
  *                INA_DEVICE_BUFFERS), so device-to-host copies, the network and host-to-device
  *                copies overlap; the result is bitwise the one of the same call on host memory.
  *   cuda_stream  a cudaStream_t, or NULL. As in NCCL: the collective starts after the work

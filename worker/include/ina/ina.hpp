@@ -66,10 +66,11 @@ struct Config {
   bool host_only = false;
 
   // Device buffers (CUDA): elements per chunk of the staging pipeline (0: 512 blocks; rounded up
-  // to whole blocks; INA_DEVICE_CHUNK_ELEMS) and pinned staging buffers in rotation (2: double
-  // buffering; 1 .. 16; INA_DEVICE_BUFFERS).
+  // to whole blocks; INA_DEVICE_CHUNK_ELEMS) and pinned staging buffers in rotation (1 .. 16;
+  // INA_DEVICE_BUFFERS). 3, one per stage (copy in, network, copy out), overlaps all three when
+  // they take equally long; 2 (double buffering) leaves a stage idle then.
   uint64_t device_chunk_elems = 0;
-  uint32_t device_buffers = 2;
+  uint32_t device_buffers = 3;
 
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
