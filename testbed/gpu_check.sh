@@ -4,7 +4,10 @@
 #   2. runs the cuda test suite (device kernels vs the CPU reference, bit for bit);
 #   3. runs ina-kernel-bench cuda: GB/s of quantize (scan + encode) and dequantize per dtype,
 #      beside a device-to-device cudaMemcpy measured in the same run;
-#   4. runs ina-kernel-bench cpu: reference vs AVX2 CPU kernels.
+#   4. runs ina-kernel-bench cpu: reference vs AVX2 CPU kernels;
+#   5. a device-buffer AllReduce (cudaMalloc'ed float32, 16 Mi elements) through a local
+#      ina-aggregator, 2 ranks on loopback, staged through pinned buffers: time and GB/s beside
+#      the same AllReduce on host buffers (the bitwise checks ran in step 2's cuda suite).
 # Without a usable GPU it builds, says so, and exits 77 (skip). Output is also written to
 # testbed/results/gpu-check-<host>-<date>.txt (with a GPU). Each step runs under `timeout` so the whole
 # check stays within 10 minutes.
@@ -45,4 +48,8 @@ timeout 120 "$build/testbed/ina-kernel-bench" cuda --elems $((64 << 20)) --iters
 
 echo "== ina-kernel-bench cpu"
 timeout 120 "$build/testbed/ina-kernel-bench" cpu --seconds 0.3
+echo "== device-buffer AllReduce through a local aggregator (2 ranks, 16 Mi float32)"
+INA_AGGREGATOR_BIN="$build/aggregator/ina-aggregator" timeout 180 \
+  "$build/tests/integration/cuda_device_allreduce_test" \
+  --gtest_filter='CudaDeviceAllreduceThroughput.*' | grep -E 'device-buffer|OK|FAILED|Skipped'
 echo "== done: $log"

@@ -16,10 +16,16 @@
 #include "ina/ina.hpp"
 #include "ina_config.h"
 #include "worker/config_internal.h"
+#include "worker/device/device_ops.h"
 
 struct ina_comm {
   std::unique_ptr<ina::Communicator> comm;
   std::string last_error;
+};
+
+struct ina_request {
+  std::unique_ptr<ina::Request> req;
+  std::string error;
 };
 
 namespace {
@@ -270,6 +276,66 @@ ina_result_t ina_allreduce(ina_comm_t* comm, const void* send, void* recv, size_
     }
     return result_of(comm->last_error, comm->comm->allreduce(send, recv, count, d, o));
   });
+}
+
+ina_result_t ina_allreduce_async(ina_comm_t* comm, const void* send, void* recv, size_t count,
+                                 ina_dtype_t dtype, ina_op_t op, void* cuda_stream,
+                                 ina_request_t** req) {
+  if (comm == nullptr) return INA_INVALID_ARGUMENT;
+  return guarded(comm->last_error, [&]() -> ina_result_t {
+    if (req == nullptr) {
+      set_message(comm->last_error, "ina_allreduce_async: req (the output pointer) is NULL");
+      return INA_INVALID_ARGUMENT;
+    }
+    *req = nullptr;
+    ina::DType d{};
+    ina::ReduceOp o{};
+    if (!c_dtype(comm->last_error, "ina_allreduce_async", dtype, &d) ||
+        !c_op(comm->last_error, "ina_allreduce_async", op, &o)) {
+      return INA_INVALID_ARGUMENT;
+    }
+    auto handle = std::make_unique<ina_request>();
+    ina::Result<std::unique_ptr<ina::Request>> r =
+        comm->comm->allreduce_async(send, recv, count, d, o, cuda_stream);
+    if (!r.ok()) return fail(comm->last_error, r.status());
+    handle->req = std::move(r.value());
+    *req = handle.release();
+    return INA_SUCCESS;
+  });
+}
+
+ina_result_t ina_test(ina_request_t* req, int* done) {
+  if (req == nullptr || done == nullptr) return INA_INVALID_ARGUMENT;
+  return guarded(req->error, [&]() -> ina_result_t {
+    bool d = false;
+    const ina::Status s = req->req->test(&d);
+    *done = d ? 1 : 0;
+    return result_of(req->error, s);
+  });
+}
+
+ina_result_t ina_wait(ina_request_t* req) {
+  if (req == nullptr) return INA_INVALID_ARGUMENT;
+  return guarded(req->error, [&]() -> ina_result_t { return result_of(req->error, req->req->wait()); });
+}
+
+const char* ina_request_error(const ina_request_t* req) {
+  return req == nullptr ? "" : req->error.c_str();
+}
+
+void ina_request_free(ina_request_t* req) { delete req; }
+
+int ina_cuda_available(const char** why) {
+  thread_local std::string t_why;
+  try {
+    const ina::Status s = ina::worker::make_cuda_device_ops()->available();
+    set_message(t_why, s.message());
+    if (why != nullptr) *why = t_why.c_str();
+    return s.ok() ? 1 : 0;
+  } catch (...) {
+    if (why != nullptr) *why = "out of memory";
+    return 0;
+  }
 }
 
 ina_result_t ina_allgather(ina_comm_t* comm, const void* send, void* recv, size_t count,

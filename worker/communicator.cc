@@ -20,6 +20,7 @@
 #include "worker/config_internal.h"
 #include "worker/fault_transport.h"
 #include "worker/host/allgather.h"
+#include "worker/device/async_communicator.h"
 #include "worker/host/allreduce.h"
 #include "worker/host/alltoall.h"
 #include "worker/host/barrier.h"
@@ -207,6 +208,15 @@ class CommunicatorImpl final : public Communicator {
     ++host_stats_.host_collectives;
     return host_allreduce(input, recv, count, dtype, op);
   }
+
+  // The asynchronous form lives in the wrapper every communicator comes in
+  // (device/async_communicator.cc); this object only ever runs blocking collectives.
+  Result<std::unique_ptr<Request>> allreduce_async(const void*, void*, size_t, DType, ReduceOp,
+                                                   void*) override {
+    return internal_error("allreduce_async reached the host communicator without its wrapper");
+  }
+
+  uint32_t block_elems() const override { return block_elems_; }
 
   Status allgather(const void* send, void* recv, size_t count, DType dtype) override {
     if (!mesh_) return no_mesh("allgather");
@@ -482,6 +492,12 @@ uint64_t effective_fault_seed(const Config& cfg) {
 
 Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
                                                           std::unique_ptr<Transport> transport) {
+  return create_communicator(cfg, std::move(transport), make_cuda_device_ops());
+}
+
+Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
+                                                          std::unique_ptr<Transport> transport,
+                                                          std::unique_ptr<DeviceOps> device_ops) {
   INA_RETURN_IF_ERROR(cfg.validate());
   if (transport && FaultInjectingTransport::wanted(cfg.fault)) {
     transport = std::make_unique<FaultInjectingTransport>(std::move(transport), cfg.fault,
@@ -499,7 +515,7 @@ Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
   auto comm = std::make_unique<CommunicatorImpl>(cfg, std::move(transport), std::move(store),
                                                  std::move(mesh));
   INA_RETURN_IF_ERROR(comm->start());
-  return std::unique_ptr<Communicator>(std::move(comm));
+  return make_async_communicator(std::move(comm), std::move(device_ops), cfg);
 }
 
 }  // namespace worker

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "ina/ina.hpp"
+#include "worker/device/device_ops.h"
 #include "worker/transport.h"
 
 namespace ina::worker {
@@ -15,8 +16,13 @@ namespace ina::worker {
 // an aggregator (unavailable, deadline) is not an error when the mesh exists: the communicator
 // starts on the host path. Communicator::create is this with a kernel UDP transport to cfg's
 // aggregator.
+// The result is wrapped for device buffers and asynchronous collectives
+// (device/async_communicator.h) with make_cuda_device_ops(), or with `device_ops` (tests: a fake).
 Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
                                                           std::unique_ptr<Transport> transport);
+Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
+                                                          std::unique_ptr<Transport> transport,
+                                                          std::unique_ptr<DeviceOps> device_ops);
 
 // The seed FaultInjection uses: cfg.fault.seed, or one derived from the rank when it is 0.
 uint64_t effective_fault_seed(const Config& cfg);

@@ -267,6 +267,9 @@ Result<Config> Config::from_env() {
     INA_RETURN_IF_ERROR(parse_unsigned("INA_RETRANSMIT_US", v, 1, kMaxRetransmitUs, false, &us));
     c.retransmit = std::chrono::microseconds(us);
   }
+  INA_RETURN_IF_ERROR(env_unsigned("INA_DEVICE_CHUNK_ELEMS", 1, uint64_t{1} << 32, false,
+                                   &c.device_chunk_elems));
+  INA_RETURN_IF_ERROR(env_unsigned("INA_DEVICE_BUFFERS", 1, 16, false, &c.device_buffers));
   INA_RETURN_IF_ERROR(env_percent("INA_TEST_DROP_PERCENT", &c.fault.drop_send_percent));
   // One knob for both directions: a lossy link loses requests and replies alike.
   c.fault.drop_recv_percent = c.fault.drop_send_percent;
@@ -316,6 +319,15 @@ Status Config::validate() const {
     return invalid_argument(range_error("retransmit", "INA_RETRANSMIT_US",
                                         std::to_string(retransmit.count()) + " us",
                                         "[1, " + std::to_string(kMaxRetransmitUs) + "] us"));
+  }
+  if (device_chunk_elems > (uint64_t{1} << 32)) {
+    return invalid_argument(range_error("device_chunk_elems", "INA_DEVICE_CHUNK_ELEMS",
+                                        std::to_string(device_chunk_elems),
+                                        "0 (default) or [1, 2^32]"));
+  }
+  if (device_buffers < 1 || device_buffers > 16) {
+    return invalid_argument(range_error("device_buffers", "INA_DEVICE_BUFFERS",
+                                        std::to_string(device_buffers), "[1, 16]"));
   }
   if (host_only && store.empty() && external_store == nullptr) {
     return invalid_argument(

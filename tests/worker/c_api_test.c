@@ -183,6 +183,20 @@ static void test_version_and_null_handles(void) {
   CHECK(ina_comm_size(NULL) == -1);
   CHECK(strcmp(ina_comm_last_error(NULL), "") == 0);
   ina_comm_destroy(NULL);
+  ina_request_t* req = (ina_request_t*)&x; /* must be overwritten with NULL */
+  CHECK(ina_allreduce_async(NULL, &x, &x, 1, INA_FLOAT32, INA_SUM, NULL, &req) ==
+        INA_INVALID_ARGUMENT);
+  int done = 0;
+  CHECK(ina_test(NULL, &done) == INA_INVALID_ARGUMENT);
+  CHECK(ina_wait(NULL) == INA_INVALID_ARGUMENT);
+  CHECK(strcmp(ina_request_error(NULL), "") == 0);
+  ina_request_free(NULL);
+  /* Loads and answers without a GPU or driver: 0 with a reason (1 on a GPU machine). */
+  const char* why = NULL;
+  const int cuda = ina_cuda_available(&why);
+  CHECK(cuda == 0 || cuda == 1);
+  CHECK(why != NULL);
+  if (cuda == 0) CHECK(why != NULL && strlen(why) > 0);
 }
 
 static int run_unit(void) {
@@ -286,6 +300,42 @@ static void test_collectives(ina_comm_t* comm) {
   CHECK_CONTAINS(ina_comm_last_error(comm), "op 257");
   CHECK(ina_allreduce(comm, NULL, fout, N, INA_FLOAT32, INA_SUM) == INA_INVALID_ARGUMENT);
   CHECK_CONTAINS(ina_comm_last_error(comm), "null");
+
+  /* The asynchronous form on host buffers: the same result as the blocking call. */
+  {
+    static float aout[N], bout[N];
+    fin[300] = 1.0f;
+    CHECK(ina_allreduce(comm, fin, bout, N, INA_FLOAT32, INA_SUM) == INA_SUCCESS);
+    ina_request_t* req = NULL;
+    CHECK(ina_allreduce_async(comm, fin, aout, N, INA_FLOAT32, INA_SUM, NULL, &req) == INA_SUCCESS);
+    CHECK(req != NULL);
+    int done = 0;
+    for (int i = 0; i < 20000 && !done; ++i) {
+      CHECK(ina_test(req, &done) == INA_SUCCESS);
+      if (!done) sleep_ms(1);
+    }
+    CHECK(done == 1);
+    CHECK(ina_wait(req) == INA_SUCCESS);
+    CHECK(strcmp(ina_request_error(req), "") == 0);
+    ina_request_free(req);
+    CHECK(memcmp(aout, bout, sizeof aout) == 0);
+    /* Freed while pending (detached), then a blocking call that runs after it. */
+    CHECK(ina_allreduce_async(comm, fin, aout, N, INA_FLOAT32, INA_MAX, NULL, &req) == INA_SUCCESS);
+    ina_request_free(req);
+    CHECK(ina_allreduce(comm, fin, bout, N, INA_FLOAT32, INA_MAX) == INA_SUCCESS);
+    CHECK(memcmp(aout, fin, sizeof aout) == 0 && memcmp(bout, fin, sizeof bout) == 0);
+    CHECK(ina_allreduce_async(comm, fin, aout, N, INA_FLOAT32, INA_SUM, NULL, NULL) ==
+          INA_INVALID_ARGUMENT);
+    CHECK_CONTAINS(ina_comm_last_error(comm), "req");
+    if (ina_cuda_available(NULL) == 0) {
+      int fake_stream = 0;
+      const ina_result_t r =
+          ina_allreduce_async(comm, fin, aout, N, INA_FLOAT32, INA_SUM, &fake_stream, &req);
+      CHECK(r == INA_UNAVAILABLE || r == INA_NOT_SUPPORTED);
+      CHECK(req == NULL);
+      CHECK_CONTAINS(ina_comm_last_error(comm), "a CUDA stream was given");
+    }
+  }
 
   /* No store configured: in-network only, and the host collectives say what is missing. */
   CHECK(ina_comm_on_host_path(comm) == 0);

@@ -17,6 +17,7 @@ const char* const kAllVars[] = {
     "INA_RETRANSMIT_US", "INA_TEST_DROP_PERCENT", "INA_TEST_DUP_PERCENT", "INA_TEST_DELAY_US",
     "INA_TEST_SEED",     "INA_STORE",             "MASTER_ADDR",          "MASTER_PORT",
     "INA_MESH_ADDR",     "INA_FALLBACK",          "INA_TRANSPORT",        "INA_TEST_STRAGGLE",
+    "INA_DEVICE_CHUNK_ELEMS", "INA_DEVICE_BUFFERS",
 };
 
 class ConfigEnvTest : public ::testing::Test {
@@ -213,6 +214,10 @@ TEST_F(ConfigEnvTest, RejectsMalformedValues) {
   expect_rejected("INA_TEST_DELAY_US", "-5");
   expect_rejected("INA_TEST_DELAY_US", "4294967296");
   expect_rejected("INA_TEST_SEED", "seed");
+  expect_rejected("INA_DEVICE_CHUNK_ELEMS", "0");
+  expect_rejected("INA_DEVICE_CHUNK_ELEMS", "1M");
+  expect_rejected("INA_DEVICE_BUFFERS", "0");
+  expect_rejected("INA_DEVICE_BUFFERS", "17");
   for (const char* bad : {"10", "10:", ":5000", "101:5000", "-1:5", "10:-5", "10:4294967296",
                           "10:5ms", "nan:5", "10:5:5", "10%:5000"}) {
     expect_rejected("INA_TEST_STRAGGLE", bad);
@@ -320,6 +325,11 @@ TEST(ConfigValidateTest, NamesTheBadField) {
   c = valid_config();
   c.fault.dup_send_percent = -1;
   expect_invalid(c, "dup_send_percent");
+  c = valid_config();
+  c.device_buffers = 0;
+  expect_invalid(c, "device_buffers");
+  c.device_buffers = 17;
+  expect_invalid(c, "device_buffers");
 }
 
 TEST(ConfigValidateTest, NamesTheFirstBadField) {

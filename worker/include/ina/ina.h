@@ -31,6 +31,9 @@
  *                                libina has the rdma feature and the machine an RDMA device,
  *                                else TCP; verbs without them fails naming the reason
  *   INA_VERBS_DEVICE=name[:port], INA_VERBS_GID_INDEX=n  the verbs device, port and GID index
+ *   INA_DEVICE_CHUNK_ELEMS       device buffers: elements per staged chunk (default 512 blocks,
+ *                                rounded up to whole blocks)
+ *   INA_DEVICE_BUFFERS           device buffers: pinned staging buffers in rotation (default 3)
  * The host-path settings (INA_STORE .. INA_VERBS_GID_INDEX) come from the environment only: ina_config_t
  * has no fields for them (it stays version 1).
  */
@@ -126,9 +129,44 @@ void ina_comm_destroy(ina_comm_t* comm);
 int ina_comm_rank(const ina_comm_t* comm);
 int ina_comm_size(const ina_comm_t* comm);
 
-/* recv may equal send (in place). count may be 0. Returns when the result is in recv. */
+/* recv may equal send (in place). count may be 0. Returns when the result is in recv.
+ * send and recv may be CUDA device memory (libina built with the cuda feature; detected with
+ * cudaPointerGetAttributes): the call then starts after the work already enqueued on the
+ * default stream and stages the buffer through pinned host memory (see ina_allreduce_async). */
 ina_result_t ina_allreduce(ina_comm_t* comm, const void* send, void* recv, size_t count,
                            ina_dtype_t dtype, ina_op_t op);
+
+/* Asynchronous AllReduce. Returns at once with *req set (NULL on failure); ina_wait or ina_test
+ * gives the collective's result, ina_request_free releases the handle.
+ *   send, recv   host or CUDA device memory (either or both). Device buffers move in chunks
+ *                through a rotation of pinned host buffers (INA_DEVICE_CHUNK_ELEMS,
+ *                INA_DEVICE_BUFFERS), so device-to-host copies, the network and host-to-device
+ *                copies overlap; the result is bitwise the one of the same call on host memory.
+ *   cuda_stream  a cudaStream_t, or NULL. As in NCCL: the collective starts after the work
+ *                enqueued on the stream before the call, and work enqueued on the stream after
+ *                the call waits for the collective (the stream is held by a host function).
+ * The buffers must stay valid until the request completes. Asynchronous collectives of a
+ * communicator run in call order on its progress thread (started at the first call); blocking
+ * calls on the communicator first wait for those submitted before them. Built without CUDA, a
+ * non-NULL stream gives INA_NOT_SUPPORTED ("built without CUDA") and pointers are host memory. */
+typedef struct ina_request ina_request_t;
+ina_result_t ina_allreduce_async(ina_comm_t* comm, const void* send, void* recv, size_t count,
+                                 ina_dtype_t dtype, ina_op_t op, void* cuda_stream,
+                                 ina_request_t** req);
+/* *done = 1 once the collective completed (the return value is then its result), else 0 and
+ * INA_SUCCESS. A failure's message: ina_request_error. */
+ina_result_t ina_test(ina_request_t* req, int* done);
+/* Blocks until the collective completed; returns its result. */
+ina_result_t ina_wait(ina_request_t* req);
+/* The message of the request's failed collective ("" if none or not complete). */
+const char* ina_request_error(const ina_request_t* req);
+/* Releases the handle. A request that has not completed is detached: the collective still
+ * runs, its buffers stay in use until it completes, and a failure is only logged. NULL is a
+ * no-op. */
+void ina_request_free(ina_request_t* req);
+/* 1 when device buffers are usable (built with CUDA and a device present), else 0 with the
+ * reason in *why (a static or per-thread string; why may be NULL). */
+int ina_cuda_available(const char** why);
 
 /* Host collectives, on the TCP mesh (NCCL's shapes; counts and displacements in elements). They
  * need the mesh: without INA_STORE (or MASTER_ADDR/MASTER_PORT) they return INA_INVALID_ARGUMENT

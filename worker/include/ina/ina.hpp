@@ -97,6 +97,13 @@ struct Config {
   ExternalStore* external_store = nullptr;
   HostTransport host_transport = HostTransport::kAuto;  // INA_HOST_TRANSPORT=auto|tcp|verbs
 
+  // Device buffers (CUDA): elements per chunk of the staging pipeline (0: 512 blocks; rounded up
+  // to whole blocks; INA_DEVICE_CHUNK_ELEMS) and pinned staging buffers in rotation (1 .. 16;
+  // INA_DEVICE_BUFFERS). 3, one per stage (copy in, network, copy out), overlaps all three when
+  // they take equally long; 2 (double buffering) leaves a stage idle then.
+  uint64_t device_chunk_elems = 0;
+  uint32_t device_buffers = 3;
+
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
   static Result<Config> from_env();
@@ -120,6 +127,18 @@ struct CommStats {
   uint64_t probes = 0;              // re-joins of a lost aggregator attempted
 };
 
+// An asynchronous collective in flight (Communicator::allreduce_async). Destroying a request
+// that has not completed detaches it: the collective still runs (its buffers stay in use until
+// it completes, which the stream it was given orders), and a failure is only logged.
+class Request {
+ public:
+  virtual ~Request() = default;
+  // *done = true once the collective completed; then returns its Status (OK while pending).
+  virtual Status test(bool* done) = 0;
+  // Blocks until the collective completed and returns its Status.
+  virtual Status wait() = 0;
+};
+
 class Communicator {
  public:
   virtual ~Communicator() = default;
@@ -129,6 +148,17 @@ class Communicator {
   // recv may equal send. Any count (0 allowed). float32/float16/bfloat16/int32; sum/min/max.
   virtual Status allreduce(const void* send, void* recv, size_t count, DType dtype,
                            ReduceOp op) = 0;
+
+  // AllReduce that returns at once; Request::wait (or test) gives its Status. send and recv
+  // may be host or CUDA device memory (cudaPointerGetAttributes decides; device buffers need
+  // the cuda feature). `cuda_stream` (a cudaStream_t; null: none) orders it as NCCL does: it
+  // starts after the work enqueued on the stream before the call, and work enqueued on the stream
+  // after the call waits for it. Asynchronous collectives run one at a time, in call order, on
+  // the communicator's progress thread; the blocking calls wait for those already submitted.
+  // allreduce itself also accepts device pointers (ordered after the default stream's work).
+  virtual Result<std::unique_ptr<Request>> allreduce_async(const void* send, void* recv,
+                                                           size_t count, DType dtype, ReduceOp op,
+                                                           void* cuda_stream) = 0;
 
   // Host collectives, on the TCP mesh (they need Config::store; without it they return
   // kFailedPrecondition). Counts are in elements; every rank calls them in the same order.
@@ -152,6 +182,9 @@ class Communicator {
 
   // True while AllReduce runs on the host mesh (host only, or after losing the aggregator).
   virtual bool on_host_path() const = 0;
+
+  // Elements per block (packet) in use: the configured one, lowered to the aggregator's at join.
+  virtual uint32_t block_elems() const = 0;
 
   virtual int rank() const = 0;
   virtual int size() const = 0;
