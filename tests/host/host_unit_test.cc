@@ -62,6 +62,41 @@ TEST(HostSelect, CrossoverMovesWithAlpha) {
   EXPECT_LT(low, high);
 }
 
+TEST(HostSelect, ParseCostModel) {
+  CostModel m = val(parse_cost_model("25,0.5"));
+  EXPECT_DOUBLE_EQ(m.alpha_s, 25e-6);
+  EXPECT_DOUBLE_EQ(m.beta_s_per_byte, 0.5e-9);
+  EXPECT_DOUBLE_EQ(m.gamma_s_per_byte, CostModel{}.gamma_s_per_byte);  // default gamma kept
+  m = val(parse_cost_model("133.5,0,0.25"));
+  EXPECT_DOUBLE_EQ(m.alpha_s, 133.5e-6);
+  EXPECT_DOUBLE_EQ(m.beta_s_per_byte, 0);
+  EXPECT_DOUBLE_EQ(m.gamma_s_per_byte, 0.25e-9);
+  for (const char* bad : {"", "25", "25,", ",0.5", "25,0.5,", "0,0.5", "-1,0.5", "25,-0.5",
+                          "25,0.5,0.1,3", "25 ,0.5", "25,0.5x", "1e3,0.5", "inf,1", "nan,1",
+                          "25;0.5"}) {
+    Result<CostModel> r = parse_cost_model(bad);
+    ASSERT_FALSE(r.ok()) << "'" << bad << "' was accepted";
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("INA_COST_MODEL"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("alpha_us,beta_ns_per_byte"), std::string::npos);
+  }
+}
+
+TEST(HostSelect, SelectionOnGivenFigures) {
+  // A latency-bound link (alpha 100 us, 10 GB/s, fast reduction): the log-depth algorithms win
+  // up to large sizes; at 4 ranks hd costs 4 alpha + 1.5 n beta + 0.75 n gamma against the
+  // ring's 6 alpha + 1.5 n beta, so ring wins once 0.75 n gamma > 2 alpha: n > 2.67 MB here.
+  const CostModel lat = val(parse_cost_model("100,0.1,0.1"));
+  EXPECT_EQ(val(select_allreduce(lat, 8, 4, "")), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(val(select_allreduce(lat, 2u << 20, 4, "")), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(val(select_allreduce(lat, 4u << 20, 4, "")), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(val(select_allreduce(lat, 8, 6, "")), AllreduceAlgorithm::kTree);
+  // No latency at all: the ring's bandwidth term is the smallest (ties go to ring).
+  CostModel bw = val(parse_cost_model("0.001,1,1"));
+  EXPECT_EQ(val(select_allreduce(bw, 1u << 20, 4, "")), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(val(select_allreduce(bw, 1u << 20, 6, "")), AllreduceAlgorithm::kRing);
+}
+
 TEST(HostSelect, CostFormulas) {
   CostModel m;
   m.alpha_s = 1;

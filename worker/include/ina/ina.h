@@ -25,7 +25,9 @@
  *                                integers, bitwise identical to the aggregator's result;
  *                                float: reduces the floats (best precision)
  *   INA_ALGO=ring|hd|tree        host AllReduce algorithm (default: a cost model picks)
- * The host-path settings (INA_STORE .. INA_ALGO) come from the environment only: ina_config_t
+ *   INA_COST_MODEL=a,b[,g]       the cost model's alpha (us per message), beta and gamma (ns per
+ *                                byte sent, reduced), e.g. 25,0.5; default: measured at startup
+ * The host-path settings (INA_STORE .. INA_COST_MODEL) come from the environment only: ina_config_t
  * has no fields for them (it stays version 1).
  */
 #ifndef INA_INA_H_

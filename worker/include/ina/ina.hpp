@@ -64,6 +64,10 @@ struct Config {
   // Never use the aggregator: every collective runs on the host mesh (needs `store`).
   // INA_TRANSPORT=host, or INA_AGGREGATOR unset while a store is set.
   bool host_only = false;
+  // The host algorithms' cost model, "alpha_us,beta_ns_per_byte[,gamma_ns_per_byte]"
+  // (INA_COST_MODEL, e.g. "25,0.5"). Empty: measured when the mesh comes up (a short exchange
+  // with the ring neighbours; the slowest rank's figures, agreed by every rank).
+  std::string cost_model;
 
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
