@@ -256,6 +256,48 @@ TEST(HostReduce, FloatMinMaxPropagateNan) {
   EXPECT_TRUE(std::isnan(c[1]));
 }
 
+TEST(HostReduce, VectorLanesMatchTheElementDefinition) {
+  // Lengths around the 4-lane blocks, and values that stress the lanes: NaN on either side,
+  // infinities, signed zeros, int32 extremes. Every element must match the scalar definition.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float fv[] = {1.5f, -2.f, nan, 0.f, -0.f, inf, -inf, 3.25f, 7.f, -1e30f, 1e30f};
+  const int32_t iv[] = {0, 1, -1, std::numeric_limits<int32_t>::max(),
+                        std::numeric_limits<int32_t>::min(), 12345, -777};
+  for (size_t n : {size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{8}, size_t{13}, size_t{67}}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax}) {
+      std::vector<float> fa(n), fb(n), fref(n);
+      std::vector<int32_t> ia(n), ib(n), iref(n);
+      for (size_t i = 0; i < n; ++i) {
+        fa[i] = fv[(i * 3) % std::size(fv)];
+        fb[i] = fv[(i * 5 + 1) % std::size(fv)];
+        ia[i] = iv[(i * 3) % std::size(iv)];
+        ib[i] = iv[(i * 5 + 2) % std::size(iv)];
+        const float x = fa[i], y = fb[i];
+        if (op == ReduceOp::kSum) {
+          fref[i] = x + y;
+          iref[i] = static_cast<int32_t>(static_cast<uint32_t>(ia[i]) + static_cast<uint32_t>(ib[i]));
+        } else {
+          const bool mn = op == ReduceOp::kMin;
+          fref[i] = std::isnan(y) ? y : std::isnan(x) ? x : (mn ? (y < x ? y : x) : (y > x ? y : x));
+          iref[i] = mn ? std::min(ia[i], ib[i]) : std::max(ia[i], ib[i]);
+        }
+      }
+      reduce_into(fa.data(), fb.data(), n, DType::kFloat32, op);
+      reduce_into(ia.data(), ib.data(), n, DType::kInt32, op);
+      for (size_t i = 0; i < n; ++i) {
+        if (std::isnan(fref[i])) {
+          EXPECT_TRUE(std::isnan(fa[i])) << "n " << n << " op " << static_cast<int>(op) << " i " << i;
+        } else {
+          EXPECT_EQ(std::memcmp(&fa[i], &fref[i], 4), 0)
+              << "n " << n << " op " << static_cast<int>(op) << " i " << i << ": " << fa[i] << " vs " << fref[i];
+        }
+        EXPECT_EQ(ia[i], iref[i]) << "n " << n << " op " << static_cast<int>(op) << " i " << i;
+      }
+    }
+  }
+}
+
 // ---- FileStore and PrefixStore ----
 
 TEST(HostFileStore, SetGetWaitAndMissingKeysNamed) {
