@@ -141,9 +141,9 @@ Context::Handle TcpMesh::post(int peer, bool is_send, uint8_t* buf, size_t bytes
   Peer& p = peers_[static_cast<size_t>(peer)];
   (is_send ? p.sends : p.recvs).push_back(op.get());
   ops_.emplace(h, std::move(op));
-  // Eager send: a message posted on an idle link goes to the kernel now, without waiting for the
-  // next wait() (lower latency, and the peer can progress while this rank computes).
-  if (is_send && p.sends.size() == 1) {
+  // Eager send: a message goes to the kernel now, without waiting for the next wait() (lower
+  // latency, and the peer can progress while this rank computes), unless the socket is full.
+  if (is_send && !p.send_full) {
     Status s = progress_send(peer);
     if (!s.ok()) (void)fail(std::move(s));
   }
@@ -171,6 +171,7 @@ Status TcpMesh::fail(Status s) {
 // Moves as many bytes of the queued sends as the socket takes.
 Status TcpMesh::progress_send(int peer) {
   Peer& p = peers_[static_cast<size_t>(peer)];
+  p.send_full = false;  // set again below if the kernel takes less than offered
   while (!p.sends.empty()) {
     Op* op = p.sends.front();
     iovec iov[2];
@@ -184,13 +185,19 @@ Status TcpMesh::progress_send(int peer) {
     const ssize_t k = sendmsg(p.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return ok_status();
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        p.send_full = true;
+        return ok_status();
+      }
       return peer_gone(peer, peer_errno(peer, errno));
     }
     op->done += static_cast<size_t>(k);
     if (op->done == op->bytes + 8) {
       op->complete = true;
       p.sends.pop_front();
+    } else {
+      p.send_full = true;  // a partial write: the socket buffer is full
+      return ok_status();
     }
   }
   return ok_status();
@@ -296,7 +303,10 @@ Status TcpMesh::wait(Handle h) {
   Op* op = it->second.get();
   const auto deadline = Clock::now() + timeout_;
   // Try the waited-for peer first: small messages often complete without a poll.
-  Status s = op->is_send ? progress_send(op->peer) : progress_recv(op->peer);
+  Status s = op->is_send ? (peers_[static_cast<size_t>(op->peer)].send_full
+                               ? ok_status()
+                               : progress_send(op->peer))
+                         : progress_recv(op->peer);
   if (!s.ok()) return fail(std::move(s));
   while (!op->complete) {
     const int ms = ms_until(deadline);

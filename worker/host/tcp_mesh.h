@@ -10,7 +10,10 @@
 // Data: every message is framed by its 8-byte length (little-endian) so that a size mismatch is
 // caught. All sockets are non-blocking; wait() polls every peer with posted operations and moves
 // bytes with sendmsg/readv as the kernel allows, so sends and receives to different peers progress
-// together. Errors name the rank: "rank 3: connection closed", "rank 3: connection reset",
+// together. A send goes to the kernel as soon as it is posted, even behind queued ones, unless the
+// socket was full at the last try (then POLLOUT resumes it): a rank working through received data
+// without polling (each wait completing at once) still feeds its peers, instead of holding its
+// sends until its next poll, which stalled a pipelined ring behind the slowest-scheduled rank. Errors name the rank: "rank 3: connection closed", "rank 3: connection reset",
 // "rank 3 did not send within 5000 ms". A peer that closes while this rank waits on another one is
 // remembered and named when that wait times out (the peer that died is the cause).
 #pragma once
@@ -69,6 +72,7 @@ class TcpMesh final : public Context {
   struct Peer {
     int fd = -1;
     bool closed = false;  // the peer shut its side while we had nothing posted
+    bool send_full = false;  // the last sendmsg hit EAGAIN: wait for POLLOUT before trying again
     std::deque<Op*> sends;
     std::deque<Op*> recvs;
   };
