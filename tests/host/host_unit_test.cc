@@ -33,17 +33,22 @@ T val(Result<T> r) {
 
 TEST(HostSelect, SmallBuffersPickLogDepthLargePickRing) {
   CostModel m;
-  // Power-of-two worlds: halving-doubling for small buffers (2 log2 P latency steps).
+  // Small buffers: hd runs recursive doubling (log2 P2 steps, + 2 for the fold of another world),
+  // fewer latencies than the tree's 2 ceil(log2 P) or the ring's 2 (P-1).
   EXPECT_EQ(val(select_allreduce(m, 8, 8, "")), AllreduceAlgorithm::kHalvingDoubling);
   EXPECT_EQ(val(select_allreduce(m, 8, 16, "")), AllreduceAlgorithm::kHalvingDoubling);
-  // Other worlds: the tree avoids the fold's two extra steps.
-  EXPECT_EQ(val(select_allreduce(m, 8, 5, "")), AllreduceAlgorithm::kTree);
-  EXPECT_EQ(val(select_allreduce(m, 8, 12, "")), AllreduceAlgorithm::kTree);
+  EXPECT_EQ(val(select_allreduce(m, 8, 5, "")), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(val(select_allreduce(m, 8, 12, "")), AllreduceAlgorithm::kHalvingDoubling);
+  // Mid-size buffers in other worlds: past recursive doubling, the tree avoids the fold's extra
+  // steps and whole-buffer transfers (5 ranks, 64 KiB: tree 6 alpha + 2 n beta + n gamma).
+  EXPECT_EQ(val(select_allreduce(m, 64u << 10, 5, "")), AllreduceAlgorithm::kTree);
   // Large buffers: the pipelined ring (bandwidth-optimal, reductions hidden).
   EXPECT_EQ(val(select_allreduce(m, 64u << 20, 8, "")), AllreduceAlgorithm::kRing);
   EXPECT_EQ(val(select_allreduce(m, 64u << 20, 5, "")), AllreduceAlgorithm::kRing);
-  // Two ranks: ring and hd are the same exchange; the tie goes to ring.
-  EXPECT_EQ(val(select_allreduce(m, 8, 2, "")), AllreduceAlgorithm::kRing);
+  // Two ranks: one exchange (recursive doubling) against the ring's two steps; large buffers:
+  // ring and halving-doubling are the same exchange and the tie goes to ring.
+  EXPECT_EQ(val(select_allreduce(m, 8, 2, "")), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(val(select_allreduce(m, 64u << 20, 2, "")), AllreduceAlgorithm::kRing);
 }
 
 TEST(HostSelect, CrossoverMovesWithAlpha) {
@@ -90,7 +95,7 @@ TEST(HostSelect, SelectionOnGivenFigures) {
   EXPECT_EQ(val(select_allreduce(lat, 8, 4, "")), AllreduceAlgorithm::kHalvingDoubling);
   EXPECT_EQ(val(select_allreduce(lat, 2u << 20, 4, "")), AllreduceAlgorithm::kHalvingDoubling);
   EXPECT_EQ(val(select_allreduce(lat, 4u << 20, 4, "")), AllreduceAlgorithm::kRing);
-  EXPECT_EQ(val(select_allreduce(lat, 8, 6, "")), AllreduceAlgorithm::kTree);
+  EXPECT_EQ(val(select_allreduce(lat, 8, 6, "")), AllreduceAlgorithm::kHalvingDoubling);
   // No latency at all: the ring's bandwidth term is the smallest (ties go to ring).
   CostModel bw = val(parse_cost_model("0.001,1,1"));
   EXPECT_EQ(val(select_allreduce(bw, 1u << 20, 4, "")), AllreduceAlgorithm::kRing);
@@ -103,8 +108,11 @@ TEST(HostSelect, CostFormulas) {
   m.beta_s_per_byte = 0;
   m.gamma_s_per_byte = 0;
   EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kRing, 100, 8), 14);
-  EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kHalvingDoubling, 100, 8), 6);
-  EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kHalvingDoubling, 100, 5), 4 + 2);
+  // Small (recursive doubling): log2 P2 steps (+ 2 for the fold); large: 2 log2 P2 (+ 2).
+  EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kHalvingDoubling, 100, 8), 3);
+  EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kHalvingDoubling, 100, 5), 2 + 2);
+  EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kHalvingDoubling, 1 << 20, 8), 6);
+  EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kHalvingDoubling, 1 << 20, 5), 4 + 2);
   EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kTree, 100, 5), 6);
   EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kRing, 100, 1), 0);
   m.alpha_s = 0;

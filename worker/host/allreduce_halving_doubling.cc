@@ -16,6 +16,12 @@
 // new rank i; ranks >= 2r take part as new rank (rank - r). After the power-of-two part the odd
 // ranks send the result back to their even partners (MPICH's scheme: 2 extra steps and one extra
 // buffer each way for the folded ranks).
+//
+// Small buffers (at most kRecursiveDoublingMaxBytes, allreduce.h): recursive doubling instead
+// (MPICH's choice for short messages). In step d = 1, 2, ..., P2/2 a rank swaps its whole buffer
+// with the rank whose new index differs in bit d and both compute op(lower half's value, upper
+// half's value) in that order, so both get the same bits: log2(P2) latencies instead of
+// 2 log2(P2), at the price of the whole buffer per step, which is nothing for a few bytes.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -45,7 +51,9 @@ Status allreduce_halving_doubling(Context& ctx, const void* send, void* recv, si
   auto real = [r](int nr) { return nr < r ? 2 * nr + 1 : nr + r; };
 
   // Scratch for the fold (the whole buffer) or the halves received while halving.
-  uint8_t* tmp = ctx.scratch(0, std::max(rank < 2 * r ? count : 0, count / 2 + 1) * es);
+  uint8_t* tmp = ctx.scratch(
+      0, std::max(rank < 2 * r || count * es <= kRecursiveDoublingMaxBytes ? count : 0,
+                  count / 2 + 1) * es);
   int nr = -1;  // new rank, -1 for a folded-away even rank
   if (rank < 2 * r) {
     if (rank % 2 == 0) {
@@ -61,7 +69,18 @@ Status allreduce_halving_doubling(Context& ctx, const void* send, void* recv, si
     nr = rank - r;
   }
 
-  if (nr >= 0) {
+  if (nr >= 0 && count * es <= kRecursiveDoublingMaxBytes) {
+    for (int d = 1; d < p2; d *= 2) {
+      const int partner = real(nr ^ d);
+      INA_RETURN_IF_ERROR(ctx.sendrecv(partner, buf, count * es, partner, tmp, count * es));
+      if (nr & d) {  // the partner holds the lower half's value: op(partner's, ours)
+        reduce_into(tmp, buf, count, t, op);
+        std::memcpy(buf, tmp, count * es);
+      } else {
+        reduce_into(buf, tmp, count, t, op);
+      }
+    }
+  } else if (nr >= 0) {
     auto off = [&](int block) { return split_point(count, static_cast<size_t>(p2), static_cast<size_t>(block)); };
     int lo = 0, hi = p2;  // window of blocks
     for (int d = p2 / 2; d >= 1; d /= 2) {

@@ -26,8 +26,10 @@ double CostModel::cost(AllreduceAlgorithm a, size_t bytes, int world) const {
     case AllreduceAlgorithm::kRing:
       return 2 * (p - 1) * alpha_s + 2 * (p - 1) / p * n * beta_s_per_byte;
     case AllreduceAlgorithm::kHalvingDoubling: {
-      double c = 2 * log2_p2 * alpha_s + 2 * (p2 - 1) / p2 * n * beta_s_per_byte +
-                 (p2 - 1) / p2 * n * gamma_s_per_byte;
+      double c = bytes <= kRecursiveDoublingMaxBytes
+                     ? log2_p2 * (alpha_s + n * beta_s_per_byte + n * gamma_s_per_byte)
+                     : 2 * log2_p2 * alpha_s + 2 * (p2 - 1) / p2 * n * beta_s_per_byte +
+                           (p2 - 1) / p2 * n * gamma_s_per_byte;
       if (p2 != p) c += 2 * alpha_s + 2 * n * beta_s_per_byte + n * gamma_s_per_byte;
       return c;
     }

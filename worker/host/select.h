@@ -6,11 +6,13 @@
 //   ring  2(P-1) alpha + 2 (P-1)/P n beta
 //         (the pipelined ring hides its reductions behind the transfers)
 //   hd    2 log2(P2) alpha + 2 (P2-1)/P2 n beta + (P2-1)/P2 n gamma
-//         + [P != P2] (2 alpha + 2 n beta + n gamma)   (the pairwise fold and unfold)
+//         + [P != P2] (2 alpha + 2 n beta + n gamma)   (the pairwise fold and unfold);
+//         up to kRecursiveDoublingMaxBytes it runs recursive doubling instead:
+//         log2(P2) (alpha + n beta + n gamma) + the same fold term
 //   tree  2 ceil(log2 P) alpha + 2 n beta + n gamma
 //         (the double binary tree: log-depth latency for any P, each rank moves the buffer up
 //         and down once and reduces two children's halves)
-// Small buffers pick hd (a power-of-two world) or tree (another world); large buffers pick ring.
+// Small buffers pick hd (recursive doubling, log2 P steps); large buffers pick ring.
 // Ties go to ring, then hd. INA_ALGO=ring|hd|tree overrides the model.
 //
 // Where alpha, beta and gamma come from: the Communicator measures them when its mesh comes up
