@@ -88,8 +88,9 @@ Status check_count(const char* what, size_t count, size_t blocks, DType dtype) {
 //
 // Path agreement. Every rank must run each collective on the same path. After each in-network
 // AllReduce (when a mesh exists) the ranks take the MAX of a failure flag over the mesh: one
-// small host AllReduce per collective (a round trip of log2(N) steps on the mesh; the cost of
-// this first version, to be optimized). A rank that failed in-network may see others that got
+// 4-byte host AllReduce per collective (recursive doubling: log2(N) message steps, plus two when
+// N is not a power of two; one sendmsg/recvmsg pair per step). Still a cost on every in-network
+// AllReduce; piggybacking it or agreeing every k collectives is left to do. A rank that failed in-network may see others that got
 // every result; the flag makes all of them redo the collective on the host path, from the
 // original input. In place, that input is kept in a scratch copy taken before the in-network
 // attempt (one extra buffer of the collective's size, only when a mesh exists).
