@@ -113,6 +113,11 @@ static inline double bench_busbw_factor(int ranks) {
   return ranks > 1 ? 2.0 * (double)(ranks - 1) / (double)ranks : 0.0;
 }
 
+/* AllToAll (nccl-tests' alltoall_perf): each rank sends (N-1)/N of its buffer over the wire. */
+static inline double bench_alltoall_busbw_factor(int ranks) {
+  return ranks > 1 ? (double)(ranks - 1) / (double)ranks : 0.0;
+}
+
 static inline double bench_now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);

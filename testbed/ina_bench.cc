@@ -1,4 +1,7 @@
-// ina-bench: AllReduce through an INA aggregator, in the style of nccl-tests' all_reduce_perf.
+// ina-bench: AllReduce through an INA aggregator, in the style of nccl-tests' all_reduce_perf;
+// also the host algorithms (--transport host: ring, tree, halving-doubling over the TCP mesh, no
+// aggregator) and AllToAll (--coll alltoall, nccl-tests' alltoall_perf: each rank sends size/N
+// bytes to each peer; busbw = algbw (N-1)/N).
 //
 // Local mode (default): the process binds an embedded aggregator (kernel UDP backend) on
 // 127.0.0.1, forks --workers ranks, serves them from a thread until they finish, and prints one
@@ -7,13 +10,22 @@
 // process is one rank of a job served by a running ina-aggregator; rank 0 prints the table (time
 // and #wrong are reduced over the ranks through the aggregator itself, outside the timed loop).
 //
+// --transport host (or INA_TRANSPORT=host) needs no aggregator: local mode forks the ranks with a
+// rendezvous store on a free 127.0.0.1 port (INA_STORE if set) and the host path reduces in float
+// (INA_FALLBACK=float unless set). --algo ring|tree|hd sets INA_ALGO for the ranks; auto leaves
+// the choice to the cost model. AllToAll always runs on the host mesh (no aggregator does it), so
+// --coll alltoall gives local mode a store with either transport.
+//
 // Every size: fill the send buffer (rank r, element i: bench_float_value / bench_int_value),
 // run the warmup and the timed iterations out of place, then check every element of the last
 // output against the exact reduction of all ranks' inputs, computed in double (int32: wrapping):
 //   float SUM: |out - s| <= quant::sum_error_bound(dtype, M, N, s) (quantize.h), M the block's
 //              largest |x| over ranks (blocks of --block-elems elements);
 //   MIN, MAX and int32: exact.
+// AllToAll: rank r's block from rank j must equal, exactly, rank j's input for r.
 #include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -68,6 +80,9 @@ struct Options {
   double drop_percent = 0;
   double agg_drop_percent = 0;
   std::string max_bytes_per_size = "0";
+  std::string transport = "inc";  // inc | host
+  std::string algo;               // auto | ring | tree | hd (empty: INA_ALGO as set)
+  std::string coll = "allreduce"; // allreduce | alltoall
   std::string aggregator;  // external mode
   int rank = -1;           // external mode (default INA_RANK)
   bool workers_given = false;
@@ -75,6 +90,8 @@ struct Options {
   bool verbose = false;
 
   // Derived.
+  bool host = false;      // --transport host
+  bool alltoall = false;  // --coll alltoall
   size_t min_b = 0, max_b = 0, cap_b = 0;
   DType dtype = DType::kFloat32;
   ReduceOp rop = ReduceOp::kSum;
@@ -221,6 +238,25 @@ int64_t check_output(const DataSpec& d, int rank, const void* out, size_t count,
   return wrong;
 }
 
+// AllToAll: `out` holds, per source rank j, the `per_peer` elements j sent to `rank`: j's input
+// elements [rank * per_peer, (rank + 1) * per_peer). Exact comparison (nothing is reduced).
+int64_t check_alltoall(const DataSpec& d, int rank, const void* out, size_t per_peer, size_t bytes) {
+  int64_t wrong = 0;
+  for (int j = 0; j < d.ranks; ++j)
+    for (size_t i = 0; i < per_peer; ++i) {
+      const size_t at = static_cast<size_t>(j) * per_peer + i;
+      const size_t src = static_cast<size_t>(rank) * per_peer + i;
+      const double ref = d.dtype == DType::kInt32 ? bench_int_value(src, j) : input_value(d, src, j);
+      const double got = output_value(d.dtype, out, at);
+      if (!(got == ref)) {
+        if (++wrong <= 5)
+          std::fprintf(stderr, "# rank %d, %zu B: element %zu (from rank %d): got %.9g, expected %.9g\n",
+                       rank, bytes, at, j, got, ref);
+      }
+    }
+  return wrong;
+}
+
 // ---- the sweep (one rank) ----
 
 struct SizeOutcome {
@@ -256,21 +292,27 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
     bench_iters_for(bytes, o.iters, o.warmup, o.cap_b, &iters, &warmup);
     fill_input(spec, comm.rank(), send, count);
     std::memset(recv, 0xff, bytes);  // NaN / -1: a block never written shows up as wrong
+    // AllToAll: count / N elements to each peer (the sizes are multiples of N elements).
+    const size_t per_peer = count / static_cast<size_t>(comm.size());
+    auto run_once = [&]() {
+      return o.alltoall ? comm.alltoall(send, recv, per_peer, o.dtype)
+                        : comm.allreduce(send, recv, count, o.dtype, o.rop);
+    };
     SizeOutcome res;
     for (int i = 0; i < warmup && res.ok; ++i) {
-      ina::Status st = comm.allreduce(send, recv, count, o.dtype, o.rop);
+      ina::Status st = run_once();
       if (!st.ok()) {
         res.ok = false;
-        res.msg = "warmup allreduce of " + std::to_string(bytes) + " B: " + st.to_string();
+        res.msg = "warmup " + o.coll + " of " + std::to_string(bytes) + " B: " + st.to_string();
       }
     }
     double t0 = bench_now_us();
     int done = 0;
     for (int i = 0; i < iters && res.ok; ++i) {
-      ina::Status st = comm.allreduce(send, recv, count, o.dtype, o.rop);
+      ina::Status st = run_once();
       if (!st.ok()) {
         res.ok = false;
-        res.msg = "allreduce of " + std::to_string(bytes) + " B (iteration " + std::to_string(i) +
+        res.msg = o.coll + " of " + std::to_string(bytes) + " B (iteration " + std::to_string(i) +
                   "): " + st.to_string();
       } else {
         done++;
@@ -281,7 +323,8 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
     if (!res.ok) {
       res.wrong = 0;
     } else if (o.check) {
-      res.wrong = check_output(spec, comm.rank(), recv, count, bytes);
+      res.wrong = o.alltoall ? check_alltoall(spec, comm.rank(), recv, per_peer, bytes)
+                             : check_output(spec, comm.rank(), recv, count, bytes);
     } else {
       res.wrong = -1;
     }
@@ -298,14 +341,24 @@ std::array<uint64_t, 8> stats_array(const ina::CommStats& s) {
           s.duplicate_results, s.malformed,    s.nonfinite_blocks, s.error_reports};
 }
 
+// The CSV's tool column: ina (in-network), ina-host (host algorithms, the cost model's choice),
+// ina-host-ring / -tree / -hd (forced), and "-alltoall" appended for AllToAll.
+std::string tool_name(const Options& o) {
+  std::string t = o.host ? "ina-host" : "ina";
+  if (o.host && !o.alltoall && !o.algo.empty() && o.algo != "auto") t += "-" + o.algo;
+  if (o.alltoall) t += "-alltoall";
+  return t;
+}
+
 void print_row(const Options& o, int ranks, size_t bytes, double time_us, int64_t wrong,
                bool complete, double* busbw_sum, int* rows) {
   size_t count = bytes / ina::dtype_size(o.dtype);
   double algbw = 0;
   double busbw = 0;
   bench_bandwidth(bytes, time_us, ranks, &algbw, &busbw);
+  if (o.alltoall) busbw = algbw * bench_alltoall_busbw_factor(ranks);
   const char* type = ina::dtype_name(o.dtype).data();
-  const char* redop = ina::op_name(o.rop).data();
+  const char* redop = o.alltoall ? "none" : ina::op_name(o.rop).data();
   bench_print_row(stdout, bytes, count, type, redop, time_us, algbw, busbw,
                   static_cast<long long>(wrong));
   if (!complete) {
@@ -314,7 +367,7 @@ void print_row(const Options& o, int ranks, size_t bytes, double time_us, int64_
     *busbw_sum += busbw;
     (*rows)++;
   }
-  if (!o.csv.empty() && bench_csv_append(o.csv.c_str(), "ina", ranks, bytes, count, type, redop,
+  if (!o.csv.empty() && bench_csv_append(o.csv.c_str(), tool_name(o).c_str(), ranks, bytes, count, type, redop,
                                          time_us, algbw, busbw,
                                          static_cast<long long>(wrong)) != 0) {
     std::fprintf(stderr, "ina-bench: cannot append to %s: %s\n", o.csv.c_str(),
@@ -329,12 +382,23 @@ std::string cap_text(size_t cap) {
   return std::string(", iterations capped at ") + buf + " per size";
 }
 
+const char* tool_line(const Options& o) {
+  if (o.alltoall) return "ina-bench: AllToAll (pairwise exchange on the host TCP mesh)";
+  return o.host ? "ina-bench: host AllReduce over the TCP mesh (no aggregator)"
+                : "ina-bench: in-network AllReduce through a software aggregator";
+}
+
 void print_config_line(const Options& o, int ranks, const std::string& where) {
   std::printf(
       "# ranks %d, dtype %s, op %s, block %u elems, window %u slots, iters %d, warmup %d, "
-      "check %d%s\n# aggregator: %s\n",
-      ranks, ina::dtype_name(o.dtype).data(), ina::op_name(o.rop).data(), o.block_elems,
-      o.window, o.iters, o.warmup, o.check, cap_text(o.cap_b).c_str(), where.c_str());
+      "check %d%s\n# %s: %s\n",
+      ranks, ina::dtype_name(o.dtype).data(), o.alltoall ? "none" : ina::op_name(o.rop).data(),
+      o.block_elems, o.window, o.iters, o.warmup, o.check, cap_text(o.cap_b).c_str(),
+      o.host ? "transport" : "aggregator", where.c_str());
+  const char* algo = std::getenv("INA_ALGO");
+  if (!o.alltoall)
+    std::printf("# collective: allreduce, transport %s, host algorithm %s\n", o.transport.c_str(),
+                algo != nullptr && *algo != '\0' ? algo : "auto (cost model)");
   if (o.drop_percent > 0 || o.agg_drop_percent > 0)
     std::printf(
         "# fault injection: workers drop %.3g%% of sent and received datagrams, "
@@ -349,8 +413,10 @@ int child_main(const Options& o, const ina::Config& env_cfg, const std::vector<s
   ina::Config cfg = env_cfg;
   cfg.rank = rank;
   cfg.world_size = o.workers;
-  cfg.aggregator_host = "127.0.0.1";
-  cfg.aggregator_port = port;
+  if (!o.host) {
+    cfg.aggregator_host = "127.0.0.1";
+    cfg.aggregator_port = port;
+  }
   cfg.job = kJob;
   cfg.job_key = kJobKey;
   auto comm = ina::Communicator::create(cfg);
@@ -369,9 +435,89 @@ int child_main(const Options& o, const ina::Config& env_cfg, const std::vector<s
   return ok ? 0 : 1;
 }
 
+// A TCP port free on 127.0.0.1 now (the kernel's pick; rank 0's store binds it right after).
+ina::Result<uint16_t> free_port() {
+  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ina::Status(ina::StatusCode::kUnavailable, "socket: " + std::string(std::strerror(errno)));
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(a);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    const int err = errno;
+    close(fd);
+    return ina::Status(ina::StatusCode::kUnavailable,
+                       "finding a free port for the store: " + std::string(std::strerror(err)));
+  }
+  close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Local mode on the host transport: the ranks and their TCP mesh, no aggregator.
+int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vector<size_t>& sizes) {
+  bench_print_preamble(stdout, tool_line(o));
+  print_config_line(o, o.workers, "host TCP mesh on 127.0.0.1, store " + env_cfg.store);
+  bench_print_table_header(stdout);
+  std::vector<pid_t> pids;
+  int read_fd = -1;
+  if (!bench::spawn_ranks(
+          o.workers,
+          [&](int rank, int fd) { return child_main(o, env_cfg, sizes, 0, rank, fd); }, &pids,
+          &read_fd))
+    return 1;
+  double busbw_sum = 0;
+  int rows = 0;
+  int64_t wrong_total = 0;
+  bool all_ok = true;
+  bench::Collected col;
+  bench::collect(
+      read_fd, o.workers, static_cast<int>(sizes.size()),
+      [&](int k, const bench::SizeRow& row) {
+        if (!row.ok) {
+          std::printf("%12zu  FAILED (see below)\n", sizes[static_cast<size_t>(k)]);
+          all_ok = false;
+          return;
+        }
+        const bool complete = row.reports == o.workers;
+        print_row(o, o.workers, sizes[static_cast<size_t>(k)], row.time_us, row.wrong, complete,
+                  &busbw_sum, &rows);
+        if (row.wrong > 0) wrong_total += row.wrong;
+        if (!complete || row.wrong > 0) all_ok = false;
+      },
+      &col);
+  std::vector<std::string> failures = col.failures;
+  if (!bench::wait_ranks(pids, &failures)) all_ok = false;
+  for (size_t k = 0; k < sizes.size(); ++k)
+    if (!col.rows[k].printed) all_ok = false;
+  if (col.protocol_error) {
+    failures.push_back("a rank sent a truncated report");
+    all_ok = false;
+  }
+  bench_print_footer(stdout, busbw_sum, rows, static_cast<long long>(wrong_total), o.check);
+  std::array<uint64_t, 8> w{};
+  for (size_t r = 0; r < col.stats.size(); ++r)
+    if (col.have_stats[r])
+      for (size_t j = 0; j < w.size(); ++j) w[j] += col.stats[r][j];
+  std::printf("# workers: collectives %llu\n", static_cast<unsigned long long>(w[0]));
+  for (const auto& f : failures) std::printf("# FAILED %s\n", f.c_str());
+  std::fflush(stdout);
+  return all_ok ? 0 : 1;
+}
+
 int run_local(const Options& o, const std::vector<size_t>& sizes) {
   // Flags and the environment were merged into o.env by main().
   ina::Config env_cfg = o.env;
+  // A rendezvous store for the host mesh (the host transport, and AllToAll).
+  if ((o.host || o.alltoall) && env_cfg.store.empty()) {
+    ina::Result<uint16_t> p = free_port();
+    if (!p.ok()) {
+      std::fprintf(stderr, "ina-bench: %s\n", p.status().to_string().c_str());
+      return 1;
+    }
+    env_cfg.store = "127.0.0.1:" + std::to_string(*p);
+  }
+  if (o.host) return run_local_host(o, env_cfg, sizes);
 
   ina::agg::UdpOptions uo;
   uo.bind_host = "127.0.0.1";
@@ -392,7 +538,7 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
   std::unique_ptr<ina::agg::UdpAggregator> aggregator = std::move(agg).value();
   const uint16_t port = aggregator->port();
 
-  bench_print_preamble(stdout, "ina-bench: in-network AllReduce through a software aggregator");
+  bench_print_preamble(stdout, tool_line(o));
   std::string where = "127.0.0.1:" + std::to_string(port) + " (embedded, kernel UDP, GRO " +
                       (aggregator->gro_enabled() ? "on" : "off") + ", GSO " +
                       (aggregator->gso_enabled() ? "on" : "off") + ")";
@@ -526,10 +672,12 @@ int run_external(const Options& o, const std::vector<size_t>& sizes) {
   const int rank = c->rank();
   const int ranks = c->size();
   if (rank == 0) {
-    bench_print_preamble(stdout, "ina-bench: in-network AllReduce through a software aggregator");
+    bench_print_preamble(stdout, tool_line(o));
     print_config_line(o, ranks,
-                      cfg.aggregator_host + ":" + std::to_string(cfg.aggregator_port) +
-                          " (external), job " + std::to_string(cfg.job));
+                      (o.host ? "host TCP mesh, store " + cfg.store
+                              : cfg.aggregator_host + ":" + std::to_string(cfg.aggregator_port) +
+                                    " (external)") +
+                          ", job " + std::to_string(cfg.job));
     bench_print_table_header(stdout);
   }
   double busbw_sum = 0;
@@ -615,6 +763,15 @@ int main(int argc, char** argv) {
   app.add_option("--aggregator", o.aggregator,
                  "external mode: host:port of a running ina-aggregator (or INA_AGGREGATOR)");
   app.add_option("--rank", o.rank, "external mode: this rank (default INA_RANK)");
+  app.add_option("--transport", o.transport,
+                 "inc: through the aggregator; host: the host algorithms over the TCP mesh")
+      ->check(CLI::IsMember({"inc", "host"}))
+      ->capture_default_str();
+  app.add_option("--algo", o.algo, "host AllReduce algorithm: auto (cost model), ring, tree, hd")
+      ->check(CLI::IsMember({"auto", "ring", "tree", "hd"}));
+  app.add_option("--coll", o.coll, "allreduce, or alltoall (size/N bytes to each peer)")
+      ->check(CLI::IsMember({"allreduce", "alltoall"}))
+      ->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose, "print the aggregator's full counter table");
   CLI11_PARSE(app, argc, argv);
   o.workers_given = workers_opt->count() > 0;
@@ -627,6 +784,22 @@ int main(int argc, char** argv) {
     return 1;
   }
   o.env = env.value();
+  const char* env_transport = std::getenv("INA_TRANSPORT");
+  o.host = o.transport == "host" ||
+           (env_transport != nullptr && std::string_view(env_transport) == "host");
+  if (o.host) {
+    o.transport = "host";
+    o.env.host_only = true;
+    // The host algorithms reduce in float unless INA_FALLBACK asks for the quantized words.
+    if (std::getenv("INA_FALLBACK") == nullptr) o.env.fallback = ina::FallbackMode::kFloat;
+  }
+  o.alltoall = o.coll == "alltoall";
+  // The ranks read INA_ALGO when their communicator starts (forked children inherit it).
+  if (o.algo == "auto") {
+    unsetenv("INA_ALGO");
+  } else if (!o.algo.empty()) {
+    setenv("INA_ALGO", o.algo.c_str(), 1);
+  }
   if (block_opt->count() > 0)
     o.env.block_elems = o.block_elems;
   else
@@ -669,6 +842,13 @@ int main(int argc, char** argv) {
                  "16384, window >= 1, stepfactor > 1, drop percents in [0, 100)\n");
     return 1;
   }
+  // External mode: this process is one rank of a job (an aggregator given, or host transport
+  // with a rank given); local mode forks --workers ranks.
+  const char* env_agg = std::getenv("INA_AGGREGATOR");
+  const char* env_rank = std::getenv("INA_RANK");
+  const bool external =
+      !o.aggregator.empty() || (env_agg != nullptr && *env_agg != '\0') ||
+      (o.host && (o.rank >= 0 || (env_rank != nullptr && *env_rank != '\0')));
   std::vector<size_t> sizes(BENCH_MAX_SIZES);
   int n = bench_sizes(o.min_b, o.max_b, o.stepfactor, ina::dtype_size(o.dtype), sizes.data());
   if (n <= 0) {
@@ -677,8 +857,20 @@ int main(int argc, char** argv) {
     return 1;
   }
   sizes.resize(static_cast<size_t>(n));
+  if (o.alltoall) {
+    // Whole elements to each of the N ranks: round every size down to a multiple of N elements.
+    const size_t ranks =
+        static_cast<size_t>(external && !o.workers_given ? o.env.world_size : o.workers);
+    const size_t unit = ranks * ina::dtype_size(o.dtype);
+    std::vector<size_t> kept;
+    for (size_t b : sizes)
+      if (b / unit * unit > 0 && (kept.empty() || kept.back() != b / unit * unit)) kept.push_back(b / unit * unit);
+    if (kept.empty()) {
+      std::fprintf(stderr, "ina-bench: alltoall needs at least %zu B (one element per rank)\n", unit);
+      return 1;
+    }
+    sizes = kept;
+  }
 
-  const char* env_agg = std::getenv("INA_AGGREGATOR");
-  bool external = !o.aggregator.empty() || (env_agg != nullptr && *env_agg != '\0');
   return external ? run_external(o, sizes) : run_local(o, sizes);
 }

@@ -1,6 +1,8 @@
 /* ina-mpi-bench: MPI_Allreduce with the same sweep, data, check and table as ina-bench, as the
  * host-algorithm baseline (Open MPI picks its own algorithm per size: recursive doubling, ring,
- * Rabenseifner).
+ * Rabenseifner). --coll alltoall times MPI_Alltoall instead, as ina-bench --coll alltoall does:
+ * each rank sends size/N bytes to each peer (sizes rounded down to whole elements per rank),
+ * busbw = algbw (N-1)/N, and every received element is compared exactly.
  *
  *   mpirun --allow-run-as-root --oversubscribe -np 4 --mca btl tcp,self \
  *          --mca btl_tcp_if_include lo build/testbed/ina-mpi-bench -b 8 -e 64M
@@ -23,6 +25,7 @@ typedef struct {
   int is_int;    /* 0: float32, 1: int32 */
   int op;        /* 0 sum, 1 min, 2 max */
   const char* csv;
+  int alltoall;  /* --coll alltoall */
 } options;
 
 static void usage(FILE* out) {
@@ -30,6 +33,7 @@ static void usage(FILE* out) {
           "usage: ina-mpi-bench [-b minbytes] [-e maxbytes] [-f stepfactor] [-n iters]\n"
           "                     [-w warmup_iters] [-c check] [-d float|int32] [-o sum|min|max]\n"
           "                     [--csv FILE] [--max-bytes-per-size BYTES]\n"
+          "                     [--coll allreduce|alltoall]\n"
           "sizes take K/M/G suffixes;\n"
           "defaults: -b 8 -e 64M -f 2 -n 20 -w 5 -c 1 -d float -o sum\n");
 }
@@ -46,6 +50,7 @@ static int parse_options(int argc, char** argv, options* o) {
       {"op", required_argument, NULL, 'o'},
       {"csv", required_argument, NULL, 'C'},
       {"max-bytes-per-size", required_argument, NULL, 'B'},
+      {"coll", required_argument, NULL, 'L'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -77,6 +82,11 @@ static int parse_options(int argc, char** argv, options* o) {
         else return -1;
         break;
       case 'C': o->csv = optarg; break;
+      case 'L':
+        if (strcmp(optarg, "allreduce") == 0) o->alltoall = 0;
+        else if (strcmp(optarg, "alltoall") == 0) o->alltoall = 1;
+        else return -1;
+        break;
       case 'h': return 1;
       default: return -1;
     }
@@ -143,13 +153,33 @@ static long long check(const options* o, int rank, int ranks, const void* out, s
   return wrong;
 }
 
+/* AllToAll: block j of `out` (per_peer elements) must be rank j's elements for `rank`. */
+static long long check_alltoall(const options* o, int rank, int ranks, const void* out,
+                                size_t per_peer, double scale) {
+  long long wrong = 0;
+  for (int j = 0; j < ranks; ++j) {
+    for (size_t i = 0; i < per_peer; ++i) {
+      size_t at = (size_t)j * per_peer + i;
+      size_t src = (size_t)rank * per_peer + i;
+      int bad;
+      if (o->is_int) bad = ((const int32_t*)out)[at] != bench_int_value(src, j);
+      else bad = ((const float*)out)[at] != (float)bench_float_value(src, j, 256, scale);
+      if (bad) {
+        if (wrong < 5) fprintf(stderr, "# rank %d: element %zu (from rank %d) wrong\n", rank, at, j);
+        wrong++;
+      }
+    }
+  }
+  return wrong;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
 
-  options o = {8, 64u << 20, 0, 2.0, 20, 5, 1, 0, 0, NULL};
+  options o = {8, 64u << 20, 0, 2.0, 20, 5, 1, 0, 0, NULL, 0};
   int pr = parse_options(argc, argv, &o);
   if (pr != 0) {
     if (rank == 0) usage(pr > 0 ? stdout : stderr);
@@ -159,6 +189,15 @@ int main(int argc, char** argv) {
   const size_t esize = 4;
   size_t sizes[BENCH_MAX_SIZES];
   int nsizes = bench_sizes(o.min_b, o.max_b, o.factor, esize, sizes);
+  if (o.alltoall && nsizes > 0) { /* whole elements per rank; drop empty and repeated sizes */
+    size_t unit = (size_t)ranks * esize;
+    int kept = 0;
+    for (int k = 0; k < nsizes; ++k) {
+      size_t b = sizes[k] / unit * unit;
+      if (b > 0 && (kept == 0 || sizes[kept - 1] != b)) sizes[kept++] = b;
+    }
+    nsizes = kept;
+  }
   if (nsizes <= 0) {
     if (rank == 0) fprintf(stderr, "ina-mpi-bench: no sizes in the range\n");
     MPI_Finalize();
@@ -174,7 +213,8 @@ int main(int argc, char** argv) {
   MPI_Datatype type = o.is_int ? (o.op == 0 ? MPI_UINT32_T : MPI_INT32_T) : MPI_FLOAT;
   MPI_Op op = o.op == 0 ? MPI_SUM : o.op == 1 ? MPI_MIN : MPI_MAX;
   const char* type_name = o.is_int ? "int32" : "float32";
-  const char* op_name = o.op == 0 ? "sum" : o.op == 1 ? "min" : "max";
+  const char* op_name = o.alltoall ? "none" : o.op == 0 ? "sum" : o.op == 1 ? "min" : "max";
+  const char* tool = o.alltoall ? "mpi-alltoall" : "mpi";
   double scale = bench_float_scale(ranks, 3.0e38);
 
   if (rank == 0) {
@@ -185,7 +225,8 @@ int main(int argc, char** argv) {
     if (nl != NULL) *nl = '\0';
     char* comma = strchr(version, ',');
     if (comma != NULL) *comma = '\0';
-    bench_print_preamble(stdout, "ina-mpi-bench: MPI_Allreduce (host algorithms)");
+    bench_print_preamble(stdout, o.alltoall ? "ina-mpi-bench: MPI_Alltoall"
+                                            : "ina-mpi-bench: MPI_Allreduce (host algorithms)");
     printf("# ranks %d, dtype %s, op %s, iters %d, warmup %d, check %d", ranks, type_name, op_name,
            o.iters, o.warmup, o.check);
     if (o.cap_b > 0) {
@@ -207,14 +248,21 @@ int main(int argc, char** argv) {
     bench_iters_for(bytes, o.iters, o.warmup, o.cap_b, &iters, &warmup);
     fill(&o, rank, send, count, scale);
     memset(recv, 0xff, bytes);
-    for (int i = 0; i < warmup; ++i)
-      MPI_Allreduce(send, recv, (int)count, type, op, MPI_COMM_WORLD);
+    int per_peer = (int)(count / (size_t)ranks);
+    for (int i = 0; i < warmup; ++i) {
+      if (o.alltoall) MPI_Alltoall(send, per_peer, type, recv, per_peer, type, MPI_COMM_WORLD);
+      else MPI_Allreduce(send, recv, (int)count, type, op, MPI_COMM_WORLD);
+    }
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = bench_now_us();
-    for (int i = 0; i < iters; ++i)
-      MPI_Allreduce(send, recv, (int)count, type, op, MPI_COMM_WORLD);
+    for (int i = 0; i < iters; ++i) {
+      if (o.alltoall) MPI_Alltoall(send, per_peer, type, recv, per_peer, type, MPI_COMM_WORLD);
+      else MPI_Allreduce(send, recv, (int)count, type, op, MPI_COMM_WORLD);
+    }
     double t = (bench_now_us() - t0) / iters;
-    long long wrong = o.check ? check(&o, rank, ranks, recv, count, scale) : 0;
+    long long wrong = !o.check ? 0
+                      : o.alltoall ? check_alltoall(&o, rank, ranks, recv, (size_t)per_peer, scale)
+                                   : check(&o, rank, ranks, recv, count, scale);
     double tmax = 0;
     long long wsum = 0;
     MPI_Reduce(&t, &tmax, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
@@ -222,9 +270,10 @@ int main(int argc, char** argv) {
     if (rank == 0) {
       double algbw = 0, busbw = 0;
       bench_bandwidth(bytes, tmax, ranks, &algbw, &busbw);
+      if (o.alltoall) busbw = algbw * bench_alltoall_busbw_factor(ranks);
       long long shown = o.check ? wsum : -1;
       bench_print_row(stdout, bytes, count, type_name, op_name, tmax, algbw, busbw, shown);
-      if (o.csv != NULL && bench_csv_append(o.csv, "mpi", ranks, bytes, count, type_name, op_name,
+      if (o.csv != NULL && bench_csv_append(o.csv, tool, ranks, bytes, count, type_name, op_name,
                                             tmax, algbw, busbw, shown) != 0)
         fprintf(stderr, "ina-mpi-bench: cannot append to %s: %s\n", o.csv, strerror(errno));
       busbw_sum += busbw;

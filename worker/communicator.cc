@@ -104,8 +104,9 @@ Status check_count(const char* what, size_t count, size_t blocks, DType dtype) {
 //
 // Path agreement. Every rank must run each collective on the same path. After each in-network
 // AllReduce (when a mesh exists) the ranks take the MAX of a failure flag over the mesh: one
-// small host AllReduce per collective (a round trip of log2(N) steps on the mesh; the cost of
-// this first version, to be optimized). A rank that failed in-network may see others that got
+// 4-byte host AllReduce per collective (recursive doubling: log2(N) message steps, plus two when
+// N is not a power of two; one sendmsg/recvmsg pair per step). Still a cost on every in-network
+// AllReduce; piggybacking it or agreeing every k collectives is left to do. A rank that failed in-network may see others that got
 // every result; the flag makes all of them redo the collective on the host path, from the
 // original input. In place, that input is kept in a scratch copy taken before the in-network
 // attempt (one extra buffer of the collective's size, only when a mesh exists).
@@ -141,6 +142,7 @@ class CommunicatorImpl final : public Communicator {
   // Joins the aggregator (unless host only); with a mesh, a join that fails for want of an
   // aggregator (unavailable, deadline) puts every rank on the host path instead.
   Status start() {
+    INA_RETURN_IF_ERROR(setup_cost_model());
     if (!engine_) {
       host_path_ = true;
       return ok_status();
@@ -305,10 +307,35 @@ class CommunicatorImpl final : public Communicator {
     next_probe_ = Clock::now() + probe_backoff_;
   }
 
+  // The host algorithms' cost model: Config::cost_model (INA_COST_MODEL) when given, else
+  // measured on the mesh now (a collective: every rank runs it at the same point of start()).
+  Status setup_cost_model() {
+    if (!mesh_) return ok_status();
+    if (!cfg_.cost_model.empty()) {
+      INA_ASSIGN_OR_RETURN(cost_model_,
+                           host::parse_cost_model(cfg_.cost_model, "cost_model (INA_COST_MODEL)"));
+    } else if (cfg_.world_size > 1) {
+      Result<host::CostModel> m = host::measure_cost_model(*mesh_);
+      if (!m.ok())
+        return Status(m.status().code(), "measuring the host cost model: " + m.status().message());
+      cost_model_ = *m;
+    }
+    INA_DEBUG("host",
+              "rank %d: cost model (%s): alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B; "
+              "allreduce of 8 B: %s, 1 MiB: %s, 64 MiB: %s",
+              cfg_.rank, cfg_.cost_model.empty() ? "measured" : "INA_COST_MODEL",
+              cost_model_.alpha_s * 1e6, cost_model_.beta_s_per_byte * 1e9,
+              cost_model_.gamma_s_per_byte * 1e9,
+              host::algorithm_name(algo(8).algorithm).data(),
+              host::algorithm_name(algo(1 << 20).algorithm).data(),
+              host::algorithm_name(algo(64 << 20).algorithm).data());
+    return ok_status();
+  }
+
   host::AllreduceOptions algo(size_t bytes) const {
     host::AllreduceOptions o;
     Result<host::AllreduceAlgorithm> a =
-        host::select_allreduce(host::CostModel{}, bytes, cfg_.world_size, algo_override_);
+        host::select_allreduce(cost_model_, bytes, cfg_.world_size, algo_override_);
     if (a.ok()) o.algorithm = *a;  // a bad INA_ALGO: the model's choice (the override is a hint)
     return o;
   }
@@ -405,6 +432,7 @@ class CommunicatorImpl final : public Communicator {
   uint64_t straggle_state_ = effective_fault_seed(cfg_) ^ 0x484f5354ull;  // host-path stragglers
   uint32_t block_elems_;                       // the engine's adopted block size (exact mode)
   std::string algo_override_;                  // INA_ALGO
+  host::CostModel cost_model_;                 // agreed by every rank (setup_cost_model)
   Clock::time_point next_probe_{};
   std::chrono::milliseconds probe_backoff_{kFirstProbe};
   CommStats host_stats_;                       // what ran on the mesh

@@ -13,6 +13,7 @@
 #include "ina/ina.hpp"
 #include "ina/protocol/wire.h"
 #include "worker/config_internal.h"
+#include "worker/host/select.h"
 
 namespace ina {
 namespace {
@@ -250,6 +251,11 @@ Result<Config> Config::from_env() {
     }
   }
   if (!have_aggregator && !c.store.empty()) c.host_only = true;
+  std::string_view cost_model;
+  if (get_env("INA_COST_MODEL", &cost_model)) {
+    INA_RETURN_IF_ERROR(host::parse_cost_model(cost_model).status());
+    c.cost_model = std::string(cost_model);
+  }
   INA_RETURN_IF_ERROR(
       env_unsigned("INA_JOB", 0, std::numeric_limits<uint32_t>::max(), false, &c.job));
   INA_RETURN_IF_ERROR(
@@ -340,6 +346,8 @@ Status Config::validate() const {
   if ((!store.empty() || external_store != nullptr) && mesh_address.empty()) {
     return invalid_argument("invalid mesh_address \"\": must name this host (INA_MESH_ADDR)");
   }
+  if (!cost_model.empty())
+    INA_RETURN_IF_ERROR(host::parse_cost_model(cost_model, "cost_model (INA_COST_MODEL)").status());
   struct Pct {
     const char* field;
     const char* env;

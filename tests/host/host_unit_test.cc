@@ -33,17 +33,22 @@ T val(Result<T> r) {
 
 TEST(HostSelect, SmallBuffersPickLogDepthLargePickRing) {
   CostModel m;
-  // Power-of-two worlds: halving-doubling for small buffers (2 log2 P latency steps).
+  // Small buffers: hd runs recursive doubling (log2 P2 steps, + 2 for the fold of another world),
+  // fewer latencies than the tree's 2 ceil(log2 P) or the ring's 2 (P-1).
   EXPECT_EQ(val(select_allreduce(m, 8, 8, "")), AllreduceAlgorithm::kHalvingDoubling);
   EXPECT_EQ(val(select_allreduce(m, 8, 16, "")), AllreduceAlgorithm::kHalvingDoubling);
-  // Other worlds: the tree avoids the fold's two extra steps.
-  EXPECT_EQ(val(select_allreduce(m, 8, 5, "")), AllreduceAlgorithm::kTree);
-  EXPECT_EQ(val(select_allreduce(m, 8, 12, "")), AllreduceAlgorithm::kTree);
+  EXPECT_EQ(val(select_allreduce(m, 8, 5, "")), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(val(select_allreduce(m, 8, 12, "")), AllreduceAlgorithm::kHalvingDoubling);
+  // Mid-size buffers in other worlds: past recursive doubling, the tree avoids the fold's extra
+  // steps and whole-buffer transfers (5 ranks, 64 KiB: tree 6 alpha + 2 n beta + n gamma).
+  EXPECT_EQ(val(select_allreduce(m, 64u << 10, 5, "")), AllreduceAlgorithm::kTree);
   // Large buffers: the pipelined ring (bandwidth-optimal, reductions hidden).
   EXPECT_EQ(val(select_allreduce(m, 64u << 20, 8, "")), AllreduceAlgorithm::kRing);
   EXPECT_EQ(val(select_allreduce(m, 64u << 20, 5, "")), AllreduceAlgorithm::kRing);
-  // Two ranks: ring and hd are the same exchange; the tie goes to ring.
-  EXPECT_EQ(val(select_allreduce(m, 8, 2, "")), AllreduceAlgorithm::kRing);
+  // Two ranks: one exchange (recursive doubling) against the ring's two steps; large buffers:
+  // ring and halving-doubling are the same exchange and the tie goes to ring.
+  EXPECT_EQ(val(select_allreduce(m, 8, 2, "")), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(val(select_allreduce(m, 64u << 20, 2, "")), AllreduceAlgorithm::kRing);
 }
 
 TEST(HostSelect, CrossoverMovesWithAlpha) {
@@ -62,14 +67,52 @@ TEST(HostSelect, CrossoverMovesWithAlpha) {
   EXPECT_LT(low, high);
 }
 
+TEST(HostSelect, ParseCostModel) {
+  CostModel m = val(parse_cost_model("25,0.5"));
+  EXPECT_DOUBLE_EQ(m.alpha_s, 25e-6);
+  EXPECT_DOUBLE_EQ(m.beta_s_per_byte, 0.5e-9);
+  EXPECT_DOUBLE_EQ(m.gamma_s_per_byte, CostModel{}.gamma_s_per_byte);  // default gamma kept
+  m = val(parse_cost_model("133.5,0,0.25"));
+  EXPECT_DOUBLE_EQ(m.alpha_s, 133.5e-6);
+  EXPECT_DOUBLE_EQ(m.beta_s_per_byte, 0);
+  EXPECT_DOUBLE_EQ(m.gamma_s_per_byte, 0.25e-9);
+  for (const char* bad : {"", "25", "25,", ",0.5", "25,0.5,", "0,0.5", "-1,0.5", "25,-0.5",
+                          "25,0.5,0.1,3", "25 ,0.5", "25,0.5x", "1e3,0.5", "inf,1", "nan,1",
+                          "25;0.5"}) {
+    Result<CostModel> r = parse_cost_model(bad);
+    ASSERT_FALSE(r.ok()) << "'" << bad << "' was accepted";
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find("INA_COST_MODEL"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("alpha_us,beta_ns_per_byte"), std::string::npos);
+  }
+}
+
+TEST(HostSelect, SelectionOnGivenFigures) {
+  // A latency-bound link (alpha 100 us, 10 GB/s, fast reduction): the log-depth algorithms win
+  // up to large sizes; at 4 ranks hd costs 4 alpha + 1.5 n beta + 0.75 n gamma against the
+  // ring's 6 alpha + 1.5 n beta, so ring wins once 0.75 n gamma > 2 alpha: n > 2.67 MB here.
+  const CostModel lat = val(parse_cost_model("100,0.1,0.1"));
+  EXPECT_EQ(val(select_allreduce(lat, 8, 4, "")), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(val(select_allreduce(lat, 2u << 20, 4, "")), AllreduceAlgorithm::kHalvingDoubling);
+  EXPECT_EQ(val(select_allreduce(lat, 4u << 20, 4, "")), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(val(select_allreduce(lat, 8, 6, "")), AllreduceAlgorithm::kHalvingDoubling);
+  // No latency at all: the ring's bandwidth term is the smallest (ties go to ring).
+  CostModel bw = val(parse_cost_model("0.001,1,1"));
+  EXPECT_EQ(val(select_allreduce(bw, 1u << 20, 4, "")), AllreduceAlgorithm::kRing);
+  EXPECT_EQ(val(select_allreduce(bw, 1u << 20, 6, "")), AllreduceAlgorithm::kRing);
+}
+
 TEST(HostSelect, CostFormulas) {
   CostModel m;
   m.alpha_s = 1;
   m.beta_s_per_byte = 0;
   m.gamma_s_per_byte = 0;
   EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kRing, 100, 8), 14);
-  EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kHalvingDoubling, 100, 8), 6);
-  EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kHalvingDoubling, 100, 5), 4 + 2);
+  // Small (recursive doubling): log2 P2 steps (+ 2 for the fold); large: 2 log2 P2 (+ 2).
+  EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kHalvingDoubling, 100, 8), 3);
+  EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kHalvingDoubling, 100, 5), 2 + 2);
+  EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kHalvingDoubling, 1 << 20, 8), 6);
+  EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kHalvingDoubling, 1 << 20, 5), 4 + 2);
   EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kTree, 100, 5), 6);
   EXPECT_DOUBLE_EQ(m.cost(AllreduceAlgorithm::kRing, 100, 1), 0);
   m.alpha_s = 0;
@@ -219,6 +262,48 @@ TEST(HostReduce, FloatMinMaxPropagateNan) {
   reduce_into(c, d, 2, DType::kFloat32, ReduceOp::kMax);
   EXPECT_TRUE(std::isnan(c[0]));
   EXPECT_TRUE(std::isnan(c[1]));
+}
+
+TEST(HostReduce, VectorLanesMatchTheElementDefinition) {
+  // Lengths around the 4-lane blocks, and values that stress the lanes: NaN on either side,
+  // infinities, signed zeros, int32 extremes. Every element must match the scalar definition.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const float fv[] = {1.5f, -2.f, nan, 0.f, -0.f, inf, -inf, 3.25f, 7.f, -1e30f, 1e30f};
+  const int32_t iv[] = {0, 1, -1, std::numeric_limits<int32_t>::max(),
+                        std::numeric_limits<int32_t>::min(), 12345, -777};
+  for (size_t n : {size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{8}, size_t{13}, size_t{67}}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax}) {
+      std::vector<float> fa(n), fb(n), fref(n);
+      std::vector<int32_t> ia(n), ib(n), iref(n);
+      for (size_t i = 0; i < n; ++i) {
+        fa[i] = fv[(i * 3) % std::size(fv)];
+        fb[i] = fv[(i * 5 + 1) % std::size(fv)];
+        ia[i] = iv[(i * 3) % std::size(iv)];
+        ib[i] = iv[(i * 5 + 2) % std::size(iv)];
+        const float x = fa[i], y = fb[i];
+        if (op == ReduceOp::kSum) {
+          fref[i] = x + y;
+          iref[i] = static_cast<int32_t>(static_cast<uint32_t>(ia[i]) + static_cast<uint32_t>(ib[i]));
+        } else {
+          const bool mn = op == ReduceOp::kMin;
+          fref[i] = std::isnan(y) ? y : std::isnan(x) ? x : (mn ? (y < x ? y : x) : (y > x ? y : x));
+          iref[i] = mn ? std::min(ia[i], ib[i]) : std::max(ia[i], ib[i]);
+        }
+      }
+      reduce_into(fa.data(), fb.data(), n, DType::kFloat32, op);
+      reduce_into(ia.data(), ib.data(), n, DType::kInt32, op);
+      for (size_t i = 0; i < n; ++i) {
+        if (std::isnan(fref[i])) {
+          EXPECT_TRUE(std::isnan(fa[i])) << "n " << n << " op " << static_cast<int>(op) << " i " << i;
+        } else {
+          EXPECT_EQ(std::memcmp(&fa[i], &fref[i], 4), 0)
+              << "n " << n << " op " << static_cast<int>(op) << " i " << i << ": " << fa[i] << " vs " << fref[i];
+        }
+        EXPECT_EQ(ia[i], iref[i]) << "n " << n << " op " << static_cast<int>(op) << " i " << i;
+      }
+    }
+  }
 }
 
 // ---- FileStore and PrefixStore ----

@@ -17,7 +17,7 @@ const char* const kAllVars[] = {
     "INA_RETRANSMIT_US", "INA_TEST_DROP_PERCENT", "INA_TEST_DUP_PERCENT", "INA_TEST_DELAY_US",
     "INA_TEST_SEED",     "INA_STORE",             "MASTER_ADDR",          "MASTER_PORT",
     "INA_MESH_ADDR",     "INA_FALLBACK",          "INA_TRANSPORT",        "INA_TEST_STRAGGLE",
-    "INA_DEVICE_CHUNK_ELEMS", "INA_DEVICE_BUFFERS",
+    "INA_DEVICE_CHUNK_ELEMS", "INA_DEVICE_BUFFERS", "INA_COST_MODEL",
 };
 
 class ConfigEnvTest : public ::testing::Test {
@@ -128,7 +128,14 @@ TEST_F(ConfigEnvTest, HostPathVariables) {
   setenv("INA_TRANSPORT", "auto", 1);
   EXPECT_FALSE(parse_ok().host_only);
 
+  setenv("INA_COST_MODEL", "25,0.5", 1);
+  EXPECT_EQ(parse_ok().cost_model, "25,0.5");
+  unsetenv("INA_COST_MODEL");
+  EXPECT_EQ(parse_ok().cost_model, "");
+
   expect_rejected("INA_FALLBACK", "fast");
+  expect_rejected("INA_COST_MODEL", "25");
+  expect_rejected("INA_COST_MODEL", "25,0.5us");
   expect_rejected("INA_TRANSPORT", "rdma2");
   expect_rejected("INA_STORE", "host:0");
 }
@@ -143,6 +150,19 @@ TEST(ConfigValidateTest, HostOnlyNeedsAStore) {
   EXPECT_NE(s.message().find("INA_STORE"), std::string::npos) << s.message();
   c.store = "127.0.0.1:29500";
   EXPECT_TRUE(c.validate().ok());
+}
+
+TEST(ConfigValidateTest, CostModelIsParsed) {
+  Config c;
+  c.rank = 0;
+  c.world_size = 1;
+  c.cost_model = "20,0.4,0.1";
+  EXPECT_TRUE(c.validate().ok());
+  c.cost_model = "20;0.4";
+  const Status s = c.validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("INA_COST_MODEL"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("alpha_us,beta_ns_per_byte"), std::string::npos) << s.message();
 }
 
 TEST_F(ConfigEnvTest, JobKeyDecimalAndHex) {

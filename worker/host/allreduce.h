@@ -28,6 +28,10 @@ enum class AllreduceAlgorithm {
 std::string_view algorithm_name(AllreduceAlgorithm a);  // "ring", "hd", "tree"
 std::optional<AllreduceAlgorithm> parse_algorithm(std::string_view s);
 
+// Up to this many bytes allreduce_halving_doubling runs recursive doubling (log2 P latencies,
+// the whole buffer per step) instead of halving-doubling (2 log2 P latencies).
+inline constexpr size_t kRecursiveDoublingMaxBytes = 16 << 10;
+
 struct AllreduceOptions {
   AllreduceAlgorithm algorithm = AllreduceAlgorithm::kRing;
   size_t chunk_bytes = 256 << 10;  // pipelining granularity of ring and tree

@@ -16,6 +16,12 @@
 // new rank i; ranks >= 2r take part as new rank (rank - r). After the power-of-two part the odd
 // ranks send the result back to their even partners (MPICH's scheme: 2 extra steps and one extra
 // buffer each way for the folded ranks).
+//
+// Small buffers (at most kRecursiveDoublingMaxBytes, allreduce.h): recursive doubling instead
+// (MPICH's choice for short messages). In step d = 1, 2, ..., P2/2 a rank swaps its whole buffer
+// with the rank whose new index differs in bit d and both compute op(lower half's value, upper
+// half's value) in that order, so both get the same bits: log2(P2) latencies instead of
+// 2 log2(P2), at the price of the whole buffer per step, which is nothing for a few bytes.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -44,26 +50,38 @@ Status allreduce_halving_doubling(Context& ctx, const void* send, void* recv, si
   // Real rank of a new rank.
   auto real = [r](int nr) { return nr < r ? 2 * nr + 1 : nr + r; };
 
-  std::vector<uint8_t> tmp;
+  // Scratch for the fold (the whole buffer) or the halves received while halving.
+  uint8_t* tmp = ctx.scratch(
+      0, std::max(rank < 2 * r || count * es <= kRecursiveDoublingMaxBytes ? count : 0,
+                  count / 2 + 1) * es);
   int nr = -1;  // new rank, -1 for a folded-away even rank
   if (rank < 2 * r) {
     if (rank % 2 == 0) {
       Context::Handle h = ctx.isend(rank + 1, buf, count * es);
       INA_RETURN_IF_ERROR(ctx.wait(h));
     } else {
-      tmp.resize(count * es);
-      Context::Handle h = ctx.irecv(rank - 1, tmp.data(), count * es);
+      Context::Handle h = ctx.irecv(rank - 1, tmp, count * es);
       INA_RETURN_IF_ERROR(ctx.wait(h));
-      reduce_into(buf, tmp.data(), count, t, op);
+      reduce_into(buf, tmp, count, t, op);
       nr = rank / 2;
     }
   } else {
     nr = rank - r;
   }
 
-  if (nr >= 0) {
+  if (nr >= 0 && count * es <= kRecursiveDoublingMaxBytes) {
+    for (int d = 1; d < p2; d *= 2) {
+      const int partner = real(nr ^ d);
+      INA_RETURN_IF_ERROR(ctx.sendrecv(partner, buf, count * es, partner, tmp, count * es));
+      if (nr & d) {  // the partner holds the lower half's value: op(partner's, ours)
+        reduce_into(tmp, buf, count, t, op);
+        std::memcpy(buf, tmp, count * es);
+      } else {
+        reduce_into(buf, tmp, count, t, op);
+      }
+    }
+  } else if (nr >= 0) {
     auto off = [&](int block) { return split_point(count, static_cast<size_t>(p2), static_cast<size_t>(block)); };
-    if (tmp.size() < (count / 2 + 1) * es) tmp.resize((count / 2 + 1) * es);
     int lo = 0, hi = p2;  // window of blocks
     for (int d = p2 / 2; d >= 1; d /= 2) {
       const int partner = real(nr ^ d);
@@ -75,8 +93,8 @@ Status allreduce_halving_doubling(Context& ctx, const void* send, void* recv, si
       const size_t keep_n = off(keep_hi) - off(keep_lo);
       const size_t give_n = off(give_hi) - off(give_lo);
       INA_RETURN_IF_ERROR(ctx.sendrecv(partner, buf + off(give_lo) * es, give_n * es, partner,
-                                       tmp.data(), keep_n * es));
-      reduce_into(buf + off(keep_lo) * es, tmp.data(), keep_n, t, op);
+                                       tmp, keep_n * es));
+      reduce_into(buf + off(keep_lo) * es, tmp, keep_n, t, op);
       lo = keep_lo;
       hi = keep_hi;
     }

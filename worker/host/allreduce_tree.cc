@@ -62,12 +62,12 @@ Status allreduce_tree(Context& ctx, const void* send, void* recv, size_t count, 
     }
 
   // scratch[tree][child] holds kWindow chunks.
-  std::vector<uint8_t> scratch[2][2];
+  uint8_t* scratch[2][2] = {};
   std::vector<Context::Handle> recvs[2][2];
   for (int tr = 0; tr < 2; ++tr)
     for (int j = 0; j < 2; ++j)
       if (links[tr].child[j] >= 0) {
-        scratch[tr][j].resize(kWindow * max_chunk * es);
+        scratch[tr][j] = ctx.scratch(2 * tr + j, kWindow * max_chunk * es);
         recvs[tr][j].assign(kWindow, 0);
       }
   auto post_child_recvs = [&](size_t c) {
@@ -77,7 +77,7 @@ Status allreduce_tree(Context& ctx, const void* send, void* recv, size_t count, 
         size_t lo = 0, n = 0;
         chunk(tr, c, &lo, &n);
         recvs[tr][j][c % kWindow] = ctx.irecv(
-            links[tr].child[j], scratch[tr][j].data() + (c % kWindow) * max_chunk * es, n * es);
+            links[tr].child[j], scratch[tr][j] + (c % kWindow) * max_chunk * es, n * es);
       }
   };
 
@@ -91,7 +91,7 @@ Status allreduce_tree(Context& ctx, const void* send, void* recv, size_t count, 
       for (int j = 0; j < 2; ++j) {
         if (links[tr].child[j] < 0) continue;
         INA_RETURN_IF_ERROR(ctx.wait(recvs[tr][j][c % kWindow]));
-        reduce_into(buf + lo * es, scratch[tr][j].data() + (c % kWindow) * max_chunk * es, n, t, op);
+        reduce_into(buf + lo * es, scratch[tr][j] + (c % kWindow) * max_chunk * es, n, t, op);
       }
       if (links[tr].parent >= 0) sends.push_back(ctx.isend(links[tr].parent, buf + lo * es, n * es));
     }

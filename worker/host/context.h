@@ -24,6 +24,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 
 #include "ina/protocol/status.h"
@@ -50,6 +51,23 @@ class Context {
     for (Handle h : handles) INA_RETURN_IF_ERROR(wait(h));
     return ok_status();
   }
+  // Scratch memory kept between collectives: slot `slot` (0 .. kScratchSlots-1) grown to at least
+  // `bytes`, contents undefined. A collective owns every slot while it runs (collectives run one
+  // at a time). Reusing the memory matters: the first touch of a fresh page costs a page fault
+  // (tens of microseconds on a virtual machine, more than copying the page over loopback TCP), so
+  // a collective that allocated its buffers per call was bound by page faults, not by the link.
+  // Slots in use: 0, 1 ring steps and halving-doubling; 0..3 the tree; 2 ReduceScatter's copy.
+  static constexpr int kScratchSlots = 4;
+  uint8_t* scratch(int slot, size_t bytes) {
+    Scratch& s = scratch_[slot];
+    if (s.bytes < bytes) {
+      s.data.reset();  // free first: peak memory stays at the new size
+      s.data = std::make_unique_for_overwrite<uint8_t[]>(bytes);
+      s.bytes = bytes;
+    }
+    return s.data.get();
+  }
+
   // Sends to `to` and receives from `from` concurrently.
   Status sendrecv(int to, const void* sbuf, size_t sbytes, int from, void* rbuf, size_t rbytes) {
     const Handle r = irecv(from, rbuf, rbytes);
@@ -57,6 +75,13 @@ class Context {
     INA_RETURN_IF_ERROR(wait(r));
     return wait(s);
   }
+
+ private:
+  struct Scratch {
+    std::unique_ptr<uint8_t[]> data;
+    size_t bytes = 0;
+  };
+  Scratch scratch_[kScratchSlots];
 };
 
 }  // namespace ina::host

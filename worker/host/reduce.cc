@@ -26,9 +26,38 @@ inline T combine(T a, T b, ReduceOp op) {
   return a;
 }
 
+// 4 lanes of 32 bits (one SSE2 register, the x86-64 baseline; 16 bytes keeps the calling
+// convention the same with and without AVX); loads and stores through memcpy (no alignment
+// assumed).
+typedef int32_t V4i __attribute__((vector_size(16)));
+typedef uint32_t V4u __attribute__((vector_size(16)));
+typedef float V4f __attribute__((vector_size(16)));
+constexpr size_t kLanes = 4;
+
+template <typename V>
+inline V load(const void* p) {
+  V v;
+  std::memcpy(&v, p, sizeof(V));
+  return v;
+}
+template <typename V>
+inline void store(void* p, V v) {
+  std::memcpy(p, &v, sizeof(V));
+}
+
 template <ReduceOp kOp>
-void reduce_int32(int32_t* acc, const int32_t* in, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
+void reduce_int32(int32_t* __restrict acc, const int32_t* __restrict in, size_t n) {
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    if constexpr (kOp == ReduceOp::kSum) {
+      store(acc + i, load<V4u>(acc + i) + load<V4u>(in + i));  // wraps, as uint32
+    } else {
+      const V4i a = load<V4i>(acc + i);
+      const V4i b = load<V4i>(in + i);
+      store(acc + i, kOp == ReduceOp::kMin ? (b < a ? b : a) : (b > a ? b : a));
+    }
+  }
+  for (; i < n; ++i) {
     if constexpr (kOp == ReduceOp::kSum) {
       acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(in[i]));
     } else if constexpr (kOp == ReduceOp::kMin) {
@@ -40,8 +69,20 @@ void reduce_int32(int32_t* acc, const int32_t* in, size_t n) {
 }
 
 template <ReduceOp kOp>
-void reduce_f32(float* acc, const float* in, size_t n) {
-  for (size_t i = 0; i < n; ++i) acc[i] = combine(acc[i], in[i], kOp);
+void reduce_f32(float* __restrict acc, const float* __restrict in, size_t n) {
+  size_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+    const V4f a = load<V4f>(acc + i);
+    const V4f b = load<V4f>(in + i);
+    if constexpr (kOp == ReduceOp::kSum) {
+      store(acc + i, a + b);
+    } else {
+      // As combine(): the chosen one, or b where b is NaN (a NaN in a is never replaced).
+      const V4f r = kOp == ReduceOp::kMin ? (b < a ? b : a) : (b > a ? b : a);
+      store(acc + i, b != b ? b : r);
+    }
+  }
+  for (; i < n; ++i) acc[i] = combine(acc[i], in[i], kOp);
 }
 
 template <ReduceOp kOp, float (*kWiden)(uint16_t), uint16_t (*kNarrow)(float)>

@@ -18,7 +18,9 @@
 
 namespace ina::host {
 
-// acc[i] = op(acc[i], in[i]) for n elements of type t.
+// acc[i] = op(acc[i], in[i]) for n elements of type t. acc and in must not overlap. int32 and
+// float32 run 4 lanes at a time (GCC vector extensions, SSE2 on any x86-64); the 16-bit types
+// convert element by element.
 void reduce_into(void* acc, const void* in, size_t n, DType t, ReduceOp op);
 
 }  // namespace ina::host

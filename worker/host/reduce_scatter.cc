@@ -20,14 +20,15 @@ Status reduce_scatter(Context& ctx, const void* send, void* recv, size_t count, 
   const size_t es = dtype_size(t);
   const int p = ctx.size();
   const size_t total = count * static_cast<size_t>(p);
-  std::vector<uint8_t> work(static_cast<const uint8_t*>(send), static_cast<const uint8_t*>(send) + total * es);
+  uint8_t* work = ctx.scratch(2, total * es);  // the ring reduces in place
+  std::memcpy(work, send, total * es);
   std::vector<size_t> offsets(static_cast<size_t>(p) + 1);
   for (int i = 0; i <= p; ++i) offsets[i] = count * static_cast<size_t>(i);
   RingPhases phases;
   phases.allgather = false;
   phases.owned = ctx.rank();
-  INA_RETURN_IF_ERROR(ring_run(ctx, work.data(), offsets, t, op, phases, opts.chunk_bytes));
-  std::memcpy(recv, work.data() + offsets[ctx.rank()] * es, count * es);
+  INA_RETURN_IF_ERROR(ring_run(ctx, work, offsets, t, op, phases, opts.chunk_bytes));
+  std::memcpy(recv, work + offsets[ctx.rank()] * es, count * es);
   return ok_status();
 }
 

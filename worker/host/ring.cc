@@ -65,10 +65,10 @@ Status ring_run(Context& ctx, uint8_t* buf, std::span<const size_t> seg_offsets,
   };
   auto region = [&](int seg, size_t lo) { return buf + (seg_offsets[seg] + lo) * esize; };
 
-  std::vector<uint8_t> scratch[2];
+  uint8_t* scratch[2] = {nullptr, nullptr};
   if (phases.reduce_scatter) {
-    scratch[0].resize(max_seg * esize);
-    scratch[1].resize(max_seg * esize);
+    scratch[0] = ctx.scratch(0, max_seg * esize);
+    scratch[1] = ctx.scratch(1, max_seg * esize);
   }
   // The last send still reading each (segment, piece) region, and every send for the final wait.
   std::vector<Context::Handle> reading(static_cast<size_t>(p) * k_pieces, 0);
@@ -85,7 +85,7 @@ Status ring_run(Context& ctx, uint8_t* buf, std::span<const size_t> seg_offsets,
     sends.push_back(h);
     piece(st.recv_seg, k, &lo, &len);
     if (st.reduce) {
-      recvs[k] = ctx.irecv(left, scratch[s % 2].data() + lo * esize, len * esize);
+      recvs[k] = ctx.irecv(left, scratch[s % 2] + lo * esize, len * esize);
     } else {
       INA_RETURN_IF_ERROR(ctx.wait(reading[static_cast<size_t>(st.recv_seg) * k_pieces + k]));
       recvs[k] = ctx.irecv(left, region(st.recv_seg, lo), len * esize);
@@ -102,7 +102,7 @@ Status ring_run(Context& ctx, uint8_t* buf, std::span<const size_t> seg_offsets,
         size_t lo = 0, len = 0;
         piece(st.recv_seg, k, &lo, &len);
         INA_RETURN_IF_ERROR(ctx.wait(reading[static_cast<size_t>(st.recv_seg) * k_pieces + k]));
-        reduce_into(region(st.recv_seg, lo), scratch[s % 2].data() + lo * esize, len, t, op);
+        reduce_into(region(st.recv_seg, lo), scratch[s % 2] + lo * esize, len, t, op);
       }
       if (s + 1 < steps.size()) INA_RETURN_IF_ERROR(post(s + 1, k));
     }

@@ -1,6 +1,7 @@
 #include "worker/host/select.h"
 
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -25,8 +26,10 @@ double CostModel::cost(AllreduceAlgorithm a, size_t bytes, int world) const {
     case AllreduceAlgorithm::kRing:
       return 2 * (p - 1) * alpha_s + 2 * (p - 1) / p * n * beta_s_per_byte;
     case AllreduceAlgorithm::kHalvingDoubling: {
-      double c = 2 * log2_p2 * alpha_s + 2 * (p2 - 1) / p2 * n * beta_s_per_byte +
-                 (p2 - 1) / p2 * n * gamma_s_per_byte;
+      double c = bytes <= kRecursiveDoublingMaxBytes
+                     ? log2_p2 * (alpha_s + n * beta_s_per_byte + n * gamma_s_per_byte)
+                     : 2 * log2_p2 * alpha_s + 2 * (p2 - 1) / p2 * n * beta_s_per_byte +
+                           (p2 - 1) / p2 * n * gamma_s_per_byte;
       if (p2 != p) c += 2 * alpha_s + 2 * n * beta_s_per_byte + n * gamma_s_per_byte;
       return c;
     }
@@ -34,6 +37,38 @@ double CostModel::cost(AllreduceAlgorithm a, size_t bytes, int world) const {
       return 2 * ceil_log2_p * alpha_s + 2 * n * beta_s_per_byte + n * gamma_s_per_byte;
   }
   return 0;
+}
+
+Result<CostModel> parse_cost_model(std::string_view text, std::string_view name,
+                                   const CostModel& defaults) {
+  auto bad = [&] {
+    return invalid_argument(std::string(name) + "=\"" + std::string(text) +
+                            "\" is not valid: expected alpha_us,beta_ns_per_byte[,gamma_ns_per_byte]"
+                            " (decimal numbers, alpha > 0, beta and gamma >= 0; e.g. 25,0.5)");
+  };
+  double v[3] = {0, 0, defaults.gamma_s_per_byte * 1e9};
+  int n = 0;
+  size_t pos = 0;
+  for (;;) {
+    if (n == 3) return bad();
+    const size_t comma = text.find(',', pos);
+    const std::string_view field =
+        text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    if (field.empty()) return bad();
+    auto [ptr, ec] = std::from_chars(field.data(), field.data() + field.size(), v[n],
+                                     std::chars_format::fixed);
+    if (ec != std::errc() || ptr != field.data() + field.size() || !std::isfinite(v[n]) || v[n] < 0)
+      return bad();
+    ++n;
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  if (n < 2 || v[0] <= 0) return bad();
+  CostModel m;
+  m.alpha_s = v[0] * 1e-6;
+  m.beta_s_per_byte = v[1] * 1e-9;
+  m.gamma_s_per_byte = v[2] * 1e-9;
+  return m;
 }
 
 Result<AllreduceAlgorithm> select_allreduce(const CostModel& model, size_t bytes, int world,
@@ -94,7 +129,7 @@ Result<double> time_ring_step(Context& ctx, size_t bytes, int reps) {
 
 Result<CostModel> measure_cost_model(Context& ctx, const CostModel& defaults) {
   if (ctx.size() == 1) return defaults;
-  constexpr size_t kBig = 1 << 20;
+  constexpr size_t kBig = 256 << 10;
   INA_ASSIGN_OR_RETURN(double small, time_ring_step(ctx, 8, 21));
   INA_ASSIGN_OR_RETURN(double big, time_ring_step(ctx, kBig, 5));
   std::vector<float> acc(kBig / 4, 1.0f), in(kBig / 4, 2.0f);
@@ -112,8 +147,6 @@ Result<CostModel> measure_cost_model(Context& ctx, const CostModel& defaults) {
   m.alpha_s = v[0];
   m.beta_s_per_byte = v[1];
   m.gamma_s_per_byte = v[2];
-  INA_DEBUG("host", "measured cost model: alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B",
-            m.alpha_s * 1e6, m.beta_s_per_byte * 1e9, m.gamma_s_per_byte * 1e9);
   return m;
 }
 

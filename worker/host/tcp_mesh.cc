@@ -1,6 +1,8 @@
 #include "worker/host/tcp_mesh.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -39,6 +41,22 @@ Result<int> check_hello(const uint8_t* p, int size, const std::string& from) {
   const uint32_t r = get_u32(p + 4);
   if (r >= static_cast<uint32_t>(size)) return invalid_argument(from + ": bad rank " + std::to_string(r));
   return static_cast<int>(r);
+}
+
+constexpr int kRecvSliceMs = 100;
+constexpr size_t kSmallMessage = 64 << 10;  // the blocking path's limit (larger ones poll)  // a blocking receive re-checks the deadline this often
+
+// After the handshake: a blocking socket (every call but the small-message receive passes
+// MSG_DONTWAIT) whose blocking receives return EAGAIN after kRecvSliceMs.
+Status make_blocking_with_slice(int fd) {
+  const int flags = fcntl(fd, F_GETFL, 0);
+  if (flags < 0 || fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) != 0)
+    return errno_status("fcntl(~O_NONBLOCK)", errno);
+  timeval tv{};
+  tv.tv_usec = kRecvSliceMs * 1000;
+  if (setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) != 0)
+    return errno_status("setsockopt(SO_RCVTIMEO)", errno);
+  return ok_status();
 }
 
 void set_buffers(int fd, int bytes) {
@@ -117,6 +135,8 @@ Result<std::unique_ptr<TcpMesh>> TcpMesh::connect(Store& store, int rank, int si
     set_buffers(*fd, opts.socket_buffer_bytes);
     INA_RETURN_IF_ERROR(send_all(*fd, hello, sizeof(hello), deadline, rank_name(*peer)));
   }
+  for (const Peer& p : mesh->peers_)
+    if (p.fd >= 0) INA_RETURN_IF_ERROR(make_blocking_with_slice(p.fd));
   return mesh;
 }
 
@@ -141,9 +161,9 @@ Context::Handle TcpMesh::post(int peer, bool is_send, uint8_t* buf, size_t bytes
   Peer& p = peers_[static_cast<size_t>(peer)];
   (is_send ? p.sends : p.recvs).push_back(op.get());
   ops_.emplace(h, std::move(op));
-  // Eager send: a message posted on an idle link goes to the kernel now, without waiting for the
-  // next wait() (lower latency, and the peer can progress while this rank computes).
-  if (is_send && p.sends.size() == 1) {
+  // Eager send: a message goes to the kernel now, without waiting for the next wait() (lower
+  // latency, and the peer can progress while this rank computes), unless the socket is full.
+  if (is_send && !p.send_full) {
     Status s = progress_send(peer);
     if (!s.ok()) (void)fail(std::move(s));
   }
@@ -171,6 +191,7 @@ Status TcpMesh::fail(Status s) {
 // Moves as many bytes of the queued sends as the socket takes.
 Status TcpMesh::progress_send(int peer) {
   Peer& p = peers_[static_cast<size_t>(peer)];
+  p.send_full = false;  // set again below if the kernel takes less than offered
   while (!p.sends.empty()) {
     Op* op = p.sends.front();
     iovec iov[2];
@@ -184,13 +205,19 @@ Status TcpMesh::progress_send(int peer) {
     const ssize_t k = sendmsg(p.fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
     if (k < 0) {
       if (errno == EINTR) continue;
-      if (errno == EAGAIN || errno == EWOULDBLOCK) return ok_status();
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {
+        p.send_full = true;
+        return ok_status();
+      }
       return peer_gone(peer, peer_errno(peer, errno));
     }
     op->done += static_cast<size_t>(k);
     if (op->done == op->bytes + 8) {
       op->complete = true;
       p.sends.pop_front();
+    } else {
+      p.send_full = true;  // a partial write: the socket buffer is full
+      return ok_status();
     }
   }
   return ok_status();
@@ -207,7 +234,10 @@ Status TcpMesh::progress_recv(int peer) {
     if (op->done < 8) iov[n++] = {got, 8 - op->done};
     const size_t body_done = op->done < 8 ? 0 : op->done - 8;
     if (op->bytes > body_done) iov[n++] = {op->buf + body_done, op->bytes - body_done};
-    const ssize_t k = readv(p.fd, iov, n);
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    const ssize_t k = recvmsg(p.fd, &msg, MSG_DONTWAIT);
     if (k == 0) return peer_gone(peer, unavailable(rank_name(peer) + ": connection closed"));
     if (k < 0) {
       if (errno == EINTR) continue;
@@ -226,6 +256,50 @@ Status TcpMesh::progress_recv(int peer) {
     op->done += static_cast<size_t>(k);
     if (op->done == op->bytes + 8) {
       op->complete = true;
+      p.recvs.pop_front();
+    }
+  }
+  return ok_status();
+}
+
+bool TcpMesh::sends_queued() const {
+  for (const Peer& p : peers_)
+    if (!p.sends.empty()) return true;
+  return false;
+}
+
+// The small-message path: blocks in recvmsg() for `op` (the front receive of its peer) until it
+// completes, or for one kRecvSliceMs slice (then returns OK with op incomplete).
+Status TcpMesh::recv_blocking(Op& op) {
+  Peer& p = peers_[static_cast<size_t>(op.peer)];
+  while (!op.complete) {
+    iovec iov[2];
+    int n = 0;
+    uint8_t got[8];
+    if (op.done < 8) iov[n++] = {got, 8 - op.done};
+    const size_t body_done = op.done < 8 ? 0 : op.done - 8;
+    if (op.bytes > body_done) iov[n++] = {op.buf + body_done, op.bytes - body_done};
+    msghdr msg{};
+    msg.msg_iov = iov;
+    msg.msg_iovlen = static_cast<size_t>(n);
+    const ssize_t k = recvmsg(p.fd, &msg, 0);
+    if (k == 0) return peer_gone(op.peer, unavailable(rank_name(op.peer) + ": connection closed"));
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return ok_status();  // a slice went by
+      return peer_gone(op.peer, peer_errno(op.peer, errno));
+    }
+    if (op.done < 8) {
+      const size_t hdr_part = std::min<size_t>(static_cast<size_t>(k), 8 - op.done);
+      uint8_t expected[8];
+      put_u64(expected, op.bytes);
+      if (std::memcmp(got, expected + op.done, hdr_part) != 0)
+        return invalid_argument(rank_name(op.peer) + " sent a message of another size than the " +
+                                std::to_string(op.bytes) + " bytes expected");
+    }
+    op.done += static_cast<size_t>(k);
+    if (op.done == op.bytes + 8) {
+      op.complete = true;
       p.recvs.pop_front();
     }
   }
@@ -295,8 +369,23 @@ Status TcpMesh::wait(Handle h) {
   if (it == ops_.end()) return ok_status();  // already waited
   Op* op = it->second.get();
   const auto deadline = Clock::now() + timeout_;
+  if (!op->is_send && op->bytes <= kSmallMessage && !sends_queued() &&
+      peers_[static_cast<size_t>(op->peer)].recvs.front() == op) {
+    // The small-message path (see the header): nothing else needs this rank's progress.
+    while (!op->complete) {
+      if (ms_until(deadline) == 0) return fail(timeout_error(*op));
+      Status s = recv_blocking(*op);
+      if (s.ok() && !op->complete) s = poll_once(0);  // a slice went by: note closed peers
+      if (!s.ok()) return fail(std::move(s));
+    }
+    ops_.erase(it);
+    return ok_status();
+  }
   // Try the waited-for peer first: small messages often complete without a poll.
-  Status s = op->is_send ? progress_send(op->peer) : progress_recv(op->peer);
+  Status s = op->is_send ? (peers_[static_cast<size_t>(op->peer)].send_full
+                               ? ok_status()
+                               : progress_send(op->peer))
+                         : progress_recv(op->peer);
   if (!s.ok()) return fail(std::move(s));
   while (!op->complete) {
     const int ms = ms_until(deadline);

@@ -34,7 +34,9 @@
  *   INA_DEVICE_CHUNK_ELEMS       device buffers: elements per staged chunk (default 512 blocks,
  *                                rounded up to whole blocks)
  *   INA_DEVICE_BUFFERS           device buffers: pinned staging buffers in rotation (default 3)
- * The host-path settings (INA_STORE .. INA_VERBS_GID_INDEX) come from the environment only: ina_config_t
+ *   INA_COST_MODEL=a,b[,g]       the cost model's alpha (us per message), beta and gamma (ns per
+ *                                byte sent, reduced), e.g. 25,0.5; default: measured at startup
+ * The host-path settings (INA_STORE .. INA_COST_MODEL) come from the environment only: ina_config_t
  * has no fields for them (it stays version 1).
  */
 #ifndef INA_INA_H_

@@ -103,6 +103,10 @@ struct Config {
   // they take equally long; 2 (double buffering) leaves a stage idle then.
   uint64_t device_chunk_elems = 0;
   uint32_t device_buffers = 3;
+  // The host algorithms' cost model, "alpha_us,beta_ns_per_byte[,gamma_ns_per_byte]"
+  // (INA_COST_MODEL, e.g. "25,0.5"). Empty: measured when the mesh comes up (a short exchange
+  // with the ring neighbours; the slowest rank's figures, agreed by every rank).
+  std::string cost_model;
 
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
