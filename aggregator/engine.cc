@@ -25,6 +25,7 @@ struct Engine::Job {
   uint32_t joined = 0;
   bool ready = false;                  // every rank joined this incarnation
   std::vector<RankCounters> ranks;
+  JobCounters counters;
 };
 
 namespace {
@@ -61,6 +62,27 @@ Status Engine::add_job(const JobConfig& cfg) {
                   "engine: job " + std::to_string(cfg.job) + " is already served");
   }
   INA_ASSIGN_OR_RETURN(std::unique_ptr<SlotTable> table, SlotTable::create(cfg.slots));
+  if (slot_capacity_ != 0) {
+    // Ranges are half-open; computed in 64 bits so base + count cannot wrap.
+    const uint64_t lo = cfg.slot_base;
+    const uint64_t hi = lo + cfg.slots.num_slots;
+    const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
+    if (hi > slot_capacity_) {
+      return Status(StatusCode::kResourceExhausted,
+                    "engine: job " + std::to_string(cfg.job) + ": slot range " + range +
+                        " exceeds the capacity of " + std::to_string(slot_capacity_) + " slots");
+    }
+    for (const auto& [id, other] : jobs_) {
+      const uint64_t olo = other->cfg.slot_base;
+      const uint64_t ohi = olo + other->cfg.slots.num_slots;
+      if (lo < ohi && olo < hi) {
+        return Status(StatusCode::kResourceExhausted,
+                      "engine: job " + std::to_string(cfg.job) + ": slot range " + range +
+                          " overlaps job " + std::to_string(id) + "'s [" + std::to_string(olo) +
+                          ", " + std::to_string(ohi) + ")");
+      }
+    }
+  }
   auto job = std::make_unique<Job>();
   job->cfg = cfg;
   job->world = cfg.slots.world_size;
@@ -72,6 +94,20 @@ Status Engine::add_job(const JobConfig& cfg) {
   scratch_.resize(std::max<size_t>(scratch_.size(), 2 + (size_t{job->world} + 31) / 32));
   jobs_.emplace(cfg.job, std::move(job));
   return ok_status();
+}
+
+Status Engine::remove_job(JobId job) {
+  if (jobs_.erase(job) == 0) {
+    return Status(StatusCode::kNotFound, "engine: job " + std::to_string(job) + " is not served");
+  }
+  return ok_status();
+}
+
+std::vector<JobConfig> Engine::jobs() const {
+  std::vector<JobConfig> out;
+  out.reserve(jobs_.size());
+  for (const auto& [id, job] : jobs_) out.push_back(job->cfg);
+  return out;
 }
 
 Reply Engine::on_packet(std::span<const uint8_t> datagram, int32_t* sender_rank,
@@ -97,8 +133,10 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, int32_t* sender_rank,
   Job& job = *it->second;
   if (h.key != job.cfg.key) [[unlikely]] {
     ++counters_.bad_key;
+    ++job.counters.bad_key;
     return {};
   }
+  ++job.counters.packets;
   if (h.has(wire::kFlagResult) || h.has(wire::kFlagError)) [[unlikely]] {
     // Only the aggregator sends RESULT, WELCOME and ERROR: a worker (or a loop in the network)
     // sending one is broken, and it must never be added to a slot.
@@ -219,6 +257,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt) {
       return {};
     case Verdict::kCompleted: {
       ++counters_.completed;
+      ++job.counters.completed;
       Reply r = result(Reply::Target::kAllRanks);
       if (r.hdr.has(wire::kFlagNonFinite)) ++counters_.nonfinite_blocks;
       return r;
@@ -301,6 +340,11 @@ uint32_t Engine::world_size(JobId job) const {
 bool Engine::job_ready(JobId job) const {
   auto it = jobs_.find(job);
   return it != jobs_.end() && it->second->ready;
+}
+
+const JobCounters* Engine::job_counters(JobId job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? nullptr : &it->second->counters;
 }
 
 const SlotTable* Engine::slot_table(JobId job) const {

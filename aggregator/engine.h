@@ -21,6 +21,18 @@ struct JobConfig {
   JobId job = 1;
   uint64_t key = 0;
   SlotTableConfig slots;  // world size, slot count, block size
+  // The job's range of the aggregator's slot memory: [slot_base, slot_base + slots.num_slots).
+  // Packets carry slots relative to the range (0 .. num_slots-1), so a job can never name a slot
+  // outside it. Checked against the engine's capacity and the other jobs' ranges (see
+  // Engine::set_slot_capacity).
+  uint32_t slot_base = 0;
+};
+
+// Counters of one job (multi-tenancy: what each tenant sent and what was refused in its name).
+struct JobCounters {
+  uint64_t packets = 0;     // packets that passed the key check
+  uint64_t completed = 0;   // completed slot copies
+  uint64_t bad_key = 0;     // packets naming this job with a wrong key: dropped, never added
 };
 
 // What the backend must send after a packet. `hdr` plus `payload` (host order, `hdr.count` words)
@@ -71,8 +83,21 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Adds a job this engine serves.
+  // Slots of the aggregator's memory shared by all jobs. 0 (the default): no limit and ranges are
+  // not checked (a single hand-configured job). Otherwise every job's range must lie inside
+  // [0, capacity) and not overlap another job's range. Does not affect jobs already added.
+  void set_slot_capacity(uint32_t slots) { slot_capacity_ = slots; }
+  uint32_t slot_capacity() const { return slot_capacity_; }
+
+  // Adds a job this engine serves. kAlreadyExists for a served job id; kInvalidArgument for a bad
+  // table config; kResourceExhausted when its slot range leaves the capacity or overlaps another
+  // job's. Never disturbs the other jobs.
   Status add_job(const JobConfig& cfg);
+  // Stops serving a job and frees its slot range; its later packets count as unknown_job.
+  // kNotFound when it is not served.
+  Status remove_job(JobId job);
+  // Served jobs, ascending (allocates: not for the packet path).
+  std::vector<JobConfig> jobs() const;
 
   // Processes one received datagram (the INA header and payload). `sender_rank` is set to the
   // packet's rank when it is valid for its job (so the backend can learn the rank's address),
@@ -87,6 +112,8 @@ class Engine {
   // True when every rank of the job has joined its current incarnation.
   bool job_ready(JobId job) const;
   const SlotTable* slot_table(JobId job) const;
+  // Counters of a job; nullptr for an unknown job.
+  const JobCounters* job_counters(JobId job) const;
 
  private:
   struct Job;
@@ -96,6 +123,7 @@ class Engine {
                     std::span<const uint64_t> bitmap, uint32_t extra);
 
   std::map<JobId, std::unique_ptr<Job>> jobs_;
+  uint32_t slot_capacity_ = 0;
   EngineCounters counters_;
   std::vector<int32_t> scratch_;  // payload of control replies
 };
