@@ -7,6 +7,7 @@ packages=(
   meson ninja-build g++ pkg-config        # build
   libgtest-dev libgmock-dev                # tests
   libcli11-dev                             # argument parsing
+  libcpp-httplib-dev nlohmann-json3-dev    # controller feature: ina-controller, HTTP endpoints
   libibverbs-dev                           # rdma feature (compiles here; no RDMA at run time)
   openmpi-bin libopenmpi-dev libgloo-dev   # peers for side-by-side benchmarks
   iproute2 nftables                        # network namespaces and loss injection
