@@ -76,9 +76,48 @@ struct RankCounters {
   uint64_t duplicates = 0;
 };
 
+// Straggler telemetry of one rank of a job. Lag: how long after the first contribution to a
+// slot copy's round this rank's contribution arrived (0 for the first). Kept per rank as a log2
+// histogram in microseconds plus sum and count; `last` counts the rounds this rank completed
+// (arrived last). Updated on the packet path without allocation.
+inline constexpr size_t kLagBuckets = 24;  // bucket 0: < 1 us; bucket b: [2^(b-1), 2^b) us
+struct RankTelemetry {
+  uint64_t lag_count = 0;
+  uint64_t lag_sum_ns = 0;
+  uint64_t last = 0;
+  std::array<uint64_t, kLagBuckets> lag_hist{};
+  double mean_lag_us() const {
+    return lag_count == 0 ? 0.0 : static_cast<double>(lag_sum_ns) / 1e3 / static_cast<double>(lag_count);
+  }
+};
+inline size_t lag_bucket(uint64_t lag_ns) {
+  const uint64_t us = lag_ns / 1000;
+  if (us == 0) return 0;
+  const size_t b = static_cast<size_t>(64 - __builtin_clzll(us));  // 1 us -> 1, 2..3 -> 2, ...
+  return b < kLagBuckets ? b : kLagBuckets - 1;
+}
+
+// A round that has waited too long: its slot copy, its age and the ranks it still lacks.
+struct StalledSlot {
+  uint16_t slot = 0;
+  bool shadow = false;
+  BlockSeq seq = 0;
+  uint64_t age_ns = 0;
+  uint32_t contributors = 0;
+  std::vector<uint32_t> missing;  // ranks not yet contributed
+};
+
+struct EngineOptions {
+  bool telemetry = true;   // lag histograms and stalled-slot times (on_packet with a time)
+  // Benchmark only: skip the per-job key comparison, to measure what it costs. Never off in a
+  // served aggregator (the CLI has no switch for it).
+  bool check_key = true;
+};
+
 class Engine {
  public:
   Engine();
+  explicit Engine(EngineOptions opts);
   ~Engine();  // out of line: Job is complete only in engine.cc
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -102,7 +141,12 @@ class Engine {
   // Processes one received datagram (the INA header and payload). `sender_rank` is set to the
   // packet's rank when it is valid for its job (so the backend can learn the rank's address),
   // and to -1 otherwise.
-  Reply on_packet(std::span<const uint8_t> datagram, int32_t* sender_rank, JobId* sender_job);
+  Reply on_packet(std::span<const uint8_t> datagram, int32_t* sender_rank, JobId* sender_job) {
+    return on_packet(datagram, 0, sender_rank, sender_job);
+  }
+  // The same with the arrival time (any monotonic clock in ns; 0: not timed) for the telemetry.
+  Reply on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int32_t* sender_rank,
+                  JobId* sender_job);
 
   const EngineCounters& counters() const { return counters_; }
   // Per-rank counters of a job; empty span for an unknown job.
@@ -114,14 +158,23 @@ class Engine {
   const SlotTable* slot_table(JobId job) const;
   // Counters of a job; nullptr for an unknown job.
   const JobCounters* job_counters(JobId job) const;
+  // Per-rank telemetry of a job (index = rank); empty for an unknown job.
+  std::span<const RankTelemetry> rank_telemetry(JobId job) const;
+  // Ranks ordered by mean lag, worst first (ties: more rounds completed last first).
+  std::vector<uint32_t> straggler_ranking(JobId job) const;
+  // Incomplete rounds whose first contribution is at least `min_age_ns` old at `now_ns`, oldest
+  // first, at most `max` of them.
+  std::vector<StalledSlot> stalled_slots(JobId job, uint64_t now_ns, uint64_t min_age_ns,
+                                         size_t max = 16) const;
 
  private:
   struct Job;
   Reply handle_hello(Job& job, const wire::PacketView& pkt);
-  Reply handle_data(Job& job, const wire::PacketView& pkt);
+  Reply handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns);
   Reply error_reply(const Job& job, const wire::PacketView& pkt, wire::ErrorReason reason,
                     std::span<const uint64_t> bitmap, uint32_t extra);
 
+  EngineOptions opts_;
   std::map<JobId, std::unique_ptr<Job>> jobs_;
   uint32_t slot_capacity_ = 0;
   EngineCounters counters_;
