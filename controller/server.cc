@@ -270,13 +270,14 @@ void ControllerServer::Impl::routes() {
       at = comma + 1;
     }
     std::lock_guard<std::mutex> g(mu);
+    const size_t known = state.jobs().size();
     Result<JobInfo> r = state.admit(a, now_ms());
     if (!r.ok()) {
       res.status = 400;
       res.set_content("error " + r.status().message() + "\n", "text/plain");
       return;
     }
-    persist();
+    if (state.jobs().size() != known) persist();  // a new job; the other ranks change nothing
     res.set_content(admission_text(r.value(), state), "text/plain");
     const double dt =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
