@@ -258,9 +258,15 @@ int main(int argc, char** argv) {
     }
   }
 #endif
-  std::printf("ina-aggregator listening on %s:%u job %u world %u slots %u block %u gro %s gso %s\n",
-              opts.bind_host.c_str(), unsigned{a.port()}, unsigned{job.job}, world, slots, block,
-              a.gro_enabled() ? "on" : "off", a.gso_enabled() ? "on" : "off");
+  if (world == 0) {
+    std::printf("ina-aggregator listening on %s:%u jobs from the controller, block %u gro %s gso %s\n",
+                opts.bind_host.c_str(), unsigned{a.port()}, block, a.gro_enabled() ? "on" : "off",
+                a.gso_enabled() ? "on" : "off");
+  } else {
+    std::printf("ina-aggregator listening on %s:%u job %u world %u slots %u block %u gro %s gso %s\n",
+                opts.bind_host.c_str(), unsigned{a.port()}, unsigned{job.job}, world, slots, block,
+                a.gro_enabled() ? "on" : "off", a.gso_enabled() ? "on" : "off");
+  }
   std::fflush(stdout);
 
   const ina::Status st = a.run(g_stop);
