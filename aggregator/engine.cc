@@ -381,7 +381,24 @@ std::vector<uint32_t> Engine::straggler_ranking(JobId job) const {
   const std::vector<RankTelemetry>& t = it->second->tele;
   std::vector<uint32_t> order(t.size());
   for (uint32_t r = 0; r < order.size(); ++r) order[r] = r;
-  std::stable_sort(order.begin(), order.end(), [&t](uint32_t a, uint32_t b) {
+  // Ranked by the median lag (the lower median's histogram bucket), then the mean: one long
+  // descheduling of an otherwise punctual rank moves its mean a lot and its median not at all,
+  // while a rank that is late most of the time moves both. The histogram and the mean still show
+  // intermittent stragglers.
+  std::vector<size_t> median(t.size(), 0);
+  for (size_t r = 0; r < t.size(); ++r) {
+    const uint64_t half = (t[r].lag_count + 1) / 2;
+    uint64_t cum = 0;
+    for (size_t b = 0; b < kLagBuckets; ++b) {
+      cum += t[r].lag_hist[b];
+      if (cum >= half && half > 0) {
+        median[r] = b;
+        break;
+      }
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [&t, &median](uint32_t a, uint32_t b) {
+    if (median[a] != median[b]) return median[a] > median[b];
     const double la = t[a].mean_lag_us();
     const double lb = t[b].mean_lag_us();
     if (la != lb) return la > lb;

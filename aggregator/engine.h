@@ -160,7 +160,8 @@ class Engine {
   const JobCounters* job_counters(JobId job) const;
   // Per-rank telemetry of a job (index = rank); empty for an unknown job.
   std::span<const RankTelemetry> rank_telemetry(JobId job) const;
-  // Ranks ordered by mean lag, worst first (ties: more rounds completed last first).
+  // Ranks ordered by median lag (log2 bucket), worst first; ties by mean lag, then by rounds
+  // completed last.
   std::vector<uint32_t> straggler_ranking(JobId job) const;
   // Incomplete rounds whose first contribution is at least `min_age_ns` old at `now_ns`, oldest
   // first, at most `max` of them.

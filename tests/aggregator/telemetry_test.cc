@@ -85,6 +85,19 @@ TEST_F(TelemetryTest, LagHistogramAndRankingNameTheDelayedRank) {
   }
   EXPECT_EQ(others_last, 0u);
   EXPECT_EQ(lag_bucket(0), 0u);
+  // One long stall of rank 2 (a descheduled process) raises its mean above rank 5's, not its
+  // median: rank 5, late every round, stays first.
+  for (BlockSeq seq = 41; seq <= 42; ++seq) {
+    for (uint16_t r = 0; r < kWorld; ++r) {
+      if (r != 2 && r != 5) send(data(r, seq), t + r * 1000);
+    }
+    send(data(5, seq), t + 300'000);
+    send(data(2, seq), t + 50'000'000);
+    t += 100'000'000;
+  }
+  EXPECT_GT(engine_.rank_telemetry(kJob)[2].mean_lag_us(),
+            engine_.rank_telemetry(kJob)[5].mean_lag_us());
+  EXPECT_EQ(engine_.straggler_ranking(kJob)[0], 5u);
   EXPECT_EQ(lag_bucket(999), 0u);
   EXPECT_EQ(lag_bucket(1000), 1u);
   EXPECT_EQ(lag_bucket(3999), 2u);

@@ -333,7 +333,7 @@ TEST_F(ControllerTest, DelayedRankIsRankedFirst) {
   start_controller();
   start_aggregator(1024);
   constexpr int kTrials = 20;
-  constexpr int kIters = 4;
+  constexpr int kIters = 6;
   int first = 0;
   std::string misses;
   for (int t = 0; t < kTrials; ++t) {
