@@ -419,5 +419,58 @@ TEST_F(ControllerTest, StoppedRankIsNamed) {
       << metrics;
 }
 
+// ina-ctl against the controller: list, drain (new jobs refused with the reason, the running
+// one untouched), undo, metrics; a bad --controller is a usage error naming the flag.
+TEST_F(ControllerTest, InaCtlListsDrainsAndShowsMetrics) {
+  const std::string ctl_cli = env("INA_CTL_BIN");
+  if (ctl_cli.empty()) GTEST_SKIP() << "INA_CTL_BIN not set (run through meson test)";
+  start_controller();
+  start_aggregator(64);
+  auto run = [&](const std::string& args, int* rc) {
+    std::string out;
+    FILE* p = popen((ctl_cli + " --controller 127.0.0.1:" + std::to_string(ctl_port_) + " " +
+                     args + " 2>&1")
+                        .c_str(),
+                    "r");
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    *rc = WEXITSTATUS(pclose(p));
+    return out;
+  };
+  int rc = -1;
+  std::string out = run("admit early --world 2 --slots 16", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out.substr(0, 8), "admitted") << out;
+  const std::string agg_id = "127.0.0.1:" + std::to_string(agg_port_);
+  out = run("aggregators", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("\"id\": \"" + agg_id + "\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"free_slots\": 48"), std::string::npos) << out;
+  out = run("drain " + agg_id, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  out = run("admit late --world 2 --slots 16", &rc);
+  EXPECT_NE(out.find("every aggregator is draining"), std::string::npos) << out;
+  out = run("jobs", &rc);
+  EXPECT_NE(out.find("\"state\": \"active\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"state\": \"refused\""), std::string::npos) << out;
+  EXPECT_EQ(run("drain " + agg_id + " --off", &rc).find("ok"), 2u);
+  out = run("admit later --world 2 --slots 16", &rc);
+  EXPECT_EQ(out.substr(0, 8), "admitted") << out;
+  out = run("metrics", &rc);
+  EXPECT_NE(out.find("ina_controller_admissions_total{result=\"refused\"} 1"), std::string::npos)
+      << out;
+  out = run("job 99", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("no job 99"), std::string::npos) << out;
+  out = run("drain nope", &rc);
+  EXPECT_EQ(rc, 1);
+  FILE* p = popen((ctl_cli + " --controller nohostport jobs 2>&1").c_str(), "r");
+  char buf[512] = {};
+  fread(buf, 1, sizeof buf - 1, p);
+  EXPECT_NE(WEXITSTATUS(pclose(p)), 0);
+  EXPECT_NE(std::string(buf).find("--controller"), std::string::npos) << buf;
+}
+
 }  // namespace
 }  // namespace ina
