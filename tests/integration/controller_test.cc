@@ -419,6 +419,51 @@ TEST_F(ControllerTest, StoppedRankIsNamed) {
       << metrics;
 }
 
+// The aggregator dies mid-job: the workers finish on the host fallback (exact), and the
+// controller, once the heartbeats stop, removes the aggregator and marks the job lost with why.
+TEST_F(ControllerTest, LostAggregatorJobFallsBackAndIsMarkedLost) {
+  start_controller();
+  start_aggregator(256);
+  int store_port = 0;
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+    store_port = ntohs(sa.sin_port);
+    ::close(fd);
+  }
+  json job;
+  std::vector<Status> st = run_job(
+      "doomed", 3, 10, 1000,
+      [&](Config& c) {
+        c.store = "127.0.0.1:" + std::to_string(store_port);
+        c.timeout = 1500ms;
+      },
+      [&](int rank, int it) {
+        if (rank == 0 && it == 4) agg_.stop();
+      },
+      [&](int rank) {
+        if (rank != 0) return;
+        const JobId id = job_id("doomed");
+        for (int i = 0; i < 400; ++i) {
+          job = get_json(ctl_port_, "/v1/jobs/" + std::to_string(id));
+          if (job.is_object() && job["state"] == "lost") return;
+          std::this_thread::sleep_for(10ms);
+        }
+      });
+  expect_all_ok(st);
+  for (const auto& [k, s] : stats_) EXPECT_GE(s.fallbacks + s.host_collectives, 1u) << k;
+  ASSERT_TRUE(job.is_object()) << job.dump();
+  EXPECT_EQ(job["state"], "lost") << job.dump();
+  EXPECT_NE(job["reason"].get<std::string>().find("stopped heartbeating"), std::string::npos)
+      << job.dump();
+  EXPECT_TRUE(get_json(ctl_port_, "/v1/aggregators").empty());
+}
+
 // ina-ctl against the controller: list, drain (new jobs refused with the reason, the running
 // one untouched), undo, metrics; a bad --controller is a usage error naming the flag.
 TEST_F(ControllerTest, InaCtlListsDrainsAndShowsMetrics) {
