@@ -25,6 +25,10 @@ struct Engine::Job {
   uint32_t joined = 0;
   bool ready = false;                  // every rank joined this incarnation
   std::vector<RankCounters> ranks;
+  JobCounters counters;
+  // Telemetry: time of each copy's first contribution (index slot * 2 + shadow; 0: none).
+  std::vector<uint64_t> first_ns;
+  std::vector<RankTelemetry> tele;
 };
 
 namespace {
@@ -53,6 +57,7 @@ wire::Header reply_header(const JobConfig& cfg, const wire::Header& in, uint8_t 
 }  // namespace
 
 Engine::Engine() = default;
+Engine::Engine(EngineOptions opts) : opts_(opts) {}
 Engine::~Engine() = default;
 
 Status Engine::add_job(const JobConfig& cfg) {
@@ -61,6 +66,27 @@ Status Engine::add_job(const JobConfig& cfg) {
                   "engine: job " + std::to_string(cfg.job) + " is already served");
   }
   INA_ASSIGN_OR_RETURN(std::unique_ptr<SlotTable> table, SlotTable::create(cfg.slots));
+  if (slot_capacity_ != 0) {
+    // Ranges are half-open; computed in 64 bits so base + count cannot wrap.
+    const uint64_t lo = cfg.slot_base;
+    const uint64_t hi = lo + cfg.slots.num_slots;
+    const std::string range = "[" + std::to_string(lo) + ", " + std::to_string(hi) + ")";
+    if (hi > slot_capacity_) {
+      return Status(StatusCode::kResourceExhausted,
+                    "engine: job " + std::to_string(cfg.job) + ": slot range " + range +
+                        " exceeds the capacity of " + std::to_string(slot_capacity_) + " slots");
+    }
+    for (const auto& [id, other] : jobs_) {
+      const uint64_t olo = other->cfg.slot_base;
+      const uint64_t ohi = olo + other->cfg.slots.num_slots;
+      if (lo < ohi && olo < hi) {
+        return Status(StatusCode::kResourceExhausted,
+                      "engine: job " + std::to_string(cfg.job) + ": slot range " + range +
+                          " overlaps job " + std::to_string(id) + "'s [" + std::to_string(olo) +
+                          ", " + std::to_string(ohi) + ")");
+      }
+    }
+  }
   auto job = std::make_unique<Job>();
   job->cfg = cfg;
   job->world = cfg.slots.world_size;
@@ -68,14 +94,30 @@ Status Engine::add_job(const JobConfig& cfg) {
   job->hello_bitmap.assign(job->table->bitmap_words(), 0);
   job->nonce.assign(job->world, 0);
   job->ranks.assign(job->world, RankCounters{});
+  job->first_ns.assign(size_t{cfg.slots.num_slots} * 2, 0);
+  job->tele.assign(job->world, RankTelemetry{});
   // Largest control payload: [reason, bitmap as ceil(world/32) int32 words]; WELCOME needs 2.
   scratch_.resize(std::max<size_t>(scratch_.size(), 2 + (size_t{job->world} + 31) / 32));
   jobs_.emplace(cfg.job, std::move(job));
   return ok_status();
 }
 
-Reply Engine::on_packet(std::span<const uint8_t> datagram, int32_t* sender_rank,
-                        JobId* sender_job) {
+Status Engine::remove_job(JobId job) {
+  if (jobs_.erase(job) == 0) {
+    return Status(StatusCode::kNotFound, "engine: job " + std::to_string(job) + " is not served");
+  }
+  return ok_status();
+}
+
+std::vector<JobConfig> Engine::jobs() const {
+  std::vector<JobConfig> out;
+  out.reserve(jobs_.size());
+  for (const auto& [id, job] : jobs_) out.push_back(job->cfg);
+  return out;
+}
+
+Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
+                        int32_t* sender_rank, JobId* sender_job) {
   *sender_rank = -1;
   *sender_job = 0;
   ++counters_.packets_in;
@@ -95,10 +137,12 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, int32_t* sender_rank,
     return {};
   }
   Job& job = *it->second;
-  if (h.key != job.cfg.key) [[unlikely]] {
+  if (opts_.check_key && h.key != job.cfg.key) [[unlikely]] {
     ++counters_.bad_key;
+    ++job.counters.bad_key;
     return {};
   }
+  ++job.counters.packets;
   if (h.has(wire::kFlagResult) || h.has(wire::kFlagError)) [[unlikely]] {
     // Only the aggregator sends RESULT, WELCOME and ERROR: a worker (or a loop in the network)
     // sending one is broken, and it must never be added to a slot.
@@ -130,7 +174,7 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, int32_t* sender_rank,
   RankCounters& rc = job.ranks[h.rank];
   ++rc.packets;
   if (h.has(wire::kFlagRetransmit)) ++rc.retransmits;
-  return hello ? handle_hello(job, pkt) : handle_data(job, pkt);
+  return hello ? handle_hello(job, pkt) : handle_data(job, pkt, now_ns);
 }
 
 // Join barrier. Each rank's HELLO carries a random nonce that names its incarnation (its
@@ -177,13 +221,14 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
   if (++job.joined == job.world) {
     job.ready = true;
     job.table->reset();
+    std::fill(job.first_ns.begin(), job.first_ns.end(), uint64_t{0});
     return welcome(Reply::Target::kAllRanks);
   }
   return missing();
 }
 
 // DATA of a valid rank (checked by on_packet()).
-Reply Engine::handle_data(Job& job, const wire::PacketView& pkt) {
+Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns) {
   const wire::Header& h = pkt.hdr;
   RankCounters& rc = job.ranks[h.rank];
   const bool retransmit = h.has(wire::kFlagRetransmit);
@@ -196,6 +241,21 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt) {
 
   const Verdict v = job.table->on_data(pkt);
   ++counters_.by_verdict[static_cast<size_t>(v)];
+  if ((v == Verdict::kAdded || v == Verdict::kCompleted) && opts_.telemetry && now_ns != 0) {
+    // The lag behind the round's first contribution; the first one starts the clock.
+    uint64_t& first = job.first_ns[size_t{h.slot} * 2 + (h.shadow ? 1 : 0)];
+    uint64_t lag = 0;
+    if (job.table->contributors(h.slot, h.shadow) == 1) {
+      first = now_ns;
+    } else if (now_ns > first) {
+      lag = now_ns - first;
+    }
+    RankTelemetry& t = job.tele[h.rank];
+    ++t.lag_count;
+    t.lag_sum_ns += lag;
+    ++t.lag_hist[lag_bucket(lag)];
+    if (v == Verdict::kCompleted && job.world > 1) ++t.last;
+  }
 
   auto result = [&](Reply::Target target) {
     const CopyView c = job.table->copy(h.slot, h.shadow);
@@ -219,6 +279,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt) {
       return {};
     case Verdict::kCompleted: {
       ++counters_.completed;
+      ++job.counters.completed;
       Reply r = result(Reply::Target::kAllRanks);
       if (r.hdr.has(wire::kFlagNonFinite)) ++counters_.nonfinite_blocks;
       return r;
@@ -301,6 +362,79 @@ uint32_t Engine::world_size(JobId job) const {
 bool Engine::job_ready(JobId job) const {
   auto it = jobs_.find(job);
   return it != jobs_.end() && it->second->ready;
+}
+
+const JobCounters* Engine::job_counters(JobId job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? nullptr : &it->second->counters;
+}
+
+std::span<const RankTelemetry> Engine::rank_telemetry(JobId job) const {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return {};
+  return it->second->tele;
+}
+
+std::vector<uint32_t> Engine::straggler_ranking(JobId job) const {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return {};
+  const std::vector<RankTelemetry>& t = it->second->tele;
+  std::vector<uint32_t> order(t.size());
+  for (uint32_t r = 0; r < order.size(); ++r) order[r] = r;
+  // Ranked by the median lag (the lower median's histogram bucket), then the mean: one long
+  // descheduling of an otherwise punctual rank moves its mean a lot and its median not at all,
+  // while a rank that is late most of the time moves both. The histogram and the mean still show
+  // intermittent stragglers.
+  std::vector<size_t> median(t.size(), 0);
+  for (size_t r = 0; r < t.size(); ++r) {
+    const uint64_t half = (t[r].lag_count + 1) / 2;
+    uint64_t cum = 0;
+    for (size_t b = 0; b < kLagBuckets; ++b) {
+      cum += t[r].lag_hist[b];
+      if (cum >= half && half > 0) {
+        median[r] = b;
+        break;
+      }
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [&t, &median](uint32_t a, uint32_t b) {
+    if (median[a] != median[b]) return median[a] > median[b];
+    const double la = t[a].mean_lag_us();
+    const double lb = t[b].mean_lag_us();
+    if (la != lb) return la > lb;
+    return t[a].last > t[b].last;
+  });
+  return order;
+}
+
+std::vector<StalledSlot> Engine::stalled_slots(JobId job, uint64_t now_ns, uint64_t min_age_ns,
+                                               size_t max) const {
+  std::vector<StalledSlot> out;
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return out;
+  const Job& j = *it->second;
+  for (uint32_t slot = 0; slot < j.cfg.slots.num_slots; ++slot) {
+    for (bool shadow : {false, true}) {
+      const uint64_t first = j.first_ns[size_t{slot} * 2 + (shadow ? 1 : 0)];
+      if (first == 0 || now_ns < first || now_ns - first < min_age_ns) continue;
+      const CopyView c = j.table->copy(static_cast<uint16_t>(slot), shadow);
+      if (!c.used || c.complete) continue;
+      StalledSlot s;
+      s.slot = static_cast<uint16_t>(slot);
+      s.shadow = shadow;
+      s.seq = c.seq;
+      s.age_ns = now_ns - first;
+      s.contributors = c.contributors;
+      for (uint32_t r = 0; r < j.world; ++r) {
+        if (((c.bitmap[r / 64] >> (r % 64)) & 1) == 0) s.missing.push_back(r);
+      }
+      out.push_back(std::move(s));
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const StalledSlot& a, const StalledSlot& b) { return a.age_ns > b.age_ns; });
+  if (out.size() > max) out.resize(max);
+  return out;
 }
 
 const SlotTable* Engine::slot_table(JobId job) const {

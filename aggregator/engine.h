@@ -21,6 +21,18 @@ struct JobConfig {
   JobId job = 1;
   uint64_t key = 0;
   SlotTableConfig slots;  // world size, slot count, block size
+  // The job's range of the aggregator's slot memory: [slot_base, slot_base + slots.num_slots).
+  // Packets carry slots relative to the range (0 .. num_slots-1), so a job can never name a slot
+  // outside it. Checked against the engine's capacity and the other jobs' ranges (see
+  // Engine::set_slot_capacity).
+  uint32_t slot_base = 0;
+};
+
+// Counters of one job (multi-tenancy: what each tenant sent and what was refused in its name).
+struct JobCounters {
+  uint64_t packets = 0;     // packets that passed the key check
+  uint64_t completed = 0;   // completed slot copies
+  uint64_t bad_key = 0;     // packets naming this job with a wrong key: dropped, never added
 };
 
 // What the backend must send after a packet. `hdr` plus `payload` (host order, `hdr.count` words)
@@ -64,20 +76,77 @@ struct RankCounters {
   uint64_t duplicates = 0;
 };
 
+// Straggler telemetry of one rank of a job. Lag: how long after the first contribution to a
+// slot copy's round this rank's contribution arrived (0 for the first). Kept per rank as a log2
+// histogram in microseconds plus sum and count; `last` counts the rounds this rank completed
+// (arrived last). Updated on the packet path without allocation.
+inline constexpr size_t kLagBuckets = 24;  // bucket 0: < 1 us; bucket b: [2^(b-1), 2^b) us
+struct RankTelemetry {
+  uint64_t lag_count = 0;
+  uint64_t lag_sum_ns = 0;
+  uint64_t last = 0;
+  std::array<uint64_t, kLagBuckets> lag_hist{};
+  double mean_lag_us() const {
+    return lag_count == 0 ? 0.0 : static_cast<double>(lag_sum_ns) / 1e3 / static_cast<double>(lag_count);
+  }
+};
+inline size_t lag_bucket(uint64_t lag_ns) {
+  const uint64_t us = lag_ns / 1000;
+  if (us == 0) return 0;
+  const size_t b = static_cast<size_t>(64 - __builtin_clzll(us));  // 1 us -> 1, 2..3 -> 2, ...
+  return b < kLagBuckets ? b : kLagBuckets - 1;
+}
+
+// A round that has waited too long: its slot copy, its age and the ranks it still lacks.
+struct StalledSlot {
+  uint16_t slot = 0;
+  bool shadow = false;
+  BlockSeq seq = 0;
+  uint64_t age_ns = 0;
+  uint32_t contributors = 0;
+  std::vector<uint32_t> missing;  // ranks not yet contributed
+};
+
+struct EngineOptions {
+  bool telemetry = true;   // lag histograms and stalled-slot times (on_packet with a time)
+  // Benchmark only: skip the per-job key comparison, to measure what it costs. Never off in a
+  // served aggregator (the CLI has no switch for it).
+  bool check_key = true;
+};
+
 class Engine {
  public:
   Engine();
+  explicit Engine(EngineOptions opts);
   ~Engine();  // out of line: Job is complete only in engine.cc
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  // Adds a job this engine serves.
+  // Slots of the aggregator's memory shared by all jobs. 0 (the default): no limit and ranges are
+  // not checked (a single hand-configured job). Otherwise every job's range must lie inside
+  // [0, capacity) and not overlap another job's range. Does not affect jobs already added.
+  void set_slot_capacity(uint32_t slots) { slot_capacity_ = slots; }
+  uint32_t slot_capacity() const { return slot_capacity_; }
+
+  // Adds a job this engine serves. kAlreadyExists for a served job id; kInvalidArgument for a bad
+  // table config; kResourceExhausted when its slot range leaves the capacity or overlaps another
+  // job's. Never disturbs the other jobs.
   Status add_job(const JobConfig& cfg);
+  // Stops serving a job and frees its slot range; its later packets count as unknown_job.
+  // kNotFound when it is not served.
+  Status remove_job(JobId job);
+  // Served jobs, ascending (allocates: not for the packet path).
+  std::vector<JobConfig> jobs() const;
 
   // Processes one received datagram (the INA header and payload). `sender_rank` is set to the
   // packet's rank when it is valid for its job (so the backend can learn the rank's address),
   // and to -1 otherwise.
-  Reply on_packet(std::span<const uint8_t> datagram, int32_t* sender_rank, JobId* sender_job);
+  Reply on_packet(std::span<const uint8_t> datagram, int32_t* sender_rank, JobId* sender_job) {
+    return on_packet(datagram, 0, sender_rank, sender_job);
+  }
+  // The same with the arrival time (any monotonic clock in ns; 0: not timed) for the telemetry.
+  Reply on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int32_t* sender_rank,
+                  JobId* sender_job);
 
   const EngineCounters& counters() const { return counters_; }
   // Per-rank counters of a job; empty span for an unknown job.
@@ -87,15 +156,28 @@ class Engine {
   // True when every rank of the job has joined its current incarnation.
   bool job_ready(JobId job) const;
   const SlotTable* slot_table(JobId job) const;
+  // Counters of a job; nullptr for an unknown job.
+  const JobCounters* job_counters(JobId job) const;
+  // Per-rank telemetry of a job (index = rank); empty for an unknown job.
+  std::span<const RankTelemetry> rank_telemetry(JobId job) const;
+  // Ranks ordered by median lag (log2 bucket), worst first; ties by mean lag, then by rounds
+  // completed last.
+  std::vector<uint32_t> straggler_ranking(JobId job) const;
+  // Incomplete rounds whose first contribution is at least `min_age_ns` old at `now_ns`, oldest
+  // first, at most `max` of them.
+  std::vector<StalledSlot> stalled_slots(JobId job, uint64_t now_ns, uint64_t min_age_ns,
+                                         size_t max = 16) const;
 
  private:
   struct Job;
   Reply handle_hello(Job& job, const wire::PacketView& pkt);
-  Reply handle_data(Job& job, const wire::PacketView& pkt);
+  Reply handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns);
   Reply error_reply(const Job& job, const wire::PacketView& pkt, wire::ErrorReason reason,
                     std::span<const uint64_t> bitmap, uint32_t extra);
 
+  EngineOptions opts_;
   std::map<JobId, std::unique_ptr<Job>> jobs_;
+  uint32_t slot_capacity_ = 0;
   EngineCounters counters_;
   std::vector<int32_t> scratch_;  // payload of control replies
 };

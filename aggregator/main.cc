@@ -31,6 +31,9 @@
 #if INA_HAVE_DPDK
 #include "aggregator/dpdk_main.h"
 #endif
+#if INA_HAVE_CONTROLLER
+#include "aggregator/control_agent.h"
+#endif
 
 namespace {
 
@@ -123,8 +126,7 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(int64_t{0}, int64_t{65535}))
       ->capture_default_str();
   app.add_option("--port-file", port_file, "write the bound port to this file once listening");
-  app.add_option("--world-size", world, "ranks in the job")
-      ->required()
+  app.add_option("--world-size", world, "ranks in the job (none: jobs come from --controller)")
       ->check(CLI::Range(int64_t{1}, int64_t{65535}));
   app.add_option("--slots", slots, "slots of the job (each with two copies)")
       ->check(CLI::Range(int64_t{1}, int64_t{ina::wire::kMaxSlot} + 1))
@@ -171,7 +173,47 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("eal", eal_args, "dpdk: EAL arguments, after --");
 
+#if INA_HAVE_CONTROLLER
+  ina::agg::AgentOptions agent;
+  std::string controller;
+  app.add_option("--controller", controller, "register with ina-controller at host:port")
+      ->check(CLI::Validator(
+          [](std::string& s) {
+            const size_t c = s.rfind(':');
+            const int p = c == std::string::npos ? 0 : std::atoi(s.c_str() + c + 1);
+            return c != std::string::npos && c > 0 && p >= 1 && p <= 65535
+                       ? std::string{}
+                       : "'" + s + "' is not host:port (port 1..65535)";
+          },
+          "HOST:PORT"));
+  app.add_option("--advertise", agent.advertise_host, "address workers use to reach this aggregator")
+      ->capture_default_str();
+  app.add_option("--slot-capacity", agent.slot_capacity, "slots shared by the controller's jobs")
+      ->check(CLI::Range(1, 1 << 24))
+      ->capture_default_str();
+  app.add_option("--max-fan-in", agent.max_fan_in, "largest world size served")
+      ->check(CLI::Range(1, 65535))
+      ->capture_default_str();
+  app.add_option("--http-port", agent.http_port, "Prometheus /metrics and /v1/telemetry (-1: off, 0: any)")
+      ->check(CLI::Range(-1, 65535))
+      ->capture_default_str();
+  std::string http_port_file;
+  app.add_option("--http-port-file", http_port_file, "write the HTTP port here once listening");
+  uint32_t heartbeat_ms = 200;
+  app.add_option("--heartbeat-ms", heartbeat_ms, "heartbeat period to the controller")
+      ->check(CLI::Range(10, 60000))
+      ->capture_default_str();
+#endif
   CLI11_PARSE(app, argc, argv);
+#if INA_HAVE_CONTROLLER
+  const bool managed = !controller.empty();
+#else
+  const bool managed = false;
+#endif
+  if (world == 0 && !managed) {
+    std::fprintf(stderr, "ina-aggregator: --world-size is required (or --controller)\n");
+    return 2;
+  }
 
   if (!log_level.empty()) {
     ina::log::Level l;
@@ -190,6 +232,11 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (backend == "dpdk") {
+    if (managed) {
+      std::fprintf(stderr, "ina-aggregator: --controller works with --backend udp only (the DPDK "
+                           "backend serves the one job given by --world-size, --job and --key)\n");
+      return 2;
+    }
 #if INA_HAVE_DPDK
     ina::agg::DpdkCliOptions d;
     d.port = dpdk_port;
@@ -212,7 +259,24 @@ int main(int argc, char** argv) {
     return 1;
   }
 
-  auto agg = ina::agg::UdpAggregator::create(opts, {job});
+  std::vector<ina::agg::JobConfig> jobs;
+  if (world != 0) jobs.push_back(job);
+#if INA_HAVE_CONTROLLER
+  if (managed || agent.http_port >= 0) {
+    opts.snapshot_interval = std::chrono::milliseconds(100);
+    agent.block_elems = block;
+    agent.heartbeat = std::chrono::milliseconds(heartbeat_ms);
+    agent.http_bind = opts.bind_host == "0.0.0.0" ? "127.0.0.1" : opts.bind_host;
+  }
+  if (managed) {
+    opts.slot_capacity = agent.slot_capacity;
+    opts.max_block_elems = static_cast<uint16_t>(block);
+    const size_t c = controller.rfind(':');
+    agent.controller_host = controller.substr(0, c);
+    agent.controller_port = static_cast<uint16_t>(std::atoi(controller.c_str() + c + 1));
+  }
+#endif
+  auto agg = ina::agg::UdpAggregator::create(opts, jobs);
   if (!agg.ok()) {
     std::fprintf(stderr, "ina-aggregator: %s\n", agg.status().to_string().c_str());
     return 1;
@@ -223,9 +287,33 @@ int main(int argc, char** argv) {
                  std::strerror(errno));
     return 1;
   }
-  std::printf("ina-aggregator listening on %s:%u job %u world %u slots %u block %u gro %s gso %s\n",
-              opts.bind_host.c_str(), unsigned{a.port()}, unsigned{job.job}, world, slots, block,
-              a.gro_enabled() ? "on" : "off", a.gso_enabled() ? "on" : "off");
+#if INA_HAVE_CONTROLLER
+  std::unique_ptr<ina::agg::ControlAgent> control;
+  if (managed || agent.http_port >= 0) {
+    agent.data_port = a.port();
+    auto c = ina::agg::ControlAgent::start(agent, &a);
+    if (!c.ok()) {
+      std::fprintf(stderr, "ina-aggregator: %s\n", c.status().to_string().c_str());
+      return 1;
+    }
+    control = std::move(c).value();
+    if (!http_port_file.empty() && control->http_port() > 0 &&
+        !write_port_file(http_port_file, static_cast<uint16_t>(control->http_port()))) {
+      std::fprintf(stderr, "ina-aggregator: cannot write --http-port-file %s\n",
+                   http_port_file.c_str());
+      return 1;
+    }
+  }
+#endif
+  if (world == 0) {
+    std::printf("ina-aggregator listening on %s:%u jobs from the controller, block %u gro %s gso %s\n",
+                opts.bind_host.c_str(), unsigned{a.port()}, block, a.gro_enabled() ? "on" : "off",
+                a.gso_enabled() ? "on" : "off");
+  } else {
+    std::printf("ina-aggregator listening on %s:%u job %u world %u slots %u block %u gro %s gso %s\n",
+                opts.bind_host.c_str(), unsigned{a.port()}, unsigned{job.job}, world, slots, block,
+                a.gro_enabled() ? "on" : "off", a.gso_enabled() ? "on" : "off");
+  }
   std::fflush(stdout);
 
   const ina::Status st = a.run(g_stop);

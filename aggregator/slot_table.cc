@@ -221,6 +221,11 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt) {
   return Verdict::kAdded;
 }
 
+uint32_t SlotTable::contributors(uint16_t slot, bool shadow) const {
+  if (slot >= cfg_.num_slots) return 0;
+  return copies_[size_t{slot} * 2 + (shadow ? 1 : 0)].contributors;
+}
+
 CopyView SlotTable::copy(uint16_t slot, bool shadow) const {
   CopyView v;
   v.slot = slot;

@@ -82,6 +82,8 @@ class SlotTable {
   Verdict on_data(const wire::PacketView& pkt);
 
   CopyView copy(uint16_t slot, bool shadow) const;
+  // Contributors of a copy's current round (0 for a slot beyond the table); cheap.
+  uint32_t contributors(uint16_t slot, bool shadow) const;
   // Forgets every round (a new incarnation of the job).
   void reset();
 

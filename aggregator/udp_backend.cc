@@ -32,6 +32,7 @@
 #include <cstring>
 #include <map>
 #include <new>
+#include <time.h>
 
 #include "ina/protocol/log.h"
 
@@ -144,6 +145,8 @@ struct UdpAggregator::Impl {
 
   UdpAggregator* self = nullptr;
   UdpOptions opts;
+  size_t max_packet = 0;  // largest reply the arena holds
+  uint64_t batch_now = 0;  // CLOCK_MONOTONIC ns of the current batch (0: telemetry off)
   uint64_t rng = 0;
   Counters c;
 
@@ -213,7 +216,10 @@ void UdpAggregator::Impl::on_datagram(std::span<const uint8_t> d, const sockaddr
 void UdpAggregator::Impl::handle(std::span<const uint8_t> d, const sockaddr_in& src) {
   int32_t rank = -1;
   JobId job = 0;
-  const Reply r = self->engine_->on_packet(d, &rank, &job);
+  // Arrival time of the batch (read once per recvmmsg): the lags telemetry looks for are
+  // micro- to milliseconds, far above the spread of one batch, and one clock read per datagram
+  // cost up to 100 ns on a loaded VM.
+  const Reply r = self->engine_->on_packet(d, batch_now, &rank, &job);
   if (rank >= 0) {
     // Learn (or follow a move of) the rank's address. Only packets that passed the job's key
     // check get here, so another job cannot redirect this job's results.
@@ -378,11 +384,26 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
   if (!(opts.dup_percent >= 0 && opts.dup_percent <= 100)) {
     return invalid_argument("udp: dup_percent must be in 0..100");
   }
-  if (jobs.empty()) return invalid_argument("udp: at least one job is required");
+  if (jobs.empty() && opts.max_block_elems == 0) {
+    return invalid_argument("udp: at least one job is required (or max_block_elems for jobs "
+                            "added at run time)");
+  }
+  if (wire::packet_size(opts.max_block_elems) > kMaxUdpPayload) {
+    return invalid_argument("udp: max_block_elems " + std::to_string(opts.max_block_elems) +
+                            " exceeds what one UDP datagram carries");
+  }
 
   std::unique_ptr<UdpAggregator> a(new UdpAggregator());
-  a->engine_ = std::make_unique<Engine>();
-  size_t max_packet = wire::packet_size(2);
+  EngineOptions eo;
+  eo.telemetry = opts.telemetry;
+  a->engine_ = std::make_unique<Engine>(eo);
+  a->engine_->set_slot_capacity(opts.slot_capacity);
+  // Runtime jobs: bitmaps of up to 65535 ranks in control replies.
+  size_t max_packet = std::max(wire::packet_size(2),
+                               opts.max_block_elems == 0
+                                   ? size_t{0}
+                                   : std::max(wire::packet_size(opts.max_block_elems),
+                                              wire::packet_size(1 + 65535 / 32 + 1)));
   for (const JobConfig& j : jobs) {
     const size_t pkt = wire::packet_size(j.slots.max_elems);
     if (pkt > kMaxUdpPayload) {
@@ -430,6 +451,7 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
   Impl& m = *impl;
   m.self = a.get();
   m.opts = opts;
+  m.max_packet = max_packet;
   m.rng = opts.seed;
   const size_t b = opts.batch;
   try {
@@ -453,7 +475,95 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
   }
   for (const JobConfig& j : jobs) m.peers[j.job].assign(j.slots.world_size, Impl::Peer{});
   a->impl_ = std::move(impl);
+  a->publish();
   return a;
+}
+
+void UdpAggregator::set_jobs(std::vector<JobConfig> jobs) {
+  std::lock_guard<std::mutex> g(shared_mu_);
+  desired_jobs_ = std::move(jobs);
+  jobs_pending_.store(true, std::memory_order_release);
+}
+
+AggregatorSnapshot UdpAggregator::snapshot() const {
+  std::lock_guard<std::mutex> g(shared_mu_);
+  return published_;
+}
+
+// On the serving thread, between batches (nothing pending in the arena).
+void UdpAggregator::apply_jobs() {
+  std::vector<JobConfig> desired;
+  {
+    std::lock_guard<std::mutex> g(shared_mu_);
+    desired = desired_jobs_;
+    jobs_pending_.store(false, std::memory_order_relaxed);
+  }
+  Impl& m = *impl_;
+  auto same = [](const JobConfig& a, const JobConfig& b) {
+    return a.key == b.key && a.slots.world_size == b.slots.world_size &&
+           a.slots.num_slots == b.slots.num_slots && a.slots.max_elems == b.slots.max_elems &&
+           a.slot_base == b.slot_base;
+  };
+  std::map<JobId, const JobConfig*> want;
+  for (const JobConfig& j : desired) want[j.job] = &j;
+  for (const JobConfig& have : engine_->jobs()) {
+    auto it = want.find(have.job);
+    if (it == want.end() || !same(have, *it->second)) {
+      (void)engine_->remove_job(have.job);
+      m.peers.erase(have.job);
+      INA_INFO(kComponent, "job %" PRIu32 " removed", have.job);
+    }
+  }
+  m.cached_peers = nullptr;  // the map changed
+  job_errors_.clear();
+  for (const JobConfig& j : desired) {
+    if (engine_->world_size(j.job) != 0) continue;  // served, unchanged
+    Status st = ok_status();
+    if (wire::packet_size(j.slots.max_elems) > m.max_packet) {
+      st = invalid_argument("block of " + std::to_string(j.slots.max_elems) +
+                            " elements exceeds this aggregator's buffers");
+    } else {
+      st = engine_->add_job(j);
+    }
+    if (!st.ok()) {
+      job_errors_[j.job] = st.message();
+      INA_WARN(kComponent, "job %" PRIu32 " not added: %s", j.job, st.message().c_str());
+      continue;
+    }
+    m.peers[j.job].assign(j.slots.world_size, Impl::Peer{});
+    INA_INFO(kComponent, "job %" PRIu32 " added: world %" PRIu32 " slots [%" PRIu32 ", %" PRIu32 ")",
+             j.job, j.slots.world_size, j.slot_base, j.slot_base + j.slots.num_slots);
+  }
+}
+
+void UdpAggregator::publish() {
+  AggregatorSnapshot s;
+  s.engine = engine_->counters();
+  s.tx_datagrams = impl_->c.tx_datagrams;
+  s.send_errors = impl_->c.send_errors;
+  s.unroutable = impl_->c.unroutable;
+  s.job_errors = job_errors_;
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t now =
+      static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+  const uint64_t stall_ns =
+      static_cast<uint64_t>(std::chrono::nanoseconds(impl_->opts.stall_after).count());
+  for (const JobConfig& cfg : engine_->jobs()) {
+    JobSnapshot j;
+    j.cfg = cfg;
+    j.ready = engine_->job_ready(cfg.job);
+    j.counters = *engine_->job_counters(cfg.job);
+    const auto rc = engine_->rank_counters(cfg.job);
+    j.ranks.assign(rc.begin(), rc.end());
+    const auto rt = engine_->rank_telemetry(cfg.job);
+    j.telemetry.assign(rt.begin(), rt.end());
+    j.straggler_ranking = engine_->straggler_ranking(cfg.job);
+    j.stalled = engine_->stalled_slots(cfg.job, now, stall_ns);
+    s.jobs.push_back(std::move(j));
+  }
+  std::lock_guard<std::mutex> g(shared_mu_);
+  published_ = std::move(s);
 }
 
 Status UdpAggregator::run(const std::atomic<bool>& stop) {
@@ -465,7 +575,13 @@ Status UdpAggregator::run(const std::atomic<bool>& stop) {
   EngineCounters last = engine_->counters();
   auto last_time = Clock::now();
 
+  auto next_snapshot = Clock::now();
   auto maybe_print_stats = [&] {
+    if (jobs_pending_.load(std::memory_order_acquire)) apply_jobs();
+    if (m.opts.snapshot_interval.count() > 0 && Clock::now() >= next_snapshot) {
+      publish();
+      next_snapshot = Clock::now() + m.opts.snapshot_interval;
+    }
     if (!stats) return;
     const auto now = Clock::now();
     if (now < next_stats) return;
@@ -513,6 +629,12 @@ Status UdpAggregator::run(const std::atomic<bool>& stop) {
       return errno_status("udp: recvmmsg", err);
     }
     ++m.c.rx_calls;
+    if (m.opts.telemetry) {
+      timespec ts;
+      clock_gettime(CLOCK_MONOTONIC, &ts);
+      m.batch_now =
+          static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+    }
     for (int i = 0; i < n; ++i) {
       const msghdr& h = m.rx_msgs[i].msg_hdr;
       const size_t len = m.rx_msgs[i].msg_len;
@@ -542,6 +664,7 @@ Status UdpAggregator::run(const std::atomic<bool>& stop) {
     maybe_print_stats();
   }
   m.flush();
+  if (m.opts.snapshot_interval.count() > 0) publish();
   return ok_status();
 }
 

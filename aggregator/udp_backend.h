@@ -6,7 +6,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -26,6 +28,36 @@ struct UdpOptions {
   double drop_percent = 0;
   double dup_percent = 0;
   uint64_t seed = 1;
+  // Jobs added at run time (set_jobs, from the controller): the aggregator's slot memory shared
+  // by all jobs (0: unchecked) and the largest block a job may have (sizes the buffers; 0: the
+  // largest of the jobs given to create(), which may then be empty only if this is set).
+  uint32_t slot_capacity = 0;
+  uint16_t max_block_elems = 0;
+  // Telemetry: time every datagram, publish a snapshot this often (0: only at create(); the
+  // snapshot is built between batches and allocates, the packet path never does), report rounds
+  // older than stall_after as stalled.
+  bool telemetry = true;
+  std::chrono::milliseconds snapshot_interval{0};
+  std::chrono::milliseconds stall_after{1000};
+};
+
+// What the serving thread publishes for other threads (metrics, the controller agent).
+struct JobSnapshot {
+  JobConfig cfg;
+  bool ready = false;
+  JobCounters counters;
+  std::vector<RankCounters> ranks;
+  std::vector<RankTelemetry> telemetry;
+  std::vector<uint32_t> straggler_ranking;  // worst first
+  std::vector<StalledSlot> stalled;
+};
+struct AggregatorSnapshot {
+  EngineCounters engine;
+  uint64_t tx_datagrams = 0;
+  uint64_t send_errors = 0;
+  uint64_t unroutable = 0;
+  std::vector<JobSnapshot> jobs;
+  std::map<JobId, std::string> job_errors;  // set_jobs() entries that could not be added
 };
 
 class UdpAggregator {
@@ -38,6 +70,12 @@ class UdpAggregator {
   // Serves until `stop` becomes true (checked at least every 100 ms). Safe to set from a signal
   // handler or another thread.
   Status run(const std::atomic<bool>& stop);
+  // Thread safe: the jobs to serve from now on. The serving thread applies it between batches:
+  // jobs not listed (or listed with another key, world, slot range or block) are removed, new
+  // ones added; the others are untouched. Errors show in snapshot().job_errors.
+  void set_jobs(std::vector<JobConfig> jobs);
+  // Thread safe: the last published snapshot (every snapshot_interval while run() serves).
+  AggregatorSnapshot snapshot() const;
   // Counters as text (a table: totals, decode errors, per rank). Call when run() is not running,
   // or from the thread that runs it.
   std::string format_counters() const;
@@ -56,6 +94,14 @@ class UdpAggregator {
   bool gro_on_ = false;
   bool gso_on_ = false;
   uint64_t hook_dropped_ = 0;
+  // set_jobs() hand-off and the published snapshot.
+  mutable std::mutex shared_mu_;
+  std::atomic<bool> jobs_pending_{false};
+  std::vector<JobConfig> desired_jobs_;
+  AggregatorSnapshot published_;
+  std::map<JobId, std::string> job_errors_;  // serving thread only; copied into snapshots
+  void apply_jobs();
+  void publish();
 };
 
 }  // namespace ina::agg

@@ -7,6 +7,7 @@ packages=(
   meson ninja-build g++ pkg-config        # build
   libgtest-dev libgmock-dev                # tests
   libcli11-dev                             # argument parsing
+  libcpp-httplib-dev nlohmann-json3-dev    # controller feature: ina-controller, HTTP endpoints
   libibverbs-dev                           # rdma feature (compiles here; no RDMA at run time)
   libdpdk-dev                              # dpdk feature: aggregator backend, worker transport
   libxdp-dev libbpf-dev                    # xdp feature: AF_XDP worker transport

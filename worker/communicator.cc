@@ -16,6 +16,7 @@
 #include "ina/kernels/cpu_quant.h"
 #include "ina/protocol/log.h"
 #include "ina/protocol/quantize.h"
+#include "worker/admission.h"
 #include "worker/communicator_impl.h"
 #include "worker/config_internal.h"
 #include "worker/fault_transport.h"
@@ -129,6 +130,7 @@ class CommunicatorImpl final : public Communicator {
   }
 
   ~CommunicatorImpl() override {
+    worker::release(cfg_);  // best effort: frees the job's slots once every rank is done
     const CommStats& s = stats();
     INA_DEBUG("worker",
               "rank %d closes: %" PRIu64 " collectives, %" PRIu64 " packets sent, %" PRIu64
@@ -145,6 +147,13 @@ class CommunicatorImpl final : public Communicator {
     INA_RETURN_IF_ERROR(setup_cost_model());
     if (!engine_) {
       host_path_ = true;
+      if (mesh_ && !cfg_.controller_host.empty()) {
+        // Admission failed here (refused, or the controller unreachable from this rank): ranks
+        // that were admitted wait in the agreement below, and this vote sends them to the host
+        // path too, so all ranks agree.
+        INA_ASSIGN_OR_RETURN(int32_t worst, agree_max(1, 2 * cfg_.timeout));
+        if (worst == 2) return aborted("joining the job: another rank failed to join (see its log)");
+      }
       return ok_status();
     }
     const Status s = engine_->join();
@@ -548,7 +557,13 @@ Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
 
 }  // namespace worker
 
-Result<std::unique_ptr<Communicator>> Communicator::create(const Config& cfg) {
+Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) {
+  Config cfg = given;
+  if (!cfg.controller_host.empty() && !cfg.host_only) {
+    INA_RETURN_IF_ERROR(cfg.validate());
+    INA_RETURN_IF_ERROR(worker::admit(
+        &cfg, std::min<std::chrono::milliseconds>(cfg.timeout, std::chrono::seconds(10))));
+  }
   INA_RETURN_IF_ERROR(cfg.validate());
   if (cfg.host_only) return worker::create_communicator(cfg, nullptr);
   // Kernel-bypass transports are chosen by the environment only (INA_TRANSPORT=dpdk|xdp), so that

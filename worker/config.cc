@@ -140,16 +140,66 @@ std::string range_error(std::string_view field, std::string_view env, const std:
   return m;
 }
 
+// Rank and world size from the launcher for what INA_RANK/INA_WORLD_SIZE do not give. Sources in
+// order: INA_*, torchrun (RANK, WORLD_SIZE), Open MPI (OMPI_COMM_WORLD_RANK/SIZE), Slurm
+// (SLURM_PROCID, SLURM_NTASKS); the first launcher with any of its pair set is used. A launcher's
+// pair must be complete (a half-set pair is an error naming both variables): mixing torchrun's
+// RANK with Slurm's task count, under an srun that runs torchrun, would give a wrong but
+// plausible world. Every value is parsed strictly, like the INA_* variables.
+struct LauncherVars {
+  const char* rank;
+  const char* size;
+};
+constexpr LauncherVars kLaunchers[] = {
+    {"RANK", "WORLD_SIZE"},
+    {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+    {"SLURM_PROCID", "SLURM_NTASKS"},
+};
+
+Status rank_from_env(int* rank, int* world) {
+  std::string_view v;
+  const bool have_rank = get_env("INA_RANK", &v);
+  INA_RETURN_IF_ERROR(env_unsigned("INA_RANK", 0, kMaxWorldSize - 1, false, rank));
+  const bool have_world = get_env("INA_WORLD_SIZE", &v);
+  INA_RETURN_IF_ERROR(env_unsigned("INA_WORLD_SIZE", 1, kMaxWorldSize, false, world));
+  if (have_rank && have_world) return ok_status();
+  for (const LauncherVars& l : kLaunchers) {
+    std::string_view r;
+    std::string_view w;
+    const bool hr = get_env(l.rank, &r);
+    const bool hw = get_env(l.size, &w);
+    if (!hr && !hw) continue;
+    if (hr != hw) {
+      return invalid_argument(std::string(hr ? l.rank : l.size) + " is set but " +
+                              (hr ? l.size : l.rank) +
+                              " is not: expected both of the launcher's pair, or INA_RANK and "
+                              "INA_WORLD_SIZE");
+    }
+    uint64_t x = 0;
+    INA_RETURN_IF_ERROR(parse_unsigned(l.rank, r, 0, kMaxWorldSize - 1, false, &x));
+    if (!have_rank) *rank = static_cast<int>(x);
+    INA_RETURN_IF_ERROR(parse_unsigned(l.size, w, 1, kMaxWorldSize, false, &x));
+    if (!have_world) *world = static_cast<int>(x);
+    return ok_status();
+  }
+  return ok_status();
+}
+
 }  // namespace
 
 namespace worker {
 
 Status parse_host_port(std::string_view s, std::string_view what, std::string* host,
                        uint16_t* port) {
+  return parse_host_port(s, what, wire::kDefaultPort, host, port);
+}
+
+Status parse_host_port(std::string_view s, std::string_view what, uint16_t default_port,
+                       std::string* host, uint16_t* port) {
   auto bad = [&] {
     return bad_value(what, s,
                      "host, host:port, [ipv6] or [ipv6]:port (port 1..65535, default " +
-                         std::to_string(wire::kDefaultPort) + ")");
+                         std::to_string(default_port) + ")");
   };
   std::string_view h;
   std::string_view p;
@@ -176,7 +226,7 @@ Status parse_host_port(std::string_view s, std::string_view what, std::string* h
     }
   }
   if (h.empty()) return bad();
-  uint16_t port_value = wire::kDefaultPort;
+  uint16_t port_value = default_port;
   if (!p.empty()) {
     uint64_t v = 0;
     auto [ptr, ec] = std::from_chars(p.data(), p.data() + p.size(), v);
@@ -192,13 +242,26 @@ Status parse_host_port(std::string_view s, std::string_view what, std::string* h
 
 Result<Config> Config::from_env() {
   Config c;
-  INA_RETURN_IF_ERROR(env_unsigned("INA_RANK", 0, kMaxWorldSize - 1, false, &c.rank));
-  INA_RETURN_IF_ERROR(env_unsigned("INA_WORLD_SIZE", 1, kMaxWorldSize, false, &c.world_size));
+  INA_RETURN_IF_ERROR(rank_from_env(&c.rank, &c.world_size));
   std::string_view agg;
   const bool have_aggregator = get_env("INA_AGGREGATOR", &agg);
   if (have_aggregator) {
     INA_RETURN_IF_ERROR(
         worker::parse_host_port(agg, "INA_AGGREGATOR", &c.aggregator_host, &c.aggregator_port));
+  }
+  std::string_view controller;
+  if (get_env("INA_CONTROLLER", &controller)) {
+    INA_RETURN_IF_ERROR(worker::parse_host_port(controller, "INA_CONTROLLER",
+                                                worker::kDefaultControllerPort,
+                                                &c.controller_host, &c.controller_port));
+  }
+  std::string_view job_name;
+  if (get_env("INA_JOB_NAME", &job_name)) {
+    const bool ok = job_name.size() <= 128 &&
+                    job_name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                               "0123456789._:-") == std::string_view::npos;
+    if (!ok) return bad_value("INA_JOB_NAME", job_name, "1..128 of [A-Za-z0-9._:-]");
+    c.job_name = std::string(job_name);
   }
   // The host mesh's rendezvous: INA_STORE, else PyTorch's MASTER_ADDR and MASTER_PORT.
   std::string_view store;
@@ -250,7 +313,7 @@ Result<Config> Config::from_env() {
       return bad_value("INA_HOST_TRANSPORT", host_transport, "auto, tcp or verbs");
     }
   }
-  if (!have_aggregator && !c.store.empty()) c.host_only = true;
+  if (!have_aggregator && c.controller_host.empty() && !c.store.empty()) c.host_only = true;
   std::string_view cost_model;
   if (get_env("INA_COST_MODEL", &cost_model)) {
     INA_RETURN_IF_ERROR(host::parse_cost_model(cost_model).status());

@@ -14,5 +14,11 @@ namespace ina::worker {
 // "config.aggregator").
 Status parse_host_port(std::string_view s, std::string_view what, std::string* host,
                        uint16_t* port);
+// The same with another default port (INA_CONTROLLER: kDefaultControllerPort).
+Status parse_host_port(std::string_view s, std::string_view what, uint16_t default_port,
+                       std::string* host, uint16_t* port);
+
+// ina-controller's default HTTP port.
+inline constexpr uint16_t kDefaultControllerPort = 47480;
 
 }  // namespace ina::worker

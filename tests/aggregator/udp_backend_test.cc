@@ -400,6 +400,103 @@ TEST_F(UdpAggregatorTest, DropHookDropsEverything) {
   EXPECT_EQ(agg_->engine().counters().packets_in, 0u);
 }
 
+// Jobs added and removed at run time (as the controller agent does): two jobs served at once
+// with exact results, a spoofed key ignored, one job removed while the other keeps running.
+TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
+  UdpOptions opts;
+  opts.bind_host = "127.0.0.1";
+  opts.port = 0;
+  opts.slot_capacity = 16;
+  opts.max_block_elems = 16;
+  opts.snapshot_interval = 10ms;
+  auto created = UdpAggregator::create(opts, {});
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  UdpAggregator& agg = **created;
+  std::atomic<bool> stop{false};
+  Status run_status;
+  std::thread th([&] { run_status = agg.run(stop); });
+
+  auto job = [](JobId id, uint64_t key, uint32_t base, uint32_t slots = 8) {
+    JobConfig j;
+    j.job = id;
+    j.key = key;
+    j.slots.world_size = 2;
+    j.slots.num_slots = slots;
+    j.slots.max_elems = 16;
+    j.slot_base = base;
+    return j;
+  };
+  // Job 6 overlaps job 4's range: refused and reported, the others unaffected.
+  agg.set_jobs({job(4, 0x44, 0), job(5, 0x55, 8), job(6, 0x66, 4)});
+  auto wait_for = [&](auto pred) {
+    for (int i = 0; i < 300 && !pred(agg.snapshot()); ++i) std::this_thread::sleep_for(10ms);
+    return pred(agg.snapshot());
+  };
+  ASSERT_TRUE(wait_for([](const AggregatorSnapshot& s) { return s.jobs.size() == 2; }));
+  EXPECT_NE(agg.snapshot().job_errors.at(6).find("overlaps job 4"), std::string::npos);
+
+  Client a0(agg.port()), a1(agg.port()), b0(agg.port()), b1(agg.port());
+  auto hello = [](JobId id, uint64_t key, uint16_t rank) {
+    wire::Header h;
+    h.job = id;
+    h.key = key;
+    h.rank = rank;
+    h.seq = 100 + rank;
+    h.flags = wire::kFlagHello;
+    return encode_packet(h, std::vector<int32_t>{2});
+  };
+  a0.send(hello(4, 0x44, 0));
+  a1.send(hello(4, 0x44, 1));
+  b0.send(hello(5, 0x55, 0));
+  b1.send(hello(5, 0x55, 1));
+  for (Client* c : {&a0, &a1, &b0, &b1}) {
+    auto p = c->recv();
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->hdr.flags, wire::kFlagHello | wire::kFlagResult);
+  }
+  // Same slot numbers in both jobs; a spoof from b0 with job 4's id and b's key is ignored.
+  a0.send(encode_packet(data_header(4, 0x44, 0, 0, false, 1, 3), {1, 2, 3}));
+  b0.send(encode_packet(data_header(4, 0x55, 1, 0, false, 1, 3), {900, 900, 900}));
+  b0.send(encode_packet(data_header(5, 0x55, 0, 0, false, 1, 3), {10, 20, 30}));
+  b1.send(encode_packet(data_header(5, 0x55, 1, 0, false, 1, 3), {1, 1, 1}));
+  a1.send(encode_packet(data_header(4, 0x44, 1, 0, false, 1, 3), {4, 5, 6}));
+  for (Client* c : {&a0, &a1}) {
+    auto p = c->recv();
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->hdr.job, 4u);
+    EXPECT_EQ(p->payload, (std::vector<int32_t>{5, 7, 9}));
+  }
+  for (Client* c : {&b0, &b1}) {
+    auto p = c->recv();
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->hdr.job, 5u);
+    EXPECT_EQ(p->payload, (std::vector<int32_t>{11, 21, 31}));
+  }
+  // Remove job 4; job 5 goes on.
+  agg.set_jobs({job(5, 0x55, 8)});
+  ASSERT_TRUE(wait_for([](const AggregatorSnapshot& s) { return s.jobs.size() == 1; }));
+  a0.send(encode_packet(data_header(4, 0x44, 0, 1, false, 2, 1), {1}));
+  b0.send(encode_packet(data_header(5, 0x55, 0, 1, false, 2, 1), {2}));
+  b1.send(encode_packet(data_header(5, 0x55, 1, 1, false, 2, 1), {3}));
+  for (Client* c : {&b0, &b1}) {
+    auto p = c->recv();
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->payload, (std::vector<int32_t>{5}));
+  }
+  EXPECT_FALSE(a0.recv(100ms).has_value());
+  ASSERT_TRUE(wait_for([](const AggregatorSnapshot& s) { return s.engine.unknown_job >= 1; }));
+  stop.store(true);
+  th.join();
+  EXPECT_TRUE(run_status.ok());
+  const AggregatorSnapshot s = agg.snapshot();
+  EXPECT_EQ(s.engine.bad_key, 1u);
+  ASSERT_EQ(s.jobs.size(), 1u);
+  EXPECT_EQ(s.jobs[0].cfg.job, 5u);
+  EXPECT_EQ(s.jobs[0].counters.completed, 2u);
+  ASSERT_EQ(s.jobs[0].telemetry.size(), 2u);
+  EXPECT_EQ(s.jobs[0].telemetry[0].lag_count + s.jobs[0].telemetry[1].lag_count, 4u);
+}
+
 TEST(UdpAggregatorCreateTest, RejectsBadOptions) {
   JobConfig job;
   job.slots.world_size = 2;

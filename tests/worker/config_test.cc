@@ -18,6 +18,8 @@ const char* const kAllVars[] = {
     "INA_TEST_SEED",     "INA_STORE",             "MASTER_ADDR",          "MASTER_PORT",
     "INA_MESH_ADDR",     "INA_FALLBACK",          "INA_TRANSPORT",        "INA_TEST_STRAGGLE",
     "INA_DEVICE_CHUNK_ELEMS", "INA_DEVICE_BUFFERS", "INA_COST_MODEL",
+    "RANK",              "WORLD_SIZE",            "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+    "SLURM_PROCID",      "SLURM_NTASKS",          "INA_CONTROLLER",       "INA_JOB_NAME",
 };
 
 class ConfigEnvTest : public ::testing::Test {
@@ -262,6 +264,98 @@ TEST_F(ConfigEnvTest, StraggleIsParsed) {
   EXPECT_NE(r.status().message().find("INA_TEST_STRAGGLE"), std::string::npos);
   EXPECT_NE(r.status().message().find("prob_percent:delay_us"), std::string::npos)
       << r.status().message();
+}
+
+// Launcher bootstrap: torchrun, Open MPI and Slurm give rank and world size when INA_* do not.
+TEST_F(ConfigEnvTest, RankFromEachLauncher) {
+  struct Case {
+    const char* rank_var;
+    const char* size_var;
+  };
+  for (const Case& k : {Case{"RANK", "WORLD_SIZE"},
+                        Case{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+                        Case{"SLURM_PROCID", "SLURM_NTASKS"}}) {
+    SCOPED_TRACE(k.rank_var);
+    setenv(k.rank_var, "5", 1);
+    setenv(k.size_var, "16", 1);
+    const Config c = parse_ok();
+    EXPECT_EQ(c.rank, 5);
+    EXPECT_EQ(c.world_size, 16);
+    unsetenv(k.rank_var);
+    unsetenv(k.size_var);
+  }
+}
+
+TEST_F(ConfigEnvTest, LauncherPrecedence) {
+  // torchrun inside an srun allocation: torchrun's pair wins over Slurm's and Open MPI's.
+  setenv("SLURM_PROCID", "0", 1);
+  setenv("SLURM_NTASKS", "2", 1);
+  setenv("OMPI_COMM_WORLD_RANK", "1", 1);
+  setenv("OMPI_COMM_WORLD_SIZE", "4", 1);
+  setenv("RANK", "6", 1);
+  setenv("WORLD_SIZE", "8", 1);
+  Config c = parse_ok();
+  EXPECT_EQ(c.rank, 6);
+  EXPECT_EQ(c.world_size, 8);
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  c = parse_ok();
+  EXPECT_EQ(c.rank, 1);
+  EXPECT_EQ(c.world_size, 4);
+  // INA_* override each half on its own.
+  setenv("INA_RANK", "3", 1);
+  c = parse_ok();
+  EXPECT_EQ(c.rank, 3);
+  EXPECT_EQ(c.world_size, 4);
+  setenv("INA_WORLD_SIZE", "9", 1);
+  c = parse_ok();
+  EXPECT_EQ(c.rank, 3);
+  EXPECT_EQ(c.world_size, 9);
+}
+
+TEST_F(ConfigEnvTest, LauncherStrictParsing) {
+  setenv("WORLD_SIZE", "8", 1);
+  expect_rejected("RANK", "1x");
+  expect_rejected("RANK", "-1");
+  expect_rejected("RANK", "65535");
+  setenv("RANK", "1", 1);
+  expect_rejected("WORLD_SIZE", "0");
+  expect_rejected("WORLD_SIZE", "eight");
+  unsetenv("RANK");
+  unsetenv("WORLD_SIZE");
+  setenv("SLURM_NTASKS", "4", 1);
+  expect_rejected("SLURM_PROCID", " 2");
+  // Half a pair names both variables.
+  unsetenv("SLURM_PROCID");
+  Result<Config> r = Config::from_env();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("SLURM_NTASKS is set but SLURM_PROCID is not"),
+            std::string::npos)
+      << r.status().message();
+  // A rank beyond the launcher's world is caught by validate(), naming the field.
+  setenv("SLURM_PROCID", "4", 1);
+  Config c = parse_ok();
+  c.aggregator_host = "127.0.0.1";
+  const Status st = c.validate();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("rank"), std::string::npos);
+}
+
+TEST_F(ConfigEnvTest, ControllerAndJobName) {
+  setenv("INA_CONTROLLER", "ctl.example", 1);
+  Config c = parse_ok();
+  EXPECT_EQ(c.controller_host, "ctl.example");
+  EXPECT_EQ(c.controller_port, worker::kDefaultControllerPort);
+  setenv("INA_CONTROLLER", "10.1.1.1:9000", 1);
+  setenv("INA_JOB_NAME", "resnet-42.a:b", 1);
+  setenv("INA_STORE", "10.1.1.2:2000", 1);
+  c = parse_ok();
+  EXPECT_EQ(c.controller_port, 9000);
+  EXPECT_EQ(c.job_name, "resnet-42.a:b");
+  EXPECT_FALSE(c.host_only);  // a store without INA_AGGREGATOR, but the controller places it
+  expect_rejected("INA_CONTROLLER", "host:");
+  expect_rejected("INA_JOB_NAME", "a b");
+  expect_rejected("INA_JOB_NAME", "x/y");
 }
 
 TEST_F(ConfigEnvTest, ErrorStopsAtTheBadVariableOnly) {

@@ -108,6 +108,15 @@ struct Config {
   // with the ring neighbours; the slowest rank's figures, agreed by every rank).
   std::string cost_model;
 
+  // Admission through ina-controller (INA_CONTROLLER=host:port, default port 47480): the
+  // controller gives the job id, key and aggregator, overriding aggregator_host/port, job and
+  // job_key; a refusal (no capacity) runs every collective on the host mesh. Every rank asks
+  // with the same job_name (INA_JOB_NAME, else the rendezvous `store` address), and gets the
+  // same admission. Empty controller_host: static configuration.
+  std::string controller_host;
+  uint16_t controller_port = 0;
+  std::string job_name;
+
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
   static Result<Config> from_env();

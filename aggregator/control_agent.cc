@@ -1,0 +1,277 @@
+// ControlAgent (see control_agent.h): one heartbeat thread (httplib client, JSON with
+// nlohmann-json) and, when asked for, one HTTP server thread.
+#include "aggregator/control_agent.h"
+
+#include <httplib.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "ina/protocol/log.h"
+
+namespace ina::agg {
+namespace {
+
+using json = nlohmann::json;
+constexpr const char* kComponent = "agent";
+
+json telemetry(const JobSnapshot& j) {
+  json o;
+  o["job"] = j.cfg.job;
+  o["world"] = j.cfg.slots.world_size;
+  o["slot_base"] = j.cfg.slot_base;
+  o["slots"] = j.cfg.slots.num_slots;
+  o["ready"] = j.ready;
+  o["packets"] = j.counters.packets;
+  o["completed"] = j.counters.completed;
+  o["bad_key"] = j.counters.bad_key;
+  json ranking = json::array();
+  for (uint32_t r : j.straggler_ranking) {
+    const RankTelemetry& t = j.telemetry[r];
+    json hist = json::array();
+    size_t last_nonzero = 0;
+    for (size_t b = 0; b < kLagBuckets; ++b) {
+      if (t.lag_hist[b] != 0) last_nonzero = b + 1;
+    }
+    for (size_t b = 0; b < last_nonzero; ++b) hist.push_back(t.lag_hist[b]);
+    ranking.push_back({{"rank", r},
+                       {"mean_lag_us", t.mean_lag_us()},
+                       {"completed_last", t.last},
+                       {"timed", t.lag_count},
+                       {"lag_hist_log2_us", hist}});
+  }
+  o["stragglers"] = ranking;
+  json stalled = json::array();
+  for (const StalledSlot& s : j.stalled) {
+    stalled.push_back({{"slot", s.slot},
+                       {"shadow", s.shadow},
+                       {"seq", s.seq},
+                       {"age_ms", static_cast<double>(s.age_ns) / 1e6},
+                       {"contributors", s.contributors},
+                       {"missing_ranks", s.missing}});
+  }
+  o["stalled_slots"] = stalled;
+  return o;
+}
+
+}  // namespace
+
+std::string job_telemetry_json(const JobSnapshot& j) { return telemetry(j).dump(); }
+
+std::string prometheus_text(const AggregatorSnapshot& s) {
+  std::ostringstream m;
+  auto counter = [&](const char* name, const char* help, uint64_t v) {
+    m << "# HELP " << name << " " << help << "\n# TYPE " << name << " counter\n"
+      << name << " " << v << "\n";
+  };
+  counter("ina_aggregator_packets_total", "Datagrams handed to the engine.", s.engine.packets_in);
+  counter("ina_aggregator_completed_total", "Completed slot rounds.", s.engine.completed);
+  counter("ina_aggregator_bad_key_total", "Packets dropped for a wrong job key.", s.engine.bad_key);
+  counter("ina_aggregator_unknown_job_total", "Packets dropped for a job not served.",
+          s.engine.unknown_job);
+  counter("ina_aggregator_malformed_total", "Malformed packets dropped.", s.engine.malformed);
+  counter("ina_aggregator_tx_datagrams_total", "Datagrams sent.", s.tx_datagrams);
+  counter("ina_aggregator_send_errors_total", "Failed sends.", s.send_errors);
+  m << "# HELP ina_aggregator_jobs Jobs served.\n# TYPE ina_aggregator_jobs gauge\n"
+    << "ina_aggregator_jobs " << s.jobs.size() << "\n";
+  m << "# HELP ina_aggregator_job_packets_total Packets per job (key checked).\n"
+       "# TYPE ina_aggregator_job_packets_total counter\n";
+  for (const JobSnapshot& j : s.jobs) {
+    m << "ina_aggregator_job_packets_total{job=\"" << j.cfg.job << "\"} " << j.counters.packets << "\n";
+  }
+  m << "# HELP ina_aggregator_job_completed_total Completed rounds per job.\n"
+       "# TYPE ina_aggregator_job_completed_total counter\n";
+  for (const JobSnapshot& j : s.jobs) {
+    m << "ina_aggregator_job_completed_total{job=\"" << j.cfg.job << "\"} " << j.counters.completed
+      << "\n";
+  }
+  m << "# HELP ina_aggregator_job_bad_key_total Packets naming the job with a wrong key.\n"
+       "# TYPE ina_aggregator_job_bad_key_total counter\n";
+  for (const JobSnapshot& j : s.jobs) {
+    m << "ina_aggregator_job_bad_key_total{job=\"" << j.cfg.job << "\"} " << j.counters.bad_key
+      << "\n";
+  }
+  m << "# HELP ina_aggregator_rank_lag_seconds Lag of a rank's contribution behind the round's "
+       "first.\n# TYPE ina_aggregator_rank_lag_seconds histogram\n";
+  for (const JobSnapshot& j : s.jobs) {
+    for (size_t r = 0; r < j.telemetry.size(); ++r) {
+      const RankTelemetry& t = j.telemetry[r];
+      const std::string labels = "job=\"" + std::to_string(j.cfg.job) + "\",rank=\"" +
+                                 std::to_string(r) + "\"";
+      uint64_t cum = 0;
+      for (size_t b = 0; b + 1 < kLagBuckets; ++b) {
+        cum += t.lag_hist[b];
+        // Bucket b holds lags below 2^b us.
+        m << "ina_aggregator_rank_lag_seconds_bucket{" << labels << ",le=\""
+          << static_cast<double>(uint64_t{1} << b) * 1e-6 << "\"} " << cum << "\n";
+      }
+      m << "ina_aggregator_rank_lag_seconds_bucket{" << labels << ",le=\"+Inf\"} " << t.lag_count
+        << "\n"
+        << "ina_aggregator_rank_lag_seconds_sum{" << labels << "} "
+        << static_cast<double>(t.lag_sum_ns) * 1e-9 << "\n"
+        << "ina_aggregator_rank_lag_seconds_count{" << labels << "} " << t.lag_count << "\n";
+    }
+  }
+  m << "# HELP ina_aggregator_rank_completed_last_total Rounds this rank arrived last to.\n"
+       "# TYPE ina_aggregator_rank_completed_last_total counter\n";
+  for (const JobSnapshot& j : s.jobs) {
+    for (size_t r = 0; r < j.telemetry.size(); ++r) {
+      m << "ina_aggregator_rank_completed_last_total{job=\"" << j.cfg.job << "\",rank=\"" << r
+        << "\"} " << j.telemetry[r].last << "\n";
+    }
+  }
+  m << "# HELP ina_aggregator_straggler_position Rank's place in the straggler ranking (0: "
+       "worst).\n# TYPE ina_aggregator_straggler_position gauge\n";
+  for (const JobSnapshot& j : s.jobs) {
+    for (size_t i = 0; i < j.straggler_ranking.size(); ++i) {
+      m << "ina_aggregator_straggler_position{job=\"" << j.cfg.job << "\",rank=\""
+        << j.straggler_ranking[i] << "\"} " << i << "\n";
+    }
+  }
+  m << "# HELP ina_aggregator_stalled_slots Rounds waiting longer than the stall threshold.\n"
+       "# TYPE ina_aggregator_stalled_slots gauge\n";
+  for (const JobSnapshot& j : s.jobs) {
+    m << "ina_aggregator_stalled_slots{job=\"" << j.cfg.job << "\"} " << j.stalled.size() << "\n";
+  }
+  m << "# HELP ina_aggregator_stalled_missing Stalled rounds that lack this rank.\n"
+       "# TYPE ina_aggregator_stalled_missing gauge\n";
+  for (const JobSnapshot& j : s.jobs) {
+    std::map<uint32_t, uint32_t> per_rank;
+    for (const StalledSlot& st : j.stalled) {
+      for (uint32_t r : st.missing) ++per_rank[r];
+    }
+    for (const auto& [r, n] : per_rank) {
+      m << "ina_aggregator_stalled_missing{job=\"" << j.cfg.job << "\",rank=\"" << r << "\"} " << n
+        << "\n";
+    }
+  }
+  return m.str();
+}
+
+struct ControlAgent::Impl {
+  AgentOptions opts;
+  UdpAggregator* agg = nullptr;
+  std::unique_ptr<httplib::Server> http;
+  int http_port = -1;
+  std::thread http_thread;
+  std::thread hb_thread;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopping = false;
+  std::atomic<uint64_t> hb_ok{0};
+
+  void heartbeat_loop() {
+    httplib::Client cli(opts.controller_host, opts.controller_port);
+    cli.set_connection_timeout(1, 0);
+    cli.set_read_timeout(2, 0);
+    bool reachable = true;
+    std::unique_lock<std::mutex> lk(mu);
+    while (!stopping) {
+      lk.unlock();
+      const AggregatorSnapshot s = agg->snapshot();
+      json body = {{"id", opts.id},
+                   {"host", opts.advertise_host},
+                   {"port", opts.data_port},
+                   {"slot_capacity", opts.slot_capacity},
+                   {"max_fan_in", opts.max_fan_in},
+                   {"block_elems", opts.block_elems},
+                   {"http", http_port > 0 ? opts.http_bind + ":" + std::to_string(http_port)
+                                          : std::string{}}};
+      json jobs = json::object();
+      for (const JobSnapshot& j : s.jobs) jobs[std::to_string(j.cfg.job)] = telemetry(j);
+      body["jobs"] = jobs;
+      auto res = cli.Post("/v1/aggregators/heartbeat", body.dump(), "application/json");
+      if (res && res->status == 200) {
+        json ans = json::parse(res->body, nullptr, false);
+        std::vector<JobConfig> want;
+        bool ok = ans.is_object() && ans.contains("jobs") && ans["jobs"].is_array();
+        if (ok) {
+          try {
+            for (const auto& x : ans["jobs"]) {
+              JobConfig c;
+              c.job = x.at("job").get<JobId>();
+              c.key = x.at("key").get<uint64_t>();
+              c.slots.world_size = x.at("world").get<uint32_t>();
+              c.slots.num_slots = x.at("slots").get<uint32_t>();
+              c.slots.max_elems = static_cast<uint16_t>(x.at("block_elems").get<uint32_t>());
+              c.slot_base = x.at("slot_base").get<uint32_t>();
+              want.push_back(c);
+            }
+          } catch (const json::exception&) {
+            ok = false;
+          }
+        }
+        if (ok) {
+          agg->set_jobs(std::move(want));
+          ++hb_ok;
+          if (!reachable) INA_INFO(kComponent, "controller reachable again");
+          reachable = true;
+        } else {
+          INA_WARN(kComponent, "controller answered a heartbeat with malformed JSON; ignored");
+        }
+      } else if (reachable) {
+        // Keep serving the jobs we have: a controller restart must not stop running jobs.
+        INA_WARN(kComponent, "controller %s:%u unreachable (%s); serving the current jobs",
+                 opts.controller_host.c_str(), unsigned{opts.controller_port},
+                 res ? ("HTTP " + std::to_string(res->status)).c_str()
+                     : httplib::to_string(res.error()).c_str());
+        reachable = false;
+      }
+      lk.lock();
+      cv.wait_for(lk, opts.heartbeat, [this] { return stopping; });
+    }
+  }
+};
+
+ControlAgent::~ControlAgent() {
+  if (!impl_) return;
+  {
+    std::lock_guard<std::mutex> g(impl_->mu);
+    impl_->stopping = true;
+  }
+  impl_->cv.notify_all();
+  if (impl_->hb_thread.joinable()) impl_->hb_thread.join();
+  if (impl_->http) impl_->http->stop();
+  if (impl_->http_thread.joinable()) impl_->http_thread.join();
+}
+
+Result<std::unique_ptr<ControlAgent>> ControlAgent::start(const AgentOptions& opts,
+                                                          UdpAggregator* agg) {
+  std::unique_ptr<ControlAgent> a(new ControlAgent());
+  a->impl_ = std::make_unique<Impl>();
+  Impl& m = *a->impl_;
+  m.opts = opts;
+  m.agg = agg;
+  if (m.opts.id.empty()) m.opts.id = opts.advertise_host + ":" + std::to_string(opts.data_port);
+  if (opts.http_port >= 0) {
+    m.http = std::make_unique<httplib::Server>();
+    m.http->Get("/metrics", [agg](const httplib::Request&, httplib::Response& res) {
+      res.set_content(prometheus_text(agg->snapshot()), "text/plain; version=0.0.4");
+    });
+    m.http->Get("/v1/telemetry", [agg](const httplib::Request&, httplib::Response& res) {
+      json out = json::array();
+      for (const JobSnapshot& j : agg->snapshot().jobs) out.push_back(telemetry(j));
+      res.set_content(out.dump(2) + "\n", "application/json");
+    });
+    m.http_port = opts.http_port == 0 ? m.http->bind_to_any_port(opts.http_bind)
+                                      : (m.http->bind_to_port(opts.http_bind, opts.http_port)
+                                             ? opts.http_port
+                                             : -1);
+    if (m.http_port <= 0) {
+      return unavailable("agent: cannot bind HTTP " + opts.http_bind + ":" +
+                         std::to_string(opts.http_port));
+    }
+    m.http_thread = std::thread([&m] { m.http->listen_after_bind(); });
+  }
+  if (!opts.controller_host.empty()) m.hb_thread = std::thread([&m] { m.heartbeat_loop(); });
+  return a;
+}
+
+int ControlAgent::http_port() const { return impl_->http_port; }
+uint64_t ControlAgent::heartbeats_ok() const { return impl_->hb_ok.load(); }
+
+}  // namespace ina::agg

@@ -1,0 +1,54 @@
+// The aggregator's control plane (feature 'controller'): heartbeats to ina-controller, which
+// answer with the jobs to serve (applied with UdpAggregator::set_jobs), and an HTTP endpoint
+// with Prometheus /metrics and /v1/telemetry (per-job straggler ranking, lag histograms, stalled
+// slots). It reads only the serving thread's published snapshots, never the engine itself.
+//
+// If the controller is unreachable the aggregator keeps serving the jobs it has, so a controller
+// restart does not disturb running jobs; heartbeats resume when it is back.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "aggregator/udp_backend.h"
+#include "ina/protocol/status.h"
+
+namespace ina::agg {
+
+struct AgentOptions {
+  std::string controller_host;   // "" : no controller (HTTP endpoint only)
+  uint16_t controller_port = 47480;
+  std::string id;                // "" : advertise_host:data_port
+  std::string advertise_host = "127.0.0.1";  // where workers reach the data plane
+  uint16_t data_port = 0;
+  uint32_t slot_capacity = 4096;
+  uint32_t max_fan_in = 64;
+  uint32_t block_elems = 256;
+  std::string http_bind = "127.0.0.1";
+  int http_port = -1;            // -1: no HTTP endpoint; 0: any free port
+  std::chrono::milliseconds heartbeat{200};
+};
+
+// Prometheus text of a snapshot (pure; tested alone).
+std::string prometheus_text(const AggregatorSnapshot& s);
+// JSON of one job's telemetry: counters, straggler ranking with mean lag, rounds completed last
+// and lag histograms, stalled slots with their missing ranks.
+std::string job_telemetry_json(const JobSnapshot& j);
+
+class ControlAgent {
+ public:
+  ~ControlAgent();  // stops the threads
+  static Result<std::unique_ptr<ControlAgent>> start(const AgentOptions& opts,
+                                                     UdpAggregator* agg);
+  int http_port() const;
+  uint64_t heartbeats_ok() const;
+
+ private:
+  ControlAgent() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ina::agg

@@ -1,0 +1,76 @@
+// ina-controller: the aggregation manager (see server.h for the API).
+//
+//   ina-controller [--bind 127.0.0.1] [--port 47480] [--port-file F] [--state-file F]
+//                  [--heartbeat-timeout-ms 3000]
+//
+// Serves until SIGINT/SIGTERM.
+#include <signal.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <string>
+#include <thread>
+
+#include <CLI/CLI.hpp>
+
+#include "controller/server.h"
+
+namespace {
+std::atomic<bool> g_stop{false};
+void on_signal(int) { g_stop.store(true); }
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ina-controller: aggregator registry, job admission, API and metrics"};
+  ina::ctl::ServerOptions opts;
+  std::string port_file;
+  app.add_option("--bind", opts.bind, "address to listen on")->capture_default_str();
+  app.add_option("--port", opts.port, "HTTP port (0: any free port; see --port-file)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  app.add_option("--port-file", port_file, "write the bound port to this file once listening");
+  app.add_option("--state-file", opts.state_file,
+                 "persist jobs and aggregators here (loaded at start when it exists)");
+  app.add_option("--heartbeat-timeout-ms", opts.heartbeat_timeout_ms,
+                 "remove an aggregator silent this long")
+      ->check(CLI::Range(int64_t{10}, int64_t{3600000}))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  struct sigaction sa {};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+
+  auto server = ina::ctl::ControllerServer::create(opts);
+  if (!server.ok()) {
+    std::fprintf(stderr, "ina-controller: %s\n", server.status().to_string().c_str());
+    return 1;
+  }
+  ina::ctl::ControllerServer& s = **server;
+  if (!port_file.empty()) {
+    const std::string tmp = port_file + ".tmp";
+    FILE* f = std::fopen(tmp.c_str(), "w");
+    if (f == nullptr || std::fprintf(f, "%u\n", unsigned{s.port()}) <= 0 || std::fclose(f) != 0 ||
+        std::rename(tmp.c_str(), port_file.c_str()) != 0) {
+      std::fprintf(stderr, "ina-controller: cannot write --port-file %s\n", port_file.c_str());
+      return 1;
+    }
+  }
+  std::printf("ina-controller listening on %s:%u\n", opts.bind.c_str(), unsigned{s.port()});
+  std::fflush(stdout);
+  std::thread watcher([&s] {
+    while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    s.stop();
+  });
+  const ina::Status st = s.run();
+  g_stop.store(true);
+  watcher.join();
+  if (!st.ok()) {
+    std::fprintf(stderr, "ina-controller: %s\n", st.to_string().c_str());
+    return 1;
+  }
+  return 0;
+}

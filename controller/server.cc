@@ -1,0 +1,409 @@
+// ControllerServer (see server.h). One mutex guards the state; httplib runs handlers on its
+// thread pool; an expiry thread removes silent aggregators. Every change that must survive a
+// restart (admission, release, drain, a new aggregator, expiry) rewrites the state file through
+// a temporary file and rename, so a crash never leaves it half written.
+//
+// Routes:
+//   POST   /v1/aggregators/heartbeat   JSON registration + telemetry -> JSON {jobs, draining}
+//   GET    /v1/aggregators             JSON list
+//   POST   /v1/aggregators/drain?id=ID&on=0|1
+//   GET    /v1/jobs                    JSON list
+//   GET    /v1/jobs/ID                 JSON, with the aggregator's telemetry of the job
+//   DELETE /v1/jobs/ID
+//   GET    /v1/admit?name=&world=&rank=&slots=&block=&dtypes=a,b   text (see admission_text)
+//   GET    /v1/release?name=&rank=
+//   GET    /metrics                    Prometheus text format
+#include "controller/server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <fstream>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "controller/state.h"
+
+namespace ina::ctl {
+namespace {
+
+using json = nlohmann::json;
+
+Millis now_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+json job_json(const JobInfo& j, const ControllerState& st) {
+  json o = {{"id", j.id},
+            {"name", j.name},
+            {"world", j.world},
+            {"state", job_state_name(j.state)},
+            {"reason", j.reason},
+            {"aggregator", j.aggregator},
+            {"slot_base", j.slot_base},
+            {"slots", j.slots},
+            {"block_elems", j.block_elems},
+            {"dtypes", j.dtypes},
+            {"released_ranks", j.released}};
+  if (auto it = st.aggregators().find(j.aggregator); it != st.aggregators().end()) {
+    o["address"] = it->second.host + ":" + std::to_string(it->second.port);
+  }
+  if (!j.telemetry_json.empty()) {
+    o["telemetry"] = json::parse(j.telemetry_json, nullptr, /*allow_exceptions=*/false);
+  }
+  return o;
+}
+
+// The worker's answer: "key value" lines, first line "admitted" or "refused". The worker library
+// parses it with a few lines of code (no JSON dependency in libina).
+std::string admission_text(const JobInfo& j, const ControllerState& st) {
+  std::ostringstream s;
+  auto agg = st.aggregators().find(j.aggregator);
+  if (j.state != JobState::kActive || agg == st.aggregators().end()) {
+    std::string reason = j.reason.empty() ? "aggregator " + j.aggregator + " is gone" : j.reason;
+    s << "refused\njob " << j.id << "\nreason " << reason << "\n";
+    return s.str();
+  }
+  s << "admitted\njob " << j.id << "\nkey " << j.key << "\naggregator " << agg->second.host << ":"
+    << agg->second.port << "\nslots " << j.slots << "\nblock " << j.block_elems << "\n";
+  return s.str();
+}
+
+bool parse_u32(const std::string& s, uint32_t* out) {
+  if (s.empty() || s.size() > 10) return false;
+  uint64_t v = 0;
+  for (char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  if (v > UINT32_MAX) return false;
+  *out = static_cast<uint32_t>(v);
+  return true;
+}
+
+}  // namespace
+
+struct ControllerServer::Impl {
+  ServerOptions opts;
+  httplib::Server http;
+  int port = 0;
+  std::mutex mu;
+  ControllerState state;
+  std::mt19937_64 rng;
+  // admission latency (server side: request parsed to answer built)
+  double admit_seconds_sum = 0;
+  uint64_t admit_count = 0;
+  double admit_seconds_max = 0;
+  uint64_t heartbeats = 0;
+  std::string persist_error;
+  // expiry thread
+  std::mutex stop_mu;
+  std::condition_variable stop_cv;
+  bool stopping = false;
+
+  explicit Impl(const ServerOptions& o)
+      : opts(o),
+        state(StateOptions{o.heartbeat_timeout_ms}, [this] { return rng(); }),
+        rng(std::random_device{}()) {}
+
+  // Called with mu held.
+  void persist() {
+    if (opts.state_file.empty()) return;
+    const std::string tmp = opts.state_file + ".tmp";
+    {
+      std::ofstream f(tmp, std::ios::trunc);
+      f << state.to_json();
+      if (!f.good()) {
+        persist_error = "cannot write " + tmp;
+        return;
+      }
+    }
+    if (std::rename(tmp.c_str(), opts.state_file.c_str()) != 0) {
+      persist_error = "cannot rename " + tmp;
+      return;
+    }
+    persist_error.clear();
+  }
+
+  void routes();
+  std::string metrics();
+};
+
+void ControllerServer::Impl::routes() {
+  auto bad = [](httplib::Response& res, int code, const std::string& msg) {
+    res.status = code;
+    res.set_content(json{{"error", msg}}.dump() + "\n", "application/json");
+  };
+  auto status_reply = [bad](httplib::Response& res, const Status& s) {
+    if (s.ok()) {
+      res.set_content("{\"ok\":true}\n", "application/json");
+      return;
+    }
+    bad(res, s.code() == StatusCode::kNotFound ? 404 : 400, s.message());
+  };
+
+  http.Post("/v1/aggregators/heartbeat", [this, bad](const httplib::Request& req,
+                                                      httplib::Response& res) {
+    json body = json::parse(req.body, nullptr, false);
+    if (body.is_discarded() || !body.is_object()) return bad(res, 400, "body is not a JSON object");
+    AggregatorInfo a;
+    try {
+      a.id = body.at("id").get<std::string>();
+      a.host = body.at("host").get<std::string>();
+      a.port = body.at("port").get<uint16_t>();
+      a.slot_capacity = body.at("slot_capacity").get<uint32_t>();
+      a.max_fan_in = body.at("max_fan_in").get<uint32_t>();
+      a.block_elems = body.at("block_elems").get<uint32_t>();
+      a.http = body.value("http", std::string{});
+    } catch (const json::exception& e) {
+      return bad(res, 400, std::string("heartbeat: ") + e.what());
+    }
+    std::lock_guard<std::mutex> g(mu);
+    const bool known = state.aggregators().count(a.id) != 0;
+    const Status s = state.heartbeat(a, now_ms());
+    if (!s.ok()) return bad(res, 400, s.message());
+    ++heartbeats;
+    if (!known) persist();
+    if (auto t = body.find("jobs"); t != body.end() && t->is_object()) {
+      for (auto it = t->begin(); it != t->end(); ++it) {
+        uint32_t id = 0;
+        if (parse_u32(it.key(), &id)) state.set_job_telemetry(id, it.value().dump());
+      }
+    }
+    json out;
+    out["draining"] = state.aggregators().at(a.id).draining;
+    out["jobs"] = json::array();
+    for (const JobInfo& j : state.jobs_on(a.id)) {
+      out["jobs"].push_back({{"job", j.id},
+                             {"key", j.key},
+                             {"world", j.world},
+                             {"slots", j.slots},
+                             {"slot_base", j.slot_base},
+                             {"block_elems", j.block_elems}});
+    }
+    res.set_content(out.dump() + "\n", "application/json");
+  });
+
+  http.Get("/v1/aggregators", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard<std::mutex> g(mu);
+    const Millis now = now_ms();
+    json out = json::array();
+    for (const auto& [id, a] : state.aggregators()) {
+      json jobs = json::array();
+      for (const JobInfo& j : state.jobs_on(id)) jobs.push_back(j.id);
+      out.push_back({{"id", id},
+                     {"address", a.host + ":" + std::to_string(a.port)},
+                     {"http", a.http},
+                     {"slot_capacity", a.slot_capacity},
+                     {"free_slots", state.free_slots(id)},
+                     {"max_fan_in", a.max_fan_in},
+                     {"block_elems", a.block_elems},
+                     {"draining", a.draining},
+                     {"heartbeat_age_ms", now - a.last_heartbeat},
+                     {"jobs", jobs}});
+    }
+    res.set_content(out.dump(2) + "\n", "application/json");
+  });
+
+  http.Post("/v1/aggregators/drain", [this, status_reply](const httplib::Request& req,
+                                                          httplib::Response& res) {
+    std::lock_guard<std::mutex> g(mu);
+    const Status s = state.drain(req.get_param_value("id"), req.get_param_value("on") != "0");
+    if (s.ok()) persist();
+    status_reply(res, s);
+  });
+
+  http.Get("/v1/jobs", [this](const httplib::Request&, httplib::Response& res) {
+    std::lock_guard<std::mutex> g(mu);
+    json out = json::array();
+    for (const auto& [id, j] : state.jobs()) out.push_back(job_json(j, state));
+    res.set_content(out.dump(2) + "\n", "application/json");
+  });
+
+  http.Get(R"(/v1/jobs/(\d+))", [this, bad](const httplib::Request& req, httplib::Response& res) {
+    uint32_t id = 0;
+    if (!parse_u32(req.matches[1], &id)) return bad(res, 400, "job id is not a 32-bit number");
+    std::lock_guard<std::mutex> g(mu);
+    const JobInfo* j = state.job(id);
+    if (j == nullptr) return bad(res, 404, "no job " + std::to_string(id));
+    res.set_content(job_json(*j, state).dump(2) + "\n", "application/json");
+  });
+
+  http.Delete(R"(/v1/jobs/(\d+))", [this, bad, status_reply](const httplib::Request& req,
+                                                             httplib::Response& res) {
+    uint32_t id = 0;
+    if (!parse_u32(req.matches[1], &id)) return bad(res, 400, "job id is not a 32-bit number");
+    std::lock_guard<std::mutex> g(mu);
+    const Status s = state.remove_job(id);
+    if (s.ok()) persist();
+    status_reply(res, s);
+  });
+
+  http.Get("/v1/admit", [this](const httplib::Request& req, httplib::Response& res) {
+    const auto t0 = std::chrono::steady_clock::now();
+    AdmitRequest a;
+    a.name = req.get_param_value("name");
+    auto field = [&](const char* name, uint32_t* out) {
+      if (!req.has_param(name)) return true;
+      return parse_u32(req.get_param_value(name), out);
+    };
+    if (!req.has_param("world") || !field("world", &a.world) || !field("rank", &a.rank) ||
+        !field("slots", &a.slots) || !field("block", &a.block_elems)) {
+      res.status = 400;
+      res.set_content("error world, rank, slots and block must be unsigned decimal numbers (world "
+                      "required)\n",
+                      "text/plain");
+      return;
+    }
+    std::string d = req.get_param_value("dtypes");
+    for (size_t at = 0; !d.empty() && at <= d.size();) {
+      const size_t comma = d.find(',', at);
+      a.dtypes.push_back(d.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+    std::lock_guard<std::mutex> g(mu);
+    const size_t known = state.jobs().size();
+    Result<JobInfo> r = state.admit(a, now_ms());
+    if (!r.ok()) {
+      res.status = 400;
+      res.set_content("error " + r.status().message() + "\n", "text/plain");
+      return;
+    }
+    if (state.jobs().size() != known) persist();  // a new job; the other ranks change nothing
+    res.set_content(admission_text(r.value(), state), "text/plain");
+    const double dt =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    admit_seconds_sum += dt;
+    admit_seconds_max = std::max(admit_seconds_max, dt);
+    ++admit_count;
+  });
+
+  http.Get("/v1/release", [this, status_reply](const httplib::Request& req,
+                                               httplib::Response& res) {
+    uint32_t rank = 0;
+    if (!parse_u32(req.get_param_value("rank"), &rank)) {
+      res.status = 400;
+      res.set_content("{\"error\":\"rank must be an unsigned decimal number\"}\n",
+                      "application/json");
+      return;
+    }
+    std::lock_guard<std::mutex> g(mu);
+    const Status s = state.release(req.get_param_value("name"), rank);
+    if (s.ok()) persist();
+    status_reply(res, s);
+  });
+
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(metrics(), "text/plain; version=0.0.4");
+  });
+}
+
+std::string ControllerServer::Impl::metrics() {
+  std::lock_guard<std::mutex> g(mu);
+  std::ostringstream m;
+  m << "# HELP ina_controller_aggregators Registered aggregators.\n"
+       "# TYPE ina_controller_aggregators gauge\n";
+  size_t draining = 0;
+  for (const auto& [id, a] : state.aggregators()) draining += a.draining ? 1 : 0;
+  m << "ina_controller_aggregators{state=\"serving\"} " << state.aggregators().size() - draining
+    << "\nina_controller_aggregators{state=\"draining\"} " << draining << "\n";
+  m << "# HELP ina_controller_jobs Jobs known to the controller.\n"
+       "# TYPE ina_controller_jobs gauge\n";
+  size_t by_state[3] = {0, 0, 0};
+  for (const auto& [id, j] : state.jobs()) ++by_state[static_cast<int>(j.state)];
+  for (JobState s : {JobState::kActive, JobState::kRefused, JobState::kLost}) {
+    m << "ina_controller_jobs{state=\"" << job_state_name(s) << "\"} "
+      << by_state[static_cast<int>(s)] << "\n";
+  }
+  m << "# HELP ina_controller_admissions_total Admission decisions.\n"
+       "# TYPE ina_controller_admissions_total counter\n"
+    << "ina_controller_admissions_total{result=\"admitted\"} " << state.admitted_total << "\n"
+    << "ina_controller_admissions_total{result=\"refused\"} " << state.refused_total << "\n"
+    << "# HELP ina_controller_jobs_lost_total Jobs whose aggregator stopped heartbeating.\n"
+       "# TYPE ina_controller_jobs_lost_total counter\n"
+    << "ina_controller_jobs_lost_total " << state.lost_total << "\n"
+    << "# HELP ina_controller_admission_seconds Server-side admission latency.\n"
+       "# TYPE ina_controller_admission_seconds summary\n"
+    << "ina_controller_admission_seconds_sum " << admit_seconds_sum << "\n"
+    << "ina_controller_admission_seconds_count " << admit_count << "\n"
+    << "# HELP ina_controller_admission_seconds_max Slowest admission.\n"
+       "# TYPE ina_controller_admission_seconds_max gauge\n"
+    << "ina_controller_admission_seconds_max " << admit_seconds_max << "\n"
+    << "# HELP ina_controller_heartbeats_total Aggregator heartbeats received.\n"
+       "# TYPE ina_controller_heartbeats_total counter\n"
+    << "ina_controller_heartbeats_total " << heartbeats << "\n"
+    << "# HELP ina_controller_free_slots Free slots per aggregator.\n"
+       "# TYPE ina_controller_free_slots gauge\n";
+  for (const auto& [id, a] : state.aggregators()) {
+    m << "ina_controller_free_slots{aggregator=\"" << id << "\"} " << state.free_slots(id) << "\n";
+  }
+  m << "# HELP ina_controller_persist_ok 1 when the state file was last written successfully.\n"
+       "# TYPE ina_controller_persist_ok gauge\n"
+    << "ina_controller_persist_ok " << (persist_error.empty() ? 1 : 0) << "\n";
+  return m.str();
+}
+
+ControllerServer::~ControllerServer() = default;
+
+Result<std::unique_ptr<ControllerServer>> ControllerServer::create(const ServerOptions& opts) {
+  if (opts.heartbeat_timeout_ms < 1) return invalid_argument("heartbeat timeout must be >= 1 ms");
+  std::unique_ptr<ControllerServer> s(new ControllerServer());
+  s->impl_ = std::make_unique<Impl>(opts);
+  Impl& m = *s->impl_;
+  if (!opts.state_file.empty()) {
+    std::ifstream f(opts.state_file);
+    if (f) {
+      std::stringstream text;
+      text << f.rdbuf();
+      const Status st = m.state.from_json(text.str(), now_ms());
+      if (!st.ok()) {
+        return Status(st.code(), "state file " + opts.state_file + ": " + st.message());
+      }
+    }
+  }
+  m.routes();
+  m.http.set_read_timeout(5, 0);
+  if (opts.port == 0) {
+    m.port = m.http.bind_to_any_port(opts.bind);
+  } else {
+    m.port = m.http.bind_to_port(opts.bind, opts.port) ? opts.port : -1;
+  }
+  if (m.port <= 0) {
+    return unavailable("cannot bind " + opts.bind + ":" + std::to_string(opts.port));
+  }
+  return s;
+}
+
+uint16_t ControllerServer::port() const { return static_cast<uint16_t>(impl_->port); }
+
+Status ControllerServer::run() {
+  Impl& m = *impl_;
+  std::thread expiry([&m] {
+    const auto period = std::chrono::milliseconds(std::max<int64_t>(m.opts.heartbeat_timeout_ms / 4, 10));
+    std::unique_lock<std::mutex> lk(m.stop_mu);
+    while (!m.stop_cv.wait_for(lk, period, [&m] { return m.stopping; })) {
+      std::lock_guard<std::mutex> g(m.mu);
+      if (!m.state.expire(now_ms()).empty()) m.persist();
+    }
+  });
+  const bool ok = m.http.listen_after_bind();
+  {
+    std::lock_guard<std::mutex> g(m.stop_mu);
+    m.stopping = true;
+  }
+  m.stop_cv.notify_all();
+  expiry.join();
+  return ok ? ok_status() : unavailable("http server failed");
+}
+
+void ControllerServer::stop() { impl_->http.stop(); }
+
+}  // namespace ina::ctl

@@ -1,0 +1,133 @@
+// ina-engine-bench: the aggregator Engine's per-core packet rate with and without the per-job key
+// check and the straggler telemetry, in one run (configurations interleaved, median of the
+// repetitions), so the overhead of each is measured under the same machine load.
+//
+//   ina-engine-bench [--world 8] [--elems 256] [--slots 64] [--rounds 4000] [--reps 5]
+//
+// Telemetry "on" includes what the UDP backend pays: one clock_gettime per receive batch
+// (--batch datagrams).
+#include <time.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "aggregator/engine.h"
+#include "ina/protocol/wire.h"
+
+namespace {
+
+uint64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ina-engine-bench: Engine packets per second, key check and telemetry on/off"};
+  uint32_t world = 8, elems = 256, slots = 64, rounds = 4000, reps = 5, batch = 32;
+  app.add_option("--world", world)->check(CLI::Range(2, 1024))->capture_default_str();
+  app.add_option("--elems", elems)->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--slots", slots)->check(CLI::Range(1, 4096))->capture_default_str();
+  app.add_option("--rounds", rounds, "block rounds per measurement")->capture_default_str();
+  app.add_option("--reps", reps)->check(CLI::Range(1, 100))->capture_default_str();
+  app.add_option("--batch", batch, "datagrams per clock read (the backend's recvmmsg batch)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
+
+  using namespace ina;
+  constexpr uint64_t kKey = 0x0123456789ABCDEFull;
+  // The packet stream: rounds over the slot window, every rank's block, alternating copies.
+  std::vector<std::vector<uint8_t>> pkts;
+  pkts.reserve(size_t{rounds} * world);
+  std::vector<int32_t> payload(elems, 3);
+  for (uint32_t b = 0; b < rounds; ++b) {
+    for (uint32_t r = 0; r < world; ++r) {
+      wire::Header h;
+      h.job = 1;
+      h.key = kKey;
+      h.rank = static_cast<uint16_t>(r);
+      h.slot = static_cast<uint16_t>(b % slots);
+      h.shadow = (b / slots) % 2 == 1;
+      h.seq = b + 1;
+      h.count = static_cast<uint16_t>(elems);
+      std::vector<uint8_t> p(wire::packet_size(h.count));
+      wire::encode_header(h, p.data());
+      wire::store_payload(p.data() + wire::kHeaderSize, payload.data(), elems);
+      pkts.push_back(std::move(p));
+    }
+  }
+  struct Variant {
+    const char* name;
+    bool key;
+    bool tele;
+    std::vector<double> mpps;
+  };
+  std::vector<Variant> vs = {{"key off, telemetry off", false, false, {}},
+                             {"key on,  telemetry off", true, false, {}},
+                             {"key off, telemetry on ", false, true, {}},
+                             {"key on,  telemetry on ", true, true, {}}};
+  for (uint32_t rep = 0; rep < reps; ++rep) {
+    for (Variant& v : vs) {
+      agg::EngineOptions eo;
+      eo.check_key = v.key;
+      eo.telemetry = v.tele;
+      agg::Engine e(eo);
+      agg::JobConfig jc;
+      jc.job = 1;
+      jc.key = kKey;
+      jc.slots.world_size = world;
+      jc.slots.num_slots = slots;
+      jc.slots.max_elems = static_cast<uint16_t>(elems);
+      if (!e.add_job(jc).ok()) return 1;
+      int32_t rank;
+      JobId job;
+      for (uint32_t r = 0; r < world; ++r) {  // join
+        wire::Header h;
+        h.job = 1;
+        h.key = kKey;
+        h.rank = static_cast<uint16_t>(r);
+        h.seq = 77;
+        h.flags = wire::kFlagHello;
+        h.count = 1;
+        std::vector<uint8_t> p(wire::packet_size(1));
+        wire::encode_header(h, p.data());
+        const int32_t w = static_cast<int32_t>(world);
+        wire::store_payload(p.data() + wire::kHeaderSize, &w, 1);
+        e.on_packet(p, &rank, &job);
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      uint64_t replies = 0;
+      uint64_t now = 0;
+      uint32_t in_batch = 0;
+      for (const auto& p : pkts) {
+        if (v.tele && in_batch++ % batch == 0) now = mono_ns();
+        replies += e.on_packet(p, now, &rank, &job).target != agg::Reply::Target::kNone;
+      }
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (e.counters().completed != rounds || replies != rounds) {
+        std::fprintf(stderr, "bench: %s: %llu completions, expected %u\n", v.name,
+                     static_cast<unsigned long long>(e.counters().completed), rounds);
+        return 1;
+      }
+      v.mpps.push_back(static_cast<double>(pkts.size()) / s / 1e6);
+    }
+  }
+  std::printf("world %u, %u elements per packet, %u slots, %zu packets per run, median of %u\n",
+              world, elems, slots, pkts.size(), reps);
+  double base = 0;
+  for (Variant& v : vs) {
+    std::sort(v.mpps.begin(), v.mpps.end());
+    const double med = v.mpps[v.mpps.size() / 2];
+    if (base == 0) base = med;
+    std::printf("  %s  %7.3f Mpps  %6.1f ns/packet  (%+5.1f%% vs key off, telemetry off)\n",
+                v.name, med, 1e3 / med, (med / base - 1) * 100);
+  }
+  return 0;
+}

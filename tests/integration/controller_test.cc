@@ -1,0 +1,521 @@
+// ina-controller, ina-aggregator --controller and workers admitted through INA_CONTROLLER, on
+// loopback: two jobs at once on one aggregator (exact, no cross-talk), a refused job on the host
+// fallback, a controller restart during a job, the straggler ranking (one rank delayed among 8,
+// ranked first in >= 19 of 20 trials) and a stopped rank named by the stalled-slot report and in
+// the other ranks' errors. Threads are the ranks (one Communicator each); the controller and the
+// aggregator are child processes.
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ina/ina.hpp"
+
+extern char** environ;
+
+namespace ina {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+// A child process that writes its port to a file.
+struct Child {
+  pid_t pid = -1;
+  ~Child() { stop(); }
+  // Spawns `args` (args[0] the binary) and waits for `port_file`. "" on success.
+  std::string start(std::vector<std::string> args, const std::string& port_file, int* port) {
+    unlink(port_file.c_str());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    if (posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) != 0) {
+      pid = -1;
+      return "cannot spawn " + args[0];
+    }
+    for (int i = 0; i < 1000; ++i) {
+      std::ifstream in(port_file);
+      if (in >> *port && *port > 0) return "";
+      int st;
+      if (waitpid(pid, &st, WNOHANG) == pid) {
+        pid = -1;
+        return args[0] + " exited during start-up";
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return args[0] + " wrote no port within 10 s";
+  }
+  void stop() {
+    if (pid <= 0) return;
+    kill(pid, SIGTERM);
+    int st;
+    for (int i = 0; i < 500; ++i) {
+      if (waitpid(pid, &st, WNOHANG) == pid) {
+        pid = -1;
+        return;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, &st, 0);
+    pid = -1;
+  }
+};
+
+class ControllerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ctl_bin_ = env("INA_CONTROLLER_BIN");
+    agg_bin_ = env("INA_AGGREGATOR_BIN");
+    if (ctl_bin_.empty() || agg_bin_.empty()) GTEST_SKIP() << "run through meson test";
+    char tmpl[] = "/tmp/ina-ctl-test-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override {
+    agg_.stop();
+    ctl_.stop();
+    if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
+  }
+  static std::string env(const char* n) {
+    const char* v = std::getenv(n);
+    return v == nullptr ? "" : v;
+  }
+  void start_controller(int port = 0, const std::string& state = "") {
+    std::vector<std::string> a = {ctl_bin_, "--port", std::to_string(port), "--port-file",
+                                  dir_ + "/ctl.port", "--heartbeat-timeout-ms", "1500"};
+    if (!state.empty()) {
+      a.push_back("--state-file");
+      a.push_back(state);
+    }
+    ASSERT_EQ(ctl_.start(a, dir_ + "/ctl.port", &ctl_port_), "");
+  }
+  void start_aggregator(uint32_t capacity) {
+    ASSERT_EQ(agg_.start({agg_bin_, "--bind", "127.0.0.1", "--port", "0", "--port-file",
+                          dir_ + "/agg.port", "--controller",
+                          "127.0.0.1:" + std::to_string(ctl_port_), "--slot-capacity",
+                          std::to_string(capacity), "--http-port", "0", "--http-port-file",
+                          dir_ + "/agg.http", "--heartbeat-ms", "50", "--stats-interval-ms", "0"},
+                         dir_ + "/agg.port", &agg_port_),
+              "");
+    std::ifstream in(dir_ + "/agg.http");
+    for (int i = 0; i < 500 && !(in >> agg_http_); ++i) {
+      std::this_thread::sleep_for(10ms);
+      in = std::ifstream(dir_ + "/agg.http");
+    }
+    ASSERT_GT(agg_http_, 0);
+    // Registered once the controller lists it.
+    for (int i = 0; i < 300; ++i) {
+      json a = get_json(ctl_port_, "/v1/aggregators");
+      if (a.is_array() && a.size() == 1) return;
+      std::this_thread::sleep_for(10ms);
+    }
+    FAIL() << "the aggregator did not register";
+  }
+  static json get_json(int port, const std::string& path) {
+    httplib::Client c("127.0.0.1", port);
+    c.set_connection_timeout(1, 0);
+    auto r = c.Get(path);
+    if (!r || r->status != 200) return json();
+    return json::parse(r->body, nullptr, false);
+  }
+  static std::string get_text(int port, const std::string& path) {
+    httplib::Client c("127.0.0.1", port);
+    auto r = c.Get(path);
+    return r ? r->body : "";
+  }
+  Config rank_config(const std::string& name, int rank, int world, uint32_t window = 32) {
+    Config c;
+    c.rank = rank;
+    c.world_size = world;
+    c.controller_host = "127.0.0.1";
+    c.controller_port = static_cast<uint16_t>(ctl_port_);
+    c.job_name = name;
+    c.window = window;
+    c.timeout = 10s;
+    return c;
+  }
+  // Runs `world` ranks of job `name`, each doing `iters` int32 SUM allreduces of `count`
+  // elements; checks every result exactly. Returns the ranks' statuses.
+  std::vector<Status> run_job(const std::string& name, int world, int iters, size_t count,
+                              std::function<void(Config&)> tweak = {},
+                              std::function<void(int, int)> between = {},
+                              std::function<void(int)> before_close = {}) {
+    std::vector<Status> st(world);
+    std::vector<std::thread> th;
+    for (int r = 0; r < world; ++r) {
+      th.emplace_back([&, r] {
+        Config c = rank_config(name, r, world);
+        if (tweak) tweak(c);
+        auto comm = Communicator::create(c);
+        if (!comm.ok()) {
+          st[r] = comm.status();
+          return;
+        }
+        std::vector<int32_t> v(count), want(count);
+        for (int it = 0; it < iters && st[r].ok(); ++it) {
+          if (between) between(r, it);
+          for (size_t i = 0; i < count; ++i) {
+            v[i] = static_cast<int32_t>(name.size() * 1000003u + i * 7 + r * 13 + it);
+            int64_t s = 0;
+            for (int k = 0; k < world; ++k) s += static_cast<int64_t>(name.size() * 1000003u + i * 7 + k * 13 + it);
+            want[i] = static_cast<int32_t>(s);
+          }
+          st[r] = (*comm)->allreduce(v.data(), v.data(), count, DType::kInt32, ReduceOp::kSum);
+          if (st[r].ok() && v != want) st[r] = internal_error(name + ": wrong result at iteration " + std::to_string(it));
+        }
+        stats_mu_.lock();
+        stats_[name + "/" + std::to_string(r)] = (*comm)->stats();
+        stats_mu_.unlock();
+        if (before_close) before_close(r);
+      });
+    }
+    for (auto& t : th) t.join();
+    return st;
+  }
+  static void expect_all_ok(const std::vector<Status>& st) {
+    for (size_t r = 0; r < st.size(); ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+  }
+  JobId job_id(const std::string& name) {
+    for (const auto& j : get_json(ctl_port_, "/v1/jobs")) {
+      if (j["name"] == name) return j["id"].get<JobId>();
+    }
+    return 0;
+  }
+  // The aggregator's telemetry of one job, once it reports at least `completed` rounds.
+  json telemetry_of(JobId job, uint64_t completed) {
+    for (int i = 0; i < 300; ++i) {
+      json t = get_json(agg_http_, "/v1/telemetry");
+      for (const auto& j : t) {
+        if (j["job"] == job && j["completed"].get<uint64_t>() >= completed) return j;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return json();
+  }
+
+  std::string ctl_bin_, agg_bin_, dir_;
+  Child ctl_, agg_;
+  int ctl_port_ = 0, agg_port_ = 0, agg_http_ = 0;
+  std::mutex stats_mu_;
+  std::map<std::string, CommStats> stats_;
+};
+
+TEST_F(ControllerTest, TwoJobsAtOnceOnOneAggregator) {
+  start_controller();
+  start_aggregator(256);
+  std::vector<Status> a, b;
+  std::thread ta([&] { a = run_job("jobA", 3, 20, 3000); });
+  std::thread tb([&] { b = run_job("jobB-longer-name", 2, 20, 3000); });
+  ta.join();
+  tb.join();
+  expect_all_ok(a);
+  expect_all_ok(b);
+  for (const auto& [k, s] : stats_) {
+    EXPECT_EQ(s.host_collectives, 0u) << k << " ran on the host path";
+    EXPECT_GT(s.packets_received, 0u) << k;
+  }
+  // Both ran in-network on disjoint slot ranges; the aggregator counted no bad keys.
+  const std::string m = get_text(agg_http_, "/metrics");
+  EXPECT_NE(m.find("ina_aggregator_bad_key_total 0"), std::string::npos) << m;
+  // Every rank released its job: the controller forgot both and the aggregator dropped them.
+  json jobs = get_json(ctl_port_, "/v1/jobs");
+  EXPECT_TRUE(jobs.is_array() && jobs.empty()) << jobs.dump();
+  bool dropped = false;
+  for (int i = 0; i < 300 && !dropped; ++i) {
+    dropped = get_json(agg_http_, "/v1/telemetry").empty();
+    std::this_thread::sleep_for(10ms);
+  }
+  EXPECT_TRUE(dropped);
+}
+
+TEST_F(ControllerTest, RefusedJobRunsOnTheHostFallback) {
+  start_controller();
+  start_aggregator(32);
+  // Window 64 > capacity 32: refused with the reason; the store gives the host path.
+  httplib::Client probe("127.0.0.1", ctl_port_);
+  auto r = probe.Get("/v1/admit?name=big&world=3&slots=64");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->body.substr(0, 7), "refused");
+  EXPECT_NE(r->body.find("no aggregator has 64 contiguous free slots"), std::string::npos) << r->body;
+  // Same job name: the workers get the same refusal and fall back.
+  // A free port for rank 0's rendezvous store.
+  int store_port = 0;
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+    store_port = ntohs(sa.sin_port);
+    ::close(fd);
+  }
+  std::vector<Status> st = run_job("big", 3, 5, 1000, [&](Config& c) {
+    c.window = 64;
+    c.store = "127.0.0.1:" + std::to_string(store_port);
+  });
+  expect_all_ok(st);
+  for (const auto& [k, s] : stats_) EXPECT_EQ(s.host_collectives, 5u) << k;
+  // Without a store the refusal is an error that says why.
+  Config c = rank_config("big", 0, 3);
+  c.window = 64;
+  auto comm = Communicator::create(c);
+  ASSERT_FALSE(comm.ok());
+  EXPECT_NE(comm.status().message().find("no aggregator has 64 contiguous free slots"),
+            std::string::npos)
+      << comm.status().to_string();
+}
+
+TEST_F(ControllerTest, ControllerRestartDuringAJob) {
+  const std::string state = dir_ + "/state.json";
+  start_controller(0, state);
+  const int port = ctl_port_;
+  start_aggregator(256);
+  std::atomic<bool> restarted{false};
+  std::vector<Status> st = run_job("restart", 2, 30, 2000, {}, [&](int rank, int it) {
+    if (rank == 0 && it == 10) {
+      ctl_.stop();  // the job keeps running in-network meanwhile
+    }
+    if (rank == 0 && it == 20) {
+      int p = 0;
+      ASSERT_EQ(ctl_.start({ctl_bin_, "--port", std::to_string(port), "--port-file",
+                            dir_ + "/ctl2.port", "--state-file", state,
+                            "--heartbeat-timeout-ms", "1500"},
+                           dir_ + "/ctl2.port", &p),
+                "");
+      restarted = true;
+    }
+    if (rank == 0 && it == 25) {
+      // The restarted controller has the job from its state file, and the aggregator back.
+      json jobs = get_json(port, "/v1/jobs");
+      ASSERT_TRUE(jobs.is_array() && jobs.size() == 1) << jobs.dump();
+      EXPECT_EQ(jobs[0]["name"], "restart");
+      EXPECT_EQ(jobs[0]["state"], "active");
+      bool back = false;
+      for (int i = 0; i < 300 && !back; ++i) {
+        json a = get_json(port, "/v1/aggregators");
+        back = a.is_array() && a.size() == 1 && a[0]["heartbeat_age_ms"].get<int64_t>() < 1000;
+        std::this_thread::sleep_for(10ms);
+      }
+      EXPECT_TRUE(back) << "the aggregator did not heartbeat to the restarted controller";
+    }
+  });
+  expect_all_ok(st);
+  ASSERT_TRUE(restarted);
+  for (const auto& [k, s] : stats_) EXPECT_EQ(s.host_collectives, 0u) << k;
+}
+
+// One rank delayed (INA_TEST_DELAY_US: each collective starts late) among 8: the aggregator's
+// straggler ranking names it first in at least 19 of 20 trials (a new job each). The delay
+// (15 ms) is well above the scheduling noise of 8 rank threads on a loaded 2-core CI machine
+// (3 ms was not: a descheduled thread lagged as much).
+TEST_F(ControllerTest, DelayedRankIsRankedFirst) {
+  start_controller();
+  start_aggregator(1024);
+  constexpr int kTrials = 20;
+  constexpr int kIters = 6;
+  int first = 0;
+  std::string misses;
+  for (int t = 0; t < kTrials; ++t) {
+    const int slow = (t * 3) % 8;
+    const std::string name = "straggle-" + std::to_string(t);
+    json tele;
+    std::vector<Status> st = run_job(
+        name, 8, kIters, 512, [&](Config& c) { c.fault.delay_us = c.rank == slow ? 15000 : 0; },
+        {},
+        [&](int r) {
+          // Rank 0 reads the telemetry before it releases the job (so the job still exists).
+          if (r == 0) tele = telemetry_of(job_id(name), kIters * 2);  // 2 blocks of 256
+        });
+    expect_all_ok(st);
+    if (tele.is_object() && tele["stragglers"][0]["rank"] == slow) {
+      ++first;
+    } else {
+      misses += "\n trial " + std::to_string(t) + " slow " + std::to_string(slow) + ": " +
+                tele.dump().substr(0, 400);
+    }
+  }
+  EXPECT_GE(first, 19) << misses;
+}
+
+// A rank that stops: the others' allreduce fails naming it, and the aggregator's stalled-slot
+// report (API and metrics) names it as missing.
+TEST_F(ControllerTest, StoppedRankIsNamed) {
+  start_controller();
+  start_aggregator(256);
+  constexpr int kWorld = 4;
+  constexpr int kStopped = 2;
+  std::vector<Status> st(kWorld);
+  std::atomic<int> joined{0};
+  std::atomic<bool> done{false};
+  json stalled;
+  std::vector<std::thread> th;
+  for (int r = 0; r < kWorld; ++r) {
+    th.emplace_back([&, r] {
+      Config c = rank_config("stall", r, kWorld);
+      c.timeout = 2500ms;
+      auto comm = Communicator::create(c);
+      if (!comm.ok()) {
+        st[r] = comm.status();
+        return;
+      }
+      ++joined;
+      if (r == kStopped) {
+        // Joined, then never contributes: waits until the others have given up.
+        while (!done) std::this_thread::sleep_for(10ms);
+        return;
+      }
+      std::vector<int32_t> v(300, r);
+      st[r] = (*comm)->allreduce(v.data(), v.data(), v.size(), DType::kInt32, ReduceOp::kSum);
+      if (r == 0) {
+        for (int i = 0; i < 300 && !(stalled.is_array() && !stalled.empty()); ++i) {
+          json t = telemetry_of(job_id("stall"), 0);
+          if (t.is_object()) stalled = t["stalled_slots"];
+          std::this_thread::sleep_for(20ms);
+        }
+      }
+    });
+  }
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kStopped) continue;
+    th[static_cast<size_t>(r)].join();
+  }
+  const std::string metrics = get_text(agg_http_, "/metrics");
+  const JobId jid = job_id("stall");  // before the last rank releases the job
+  done = true;
+  th[kStopped].join();
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kStopped) continue;
+    ASSERT_FALSE(st[r].ok()) << "rank " << r;
+    EXPECT_NE(st[r].message().find("ranks 2 did not contribute"), std::string::npos)
+        << st[r].to_string();
+  }
+  ASSERT_TRUE(stalled.is_array() && !stalled.empty()) << stalled.dump();
+  for (const auto& s : stalled) EXPECT_EQ(s["missing_ranks"], json::array({kStopped})) << s.dump();
+  EXPECT_NE(jid, 0u);
+  EXPECT_NE(metrics.find("ina_aggregator_stalled_missing{job=\"" + std::to_string(jid) +
+                         "\",rank=\"2\"}"),
+            std::string::npos)
+      << metrics;
+}
+
+// The aggregator dies mid-job: the workers finish on the host fallback (exact), and the
+// controller, once the heartbeats stop, removes the aggregator and marks the job lost with why.
+TEST_F(ControllerTest, LostAggregatorJobFallsBackAndIsMarkedLost) {
+  start_controller();
+  start_aggregator(256);
+  int store_port = 0;
+  {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof sa;
+    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
+    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+    store_port = ntohs(sa.sin_port);
+    ::close(fd);
+  }
+  json job;
+  std::vector<Status> st = run_job(
+      "doomed", 3, 10, 1000,
+      [&](Config& c) {
+        c.store = "127.0.0.1:" + std::to_string(store_port);
+        c.timeout = 1500ms;
+      },
+      [&](int rank, int it) {
+        if (rank == 0 && it == 4) agg_.stop();
+      },
+      [&](int rank) {
+        if (rank != 0) return;
+        const JobId id = job_id("doomed");
+        for (int i = 0; i < 400; ++i) {
+          job = get_json(ctl_port_, "/v1/jobs/" + std::to_string(id));
+          if (job.is_object() && job["state"] == "lost") return;
+          std::this_thread::sleep_for(10ms);
+        }
+      });
+  expect_all_ok(st);
+  for (const auto& [k, s] : stats_) EXPECT_GE(s.fallbacks + s.host_collectives, 1u) << k;
+  ASSERT_TRUE(job.is_object()) << job.dump();
+  EXPECT_EQ(job["state"], "lost") << job.dump();
+  EXPECT_NE(job["reason"].get<std::string>().find("stopped heartbeating"), std::string::npos)
+      << job.dump();
+  EXPECT_TRUE(get_json(ctl_port_, "/v1/aggregators").empty());
+}
+
+// ina-ctl against the controller: list, drain (new jobs refused with the reason, the running
+// one untouched), undo, metrics; a bad --controller is a usage error naming the flag.
+TEST_F(ControllerTest, InaCtlListsDrainsAndShowsMetrics) {
+  const std::string ctl_cli = env("INA_CTL_BIN");
+  if (ctl_cli.empty()) GTEST_SKIP() << "INA_CTL_BIN not set (run through meson test)";
+  start_controller();
+  start_aggregator(64);
+  auto run = [&](const std::string& args, int* rc) {
+    std::string out;
+    FILE* p = popen((ctl_cli + " --controller 127.0.0.1:" + std::to_string(ctl_port_) + " " +
+                     args + " 2>&1")
+                        .c_str(),
+                    "r");
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+    *rc = WEXITSTATUS(pclose(p));
+    return out;
+  };
+  int rc = -1;
+  std::string out = run("admit early --world 2 --slots 16", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out.substr(0, 8), "admitted") << out;
+  const std::string agg_id = "127.0.0.1:" + std::to_string(agg_port_);
+  out = run("aggregators", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("\"id\": \"" + agg_id + "\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"free_slots\": 48"), std::string::npos) << out;
+  out = run("drain " + agg_id, &rc);
+  EXPECT_EQ(rc, 0) << out;
+  out = run("admit late --world 2 --slots 16", &rc);
+  EXPECT_NE(out.find("every aggregator is draining"), std::string::npos) << out;
+  out = run("jobs", &rc);
+  EXPECT_NE(out.find("\"state\": \"active\""), std::string::npos) << out;
+  EXPECT_NE(out.find("\"state\": \"refused\""), std::string::npos) << out;
+  EXPECT_EQ(run("drain " + agg_id + " --off", &rc).find("ok"), 2u);
+  out = run("admit later --world 2 --slots 16", &rc);
+  EXPECT_EQ(out.substr(0, 8), "admitted") << out;
+  out = run("metrics", &rc);
+  EXPECT_NE(out.find("ina_controller_admissions_total{result=\"refused\"} 1"), std::string::npos)
+      << out;
+  out = run("job 99", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_NE(out.find("no job 99"), std::string::npos) << out;
+  out = run("drain nope", &rc);
+  EXPECT_EQ(rc, 1);
+  FILE* p = popen((ctl_cli + " --controller nohostport jobs 2>&1").c_str(), "r");
+  char buf[512] = {};
+  fread(buf, 1, sizeof buf - 1, p);
+  EXPECT_NE(WEXITSTATUS(pclose(p)), 0);
+  EXPECT_NE(std::string(buf).find("--controller"), std::string::npos) << buf;
+}
+
+}  // namespace
+}  // namespace ina

@@ -1,0 +1,203 @@
+// Admission client (see admission.h).
+#include "worker/admission.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+
+#include "ina/protocol/log.h"
+#include "worker/config_internal.h"
+#include "worker/host/socket.h"
+
+namespace ina::worker {
+namespace {
+
+bool parse_num(std::string_view v, uint64_t max, uint64_t* out) {
+  uint64_t x = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || p != v.data() + v.size() || v.empty() || x > max) return false;
+  *out = x;
+  return true;
+}
+
+// URL query value: the job name is already restricted to [A-Za-z0-9._:-]; ':' is fine in a query.
+Result<std::string> http_get(const std::string& host, uint16_t port, const std::string& path,
+                             std::chrono::milliseconds timeout) {
+  const auto deadline = host::Clock::now() + timeout;
+  INA_ASSIGN_OR_RETURN(int fd, host::connect_tcp(host, port, deadline));
+  const std::string what = "controller " + host + ":" + std::to_string(port);
+  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
+  Status st = host::send_all(fd, req.data(), req.size(), deadline, what);
+  std::string resp;
+  while (st.ok()) {
+    pollfd p{fd, POLLIN, 0};
+    const int rc = ::poll(&p, 1, host::ms_until(deadline));
+    if (rc == 0) {
+      st = deadline_exceeded(what + ": no complete answer within " +
+                             std::to_string(timeout.count()) + " ms");
+      break;
+    }
+    if (rc < 0 && errno != EINTR) {
+      st = unavailable(what + ": poll failed");
+      break;
+    }
+    char buf[4096];
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      st = unavailable(what + ": connection reset");
+      break;
+    }
+    resp.append(buf, static_cast<size_t>(n));
+    if (resp.size() > (1u << 20)) {
+      st = unavailable(what + ": answer larger than 1 MiB");
+      break;
+    }
+  }
+  ::close(fd);
+  INA_RETURN_IF_ERROR(st);
+  // "HTTP/1.x 200 ..." then headers, a blank line, the body.
+  const size_t sp = resp.find(' ');
+  const size_t body_at = resp.find("\r\n\r\n");
+  if (resp.rfind("HTTP/1.", 0) != 0 || sp == std::string::npos || body_at == std::string::npos) {
+    return unavailable(what + ": not an HTTP answer");
+  }
+  const std::string code = resp.substr(sp + 1, 3);
+  std::string body = resp.substr(body_at + 4);
+  if (code != "200") {
+    while (!body.empty() && body.back() == '\n') body.pop_back();
+    return Status(code == "400" ? StatusCode::kInvalidArgument : StatusCode::kUnavailable,
+                  what + ": HTTP " + code + ": " + body);
+  }
+  return body;
+}
+
+}  // namespace
+
+Result<Admission> parse_admission(std::string_view body) {
+  Admission a;
+  bool first = true;
+  bool have_job = false, have_key = false, have_agg = false, have_slots = false, have_block = false;
+  while (!body.empty()) {
+    const size_t nl = body.find('\n');
+    std::string_view line = body.substr(0, nl);
+    body = nl == std::string_view::npos ? std::string_view{} : body.substr(nl + 1);
+    if (first) {
+      if (line == "admitted") {
+        a.admitted = true;
+      } else if (line != "refused") {
+        return unavailable("controller answer: first line '" + std::string(line) +
+                           "' is neither 'admitted' nor 'refused'");
+      }
+      first = false;
+      continue;
+    }
+    if (line.empty()) continue;
+    const size_t sp = line.find(' ');
+    const std::string_view k = line.substr(0, sp);
+    const std::string_view v = sp == std::string_view::npos ? std::string_view{} : line.substr(sp + 1);
+    uint64_t x = 0;
+    auto bad = [&] {
+      return unavailable("controller answer: bad '" + std::string(k) + "' value '" +
+                         std::string(v) + "'");
+    };
+    if (k == "job") {
+      if (!parse_num(v, UINT32_MAX, &x)) return bad();
+      a.job = static_cast<JobId>(x);
+      have_job = true;
+    } else if (k == "key") {
+      if (!parse_num(v, UINT64_MAX, &x)) return bad();
+      a.key = x;
+      have_key = true;
+    } else if (k == "aggregator") {
+      if (!parse_host_port(v, "controller answer 'aggregator'", &a.aggregator_host,
+                           &a.aggregator_port)
+               .ok()) {
+        return bad();
+      }
+      have_agg = true;
+    } else if (k == "slots") {
+      if (!parse_num(v, 32768, &x) || x == 0) return bad();
+      a.slots = static_cast<uint32_t>(x);
+      have_slots = true;
+    } else if (k == "block") {
+      if (!parse_num(v, 16384, &x) || x == 0) return bad();
+      a.block_elems = static_cast<uint32_t>(x);
+      have_block = true;
+    } else if (k == "reason") {
+      a.reason = std::string(v);
+    }  // unknown keys: a newer controller; ignored
+  }
+  if (first) return unavailable("controller answer is empty");
+  if (a.admitted && !(have_job && have_key && have_agg && have_slots && have_block)) {
+    return unavailable("controller answer: 'admitted' lacks one of job, key, aggregator, slots, block");
+  }
+  if (!a.admitted && a.reason.empty()) a.reason = "no reason given";
+  return a;
+}
+
+std::string admission_name(const Config& cfg) {
+  if (!cfg.job_name.empty()) return cfg.job_name;
+  if (!cfg.store.empty()) {
+    std::string n = "store-";
+    for (char c : cfg.store) n += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == ':' || c == '-') ? c : '_';
+    return n;
+  }
+  return {};
+}
+
+Status admit(Config* cfg, std::chrono::milliseconds timeout) {
+  const std::string name = admission_name(*cfg);
+  if (name.empty()) {
+    return invalid_argument(
+        "INA_CONTROLLER needs a job name shared by every rank: set INA_JOB_NAME, or INA_STORE / "
+        "MASTER_ADDR and MASTER_PORT");
+  }
+  if (cfg->world_size < 1 || cfg->rank < 0) return cfg->validate();
+  const std::string path = "/v1/admit?name=" + name + "&world=" + std::to_string(cfg->world_size) +
+                           "&rank=" + std::to_string(cfg->rank) + "&slots=" +
+                           std::to_string(cfg->window) + "&block=" + std::to_string(cfg->block_elems);
+  Result<std::string> body = http_get(cfg->controller_host, cfg->controller_port, path, timeout);
+  Result<Admission> a = body.ok() ? parse_admission(body.value()) : Result<Admission>(body.status());
+  if (a.ok() && a.value().admitted) {
+    const Admission& x = a.value();
+    cfg->aggregator_host = x.aggregator_host;
+    cfg->aggregator_port = x.aggregator_port;
+    cfg->job = x.job;
+    cfg->job_key = x.key;
+    cfg->window = std::min(cfg->window, x.slots);
+    cfg->block_elems = std::min(cfg->block_elems, x.block_elems);
+    INA_INFO("worker", "rank %d: admitted as job %u on %s:%u", cfg->rank, x.job,
+             x.aggregator_host.c_str(), unsigned{x.aggregator_port});
+    return ok_status();
+  }
+  if (a.ok() || a.status().code() != StatusCode::kInvalidArgument) {
+    const std::string why = a.ok() ? "refused: " + a.value().reason : a.status().message();
+    if (!cfg->store.empty()) {
+      INA_INFO("worker", "rank %d: controller %s; running on the host fallback", cfg->rank,
+               why.c_str());
+      cfg->host_only = true;
+      return ok_status();
+    }
+    return unavailable("admission " + why + " (no host fallback: set INA_STORE or MASTER_ADDR "
+                       "and MASTER_PORT)");
+  }
+  return a.status();
+}
+
+void release(const Config& cfg) {
+  if (cfg.controller_host.empty()) return;
+  const std::string name = admission_name(cfg);
+  if (name.empty()) return;
+  (void)http_get(cfg.controller_host, cfg.controller_port,
+                 "/v1/release?name=" + name + "&rank=" + std::to_string(cfg.rank),
+                 std::chrono::milliseconds(500));
+}
+
+}  // namespace ina::worker

@@ -1,0 +1,43 @@
+// Admission through ina-controller (INA_CONTROLLER): a tiny HTTP/1.0 GET over the host path's
+// TCP helpers and a "key value" line answer, so libina needs neither an HTTP nor a JSON library.
+// Every rank asks with the same job name and gets the same answer (the controller's admission
+// is sticky per name), so all ranks agree on the in-network path or the host fallback.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "ina/ina.hpp"
+#include "ina/protocol/status.h"
+
+namespace ina::worker {
+
+struct Admission {
+  bool admitted = false;
+  JobId job = 0;
+  uint64_t key = 0;
+  std::string aggregator_host;
+  uint16_t aggregator_port = 0;
+  uint32_t slots = 0;
+  uint32_t block_elems = 0;
+  std::string reason;  // refused: why
+};
+
+// Parses the controller's answer ("admitted" or "refused" first, then "key value" lines).
+Result<Admission> parse_admission(std::string_view body);
+
+// The job's name: Config::job_name, else derived from the rendezvous store address; empty when
+// neither is set.
+std::string admission_name(const Config& cfg);
+
+// Asks the controller and rewrites cfg (aggregator, job, key, window, block) on admission; on a
+// refusal or an unreachable controller, sets host_only when a store is configured (the host
+// fallback), else returns kUnavailable with the reason.
+Status admit(Config* cfg, std::chrono::milliseconds timeout);
+
+// Tells the controller this rank is done with the job (best effort, short timeout).
+void release(const Config& cfg);
+
+}  // namespace ina::worker
