@@ -112,11 +112,13 @@ TEST_F(ExternalStore, ThreeRanksMeetAndReduceOnTheHostMesh) {
     }
     EXPECT_EQ(gathered[r], (std::vector<int32_t>{100, 101, 102}));
   }
-  // Every rank published its mesh address under the job's prefix, through this store only.
+  // Every rank published its host-transport vote and its mesh address under the job's prefix,
+  // through this store only, and nothing else.
   for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(store.kv.count("ina/job9/transport/" + std::to_string(r)), 1u) << r;
     EXPECT_EQ(store.kv.count("ina/job9/mesh/addr/" + std::to_string(r)), 1u) << r;
   }
-  EXPECT_EQ(store.sets, kWorld);
+  EXPECT_EQ(store.sets, 2 * kWorld);
 }
 
 TEST_F(ExternalStore, MissingPeerIsATimeoutNamingItsKey) {
@@ -129,7 +131,9 @@ TEST_F(ExternalStore, MissingPeerIsATimeoutNamingItsKey) {
   ina_comm_t* comm = nullptr;
   EXPECT_EQ(ina_comm_create_with_store(&cfg, &cs, &comm), INA_TIMEOUT);
   EXPECT_EQ(comm, nullptr);
-  EXPECT_NE(std::string(ina_last_create_error()).find("ina/job1/mesh/addr/0"), std::string::npos)
+  // Rank 0 never published anything: the first key rank 1 waits for (its host-transport vote)
+  // is named.
+  EXPECT_NE(std::string(ina_last_create_error()).find("ina/job1/transport/0"), std::string::npos)
       << ina_last_create_error();
 }
 
