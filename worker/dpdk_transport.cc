@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "ina/protocol/log.h"
+#include "worker/bypass_endpoint.h"
 
 namespace ina::worker {
 
@@ -35,16 +36,6 @@ constexpr unsigned kPoolMbufs = 16383;
 constexpr uint16_t kDescriptors = 1024;
 constexpr uint16_t kPollBurst = 32;
 constexpr int kTxAttempts = 8;
-
-Status env_error(const char* name, std::string_view value, std::string_view form) {
-  return invalid_argument("invalid " + std::string(name) + "=\"" + std::string(value) +
-                          "\": expected " + std::string(form));
-}
-
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : nullptr;
-}
 
 frame::HwCheck ip_check(uint64_t f) {
   switch (f & RTE_MBUF_F_RX_IP_CKSUM_MASK) {
@@ -352,7 +343,7 @@ void DpdkPort::dispatch(rte_mbuf* m) {
 
 Result<DpdkTransportOptions> dpdk_options_from_env(const Config& cfg) {
   DpdkTransportOptions o;
-  const char* args = env("INA_DPDK_ARGS");
+  const char* args = nonempty_env("INA_DPDK_ARGS");
   if (args == nullptr) {
     return invalid_argument(
         "INA_TRANSPORT=dpdk needs INA_DPDK_ARGS: the EAL arguments, e.g. \"--no-huge -m 256 "
@@ -372,48 +363,11 @@ Result<DpdkTransportOptions> dpdk_options_from_env(const Config& cfg) {
     i = j;
   }
   if (o.eal_args.empty()) return env_error("INA_DPDK_ARGS", a, "EAL arguments");
-  if (const char* v = env("INA_DPDK_PORT")) o.port = v;
+  if (const char* v = nonempty_env("INA_DPDK_PORT")) o.port = v;
 
-  const char* ip = env("INA_LOCAL_IP");
-  if (ip == nullptr) {
-    return invalid_argument(
-        "INA_TRANSPORT=dpdk needs INA_LOCAL_IP: this worker's IPv4 address a.b.c.d on the port");
-  }
-  Result<uint32_t> lip = frame::parse_ipv4(ip);
-  if (!lip.ok()) return env_error("INA_LOCAL_IP", ip, "an IPv4 address a.b.c.d");
-  o.local_ip = lip.value();
-  if (const char* v = env("INA_LOCAL_MAC")) {
-    Result<frame::Mac> m = frame::parse_mac(v);
-    if (!m.ok()) return env_error("INA_LOCAL_MAC", v, "a MAC address aa:bb:cc:dd:ee:ff");
-    o.local_mac = m.value();
-    o.local_mac_set = true;
-  }
-  if (const char* v = env("INA_AGGREGATOR_MAC")) {
-    Result<frame::Mac> m = frame::parse_mac(v);
-    if (!m.ok()) return env_error("INA_AGGREGATOR_MAC", v, "a MAC address aa:bb:cc:dd:ee:ff");
-    o.aggregator_mac = m.value();
-    o.aggregator_mac_set = true;
-  }
-  unsigned base = 47500;
-  if (const char* v = env("INA_LOCAL_PORT")) {
-    const std::string_view s(v);
-    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), base);
-    if (ec != std::errc() || ptr != s.data() + s.size() || base < 1 || base > 65535) {
-      return env_error("INA_LOCAL_PORT", s, "a UDP port in [1, 65535] (rank r uses it + r)");
-    }
-  }
-  if (base + static_cast<unsigned>(cfg.rank) > 65535) {
-    return invalid_argument("INA_LOCAL_PORT=" + std::to_string(base) + " + rank " +
-                            std::to_string(cfg.rank) + " exceeds 65535");
-  }
-  o.local_port = static_cast<uint16_t>(base + static_cast<unsigned>(cfg.rank));
-  Result<uint32_t> aip = frame::parse_ipv4(cfg.aggregator_host);
-  if (!aip.ok()) {
-    return invalid_argument("invalid INA_AGGREGATOR host \"" + cfg.aggregator_host +
-                            "\": INA_TRANSPORT=dpdk needs an IPv4 address a.b.c.d (no names)");
-  }
-  o.aggregator_ip = aip.value();
-  o.aggregator_port = cfg.aggregator_port;
+  INA_ASSIGN_OR_RETURN(BypassEndpoint e,
+                       bypass_endpoint_from_env(cfg, "dpdk", "on the port"));
+  apply_endpoint(e, &o);
   return o;
 }
 

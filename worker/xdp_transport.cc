@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "ina/protocol/log.h"
+#include "worker/bypass_endpoint.h"
 
 namespace ina::worker {
 
@@ -28,16 +29,6 @@ constexpr uint32_t kFrames = 4096;
 constexpr uint32_t kFrameSize = XSK_UMEM__DEFAULT_FRAME_SIZE;  // 4096
 constexpr uint32_t kRxFrames = kFrames / 2;
 constexpr uint32_t kRingSize = XSK_RING_CONS__DEFAULT_NUM_DESCS;  // 2048
-
-const char* env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' ? v : nullptr;
-}
-
-Status env_error(const char* name, std::string_view value, std::string_view form) {
-  return invalid_argument("invalid " + std::string(name) + "=\"" + std::string(value) +
-                          "\": expected " + std::string(form));
-}
 
 }  // namespace
 
@@ -58,64 +49,28 @@ XdpTransport::XdpTransport() : s_(std::make_unique<State>()) {}
 
 Result<XdpTransportOptions> xdp_options_from_env(const Config& cfg) {
   XdpTransportOptions o;
-  const char* iface = env("INA_XDP_IFACE");
+  const char* iface = nonempty_env("INA_XDP_IFACE");
   if (iface == nullptr) {
     return invalid_argument("INA_TRANSPORT=xdp needs INA_XDP_IFACE: the interface to bind");
   }
   o.iface = iface;
-  if (const char* v = env("INA_XDP_QUEUE")) {
+  if (const char* v = nonempty_env("INA_XDP_QUEUE")) {
     const std::string_view s(v);
     auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), o.queue);
     if (ec != std::errc() || ptr != s.data() + s.size()) {
       return env_error("INA_XDP_QUEUE", s, "a queue number (0, 1, ...)");
     }
   }
-  if (const char* v = env("INA_XDP_COPY")) {
+  if (const char* v = nonempty_env("INA_XDP_COPY")) {
     const std::string_view s(v);
     if (s != "0" && s != "1") return env_error("INA_XDP_COPY", s, "0 or 1");
     o.force_copy = s == "1";
   }
-  const char* ip = env("INA_LOCAL_IP");
-  if (ip == nullptr) {
-    return invalid_argument(
-        "INA_TRANSPORT=xdp needs INA_LOCAL_IP: this worker's IPv4 address a.b.c.d (not configured "
-        "on the kernel interface; the transport answers ARP for it)");
-  }
-  Result<uint32_t> lip = frame::parse_ipv4(ip);
-  if (!lip.ok()) return env_error("INA_LOCAL_IP", ip, "an IPv4 address a.b.c.d");
-  o.local_ip = lip.value();
-  if (const char* v = env("INA_LOCAL_MAC")) {
-    Result<frame::Mac> m = frame::parse_mac(v);
-    if (!m.ok()) return env_error("INA_LOCAL_MAC", v, "a MAC address aa:bb:cc:dd:ee:ff");
-    o.local_mac = m.value();
-    o.local_mac_set = true;
-  }
-  if (const char* v = env("INA_AGGREGATOR_MAC")) {
-    Result<frame::Mac> m = frame::parse_mac(v);
-    if (!m.ok()) return env_error("INA_AGGREGATOR_MAC", v, "a MAC address aa:bb:cc:dd:ee:ff");
-    o.aggregator_mac = m.value();
-    o.aggregator_mac_set = true;
-  }
-  unsigned base = 47500;
-  if (const char* v = env("INA_LOCAL_PORT")) {
-    const std::string_view s(v);
-    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), base);
-    if (ec != std::errc() || ptr != s.data() + s.size() || base < 1 || base > 65535) {
-      return env_error("INA_LOCAL_PORT", s, "a UDP port in [1, 65535] (rank r uses it + r)");
-    }
-  }
-  if (base + static_cast<unsigned>(cfg.rank) > 65535) {
-    return invalid_argument("INA_LOCAL_PORT=" + std::to_string(base) + " + rank " +
-                            std::to_string(cfg.rank) + " exceeds 65535");
-  }
-  o.local_port = static_cast<uint16_t>(base + static_cast<unsigned>(cfg.rank));
-  Result<uint32_t> aip = frame::parse_ipv4(cfg.aggregator_host);
-  if (!aip.ok()) {
-    return invalid_argument("invalid INA_AGGREGATOR host \"" + cfg.aggregator_host +
-                            "\": INA_TRANSPORT=xdp needs an IPv4 address a.b.c.d (no names)");
-  }
-  o.aggregator_ip = aip.value();
-  o.aggregator_port = cfg.aggregator_port;
+  INA_ASSIGN_OR_RETURN(
+      BypassEndpoint e,
+      bypass_endpoint_from_env(cfg, "xdp", "(not configured on the kernel interface; the "
+                                           "transport answers ARP for it)"));
+  apply_endpoint(e, &o);
   return o;
 }
 
