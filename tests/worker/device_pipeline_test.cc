@@ -20,6 +20,11 @@ namespace {
 
 using ina::testing::FakeDeviceOps;
 
+// 3x + 1 modulo 2^32 (unsigned, since the inputs' 3x overflows int32).
+int32_t three_x_plus_1(int32_t x) {
+  return static_cast<int32_t>(3u * static_cast<uint32_t>(x) + 1u);
+}
+
 // The "network" of these tests: each element x becomes 3x + 1 (a function of the element alone,
 // so the right answer does not depend on the chunking); it also checks the buffer is at rest.
 ChunkReduce transform(FakeDeviceOps& ops, std::vector<size_t>* sizes, std::vector<uint64_t>* depth,
@@ -30,7 +35,7 @@ ChunkReduce transform(FakeDeviceOps& ops, std::vector<size_t>* sizes, std::vecto
     sizes->push_back(n);
     depth->push_back(ops.shared()->copies_to_host.load());
     auto* v = static_cast<int32_t*>(buf);
-    for (size_t i = 0; i < n; ++i) v[i] = 3 * v[i] + 1;
+    for (size_t i = 0; i < n; ++i) v[i] = three_x_plus_1(v[i]);
     return ok_status();
   };
 }
@@ -87,7 +92,7 @@ TEST_P(PipelineShapes, EveryElementOnceInOrderWithoutHazards) {
     EXPECT_EQ(p.stats().staging_allocations, std::min<size_t>(sh.buffers, chunks));
   }
   const auto* out = static_cast<const int32_t*>(drecv);
-  for (size_t i = 0; i < sh.count; ++i) ASSERT_EQ(out[i], 3 * in[i] + 1) << "element " << i;
+  for (size_t i = 0; i < sh.count; ++i) ASSERT_EQ(out[i], three_x_plus_1(in[i])) << "element " << i;
   EXPECT_EQ(ops.hazards(), std::vector<std::string>{});
   EXPECT_EQ(ops.shared()->live_pinned.load(), 0);
   EXPECT_EQ(ops.shared()->live_streams.load(), 0);
@@ -113,12 +118,12 @@ TEST(DevicePipeline, InPlaceAndMixedHostDevice) {
   void* d = ops.alloc_device(n * 4);
   std::memcpy(d, in.data(), n * 4);
   ASSERT_TRUE(p.run(d, d, n, DType::kInt32, {96, 2}, nullptr, transform(ops, &sizes, &depth)).ok());
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<int32_t*>(d)[i], 3 * in[i] + 1);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<int32_t*>(d)[i], three_x_plus_1(in[i]));
   // Host send, device recv.
   std::vector<int32_t> out(n);
   ASSERT_TRUE(p.run(in.data(), d, n, DType::kInt32, {96, 2}, nullptr, transform(ops, &sizes, &depth)).ok());
   std::memcpy(out.data(), d, n * 4);
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], 3 * in[i] + 1);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], three_x_plus_1(in[i]));
   // A larger chunk later grows the staging buffers.
   ASSERT_TRUE(p.run(in.data(), d, n, DType::kInt32, {512, 2}, nullptr, transform(ops, &sizes, &depth)).ok());
   EXPECT_EQ(p.stats().staging_allocations, 4u);
@@ -146,7 +151,7 @@ TEST(DevicePipeline, StartsAfterTheStreamsEarlierWork) {
     DevicePipeline p(ops);
     ASSERT_TRUE(p.run(d, d, n, DType::kInt32, {64, 2}, *start, transform(ops, &sizes, &depth)).ok());
   }
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<int32_t*>(d)[i], 3 * static_cast<int32_t>(i) + 1);
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<int32_t*>(d)[i], three_x_plus_1(static_cast<int32_t>(i)));
   ops.destroy_event(*start);
   ops.destroy_stream(*user);
   ops.free_device(d);
@@ -236,6 +241,43 @@ TEST(DevicePipeline, CopiesOverlapTheNetwork) {
   EXPECT_LT(three, 160.0);
   EXPECT_LT(two, one - 50.0);
   EXPECT_LT(three, two);
+}
+
+// The blocking allreduce records its start event on the default stream, runs the pipeline and
+// destroys the event. With a count of 0 the pipeline returns without waiting for the event, so
+// it is destroyed while its record is still queued behind earlier work: legal in CUDA (released
+// once the record completed), and the fake must keep it alive until then (this was a
+// use-after-free that corrupted the heap or hung device_allreduce_test).
+TEST(DevicePipeline, CountZeroWithAStartStillQueuedOnABusyStream) {
+  FakeDeviceOps ops;
+  auto user = ops.create_stream();
+  ASSERT_TRUE(user.ok());
+  ASSERT_TRUE(ops.launch_host_func(*user, [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }).ok());
+  auto start = ops.create_event();
+  ASSERT_TRUE(start.ok());
+  ASSERT_TRUE(ops.record_event(*start, *user).ok());
+  std::vector<size_t> sizes;
+  std::vector<uint64_t> depth;
+  DevicePipeline p(ops);
+  void* d = ops.alloc_device(4);
+  ASSERT_TRUE(p.run(d, d, 0, DType::kInt32, {64, 2}, *start, transform(ops, &sizes, &depth)).ok());
+  ops.destroy_event(*start);  // its record has not run yet
+  EXPECT_EQ(ops.shared()->live_events.load(), 0);
+  // A wait enqueued before the destruction also keeps the event alive.
+  auto ev = ops.create_event();
+  ASSERT_TRUE(ev.ok());
+  ASSERT_TRUE(ops.launch_host_func(*user, [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }).ok());
+  ASSERT_TRUE(ops.record_event(*ev, *user).ok());
+  auto other = ops.create_stream();
+  ASSERT_TRUE(other.ok());
+  ASSERT_TRUE(ops.stream_wait_event(*other, *ev).ok());
+  ops.destroy_event(*ev);
+  EXPECT_TRUE(ops.stream_synchronize(*user).ok());
+  EXPECT_TRUE(ops.stream_synchronize(*other).ok());
+  EXPECT_TRUE(sizes.empty());
+  ops.free_device(d);
+  ops.destroy_stream(*other);
+  ops.destroy_stream(*user);
 }
 
 TEST(DevicePipeline, RejectsBadOptions) {

@@ -167,13 +167,23 @@ void FakeDeviceOps::destroy_stream(void* s) {
   --sh_->live_streams;
   delete static_cast<Stream*>(s);
 }
+// An event handle owns one reference to its Event; every operation enqueued on a stream that
+// completes or waits for the event holds another. So destroying an event whose record has not
+// run yet (legal in CUDA: "resources ... released automatically once the device has completed
+// event") frees it only after the stream is done with it, as cudaEventDestroy does. The
+// pipeline does this for a count of 0, which returns without waiting for its start event.
+namespace {
+using EventRef = std::shared_ptr<FakeDeviceOps::Event>;
+EventRef& event_of(void* e) { return *static_cast<EventRef*>(e); }
+}  // namespace
+
 Result<void*> FakeDeviceOps::create_event() {
   ++sh_->live_events;
-  return static_cast<void*>(new Event());
+  return static_cast<void*>(new EventRef(std::make_shared<Event>()));
 }
 void FakeDeviceOps::destroy_event(void* e) {
   --sh_->live_events;
-  delete static_cast<Event*>(e);
+  delete static_cast<EventRef*>(e);
 }
 
 FakeDeviceOps::Stream* FakeDeviceOps::stream_of(void* s) {
@@ -181,7 +191,7 @@ FakeDeviceOps::Stream* FakeDeviceOps::stream_of(void* s) {
 }
 
 Status FakeDeviceOps::record_event(void* e, void* s) {
-  auto* ev = static_cast<Event*>(e);
+  EventRef ev = event_of(e);
   uint64_t gen;
   {
     std::lock_guard<std::mutex> lk(ev->mu);
@@ -196,7 +206,7 @@ Status FakeDeviceOps::record_event(void* e, void* s) {
 }
 
 Status FakeDeviceOps::stream_wait_event(void* s, void* e) {
-  auto* ev = static_cast<Event*>(e);
+  EventRef ev = event_of(e);
   uint64_t gen;
   {
     std::lock_guard<std::mutex> lk(ev->mu);
@@ -210,7 +220,7 @@ Status FakeDeviceOps::stream_wait_event(void* s, void* e) {
 }
 
 Status FakeDeviceOps::event_synchronize(void* e) {
-  auto* ev = static_cast<Event*>(e);
+  const EventRef ev = event_of(e);
   uint64_t gen;
   {
     std::lock_guard<std::mutex> lk(ev->mu);

@@ -1,6 +1,7 @@
 // A DeviceOps without a GPU, for the pipeline and asynchronous-collective tests: "device memory"
 // is host memory the fake allocated (is_device_pointer knows it by address), each stream is a
-// thread running its queue in order, events are generation counters. It also checks what a GPU
+// thread running its queue in order, events are generation counters (released, as in CUDA, only
+// once no enqueued record or wait still uses them). It also checks what a GPU
 // would not: a copy that overwrites a staging buffer whose previous content has not been copied
 // out yet, and host access to a staging buffer with a copy still pending (hazards()). Faults:
 // make the n-th copy fail when enqueued or when it runs (reported at the next synchronize).
