@@ -140,6 +140,10 @@ TEST_P(HostCollectives, Allreduce) {
             Status s = allreduce(ctx, in.data(), dst, count, t, op, opts);
             ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
             expect_reduced(t, op, ctx.size(), dst, 0, count, seed, what);
+            // Out of place the input is read, never written (the ring reads it where it is).
+            if (!in_place) {
+              EXPECT_EQ(in, make_input(t, ctx.rank(), count, seed)) << what << ": input modified";
+            }
           }
   });
 }
