@@ -15,15 +15,16 @@
 // soon as piece k of step s has been reduced: the reduction of one piece overlaps the transfer of
 // the following ones, and steps overlap each other.
 //
-// Receive window: at most W = min(kRecvWindow, K) receives are posted ahead (message g is
-// posted once message g - W has been handled; the rest waits in the socket buffers). Reduce-scatter
-// pieces land in slot g % kRecvWindow of a small scratch window, which therefore stays in the CPU
-// cache between the receive that writes it and the reduction that reads it. (Receiving a whole
-// segment into scratch before reducing it, as this schedule once did, sent every byte through
-// main memory twice more and made the ring half as fast as the tree at 2 ranks.) Allgather pieces
-// land in place; before a region is overwritten (or reduced into) the send that still reads it
-// is waited. Every wait depends only on messages of lower index on some rank, so a window of any
-// size cannot deadlock.
+// Window: at most W = min(kWindow, K) messages are posted ahead, sends and receives alike
+// (message g is posted once message g - W has been handled). Reduce-scatter pieces land in slot
+// g % kWindow of a small scratch window, which therefore stays in the CPU cache between the
+// receive that writes it and the reduction that reads it; and a link carries about W pieces
+// rather than a whole segment queued in the socket buffers. (This schedule once received whole
+// segments into segment-sized scratch and posted every first-step send at once: at 2 ranks perf
+// showed it spending 3-4x the tree's CPU time in the reduction and in the kernel's copy to user
+// space, both reading data that had left the cache.) Allgather pieces land in place; before a region is
+// overwritten (or reduced into) the send that still reads it is waited. Every wait depends only
+// on messages of lower index on some rank, so a window of any size cannot deadlock.
 //
 // Out of place (src != nullptr): a piece is read from src until the ring writes it in buf
 // (copied next to its reduction, while the piece is in cache), instead of copying the whole input
@@ -40,7 +41,7 @@
 namespace ina::host {
 
 namespace {
-constexpr size_t kRecvWindow = 4;
+constexpr size_t kWindow = 4;
 }
 
 Status ring_run(Context& ctx, uint8_t* buf, std::span<const size_t> seg_offsets, DType t,
@@ -86,8 +87,8 @@ Status ring_run(Context& ctx, uint8_t* buf, std::span<const size_t> seg_offsets,
   auto idx = [&](int seg, size_t k) { return static_cast<size_t>(seg) * k_pieces + k; };
 
   uint8_t* window = nullptr;
-  if (phases.reduce_scatter) window = ctx.scratch(0, kRecvWindow * max_piece * esize);
-  auto slot = [&](size_t g) { return window + (g % kRecvWindow) * max_piece * esize; };
+  if (phases.reduce_scatter) window = ctx.scratch(0, kWindow * max_piece * esize);
+  auto slot = [&](size_t g) { return window + (g % kWindow) * max_piece * esize; };
   // Out of place: which pieces of buf the ring has written (the others are still in src).
   std::vector<uint8_t> written(src != nullptr ? static_cast<size_t>(p) * k_pieces : 0, 0);
   auto in_buf = [&](int seg, size_t k) { return src == nullptr || written[idx(seg, k)] != 0; };
@@ -95,13 +96,15 @@ Status ring_run(Context& ctx, uint8_t* buf, std::span<const size_t> seg_offsets,
   std::vector<Context::Handle> reading(static_cast<size_t>(p) * k_pieces, 0);
   std::vector<Context::Handle> sends;
   sends.reserve(total);
-  std::vector<Context::Handle> recvs(kRecvWindow, 0);
-  // Receives posted ahead: at most the window, and at most one step (K pieces), so that message
-  // g = (s+1)*K + k is posted only after piece k of step s was handled: by then every earlier
-  // use of its region (the reduction into it, the send posted from it) has been issued.
-  const size_t ahead = std::min(kRecvWindow, k_pieces);
+  std::vector<Context::Handle> recvs(kWindow, 0);
+  // Messages posted ahead, sends and receives alike: at most the window, and at most one step (K
+  // pieces), so that message g = (s+1)*K + k is posted only after piece k of step s was handled:
+  // by then the piece it sends has been reduced, and every earlier use of the region it receives
+  // into (the reduction into it, the send posted from it) has been issued.
+  const size_t ahead = std::min(kWindow, k_pieces);
 
-  auto post_send = [&](size_t s, size_t k) {
+  auto post_send = [&](size_t g) {
+    const size_t s = g / k_pieces, k = g % k_pieces;
     const int seg = steps[s].send_seg;
     size_t lo = 0, len = 0;
     piece(seg, k, &lo, &len);
@@ -119,21 +122,23 @@ Status ring_run(Context& ctx, uint8_t* buf, std::span<const size_t> seg_offsets,
     size_t lo = 0, len = 0;
     piece(seg, k, &lo, &len);
     if (steps[s].reduce) {
-      recvs[g % kRecvWindow] = ctx.irecv(left, slot(g), len * esize);
+      recvs[g % kWindow] = ctx.irecv(left, slot(g), len * esize);
     } else {
       INA_RETURN_IF_ERROR(ctx.wait(reading[idx(seg, k)]));
-      recvs[g % kRecvWindow] = ctx.irecv(left, at(buf, seg, lo), len * esize);
+      recvs[g % kWindow] = ctx.irecv(left, at(buf, seg, lo), len * esize);
       if (src != nullptr) written[idx(seg, k)] = 1;
     }
     return ok_status();
   };
 
-  for (size_t k = 0; k < k_pieces; ++k) post_send(0, k);
-  for (size_t g = 0; g < std::min(ahead, total); ++g) INA_RETURN_IF_ERROR(post_recv(g));
+  for (size_t g = 0; g < std::min(ahead, total); ++g) {
+    post_send(g);
+    INA_RETURN_IF_ERROR(post_recv(g));
+  }
   for (size_t g = 0; g < total; ++g) {
     const size_t s = g / k_pieces, k = g % k_pieces;
     const Step& st = steps[s];
-    INA_RETURN_IF_ERROR(ctx.wait(recvs[g % kRecvWindow]));
+    INA_RETURN_IF_ERROR(ctx.wait(recvs[g % kWindow]));
     if (st.reduce) {
       size_t lo = 0, len = 0;
       piece(st.recv_seg, k, &lo, &len);
@@ -146,11 +151,13 @@ Status ring_run(Context& ctx, uint8_t* buf, std::span<const size_t> seg_offsets,
       }
       reduce_into(dst, slot(g), len, t, op);
     }
-    // The send first (it is what the next rank waits for; and a receive posted below into the
-    // region it reads then waits for it). Message g's slot is free: the receive `ahead` further
-    // may use it.
-    if (s + 1 < steps.size()) post_send(s + 1, k);
-    if (g + ahead < total) INA_RETURN_IF_ERROR(post_recv(g + ahead));
+    // Message g is handled: the send and the receive `ahead` further may go (the receive may use
+    // g's slot). The send first: it is what the next rank waits for, and a receive posted into
+    // the region it reads then waits for it.
+    if (g + ahead < total) {
+      post_send(g + ahead);
+      INA_RETURN_IF_ERROR(post_recv(g + ahead));
+    }
   }
   return ctx.wait_all(sends);
 }
