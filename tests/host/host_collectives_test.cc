@@ -140,6 +140,10 @@ TEST_P(HostCollectives, Allreduce) {
             Status s = allreduce(ctx, in.data(), dst, count, t, op, opts);
             ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
             expect_reduced(t, op, ctx.size(), dst, 0, count, seed, what);
+            // Out of place the input is read, never written (the ring reads it where it is).
+            if (!in_place) {
+              EXPECT_EQ(in, make_input(t, ctx.rank(), count, seed)) << what << ": input modified";
+            }
           }
   });
 }
@@ -159,6 +163,8 @@ TEST_P(HostCollectives, ReduceScatter) {
           Status s = reduce_scatter(ctx, in.data(), out.data(), count, t, op, opts);
           ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
           expect_reduced(t, op, ctx.size(), out.data(), count * static_cast<size_t>(ctx.rank()), count, seed, what);
+          EXPECT_EQ(in, make_input(t, ctx.rank(), count * static_cast<size_t>(ctx.size()), seed))
+              << what << ": input modified";
         }
   });
 }

@@ -56,7 +56,8 @@ class Context {
   // at a time). Reusing the memory matters: the first touch of a fresh page costs a page fault
   // (tens of microseconds on a virtual machine, more than copying the page over loopback TCP), so
   // a collective that allocated its buffers per call was bound by page faults, not by the link.
-  // Slots in use: 0, 1 ring steps and halving-doubling; 0..3 the tree; 2 ReduceScatter's copy.
+  // Slots in use: 0 the ring's receive window; 0, 1 halving-doubling; 0..3 the tree; 2
+  // ReduceScatter's reduction buffer.
   static constexpr int kScratchSlots = 4;
   uint8_t* scratch(int slot, size_t bytes) {
     Scratch& s = scratch_[slot];

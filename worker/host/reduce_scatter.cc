@@ -1,6 +1,6 @@
 // ReduceScatter: the first half of ring AllReduce (ring.cc), with the segments equal to the
-// output blocks and the schedule shifted so that rank r ends owning block r. The input is copied
-// to a scratch buffer first (the ring reduces in place), and block r is copied out at the end.
+// output blocks and the schedule shifted so that rank r ends owning block r. The ring reduces into
+// a scratch buffer, reading the input where it is, and block r is copied out at the end.
 // Each rank sends and receives (P-1)/P of the input in P-1 pipelined steps.
 #include "worker/host/reduce_scatter.h"
 
@@ -20,14 +20,20 @@ Status reduce_scatter(Context& ctx, const void* send, void* recv, size_t count, 
   const size_t es = dtype_size(t);
   const int p = ctx.size();
   const size_t total = count * static_cast<size_t>(p);
-  uint8_t* work = ctx.scratch(2, total * es);  // the ring reduces in place
-  std::memcpy(work, send, total * es);
+  if (p == 1) {
+    std::memmove(recv, send, count * es);
+    return ok_status();
+  }
+  // The ring reduces into `work` and reads each input piece from `send` until it has written that
+  // piece (ring.h), so the input is not copied first.
+  uint8_t* work = ctx.scratch(2, total * es);
   std::vector<size_t> offsets(static_cast<size_t>(p) + 1);
   for (int i = 0; i <= p; ++i) offsets[i] = count * static_cast<size_t>(i);
   RingPhases phases;
   phases.allgather = false;
   phases.owned = ctx.rank();
-  INA_RETURN_IF_ERROR(ring_run(ctx, work, offsets, t, op, phases, opts.chunk_bytes));
+  INA_RETURN_IF_ERROR(
+      ring_run(ctx, work, offsets, t, op, phases, opts.chunk_bytes, static_cast<const uint8_t*>(send)));
   std::memcpy(recv, work + offsets[ctx.rank()] * es, count * es);
   return ok_status();
 }
