@@ -1,6 +1,6 @@
 // Pairwise AllToAll(v) (Gloo's alltoall.cc, MPICH's pairwise exchange).
 //
-// Rank r copies its own block locally, then in round i = 1 .. P-1 sends its block for r+i to
+// Rank r copies its own block locally (while the first round is in flight); in round i = 1 .. P-1 sends its block for r+i to
 // r+i while it receives the block from r-i. Every round pairs each rank with exactly one sender
 // and one receiver, so no link is oversubscribed and no rank receives from many at once; a few
 // rounds are kept in flight (kInFlight) so that the latency of one round overlaps the next. The
@@ -32,8 +32,16 @@ Status pairwise(Context& ctx, const uint8_t* send, uint8_t* recv, size_t es, Blo
     if (sn != rn)
       return invalid_argument("alltoallv: rank " + std::to_string(rank) + " sends itself " +
                               std::to_string(sn) + " elements but expects " + std::to_string(rn));
-    if (sn > 0) std::memmove(recv + ro * es, send + so * es, sn * es);
   }
+  // The rank's own block is copied after the first exchange is posted, so that the copy overlaps
+  // the kernel moving the first peer's data.
+  auto copy_own = [&] {
+    auto [so, sn] = block_of(rank, true);
+    auto [ro, rn] = block_of(rank, false);
+    (void)rn;
+    if (sn > 0) std::memmove(recv + ro * es, send + so * es, sn * es);
+  };
+  if (p == 1) copy_own();
   std::deque<Context::Handle> pending;
   for (int i = 1; i < p; ++i) {
     const int to = mod(rank + i, p);
@@ -42,6 +50,7 @@ Status pairwise(Context& ctx, const uint8_t* send, uint8_t* recv, size_t es, Blo
     auto [so, sn] = block_of(to, true);
     pending.push_back(ctx.irecv(from, recv + ro * es, rn * es));
     pending.push_back(ctx.isend(to, send + so * es, sn * es));
+    if (i == 1) copy_own();
     while (pending.size() > 2 * kInFlight) {
       INA_RETURN_IF_ERROR(ctx.wait(pending.front()));
       pending.pop_front();
