@@ -682,26 +682,7 @@ frame::Counters DpdkAggregator::frame_totals() const {
 EngineCounters DpdkAggregator::engine_totals() const {
   EngineCounters t;
   for (const auto& l : lcores_) {
-    const EngineCounters& e = l->engine->counters();
-    t.packets_in += e.packets_in;
-    t.bytes_in += e.bytes_in;
-    t.replies_out += e.replies_out;
-    t.completed += e.completed;
-    t.duplicates += e.duplicates;
-    t.resent_results += e.resent_results;
-    t.stale += e.stale;
-    t.malformed += e.malformed;
-    t.mismatched += e.mismatched;
-    t.unknown_job += e.unknown_job;
-    t.bad_key += e.bad_key;
-    t.not_ready += e.not_ready;
-    t.hellos += e.hellos;
-    t.world_size_mismatch += e.world_size_mismatch;
-    t.nonfinite_blocks += e.nonfinite_blocks;
-    for (size_t i = 0; i < t.decode.by_error.size(); ++i) {
-      t.decode.by_error[i] += e.decode.by_error[i];
-    }
-    for (size_t i = 0; i < t.by_verdict.size(); ++i) t.by_verdict[i] += e.by_verdict[i];
+    add_counters(t, l->engine->counters());
   }
   return t;
 }
@@ -745,18 +726,9 @@ std::string DpdkAggregator::format_counters() const {
   row("multi_segment", lt.multi_segment);
   row("unroutable", lt.unroutable);
   row("reply_too_big", lt.reply_too_big);
-  row("ina_packets_in", e.packets_in);
-  row("completed", e.completed);
-  row("replies_out", e.replies_out);
-  row("duplicates", e.duplicates);
-  row("resent_results", e.resent_results);
-  row("stale", e.stale);
-  row("malformed", e.malformed);
-  row("mismatched", e.mismatched);
-  row("unknown_job", e.unknown_job);
-  row("bad_key", e.bad_key);
-  row("not_ready", e.not_ready);
-  row("hellos (per lcore)", e.hellos);
+  // The engine's counters summed over lcores (HELLOs are copied to every lcore, so "hellos" counts
+  // each one once per lcore).
+  for_each_scalar_counter([&](const char* name, uint64_t EngineCounters::*m) { row(name, e.*m); });
   s += "frames by verdict:\n";
   for (size_t i = 0; i < ft.by_verdict.size(); ++i) {
     row(std::string(frame::verdict_name(static_cast<frame::Verdict>(i))), ft.by_verdict[i]);

@@ -70,6 +70,37 @@ struct EngineCounters {
   std::array<uint64_t, static_cast<size_t>(Verdict::kCount_)> by_verdict{};
 };
 
+// Every scalar counter of EngineCounters with its name, in one order, as f(name, member
+// pointer): the backends' reports and per-lcore totals go through this list instead of naming the
+// fields again (a counter added to EngineCounters is added here once).
+template <class F>
+void for_each_scalar_counter(F&& f) {
+  f("packets_in", &EngineCounters::packets_in);
+  f("bytes_in", &EngineCounters::bytes_in);
+  f("replies_out", &EngineCounters::replies_out);
+  f("completed", &EngineCounters::completed);
+  f("duplicates", &EngineCounters::duplicates);
+  f("resent_results", &EngineCounters::resent_results);
+  f("stale", &EngineCounters::stale);
+  f("malformed", &EngineCounters::malformed);
+  f("mismatched", &EngineCounters::mismatched);
+  f("unknown_job", &EngineCounters::unknown_job);
+  f("bad_key", &EngineCounters::bad_key);
+  f("not_ready", &EngineCounters::not_ready);
+  f("hellos", &EngineCounters::hellos);
+  f("world_size_mismatch", &EngineCounters::world_size_mismatch);
+  f("nonfinite_blocks", &EngineCounters::nonfinite_blocks);
+}
+
+// Adds every counter of `from` (scalars, decode errors, verdicts) into `into`.
+inline void add_counters(EngineCounters& into, const EngineCounters& from) {
+  for_each_scalar_counter([&](const char*, uint64_t EngineCounters::*m) { into.*m += from.*m; });
+  for (size_t i = 0; i < into.decode.by_error.size(); ++i) {
+    into.decode.by_error[i] += from.decode.by_error[i];
+  }
+  for (size_t i = 0; i < into.by_verdict.size(); ++i) into.by_verdict[i] += from.by_verdict[i];
+}
+
 struct RankCounters {
   uint64_t packets = 0;
   uint64_t retransmits = 0;
