@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_cli.h"
 #include "bench_common.h"
 #include "bench_ranks.h"
 
@@ -210,26 +211,9 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{
       "ina-gloo-bench: Gloo ring AllReduce over TCP on 127.0.0.1 (nccl-tests style table)"};
-  app.add_option("-b,--minbytes", o.minbytes, "smallest size (K/M/G suffixes)")
-      ->capture_default_str();
-  app.add_option("-e,--maxbytes", o.maxbytes, "largest size (K/M/G suffixes)")
-      ->capture_default_str();
-  app.add_option("-f,--stepfactor", o.stepfactor, "size multiplier between rows")
-      ->capture_default_str();
-  app.add_option("-n,--iters", o.iters, "timed iterations per size")->capture_default_str();
-  app.add_option("-w,--warmup_iters", o.warmup, "untimed iterations per size")
-      ->capture_default_str();
-  app.add_option("-d,--datatype", o.datatype, "float32|int32 (or float|int)")
-      ->capture_default_str();
-  app.add_option("-o,--op", o.op, "sum|min|max")->capture_default_str();
-  app.add_option("-c,--check", o.check, "1: verify every element of the last output")
-      ->capture_default_str();
+  ina::bench::add_sweep_options(app, o, "float32|int32 (or float|int)");
   app.add_option("--ranks,--workers", o.ranks, "forked ranks")->capture_default_str();
   app.add_option("--timeout-ms", o.timeout_ms, "Gloo's timeout")->capture_default_str();
-  app.add_option("--csv", o.csv, "append rows to this CSV file");
-  app.add_option("--max-bytes-per-size", o.max_bytes_per_size,
-                 "cap iterations so that iters x size <= this (K/M/G; 0: no cap)")
-      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
   if (bench_parse_size(o.minbytes.c_str(), &o.min_b) != 0 ||

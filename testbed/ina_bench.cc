@@ -46,6 +46,7 @@
 #include <vector>
 
 #include "aggregator/udp_backend.h"
+#include "bench_cli.h"
 #include "bench_common.h"
 #include "bench_ranks.h"
 #include "ina/ina.hpp"
@@ -728,20 +729,8 @@ int run_external(const Options& o, const std::vector<size_t>& sizes) {
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"ina-bench: AllReduce through an INA aggregator (nccl-tests style table)"};
-  app.add_option("-b,--minbytes", o.minbytes, "smallest size (K/M/G suffixes)")
-      ->capture_default_str();
-  app.add_option("-e,--maxbytes", o.maxbytes, "largest size (K/M/G suffixes)")
-      ->capture_default_str();
-  app.add_option("-f,--stepfactor", o.stepfactor, "size multiplier between rows")
-      ->capture_default_str();
-  app.add_option("-n,--iters", o.iters, "timed iterations per size")->capture_default_str();
-  app.add_option("-w,--warmup_iters", o.warmup, "untimed iterations per size")
-      ->capture_default_str();
-  app.add_option("-d,--datatype", o.datatype, "float32|float16|bfloat16|int32 (or float|half|int)")
-      ->capture_default_str();
-  app.add_option("-o,--op", o.op, "sum|min|max")->capture_default_str();
-  app.add_option("-c,--check", o.check, "1: verify every element of the last output")
-      ->capture_default_str();
+  ina::bench::add_sweep_options(app, o,
+                                "float32|float16|bfloat16|int32 (or float|half|int)");
   auto* workers_opt = app.add_option("--workers", o.workers, "ranks (local mode: forked processes)")
                           ->capture_default_str();
   auto* block_opt = app.add_option("--block-elems", o.block_elems, "elements per packet (1..16384)")
@@ -749,16 +738,12 @@ int main(int argc, char** argv) {
   auto* window_opt = app.add_option("--window", o.window, "slots in flight")->capture_default_str();
   auto* timeout_opt = app.add_option("--timeout-ms", o.timeout_ms, "deadline of one collective")
                           ->capture_default_str();
-  app.add_option("--csv", o.csv, "append rows to this CSV file");
   auto* drop_opt =
       app.add_option("--drop-percent", o.drop_percent,
                      "workers drop this percent of sent and of received datagrams (fault hook)")
           ->capture_default_str();
   app.add_option("--agg-drop-percent", o.agg_drop_percent,
                  "local mode: the aggregator drops this percent of received datagrams")
-      ->capture_default_str();
-  app.add_option("--max-bytes-per-size", o.max_bytes_per_size,
-                 "cap iterations so that iters x size <= this (K/M/G; 0: no cap)")
       ->capture_default_str();
   app.add_option("--aggregator", o.aggregator,
                  "external mode: host:port of a running ina-aggregator (or INA_AGGREGATOR)");
