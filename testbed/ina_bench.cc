@@ -55,6 +55,7 @@
 #include "ina/protocol/status.h"
 #include "ina/protocol/types.h"
 #include "worker/config_internal.h"
+#include "worker/host/socket.h"
 
 namespace {
 
@@ -437,24 +438,6 @@ int child_main(const Options& o, const ina::Config& env_cfg, const std::vector<s
 }
 
 // A TCP port free on 127.0.0.1 now (the kernel's pick; rank 0's store binds it right after).
-ina::Result<uint16_t> free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return ina::Status(ina::StatusCode::kUnavailable, "socket: " + std::string(std::strerror(errno)));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    const int err = errno;
-    close(fd);
-    return ina::Status(ina::StatusCode::kUnavailable,
-                       "finding a free port for the store: " + std::string(std::strerror(err)));
-  }
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 // Local mode on the host transport: the ranks and their TCP mesh, no aggregator.
 int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vector<size_t>& sizes) {
   bench_print_preamble(stdout, tool_line(o));
@@ -511,7 +494,7 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
   ina::Config env_cfg = o.env;
   // A rendezvous store for the host mesh (the host transport, and AllToAll).
   if ((o.host || o.alltoall) && env_cfg.store.empty()) {
-    ina::Result<uint16_t> p = free_port();
+    ina::Result<uint16_t> p = ina::host::free_tcp_port("127.0.0.1");
     if (!p.ok()) {
       std::fprintf(stderr, "ina-bench: %s\n", p.status().to_string().c_str());
       return 1;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
+#include "../free_port.h"
 
 extern char** environ;
 
@@ -258,18 +259,8 @@ TEST_F(ControllerTest, RefusedJobRunsOnTheHostFallback) {
   EXPECT_NE(r->body.find("no aggregator has 64 contiguous free slots"), std::string::npos) << r->body;
   // Same job name: the workers get the same refusal and fall back.
   // A free port for rank 0's rendezvous store.
-  int store_port = 0;
-  {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
-    store_port = ntohs(sa.sin_port);
-    ::close(fd);
-  }
+  const int store_port = ina::testing::free_loopback_port();
+  ASSERT_NE(store_port, 0);
   std::vector<Status> st = run_job("big", 3, 5, 1000, [&](Config& c) {
     c.window = 64;
     c.store = "127.0.0.1:" + std::to_string(store_port);
@@ -424,18 +415,8 @@ TEST_F(ControllerTest, StoppedRankIsNamed) {
 TEST_F(ControllerTest, LostAggregatorJobFallsBackAndIsMarkedLost) {
   start_controller();
   start_aggregator(256);
-  int store_port = 0;
-  {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    socklen_t len = sizeof sa;
-    ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa), 0);
-    ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len), 0);
-    store_port = ntohs(sa.sin_port);
-    ::close(fd);
-  }
+  const int store_port = ina::testing::free_loopback_port();
+  ASSERT_NE(store_port, 0);
   json job;
   std::vector<Status> st = run_job(
       "doomed", 3, 10, 1000,

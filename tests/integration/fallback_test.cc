@@ -38,6 +38,7 @@
 
 #include "ina/ina.hpp"
 #include "tests/integration/loopback_support.h"
+#include "../free_port.h"
 
 namespace {
 
@@ -51,23 +52,6 @@ using ina::testing::AggregatorProcess;
 using ina::testing::Case;
 using ina::testing::fill_input;
 using ina::testing::model_result;
-
-uint16_t free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  a.sin_port = 0;
-  socklen_t len = sizeof a;
-  uint16_t port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
-}
 
 std::string first_difference(const std::vector<uint8_t>& got, const std::vector<uint8_t>& want,
                              size_t es) {
@@ -191,7 +175,7 @@ TEST(Fallback, AggregatorKilledMidStream) {
   AggregatorProcess agg;
   const std::string why = agg.start(kWorld);
   ASSERT_EQ(why, "");
-  const uint16_t store_port = free_port();
+  const uint16_t store_port = ina::testing::free_loopback_port();
   ASSERT_NE(store_port, 0);
   void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                    -1, 0);
@@ -276,7 +260,7 @@ TEST(Fallback, AggregatorBackReturnsInNetwork) {
   AggregatorProcess agg;
   ASSERT_EQ(agg.start(kWorld), "");
   const uint16_t agg_port = agg.port;
-  const uint16_t store_port = free_port();
+  const uint16_t store_port = ina::testing::free_loopback_port();
   ASSERT_NE(store_port, 0);
   void* mem = mmap(nullptr, sizeof(Shared2), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
                    -1, 0);
@@ -399,7 +383,7 @@ TEST(Fallback, ExactHostOnlyMatchesInNetwork) {
 
   // 2. Host only, exact (the default) and float mode.
   for (const ina::FallbackMode mode : {ina::FallbackMode::kExact, ina::FallbackMode::kFloat}) {
-    const uint16_t store_port = free_port();
+    const uint16_t store_port = ina::testing::free_loopback_port();
     ASSERT_NE(store_port, 0);
     auto body = [&](int rank) -> int {
       ina::Config cfg = worker_config(rank, 1, store_port);  // nothing serves port 1: unused
@@ -505,8 +489,8 @@ TEST(Fallback, NoStoreHostCollectivesSayWhatIsMissing) {
 }
 
 TEST(Fallback, UnreachableAggregatorRunsOnTheHostPath) {
-  const uint16_t dead = free_port();  // nothing listens there
-  const uint16_t store_port = free_port();
+  const uint16_t dead = ina::testing::free_loopback_port();  // nothing listens there
+  const uint16_t store_port = ina::testing::free_loopback_port();
   ASSERT_NE(dead, 0);
   ASSERT_NE(store_port, 0);
   ina::Config cfg;

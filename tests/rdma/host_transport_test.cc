@@ -16,24 +16,10 @@
 
 #include "ina/ina.hpp"
 #include "ina/protocol/features.h"
+#include "../free_port.h"
 
 namespace ina {
 namespace {
-
-uint16_t free_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  uint16_t port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
 
 Config host_config(int rank, int world, uint16_t store_port, HostTransport t) {
   Config c;
@@ -48,7 +34,7 @@ Config host_config(int rank, int world, uint16_t store_port, HostTransport t) {
 
 // Runs an AllReduce and an AllToAll on `world` host-only communicators; returns per-rank errors.
 std::vector<std::string> run(int world, HostTransport t) {
-  const uint16_t port = free_port();
+  const uint16_t port = ina::testing::free_loopback_port();
   std::vector<std::string> errors(world);
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {

@@ -29,6 +29,7 @@
 #include "tests/worker/mem_network.h"
 #include "worker/communicator_impl.h"
 #include "worker/fault_transport.h"
+#include "../free_port.h"
 
 namespace ina::worker {
 namespace {
@@ -789,27 +790,11 @@ class DeafTransport final : public Transport {
   std::atomic<bool>* deaf_;
 };
 
-uint16_t free_tcp_port() {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return 0;
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  uint16_t port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
-    port = ntohs(a.sin_port);
-  }
-  close(fd);
-  return port;
-}
-
 TEST(CommunicatorTest, OneRankLosesItsResultsAndEveryRankTakesTheHostPath) {
   const int world = 3;
   // The aggregator offers 128 elements per block: the host path must use the adopted size.
   MemNetwork net(world, job_config(world, 64, 128));
-  const uint16_t port = free_tcp_port();
+  const uint16_t port = ina::testing::free_loopback_port();
   ASSERT_NE(port, 0);
   std::atomic<bool> deaf{false};
   std::vector<std::vector<float>> in_network(world), host(world);
@@ -857,7 +842,7 @@ TEST(CommunicatorTest, OneRankLosesItsResultsAndEveryRankTakesTheHostPath) {
 TEST(CommunicatorTest, StragglerHookAppliesOnTheHostPath) {
   // Host only (no aggregator): rank 1 straggles by 40 ms on every collective (100%).
   const int world = 2;
-  const uint16_t port = free_tcp_port();
+  const uint16_t port = ina::testing::free_loopback_port();
   ASSERT_NE(port, 0);
   std::vector<double> ms(world);
   run_ranks(world, [&](int r) {

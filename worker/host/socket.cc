@@ -118,6 +118,13 @@ Result<uint16_t> local_port(int fd) {
   return ntohs(reinterpret_cast<sockaddr_in6*>(&ss)->sin6_port);
 }
 
+Result<uint16_t> free_tcp_port(const std::string& host) {
+  INA_ASSIGN_OR_RETURN(int fd, listen_tcp(host, 0, 1));
+  Result<uint16_t> port = local_port(fd);
+  close(fd);
+  return port;
+}
+
 Result<int> connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline) {
   INA_ASSIGN_OR_RETURN(auto ai, resolve(host, port, false));
   const std::string name = host + ":" + std::to_string(port);

@@ -29,6 +29,10 @@ Result<HostPort> parse_host_port(std::string_view s);
 Result<int> listen_tcp(const std::string& host, uint16_t port, int backlog);
 // The port a bound socket listens on.
 Result<uint16_t> local_port(int fd);
+// A TCP port on `host` that was free a moment ago (bound to port 0, read back, closed), for a
+// tool or test that must name a port before its listener starts (a rendezvous store). Racy by
+// nature: another process may take it in between.
+Result<uint16_t> free_tcp_port(const std::string& host);
 // Connects to host:port, retrying refused/unreachable attempts every few ms until `deadline`.
 // Returns a non-blocking socket with TCP_NODELAY.
 Result<int> connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline);
