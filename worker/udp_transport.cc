@@ -237,6 +237,13 @@ Status UdpTransport::send_batch(std::span<const std::span<const uint8_t>> pkts) 
       case EHOSTUNREACH:
       case ENETUNREACH:
         continue;  // an earlier datagram's ICMP error: loss, retry this one
+      case EPERM:
+        // A firewall in this host's output path (nftables/iptables drop) refused the call's
+        // first entry (one datagram, or a GSO super-datagram, which netfilter sees whole): it
+        // is lost like any other; skip it and send the rest.
+        counters_.filtered += tx_pkts_per_msg_[0];
+        i += tx_pkts_per_msg_[0];
+        continue;
       case EAGAIN:
       case ENOBUFS: {
         if (++blocked > kMaxBlockedAttempts) break;

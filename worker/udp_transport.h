@@ -9,7 +9,8 @@
 //
 // An ICMP port unreachable (nothing listens at the aggregator's port) surfaces as ECONNREFUSED
 // on the next send or receive. It is counted (refusals()) and otherwise treated as loss: the
-// aggregator may be starting, and the engine's deadline decides when to give up.
+// aggregator may be starting, and the engine's deadline decides when to give up. A datagram a
+// local firewall drops (EPERM from sendmmsg) is counted (filtered) and treated as loss too.
 #pragma once
 
 #include <sys/socket.h>
@@ -43,6 +44,7 @@ struct UdpTransportCounters {
   uint64_t send_dropped = 0;  // datagrams given up on a full socket buffer
   uint64_t truncated = 0;     // received datagrams larger than the buffer (dropped)
   uint64_t refusals = 0;      // ECONNREFUSED (ICMP port unreachable)
+  uint64_t filtered = 0;      // EPERM: dropped by a firewall in our own output path (loss)
 };
 
 class UdpTransport final : public Transport {
