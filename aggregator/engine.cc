@@ -13,7 +13,8 @@
 // worker incarnation is a new leaf incarnation at the root); its completed copies go to the parent
 // (Reply::Target::kParent) and wait there, per copy, for the parent's RESULT, which replaces the
 // partial in the slot table and is multicast to the local ranks. A worker's retransmission for a
-// copy still waiting re-forwards the partial: every loss is repaired by the workers' timers.
+// copy still waiting re-forwards the partial (once per wave of timeouts: see reforward_rank), so
+// every loss is repaired by the workers' timers.
 // Every reply is built in place (header + a pointer to the payload): RESULT payloads point at the
 // slot copy's accumulator, control payloads at scratch_, sized in add_job(), so nothing here
 // allocates per packet.
@@ -51,6 +52,10 @@ struct Engine::Job {
   uint32_t parent_world = 0;        // sent in the HELLO to the parent
   BlockSeq parent_nonce = 0;        // this leaf incarnation's nonce at the parent
   std::vector<uint8_t> tree_state;  // per copy (slot * 2 + shadow): kTree* of its completed round
+  // Per copy: the served rank whose retransmission last re-forwarded the partial (kNoRank: none
+  // yet). Only that rank's next retransmission re-forwards again, so one wave of timeouts at the
+  // local ranks sends the partial once, not once per rank.
+  std::vector<uint16_t> reforward_rank;
 };
 
 namespace {
@@ -60,6 +65,7 @@ namespace {
 constexpr uint8_t kTreeNone = 0;
 constexpr uint8_t kTreeForwarded = 1;   // the partial went to the parent; its result is awaited
 constexpr uint8_t kTreeHaveResult = 2;  // the parent's result replaced the partial
+constexpr uint16_t kNoRank = 0xFFFF;     // served ranks are below 65535
 
 uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -174,6 +180,7 @@ Status Engine::add_job(const JobConfig& cfg) {
                             ? cfg.tree.parent_world
                             : (cfg.slots.world_size + cfg.tree.local_ranks - 1) / cfg.tree.local_ranks;
     job->tree_state.assign(size_t{cfg.slots.num_slots} * 2, kTreeNone);
+    job->reforward_rank.assign(size_t{cfg.slots.num_slots} * 2, kNoRank);
   }
   job->table = std::move(table);
   job->hello_bitmap.assign(job->table->bitmap_words(), 0);
@@ -402,6 +409,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
       if (job.leaf) {
         // The partial goes up; the result comes back in handle_parent().
         job.tree_state[k] = kTreeForwarded;
+        job.reforward_rank[k] = kNoRank;
         ++counters_.forwarded;
         ++job.counters.forwarded;
         return forward_partial(job, h.slot, h.shadow, false);
@@ -418,6 +426,9 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
         // lost (or is slow). A retransmission sends the partial again; the parent answers a
         // duplicate of a completed copy with its result.
         if (!retransmit) return {};
+        uint16_t& by = job.reforward_rank[k];
+        if (by != kNoRank && by != h.rank) return {};  // this wave already re-forwarded it
+        by = h.rank;
         ++counters_.reforwarded;
         ++job.counters.reforwarded;
         return forward_partial(job, h.slot, h.shadow, true);

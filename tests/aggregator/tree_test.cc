@@ -547,6 +547,12 @@ TEST_F(TreeLeafUnit, ForwardsPartialsAndTakesOnlyTheResultItWaitsFor) {
   EXPECT_TRUE(ref.hdr.has(wire::kFlagRetransmit));
   EXPECT_EQ(ref.payload[0], 22);
   EXPECT_EQ(leaf_.counters().reforwarded, 1u);
+  // The same wave of timeouts at the other ranks does not send it again; rank 5's next
+  // timeout (a new wave) does.
+  EXPECT_EQ(data(6, 1, 10, 6, true).target, Reply::Target::kNone);
+  EXPECT_EQ(data(4, 1, 10, 4, true).target, Reply::Target::kNone);
+  EXPECT_EQ(data(5, 1, 10, 5, true).target, Reply::Target::kParent);
+  EXPECT_EQ(leaf_.counters().reforwarded, 2u);
 
   // Retransmitted data with an incomplete copy: the bitmap names global ranks, other leaves'
   // ranks marked present.
