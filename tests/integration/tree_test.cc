@@ -17,6 +17,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <thread>
 #include <vector>
 
@@ -192,6 +193,47 @@ void run_tree(double drop_percent, double dup_percent) {
     std::remove(out_path[c].c_str());
   }
   std::remove(ro.stdout_path.c_str());
+}
+
+// Runs ina-aggregator with `args` and returns its exit status and stderr+stdout.
+std::pair<int, std::string> run_cli(const std::string& args) {
+  const char* bin = std::getenv("INA_AGGREGATOR_BIN");
+  if (bin == nullptr) return {-1, "INA_AGGREGATOR_BIN is not set (run through meson test)"};
+  const std::string cmd = std::string(bin) + " " + args + " 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (f == nullptr) return {-1, "popen failed"};
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, f) != nullptr) out += buf;
+  const int st = pclose(f);
+  return {WIFEXITED(st) ? WEXITSTATUS(st) : -1, out};
+}
+
+// Inconsistent leaf options are refused before anything is bound, naming the option.
+TEST(TreeCli, InconsistentLeafOptionsAreRefused) {
+  struct Bad {
+    const char* args;
+    const char* says;
+  };
+  const Bad bad[] = {
+      {"--world-size 8 --child-index 1", "need --parent host:port"},
+      {"--world-size 8 --parent 127.0.0.1:9", "--parent needs --child-index, --rank-base"},
+      {"--world-size 8 --parent 127.0.0.1:9 --child-index 0 --rank-base 6 --local-ranks 4",
+       "--rank-base 6 + --local-ranks 4 exceeds --world-size 8"},
+      {"--world-size 8 --parent 127.0.0.1:9 --child-index 2 --rank-base 0 --local-ranks 4 "
+       "--parent-world 2",
+       "--child-index 2 must be below --parent-world 2"},
+      {"--world-size 8 --parent nowhere --child-index 0 --rank-base 0 --local-ranks 4",
+       "is not host:port"},
+      {"--world-size 8 --backend dpdk --parent 127.0.0.1:9 --child-index 0 --rank-base 0 "
+       "--local-ranks 4",
+       "needs --backend udp"},
+  };
+  for (const Bad& b : bad) {
+    const auto [code, out] = run_cli(b.args);
+    EXPECT_NE(code, 0) << b.args;
+    EXPECT_NE(out.find(b.says), std::string::npos) << b.args << "\n" << out;
+  }
 }
 
 TEST(Tree, TwoLeavesAndARootEightRanksExact) { run_tree(0, 0); }
