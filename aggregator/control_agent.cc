@@ -29,6 +29,19 @@ json telemetry(const JobSnapshot& j) {
   o["packets"] = j.counters.packets;
   o["completed"] = j.counters.completed;
   o["bad_key"] = j.counters.bad_key;
+  o["role"] = tree_role_name(j.cfg.tree.role);
+  if (j.cfg.is_leaf()) {
+    // The leaf's place in its tree and its traffic with the parent; ranks below are global.
+    o["rank_base"] = j.cfg.tree.rank_base;
+    o["local_ranks"] = j.cfg.tree.local_ranks;
+    o["child_index"] = j.cfg.tree.child_index;
+    o["parent"] = j.cfg.tree.parent;
+    o["parent_joined"] = j.counters.parent_joined;
+    o["forwarded"] = j.counters.forwarded;
+    o["reforwarded"] = j.counters.reforwarded;
+    o["parent_results"] = j.counters.parent_results;
+  }
+  const uint32_t first = j.cfg.first_rank();
   json ranking = json::array();
   for (uint32_t r : j.straggler_ranking) {
     const RankTelemetry& t = j.telemetry[r];
@@ -38,7 +51,7 @@ json telemetry(const JobSnapshot& j) {
       if (t.lag_hist[b] != 0) last_nonzero = b + 1;
     }
     for (size_t b = 0; b < last_nonzero; ++b) hist.push_back(t.lag_hist[b]);
-    ranking.push_back({{"rank", r},
+    ranking.push_back({{"rank", first + r},
                        {"mean_lag_us", t.mean_lag_us()},
                        {"completed_last", t.last},
                        {"timed", t.lag_count},
@@ -52,7 +65,8 @@ json telemetry(const JobSnapshot& j) {
                        {"seq", s.seq},
                        {"age_ms", static_cast<double>(s.age_ns) / 1e6},
                        {"contributors", s.contributors},
-                       {"missing_ranks", s.missing}});
+                       {"missing_ranks", s.missing},
+                       {"waiting_parent", s.waiting_parent}});
   }
   o["stalled_slots"] = stalled;
   return o;
@@ -61,6 +75,89 @@ json telemetry(const JobSnapshot& j) {
 }  // namespace
 
 std::string job_telemetry_json(const JobSnapshot& j) { return telemetry(j).dump(); }
+
+Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body) {
+  const json ans = json::parse(body, nullptr, false);
+  if (!ans.is_object() || !ans.contains("jobs") || !ans["jobs"].is_array()) {
+    return invalid_argument("heartbeat answer: expected a JSON object with a \"jobs\" array");
+  }
+  std::vector<JobConfig> want;
+  size_t i = 0;
+  for (const json& x : ans["jobs"]) {
+    const std::string where = "heartbeat answer: jobs[" + std::to_string(i++) + "]";
+    if (!x.is_object()) return invalid_argument(where + ": expected an object");
+    // An unsigned field, present (or optional with a default) and within max.
+    auto field = [&](const char* name, uint64_t max, bool required, uint64_t* out) -> Status {
+      if (!x.contains(name)) {
+        return required ? invalid_argument(where + ": field \"" + name + "\" is missing")
+                        : ok_status();
+      }
+      const json& v = x[name];
+      if (!v.is_number_unsigned() || v.get<uint64_t>() > max) {
+        return invalid_argument(where + ": field \"" + name + "\" must be an integer in 0.." +
+                                std::to_string(max) + ", got " + v.dump());
+      }
+      *out = v.get<uint64_t>();
+      return ok_status();
+    };
+    uint64_t job = 0, key = 0, world = 0, slots = 0, block = 0, base = 0;
+    INA_RETURN_IF_ERROR(field("job", UINT32_MAX, true, &job));
+    INA_RETURN_IF_ERROR(field("key", UINT64_MAX, true, &key));
+    INA_RETURN_IF_ERROR(field("world", 65535, true, &world));
+    INA_RETURN_IF_ERROR(field("slots", uint64_t{wire::kMaxSlot} + 1, true, &slots));
+    INA_RETURN_IF_ERROR(field("block_elems", UINT16_MAX, true, &block));
+    INA_RETURN_IF_ERROR(field("slot_base", UINT32_MAX, true, &base));
+    JobConfig c;
+    c.job = static_cast<JobId>(job);
+    c.key = key;
+    c.slots.world_size = static_cast<uint32_t>(world);
+    c.slots.num_slots = static_cast<uint32_t>(slots);
+    c.slots.max_elems = static_cast<uint16_t>(block);
+    c.slot_base = static_cast<uint32_t>(base);
+    // Aggregation trees (issue 5's contract): "role" flat (the default), leaf or root.
+    if (x.contains("role")) {
+      const json& r = x["role"];
+      const std::string role = r.is_string() ? r.get<std::string>() : std::string{};
+      if (role == "flat") {
+        c.tree.role = TreeRole::kFlat;
+      } else if (role == "leaf") {
+        c.tree.role = TreeRole::kLeaf;
+      } else if (role == "root") {
+        c.tree.role = TreeRole::kRoot;
+      } else {
+        return invalid_argument(where + ": field \"role\" must be \"flat\", \"leaf\" or "
+                                "\"root\", got " + r.dump());
+      }
+    }
+    if (c.is_leaf()) {
+      uint64_t rank_base = 0, local = 0, child = 0, parent_world = 0;
+      INA_RETURN_IF_ERROR(field("rank_base", 65535, true, &rank_base));
+      INA_RETURN_IF_ERROR(field("local_ranks", 65535, true, &local));
+      INA_RETURN_IF_ERROR(field("child_index", 65534, true, &child));
+      INA_RETURN_IF_ERROR(field("parent_world", 65535, false, &parent_world));
+      if (!x.contains("parent") || !x["parent"].is_string() ||
+          x["parent"].get<std::string>().find(':') == std::string::npos) {
+        return invalid_argument(where + ": role leaf needs field \"parent\" as \"host:port\"" +
+                                (x.contains("parent") ? ", got " + x["parent"].dump()
+                                                      : std::string(", missing")));
+      }
+      if (local < 1 || rank_base + local > world) {
+        return invalid_argument(where + ": leaf ranks [rank_base, rank_base + local_ranks) = [" +
+                                std::to_string(rank_base) + ", " +
+                                std::to_string(rank_base + local) +
+                                ") must be non-empty and inside the world of " +
+                                std::to_string(world));
+      }
+      c.tree.rank_base = static_cast<uint32_t>(rank_base);
+      c.tree.local_ranks = static_cast<uint32_t>(local);
+      c.tree.child_index = static_cast<uint32_t>(child);
+      c.tree.parent_world = static_cast<uint32_t>(parent_world);
+      c.tree.parent = x["parent"].get<std::string>();
+    }
+    want.push_back(std::move(c));
+  }
+  return want;
+}
 
 std::string prometheus_text(const AggregatorSnapshot& s) {
   std::ostringstream m;
@@ -101,7 +198,7 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
     for (size_t r = 0; r < j.telemetry.size(); ++r) {
       const RankTelemetry& t = j.telemetry[r];
       const std::string labels = "job=\"" + std::to_string(j.cfg.job) + "\",rank=\"" +
-                                 std::to_string(r) + "\"";
+                                 std::to_string(j.cfg.first_rank() + r) + "\"";
       uint64_t cum = 0;
       for (size_t b = 0; b + 1 < kLagBuckets; ++b) {
         cum += t.lag_hist[b];
@@ -120,8 +217,8 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
        "# TYPE ina_aggregator_rank_completed_last_total counter\n";
   for (const JobSnapshot& j : s.jobs) {
     for (size_t r = 0; r < j.telemetry.size(); ++r) {
-      m << "ina_aggregator_rank_completed_last_total{job=\"" << j.cfg.job << "\",rank=\"" << r
-        << "\"} " << j.telemetry[r].last << "\n";
+      m << "ina_aggregator_rank_completed_last_total{job=\"" << j.cfg.job << "\",rank=\""
+        << j.cfg.first_rank() + r << "\"} " << j.telemetry[r].last << "\n";
     }
   }
   m << "# HELP ina_aggregator_straggler_position Rank's place in the straggler ranking (0: "
@@ -129,7 +226,7 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
   for (const JobSnapshot& j : s.jobs) {
     for (size_t i = 0; i < j.straggler_ranking.size(); ++i) {
       m << "ina_aggregator_straggler_position{job=\"" << j.cfg.job << "\",rank=\""
-        << j.straggler_ranking[i] << "\"} " << i << "\n";
+        << j.cfg.first_rank() + j.straggler_ranking[i] << "\"} " << i << "\n";
     }
   }
   m << "# HELP ina_aggregator_stalled_slots Rounds waiting longer than the stall threshold.\n"
@@ -186,32 +283,15 @@ struct ControlAgent::Impl {
       body["jobs"] = jobs;
       auto res = cli.Post("/v1/aggregators/heartbeat", body.dump(), "application/json");
       if (res && res->status == 200) {
-        json ans = json::parse(res->body, nullptr, false);
-        std::vector<JobConfig> want;
-        bool ok = ans.is_object() && ans.contains("jobs") && ans["jobs"].is_array();
-        if (ok) {
-          try {
-            for (const auto& x : ans["jobs"]) {
-              JobConfig c;
-              c.job = x.at("job").get<JobId>();
-              c.key = x.at("key").get<uint64_t>();
-              c.slots.world_size = x.at("world").get<uint32_t>();
-              c.slots.num_slots = x.at("slots").get<uint32_t>();
-              c.slots.max_elems = static_cast<uint16_t>(x.at("block_elems").get<uint32_t>());
-              c.slot_base = x.at("slot_base").get<uint32_t>();
-              want.push_back(c);
-            }
-          } catch (const json::exception&) {
-            ok = false;
-          }
-        }
-        if (ok) {
-          agg->set_jobs(std::move(want));
+        Result<std::vector<JobConfig>> want = parse_heartbeat_jobs(res->body);
+        if (want.ok()) {
+          agg->set_jobs(std::move(want).value());
           ++hb_ok;
           if (!reachable) INA_INFO(kComponent, "controller reachable again");
           reachable = true;
         } else {
-          INA_WARN(kComponent, "controller answered a heartbeat with malformed JSON; ignored");
+          INA_WARN(kComponent, "controller's heartbeat answer ignored (keeping the current jobs): %s",
+                   want.status().message().c_str());
         }
       } else if (reachable) {
         // Keep serving the jobs we have: a controller restart must not stop running jobs.

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "aggregator/udp_backend.h"
 #include "ina/protocol/status.h"
@@ -36,6 +37,11 @@ std::string prometheus_text(const AggregatorSnapshot& s);
 // JSON of one job's telemetry: counters, straggler ranking with mean lag, rounds completed last
 // and lag histograms, stalled slots with their missing ranks.
 std::string job_telemetry_json(const JobSnapshot& j);
+// The jobs of the controller's answer to a heartbeat ({"jobs": [...]}; per job "job", "key",
+// "world", "slots", "block_elems", "slot_base", and for trees "role" with a leaf's "rank_base",
+// "local_ranks", "child_index", "parent" and optional "parent_world"). An error names the entry
+// and the field (pure; tested alone).
+Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body);
 
 class ControlAgent {
  public:

@@ -142,6 +142,15 @@ void dpdk_eal_cleanup() { rte_eal_cleanup(); }
 Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions& opts,
                                                                const std::vector<JobConfig>& jobs) {
   if (jobs.empty()) return invalid_argument("dpdk: at least one job is required");
+  for (const JobConfig& j : jobs) {
+    // A leaf forwards partials to its parent (Reply::Target::kParent): the DPDK loop has no
+    // route to a parent aggregator (ARP, next hop), so a leaf job is served by --backend udp.
+    if (j.is_leaf()) {
+      return invalid_argument("dpdk: job " + std::to_string(j.job) +
+                              " is a tree leaf (role leaf, parent " + j.tree.parent +
+                              "); leaf jobs need --backend udp");
+    }
+  }
   if (opts.ip == 0) return invalid_argument("dpdk: --ip (our IPv4 address, a.b.c.d) is required");
   if (opts.burst < 1 || opts.burst > kMaxBurst) {
     return invalid_argument("dpdk: burst must be in 1.." + std::to_string(kMaxBurst));

@@ -3,8 +3,18 @@
 //   2. job lookup, then key: a packet for a job this engine does not serve, or with the wrong key,
 //      is counted and never answered, so a stray or hostile sender learns nothing and cannot make
 //      the aggregator send traffic anywhere (isolation between jobs).
-//   3. kind: workers send only DATA and HELLO; RESULT/ERROR/WELCOME flags from them are malformed.
+//   3. kind: workers send only DATA and HELLO; RESULT/ERROR/WELCOME flags from them are malformed,
+//      except for a leaf job, where they are its parent's answers (handle_parent).
 //   4. HELLO -> join barrier; DATA -> slot table, once the barrier is complete.
+// A leaf job of an aggregation tree serves global ranks [rank_base, rank_base + local_ranks): its
+// slot table, counters and telemetry are indexed by rank - rank_base, and replies and error
+// bitmaps name global ranks. Its join barrier has two stages (its local ranks, then its own HELLO
+// to the parent as rank child_index, with a nonce mixed from its ranks' nonces so that a new
+// worker incarnation is a new leaf incarnation at the root); its completed copies go to the parent
+// (Reply::Target::kParent) and wait there, per copy, for the parent's RESULT, which replaces the
+// partial in the slot table and is multicast to the local ranks. A worker's retransmission for a
+// copy still waiting re-forwards the partial (once per wave of timeouts: see reforward_rank), so
+// every loss is repaired by the workers' timers.
 // Every reply is built in place (header + a pointer to the payload): RESULT payloads point at the
 // slot copy's accumulator, control payloads at scratch_, sized in add_job(), so nothing here
 // allocates per packet.
@@ -29,11 +39,44 @@ struct Engine::Job {
   // Telemetry: time of each copy's first contribution (index slot * 2 + shadow; 0: none).
   std::vector<uint64_t> first_ns;
   std::vector<RankTelemetry> tele;
+  // Served ranks: a leaf's [rank_base, rank_base + nranks); flat and root: [0, world).
+  uint32_t nranks = 0;
+  uint32_t rank_base = 0;
+  bool leaf = false;
+  // WELCOME payload: the job's slots and block, for a leaf at most the parent's.
+  uint32_t welcome_slots = 0;
+  uint32_t welcome_elems = 0;
+  // Leaf only. ready = local_joined && parent_joined.
+  bool local_joined = false;        // every local rank joined this incarnation
+  bool parent_joined = false;       // the parent WELCOMEd it
+  uint32_t parent_world = 0;        // sent in the HELLO to the parent
+  BlockSeq parent_nonce = 0;        // this leaf incarnation's nonce at the parent
+  std::vector<uint8_t> tree_state;  // per copy (slot * 2 + shadow): kTree* of its completed round
+  // Per copy: the served rank whose retransmission last re-forwarded the partial (kNoRank: none
+  // yet). Only that rank's next retransmission re-forwards again, so one wave of timeouts at the
+  // local ranks sends the partial once, not once per rank.
+  std::vector<uint16_t> reforward_rank;
 };
 
 namespace {
 
+// Leaf: what happened to a copy's completed round (meaningful only while the copy is complete:
+// every completion sets kTreeForwarded).
+constexpr uint8_t kTreeNone = 0;
+constexpr uint8_t kTreeForwarded = 1;   // the partial went to the parent; its result is awaited
+constexpr uint8_t kTreeHaveResult = 2;  // the parent's result replaced the partial
+constexpr uint16_t kNoRank = 0xFFFF;     // served ranks are below 65535
+
+uint64_t mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 bool test_bit(const std::vector<uint64_t>& bm, uint32_t r) {
+  return (bm[r / 64] >> (r % 64)) & 1;
+}
+bool test_bit_span(std::span<const uint64_t> bm, uint32_t r) {
   return (bm[r / 64] >> (r % 64)) & 1;
 }
 
@@ -56,6 +99,15 @@ wire::Header reply_header(const JobConfig& cfg, const wire::Header& in, uint8_t 
 
 }  // namespace
 
+const char* tree_role_name(TreeRole r) {
+  switch (r) {
+    case TreeRole::kFlat: return "flat";
+    case TreeRole::kLeaf: return "leaf";
+    case TreeRole::kRoot: return "root";
+  }
+  return "?";
+}
+
 Engine::Engine() = default;
 Engine::Engine(EngineOptions opts) : opts_(opts) {}
 Engine::~Engine() = default;
@@ -65,7 +117,35 @@ Status Engine::add_job(const JobConfig& cfg) {
     return Status(StatusCode::kAlreadyExists,
                   "engine: job " + std::to_string(cfg.job) + " is already served");
   }
-  INA_ASSIGN_OR_RETURN(std::unique_ptr<SlotTable> table, SlotTable::create(cfg.slots));
+  const std::string name = "engine: job " + std::to_string(cfg.job);
+  if (cfg.is_leaf()) {
+    const TreeConfig& t = cfg.tree;
+    if (t.local_ranks < 1) {
+      return invalid_argument(name + ": leaf local_ranks must be at least 1, got 0");
+    }
+    if (uint64_t{t.rank_base} + t.local_ranks > cfg.slots.world_size) {
+      return invalid_argument(name + ": leaf ranks [rank_base " + std::to_string(t.rank_base) +
+                              ", + local_ranks " + std::to_string(t.local_ranks) +
+                              ") must lie inside the world of " +
+                              std::to_string(cfg.slots.world_size) + " ranks");
+    }
+    if (t.child_index > 65534) {
+      return invalid_argument(name + ": leaf child_index must be in 0..65534, got " +
+                              std::to_string(t.child_index));
+    }
+    if (t.parent_world != 0 && t.child_index >= t.parent_world) {
+      return invalid_argument(name + ": leaf child_index " + std::to_string(t.child_index) +
+                              " must be below parent_world " + std::to_string(t.parent_world));
+    }
+  } else if (cfg.tree.local_ranks != 0 || cfg.tree.rank_base != 0 || cfg.tree.child_index != 0 ||
+             !cfg.tree.parent.empty() || cfg.tree.parent_world != 0) {
+    return invalid_argument(name + ": rank_base, local_ranks, child_index, parent and "
+                            "parent_world are for role leaf only (role is " +
+                            tree_role_name(cfg.tree.role) + ")");
+  }
+  SlotTableConfig table_cfg = cfg.slots;
+  table_cfg.world_size = cfg.served_ranks();
+  INA_ASSIGN_OR_RETURN(std::unique_ptr<SlotTable> table, SlotTable::create(table_cfg));
   if (slot_capacity_ != 0) {
     // Ranges are half-open; computed in 64 bits so base + count cannot wrap.
     const uint64_t lo = cfg.slot_base;
@@ -90,12 +170,24 @@ Status Engine::add_job(const JobConfig& cfg) {
   auto job = std::make_unique<Job>();
   job->cfg = cfg;
   job->world = cfg.slots.world_size;
+  job->nranks = cfg.served_ranks();
+  job->rank_base = cfg.first_rank();
+  job->leaf = cfg.is_leaf();
+  job->welcome_slots = cfg.slots.num_slots;
+  job->welcome_elems = cfg.slots.max_elems;
+  if (job->leaf) {
+    job->parent_world = cfg.tree.parent_world != 0
+                            ? cfg.tree.parent_world
+                            : (cfg.slots.world_size + cfg.tree.local_ranks - 1) / cfg.tree.local_ranks;
+    job->tree_state.assign(size_t{cfg.slots.num_slots} * 2, kTreeNone);
+    job->reforward_rank.assign(size_t{cfg.slots.num_slots} * 2, kNoRank);
+  }
   job->table = std::move(table);
   job->hello_bitmap.assign(job->table->bitmap_words(), 0);
-  job->nonce.assign(job->world, 0);
-  job->ranks.assign(job->world, RankCounters{});
+  job->nonce.assign(job->nranks, 0);
+  job->ranks.assign(job->nranks, RankCounters{});
   job->first_ns.assign(size_t{cfg.slots.num_slots} * 2, 0);
-  job->tele.assign(job->world, RankTelemetry{});
+  job->tele.assign(job->nranks, RankTelemetry{});
   // Largest control payload: [reason, bitmap as ceil(world/32) int32 words]; WELCOME needs 2.
   scratch_.resize(std::max<size_t>(scratch_.size(), 2 + (size_t{job->world} + 31) / 32));
   jobs_.emplace(cfg.job, std::move(job));
@@ -114,6 +206,11 @@ std::vector<JobConfig> Engine::jobs() const {
   out.reserve(jobs_.size());
   for (const auto& [id, job] : jobs_) out.push_back(job->cfg);
   return out;
+}
+
+const JobConfig* Engine::job_config(JobId job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? nullptr : &it->second->cfg;
 }
 
 Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
@@ -144,6 +241,8 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
   }
   ++job.counters.packets;
   if (h.has(wire::kFlagResult) || h.has(wire::kFlagError)) [[unlikely]] {
+    // A leaf's parent answers with RESULT, WELCOME and ERROR (key checked above).
+    if (job.leaf) return handle_parent(job, pkt);
     // Only the aggregator sends RESULT, WELCOME and ERROR: a worker (or a loop in the network)
     // sending one is broken, and it must never be added to a slot.
     ++counters_.malformed;
@@ -163,17 +262,25 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
       return error_reply(job, pkt, wire::ErrorReason::kWorldSizeMismatch, {}, job.world);
     }
   }
-  if (h.rank >= job.world) [[unlikely]] {
+  // The served rank (wraps for a global rank below a leaf's rank_base, so one compare).
+  const uint32_t local = static_cast<uint32_t>(h.rank) - job.rank_base;
+  if (local >= job.nranks) [[unlikely]] {
     if (!hello) ++counters_.by_verdict[static_cast<size_t>(Verdict::kBadRank)];
     ++counters_.malformed;
     return {};
   }
   // A valid packet of this job: the backend may learn the rank's address from it.
-  *sender_rank = h.rank;
+  *sender_rank = static_cast<int32_t>(local);
   *sender_job = h.job;
-  RankCounters& rc = job.ranks[h.rank];
+  RankCounters& rc = job.ranks[local];
   ++rc.packets;
   if (h.has(wire::kFlagRetransmit)) ++rc.retransmits;
+  if (job.leaf) {
+    // The handlers and the slot table see the served rank.
+    wire::PacketView lp = pkt;
+    lp.hdr.rank = static_cast<uint16_t>(local);
+    return hello ? handle_hello(job, lp) : handle_data(job, lp, now_ns);
+  }
   return hello ? handle_hello(job, pkt) : handle_data(job, pkt, now_ns);
 }
 
@@ -195,10 +302,10 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
     r.hdr.slot = 0;
     r.hdr.shadow = false;
     r.hdr.count = 2;
-    scratch_[0] = static_cast<int32_t>(job.cfg.slots.num_slots);
-    scratch_[1] = static_cast<int32_t>(job.cfg.slots.max_elems);
+    scratch_[0] = static_cast<int32_t>(job.welcome_slots);
+    scratch_[1] = static_cast<int32_t>(job.welcome_elems);
     r.payload = scratch_.data();
-    counters_.replies_out += target == Reply::Target::kAllRanks ? job.world : 1;
+    counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
     return r;
   };
   auto missing = [&]() -> Reply {
@@ -209,19 +316,37 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
   if (test_bit(job.hello_bitmap, h.rank)) {
     if (job.nonce[h.rank] == h.seq) {
       // Same incarnation: its WELCOME was lost (or the barrier is still open).
-      return job.ready ? welcome(Reply::Target::kSender) : missing();
+      if (job.ready) return welcome(Reply::Target::kSender);
+      // A leaf waiting for its parent: the worker's timer repairs a lost HELLO or WELCOME there.
+      if (job.local_joined) return retransmit ? parent_hello(job, true) : Reply{};
+      return missing();
     }
     // A new incarnation of this rank: everyone joins again.
     std::fill(job.hello_bitmap.begin(), job.hello_bitmap.end(), uint64_t{0});
     job.joined = 0;
     job.ready = false;
+    job.local_joined = false;
+    job.parent_joined = false;
+    job.counters.parent_joined = false;
   }
   job.hello_bitmap[h.rank / 64] |= uint64_t{1} << (h.rank % 64);
   job.nonce[h.rank] = h.seq;
-  if (++job.joined == job.world) {
-    job.ready = true;
+  if (++job.joined == job.nranks) {
     job.table->reset();
     std::fill(job.first_ns.begin(), job.first_ns.end(), uint64_t{0});
+    if (job.leaf) {
+      // Every local rank joined: this leaf joins its parent, and WELCOMEs its ranks only when
+      // the parent WELCOMEs it. Its nonce changes whenever one of its ranks' nonces does.
+      std::fill(job.tree_state.begin(), job.tree_state.end(), kTreeNone);
+      uint64_t x = 0x494E412D54524545ull;  // any constant
+      for (uint32_t r = 0; r < job.nranks; ++r) x = mix64(x ^ job.nonce[r] ^ (uint64_t{r} << 32));
+      job.parent_nonce = static_cast<BlockSeq>(x ^ (x >> 32));
+      job.local_joined = true;
+      job.parent_joined = false;
+      job.counters.parent_joined = false;
+      return parent_hello(job, false);
+    }
+    job.ready = true;
     return welcome(Reply::Target::kAllRanks);
   }
   return missing();
@@ -230,7 +355,7 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
 // DATA of a valid rank (checked by on_packet()).
 Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns) {
   const wire::Header& h = pkt.hdr;
-  RankCounters& rc = job.ranks[h.rank];
+  RankCounters& rc = job.ranks[h.rank];  // the served rank (on_packet)
   const bool retransmit = h.has(wire::kFlagRetransmit);
 
   if (!job.ready) {
@@ -270,9 +395,10 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
     r.hdr.exp = c.exp;
     r.hdr.next_exp = c.next_exp;
     r.payload = c.data;
-    counters_.replies_out += target == Reply::Target::kAllRanks ? job.world : 1;
+    counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
     return r;
   };
+  const size_t k = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
 
   switch (v) {
     case Verdict::kAdded:
@@ -280,14 +406,34 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
     case Verdict::kCompleted: {
       ++counters_.completed;
       ++job.counters.completed;
+      if (job.leaf) {
+        // The partial goes up; the result comes back in handle_parent().
+        job.tree_state[k] = kTreeForwarded;
+        job.reforward_rank[k] = kNoRank;
+        ++counters_.forwarded;
+        ++job.counters.forwarded;
+        return forward_partial(job, h.slot, h.shadow, false);
+      }
       Reply r = result(Reply::Target::kAllRanks);
       if (r.hdr.has(wire::kFlagNonFinite)) ++counters_.nonfinite_blocks;
       return r;
     }
     case Verdict::kResendResult: {
       ++counters_.duplicates;
-      ++counters_.resent_results;
       ++rc.duplicates;
+      if (job.leaf && job.tree_state[k] != kTreeHaveResult) {
+        // Complete here, no result from the parent yet: the partial or the parent's result was
+        // lost (or is slow). A retransmission sends the partial again; the parent answers a
+        // duplicate of a completed copy with its result.
+        if (!retransmit) return {};
+        uint16_t& by = job.reforward_rank[k];
+        if (by != kNoRank && by != h.rank) return {};  // this wave already re-forwarded it
+        by = h.rank;
+        ++counters_.reforwarded;
+        ++job.counters.reforwarded;
+        return forward_partial(job, h.slot, h.shadow, true);
+      }
+      ++counters_.resent_results;
       // Marked RETRANSMIT so that the worker can tell this copy from the original result: an
       // original arriving after the worker resent its DATA proves the resend was spurious
       // (the Eifel idea), and its round trip is a valid RTT sample.
@@ -331,8 +477,24 @@ Reply Engine::error_reply(const Job& job, const wire::PacketView& pkt, wire::Err
   uint16_t n = 2;
   if (!bitmap.empty()) {
     const uint32_t words = (job.world + 31) / 32;
-    for (uint32_t w = 0; w < words; ++w) {
-      scratch_[1 + w] = static_cast<int32_t>(static_cast<uint32_t>(bitmap[w / 2] >> (32 * (w % 2))));
+    if (!job.leaf) {
+      for (uint32_t w = 0; w < words; ++w) {
+        scratch_[1 + w] =
+            static_cast<int32_t>(static_cast<uint32_t>(bitmap[w / 2] >> (32 * (w % 2))));
+      }
+    } else {
+      // A leaf's bitmap covers its served ranks: shift it to their global positions, and mark the
+      // ranks of other leaves present (this aggregator is not waiting for them).
+      for (uint32_t w = 0; w < words; ++w) {
+        uint32_t bits = 0;
+        for (uint32_t b = 0; b < 32; ++b) {
+          const uint32_t r = w * 32 + b;
+          if (r >= job.world) break;
+          const uint32_t local = r - job.rank_base;  // wraps below rank_base
+          if (local >= job.nranks || test_bit_span(bitmap, local)) bits |= uint32_t{1} << b;
+        }
+        scratch_[1 + w] = static_cast<int32_t>(bits);
+      }
     }
     n = static_cast<uint16_t>(1 + words);
   } else {
@@ -341,10 +503,123 @@ Reply Engine::error_reply(const Job& job, const wire::PacketView& pkt, wire::Err
   Reply r;
   r.target = Reply::Target::kSender;
   r.hdr = reply_header(job.cfg, pkt.hdr, wire::kFlagError);
-  r.hdr.rank = pkt.hdr.rank;  // the rank it answers
+  r.hdr.rank = static_cast<uint16_t>(pkt.hdr.rank + job.rank_base);  // the (global) rank it answers
   r.hdr.count = n;
   r.payload = scratch_.data();
   ++counters_.replies_out;
+  return r;
+}
+
+// The leaf's HELLO to its parent: rank child_index of the parent's job, payload [parent world].
+Reply Engine::parent_hello(Job& job, bool retransmit) {
+  Reply r;
+  r.target = Reply::Target::kParent;
+  r.hdr = reply_header(job.cfg, wire::Header{},
+                       wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : uint8_t{0}));
+  r.hdr.seq = job.parent_nonce;
+  r.hdr.rank = static_cast<uint16_t>(job.cfg.tree.child_index);
+  r.hdr.count = 1;
+  scratch_[0] = static_cast<int32_t>(job.parent_world);
+  r.payload = scratch_.data();
+  ++counters_.parent_hellos;
+  ++counters_.replies_out;
+  return r;
+}
+
+// A leaf's completed copy as a DATA packet of rank child_index to the parent: the same round
+// (seq, slot, copy, exponent), the next-exponent proposal (MAX over the local ranks) and the
+// non-finite mark (OR over them), so the parent reduces it as one more rank.
+Reply Engine::forward_partial(Job& job, uint16_t slot, bool shadow, bool retransmit) {
+  const CopyView c = job.table->copy(slot, shadow);
+  Reply r;
+  r.target = Reply::Target::kParent;
+  r.hdr = reply_header(job.cfg, wire::Header{},
+                       (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}) |
+                           (retransmit ? wire::kFlagRetransmit : uint8_t{0}));
+  r.hdr.seq = c.seq;
+  r.hdr.rank = static_cast<uint16_t>(job.cfg.tree.child_index);
+  r.hdr.slot = slot;
+  r.hdr.shadow = shadow;
+  r.hdr.count = c.count;
+  r.hdr.dtype = c.dtype;
+  r.hdr.op = c.op;
+  r.hdr.exp = c.exp;
+  r.hdr.next_exp = c.next_exp;
+  r.payload = c.data;
+  ++counters_.replies_out;
+  return r;
+}
+
+// What a leaf's parent sends it (the key was checked): WELCOME completes the leaf's join, RESULT
+// of a forwarded copy replaces its partial and goes to the local ranks, ERROR is counted (a
+// world-size mismatch teaches the parent's world when it was not configured).
+Reply Engine::handle_parent(Job& job, const wire::PacketView& pkt) {
+  const wire::Header& h = pkt.hdr;
+  if (h.has(wire::kFlagError)) {
+    ++counters_.parent_errors;
+    if (h.count >= 2 &&
+        static_cast<wire::ErrorReason>(pkt.word(0)) == wire::ErrorReason::kWorldSizeMismatch &&
+        job.cfg.tree.parent_world == 0) {
+      const auto w = static_cast<uint32_t>(pkt.word(1));
+      if (w > job.cfg.tree.child_index && w <= 65535 && w != job.parent_world) {
+        job.parent_world = w;
+        if (job.local_joined && !job.parent_joined) return parent_hello(job, false);
+      }
+    }
+    return {};
+  }
+  if (h.has(wire::kFlagHello)) {  // WELCOME
+    if (!job.local_joined || job.parent_joined || h.count != 2 || pkt.word(0) < 1 ||
+        pkt.word(1) < 1) {
+      ++counters_.parent_stale;
+      return {};
+    }
+    job.parent_joined = true;
+    job.counters.parent_joined = true;
+    job.ready = true;
+    // The ranks use at most what both levels hold.
+    job.welcome_slots = std::min(job.cfg.slots.num_slots, static_cast<uint32_t>(pkt.word(0)));
+    job.welcome_elems =
+        std::min<uint32_t>(job.cfg.slots.max_elems, static_cast<uint32_t>(pkt.word(1)));
+    Reply r;
+    r.target = Reply::Target::kAllRanks;
+    r.hdr = reply_header(job.cfg, h, wire::kFlagHello | wire::kFlagResult);
+    r.hdr.seq = 0;
+    r.hdr.slot = 0;
+    r.hdr.shadow = false;
+    r.hdr.count = 2;
+    scratch_[0] = static_cast<int32_t>(job.welcome_slots);
+    scratch_[1] = static_cast<int32_t>(job.welcome_elems);
+    r.payload = scratch_.data();
+    counters_.replies_out += job.nranks;
+    return r;
+  }
+  // RESULT of a copy this leaf forwarded and still waits for (the slot table checks the round).
+  const size_t k = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
+  if (!job.ready || h.slot >= job.cfg.slots.num_slots || job.tree_state[k] != kTreeForwarded ||
+      !job.table->store_result(pkt)) {
+    ++counters_.parent_stale;
+    return {};
+  }
+  job.tree_state[k] = kTreeHaveResult;
+  ++counters_.parent_results;
+  ++job.counters.parent_results;
+  const CopyView c = job.table->copy(h.slot, h.shadow);
+  Reply r;
+  r.target = Reply::Target::kAllRanks;
+  // RETRANSMIT stays: such a result answers a re-forward, i.e. some rank's retransmission.
+  r.hdr = reply_header(job.cfg, h,
+                       wire::kFlagResult | (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}) |
+                           (h.flags & wire::kFlagRetransmit));
+  r.hdr.seq = c.seq;
+  r.hdr.count = c.count;
+  r.hdr.dtype = c.dtype;
+  r.hdr.op = c.op;
+  r.hdr.exp = c.exp;
+  r.hdr.next_exp = c.next_exp;
+  r.payload = c.data;
+  if (c.nonfinite) ++counters_.nonfinite_blocks;
+  counters_.replies_out += job.nranks;
   return r;
 }
 
@@ -418,15 +693,19 @@ std::vector<StalledSlot> Engine::stalled_slots(JobId job, uint64_t now_ns, uint6
       const uint64_t first = j.first_ns[size_t{slot} * 2 + (shadow ? 1 : 0)];
       if (first == 0 || now_ns < first || now_ns - first < min_age_ns) continue;
       const CopyView c = j.table->copy(static_cast<uint16_t>(slot), shadow);
-      if (!c.used || c.complete) continue;
+      if (!c.used) continue;
+      const bool waiting_parent =
+          c.complete && j.leaf && j.tree_state[size_t{slot} * 2 + (shadow ? 1 : 0)] == kTreeForwarded;
+      if (c.complete && !waiting_parent) continue;
       StalledSlot s;
+      s.waiting_parent = waiting_parent;
       s.slot = static_cast<uint16_t>(slot);
       s.shadow = shadow;
       s.seq = c.seq;
       s.age_ns = now_ns - first;
       s.contributors = c.contributors;
-      for (uint32_t r = 0; r < j.world; ++r) {
-        if (((c.bitmap[r / 64] >> (r % 64)) & 1) == 0) s.missing.push_back(r);
+      for (uint32_t r = 0; r < j.nranks; ++r) {
+        if (((c.bitmap[r / 64] >> (r % 64)) & 1) == 0) s.missing.push_back(j.rank_base + r);
       }
       out.push_back(std::move(s));
     }

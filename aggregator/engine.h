@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "aggregator/slot_table.h"
@@ -17,15 +18,47 @@
 
 namespace ina::agg {
 
+// A job's place in a two-level aggregation tree (issue 5). kFlat: the aggregator serves every rank.
+// kLeaf: it serves global ranks [rank_base, rank_base + local_ranks), forwards each completed
+// slot copy's partial to its parent as a DATA packet from rank child_index, and multicasts the
+// parent's RESULT to its ranks. kRoot: an ordinary job whose ranks are the leaves (by child_index),
+// so slots.world_size is the number of leaves; the engine treats it exactly like kFlat.
+enum class TreeRole : uint8_t { kFlat, kLeaf, kRoot };
+const char* tree_role_name(TreeRole r);
+
+struct TreeConfig {
+  TreeRole role = TreeRole::kFlat;
+  uint32_t rank_base = 0;      // leaf: first global rank served
+  uint32_t local_ranks = 0;    // leaf: consecutive global ranks served (>= 1)
+  uint32_t child_index = 0;    // leaf: this leaf's rank in the root's job
+  // leaf: the root's world (number of leaves), sent in the leaf's HELLO. 0: not known; the leaf
+  // then guesses ceil(world / local_ranks) and adopts the world the root names in its
+  // world-size-mismatch ERROR.
+  uint32_t parent_world = 0;
+  std::string parent;          // leaf: "host:port" of the root's data plane (the backend's business)
+
+  bool operator==(const TreeConfig&) const = default;
+};
+
 struct JobConfig {
   JobId job = 1;
   uint64_t key = 0;
-  SlotTableConfig slots;  // world size, slot count, block size
+  // world size (the job's global world, what HELLOs carry; for a root: the number of leaves),
+  // slot count, block size
+  SlotTableConfig slots;
   // The job's range of the aggregator's slot memory: [slot_base, slot_base + slots.num_slots).
   // Packets carry slots relative to the range (0 .. num_slots-1), so a job can never name a slot
   // outside it. Checked against the engine's capacity and the other jobs' ranges (see
   // Engine::set_slot_capacity).
   uint32_t slot_base = 0;
+  TreeConfig tree;
+
+  bool is_leaf() const { return tree.role == TreeRole::kLeaf; }
+  // Ranks this aggregator serves (and keeps addresses, counters and telemetry for): local_ranks
+  // for a leaf, the world otherwise. Rank indices of the engine's per-rank views are
+  // 0..served_ranks()-1; add first_rank() for the global rank.
+  uint32_t served_ranks() const { return is_leaf() ? tree.local_ranks : slots.world_size; }
+  uint32_t first_rank() const { return is_leaf() ? tree.rank_base : 0; }
 };
 
 // Counters of one job (multi-tenancy: what each tenant sent and what was refused in its name).
@@ -33,6 +66,11 @@ struct JobCounters {
   uint64_t packets = 0;     // packets that passed the key check
   uint64_t completed = 0;   // completed slot copies
   uint64_t bad_key = 0;     // packets naming this job with a wrong key: dropped, never added
+  // Leaf jobs only (see EngineCounters for the meaning).
+  uint64_t forwarded = 0;
+  uint64_t reforwarded = 0;
+  uint64_t parent_results = 0;
+  bool parent_joined = false;  // the root has WELCOMEd this leaf's current incarnation
 };
 
 // What the backend must send after a packet. `hdr` plus `payload` (host order, `hdr.count` words)
@@ -42,6 +80,7 @@ struct Reply {
     kNone,      // send nothing
     kSender,    // unicast to the rank that sent the packet
     kAllRanks,  // to every rank of hdr.job (rank addresses are the backend's business)
+    kParent,    // leaf job: to the parent aggregator of hdr.job (its address: the backend's)
   };
   Target target = Target::kNone;
   wire::Header hdr;
@@ -66,6 +105,13 @@ struct EngineCounters {
   uint64_t hellos = 0;
   uint64_t world_size_mismatch = 0;  // HELLOs whose world size differs from the job's
   uint64_t nonfinite_blocks = 0;
+  // Aggregation trees (leaf jobs).
+  uint64_t forwarded = 0;          // completed partials sent to the parent
+  uint64_t reforwarded = 0;        // partials sent again for a worker's retransmission
+  uint64_t parent_results = 0;     // parent RESULTs accepted (and multicast to the local ranks)
+  uint64_t parent_stale = 0;       // parent RESULT/WELCOME not matching a waiting copy or join
+  uint64_t parent_errors = 0;      // ERROR packets from the parent (counted, dropped)
+  uint64_t parent_hellos = 0;      // HELLOs sent to the parent
   wire::DecodeCounters decode;
   std::array<uint64_t, static_cast<size_t>(Verdict::kCount_)> by_verdict{};
 };
@@ -90,6 +136,12 @@ void for_each_scalar_counter(F&& f) {
   f("hellos", &EngineCounters::hellos);
   f("world_size_mismatch", &EngineCounters::world_size_mismatch);
   f("nonfinite_blocks", &EngineCounters::nonfinite_blocks);
+  f("forwarded", &EngineCounters::forwarded);
+  f("reforwarded", &EngineCounters::reforwarded);
+  f("parent_results", &EngineCounters::parent_results);
+  f("parent_stale", &EngineCounters::parent_stale);
+  f("parent_errors", &EngineCounters::parent_errors);
+  f("parent_hellos", &EngineCounters::parent_hellos);
 }
 
 // Adds every counter of `from` (scalars, decode errors, verdicts) into `into`.
@@ -135,7 +187,8 @@ struct StalledSlot {
   BlockSeq seq = 0;
   uint64_t age_ns = 0;
   uint32_t contributors = 0;
-  std::vector<uint32_t> missing;  // ranks not yet contributed
+  std::vector<uint32_t> missing;  // ranks not yet contributed (global ranks)
+  bool waiting_parent = false;    // leaf: complete here, its partial waits for the parent's result
 };
 
 struct EngineOptions {
@@ -168,10 +221,13 @@ class Engine {
   Status remove_job(JobId job);
   // Served jobs, ascending (allocates: not for the packet path).
   std::vector<JobConfig> jobs() const;
+  // The configuration of a served job; nullptr when it is not served.
+  const JobConfig* job_config(JobId job) const;
 
   // Processes one received datagram (the INA header and payload). `sender_rank` is set to the
   // packet's rank when it is valid for its job (so the backend can learn the rank's address),
-  // and to -1 otherwise.
+  // and to -1 otherwise; for a leaf job it is the rank's index among the served ranks (global
+  // rank - rank_base). Packets of a leaf job's parent (RESULT, WELCOME, ERROR) leave it -1.
   Reply on_packet(std::span<const uint8_t> datagram, int32_t* sender_rank, JobId* sender_job) {
     return on_packet(datagram, 0, sender_rank, sender_job);
   }
@@ -180,7 +236,8 @@ class Engine {
                   JobId* sender_job);
 
   const EngineCounters& counters() const { return counters_; }
-  // Per-rank counters of a job; empty span for an unknown job.
+  // Per-rank counters of a job (index: served rank, see JobConfig::served_ranks); empty span for
+  // an unknown job.
   std::span<const RankCounters> rank_counters(JobId job) const;
   // World size of a job, 0 when unknown.
   uint32_t world_size(JobId job) const;
@@ -189,10 +246,10 @@ class Engine {
   const SlotTable* slot_table(JobId job) const;
   // Counters of a job; nullptr for an unknown job.
   const JobCounters* job_counters(JobId job) const;
-  // Per-rank telemetry of a job (index = rank); empty for an unknown job.
+  // Per-rank telemetry of a job (index = served rank); empty for an unknown job.
   std::span<const RankTelemetry> rank_telemetry(JobId job) const;
-  // Ranks ordered by median lag (log2 bucket), worst first; ties by mean lag, then by rounds
-  // completed last.
+  // Served ranks (indices as rank_telemetry) ordered by median lag (log2 bucket), worst first;
+  // ties by mean lag, then by rounds completed last.
   std::vector<uint32_t> straggler_ranking(JobId job) const;
   // Incomplete rounds whose first contribution is at least `min_age_ns` old at `now_ns`, oldest
   // first, at most `max` of them.
@@ -203,6 +260,9 @@ class Engine {
   struct Job;
   Reply handle_hello(Job& job, const wire::PacketView& pkt);
   Reply handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns);
+  Reply handle_parent(Job& job, const wire::PacketView& pkt);
+  Reply parent_hello(Job& job, bool retransmit);
+  Reply forward_partial(Job& job, uint16_t slot, bool shadow, bool retransmit);
   Reply error_reply(const Job& job, const wire::PacketView& pkt, wire::ErrorReason reason,
                     std::span<const uint64_t> bitmap, uint32_t extra);
 

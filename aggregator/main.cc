@@ -5,6 +5,11 @@
 //
 //   ina-aggregator --backend dpdk --ip 10.0.0.1 [--dpdk-port net_ring0] ... -- <EAL arguments>
 //
+//   A leaf of a two-level aggregation tree (static configuration; the root is an ordinary
+//   aggregator whose --world-size is the number of leaves):
+//   ina-aggregator --world-size 8 --parent root:47474 --child-index 1 --rank-base 4 --local-ranks 4
+//                  [--parent-world 2]
+//
 // Serves one job until SIGINT/SIGTERM, then prints its counters and exits 0.
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -119,6 +124,8 @@ int main(int argc, char** argv) {
   std::string dpdk_port, dpdk_ip, dpdk_mac;
   uint16_t dpdk_burst = 32;
   std::vector<std::string> eal_args;
+  std::string parent;
+  int64_t child_index = -1, rank_base = -1, local_ranks = -1, parent_world = 0;
 
   app.add_option("--bind", opts.bind_host, "IPv4 address or host name to bind")
       ->capture_default_str();
@@ -173,6 +180,32 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("eal", eal_args, "dpdk: EAL arguments, after --");
 
+  // Aggregation tree leaf (one static job): see the header comment.
+  auto* parent_opt =
+      app.add_option("--parent", parent,
+                     "tree leaf: the root aggregator's data plane (host:port); partial sums go "
+                     "there")
+          ->check(CLI::Validator(
+              [](std::string& s) {
+                const size_t c = s.rfind(':');
+                const int p = c == std::string::npos ? 0 : std::atoi(s.c_str() + c + 1);
+                return c != std::string::npos && c > 0 && p >= 1 && p <= 65535
+                           ? std::string{}
+                           : "'" + s + "' is not host:port (port 1..65535)";
+              },
+              "HOST:PORT"));
+  app.add_option("--child-index", child_index, "tree leaf: this leaf's rank in the root's job")
+      ->check(CLI::Range(int64_t{0}, int64_t{65534}));
+  app.add_option("--rank-base", rank_base, "tree leaf: first global rank this leaf serves")
+      ->check(CLI::Range(int64_t{0}, int64_t{65534}));
+  app.add_option("--local-ranks", local_ranks,
+                 "tree leaf: how many consecutive global ranks from --rank-base it serves")
+      ->check(CLI::Range(int64_t{1}, int64_t{65535}));
+  app.add_option("--parent-world", parent_world,
+                 "tree leaf: the root's world size (number of leaves; default: learnt from the "
+                 "root)")
+      ->check(CLI::Range(int64_t{1}, int64_t{65535}));
+
 #if INA_HAVE_CONTROLLER
   ina::agg::AgentOptions agent;
   std::string controller;
@@ -213,6 +246,40 @@ int main(int argc, char** argv) {
   if (world == 0 && !managed) {
     std::fprintf(stderr, "ina-aggregator: --world-size is required (or --controller)\n");
     return 2;
+  }
+  if (parent_opt->count() == 0) {
+    if (child_index >= 0 || rank_base >= 0 || local_ranks >= 0 || parent_world != 0) {
+      std::fprintf(stderr, "ina-aggregator: --child-index, --rank-base, --local-ranks and "
+                           "--parent-world describe a tree leaf and need --parent host:port\n");
+      return 2;
+    }
+  } else {
+    std::string err;
+    if (world == 0) {
+      err = "--parent describes the --world-size job (a controller sends leaf jobs itself)";
+    } else if (child_index < 0 || rank_base < 0 || local_ranks < 0) {
+      err = "--parent needs --child-index, --rank-base and --local-ranks";
+    } else if (rank_base + local_ranks > int64_t{world}) {
+      err = "--rank-base " + std::to_string(rank_base) + " + --local-ranks " +
+            std::to_string(local_ranks) + " exceeds --world-size " + std::to_string(world) +
+            " (the leaf serves global ranks [rank_base, rank_base + local_ranks))";
+    } else if (parent_world != 0 && child_index >= parent_world) {
+      err = "--child-index " + std::to_string(child_index) + " must be below --parent-world " +
+            std::to_string(parent_world) + " (the root's ranks are its leaves 0.." +
+            std::to_string(parent_world - 1) + ")";
+    } else if (backend == "dpdk") {
+      err = "--parent: a tree leaf needs --backend udp (the DPDK loop does not route to a parent)";
+    }
+    if (!err.empty()) {
+      std::fprintf(stderr, "ina-aggregator: %s\n", err.c_str());
+      return 2;
+    }
+    job.tree.role = ina::agg::TreeRole::kLeaf;
+    job.tree.parent = parent;
+    job.tree.child_index = static_cast<uint32_t>(child_index);
+    job.tree.rank_base = static_cast<uint32_t>(rank_base);
+    job.tree.local_ranks = static_cast<uint32_t>(local_ranks);
+    job.tree.parent_world = static_cast<uint32_t>(parent_world);
   }
 
   if (!log_level.empty()) {
@@ -313,6 +380,11 @@ int main(int argc, char** argv) {
     std::printf("ina-aggregator listening on %s:%u job %u world %u slots %u block %u gro %s gso %s\n",
                 opts.bind_host.c_str(), unsigned{a.port()}, unsigned{job.job}, world, slots, block,
                 a.gro_enabled() ? "on" : "off", a.gso_enabled() ? "on" : "off");
+    if (job.is_leaf()) {
+      std::printf("tree leaf %u of parent %s: global ranks [%u, %u)\n", job.tree.child_index,
+                  job.tree.parent.c_str(), job.tree.rank_base,
+                  job.tree.rank_base + job.tree.local_ranks);
+    }
   }
   std::fflush(stdout);
 

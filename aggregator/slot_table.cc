@@ -221,6 +221,21 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt) {
   return Verdict::kAdded;
 }
 
+bool SlotTable::store_result(const wire::PacketView& pkt) {
+  const wire::Header& h = pkt.hdr;
+  if (h.slot >= cfg_.num_slots) return false;
+  const size_t k = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
+  Copy& c = copies_[k];
+  if (!c.used || !c.complete || c.seq != h.seq || c.count != h.count || c.dtype != h.dtype ||
+      c.op != h.op || c.exp != h.exp) {
+    return false;
+  }
+  copy_words(acc_.data() + k * cfg_.max_elems, pkt.payload, h.count);
+  c.next_exp = h.next_exp;
+  c.nonfinite = h.has(wire::kFlagNonFinite);
+  return true;
+}
+
 uint32_t SlotTable::contributors(uint16_t slot, bool shadow) const {
   if (slot >= cfg_.num_slots) return 0;
   return copies_[size_t{slot} * 2 + (shadow ? 1 : 0)].contributors;

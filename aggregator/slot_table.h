@@ -82,6 +82,11 @@ class SlotTable {
   Verdict on_data(const wire::PacketView& pkt);
 
   CopyView copy(uint16_t slot, bool shadow) const;
+  // Aggregation trees: replaces the reduced values of a complete copy with the final result its
+  // parent aggregator sent (same round: seq, count, dtype, op and exponent), with the parent's
+  // next-exponent and non-finite marks. False, and nothing changed, when the copy is not complete
+  // or the packet is not for its round.
+  bool store_result(const wire::PacketView& result);
   // Contributors of a copy's current round (0 for a slot beyond the table); cheap.
   uint32_t contributors(uint16_t slot, bool shadow) const;
   // Forgets every round (a new incarnation of the job).

@@ -15,6 +15,11 @@
 // kMaxGsoSegments per entry and within the 64 KiB limit of one send. If the kernel refuses a GSO
 // send (a route whose MTU is below the segment size, a device without checksum offload), the
 // packets are sent one by one and GSO is turned off for the rest of the run.
+//
+// Aggregation trees: a leaf job's parent ("host:port") is resolved once, when the job is added;
+// the Engine's kParent replies (partials, the leaf's HELLO) go there from the same socket, and the
+// parent's answers arrive on it like any packet (the Engine tells them apart by their flags and
+// the job's key).
 #include "aggregator/udp_backend.h"
 
 #include <arpa/inet.h>
@@ -109,6 +114,25 @@ void grow_socket_buffer(int fd, int force_opt, int opt) {
   }
 }
 
+// A leaf job's parent: "host:port" (IPv4 address or host name, port 1..65535).
+Result<sockaddr_in> resolve_parent(const JobConfig& j) {
+  const std::string& text = j.tree.parent;
+  const std::string what = "udp: job " + std::to_string(j.job) + ": parent '" + text + "'";
+  const size_t c = text.rfind(':');
+  if (c == std::string::npos || c == 0 || c + 1 == text.size()) {
+    return invalid_argument(what + " is not host:port");
+  }
+  const std::string port_text = text.substr(c + 1);
+  if (port_text.size() > 5 || port_text.find_first_not_of("0123456789") != std::string::npos) {
+    return invalid_argument(what + ": port must be a number in 1..65535");
+  }
+  const unsigned long port = std::stoul(port_text);
+  if (port < 1 || port > 65535) return invalid_argument(what + ": port must be in 1..65535");
+  Result<sockaddr_in> sa = resolve_ipv4(text.substr(0, c), static_cast<uint16_t>(port));
+  if (!sa.ok()) return invalid_argument(what + ": " + sa.status().message());
+  return sa;
+}
+
 std::string format_addr(const sockaddr_in& sa) {
   char ip[INET_ADDRSTRLEN] = "?";
   inet_ntop(AF_INET, &sa.sin_addr, ip, sizeof ip);
@@ -157,8 +181,10 @@ struct UdpAggregator::Impl {
   std::vector<sockaddr_in> rx_addr;
   std::vector<CmsgBuf> rx_ctrl;
 
-  // rank addresses, learned from each rank's valid packets
+  // rank addresses, learned from each rank's valid packets (index: served rank)
   std::map<JobId, std::vector<Peer>> peers;
+  // leaf jobs' parent aggregators, resolved when the job is added
+  std::map<JobId, sockaddr_in> parents;
   JobId cached_job = 0;
   std::vector<Peer>* cached_peers = nullptr;
 
@@ -235,6 +261,15 @@ void UdpAggregator::Impl::handle(std::span<const uint8_t> d, const sockaddr_in& 
 }
 
 void UdpAggregator::Impl::enqueue(const Reply& r, const sockaddr_in& src) {
+  const sockaddr_in* dest = &src;
+  if (r.target == Reply::Target::kParent) {
+    auto it = parents.find(r.hdr.job);
+    if (it == parents.end()) {
+      ++c.unroutable;
+      return;
+    }
+    dest = &it->second;
+  }
   const size_t len = wire::packet_size(r.hdr.count);
   if (pending.size() == pending_cap || arena_used + len > arena.size()) flush();
   uint8_t* out = arena.data() + arena_used;
@@ -243,7 +278,7 @@ void UdpAggregator::Impl::enqueue(const Reply& r, const sockaddr_in& src) {
   Pending p;
   p.multicast = r.target == Reply::Target::kAllRanks;
   p.job = r.hdr.job;
-  p.dest = src;
+  p.dest = *dest;
   p.off = static_cast<uint32_t>(arena_used);
   p.len = static_cast<uint32_t>(len);
   pending.push_back(p);  // within the reserved capacity: no allocation
@@ -394,6 +429,7 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
   }
 
   std::unique_ptr<UdpAggregator> a(new UdpAggregator());
+  std::map<JobId, sockaddr_in> impl_parents;
   EngineOptions eo;
   eo.telemetry = opts.telemetry;
   a->engine_ = std::make_unique<Engine>(eo);
@@ -413,6 +449,10 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
                               std::to_string((kMaxUdpPayload - wire::kHeaderSize) /
                                              wire::kElemSize) +
                               " elements");
+    }
+    if (j.is_leaf()) {
+      INA_ASSIGN_OR_RETURN(sockaddr_in parent, resolve_parent(j));
+      impl_parents[j.job] = parent;
     }
     INA_RETURN_IF_ERROR(a->engine_->add_job(j));
     max_packet = std::max(max_packet, pkt);
@@ -473,7 +513,8 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
   } catch (const std::bad_alloc&) {
     return resource_exhausted("udp: cannot allocate buffers for batch " + std::to_string(b));
   }
-  for (const JobConfig& j : jobs) m.peers[j.job].assign(j.slots.world_size, Impl::Peer{});
+  for (const JobConfig& j : jobs) m.peers[j.job].assign(j.served_ranks(), Impl::Peer{});
+  m.parents = std::move(impl_parents);
   a->impl_ = std::move(impl);
   a->publish();
   return a;
@@ -502,7 +543,7 @@ void UdpAggregator::apply_jobs() {
   auto same = [](const JobConfig& a, const JobConfig& b) {
     return a.key == b.key && a.slots.world_size == b.slots.world_size &&
            a.slots.num_slots == b.slots.num_slots && a.slots.max_elems == b.slots.max_elems &&
-           a.slot_base == b.slot_base;
+           a.slot_base == b.slot_base && a.tree == b.tree;
   };
   std::map<JobId, const JobConfig*> want;
   for (const JobConfig& j : desired) want[j.job] = &j;
@@ -511,6 +552,7 @@ void UdpAggregator::apply_jobs() {
     if (it == want.end() || !same(have, *it->second)) {
       (void)engine_->remove_job(have.job);
       m.peers.erase(have.job);
+      m.parents.erase(have.job);
       INA_INFO(kComponent, "job %" PRIu32 " removed", have.job);
     }
   }
@@ -519,20 +561,30 @@ void UdpAggregator::apply_jobs() {
   for (const JobConfig& j : desired) {
     if (engine_->world_size(j.job) != 0) continue;  // served, unchanged
     Status st = ok_status();
+    sockaddr_in parent{};
     if (wire::packet_size(j.slots.max_elems) > m.max_packet) {
       st = invalid_argument("block of " + std::to_string(j.slots.max_elems) +
                             " elements exceeds this aggregator's buffers");
-    } else {
-      st = engine_->add_job(j);
+    } else if (j.is_leaf()) {
+      Result<sockaddr_in> p = resolve_parent(j);
+      if (p.ok()) {
+        parent = *p;
+      } else {
+        st = p.status();
+      }
     }
+    if (st.ok()) st = engine_->add_job(j);
     if (!st.ok()) {
       job_errors_[j.job] = st.message();
       INA_WARN(kComponent, "job %" PRIu32 " not added: %s", j.job, st.message().c_str());
       continue;
     }
-    m.peers[j.job].assign(j.slots.world_size, Impl::Peer{});
-    INA_INFO(kComponent, "job %" PRIu32 " added: world %" PRIu32 " slots [%" PRIu32 ", %" PRIu32 ")",
-             j.job, j.slots.world_size, j.slot_base, j.slot_base + j.slots.num_slots);
+    m.peers[j.job].assign(j.served_ranks(), Impl::Peer{});
+    if (j.is_leaf()) m.parents[j.job] = parent;
+    INA_INFO(kComponent, "job %" PRIu32 " added: world %" PRIu32 " slots [%" PRIu32 ", %" PRIu32
+             ") role %s",
+             j.job, j.slots.world_size, j.slot_base, j.slot_base + j.slots.num_slots,
+             tree_role_name(j.tree.role));
   }
 }
 
@@ -707,6 +759,8 @@ std::string UdpAggregator::format_counters() const {
                   "retransmits", "duplicates", "address");
     s += line;
     const std::span<const RankCounters> rc = engine_->rank_counters(job);
+    const JobConfig* cfg = engine_->job_config(job);
+    const size_t first = cfg != nullptr ? cfg->first_rank() : 0;
     size_t idle = 0;
     for (size_t r = 0; r < rc.size(); ++r) {
       if (rc[r].packets == 0 && rc.size() > kMaxRankRows) {
@@ -715,7 +769,7 @@ std::string UdpAggregator::format_counters() const {
       }
       const std::string addr = peers[r].known ? format_addr(peers[r].addr) : "-";
       std::snprintf(line, sizeof line, "  %6zu %14" PRIu64 " %12" PRIu64 " %12" PRIu64 "  %s\n",
-                    r, rc[r].packets, rc[r].retransmits, rc[r].duplicates, addr.c_str());
+                    first + r, rc[r].packets, rc[r].retransmits, rc[r].duplicates, addr.c_str());
       s += line;
     }
     if (idle > 0) {

@@ -263,6 +263,29 @@ class DpdkLoop : public ::testing::TestWithParam<std::tuple<unsigned, bool>> {
 
 // Randomized order, 15% duplicates and 10% loss (resent later with RETRANSMIT) over two epochs
 // of every slot copy: each rank gets every block's exact sum.
+// A tree leaf job needs a route to its parent, which the DPDK loop does not have: refused with
+// a message naming the job and the backend to use.
+TEST(DpdkCreate, RefusesATreeLeafJob) {
+  DpdkOptions o;
+  o.port = "net_ring_unused";
+  o.ip = kAggIp;
+  o.udp_port = kAggPort;
+  JobConfig j;
+  j.job = kJob;
+  j.key = kKey;
+  j.slots.world_size = 8;
+  j.tree.role = TreeRole::kLeaf;
+  j.tree.rank_base = 4;
+  j.tree.local_ranks = 4;
+  j.tree.child_index = 1;
+  j.tree.parent = "10.0.0.2:47474";
+  auto a = DpdkAggregator::create(o, {j});
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("tree leaf"), std::string::npos) << a.status().to_string();
+  EXPECT_NE(a.status().message().find("--backend udp"), std::string::npos);
+}
+
 TEST_P(DpdkLoop, ShuffledDuplicatedLossyTrafficGivesExactSums) {
   const unsigned lcores = std::get<0>(GetParam());
   const bool indirect = std::get<1>(GetParam());

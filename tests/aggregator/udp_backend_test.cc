@@ -54,6 +54,13 @@ class Client {
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
+  uint16_t port() const {
+    sockaddr_in sa{};
+    socklen_t len = sizeof sa;
+    EXPECT_EQ(::getsockname(fd_, reinterpret_cast<sockaddr*>(&sa), &len), 0);
+    return ntohs(sa.sin_port);
+  }
+
   void send(const std::vector<uint8_t>& b) {
     ASSERT_EQ(::sendto(fd_, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&agg_),
                        sizeof agg_),
@@ -532,6 +539,102 @@ TEST(UdpAggregatorCreateTest, RejectsBadOptions) {
   a = UdpAggregator::create(o, {job});
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   EXPECT_NE((*a)->port(), 0);
+}
+
+// A tree leaf added at run time (the controller's path): its parent is resolved when the job is
+// added; the leaf's HELLO and partial sums go to the parent from the serving socket, and the
+// parent's WELCOME and RESULT, received on it, reach the local ranks. A leaf whose parent is not
+// host:port is refused and reported.
+TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
+  UdpOptions opts;
+  opts.bind_host = "127.0.0.1";
+  opts.port = 0;
+  opts.max_block_elems = 16;
+  opts.snapshot_interval = 10ms;
+  auto created = UdpAggregator::create(opts, {});
+  ASSERT_TRUE(created.ok()) << created.status().to_string();
+  UdpAggregator& agg = **created;
+  std::atomic<bool> stop{false};
+  Status run_status;
+  std::thread th([&] { run_status = agg.run(stop); });
+
+  Client parent(agg.port());  // plays the root aggregator
+  auto leaf = [&](JobId id, const std::string& where) {
+    JobConfig j;
+    j.job = id;
+    j.key = kKey;
+    j.slots.world_size = 4;
+    j.slots.num_slots = 4;
+    j.slots.max_elems = 16;
+    j.tree.role = TreeRole::kLeaf;
+    j.tree.rank_base = 2;
+    j.tree.local_ranks = 2;
+    j.tree.child_index = 1;
+    j.tree.parent = where;
+    return j;
+  };
+  agg.set_jobs({leaf(kJob, "127.0.0.1:" + std::to_string(parent.port())), leaf(9, "nowhere")});
+  auto wait_for = [&](auto pred) {
+    for (int i = 0; i < 300 && !pred(agg.snapshot()); ++i) std::this_thread::sleep_for(10ms);
+    return pred(agg.snapshot());
+  };
+  ASSERT_TRUE(wait_for([](const AggregatorSnapshot& s) { return s.jobs.size() == 1; }));
+  EXPECT_NE(agg.snapshot().job_errors.at(9).find("is not host:port"), std::string::npos);
+
+  Client r2(agg.port()), r3(agg.port());
+  auto hello = [](uint16_t rank) {
+    wire::Header h;
+    h.job = kJob;
+    h.key = kKey;
+    h.rank = rank;
+    h.seq = 300 + rank;
+    h.flags = wire::kFlagHello;
+    return encode_packet(h, std::vector<int32_t>{4});
+  };
+  r2.send(hello(2));
+  r3.send(hello(3));
+  auto up = parent.recv();
+  ASSERT_TRUE(up.has_value());
+  EXPECT_EQ(up->hdr.flags, wire::kFlagHello);
+  EXPECT_EQ(up->hdr.rank, 1);
+  EXPECT_EQ(up->payload, (std::vector<int32_t>{2}));  // its guess of the parent's world: 4 / 2
+  EXPECT_FALSE(r2.recv(100ms).has_value());            // not welcomed before the parent says so
+  wire::Header w;
+  w.job = kJob;
+  w.key = kKey;
+  w.flags = wire::kFlagHello | wire::kFlagResult;
+  parent.send(encode_packet(w, std::vector<int32_t>{4, 16}));
+  for (Client* c : {&r2, &r3}) {
+    auto p = c->recv();
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->hdr.flags, wire::kFlagHello | wire::kFlagResult);
+  }
+  r2.send(encode_packet(data_header(kJob, kKey, 2, 1, false, 5, 3), {1, 2, 3}));
+  r3.send(encode_packet(data_header(kJob, kKey, 3, 1, false, 5, 3), {10, 20, 30}));
+  auto partial = parent.recv();
+  ASSERT_TRUE(partial.has_value());
+  EXPECT_EQ(partial->hdr.flags, 0);
+  EXPECT_EQ(partial->hdr.rank, 1);
+  EXPECT_EQ(partial->hdr.slot, 1);
+  EXPECT_EQ(partial->hdr.seq, 5u);
+  EXPECT_EQ(partial->payload, (std::vector<int32_t>{11, 22, 33}));
+  wire::Header res = partial->hdr;
+  res.flags = wire::kFlagResult;
+  res.rank = 0;
+  parent.send(encode_packet(res, std::vector<int32_t>{100, 200, 300}));
+  for (Client* c : {&r2, &r3}) {
+    auto p = c->recv();
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->hdr.flags, wire::kFlagResult);
+    EXPECT_EQ(p->payload, (std::vector<int32_t>{100, 200, 300}));
+  }
+  stop.store(true);
+  th.join();
+  EXPECT_TRUE(run_status.ok()) << run_status.to_string();
+  EXPECT_EQ(agg.engine().counters().forwarded, 1u);
+  EXPECT_EQ(agg.engine().counters().parent_results, 1u);
+  const std::string report = agg.format_counters();
+  EXPECT_NE(report.find("\n       2 "), std::string::npos) << report;  // rows name global ranks
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "tests/integration/loopback_support.h"
 
+#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -50,10 +51,19 @@ std::string AggregatorProcess::start(int world, const Options& opts) {
                                    std::to_string(opts.drop_percent),
                                    "--dup-percent",
                                    std::to_string(opts.dup_percent)};
+  args.insert(args.end(), opts.extra_args.begin(), opts.extra_args.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
-  if (posix_spawn(&pid, bin, nullptr, nullptr, argv.data(), environ) != 0) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  if (!opts.stdout_path.empty()) {
+    posix_spawn_file_actions_addopen(&fa, STDOUT_FILENO, opts.stdout_path.c_str(),
+                                     O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  }
+  const int spawned = posix_spawn(&pid, bin, &fa, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  if (spawned != 0) {
     pid = -1;
     return std::string("cannot spawn ") + bin;
   }

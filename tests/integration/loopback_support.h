@@ -21,6 +21,8 @@ struct AggregatorProcess {
     uint16_t port = 0;         // 0: an ephemeral port (read back through --port-file)
     double drop_percent = 0;   // the aggregator's test hooks
     double dup_percent = 0;
+    std::vector<std::string> extra_args;  // appended to the command line (e.g. a tree leaf's)
+    std::string stdout_path;              // "": inherit; else its stdout goes to this file
   };
 
   pid_t pid = -1;

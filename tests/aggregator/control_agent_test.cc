@@ -1,0 +1,99 @@
+// The aggregator's control agent as pure functions: the controller's heartbeat answer parsed into
+// jobs (issue 5's tree fields: role, a leaf's rank_base, local_ranks, child_index, parent,
+// parent_world), with errors naming the entry and the field, and a leaf's telemetry JSON
+// reporting its tree role and global ranks.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "aggregator/control_agent.h"
+
+namespace ina::agg {
+namespace {
+
+std::string answer(const std::string& jobs) { return "{\"jobs\": [" + jobs + "]}"; }
+constexpr const char* kBase = R"("job": 4, "key": 99, "world": 8, "slots": 16, "block_elems": 256, "slot_base": 32)";
+
+TEST(HeartbeatJobs, FlatLeafAndRoot) {
+  const std::string body = answer(std::string("{") + kBase + "}, {" + kBase +
+                                  R"(, "role": "leaf", "rank_base": 4, "local_ranks": 4,
+                                      "child_index": 1, "parent": "10.0.0.9:47474"}, )" +
+                                  R"({"job": 5, "key": 1, "world": 2, "slots": 16,
+                                      "block_elems": 256, "slot_base": 0, "role": "root"})");
+  auto jobs = parse_heartbeat_jobs(body);
+  ASSERT_TRUE(jobs.ok()) << jobs.status().to_string();
+  ASSERT_EQ(jobs->size(), 3u);
+  const JobConfig& flat = (*jobs)[0];
+  EXPECT_EQ(flat.tree.role, TreeRole::kFlat);
+  EXPECT_EQ(flat.job, 4u);
+  EXPECT_EQ(flat.key, 99u);
+  EXPECT_EQ(flat.slots.world_size, 8u);
+  EXPECT_EQ(flat.slots.num_slots, 16u);
+  EXPECT_EQ(flat.slots.max_elems, 256);
+  EXPECT_EQ(flat.slot_base, 32u);
+  const JobConfig& leaf = (*jobs)[1];
+  EXPECT_EQ(leaf.tree.role, TreeRole::kLeaf);
+  EXPECT_EQ(leaf.tree.rank_base, 4u);
+  EXPECT_EQ(leaf.tree.local_ranks, 4u);
+  EXPECT_EQ(leaf.tree.child_index, 1u);
+  EXPECT_EQ(leaf.tree.parent, "10.0.0.9:47474");
+  EXPECT_EQ(leaf.tree.parent_world, 0u);
+  EXPECT_EQ(leaf.served_ranks(), 4u);
+  EXPECT_EQ((*jobs)[2].tree.role, TreeRole::kRoot);
+  EXPECT_EQ((*jobs)[2].slots.world_size, 2u);
+}
+
+TEST(HeartbeatJobs, ErrorsNameTheEntryAndField) {
+  auto err = [](const std::string& body) {
+    auto r = parse_heartbeat_jobs(body);
+    EXPECT_FALSE(r.ok());
+    return r.ok() ? std::string{} : r.status().message();
+  };
+  EXPECT_NE(err("[]").find("\"jobs\" array"), std::string::npos);
+  EXPECT_NE(err(answer(R"({"job": 1})")).find("jobs[0]: field \"key\" is missing"),
+            std::string::npos);
+  std::string m = err(answer(std::string("{") + kBase + R"(, "role": "middle"})"));
+  EXPECT_NE(m.find("\"role\" must be \"flat\", \"leaf\" or \"root\""), std::string::npos) << m;
+  m = err(answer(std::string("{") + kBase + R"(, "role": "leaf", "local_ranks": 4,
+                 "child_index": 0, "parent": "a:1"})"));
+  EXPECT_NE(m.find("\"rank_base\" is missing"), std::string::npos) << m;
+  m = err(answer(std::string("{") + kBase + R"(, "role": "leaf", "rank_base": 0,
+                 "local_ranks": 4, "child_index": 0, "parent": "nowhere"})"));
+  EXPECT_NE(m.find("\"parent\" as \"host:port\""), std::string::npos) << m;
+  m = err(answer(std::string("{") + kBase + R"(, "role": "leaf", "rank_base": 6,
+                 "local_ranks": 4, "child_index": 0, "parent": "a:1"})"));
+  EXPECT_NE(m.find("inside the world of 8"), std::string::npos) << m;
+  m = err(answer(std::string("{") + kBase + R"(}, {"job": -1, "key": 1})"));
+  EXPECT_NE(m.find("jobs[1]: field \"job\" must be an integer"), std::string::npos) << m;
+}
+
+TEST(HeartbeatJobs, LeafTelemetryNamesGlobalRanks) {
+  JobSnapshot j;
+  j.cfg.job = 4;
+  j.cfg.slots.world_size = 8;
+  j.cfg.tree.role = TreeRole::kLeaf;
+  j.cfg.tree.rank_base = 4;
+  j.cfg.tree.local_ranks = 2;
+  j.cfg.tree.child_index = 1;
+  j.cfg.tree.parent = "h:1";
+  j.counters.forwarded = 7;
+  j.counters.parent_joined = true;
+  j.telemetry.resize(2);
+  j.straggler_ranking = {1, 0};
+  StalledSlot s;
+  s.missing = {5};
+  j.stalled.push_back(s);
+  const nlohmann::json o = nlohmann::json::parse(job_telemetry_json(j));
+  EXPECT_EQ(o["role"], "leaf");
+  EXPECT_EQ(o["rank_base"], 4);
+  EXPECT_EQ(o["child_index"], 1);
+  EXPECT_EQ(o["forwarded"], 7);
+  EXPECT_EQ(o["parent_joined"], true);
+  EXPECT_EQ(o["stragglers"][0]["rank"], 5);
+  EXPECT_EQ(o["stragglers"][1]["rank"], 4);
+  EXPECT_EQ(o["stalled_slots"][0]["missing_ranks"][0], 5);
+}
+
+}  // namespace
+}  // namespace ina::agg

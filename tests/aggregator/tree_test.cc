@@ -1,0 +1,659 @@
+// Two-level aggregation trees in the aggregator engine (issue 5): two leaf Engines and a root
+// Engine wired in process (8 ranks, 4 per leaf) against a flat 8-rank Engine fed the same data,
+// on a simulated network that shuffles, duplicates and drops packets in every direction, with
+// simulated workers whose retransmission timer fires whenever the network goes quiet. Every rank's
+// result of every block must equal the flat run's bitwise (payload, next exponent, non-finite
+// mark) and the model (wrapping int32 SUM, MIN, MAX). Plus the leaf's join barrier, the parent's
+// packets it accepts or refuses, error bitmaps in global ranks and the configuration checks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "aggregator/engine.h"
+#include "tests/aggregator/test_packets.h"
+
+namespace ina::agg {
+namespace {
+
+using testing::encode_packet;
+using testing::payload_words;
+
+constexpr JobId kJob = 7;
+constexpr uint64_t kKey = 0x5EC2E7;
+constexpr uint32_t kWorld = 8;
+constexpr uint32_t kPerLeaf = 4;
+constexpr uint16_t kSlots = 4;
+constexpr uint16_t kElems = 16;
+
+// Node ids on the simulated network: workers are their ranks.
+constexpr int kLeafNode = 100;  // + child index
+constexpr int kRootNode = 200;
+constexpr int kFlatNode = 300;
+
+JobConfig flat_job(uint32_t world) {
+  JobConfig c;
+  c.job = kJob;
+  c.key = kKey;
+  c.slots.world_size = world;
+  c.slots.num_slots = kSlots;
+  c.slots.max_elems = kElems;
+  return c;
+}
+
+JobConfig leaf_job(uint32_t child, uint32_t rank_base, uint32_t local, uint32_t parent_world) {
+  JobConfig c = flat_job(kWorld);
+  c.tree.role = TreeRole::kLeaf;
+  c.tree.child_index = child;
+  c.tree.rank_base = rank_base;
+  c.tree.local_ranks = local;
+  c.tree.parent_world = parent_world;
+  c.tree.parent = "root:1";
+  return c;
+}
+
+// One block's data for every rank.
+struct Block {
+  DType dtype = DType::kInt32;
+  ReduceOp op = ReduceOp::kSum;
+  int16_t exp = kNoExponent;
+  std::vector<std::vector<int32_t>> words;  // [rank][elem]
+  std::vector<int16_t> next_exp;            // [rank]
+  std::vector<bool> nonfinite;              // [rank]
+};
+
+// What a rank kept of a block's result.
+struct Got {
+  bool have = false;
+  std::vector<int32_t> words;
+  int16_t next_exp = 0;
+  bool nonfinite = false;
+};
+
+struct Msg {
+  int from = 0;
+  int to = 0;
+  std::vector<uint8_t> bytes;
+};
+
+// A network of engines and simulated workers. `tree` chooses 2 leaves + root or one flat engine.
+class Sim {
+ public:
+  Sim(bool tree, std::vector<Block> blocks, double drop_pct, double dup_pct, uint64_t seed,
+      uint32_t leaf0_parent_world = 2)
+      : tree_(tree), blocks_(std::move(blocks)), drop_(drop_pct), dup_(dup_pct), rng_(seed) {
+    if (tree_) {
+      EXPECT_TRUE(engines_[kLeafNode].add_job(leaf_job(0, 0, kPerLeaf, leaf0_parent_world)).ok());
+      EXPECT_TRUE(engines_[kLeafNode + 1].add_job(leaf_job(1, kPerLeaf, kPerLeaf, 2)).ok());
+      EXPECT_TRUE(engines_[kRootNode].add_job(flat_job(2)).ok());
+    } else {
+      EXPECT_TRUE(engines_[kFlatNode].add_job(flat_job(kWorld)).ok());
+    }
+    got_.assign(kWorld, std::vector<Got>(blocks_.size()));
+    next_block_.assign(kWorld, 0);
+    joined_.assign(kWorld, false);
+  }
+
+  // Runs to completion (every rank has every block's result) or fails after `max_timeouts`
+  // retransmission rounds.
+  void run(int max_timeouts = 400) {
+    for (uint32_t r = 0; r < kWorld; ++r) send_hello(r, false);
+    for (int t = 0; t <= max_timeouts; ++t) {
+      drain();
+      if (done()) return;
+      ++timeouts_;
+      // Every worker's timer: resend what has no answer yet.
+      for (uint32_t r = 0; r < kWorld; ++r) {
+        if (!joined_[r]) {
+          send_hello(r, true);
+          continue;
+        }
+        for (size_t b = 0; b < blocks_.size(); ++b) {
+          if (b < next_block_[r] && !got_[r][b].have) send_data(r, b, true);
+        }
+      }
+    }
+    FAIL() << "not done after " << max_timeouts << " timeouts";
+  }
+
+  const Got& got(uint32_t rank, size_t block) const { return got_[rank][block]; }
+  const Engine& engine(int node) { return engines_[node]; }
+  int timeouts() const { return timeouts_; }
+
+ private:
+  int aggregator_of(uint32_t rank) const {
+    return tree_ ? kLeafNode + static_cast<int>(rank / kPerLeaf) : kFlatNode;
+  }
+  bool done() const {
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      for (const Got& g : got_[r]) {
+        if (!g.have) return false;
+      }
+    }
+    return true;
+  }
+
+  void send(int from, int to, std::vector<uint8_t> bytes) {
+    std::uniform_real_distribution<double> pct(0.0, 100.0);
+    if (pct(rng_) < drop_) return;
+    if (pct(rng_) < dup_) net_.push_back(Msg{from, to, bytes});
+    net_.push_back(Msg{from, to, std::move(bytes)});
+  }
+
+  void send_hello(uint32_t r, bool retransmit) {
+    wire::Header h;
+    h.flags = wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : uint8_t{0});
+    h.job = kJob;
+    h.key = kKey;
+    h.seq = 0xA000 + r;  // the rank's incarnation nonce
+    h.rank = static_cast<uint16_t>(r);
+    send(static_cast<int>(r), aggregator_of(r), encode_packet(h, std::vector<int32_t>{kWorld}));
+  }
+
+  void send_data(uint32_t r, size_t b, bool retransmit) {
+    const Block& blk = blocks_[b];
+    wire::Header h = testing::data_header(kJob, kKey, static_cast<uint16_t>(r),
+                                          static_cast<uint16_t>(b % kSlots), (b / kSlots) % 2 == 1,
+                                          static_cast<BlockSeq>(1000 + b), 0);
+    h.flags = (retransmit ? wire::kFlagRetransmit : uint8_t{0}) |
+              (blk.nonfinite[r] ? wire::kFlagNonFinite : uint8_t{0});
+    h.dtype = blk.dtype;
+    h.op = blk.op;
+    h.exp = blk.exp;
+    h.next_exp = blk.next_exp[r];
+    send(static_cast<int>(r), aggregator_of(r), encode_packet(h, blk.words[r]));
+  }
+
+  // A worker's receive path.
+  void on_worker(uint32_t r, const std::vector<uint8_t>& bytes) {
+    wire::PacketView p;
+    ASSERT_EQ(wire::decode(bytes, &p), wire::DecodeError::kOk);
+    const wire::Header& h = p.hdr;
+    if (h.has(wire::kFlagError)) return;  // the timer resends
+    ASSERT_TRUE(h.has(wire::kFlagResult));
+    if (h.has(wire::kFlagHello)) {
+      if (joined_[r]) return;
+      EXPECT_EQ(p.word(0), kSlots);
+      EXPECT_EQ(p.word(1), kElems);
+      joined_[r] = true;
+      for (size_t b = 0; b < std::min<size_t>(kSlots, blocks_.size()); ++b) {
+        send_data(r, b, false);
+        next_block_[r] = b + 1;
+      }
+      return;
+    }
+    const size_t b = h.seq - 1000;
+    ASSERT_LT(b, blocks_.size());
+    ASSERT_EQ(h.slot, b % kSlots);
+    ASSERT_EQ(h.shadow, (b / kSlots) % 2 == 1);
+    Got& g = got_[r][b];
+    if (g.have) {
+      // A duplicate result must say the same.
+      EXPECT_EQ(g.words, payload_words(p)) << "rank " << r << " block " << b;
+      return;
+    }
+    g.have = true;
+    g.words = payload_words(p);
+    g.next_exp = h.next_exp;
+    g.nonfinite = h.has(wire::kFlagNonFinite);
+    EXPECT_EQ(h.exp, blocks_[b].exp);
+    EXPECT_EQ(h.dtype, blocks_[b].dtype);
+    EXPECT_EQ(h.op, blocks_[b].op);
+    // Blocks go out in order, each once the previous round on its slot is done.
+    while (next_block_[r] < blocks_.size() && got_[r][next_block_[r] - kSlots].have) {
+      send_data(r, next_block_[r], false);
+      ++next_block_[r];
+    }
+  }
+
+  void on_engine(int node, const Msg& m) {
+    int32_t rank = -1;
+    JobId job = 0;
+    const Reply rep = engines_[node].on_packet(m.bytes, &rank, &job);
+    if (rep.target == Reply::Target::kNone) return;
+    const std::vector<uint8_t> out = encode_packet(rep.hdr, rep.payload);
+    switch (rep.target) {
+      case Reply::Target::kNone:
+        return;
+      case Reply::Target::kSender:
+        send(node, m.from, out);
+        return;
+      case Reply::Target::kParent:
+        ASSERT_TRUE(node == kLeafNode || node == kLeafNode + 1) << "kParent from node " << node;
+        send(node, kRootNode, out);
+        return;
+      case Reply::Target::kAllRanks:
+        if (node == kRootNode) {
+          for (int c = 0; c < 2; ++c) send(node, kLeafNode + c, out);
+        } else if (node == kFlatNode) {
+          for (uint32_t r = 0; r < kWorld; ++r) send(node, static_cast<int>(r), out);
+        } else {
+          const uint32_t base = static_cast<uint32_t>(node - kLeafNode) * kPerLeaf;
+          for (uint32_t r = base; r < base + kPerLeaf; ++r) send(node, static_cast<int>(r), out);
+        }
+        return;
+    }
+  }
+
+  // Delivers in random order until nothing is in flight.
+  void drain() {
+    while (!net_.empty()) {
+      const size_t i = rng_() % net_.size();
+      Msg m = std::move(net_[i]);
+      net_[i] = std::move(net_.back());
+      net_.pop_back();
+      if (m.to < static_cast<int>(kWorld)) {
+        on_worker(static_cast<uint32_t>(m.to), m.bytes);
+      } else {
+        on_engine(m.to, m);
+      }
+    }
+  }
+
+  bool tree_;
+  std::vector<Block> blocks_;
+  double drop_, dup_;
+  std::mt19937_64 rng_;
+  std::map<int, Engine> engines_;
+  std::vector<Msg> net_;
+  std::vector<std::vector<Got>> got_;
+  std::vector<size_t> next_block_;
+  std::vector<bool> joined_;
+  int timeouts_ = 0;
+};
+
+// Blocks of one dtype/op with random data; float SUM blocks get an exponent per block, random
+// next-exponent proposals per rank and one non-finite contribution.
+std::vector<Block> make_blocks(size_t n, DType dtype, ReduceOp op, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<Block> out(n);
+  for (size_t b = 0; b < n; ++b) {
+    Block& blk = out[b];
+    blk.dtype = dtype;
+    blk.op = op;
+    const bool fl = dtype != DType::kInt32;
+    blk.exp = fl && op == ReduceOp::kSum ? static_cast<int16_t>(-20 + static_cast<int>(b % 7))
+                                         : kNoExponent;
+    const size_t count = b % 3 == 2 ? kElems - 3 : kElems;  // a short last block now and then
+    blk.words.assign(kWorld, std::vector<int32_t>(count));
+    blk.next_exp.assign(kWorld, kNoExponent);
+    blk.nonfinite.assign(kWorld, false);
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      // Large values: the int32 sum wraps, which must not matter.
+      for (int32_t& w : blk.words[r]) w = static_cast<int32_t>(rng());
+      if (fl && op == ReduceOp::kSum) {
+        blk.next_exp[r] = static_cast<int16_t>(-30 + static_cast<int>(rng() % 20));
+      }
+    }
+    if (fl && b == 5) blk.nonfinite[6] = true;
+  }
+  return out;
+}
+
+// The model of one block's result.
+std::vector<int32_t> model(const Block& blk) {
+  std::vector<int32_t> acc = blk.words[0];
+  for (uint32_t r = 1; r < kWorld; ++r) {
+    for (size_t i = 0; i < acc.size(); ++i) {
+      const int32_t v = blk.words[r][i];
+      switch (blk.op) {
+        case ReduceOp::kSum:
+          acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(v));
+          break;
+        case ReduceOp::kMin: acc[i] = std::min(acc[i], v); break;
+        case ReduceOp::kMax: acc[i] = std::max(acc[i], v); break;
+      }
+    }
+  }
+  return acc;
+}
+
+struct Case {
+  DType dtype;
+  ReduceOp op;
+  double drop;
+  double dup;
+};
+
+class TreeVsFlat : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TreeVsFlat, EveryRankGetsTheFlatResultBitwise) {
+  const Case c = GetParam();
+  uint64_t reforwards = 0, parent_results = 0;
+  for (uint64_t seed = 1; seed <= 6; ++seed) {
+    SCOPED_TRACE("seed " + std::to_string(seed));
+    const std::vector<Block> blocks = make_blocks(24, c.dtype, c.op, seed);
+    Sim tree(true, blocks, c.drop, c.dup, seed * 77);
+    Sim flat(false, blocks, c.drop, c.dup, seed * 77);
+    tree.run();
+    flat.run();
+    if (::testing::Test::HasFatalFailure()) return;
+    for (size_t b = 0; b < blocks.size(); ++b) {
+      const std::vector<int32_t> want = model(blocks[b]);
+      int16_t want_next = kNoExponent;
+      bool want_nonfinite = false;
+      for (uint32_t r = 0; r < kWorld; ++r) {
+        want_next = std::max(want_next, blocks[b].next_exp[r]);
+        want_nonfinite = want_nonfinite || blocks[b].nonfinite[r];
+      }
+      for (uint32_t r = 0; r < kWorld; ++r) {
+        const Got& t = tree.got(r, b);
+        const Got& f = flat.got(r, b);
+        ASSERT_TRUE(t.have && f.have);
+        EXPECT_EQ(t.words, f.words) << "rank " << r << " block " << b;
+        EXPECT_EQ(t.words, want) << "rank " << r << " block " << b;
+        EXPECT_EQ(t.next_exp, f.next_exp);
+        EXPECT_EQ(t.next_exp, want_next);
+        EXPECT_EQ(t.nonfinite, f.nonfinite);
+        EXPECT_EQ(t.nonfinite, want_nonfinite);
+      }
+    }
+    for (int leaf = 0; leaf < 2; ++leaf) {
+      const EngineCounters& lc = tree.engine(kLeafNode + leaf).counters();
+      // Each block completes once per leaf and is forwarded once, plus re-forwards.
+      EXPECT_EQ(lc.completed, blocks.size());
+      EXPECT_EQ(lc.forwarded, blocks.size());
+      EXPECT_EQ(lc.parent_results, blocks.size());
+      EXPECT_EQ(lc.malformed, 0u);
+      const JobCounters* jc = tree.engine(kLeafNode + leaf).job_counters(kJob);
+      ASSERT_NE(jc, nullptr);
+      EXPECT_TRUE(jc->parent_joined);
+      EXPECT_EQ(jc->forwarded, blocks.size());
+      reforwards += lc.reforwarded;
+      parent_results += lc.parent_results;
+    }
+    EXPECT_EQ(tree.engine(kRootNode).counters().completed, blocks.size());
+    EXPECT_EQ(tree.engine(kRootNode).counters().malformed, 0u);
+    if (c.drop == 0 && c.dup == 0) {
+      EXPECT_EQ(tree.timeouts(), 0);
+      EXPECT_EQ(tree.engine(kLeafNode).counters().reforwarded, 0u);
+    }
+  }
+  if (c.drop > 0) {
+    // Loss between leaf and root was repaired by re-forwarding on the workers' retransmissions.
+    EXPECT_GT(reforwards, 0u);
+  }
+  EXPECT_GT(parent_results, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, TreeVsFlat,
+    ::testing::Values(Case{DType::kInt32, ReduceOp::kSum, 0, 0},
+                      Case{DType::kInt32, ReduceOp::kSum, 10, 5},
+                      Case{DType::kFloat32, ReduceOp::kSum, 0, 0},
+                      Case{DType::kFloat32, ReduceOp::kSum, 10, 5},
+                      Case{DType::kInt32, ReduceOp::kMin, 10, 5},
+                      Case{DType::kFloat32, ReduceOp::kMax, 10, 5}),
+    [](const ::testing::TestParamInfo<Case>& i) {
+      std::string s = i.param.dtype == DType::kInt32 ? "int32_" : "float32_";
+      s += i.param.op == ReduceOp::kSum ? "sum" : i.param.op == ReduceOp::kMin ? "min" : "max";
+      s += i.param.drop > 0 ? "_lossy" : "_clean";
+      return s;
+    });
+
+// A leaf with an unknown parent world guesses it, learns the root's from its ERROR and joins.
+TEST(TreeLeaf, LearnsTheParentWorldFromTheRoot) {
+  const std::vector<Block> blocks = make_blocks(8, DType::kInt32, ReduceOp::kSum, 3);
+  // Leaf 0 has no parent world configured: its guess, ceil(8 / 4) = 2, is right for even leaves.
+  Sim tree(true, blocks, 0, 0, 5, /*leaf0_parent_world=*/0);
+  tree.run();
+  EXPECT_EQ(tree.engine(kLeafNode).counters().parent_errors, 0u);
+  EXPECT_EQ(tree.got(0, 7).words, model(blocks[7]));
+
+  // Uneven leaves: 8 ranks as 4 + 2 + 2 (3 leaves); the 4-rank leaf guesses ceil(8/4) = 2.
+  Engine leaf;
+  JobConfig lc = leaf_job(0, 0, 4, 0);
+  ASSERT_TRUE(leaf.add_job(lc).ok());
+  Engine root;
+  ASSERT_TRUE(root.add_job(flat_job(3)).ok());
+  int32_t rank;
+  JobId job;
+  Reply up;
+  for (uint16_t r = 0; r < 4; ++r) {
+    wire::Header h;
+    h.flags = wire::kFlagHello;
+    h.job = kJob;
+    h.key = kKey;
+    h.seq = 50 + r;
+    h.rank = r;
+    up = leaf.on_packet(encode_packet(h, std::vector<int32_t>{kWorld}), &rank, &job);
+  }
+  ASSERT_EQ(up.target, Reply::Target::kParent);
+  ASSERT_TRUE(up.hdr.has(wire::kFlagHello));
+  EXPECT_EQ(up.hdr.rank, 0);
+  EXPECT_EQ(up.payload[0], 2);  // the guess
+  const Reply err = root.on_packet(encode_packet(up.hdr, up.payload), &rank, &job);
+  ASSERT_TRUE(err.hdr.has(wire::kFlagError));
+  EXPECT_EQ(err.payload[1], 3);
+  const Reply again = leaf.on_packet(encode_packet(err.hdr, err.payload), &rank, &job);
+  EXPECT_EQ(rank, -1);  // the parent is not a rank of the leaf
+  ASSERT_EQ(again.target, Reply::Target::kParent);
+  EXPECT_EQ(again.payload[0], 3);
+  EXPECT_EQ(leaf.counters().parent_errors, 1u);
+  EXPECT_EQ(root.on_packet(encode_packet(again.hdr, again.payload), &rank, &job).target,
+            Reply::Target::kNone);  // joined; the root waits for its other two leaves
+  EXPECT_EQ(rank, 0);
+}
+
+class TreeLeafUnit : public ::testing::Test {
+ protected:
+  void SetUp() override { ASSERT_TRUE(leaf_.add_job(leaf_job(1, 4, 4, 2)).ok()); }
+
+  Reply send(const wire::Header& h, const std::vector<int32_t>& payload) {
+    return leaf_.on_packet(encode_packet(h, payload), &rank_, &job_);
+  }
+  Reply hello(uint16_t global_rank, BlockSeq nonce, bool retransmit = false) {
+    wire::Header h;
+    h.flags = wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : uint8_t{0});
+    h.job = kJob;
+    h.key = kKey;
+    h.seq = nonce;
+    h.rank = global_rank;
+    return send(h, {static_cast<int32_t>(kWorld)});
+  }
+  Reply welcome_from_parent(int32_t slots = kSlots, int32_t elems = kElems) {
+    wire::Header h;
+    h.flags = wire::kFlagHello | wire::kFlagResult;
+    h.job = kJob;
+    h.key = kKey;
+    return send(h, {slots, elems});
+  }
+  Reply data(uint16_t global_rank, uint16_t slot, BlockSeq seq, int32_t v, bool retransmit = false) {
+    wire::Header h = testing::data_header(kJob, kKey, global_rank, slot, false, seq, 2);
+    if (retransmit) h.flags |= wire::kFlagRetransmit;
+    return send(h, {v, v * 2});
+  }
+  void join_all() {
+    for (uint16_t r = 4; r < 8; ++r) hello(r, 900 + r);
+    const Reply w = welcome_from_parent();
+    ASSERT_EQ(w.target, Reply::Target::kAllRanks);
+  }
+
+  Engine leaf_;
+  int32_t rank_ = -1;
+  JobId job_ = 0;
+};
+
+TEST_F(TreeLeafUnit, WelcomesItsRanksOnlyAfterTheParentWelcomedIt) {
+  for (uint16_t r = 4; r < 7; ++r) {
+    EXPECT_EQ(hello(r, 900 + r).target, Reply::Target::kNone);
+    EXPECT_EQ(rank_, r - 4);  // the backend's address table index: the served rank
+  }
+  // A rank of another leaf is not served here.
+  EXPECT_EQ(hello(2, 77).target, Reply::Target::kNone);
+  EXPECT_EQ(rank_, -1);
+  const Reply up = hello(7, 907);
+  ASSERT_EQ(up.target, Reply::Target::kParent);
+  EXPECT_EQ(up.hdr.flags, wire::kFlagHello);
+  EXPECT_EQ(up.hdr.rank, 1);  // child_index
+  EXPECT_EQ(up.hdr.job, kJob);
+  EXPECT_EQ(up.hdr.key, kKey);
+  EXPECT_EQ(up.payload[0], 2);
+  const BlockSeq nonce = up.hdr.seq;
+  EXPECT_FALSE(leaf_.job_ready(kJob));
+  // Data before the parent's WELCOME is not taken.
+  EXPECT_EQ(data(4, 0, 1, 5).target, Reply::Target::kNone);
+  EXPECT_EQ(leaf_.counters().not_ready, 1u);
+  // A worker's retransmitted HELLO repeats the leaf's HELLO to the parent, same nonce.
+  const Reply re = hello(5, 905, true);
+  ASSERT_EQ(re.target, Reply::Target::kParent);
+  EXPECT_EQ(re.hdr.seq, nonce);
+  EXPECT_TRUE(re.hdr.has(wire::kFlagRetransmit));
+  // The parent's WELCOME (with a smaller window) goes to the local ranks, capped.
+  const Reply w = welcome_from_parent(2, 100);
+  ASSERT_EQ(w.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(w.hdr.flags, wire::kFlagHello | wire::kFlagResult);
+  EXPECT_EQ(w.payload[0], 2);
+  EXPECT_EQ(w.payload[1], kElems);
+  EXPECT_TRUE(leaf_.job_ready(kJob));
+  // A second WELCOME from the parent is stale; a worker's lost WELCOME is answered here.
+  EXPECT_EQ(welcome_from_parent().target, Reply::Target::kNone);
+  EXPECT_EQ(leaf_.counters().parent_stale, 1u);
+  const Reply again = hello(6, 906, true);
+  EXPECT_EQ(again.target, Reply::Target::kSender);
+
+  // A new incarnation of rank 6: the leaf rejoins the parent with another nonce.
+  EXPECT_EQ(hello(6, 5555).target, Reply::Target::kNone);
+  EXPECT_FALSE(leaf_.job_ready(kJob));
+  EXPECT_FALSE(leaf_.job_counters(kJob)->parent_joined);
+  hello(4, 904);
+  hello(5, 905);
+  const Reply up2 = hello(7, 907);
+  ASSERT_EQ(up2.target, Reply::Target::kParent);
+  EXPECT_NE(up2.hdr.seq, nonce);
+}
+
+TEST_F(TreeLeafUnit, ForwardsPartialsAndTakesOnlyTheResultItWaitsFor) {
+  join_all();
+  for (uint16_t r = 4; r < 7; ++r) EXPECT_EQ(data(r, 1, 10, r).target, Reply::Target::kNone);
+  const Reply up = data(7, 1, 10, 7);
+  ASSERT_EQ(up.target, Reply::Target::kParent);
+  EXPECT_EQ(up.hdr.flags, 0);
+  EXPECT_EQ(up.hdr.rank, 1);
+  EXPECT_EQ(up.hdr.slot, 1);
+  EXPECT_EQ(up.hdr.seq, 10u);
+  ASSERT_EQ(up.hdr.count, 2);
+  EXPECT_EQ(up.payload[0], 4 + 5 + 6 + 7);
+  EXPECT_EQ(up.payload[1], 2 * (4 + 5 + 6 + 7));
+
+  // A plain duplicate while waiting: nothing; a retransmission re-forwards the partial.
+  EXPECT_EQ(data(5, 1, 10, 5).target, Reply::Target::kNone);
+  const Reply ref = data(5, 1, 10, 5, true);
+  ASSERT_EQ(ref.target, Reply::Target::kParent);
+  EXPECT_TRUE(ref.hdr.has(wire::kFlagRetransmit));
+  EXPECT_EQ(ref.payload[0], 22);
+  EXPECT_EQ(leaf_.counters().reforwarded, 1u);
+  // The same wave of timeouts at the other ranks does not send it again; rank 5's next
+  // timeout (a new wave) does.
+  EXPECT_EQ(data(6, 1, 10, 6, true).target, Reply::Target::kNone);
+  EXPECT_EQ(data(4, 1, 10, 4, true).target, Reply::Target::kNone);
+  EXPECT_EQ(data(5, 1, 10, 5, true).target, Reply::Target::kParent);
+  EXPECT_EQ(leaf_.counters().reforwarded, 2u);
+
+  // Retransmitted data with an incomplete copy: the bitmap names global ranks, other leaves'
+  // ranks marked present.
+  data(4, 2, 11, 1);
+  const Reply miss = data(4, 2, 11, 1, true);
+  ASSERT_TRUE(miss.hdr.has(wire::kFlagError));
+  EXPECT_EQ(miss.hdr.rank, 4);
+  EXPECT_EQ(testing::ranks_in_bitmap(miss.payload + 1, 1),
+            (std::vector<uint32_t>{0, 1, 2, 3, 4}));
+
+  wire::Header res = up.hdr;
+  res.flags = wire::kFlagResult;
+  res.rank = 0;
+  // Wrong key: dropped before anything; wrong round or an idle copy: stale.
+  wire::Header bad = res;
+  bad.key = kKey + 1;
+  EXPECT_EQ(send(bad, {1, 2}).target, Reply::Target::kNone);
+  EXPECT_EQ(leaf_.counters().bad_key, 1u);
+  bad = res;
+  bad.seq = 9;
+  EXPECT_EQ(send(bad, {1, 2}).target, Reply::Target::kNone);
+  bad = res;
+  bad.slot = 3;
+  EXPECT_EQ(send(bad, {1, 2}).target, Reply::Target::kNone);
+  bad = res;
+  bad.slot = 2;  // incomplete copy
+  bad.seq = 11;
+  EXPECT_EQ(send(bad, {1, 2}).target, Reply::Target::kNone);
+  EXPECT_EQ(leaf_.counters().parent_stale, 3u);
+
+  res.next_exp = 3;
+  const Reply down = send(res, {100, 200});
+  ASSERT_EQ(down.target, Reply::Target::kAllRanks);
+  EXPECT_TRUE(down.hdr.has(wire::kFlagResult));
+  EXPECT_EQ(down.hdr.rank, 0);
+  EXPECT_EQ(down.hdr.seq, 10u);
+  EXPECT_EQ(down.hdr.next_exp, 3);
+  EXPECT_EQ(down.payload[0], 100);
+  EXPECT_EQ(down.payload[1], 200);
+  EXPECT_EQ(leaf_.counters().parent_results, 1u);
+  // The parent's duplicate is stale now; a worker's retransmission gets the kept result.
+  EXPECT_EQ(send(res, {100, 200}).target, Reply::Target::kNone);
+  const Reply kept = data(6, 1, 10, 6, true);
+  ASSERT_EQ(kept.target, Reply::Target::kSender);
+  EXPECT_TRUE(kept.hdr.has(wire::kFlagRetransmit));
+  EXPECT_EQ(kept.payload[0], 100);
+  EXPECT_EQ(kept.hdr.next_exp, 3);
+
+  // A flat job takes no RESULT at all.
+  Engine flat;
+  ASSERT_TRUE(flat.add_job(flat_job(kWorld)).ok());
+  EXPECT_EQ(flat.on_packet(encode_packet(res, std::vector<int32_t>{1, 2}), &rank_, &job_).target,
+            Reply::Target::kNone);
+  EXPECT_EQ(flat.counters().malformed, 1u);
+}
+
+TEST_F(TreeLeafUnit, StalledSlotsNameGlobalRanksAndTheParentWait) {
+  join_all();
+  int32_t rank;
+  JobId job;
+  wire::Header h = testing::data_header(kJob, kKey, 5, 0, false, 3, 2);
+  leaf_.on_packet(encode_packet(h, std::vector<int32_t>{1, 1}), 1000, &rank, &job);
+  for (uint16_t r : {4, 6, 7}) {
+    h.rank = r;
+    h.slot = 1;
+    leaf_.on_packet(encode_packet(h, std::vector<int32_t>{1, 1}), 1000, &rank, &job);
+  }
+  h.rank = 5;
+  leaf_.on_packet(encode_packet(h, std::vector<int32_t>{1, 1}), 1000, &rank, &job);  // slot 1 done
+  const std::vector<StalledSlot> st = leaf_.stalled_slots(kJob, 5000, 10);
+  ASSERT_EQ(st.size(), 2u);
+  for (const StalledSlot& s : st) {
+    if (s.slot == 0) {
+      EXPECT_FALSE(s.waiting_parent);
+      EXPECT_EQ(s.missing, (std::vector<uint32_t>{4, 6, 7}));
+    } else {
+      EXPECT_TRUE(s.waiting_parent);
+      EXPECT_TRUE(s.missing.empty());
+    }
+  }
+}
+
+TEST(TreeConfig, AddJobChecksTheLeafFields) {
+  Engine e;
+  JobConfig c = leaf_job(0, 6, 4, 2);  // ranks 6..9 of a world of 8
+  Status s = e.add_job(c);
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("rank_base"), std::string::npos) << s.message();
+  c = leaf_job(0, 0, 0, 2);
+  EXPECT_NE(e.add_job(c).message().find("local_ranks"), std::string::npos);
+  c = leaf_job(2, 0, 4, 2);
+  EXPECT_NE(e.add_job(c).message().find("child_index"), std::string::npos);
+  c = flat_job(8);
+  c.tree.rank_base = 4;
+  EXPECT_NE(e.add_job(c).message().find("role leaf only"), std::string::npos);
+  c = leaf_job(1, 4, 4, 0);
+  ASSERT_TRUE(e.add_job(c).ok());
+  EXPECT_EQ(e.world_size(kJob), kWorld);
+  EXPECT_EQ(e.rank_counters(kJob).size(), kPerLeaf);
+  EXPECT_EQ(e.slot_table(kJob)->config().world_size, kPerLeaf);
+}
+
+}  // namespace
+}  // namespace ina::agg
