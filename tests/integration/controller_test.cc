@@ -94,6 +94,7 @@ class ControllerTest : public ::testing::Test {
   }
   void TearDown() override {
     agg_.stop();
+    agg2_.stop();
     ctl_.stop();
     if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
   }
@@ -116,24 +117,28 @@ class ControllerTest : public ::testing::Test {
     }
     ASSERT_EQ(ctl_.start(a, dir_ + "/ctl.port", &ctl_port_), "");
   }
-  void start_aggregator(uint32_t capacity) {
-    ASSERT_EQ(agg_.start({agg_bin_, "--bind", "127.0.0.1", "--port", "0", "--port-file",
-                          dir_ + "/agg.port", "--controller",
-                          "127.0.0.1:" + std::to_string(ctl_port_), "--slot-capacity",
-                          std::to_string(capacity), "--http-port", "0", "--http-port-file",
-                          dir_ + "/agg.http", "--heartbeat-ms", "50", "--stats-interval-ms", "0"},
-                         dir_ + "/agg.port", &agg_port_),
+  void start_aggregator(uint32_t capacity) { start_aggregator(capacity, &agg_, "agg", 1, &agg_port_, &agg_http_); }
+  // Another aggregator under `tag`, registered once the controller lists `registered` of them.
+  void start_aggregator(uint32_t capacity, Child* child, const std::string& tag, size_t registered,
+                        int* port, int* http) {
+    ASSERT_EQ(child->start({agg_bin_, "--bind", "127.0.0.1", "--port", "0", "--port-file",
+                            dir_ + "/" + tag + ".port", "--controller",
+                            "127.0.0.1:" + std::to_string(ctl_port_), "--slot-capacity",
+                            std::to_string(capacity), "--http-port", "0", "--http-port-file",
+                            dir_ + "/" + tag + ".http", "--heartbeat-ms", "50",
+                            "--stats-interval-ms", "0"},
+                           dir_ + "/" + tag + ".port", port),
               "");
-    std::ifstream in(dir_ + "/agg.http");
-    for (int i = 0; i < 500 && !(in >> agg_http_); ++i) {
+    std::ifstream in(dir_ + "/" + tag + ".http");
+    for (int i = 0; i < 500 && !(in >> *http); ++i) {
       std::this_thread::sleep_for(10ms);
-      in = std::ifstream(dir_ + "/agg.http");
+      in = std::ifstream(dir_ + "/" + tag + ".http");
     }
-    ASSERT_GT(agg_http_, 0);
+    ASSERT_GT(*http, 0);
     // Registered once the controller lists it.
     for (int i = 0; i < 300; ++i) {
       json a = get_json(ctl_port_, "/v1/aggregators");
-      if (a.is_array() && a.size() == 1) return;
+      if (a.is_array() && a.size() == registered) return;
       std::this_thread::sleep_for(10ms);
     }
     FAIL() << "the aggregator did not register";
@@ -221,8 +226,8 @@ class ControllerTest : public ::testing::Test {
   }
 
   std::string ctl_bin_, agg_bin_, dir_;
-  Child ctl_, agg_;
-  int ctl_port_ = 0, agg_port_ = 0, agg_http_ = 0;
+  Child ctl_, agg_, agg2_;
+  int ctl_port_ = 0, agg_port_ = 0, agg_http_ = 0, agg2_port_ = 0, agg2_http_ = 0;
   std::mutex stats_mu_;
   std::map<std::string, CommStats> stats_;
 };
@@ -682,6 +687,55 @@ TEST_F(ControllerTest, AdmissionLatencyFlatTreeSharded) {
     ASSERT_NE(at, std::string::npos) << m;
     std::printf("server-side admission %-7s mean %.1f us\n", k,
                 std::stod(m.substr(at + key.size())) / kN * 1e6);
+  }
+}
+
+// The job's aggregator dies mid-job with another one registered: the controller re-places the
+// job there (same id and key), the workers finish the collectives in flight on the host fallback,
+// and their next probe asks the controller again and follows the job to the new aggregator:
+// in-network again, exact throughout.
+TEST_F(ControllerTest, WorkersFollowAReplacedJob) {
+  start_controller();
+  start_aggregator(256);
+  start_aggregator(256, &agg2_, "agg2", 2, &agg2_port_, &agg2_http_);
+  const int store_port = ina::testing::free_loopback_port();
+  ASSERT_NE(store_port, 0);
+  constexpr int kIters = 70;
+  constexpr int kKilledAt = 4;
+  json job;
+  std::vector<Status> st = run_job(
+      "follow", 3, kIters, 1000,
+      [&](Config& c) {
+        c.store = "127.0.0.1:" + std::to_string(store_port);
+        c.timeout = 1500ms;
+      },
+      [&](int rank, int it) {
+        if (rank == 0 && it == kKilledAt) {
+          // Stop the aggregator the job was placed on.
+          const json j = get_json(ctl_port_, "/v1/jobs/" + std::to_string(job_id("follow")));
+          const std::string on = j.value("aggregator", std::string{});
+          if (on == "127.0.0.1:" + std::to_string(agg_port_)) {
+            agg_.stop();
+          } else {
+            agg2_.stop();
+          }
+        }
+        // Spread the host-path collectives over ~6 s so the probes (1 s, then 2 s later) come.
+        if (it >= kKilledAt) std::this_thread::sleep_for(100ms);
+      },
+      [&](int rank) {
+        if (rank == 0) job = get_json(ctl_port_, "/v1/jobs/" + std::to_string(job_id("follow")));
+      });
+  expect_all_ok(st);
+  ASSERT_TRUE(job.is_object()) << job.dump();
+  EXPECT_EQ(job["state"], "active") << job.dump();
+  EXPECT_EQ(job["replacements"], 1) << job.dump();
+  for (const auto& [k, s] : stats_) {
+    EXPECT_GE(s.fallbacks, 1u) << k;
+    EXPECT_GE(s.probes, 1u) << k;
+    // Back in-network on the new aggregator: more in-network collectives than before the kill.
+    EXPECT_GT(s.collectives - s.host_collectives, static_cast<uint64_t>(kKilledAt)) << k;
+    EXPECT_LT(s.host_collectives, static_cast<uint64_t>(kIters - kKilledAt)) << k;
   }
 }
 
