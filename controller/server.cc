@@ -273,8 +273,13 @@ void ControllerServer::Impl::routes() {
     json out = json::array();
     for (const auto& [id, a] : state.aggregators()) {
       json jobs = json::array();
+      json placements = json::array();
       for (const Assignment& x : state.jobs_on(id)) {
-        jobs.push_back({{"job", x.job}, {"role", role_name(x.placement.role)}, {"slot_base", x.placement.slot_base}});
+        jobs.push_back(x.job);
+        placements.push_back({{"job", x.job},
+                              {"role", role_name(x.placement.role)},
+                              {"slot_base", x.placement.slot_base},
+                              {"slots", x.slots}});
       }
       out.push_back({{"id", id},
                      {"address", a.host + ":" + std::to_string(a.port)},
@@ -285,7 +290,8 @@ void ControllerServer::Impl::routes() {
                      {"block_elems", a.block_elems},
                      {"draining", a.draining},
                      {"heartbeat_age_ms", now - a.last_heartbeat},
-                     {"jobs", jobs}});
+                     {"jobs", jobs},
+                     {"placements", placements}});
     }
     res.set_content(out.dump(2) + "\n", "application/json");
   });

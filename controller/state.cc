@@ -366,6 +366,7 @@ bool ControllerState::replace_placements(JobInfo& j, const std::set<std::string>
   std::vector<Placement> next;
   std::string root_moved_to;
   std::vector<std::string> dropped;
+  uint32_t moved = 0;
   for (const Placement& p : j.placements) {
     if (gone.count(p.aggregator) == 0) {
       next.push_back(p);
@@ -389,8 +390,7 @@ bool ControllerState::replace_placements(JobInfo& j, const std::set<std::string>
     exclude.insert(q.aggregator);
     if (q.role == Role::kRoot) root_moved_to = q.aggregator;
     next.push_back(std::move(q));
-    ++replaced_total;
-    ++j.replacements;
+    ++moved;
   }
   if (next.empty()) {
     *why = "every shard's aggregator stopped heartbeating and no other has room; the job runs on "
@@ -404,6 +404,8 @@ bool ControllerState::replace_placements(JobInfo& j, const std::set<std::string>
   }
   for (const Placement& p : next) j.block_elems = std::min(j.block_elems, aggs_.at(p.aggregator).block_elems);
   j.placements = std::move(next);
+  j.replacements += moved;
+  replaced_total += moved;
   if (!dropped.empty()) {
     j.reason = "running on " + std::to_string(j.placements.size()) + " of " +
                std::to_string(j.shards_asked) + " shards: lost shard aggregator(s)";

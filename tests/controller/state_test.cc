@@ -384,11 +384,14 @@ TEST_F(StateTest, TreeLeafAndRootAreReplaced) {
   EXPECT_EQ(j->replacements, 2u);
   EXPECT_EQ(j->key, t.key);
   EXPECT_EQ(st.jobs_on("b").at(0).parent_address, "10.0.0.1:47474");
-  // A leaf with no spare aggregator: the whole job is lost.
-  ASSERT_TRUE(st.heartbeat(agg("b", 128, 4), 1600).ok());
+  // Both leaves stop with one spare (f): leaf 0 could move, leaf 1 cannot, so the whole job is
+  // lost (and the move that was possible is not counted).
   ASSERT_TRUE(st.heartbeat(agg("e", 128, 4), 1600).ok());
-  ASSERT_EQ(st.expire(2500), std::vector<std::string>{"d"});
+  ASSERT_TRUE(st.heartbeat(agg("f", 128, 4), 1600).ok());
+  ASSERT_EQ(st.expire(2500), (std::vector<std::string>{"b", "d"}));
   EXPECT_EQ(st.job(t.id)->state, JobState::kLost);
+  EXPECT_EQ(st.replaced_total, 2u);  // nothing counted for a re-placement that failed
+  EXPECT_EQ(st.lost_total, 1u);
   EXPECT_NE(st.job(t.id)->reason.find("no other aggregator with fan-in >= "), std::string::npos)
       << st.job(t.id)->reason;
 }
