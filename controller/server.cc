@@ -91,8 +91,19 @@ json job_json(const JobInfo& j, const ControllerState& st, Millis now) {
   if (j.is_tree()) {
     o["tree"] = {{"leaves", j.placements.size() - 1}, {"root", j.placements.back().aggregator}};
   }
-  if (!j.telemetry_json.empty()) {
-    o["telemetry"] = json::parse(j.telemetry_json, nullptr, /*allow_exceptions=*/false);
+  // The aggregators' telemetry: "telemetry" is the first placement's report (a flat job's only
+  // one; a tree's leaf 0, a sharded job's shard 0), "telemetry_by_aggregator" all of them.
+  if (!j.placements.empty()) {
+    if (auto t = j.telemetry.find(j.placements.front().aggregator); t != j.telemetry.end()) {
+      o["telemetry"] = json::parse(t->second, nullptr, /*allow_exceptions=*/false);
+    }
+  }
+  if (j.placements.size() > 1 && !j.telemetry.empty()) {
+    json all = json::object();
+    for (const auto& [agg, text] : j.telemetry) {
+      all[agg] = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    }
+    o["telemetry_by_aggregator"] = all;
   }
   return o;
 }
@@ -253,7 +264,7 @@ void ControllerServer::Impl::routes() {
       for (auto it = t->begin(); it != t->end(); ++it) {
         uint32_t id = 0;
         if (!parse_u32(it.key(), &id)) continue;
-        state.set_job_telemetry(id, it.value().dump());
+        state.set_job_telemetry(id, a.id, it.value().dump());
         // The per-job packet counter is the job's activity (job expiry).
         if (auto pk = it.value().find("packets"); pk != it.value().end() && pk->is_number_unsigned()) {
           state.note_job_packets(id, a.id, pk->get<uint64_t>(), now);

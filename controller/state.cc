@@ -435,7 +435,10 @@ std::vector<std::string> ControllerState::expire(Millis now) {
     std::string why;
     if (replace_placements(j, gone_set, &why)) {
       j.last_activity = now;
-      for (const std::string& g : gone) j.packets_seen.erase(g);
+      for (const std::string& g : gone) {
+        j.packets_seen.erase(g);
+        j.telemetry.erase(g);
+      }
     } else {
       j.state = JobState::kLost;
       j.reason = why;
@@ -484,8 +487,10 @@ const JobInfo* ControllerState::job_by_name(const std::string& name) const {
   return it == by_name_.end() ? nullptr : &jobs_.at(it->second);
 }
 
-void ControllerState::set_job_telemetry(JobId id, std::string json) {
-  if (auto it = jobs_.find(id); it != jobs_.end()) it->second.telemetry_json = std::move(json);
+void ControllerState::set_job_telemetry(JobId id, const std::string& aggregator, std::string json) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !it->second.uses(aggregator)) return;
+  it->second.telemetry[aggregator] = std::move(json);
 }
 
 // ---- persistence ----

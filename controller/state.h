@@ -112,7 +112,8 @@ struct JobInfo {
   Millis last_activity = 0;   // admission, re-placement, or new packets reported for the job
   std::map<std::string, uint64_t> packets_seen;  // per aggregator: last reported packet count
   std::set<uint32_t> released;  // ranks that finished
-  std::string telemetry_json;   // the aggregators' last report on this job (opaque here)
+  // Each of its aggregators' last report on this job (opaque here), by aggregator id.
+  std::map<std::string, std::string> telemetry;
 
   bool is_tree() const { return !placements.empty() && placements.back().role == Role::kRoot; }
   bool is_sharded() const { return !is_tree() && placements.size() > 1; }
@@ -172,7 +173,8 @@ class ControllerState {
   const JobInfo* job_by_name(const std::string& name) const;
   // Free slots of an aggregator (capacity minus active jobs' ranges).
   uint32_t free_slots(const std::string& aggregator) const;
-  void set_job_telemetry(JobId id, std::string json);
+  // An aggregator's report on a job; kept only from the job's current aggregators.
+  void set_job_telemetry(JobId id, const std::string& aggregator, std::string json);
 
   // Counters for /metrics.
   uint64_t admitted_total = 0;

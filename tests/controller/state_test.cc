@@ -337,8 +337,12 @@ TEST_F(StateTest, SilentAggregatorsJobsAreReplaced) {
   const JobInfo b = st.admit(req("b", 2, 64), 0).value();
   ASSERT_EQ(a.placements.at(0).aggregator, "x");
   ASSERT_EQ(b.placements.at(0).aggregator, "x");
+  st.set_job_telemetry(a.id, "x", "{\"packets\":1}");
+  st.set_job_telemetry(a.id, "y", "{\"packets\":2}");  // not a's aggregator: ignored
+  EXPECT_EQ(st.job(a.id)->telemetry, (std::map<std::string, std::string>{{"x", "{\"packets\":1}"}}));
   ASSERT_TRUE(st.heartbeat(agg("y", 128), 900).ok());
   ASSERT_EQ(st.expire(1500), std::vector<std::string>{"x"});
+  EXPECT_TRUE(st.job(a.id)->telemetry.empty());  // x's report went with x
   // Both move to y, on new disjoint ranges, keeping id and key.
   for (const JobInfo* old : {&a, &b}) {
     const JobInfo* j = st.job(old->id);

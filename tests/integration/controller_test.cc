@@ -536,6 +536,13 @@ TEST_F(ControllerTest, InaCtlShowsTreeAndShardPlacements) {
   EXPECT_EQ(root["jobs"][0]["world"], 2);
   EXPECT_EQ(root["jobs"][0].count("parent"), 0u);
   EXPECT_EQ(root["jobs"][0]["key"], leaf["jobs"][0]["key"]);
+  // Each aggregator's report on the job is kept: ina-ctl job shows all of them.
+  fake_heartbeat(ctl_port_, "agg-b", 40002, 4, 1024, {{tree, 7}});
+  fake_heartbeat(ctl_port_, "agg-c", 40003, 4, 1024, {{tree, 9}});
+  j = json::parse(run_ctl(ctl_cli, ctl_port_, "job " + std::to_string(tree), &rc), nullptr, false);
+  EXPECT_EQ(j["telemetry_by_aggregator"]["agg-b"]["packets"], 7) << j.dump();
+  EXPECT_EQ(j["telemetry_by_aggregator"]["agg-c"]["packets"], 9) << j.dump();
+  EXPECT_EQ(j["telemetry"]["packets"], 7) << j.dump();  // leaf 0's
   // Sharded over 2 of the 3; asking for 5 gets 3 and says so.
   out = run_ctl(ctl_cli, ctl_port_, "admit sh2 --world 4 --shards 2 --slots 64", &rc);
   EXPECT_EQ(rc, 0) << out;
