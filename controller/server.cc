@@ -1,8 +1,8 @@
 // ControllerServer (see server.h). One mutex guards the state; httplib runs handlers on its
 // thread pool; an expiry thread removes silent aggregators (re-placing their jobs) and expires
-// idle jobs. Every change that must survive a
-// restart (admission, release, drain, a new aggregator, expiry) rewrites the state file through
-// a temporary file and rename, so a crash never leaves it half written.
+// idle jobs. Every change that must survive a restart (admission, release, drain, a new
+// aggregator, expiry, re-placement) rewrites the state file through a temporary file and rename,
+// so a crash never leaves it half written.
 //
 // Routes:
 //   POST   /v1/aggregators/heartbeat   JSON registration + telemetry -> JSON {jobs, draining}; each
@@ -11,7 +11,7 @@
 //   GET    /v1/aggregators             JSON list
 //   POST   /v1/aggregators/drain?id=ID&on=0|1
 //   GET    /v1/jobs                    JSON list
-//   GET    /v1/jobs/ID                 JSON, with the aggregator's telemetry of the job
+//   GET    /v1/jobs/ID                 JSON: shape, placements, the aggregators' telemetry
 //   DELETE /v1/jobs/ID
 //   GET    /v1/admit?name=&world=&rank=&slots=&block=&shards=&dtypes=a,b   text (admission_text)
 //   GET    /v1/release?name=&rank=

@@ -467,6 +467,9 @@ std::vector<JobId> ControllerState::expire_jobs(Millis now) {
   if (opts_.job_idle_ttl <= 0) return out;
   for (auto& [id, j] : jobs_) {
     if (j.state != JobState::kActive || now - j.last_activity <= opts_.job_idle_ttl) continue;
+    // Only jobs whose aggregators report packet counts for them: an aggregator that does not
+    // (an older one) must not have its busy jobs expired.
+    if (j.packets_seen.empty()) continue;
     j.state = JobState::kExpired;
     j.reason = "no packets on any of its aggregators for " + std::to_string(now - j.last_activity) +
                " ms (idle TTL " + std::to_string(opts_.job_idle_ttl) +

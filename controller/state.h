@@ -28,7 +28,8 @@
 //
 // Job expiry (expire_jobs()): an active job none of whose aggregators reported new packets for it
 // for StateOptions::job_idle_ttl (a crashed trainer never releases it) becomes kExpired and its
-// slots are freed. A later admission under the same name starts a new job.
+// slots are freed; a job no aggregator reports packet counts for is never expired. A later
+// admission under the same name starts a new job.
 #pragma once
 
 #include <cstdint>

@@ -436,6 +436,8 @@ TEST_F(StateTest, IdleJobExpiresAndFreesItsSlots) {
   s.note_job_packets(b.id, "y", 0, 3000);   // a report without packets is none
   s.note_job_packets(a.id, "y", 99, 4000);  // not a's aggregator: ignored
   EXPECT_EQ(s.expire_jobs(5000), std::vector<JobId>{});
+  const JobInfo c = s.admit(req("c", 2, 8), 0).value();  // no aggregator ever reports it
+  ASSERT_EQ(c.placements.at(0).aggregator, "y");
   EXPECT_EQ(s.expire_jobs(5001), std::vector<JobId>{b.id});  // idle since admission
   s.note_job_packets(a.id, "x", 10, 7500);  // unchanged counter: no activity
   EXPECT_EQ(s.expire_jobs(8000), std::vector<JobId>{});
@@ -456,10 +458,13 @@ TEST_F(StateTest, IdleJobExpiresAndFreesItsSlots) {
   s.note_job_packets(a2.id, "x", 50, 9000);
   s.note_job_packets(a2.id, "x", 3, 13000);
   EXPECT_TRUE(s.expire_jobs(17000).empty());
+  EXPECT_EQ(s.job(c.id)->state, JobState::kActive);  // unreported: never expired
   // TTL 0: never.
   ControllerState never{StateOptions{1000, 1, 0}, [this] { return ++key_; }};
   ASSERT_TRUE(never.heartbeat(agg("x", 128), 0).ok());
-  ASSERT_EQ(never.admit(req("a", 2, 8), 0)->state, JobState::kActive);
+  const JobInfo n = never.admit(req("a", 2, 8), 0).value();
+  ASSERT_EQ(n.state, JobState::kActive);
+  never.note_job_packets(n.id, "x", 0, 0);
   EXPECT_TRUE(never.expire_jobs(1000000000).empty());
 }
 
