@@ -127,17 +127,26 @@ uint32_t ControllerState::free_slots(const std::string& aggregator) const {
   return used >= it->second.slot_capacity ? 0 : it->second.slot_capacity - static_cast<uint32_t>(used);
 }
 
-std::optional<uint32_t> ControllerState::find_range(const AggregatorInfo& agg,
-                                                    uint32_t slots) const {
-  std::vector<std::pair<uint32_t, uint32_t>> used;  // [base, end)
-  for (const Assignment& a : jobs_on(agg.id)) {
-    used.emplace_back(a.placement.slot_base, a.placement.slot_base + a.slots);
+ControllerState::RangeIndex ControllerState::used_ranges() const {
+  RangeIndex used;
+  for (const auto& [id, j] : jobs_) {
+    if (j.state != JobState::kActive) continue;
+    for (const Placement& p : j.placements) {
+      used[p.aggregator].emplace_back(p.slot_base, p.slot_base + j.slots);
+    }
   }
-  std::sort(used.begin(), used.end());
+  for (auto& [agg, ranges] : used) std::sort(ranges.begin(), ranges.end());
+  return used;
+}
+
+std::optional<uint32_t> ControllerState::find_range(const AggregatorInfo& agg, uint32_t slots,
+                                                    const RangeIndex& index) const {
   uint64_t at = 0;
-  for (const auto& [lo, hi] : used) {
-    if (lo >= at + slots) break;
-    at = std::max<uint64_t>(at, hi);
+  if (auto it = index.find(agg.id); it != index.end()) {
+    for (const auto& [lo, hi] : it->second) {  // sorted [base, end)
+      if (lo >= at + slots) break;
+      at = std::max<uint64_t>(at, hi);
+    }
   }
   if (at + slots > agg.slot_capacity) return std::nullopt;
   return static_cast<uint32_t>(at);
@@ -145,10 +154,11 @@ std::optional<uint32_t> ControllerState::find_range(const AggregatorInfo& agg,
 
 std::vector<Placement> ControllerState::candidates(uint32_t min_fan_in, uint32_t slots,
                                                    const std::set<std::string>& exclude) const {
+  const RangeIndex index = used_ranges();
   std::vector<Placement> out;
   for (const auto& [id, a] : aggs_) {
     if (a.draining || a.max_fan_in < min_fan_in || exclude.count(id) != 0) continue;
-    if (auto base = find_range(a, slots)) {
+    if (auto base = find_range(a, slots, index)) {
       Placement p;
       p.aggregator = id;
       p.slot_base = *base;

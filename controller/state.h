@@ -38,6 +38,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "ina/protocol/status.h"
@@ -195,8 +196,12 @@ class ControllerState {
   Status from_json(const std::string& text, Millis now);
 
  private:
+  // Every aggregator's slot ranges [base, end) taken by active jobs, sorted (one pass over jobs).
+  using RangeIndex = std::map<std::string, std::vector<std::pair<uint32_t, uint32_t>>>;
+  RangeIndex used_ranges() const;
   // First fit of `slots` contiguous slots on `agg` at or above 0; nullopt when none.
-  std::optional<uint32_t> find_range(const AggregatorInfo& agg, uint32_t slots) const;
+  std::optional<uint32_t> find_range(const AggregatorInfo& agg, uint32_t slots,
+                                     const RangeIndex& used) const;
   // Serving aggregators (not draining, not in `exclude`) with fan-in >= min_fan_in and a free
   // range of `slots`, in id order, each as a flat placement of that range.
   std::vector<Placement> candidates(uint32_t min_fan_in, uint32_t slots,

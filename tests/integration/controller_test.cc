@@ -648,8 +648,8 @@ TEST_F(ControllerTest, JobIsReplacedAndIdleJobExpires) {
 }
 
 // Admission latency (client side: one HTTP GET on loopback, connection per request as libina
-// does) for flat, tree and sharded jobs; printed as a figure, not asserted beyond sanity. Each
-// job is deleted after its admission so the job table stays small.
+// does) for flat, tree and sharded jobs, with a small and with a growing job table; printed as a
+// figure, not asserted beyond sanity.
 TEST_F(ControllerTest, AdmissionLatencyFlatTreeSharded) {
   start_controller(0, "", {"--heartbeat-timeout-ms", "600000"});
   for (int i = 0; i < 6; ++i) {
@@ -665,35 +665,42 @@ TEST_F(ControllerTest, AdmissionLatencyFlatTreeSharded) {
                         {"tree", "world=32&rank=17&slots=128", "aggregator "},
                         {"sharded", "world=8&slots=128&shards=4", "shards 4\n"}};
   constexpr int kN = 200;
-  for (const Kind& k : kinds) {
-    std::vector<double> us;
-    for (int i = 0; i < kN; ++i) {
-      const std::string name = std::string(k.name) + "-" + std::to_string(i);
-      httplib::Client c("127.0.0.1", ctl_port_);
-      const auto t0 = std::chrono::steady_clock::now();
-      auto r = c.Get("/v1/admit?name=" + name + "&" + k.query);
-      const auto t1 = std::chrono::steady_clock::now();
-      ASSERT_TRUE(r && r->status == 200);
-      ASSERT_EQ(r->body.substr(0, 8), "admitted") << r->body;
-      ASSERT_NE(r->body.find(k.expect), std::string::npos) << r->body;
-      us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
-      const JobId id = static_cast<JobId>(std::stoul(r->body.substr(r->body.find("job ") + 4)));
-      ASSERT_TRUE(c.Delete("/v1/jobs/" + std::to_string(id)));
+  // Pass 0 deletes each job after its admission (a small job table); pass 1 keeps them (the
+  // table grows to 3 * kN jobs: placement scans every active job's ranges per aggregator).
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const Kind& k : kinds) {
+      std::vector<double> us;
+      for (int i = 0; i < kN; ++i) {
+        const std::string name = std::string(k.name) + "-" + std::to_string(pass) + "-" + std::to_string(i);
+        httplib::Client c("127.0.0.1", ctl_port_);
+        const auto t0 = std::chrono::steady_clock::now();
+        auto r = c.Get("/v1/admit?name=" + name + "&" + k.query);
+        const auto t1 = std::chrono::steady_clock::now();
+        ASSERT_TRUE(r && r->status == 200);
+        ASSERT_EQ(r->body.substr(0, 8), "admitted") << r->body;
+        ASSERT_NE(r->body.find(k.expect), std::string::npos) << r->body;
+        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        const JobId id = static_cast<JobId>(std::stoul(r->body.substr(r->body.find("job ") + 4)));
+        if (pass == 0) {
+          ASSERT_TRUE(c.Delete("/v1/jobs/" + std::to_string(id)));
+        }
+      }
+      std::sort(us.begin(), us.end());
+      double sum = 0;
+      for (double v : us) sum += v;
+      std::printf("admission latency %-7s %s n=%d mean %.0f us p50 %.0f us p99 %.0f us\n", k.name,
+                  pass == 0 ? "(table ~0 jobs)   " : "(table 0..600 jobs)", kN, sum / kN,
+                  us[kN / 2], us[kN * 99 / 100]);
+      EXPECT_LT(us[kN / 2], 1e6);
     }
-    std::sort(us.begin(), us.end());
-    double sum = 0;
-    for (double v : us) sum += v;
-    std::printf("admission latency %-7s n=%d mean %.0f us p50 %.0f us p99 %.0f us\n", k.name, kN,
-                sum / kN, us[kN / 2], us[kN * 99 / 100]);
-    EXPECT_LT(us[kN / 2], 1e6);
   }
   const std::string m = get_text(ctl_port_, "/metrics");
   for (const char* k : {"flat", "tree", "sharded"}) {
     const std::string key = std::string("ina_controller_admission_seconds_sum{kind=\"") + k + "\"} ";
     const size_t at = m.find(key);
     ASSERT_NE(at, std::string::npos) << m;
-    std::printf("server-side admission %-7s mean %.1f us\n", k,
-                std::stod(m.substr(at + key.size())) / kN * 1e6);
+    std::printf("server-side admission %-7s mean %.1f us (both passes)\n", k,
+                std::stod(m.substr(at + key.size())) / (2 * kN) * 1e6);
   }
 }
 
