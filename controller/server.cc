@@ -502,6 +502,10 @@ ControllerServer::~ControllerServer() = default;
 
 Result<std::unique_ptr<ControllerServer>> ControllerServer::create(const ServerOptions& opts) {
   if (opts.heartbeat_timeout_ms < 1) return invalid_argument("heartbeat timeout must be >= 1 ms");
+  if (opts.default_shards < 1 || opts.default_shards > 256) {
+    return invalid_argument("default shards must be in 1..256");
+  }
+  if (opts.job_idle_ttl_ms < 0) return invalid_argument("job idle TTL must be >= 0 ms (0: never)");
   std::unique_ptr<ControllerServer> s(new ControllerServer());
   s->impl_ = std::make_unique<Impl>(opts);
   Impl& m = *s->impl_;
