@@ -2,8 +2,11 @@
 // loopback: two jobs at once on one aggregator (exact, no cross-talk), a refused job on the host
 // fallback, a controller restart during a job, the straggler ranking (one rank delayed among 8,
 // ranked first in >= 19 of 20 trials) and a stopped rank named by the stalled-slot report and in
-// the other ranks' errors. Threads are the ranks (one Communicator each); the controller and the
-// aggregator are child processes.
+// the other ranks' errors; workers following a job the controller re-placed after its aggregator
+// died; tree and shard placements, re-placement and idle-job expiry as ina-ctl and the heartbeat
+// answers show them (registered aggregators without a data plane); admission latency by kind.
+// Threads are the ranks (one Communicator each); the controller and the aggregators are child
+// processes.
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
