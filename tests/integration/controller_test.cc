@@ -717,7 +717,7 @@ TEST_F(ControllerTest, WorkersFollowAReplacedJob) {
   start_aggregator(256, &agg2_, "agg2", 2, &agg2_port_, &agg2_http_);
   const int store_port = ina::testing::free_loopback_port();
   ASSERT_NE(store_port, 0);
-  constexpr int kIters = 70;
+  constexpr int kIters = 100;
   constexpr int kKilledAt = 4;
   json job;
   std::vector<Status> st = run_job(
@@ -737,7 +737,8 @@ TEST_F(ControllerTest, WorkersFollowAReplacedJob) {
             agg2_.stop();
           }
         }
-        // Spread the host-path collectives over ~6 s so the probes (1 s, then 2 s later) come.
+        // Spread the host-path collectives over ~10 s: probes come 1, 3 and 7 s after the
+        // fallback, and the controller re-places the job ~1.5-2 s after the kill.
         if (it >= kKilledAt) std::this_thread::sleep_for(100ms);
       },
       [&](int rank) {
