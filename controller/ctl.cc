@@ -1,9 +1,11 @@
 // ina-ctl: the command-line client of ina-controller's API.
 //
 //   ina-ctl [--controller host:port] aggregators | jobs | job ID | drain ID [--off] |
-//           remove-job ID | admit NAME --world N [--slots S] | metrics
+//           remove-job ID | admit NAME --world N [--rank R] [--slots S] [--shards K] | metrics
 //
 // Prints the controller's JSON (or text) answer; exits 1 with the error on a failed request.
+// `jobs` and `job` show each job's shape (flat, tree, sharded), its placements (aggregator, role,
+// slot range, a leaf's ranks and parent), re-placements, idle time and an expired job's reason.
 #include <cstdio>
 #include <string>
 
@@ -31,9 +33,15 @@ int main(int argc, char** argv) {
   std::string name;
   uint32_t world = 0;
   uint32_t slots = 128;
+  uint32_t rank = 0;
+  uint32_t shards = 0;
   admit->add_option("name", name, "job name")->required();
   admit->add_option("--world", world, "world size")->required()->check(CLI::Range(1, 65535));
+  admit->add_option("--rank", rank, "the asking rank (a tree rank gets its leaf)")
+      ->capture_default_str();
   admit->add_option("--slots", slots, "slots (window)")->capture_default_str();
+  admit->add_option("--shards", shards, "shard the job over K aggregators (default: the controller's)")
+      ->check(CLI::Range(1, 256));
   auto* metrics = app.add_subcommand("metrics", "the controller's Prometheus metrics");
   CLI11_PARSE(app, argc, argv);
 
@@ -63,7 +71,8 @@ int main(int argc, char** argv) {
     res = cli.Delete("/v1/jobs/" + std::to_string(job_id));
   } else if (admit->parsed()) {
     res = cli.Get("/v1/admit?name=" + name + "&world=" + std::to_string(world) +
-                  "&slots=" + std::to_string(slots));
+                  "&rank=" + std::to_string(rank) + "&slots=" + std::to_string(slots) +
+                  (shards > 0 ? "&shards=" + std::to_string(shards) : std::string{}));
   } else if (metrics->parsed()) {
     res = cli.Get("/metrics");
   }

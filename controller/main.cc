@@ -1,7 +1,7 @@
 // ina-controller: the aggregation manager (see server.h for the API).
 //
 //   ina-controller [--bind 127.0.0.1] [--port 47480] [--port-file F] [--state-file F]
-//                  [--heartbeat-timeout-ms 3000]
+//                  [--heartbeat-timeout-ms 3000] [--default-shards 1] [--job-idle-ttl-ms 600000]
 //
 // Serves until SIGINT/SIGTERM.
 #include <signal.h>
@@ -35,6 +35,16 @@ int main(int argc, char** argv) {
   app.add_option("--heartbeat-timeout-ms", opts.heartbeat_timeout_ms,
                  "remove an aggregator silent this long")
       ->check(CLI::Range(int64_t{10}, int64_t{3600000}))
+      ->capture_default_str();
+  app.add_option("--default-shards", opts.default_shards,
+                 "shards for an admission that asks for none (spread over that many aggregators "
+                 "when they have room)")
+      ->check(CLI::Range(1, 256))
+      ->capture_default_str();
+  app.add_option("--job-idle-ttl-ms", opts.job_idle_ttl_ms,
+                 "expire an admitted job none of whose aggregators saw packets this long (a "
+                 "crashed trainer never releases it), freeing its slots; 0: never")
+      ->check(CLI::Range(int64_t{0}, int64_t{30} * 24 * 3600 * 1000))
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 

@@ -1,22 +1,26 @@
 // ControllerServer (see server.h). One mutex guards the state; httplib runs handlers on its
-// thread pool; an expiry thread removes silent aggregators. Every change that must survive a
-// restart (admission, release, drain, a new aggregator, expiry) rewrites the state file through
-// a temporary file and rename, so a crash never leaves it half written.
+// thread pool; an expiry thread removes silent aggregators (re-placing their jobs) and expires
+// idle jobs. Every change that must survive a restart (admission, release, drain, a new
+// aggregator, expiry, re-placement) rewrites the state file through a temporary file and rename,
+// so a crash never leaves it half written.
 //
 // Routes:
-//   POST   /v1/aggregators/heartbeat   JSON registration + telemetry -> JSON {jobs, draining}
+//   POST   /v1/aggregators/heartbeat   JSON registration + telemetry -> JSON {jobs, draining}; each
+//                                      job: job key world slots slot_base block_elems role, and
+//                                      for a leaf rank_base local_ranks parent child_index
 //   GET    /v1/aggregators             JSON list
 //   POST   /v1/aggregators/drain?id=ID&on=0|1
 //   GET    /v1/jobs                    JSON list
-//   GET    /v1/jobs/ID                 JSON, with the aggregator's telemetry of the job
+//   GET    /v1/jobs/ID                 JSON: shape, placements, the aggregators' telemetry
 //   DELETE /v1/jobs/ID
-//   GET    /v1/admit?name=&world=&rank=&slots=&block=&dtypes=a,b   text (see admission_text)
+//   GET    /v1/admit?name=&world=&rank=&slots=&block=&shards=&dtypes=a,b   text (admission_text)
 //   GET    /v1/release?name=&rank=
 //   GET    /metrics                    Prometheus text format
 #include "controller/server.h"
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -40,40 +44,122 @@ Millis now_ms() {
       .count();
 }
 
-json job_json(const JobInfo& j, const ControllerState& st) {
+json placement_json(const Placement& p, const ControllerState& st) {
+  json o = {{"aggregator", p.aggregator},
+            {"role", role_name(p.role)},
+            {"slot_base", p.slot_base}};
+  if (auto it = st.aggregators().find(p.aggregator); it != st.aggregators().end()) {
+    o["address"] = it->second.host + ":" + std::to_string(it->second.port);
+  }
+  if (p.role == Role::kLeaf) {
+    o["rank_base"] = p.rank_base;
+    o["local_ranks"] = p.local_ranks;
+    o["child_index"] = p.child_index;
+    o["parent"] = p.parent;
+  } else if (p.role == Role::kRoot) {
+    o["leaves"] = p.local_ranks;
+  }
+  return o;
+}
+
+json job_json(const JobInfo& j, const ControllerState& st, Millis now) {
+  json placements = json::array();
+  for (const Placement& p : j.placements) placements.push_back(placement_json(p, st));
   json o = {{"id", j.id},
             {"name", j.name},
             {"world", j.world},
             {"state", job_state_name(j.state)},
             {"reason", j.reason},
-            {"aggregator", j.aggregator},
-            {"slot_base", j.slot_base},
+            {"shape", j.shape()},
+            {"placements", placements},
+            {"shards_asked", j.shards_asked},
+            {"replacements", j.replacements},
+            {"idle_ms", now - j.last_activity},
             {"slots", j.slots},
             {"block_elems", j.block_elems},
             {"dtypes", j.dtypes},
             {"released_ranks", j.released}};
-  if (auto it = st.aggregators().find(j.aggregator); it != st.aggregators().end()) {
-    o["address"] = it->second.host + ":" + std::to_string(it->second.port);
+  // The first placement (shard 0, or leaf 0 of a tree) as before placements existed.
+  if (!j.placements.empty()) {
+    const Placement& p0 = j.placements.front();
+    o["aggregator"] = p0.aggregator;
+    o["slot_base"] = p0.slot_base;
+    if (auto it = st.aggregators().find(p0.aggregator); it != st.aggregators().end()) {
+      o["address"] = it->second.host + ":" + std::to_string(it->second.port);
+    }
   }
-  if (!j.telemetry_json.empty()) {
-    o["telemetry"] = json::parse(j.telemetry_json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_tree()) {
+    o["tree"] = {{"leaves", j.placements.size() - 1}, {"root", j.placements.back().aggregator}};
+  }
+  // The aggregators' telemetry: "telemetry" is the first placement's report (a flat job's only
+  // one; a tree's leaf 0, a sharded job's shard 0), "telemetry_by_aggregator" all of them.
+  if (!j.placements.empty()) {
+    if (auto t = j.telemetry.find(j.placements.front().aggregator); t != j.telemetry.end()) {
+      o["telemetry"] = json::parse(t->second, nullptr, /*allow_exceptions=*/false);
+    }
+  }
+  if (j.placements.size() > 1 && !j.telemetry.empty()) {
+    json all = json::object();
+    for (const auto& [agg, text] : j.telemetry) {
+      all[agg] = json::parse(text, nullptr, /*allow_exceptions=*/false);
+    }
+    o["telemetry_by_aggregator"] = all;
   }
   return o;
 }
 
 // The worker's answer: "key value" lines, first line "admitted" or "refused". The worker library
-// parses it with a few lines of code (no JSON dependency in libina).
-std::string admission_text(const JobInfo& j, const ControllerState& st) {
+// parses it with a few lines of code (no JSON dependency in libina). One aggregator: an
+// "aggregator host:port" line (a tree rank's own leaf); a job that asked for shards: "shards K"
+// and K "aggregator" lines in shard order. "reason" on an admitted answer says why there are
+// fewer shards than asked.
+std::string admission_text(const JobInfo& j, uint32_t rank, const ControllerState& st) {
   std::ostringstream s;
-  auto agg = st.aggregators().find(j.aggregator);
-  if (j.state != JobState::kActive || agg == st.aggregators().end()) {
-    std::string reason = j.reason.empty() ? "aggregator " + j.aggregator + " is gone" : j.reason;
+  auto address = [&](const Placement* p) -> std::string {
+    if (p == nullptr) return "";
+    auto agg = st.aggregators().find(p->aggregator);
+    if (agg == st.aggregators().end()) return "";
+    return agg->second.host + ":" + std::to_string(agg->second.port);
+  };
+  std::vector<std::string> addrs;
+  if (j.state == JobState::kActive) {
+    if (j.is_tree() || j.shards_asked <= 1) {
+      addrs.push_back(address(j.placement_for_rank(rank)));
+    } else {
+      for (const Placement& p : j.placements) addrs.push_back(address(&p));
+    }
+  }
+  const bool placed = !addrs.empty() &&
+                      std::none_of(addrs.begin(), addrs.end(), [](const std::string& a) { return a.empty(); });
+  if (!placed) {
+    std::string reason = j.reason;
+    if (j.state == JobState::kActive || reason.empty()) reason = "the job's aggregator is gone";
     s << "refused\njob " << j.id << "\nreason " << reason << "\n";
     return s.str();
   }
-  s << "admitted\njob " << j.id << "\nkey " << j.key << "\naggregator " << agg->second.host << ":"
-    << agg->second.port << "\nslots " << j.slots << "\nblock " << j.block_elems << "\n";
+  s << "admitted\njob " << j.id << "\nkey " << j.key << "\n";
+  if (!j.is_tree() && j.shards_asked > 1) s << "shards " << addrs.size() << "\n";
+  for (const std::string& a : addrs) s << "aggregator " << a << "\n";
+  s << "slots " << j.slots << "\nblock " << j.block_elems << "\n";
+  if (!j.reason.empty()) s << "reason " << j.reason << "\n";
   return s.str();
+}
+
+json assignment_json(const Assignment& a) {
+  json o = {{"job", a.job},
+            {"key", a.key},
+            {"world", a.world},
+            {"slots", a.slots},
+            {"slot_base", a.placement.slot_base},
+            {"block_elems", a.block_elems},
+            {"role", role_name(a.placement.role)}};
+  if (a.placement.role == Role::kLeaf) {
+    o["rank_base"] = a.placement.rank_base;
+    o["local_ranks"] = a.placement.local_ranks;
+    o["parent"] = a.parent_address;
+    o["child_index"] = a.placement.child_index;
+  }
+  return o;
 }
 
 bool parse_u32(const std::string& s, uint32_t* out) {
@@ -97,10 +183,11 @@ struct ControllerServer::Impl {
   std::mutex mu;
   ControllerState state;
   std::mt19937_64 rng;
-  // admission latency (server side: request parsed to answer built)
-  double admit_seconds_sum = 0;
-  uint64_t admit_count = 0;
-  double admit_seconds_max = 0;
+  // admission latency (server side: request parsed to answer built), by the answer's kind
+  static constexpr const char* kAdmitKinds[4] = {"flat", "tree", "sharded", "refused"};
+  double admit_seconds_sum[4] = {};
+  uint64_t admit_count[4] = {};
+  double admit_seconds_max[4] = {};
   uint64_t heartbeats = 0;
   std::string persist_error;
   // expiry thread
@@ -110,7 +197,8 @@ struct ControllerServer::Impl {
 
   explicit Impl(const ServerOptions& o)
       : opts(o),
-        state(StateOptions{o.heartbeat_timeout_ms}, [this] { return rng(); }),
+        state(StateOptions{o.heartbeat_timeout_ms, o.default_shards, o.job_idle_ttl_ms},
+              [this] { return rng(); }),
         rng(std::random_device{}()) {}
 
   // Called with mu held.
@@ -171,23 +259,22 @@ void ControllerServer::Impl::routes() {
     if (!s.ok()) return bad(res, 400, s.message());
     ++heartbeats;
     if (!known) persist();
+    const Millis now = now_ms();
     if (auto t = body.find("jobs"); t != body.end() && t->is_object()) {
       for (auto it = t->begin(); it != t->end(); ++it) {
         uint32_t id = 0;
-        if (parse_u32(it.key(), &id)) state.set_job_telemetry(id, it.value().dump());
+        if (!parse_u32(it.key(), &id)) continue;
+        state.set_job_telemetry(id, a.id, it.value().dump());
+        // The per-job packet counter is the job's activity (job expiry).
+        if (auto pk = it.value().find("packets"); pk != it.value().end() && pk->is_number_unsigned()) {
+          state.note_job_packets(id, a.id, pk->get<uint64_t>(), now);
+        }
       }
     }
     json out;
     out["draining"] = state.aggregators().at(a.id).draining;
     out["jobs"] = json::array();
-    for (const JobInfo& j : state.jobs_on(a.id)) {
-      out["jobs"].push_back({{"job", j.id},
-                             {"key", j.key},
-                             {"world", j.world},
-                             {"slots", j.slots},
-                             {"slot_base", j.slot_base},
-                             {"block_elems", j.block_elems}});
-    }
+    for (const Assignment& x : state.jobs_on(a.id)) out["jobs"].push_back(assignment_json(x));
     res.set_content(out.dump() + "\n", "application/json");
   });
 
@@ -197,7 +284,14 @@ void ControllerServer::Impl::routes() {
     json out = json::array();
     for (const auto& [id, a] : state.aggregators()) {
       json jobs = json::array();
-      for (const JobInfo& j : state.jobs_on(id)) jobs.push_back(j.id);
+      json placements = json::array();
+      for (const Assignment& x : state.jobs_on(id)) {
+        jobs.push_back(x.job);
+        placements.push_back({{"job", x.job},
+                              {"role", role_name(x.placement.role)},
+                              {"slot_base", x.placement.slot_base},
+                              {"slots", x.slots}});
+      }
       out.push_back({{"id", id},
                      {"address", a.host + ":" + std::to_string(a.port)},
                      {"http", a.http},
@@ -207,7 +301,8 @@ void ControllerServer::Impl::routes() {
                      {"block_elems", a.block_elems},
                      {"draining", a.draining},
                      {"heartbeat_age_ms", now - a.last_heartbeat},
-                     {"jobs", jobs}});
+                     {"jobs", jobs},
+                     {"placements", placements}});
     }
     res.set_content(out.dump(2) + "\n", "application/json");
   });
@@ -223,7 +318,8 @@ void ControllerServer::Impl::routes() {
   http.Get("/v1/jobs", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> g(mu);
     json out = json::array();
-    for (const auto& [id, j] : state.jobs()) out.push_back(job_json(j, state));
+    const Millis now = now_ms();
+    for (const auto& [id, j] : state.jobs()) out.push_back(job_json(j, state, now));
     res.set_content(out.dump(2) + "\n", "application/json");
   });
 
@@ -233,7 +329,7 @@ void ControllerServer::Impl::routes() {
     std::lock_guard<std::mutex> g(mu);
     const JobInfo* j = state.job(id);
     if (j == nullptr) return bad(res, 404, "no job " + std::to_string(id));
-    res.set_content(job_json(*j, state).dump(2) + "\n", "application/json");
+    res.set_content(job_json(*j, state, now_ms()).dump(2) + "\n", "application/json");
   });
 
   http.Delete(R"(/v1/jobs/(\d+))", [this, bad, status_reply](const httplib::Request& req,
@@ -255,10 +351,11 @@ void ControllerServer::Impl::routes() {
       return parse_u32(req.get_param_value(name), out);
     };
     if (!req.has_param("world") || !field("world", &a.world) || !field("rank", &a.rank) ||
-        !field("slots", &a.slots) || !field("block", &a.block_elems)) {
+        !field("slots", &a.slots) || !field("block", &a.block_elems) ||
+        !field("shards", &a.shards) || (req.has_param("shards") && a.shards == 0)) {
       res.status = 400;
-      res.set_content("error world, rank, slots and block must be unsigned decimal numbers (world "
-                      "required)\n",
+      res.set_content("error world, rank, slots, block and shards must be unsigned decimal numbers "
+                      "(world required, shards >= 1)\n",
                       "text/plain");
       return;
     }
@@ -270,20 +367,25 @@ void ControllerServer::Impl::routes() {
       at = comma + 1;
     }
     std::lock_guard<std::mutex> g(mu);
-    const size_t known = state.jobs().size();
+    const JobInfo* before = state.job_by_name(a.name);
+    const JobId known = before == nullptr ? 0 : before->id;
     Result<JobInfo> r = state.admit(a, now_ms());
     if (!r.ok()) {
       res.status = 400;
       res.set_content("error " + r.status().message() + "\n", "text/plain");
       return;
     }
-    if (state.jobs().size() != known) persist();  // a new job; the other ranks change nothing
-    res.set_content(admission_text(r.value(), state), "text/plain");
+    if (r.value().id != known) persist();  // a new job; the other ranks change nothing
+    res.set_content(admission_text(r.value(), a.rank, state), "text/plain");
     const double dt =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    admit_seconds_sum += dt;
-    admit_seconds_max = std::max(admit_seconds_max, dt);
-    ++admit_count;
+    const int kind = r.value().state != JobState::kActive ? 3
+                     : r.value().is_tree()                 ? 1
+                     : r.value().shards_asked > 1          ? 2
+                                                           : 0;
+    admit_seconds_sum[kind] += dt;
+    admit_seconds_max[kind] = std::max(admit_seconds_max[kind], dt);
+    ++admit_count[kind];
   });
 
   http.Get("/v1/release", [this, status_reply](const httplib::Request& req,
@@ -317,26 +419,71 @@ std::string ControllerServer::Impl::metrics() {
     << "\nina_controller_aggregators{state=\"draining\"} " << draining << "\n";
   m << "# HELP ina_controller_jobs Jobs known to the controller.\n"
        "# TYPE ina_controller_jobs gauge\n";
-  size_t by_state[3] = {0, 0, 0};
-  for (const auto& [id, j] : state.jobs()) ++by_state[static_cast<int>(j.state)];
-  for (JobState s : {JobState::kActive, JobState::kRefused, JobState::kLost}) {
-    m << "ina_controller_jobs{state=\"" << job_state_name(s) << "\"} "
-      << by_state[static_cast<int>(s)] << "\n";
+  size_t by_state[kJobStates] = {};
+  size_t by_shape[3] = {};  // flat, tree, sharded (active jobs)
+  for (const auto& [id, j] : state.jobs()) {
+    ++by_state[static_cast<int>(j.state)];
+    if (j.state == JobState::kActive) ++by_shape[j.is_tree() ? 1 : j.is_sharded() ? 2 : 0];
+  }
+  for (int s = 0; s < kJobStates; ++s) {
+    m << "ina_controller_jobs{state=\"" << job_state_name(static_cast<JobState>(s)) << "\"} "
+      << by_state[s] << "\n";
+  }
+  m << "# HELP ina_controller_active_jobs Active jobs by placement shape.\n"
+       "# TYPE ina_controller_active_jobs gauge\n";
+  const char* shapes[3] = {"flat", "tree", "sharded"};
+  for (int s = 0; s < 3; ++s) {
+    m << "ina_controller_active_jobs{shape=\"" << shapes[s] << "\"} " << by_shape[s] << "\n";
   }
   m << "# HELP ina_controller_admissions_total Admission decisions.\n"
        "# TYPE ina_controller_admissions_total counter\n"
     << "ina_controller_admissions_total{result=\"admitted\"} " << state.admitted_total << "\n"
     << "ina_controller_admissions_total{result=\"refused\"} " << state.refused_total << "\n"
-    << "# HELP ina_controller_jobs_lost_total Jobs whose aggregator stopped heartbeating.\n"
+    << "# HELP ina_controller_trees_total Jobs admitted as a two-level aggregation tree.\n"
+       "# TYPE ina_controller_trees_total counter\n"
+    << "ina_controller_trees_total " << state.admitted_tree_total << "\n"
+    << "# HELP ina_controller_sharded_total Jobs admitted with shards asked (K > 1).\n"
+       "# TYPE ina_controller_sharded_total counter\n"
+    << "ina_controller_sharded_total " << state.admitted_sharded_total << "\n"
+    << "# HELP ina_controller_short_shards_total Sharded jobs admitted with fewer shards than asked.\n"
+       "# TYPE ina_controller_short_shards_total counter\n"
+    << "ina_controller_short_shards_total " << state.short_shards_total << "\n"
+    << "# HELP ina_controller_jobs_lost_total Jobs whose aggregator stopped heartbeating and that "
+       "could not be re-placed.\n"
        "# TYPE ina_controller_jobs_lost_total counter\n"
     << "ina_controller_jobs_lost_total " << state.lost_total << "\n"
-    << "# HELP ina_controller_admission_seconds Server-side admission latency.\n"
-       "# TYPE ina_controller_admission_seconds summary\n"
-    << "ina_controller_admission_seconds_sum " << admit_seconds_sum << "\n"
-    << "ina_controller_admission_seconds_count " << admit_count << "\n"
-    << "# HELP ina_controller_admission_seconds_max Slowest admission.\n"
-       "# TYPE ina_controller_admission_seconds_max gauge\n"
-    << "ina_controller_admission_seconds_max " << admit_seconds_max << "\n"
+    << "# HELP ina_controller_replacements_total Placements moved off a silent aggregator.\n"
+       "# TYPE ina_controller_replacements_total counter\n"
+    << "ina_controller_replacements_total " << state.replaced_total << "\n"
+    << "# HELP ina_controller_jobs_expired_total Jobs expired after the idle TTL without packets.\n"
+       "# TYPE ina_controller_jobs_expired_total counter\n"
+    << "ina_controller_jobs_expired_total " << state.expired_total << "\n"
+    << "# HELP ina_controller_job_idle_ttl_seconds The idle TTL (0: jobs never expire).\n"
+       "# TYPE ina_controller_job_idle_ttl_seconds gauge\n"
+    << "ina_controller_job_idle_ttl_seconds " << static_cast<double>(opts.job_idle_ttl_ms) / 1e3 << "\n"
+    << "# HELP ina_controller_admission_seconds Server-side admission latency by answer.\n"
+       "# TYPE ina_controller_admission_seconds summary\n";
+  double sum = 0;
+  uint64_t count = 0;
+  double worst = 0;
+  for (int k = 0; k < 4; ++k) {
+    m << "ina_controller_admission_seconds_sum{kind=\"" << kAdmitKinds[k] << "\"} "
+      << admit_seconds_sum[k] << "\n"
+      << "ina_controller_admission_seconds_count{kind=\"" << kAdmitKinds[k] << "\"} "
+      << admit_count[k] << "\n";
+    sum += admit_seconds_sum[k];
+    count += admit_count[k];
+    worst = std::max(worst, admit_seconds_max[k]);
+  }
+  m << "ina_controller_admission_seconds_sum " << sum << "\n"
+    << "ina_controller_admission_seconds_count " << count << "\n"
+    << "# HELP ina_controller_admission_seconds_max Slowest admission by answer.\n"
+       "# TYPE ina_controller_admission_seconds_max gauge\n";
+  for (int k = 0; k < 4; ++k) {
+    m << "ina_controller_admission_seconds_max{kind=\"" << kAdmitKinds[k] << "\"} "
+      << admit_seconds_max[k] << "\n";
+  }
+  m << "ina_controller_admission_seconds_max " << worst << "\n"
     << "# HELP ina_controller_heartbeats_total Aggregator heartbeats received.\n"
        "# TYPE ina_controller_heartbeats_total counter\n"
     << "ina_controller_heartbeats_total " << heartbeats << "\n"
@@ -355,6 +502,10 @@ ControllerServer::~ControllerServer() = default;
 
 Result<std::unique_ptr<ControllerServer>> ControllerServer::create(const ServerOptions& opts) {
   if (opts.heartbeat_timeout_ms < 1) return invalid_argument("heartbeat timeout must be >= 1 ms");
+  if (opts.default_shards < 1 || opts.default_shards > 256) {
+    return invalid_argument("default shards must be in 1..256");
+  }
+  if (opts.job_idle_ttl_ms < 0) return invalid_argument("job idle TTL must be >= 0 ms (0: never)");
   std::unique_ptr<ControllerServer> s(new ControllerServer());
   s->impl_ = std::make_unique<Impl>(opts);
   Impl& m = *s->impl_;
@@ -391,7 +542,9 @@ Status ControllerServer::run() {
     std::unique_lock<std::mutex> lk(m.stop_mu);
     while (!m.stop_cv.wait_for(lk, period, [&m] { return m.stopping; })) {
       std::lock_guard<std::mutex> g(m.mu);
-      if (!m.state.expire(now_ms()).empty()) m.persist();
+      const Millis now = now_ms();
+      const bool aggs_gone = !m.state.expire(now).empty();
+      if (!m.state.expire_jobs(now).empty() || aggs_gone) m.persist();
     }
   });
   const bool ok = m.http.listen_after_bind();

@@ -1,5 +1,6 @@
-// ControllerState (see state.h): registry, first-fit placement on slot ranges, sticky admission,
-// expiry, and the JSON form persisted by ina-controller.
+// ControllerState (see state.h): registry, placement (flat first fit, two-level trees, shards),
+// sticky admission, expiry of aggregators with re-placement, expiry of idle jobs, and the JSON
+// form persisted by ina-controller.
 #include "controller/state.h"
 
 #include <algorithm>
@@ -12,19 +13,59 @@ const char* job_state_name(JobState s) {
     case JobState::kActive: return "active";
     case JobState::kRefused: return "refused";
     case JobState::kLost: return "lost";
+    case JobState::kExpired: return "expired";
   }
   return "?";
+}
+
+const char* role_name(Role r) {
+  switch (r) {
+    case Role::kFlat: return "flat";
+    case Role::kLeaf: return "leaf";
+    case Role::kRoot: return "root";
+  }
+  return "?";
+}
+
+const char* JobInfo::shape() const {
+  if (placements.empty()) return "none";
+  if (is_tree()) return "tree";
+  return placements.size() > 1 ? "sharded" : "flat";
+}
+
+const Placement* JobInfo::placement_for_rank(uint32_t rank) const {
+  if (placements.empty()) return nullptr;
+  if (!is_tree()) return &placements.front();
+  for (const Placement& p : placements) {
+    if (p.role == Role::kLeaf && rank >= p.rank_base && rank - p.rank_base < p.local_ranks) return &p;
+  }
+  return nullptr;
+}
+
+bool JobInfo::uses(const std::string& aggregator) const {
+  for (const Placement& p : placements) {
+    if (p.aggregator == aggregator) return true;
+  }
+  return false;
 }
 
 namespace {
 constexpr uint32_t kMaxWorld = 65535;
 constexpr uint32_t kMaxSlots = 32768;  // the wire's 15-bit slot index
 constexpr uint32_t kMaxBlock = 16384;
+constexpr uint32_t kMaxShards = 256;
 const char* const kDTypes[] = {"int32", "float32", "float16", "bfloat16"};
+
+// Leaf i of n over `world` ranks serves [floor(i*world/n), floor((i+1)*world/n)).
+uint32_t leaf_rank_base(uint32_t i, uint32_t n, uint32_t world) {
+  return static_cast<uint32_t>(uint64_t{i} * world / n);
+}
 }  // namespace
 
 ControllerState::ControllerState(StateOptions opts, KeyGen keygen)
-    : opts_(opts), keygen_(std::move(keygen)) {}
+    : opts_(opts), keygen_(std::move(keygen)) {
+  if (opts_.default_shards < 1) opts_.default_shards = 1;
+}
 
 Status ControllerState::heartbeat(const AggregatorInfo& info, Millis now) {
   if (info.id.empty()) return invalid_argument("aggregator: id must not be empty");
@@ -54,10 +95,26 @@ Status ControllerState::heartbeat(const AggregatorInfo& info, Millis now) {
   return ok_status();
 }
 
-std::vector<JobInfo> ControllerState::jobs_on(const std::string& aggregator) const {
-  std::vector<JobInfo> out;
+std::vector<Assignment> ControllerState::jobs_on(const std::string& aggregator) const {
+  std::vector<Assignment> out;
   for (const auto& [id, j] : jobs_) {
-    if (j.state == JobState::kActive && j.aggregator == aggregator) out.push_back(j);
+    if (j.state != JobState::kActive) continue;
+    for (const Placement& p : j.placements) {
+      if (p.aggregator != aggregator) continue;
+      Assignment a;
+      a.job = j.id;
+      a.key = j.key;
+      a.world = p.role == Role::kRoot ? p.local_ranks : j.world;
+      a.slots = j.slots;
+      a.block_elems = j.block_elems;
+      a.placement = p;
+      if (p.role == Role::kLeaf) {
+        if (auto r = aggs_.find(p.parent); r != aggs_.end()) {
+          a.parent_address = r->second.host + ":" + std::to_string(r->second.port);
+        }
+      }
+      out.push_back(std::move(a));
+    }
   }
   return out;
 }
@@ -66,43 +123,122 @@ uint32_t ControllerState::free_slots(const std::string& aggregator) const {
   auto it = aggs_.find(aggregator);
   if (it == aggs_.end()) return 0;
   uint64_t used = 0;
-  for (const JobInfo& j : jobs_on(aggregator)) used += j.slots;
+  for (const Assignment& a : jobs_on(aggregator)) used += a.slots;
   return used >= it->second.slot_capacity ? 0 : it->second.slot_capacity - static_cast<uint32_t>(used);
 }
 
-std::optional<uint32_t> ControllerState::find_range(const AggregatorInfo& agg,
-                                                    uint32_t slots) const {
-  std::vector<std::pair<uint32_t, uint32_t>> used;  // [base, end)
-  for (const JobInfo& j : jobs_on(agg.id)) used.emplace_back(j.slot_base, j.slot_base + j.slots);
-  std::sort(used.begin(), used.end());
+ControllerState::RangeIndex ControllerState::used_ranges() const {
+  RangeIndex used;
+  for (const auto& [id, j] : jobs_) {
+    if (j.state != JobState::kActive) continue;
+    for (const Placement& p : j.placements) {
+      used[p.aggregator].emplace_back(p.slot_base, p.slot_base + j.slots);
+    }
+  }
+  for (auto& [agg, ranges] : used) std::sort(ranges.begin(), ranges.end());
+  return used;
+}
+
+std::optional<uint32_t> ControllerState::find_range(const AggregatorInfo& agg, uint32_t slots,
+                                                    const RangeIndex& index) const {
   uint64_t at = 0;
-  for (const auto& [lo, hi] : used) {
-    if (lo >= at + slots) break;
-    at = std::max<uint64_t>(at, hi);
+  if (auto it = index.find(agg.id); it != index.end()) {
+    for (const auto& [lo, hi] : it->second) {  // sorted [base, end)
+      if (lo >= at + slots) break;
+      at = std::max<uint64_t>(at, hi);
+    }
   }
   if (at + slots > agg.slot_capacity) return std::nullopt;
   return static_cast<uint32_t>(at);
 }
 
-std::string ControllerState::placement_refusal(const AdmitRequest& req) const {
-  if (aggs_.empty()) return "no aggregator is registered";
-  uint32_t best_fan_in = 0;
-  uint32_t best_free = 0;
-  size_t live = 0;
+std::vector<Placement> ControllerState::candidates(uint32_t min_fan_in, uint32_t slots,
+                                                   const std::set<std::string>& exclude) const {
+  const RangeIndex index = used_ranges();
+  std::vector<Placement> out;
   for (const auto& [id, a] : aggs_) {
-    if (a.draining) continue;
-    ++live;
-    best_fan_in = std::max(best_fan_in, a.max_fan_in);
-    if (a.max_fan_in >= req.world) best_free = std::max(best_free, free_slots(id));
+    if (a.draining || a.max_fan_in < min_fan_in || exclude.count(id) != 0) continue;
+    if (auto base = find_range(a, slots, index)) {
+      Placement p;
+      p.aggregator = id;
+      p.slot_base = *base;
+      out.push_back(std::move(p));
+    }
   }
-  if (live == 0) return "every aggregator is draining";
-  if (best_fan_in < req.world) {
-    return "world size " + std::to_string(req.world) + " exceeds every aggregator's fan-in (largest " +
-           std::to_string(best_fan_in) + "; aggregation trees are not built yet)";
+  return out;
+}
+
+uint32_t ControllerState::largest_fan_in() const {
+  uint32_t f = 0;
+  for (const auto& [id, a] : aggs_) {
+    if (!a.draining) f = std::max(f, a.max_fan_in);
   }
-  return "no aggregator has " + std::to_string(req.slots) +
+  return f;
+}
+
+std::string ControllerState::flat_refusal(uint32_t world, uint32_t slots) const {
+  uint32_t best_free = 0;
+  for (const auto& [id, a] : aggs_) {
+    if (!a.draining && a.max_fan_in >= world) best_free = std::max(best_free, free_slots(id));
+  }
+  return "no aggregator has " + std::to_string(slots) +
          " contiguous free slots (most free on a fitting aggregator: " + std::to_string(best_free) +
          ")";
+}
+
+std::optional<std::vector<Placement>> ControllerState::plan_tree(uint32_t world, uint32_t slots,
+                                                                 std::string* why) const {
+  const uint32_t fan_in = largest_fan_in();
+  const uint32_t n = (world + fan_in - 1) / fan_in;
+  const uint32_t per_leaf = (world + n - 1) / n;  // the largest block
+  const std::vector<Placement> leaves = candidates(per_leaf, slots, {});
+  const std::vector<Placement> roots = candidates(n, slots, {});
+  auto in_leaves = [&](const std::string& id) {
+    return std::any_of(leaves.begin(), leaves.end(),
+                       [&](const Placement& p) { return p.aggregator == id; });
+  };
+  // The root: preferably an aggregator that cannot be a leaf, so no leaf candidate is spent.
+  const Placement* root = nullptr;
+  for (const Placement& r : roots) {
+    if (!in_leaves(r.aggregator)) {
+      root = &r;
+      break;
+    }
+  }
+  if (root == nullptr && !roots.empty() && leaves.size() >= size_t{n} + 1) root = &roots.front();
+  if (root == nullptr || leaves.size() - (in_leaves(root->aggregator) ? 1 : 0) < n) {
+    std::set<std::string> any;
+    for (const Placement& p : leaves) any.insert(p.aggregator);
+    for (const Placement& p : roots) any.insert(p.aggregator);
+    *why = "tree for world " + std::to_string(world) + " needs " + std::to_string(n) +
+           " leaves with fan-in >= " + std::to_string(per_leaf) + " and a root with fan-in >= " +
+           std::to_string(n) + " on another aggregator: only " + std::to_string(any.size()) +
+           " aggregators have " + std::to_string(slots) + " contiguous free slots (" +
+           std::to_string(leaves.size()) + " with fan-in >= " + std::to_string(per_leaf) + ", " +
+           std::to_string(roots.size()) + " with fan-in >= " + std::to_string(n) + ")";
+    if (n > fan_in) {
+      *why += " (a two-level tree of " + std::to_string(n) + " leaves needs a root fan-in of " +
+              std::to_string(n) + ", largest " + std::to_string(fan_in) + ")";
+    }
+    return std::nullopt;
+  }
+  std::vector<Placement> out;
+  for (const Placement& l : leaves) {
+    if (out.size() == n) break;
+    if (l.aggregator == root->aggregator) continue;
+    Placement p = l;
+    p.role = Role::kLeaf;
+    p.child_index = static_cast<uint32_t>(out.size());
+    p.rank_base = leaf_rank_base(p.child_index, n, world);
+    p.local_ranks = leaf_rank_base(p.child_index + 1, n, world) - p.rank_base;
+    p.parent = root->aggregator;
+    out.push_back(std::move(p));
+  }
+  Placement r = *root;
+  r.role = Role::kRoot;
+  r.local_ranks = n;
+  out.push_back(std::move(r));
+  return out;
 }
 
 Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
@@ -120,6 +256,7 @@ Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
   if (req.block_elems < 1 || req.block_elems > kMaxBlock) {
     return invalid_argument("admit: block must be in 1..16384");
   }
+  if (req.shards > kMaxShards) return invalid_argument("admit: shards must be in 1..256");
   for (const std::string& d : req.dtypes) {
     if (std::find(std::begin(kDTypes), std::end(kDTypes), d) == std::end(kDTypes)) {
       return invalid_argument("admit: dtype '" + d + "' is not one of int32, float32, float16, bfloat16");
@@ -127,11 +264,16 @@ Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
   }
   if (auto it = by_name_.find(req.name); it != by_name_.end()) {
     const JobInfo& j = jobs_.at(it->second);
-    if (j.world != req.world) {
-      return invalid_argument("admit: job '" + req.name + "' was admitted with world " +
-                              std::to_string(j.world) + ", asked with " + std::to_string(req.world));
+    if (j.state != JobState::kExpired) {
+      if (j.world != req.world) {
+        return invalid_argument("admit: job '" + req.name + "' was admitted with world " +
+                                std::to_string(j.world) + ", asked with " + std::to_string(req.world));
+      }
+      return j;
     }
-    return j;
+    // An expired job's ranks have been silent for the whole TTL: this is a new run of the job.
+    jobs_.erase(it->second);
+    by_name_.erase(it);
   }
   JobInfo j;
   j.id = next_id_++;
@@ -140,24 +282,56 @@ Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
   j.slots = req.slots;
   j.dtypes = req.dtypes;
   j.admitted_at = now;
-  // First fit over live, non-draining aggregators with enough fan-in, in id order.
-  for (const auto& [id, a] : aggs_) {
-    if (a.draining || a.max_fan_in < req.world) continue;
-    if (auto base = find_range(a, req.slots)) {
-      j.state = JobState::kActive;
-      j.aggregator = id;
-      j.slot_base = *base;
-      j.block_elems = std::min(req.block_elems, a.block_elems);
-      do {
-        j.key = keygen_();
-      } while (j.key == 0);  // 0 is the hand-configured default: never hand it out
-      ++admitted_total;
-      break;
+  j.last_activity = now;
+  j.shards_asked = req.shards != 0 ? req.shards : opts_.default_shards;
+  const uint32_t fan_in = largest_fan_in();
+  std::string why;
+  if (aggs_.empty()) {
+    why = "no aggregator is registered";
+  } else if (fan_in == 0) {
+    why = "every aggregator is draining";
+  } else if (req.world > fan_in) {
+    if (req.shards > 1) {
+      why = "shards=" + std::to_string(req.shards) + ": sharding a job that needs an aggregation tree "
+            "(world " + std::to_string(req.world) + " exceeds every aggregator's fan-in, largest " +
+            std::to_string(fan_in) + ") is not supported; ask without shards";
+    } else if (auto tree = plan_tree(req.world, req.slots, &why)) {
+      j.placements = std::move(*tree);
+      j.shards_asked = 1;
+    }
+  } else {
+    std::vector<Placement> c = candidates(req.world, req.slots, {});
+    if (c.empty()) {
+      why = flat_refusal(req.world, req.slots);
+    } else {
+      if (c.size() > j.shards_asked) c.resize(j.shards_asked);
+      for (Placement& p : c) p.local_ranks = req.world;
+      j.placements = std::move(c);
+      if (j.shards_asked > 1 && j.placements.size() < j.shards_asked) {
+        j.reason = "admitted with " + std::to_string(j.placements.size()) + " of " +
+                   std::to_string(j.shards_asked) + " shards: only " +
+                   std::to_string(j.placements.size()) + " aggregators with fan-in >= " +
+                   std::to_string(req.world) + " have " + std::to_string(req.slots) +
+                   " contiguous free slots";
+        ++short_shards_total;
+      }
     }
   }
-  if (j.aggregator.empty()) {
+  if (!j.placements.empty()) {
+    j.state = JobState::kActive;
+    j.block_elems = req.block_elems;
+    for (const Placement& p : j.placements) {
+      j.block_elems = std::min(j.block_elems, aggs_.at(p.aggregator).block_elems);
+    }
+    do {
+      j.key = keygen_();
+    } while (j.key == 0);  // 0 is the hand-configured default: never hand it out
+    ++admitted_total;
+    if (j.is_tree()) ++admitted_tree_total;
+    if (j.shards_asked > 1) ++admitted_sharded_total;
+  } else {
     j.state = JobState::kRefused;
-    j.reason = placement_refusal(req);
+    j.reason = why;
     j.block_elems = req.block_elems;
     ++refused_total;
   }
@@ -194,6 +368,62 @@ Status ControllerState::drain(const std::string& aggregator, bool on) {
   return ok_status();
 }
 
+bool ControllerState::replace_placements(JobInfo& j, const std::set<std::string>& gone,
+                                         std::string* why) {
+  // The job's own aggregators are excluded: one job id per aggregator.
+  std::set<std::string> exclude(gone.begin(), gone.end());
+  for (const Placement& p : j.placements) exclude.insert(p.aggregator);
+  std::vector<Placement> next;
+  std::string root_moved_to;
+  std::vector<std::string> dropped;
+  uint32_t moved = 0;
+  for (const Placement& p : j.placements) {
+    if (gone.count(p.aggregator) == 0) {
+      next.push_back(p);
+      continue;
+    }
+    // A leaf needs its ranks' fan-in, a root its leaves', a flat placement or shard the world.
+    const std::vector<Placement> c = candidates(p.local_ranks, j.slots, exclude);
+    if (c.empty()) {
+      if (j.is_sharded()) {
+        dropped.push_back(p.aggregator);
+        continue;
+      }
+      *why = "aggregator " + p.aggregator + " stopped heartbeating and no other aggregator with " +
+             "fan-in >= " + std::to_string(p.local_ranks) + " has " + std::to_string(j.slots) +
+             " contiguous free slots; the job runs on the host fallback";
+      return false;
+    }
+    Placement q = p;
+    q.aggregator = c.front().aggregator;
+    q.slot_base = c.front().slot_base;
+    exclude.insert(q.aggregator);
+    if (q.role == Role::kRoot) root_moved_to = q.aggregator;
+    next.push_back(std::move(q));
+    ++moved;
+  }
+  if (next.empty()) {
+    *why = "every shard's aggregator stopped heartbeating and no other has room; the job runs on "
+           "the host fallback";
+    return false;
+  }
+  if (!root_moved_to.empty()) {
+    for (Placement& p : next) {
+      if (p.role == Role::kLeaf) p.parent = root_moved_to;
+    }
+  }
+  for (const Placement& p : next) j.block_elems = std::min(j.block_elems, aggs_.at(p.aggregator).block_elems);
+  j.placements = std::move(next);
+  j.replacements += moved;
+  replaced_total += moved;
+  if (!dropped.empty()) {
+    j.reason = "running on " + std::to_string(j.placements.size()) + " of " +
+               std::to_string(j.shards_asked) + " shards: lost shard aggregator(s)";
+    for (const std::string& d : dropped) j.reason += " " + d;
+  }
+  return true;
+}
+
 std::vector<std::string> ControllerState::expire(Millis now) {
   std::vector<std::string> gone;
   for (auto it = aggs_.begin(); it != aggs_.end();) {
@@ -204,16 +434,60 @@ std::vector<std::string> ControllerState::expire(Millis now) {
       ++it;
     }
   }
-  for (const std::string& id : gone) {
-    for (auto& [jid, j] : jobs_) {
-      if (j.state == JobState::kActive && j.aggregator == id) {
-        j.state = JobState::kLost;
-        j.reason = "aggregator " + id + " stopped heartbeating; the job runs on the host fallback";
-        ++lost_total;
+  if (gone.empty()) return gone;
+  const std::set<std::string> gone_set(gone.begin(), gone.end());
+  for (auto& [jid, j] : jobs_) {
+    if (j.state != JobState::kActive) continue;
+    if (std::none_of(j.placements.begin(), j.placements.end(),
+                     [&](const Placement& p) { return gone_set.count(p.aggregator) != 0; })) {
+      continue;
+    }
+    std::string why;
+    if (replace_placements(j, gone_set, &why)) {
+      j.last_activity = now;
+      for (const std::string& g : gone) {
+        j.packets_seen.erase(g);
+        j.telemetry.erase(g);
       }
+    } else {
+      j.state = JobState::kLost;
+      j.reason = why;
+      ++lost_total;
     }
   }
   return gone;
+}
+
+void ControllerState::note_job_packets(JobId id, const std::string& aggregator, uint64_t packets,
+                                       Millis now) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || it->second.state != JobState::kActive) return;
+  JobInfo& j = it->second;
+  if (!j.uses(aggregator)) return;  // a stale report from an aggregator the job left
+  auto seen = j.packets_seen.find(aggregator);
+  // Any change counts (an aggregator restart resets its counters); a first report with packets
+  // too (the controller may have restarted mid-job).
+  const bool active = seen == j.packets_seen.end() ? packets > 0 : seen->second != packets;
+  j.packets_seen[aggregator] = packets;
+  if (active) j.last_activity = std::max(j.last_activity, now);
+}
+
+std::vector<JobId> ControllerState::expire_jobs(Millis now) {
+  std::vector<JobId> out;
+  if (opts_.job_idle_ttl <= 0) return out;
+  for (auto& [id, j] : jobs_) {
+    if (j.state != JobState::kActive || now - j.last_activity <= opts_.job_idle_ttl) continue;
+    // Only jobs whose aggregators report packet counts for them: an aggregator that does not
+    // (an older one) must not have its busy jobs expired.
+    if (j.packets_seen.empty()) continue;
+    j.state = JobState::kExpired;
+    j.reason = "no packets on any of its aggregators for " + std::to_string(now - j.last_activity) +
+               " ms (idle TTL " + std::to_string(opts_.job_idle_ttl) +
+               " ms): expired, slots freed";
+    ++expired_total;
+    out.push_back(id);
+  }
+  return out;
 }
 
 const JobInfo* ControllerState::job(JobId id) const {
@@ -226,15 +500,58 @@ const JobInfo* ControllerState::job_by_name(const std::string& name) const {
   return it == by_name_.end() ? nullptr : &jobs_.at(it->second);
 }
 
-void ControllerState::set_job_telemetry(JobId id, std::string json) {
-  if (auto it = jobs_.find(id); it != jobs_.end()) it->second.telemetry_json = std::move(json);
+void ControllerState::set_job_telemetry(JobId id, const std::string& aggregator, std::string json) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end() || !it->second.uses(aggregator)) return;
+  it->second.telemetry[aggregator] = std::move(json);
 }
 
 // ---- persistence ----
 
+namespace {
+
+nlohmann::json placement_json(const Placement& p) {
+  nlohmann::json o = {{"aggregator", p.aggregator},
+                      {"slot_base", p.slot_base},
+                      {"role", role_name(p.role)},
+                      {"local_ranks", p.local_ranks}};
+  if (p.role == Role::kLeaf) {
+    o["rank_base"] = p.rank_base;
+    o["child_index"] = p.child_index;
+    o["parent"] = p.parent;
+  }
+  return o;
+}
+
+Result<Placement> placement_from_json(const nlohmann::json& o) {
+  Placement p;
+  p.aggregator = o.at("aggregator").get<std::string>();
+  p.slot_base = o.at("slot_base").get<uint32_t>();
+  const std::string role = o.at("role").get<std::string>();
+  if (role == "flat") {
+    p.role = Role::kFlat;
+  } else if (role == "leaf") {
+    p.role = Role::kLeaf;
+  } else if (role == "root") {
+    p.role = Role::kRoot;
+  } else {
+    return invalid_argument("state: placement on " + p.aggregator + ": role '" + role +
+                            "' is not flat, leaf or root");
+  }
+  p.local_ranks = o.at("local_ranks").get<uint32_t>();
+  if (p.role == Role::kLeaf) {
+    p.rank_base = o.at("rank_base").get<uint32_t>();
+    p.child_index = o.at("child_index").get<uint32_t>();
+    p.parent = o.at("parent").get<std::string>();
+  }
+  return p;
+}
+
+}  // namespace
+
 std::string ControllerState::to_json() const {
   nlohmann::json j;
-  j["version"] = 1;
+  j["version"] = 2;
   j["next_id"] = next_id_;
   j["aggregators"] = nlohmann::json::array();
   for (const auto& [id, a] : aggs_) {
@@ -249,6 +566,8 @@ std::string ControllerState::to_json() const {
   }
   j["jobs"] = nlohmann::json::array();
   for (const auto& [id, x] : jobs_) {
+    nlohmann::json pl = nlohmann::json::array();
+    for (const Placement& p : x.placements) pl.push_back(placement_json(p));
     j["jobs"].push_back({{"id", x.id},
                          {"name", x.name},
                          {"world", x.world},
@@ -258,8 +577,9 @@ std::string ControllerState::to_json() const {
                          {"dtypes", x.dtypes},
                          {"state", job_state_name(x.state)},
                          {"reason", x.reason},
-                         {"aggregator", x.aggregator},
-                         {"slot_base", x.slot_base},
+                         {"placements", pl},
+                         {"shards_asked", x.shards_asked},
+                         {"replacements", x.replacements},
                          {"released", x.released}});
   }
   return j.dump(2);
@@ -268,7 +588,10 @@ std::string ControllerState::to_json() const {
 Status ControllerState::from_json(const std::string& text, Millis now) {
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
-    if (j.at("version").get<int>() != 1) return invalid_argument("state: unknown version");
+    const int version = j.at("version").get<int>();
+    if (version != 1 && version != 2) {
+      return invalid_argument("state: version " + std::to_string(version) + " is not 1 or 2");
+    }
     std::map<std::string, AggregatorInfo> aggs;
     for (const auto& a : j.at("aggregators")) {
       AggregatorInfo x;
@@ -295,20 +618,39 @@ Status ControllerState::from_json(const std::string& text, Millis now) {
       x.block_elems = o.at("block_elems").get<uint32_t>();
       x.dtypes = o.at("dtypes").get<std::vector<std::string>>();
       const std::string st = o.at("state").get<std::string>();
-      if (st == "active") {
-        x.state = JobState::kActive;
-      } else if (st == "refused") {
-        x.state = JobState::kRefused;
-      } else if (st == "lost") {
-        x.state = JobState::kLost;
-      } else {
+      bool known = false;
+      for (int s = 0; s < kJobStates; ++s) {
+        if (st == job_state_name(static_cast<JobState>(s))) {
+          x.state = static_cast<JobState>(s);
+          known = true;
+        }
+      }
+      if (!known) {
         return invalid_argument("state: job " + std::to_string(x.id) + ": unknown state '" + st + "'");
       }
       x.reason = o.at("reason").get<std::string>();
-      x.aggregator = o.at("aggregator").get<std::string>();
-      x.slot_base = o.at("slot_base").get<uint32_t>();
+      if (version == 1) {
+        // One aggregator per job ("" when refused).
+        const std::string agg = o.at("aggregator").get<std::string>();
+        if (!agg.empty()) {
+          Placement p;
+          p.aggregator = agg;
+          p.slot_base = o.at("slot_base").get<uint32_t>();
+          p.local_ranks = x.world;
+          x.placements.push_back(std::move(p));
+        }
+      } else {
+        for (const auto& p : o.at("placements")) {
+          Result<Placement> r = placement_from_json(p);
+          if (!r.ok()) return r.status();
+          x.placements.push_back(std::move(r.value()));
+        }
+        x.shards_asked = o.at("shards_asked").get<uint32_t>();
+        x.replacements = o.at("replacements").get<uint32_t>();
+      }
       x.released = o.at("released").get<std::set<uint32_t>>();
       x.admitted_at = now;
+      x.last_activity = now;
       names[x.name] = x.id;
       jobs.emplace(x.id, std::move(x));
     }

@@ -116,7 +116,11 @@ Status check_count(const char* what, size_t count, size_t blocks, DType dtype) {
 // aggregator (after 1 s, then 2 s, 4 s, ... up to 60 s of wall time since the last attempt) and
 // broadcasts the decision (one more small host message per collective on the host path); then
 // every rank re-joins (a barrier at the aggregator, with a deadline of min(timeout, 5 s)) and
-// the ranks take the MIN of their success over the mesh: all joined, back in-network.
+// the ranks take the MIN of their success over the mesh: all joined, back in-network. Admitted
+// through a controller (UDP transport), each rank first asks the controller again: when it has
+// re-placed the job (its aggregator stopped heartbeating), the engine is rebuilt towards the new
+// aggregator before the re-join. The admission is sticky per job name, so every rank gets the same
+// placement; a rank that still gets the old one fails the join and the MIN keeps all on the host.
 class CommunicatorImpl final : public Communicator {
  public:
   CommunicatorImpl(const Config& cfg, std::unique_ptr<Transport> transport,
@@ -124,6 +128,7 @@ class CommunicatorImpl final : public Communicator {
       : cfg_(cfg),
         store_(std::move(store)),
         mesh_(std::move(mesh)),
+        engine_cfg_(cfg),
         block_elems_(cfg.block_elems) {
     if (transport) engine_ = std::make_unique<IncEngine>(cfg, std::move(transport));
     if (const char* a = std::getenv("INA_ALGO"); a != nullptr) algo_override_ = a;
@@ -297,6 +302,7 @@ class CommunicatorImpl final : public Communicator {
   int size() const override { return cfg_.world_size; }
   const CommStats& stats() const override {
     stats_ = engine_ ? engine_->stats() : CommStats{};
+    add_engine_counters(retired_, &stats_);
     stats_.collectives += host_stats_.collectives;
     stats_.host_collectives = host_stats_.host_collectives;
     stats_.fallbacks = host_stats_.fallbacks;
@@ -371,6 +377,7 @@ class CommunicatorImpl final : public Communicator {
     }
     if (probe == 0) return ok_status();
     ++host_stats_.probes;
+    follow_replacement();
     const Status s = engine_->join(std::min(cfg_.timeout, kMaxProbeJoin));
     INA_ASSIGN_OR_RETURN(int32_t worst, agree_max(s.ok() ? 0 : 1, 2 * cfg_.timeout));
     if (worst == 0) {
@@ -385,6 +392,47 @@ class CommunicatorImpl final : public Communicator {
     probe_backoff_ = std::min(probe_backoff_ * 2, kMaxProbe);
     next_probe_ = Clock::now() + probe_backoff_;
     return ok_status();
+  }
+
+  // Admitted through a controller on the UDP transport: asks it again and, when the answer names
+  // another aggregator, job or key (the job was re-placed, or expired and admitted anew), rebuilds
+  // the engine towards it. Any failure keeps the current engine (the probe's join then decides).
+  void follow_replacement() {
+    if (cfg_.controller_host.empty() || std::getenv("INA_TRANSPORT") != nullptr) return;
+    Config c = engine_cfg_;
+    if (!worker::admit(&c, std::min(cfg_.timeout, kMaxProbeJoin)).ok() || c.host_only) return;
+    if (c.aggregator_host == engine_cfg_.aggregator_host &&
+        c.aggregator_port == engine_cfg_.aggregator_port && c.job == engine_cfg_.job &&
+        c.job_key == engine_cfg_.job_key) {
+      return;
+    }
+    UdpTransportOptions o;
+    o.host = c.aggregator_host;
+    o.port = c.aggregator_port;
+    Result<std::unique_ptr<UdpTransport>> udp = UdpTransport::create(o);
+    if (!udp.ok()) return;
+    std::unique_ptr<Transport> t = std::move(udp.value());
+    if (FaultInjectingTransport::wanted(c.fault)) {
+      t = std::make_unique<FaultInjectingTransport>(std::move(t), c.fault, effective_fault_seed(c));
+    }
+    INA_INFO("worker", "rank %d: the controller re-placed job %u: now job %u on %s:%u", cfg_.rank,
+             engine_cfg_.job, c.job, c.aggregator_host.c_str(), unsigned{c.aggregator_port});
+    add_engine_counters(engine_->stats(), &retired_);
+    engine_ = std::make_unique<IncEngine>(c, std::move(t));
+    engine_cfg_ = c;
+  }
+
+  // The engine's own counters (not the communicator's host-path ones), summed.
+  static void add_engine_counters(const CommStats& from, CommStats* to) {
+    to->collectives += from.collectives;
+    to->packets_sent += from.packets_sent;
+    to->packets_received += from.packets_received;
+    to->retransmits += from.retransmits;
+    to->duplicate_results += from.duplicate_results;
+    to->malformed += from.malformed;
+    to->nonfinite_blocks += from.nonfinite_blocks;
+    to->error_reports += from.error_reports;
+    to->spurious_retransmits += from.spurious_retransmits;
   }
 
   // AllReduce on the mesh. Exact mode reduces the in-network path's quantized words.
@@ -437,6 +485,8 @@ class CommunicatorImpl final : public Communicator {
   std::unique_ptr<IncEngine> engine_;          // null: host only
   std::unique_ptr<host::TcpStore> store_;      // rank 0 serves the rendezvous while it lives
   std::unique_ptr<host::Context> mesh_;        // TcpMesh or VerbsMesh; null: no store configured
+  Config engine_cfg_;                          // the engine's placement (follow_replacement)
+  CommStats retired_;                          // counters of engines replaced since
   bool host_path_ = false;
   uint64_t straggle_state_ = effective_fault_seed(cfg_) ^ 0x484f5354ull;  // host-path stragglers
   uint32_t block_elems_;                       // the engine's adopted block size (exact mode)

@@ -2,8 +2,11 @@
 // loopback: two jobs at once on one aggregator (exact, no cross-talk), a refused job on the host
 // fallback, a controller restart during a job, the straggler ranking (one rank delayed among 8,
 // ranked first in >= 19 of 20 trials) and a stopped rank named by the stalled-slot report and in
-// the other ranks' errors. Threads are the ranks (one Communicator each); the controller and the
-// aggregator are child processes.
+// the other ranks' errors; workers following a job the controller re-placed after its aggregator
+// died; tree and shard placements, re-placement and idle-job expiry as ina-ctl and the heartbeat
+// answers show them (registered aggregators without a data plane); admission latency by kind.
+// Threads are the ranks (one Communicator each); the controller and the aggregators are child
+// processes.
 #include <arpa/inet.h>
 #include <httplib.h>
 #include <netinet/in.h>
@@ -15,6 +18,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -93,6 +97,7 @@ class ControllerTest : public ::testing::Test {
   }
   void TearDown() override {
     agg_.stop();
+    agg2_.stop();
     ctl_.stop();
     if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
   }
@@ -100,33 +105,43 @@ class ControllerTest : public ::testing::Test {
     const char* v = std::getenv(n);
     return v == nullptr ? "" : v;
   }
-  void start_controller(int port = 0, const std::string& state = "") {
+  void start_controller(int port = 0, const std::string& state = "",
+                        std::vector<std::string> extra = {}) {
     std::vector<std::string> a = {ctl_bin_, "--port", std::to_string(port), "--port-file",
-                                  dir_ + "/ctl.port", "--heartbeat-timeout-ms", "1500"};
+                                  dir_ + "/ctl.port"};
+    if (std::find(extra.begin(), extra.end(), "--heartbeat-timeout-ms") == extra.end()) {
+      a.push_back("--heartbeat-timeout-ms");
+      a.push_back("1500");
+    }
+    a.insert(a.end(), extra.begin(), extra.end());
     if (!state.empty()) {
       a.push_back("--state-file");
       a.push_back(state);
     }
     ASSERT_EQ(ctl_.start(a, dir_ + "/ctl.port", &ctl_port_), "");
   }
-  void start_aggregator(uint32_t capacity) {
-    ASSERT_EQ(agg_.start({agg_bin_, "--bind", "127.0.0.1", "--port", "0", "--port-file",
-                          dir_ + "/agg.port", "--controller",
-                          "127.0.0.1:" + std::to_string(ctl_port_), "--slot-capacity",
-                          std::to_string(capacity), "--http-port", "0", "--http-port-file",
-                          dir_ + "/agg.http", "--heartbeat-ms", "50", "--stats-interval-ms", "0"},
-                         dir_ + "/agg.port", &agg_port_),
+  void start_aggregator(uint32_t capacity) { start_aggregator(capacity, &agg_, "agg", 1, &agg_port_, &agg_http_); }
+  // Another aggregator under `tag`, registered once the controller lists `registered` of them.
+  void start_aggregator(uint32_t capacity, Child* child, const std::string& tag, size_t registered,
+                        int* port, int* http) {
+    ASSERT_EQ(child->start({agg_bin_, "--bind", "127.0.0.1", "--port", "0", "--port-file",
+                            dir_ + "/" + tag + ".port", "--controller",
+                            "127.0.0.1:" + std::to_string(ctl_port_), "--slot-capacity",
+                            std::to_string(capacity), "--http-port", "0", "--http-port-file",
+                            dir_ + "/" + tag + ".http", "--heartbeat-ms", "50",
+                            "--stats-interval-ms", "0"},
+                           dir_ + "/" + tag + ".port", port),
               "");
-    std::ifstream in(dir_ + "/agg.http");
-    for (int i = 0; i < 500 && !(in >> agg_http_); ++i) {
+    std::ifstream in(dir_ + "/" + tag + ".http");
+    for (int i = 0; i < 500 && !(in >> *http); ++i) {
       std::this_thread::sleep_for(10ms);
-      in = std::ifstream(dir_ + "/agg.http");
+      in = std::ifstream(dir_ + "/" + tag + ".http");
     }
-    ASSERT_GT(agg_http_, 0);
+    ASSERT_GT(*http, 0);
     // Registered once the controller lists it.
     for (int i = 0; i < 300; ++i) {
       json a = get_json(ctl_port_, "/v1/aggregators");
-      if (a.is_array() && a.size() == 1) return;
+      if (a.is_array() && a.size() == registered) return;
       std::this_thread::sleep_for(10ms);
     }
     FAIL() << "the aggregator did not register";
@@ -214,8 +229,8 @@ class ControllerTest : public ::testing::Test {
   }
 
   std::string ctl_bin_, agg_bin_, dir_;
-  Child ctl_, agg_;
-  int ctl_port_ = 0, agg_port_ = 0, agg_http_ = 0;
+  Child ctl_, agg_, agg2_;
+  int ctl_port_ = 0, agg_port_ = 0, agg_http_ = 0, agg2_port_ = 0, agg2_http_ = 0;
   std::mutex stats_mu_;
   std::map<std::string, CommStats> stats_;
 };
@@ -443,6 +458,303 @@ TEST_F(ControllerTest, LostAggregatorJobFallsBackAndIsMarkedLost) {
   EXPECT_NE(job["reason"].get<std::string>().find("stopped heartbeating"), std::string::npos)
       << job.dump();
   EXPECT_TRUE(get_json(ctl_port_, "/v1/aggregators").empty());
+}
+
+// A registered aggregator without a data plane: its heartbeat as ina-aggregator sends it
+// (`packets` per job: the activity job expiry watches). Returns the controller's answer.
+json fake_heartbeat(int ctl_port, const std::string& id, int data_port, uint32_t fan_in,
+                    uint32_t capacity = 1024, const std::map<JobId, uint64_t>& packets = {}) {
+  json body = {{"id", id},          {"host", "127.0.0.1"},        {"port", data_port},
+               {"slot_capacity", capacity}, {"max_fan_in", fan_in}, {"block_elems", 256}};
+  body["jobs"] = json::object();
+  for (const auto& [job, n] : packets) body["jobs"][std::to_string(job)] = {{"job", job}, {"packets", n}};
+  httplib::Client c("127.0.0.1", ctl_port);
+  c.set_connection_timeout(1, 0);
+  auto r = c.Post("/v1/aggregators/heartbeat", body.dump(), "application/json");
+  if (!r || r->status != 200) return json();
+  return json::parse(r->body, nullptr, false);
+}
+
+std::string run_ctl(const std::string& bin, int ctl_port, const std::string& args, int* rc) {
+  std::string out;
+  FILE* p = popen((bin + " --controller 127.0.0.1:" + std::to_string(ctl_port) + " " + args +
+                   " 2>&1")
+                      .c_str(),
+                  "r");
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *rc = WEXITSTATUS(pclose(p));
+  return out;
+}
+
+// Placements seen from outside, with registered aggregators of fan-in 4 (no data plane needed):
+// a world-8 job gets a two-level tree (ina-ctl admit --rank gives each rank its leaf; ina-ctl job
+// shows the shape; each aggregator's heartbeat answer carries its role per the contract), a
+// sharded job gets "shards K" and K aggregator lines, and /metrics counts trees and shards.
+TEST_F(ControllerTest, InaCtlShowsTreeAndShardPlacements) {
+  const std::string ctl_cli = env("INA_CTL_BIN");
+  if (ctl_cli.empty()) GTEST_SKIP() << "INA_CTL_BIN not set (run through meson test)";
+  start_controller(0, "", {"--heartbeat-timeout-ms", "60000"});
+  const std::vector<std::string> ids = {"agg-a", "agg-b", "agg-c"};
+  for (size_t i = 0; i < ids.size(); ++i) {
+    ASSERT_TRUE(fake_heartbeat(ctl_port_, ids[i], 40001 + static_cast<int>(i), 4).is_object());
+  }
+  int rc = -1;
+  // Root agg-a (the first; every one could be a leaf), leaves agg-b (ranks 0-3), agg-c (4-7).
+  std::string out = run_ctl(ctl_cli, ctl_port_, "admit tree8 --world 8 --rank 5 --slots 64", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(out.substr(0, 9), "admitted\n") << out;
+  EXPECT_NE(out.find("\naggregator 127.0.0.1:40003\n"), std::string::npos) << out;
+  out = run_ctl(ctl_cli, ctl_port_, "admit tree8 --world 8 --rank 2 --slots 64", &rc);
+  EXPECT_NE(out.find("\naggregator 127.0.0.1:40002\n"), std::string::npos) << out;
+  EXPECT_EQ(out.find("shards"), std::string::npos) << out;
+  const JobId tree = job_id("tree8");
+  out = run_ctl(ctl_cli, ctl_port_, "job " + std::to_string(tree), &rc);
+  EXPECT_EQ(rc, 0);
+  json j = json::parse(out, nullptr, false);
+  ASSERT_TRUE(j.is_object()) << out;
+  EXPECT_EQ(j["shape"], "tree");
+  EXPECT_EQ(j["tree"]["leaves"], 2);
+  EXPECT_EQ(j["tree"]["root"], "agg-a");
+  ASSERT_EQ(j["placements"].size(), 3u) << out;
+  EXPECT_EQ(j["placements"][1]["role"], "leaf");
+  EXPECT_EQ(j["placements"][1]["rank_base"], 4);
+  EXPECT_EQ(j["placements"][1]["local_ranks"], 4);
+  EXPECT_EQ(j["placements"][1]["parent"], "agg-a");
+  EXPECT_EQ(j["placements"][2]["role"], "root");
+  // The heartbeat answers, per the shared contract.
+  json leaf = fake_heartbeat(ctl_port_, "agg-c", 40003, 4);
+  ASSERT_EQ(leaf["jobs"].size(), 1u) << leaf.dump();
+  EXPECT_EQ(leaf["jobs"][0]["role"], "leaf");
+  EXPECT_EQ(leaf["jobs"][0]["world"], 8);
+  EXPECT_EQ(leaf["jobs"][0]["rank_base"], 4);
+  EXPECT_EQ(leaf["jobs"][0]["local_ranks"], 4);
+  EXPECT_EQ(leaf["jobs"][0]["child_index"], 1);
+  EXPECT_EQ(leaf["jobs"][0]["parent"], "127.0.0.1:40001");
+  EXPECT_EQ(leaf["jobs"][0]["slots"], 64);
+  json root = fake_heartbeat(ctl_port_, "agg-a", 40001, 4);
+  ASSERT_EQ(root["jobs"].size(), 1u) << root.dump();
+  EXPECT_EQ(root["jobs"][0]["role"], "root");
+  EXPECT_EQ(root["jobs"][0]["world"], 2);
+  EXPECT_EQ(root["jobs"][0].count("parent"), 0u);
+  EXPECT_EQ(root["jobs"][0]["key"], leaf["jobs"][0]["key"]);
+  // Each aggregator's report on the job is kept: ina-ctl job shows all of them.
+  fake_heartbeat(ctl_port_, "agg-b", 40002, 4, 1024, {{tree, 7}});
+  fake_heartbeat(ctl_port_, "agg-c", 40003, 4, 1024, {{tree, 9}});
+  j = json::parse(run_ctl(ctl_cli, ctl_port_, "job " + std::to_string(tree), &rc), nullptr, false);
+  EXPECT_EQ(j["telemetry_by_aggregator"]["agg-b"]["packets"], 7) << j.dump();
+  EXPECT_EQ(j["telemetry_by_aggregator"]["agg-c"]["packets"], 9) << j.dump();
+  EXPECT_EQ(j["telemetry"]["packets"], 7) << j.dump();  // leaf 0's
+  // Sharded over 2 of the 3; asking for 5 gets 3 and says so.
+  out = run_ctl(ctl_cli, ctl_port_, "admit sh2 --world 4 --shards 2 --slots 64", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\nshards 2\naggregator 127.0.0.1:40001\naggregator 127.0.0.1:40002\n"),
+            std::string::npos)
+      << out;
+  out = run_ctl(ctl_cli, ctl_port_, "admit sh5 --world 4 --shards 5 --slots 64", &rc);
+  EXPECT_NE(out.find("\nshards 3\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("reason admitted with 3 of 5 shards"), std::string::npos) << out;
+  // A sharded tree is refused with the reason; a bad shards value is a usage error.
+  out = run_ctl(ctl_cli, ctl_port_, "admit shtree --world 8 --shards 2", &rc);
+  EXPECT_EQ(out.substr(0, 8), "refused\n") << out;
+  EXPECT_NE(out.find("sharding a job that needs an aggregation tree"), std::string::npos) << out;
+  httplib::Client c("127.0.0.1", ctl_port_);
+  auto bad = c.Get("/v1/admit?name=x&world=2&shards=0");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_NE(bad->body.find("shards >= 1"), std::string::npos) << bad->body;
+  out = run_ctl(ctl_cli, ctl_port_, "jobs", &rc);
+  EXPECT_NE(out.find("\"shape\": \"sharded\""), std::string::npos) << out;
+  out = run_ctl(ctl_cli, ctl_port_, "metrics", &rc);
+  EXPECT_NE(out.find("ina_controller_trees_total 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("ina_controller_sharded_total 2\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("ina_controller_active_jobs{shape=\"tree\"} 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("ina_controller_active_jobs{shape=\"sharded\"} 2\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("ina_controller_admission_seconds_count{kind=\"tree\"} 2\n"), std::string::npos)
+      << out;
+}
+
+// An aggregator that stops heartbeating: its job moves to another one (same id and key), and the
+// next admission answer names the new aggregator. A job whose aggregators report no new packets
+// for the idle TTL expires, freeing its slots; ina-ctl shows it and /metrics counts it.
+TEST_F(ControllerTest, JobIsReplacedAndIdleJobExpires) {
+  const std::string ctl_cli = env("INA_CTL_BIN");
+  if (ctl_cli.empty()) GTEST_SKIP() << "INA_CTL_BIN not set (run through meson test)";
+  start_controller(0, "", {"--heartbeat-timeout-ms", "800", "--job-idle-ttl-ms", "1500"});
+  ASSERT_TRUE(fake_heartbeat(ctl_port_, "agg-x", 40011, 8).is_object());
+  ASSERT_TRUE(fake_heartbeat(ctl_port_, "agg-y", 40012, 8).is_object());
+  int rc = -1;
+  std::string out = run_ctl(ctl_cli, ctl_port_, "admit moving --world 2 --slots 32", &rc);
+  ASSERT_NE(out.find("aggregator 127.0.0.1:40011"), std::string::npos) << out;
+  const JobId id = job_id("moving");
+  const json before = get_json(ctl_port_, "/v1/jobs/" + std::to_string(id));
+  // From now on only y heartbeats (every 100 ms, from a thread, so slow ina-ctl runs on a loaded
+  // machine cannot make it miss the timeout), reporting a packet count for the job that grows
+  // while `busy`: x expires and its job moves to y.
+  std::atomic<bool> busy{true}, stop{false};
+  std::atomic<uint64_t> packets{0};
+  std::thread beat([&] {
+    while (!stop) {
+      if (busy) packets += 10;
+      fake_heartbeat(ctl_port_, "agg-y", 40012, 8, 1024, {{id, packets.load()}});
+      std::this_thread::sleep_for(100ms);
+    }
+  });
+  struct Join {
+    std::atomic<bool>& stop;
+    std::thread& t;
+    ~Join() {
+      stop = true;
+      t.join();
+    }
+  } join{stop, beat};
+  json after;
+  for (int i = 0; i < 100; ++i) {
+    after = get_json(ctl_port_, "/v1/jobs/" + std::to_string(id));
+    if (after.is_object() && after["aggregator"] == "agg-y") break;
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(after.is_object());
+  EXPECT_EQ(after["state"], "active") << after.dump();
+  EXPECT_EQ(after["aggregator"], "agg-y") << after.dump();
+  EXPECT_EQ(after["replacements"], 1);
+  EXPECT_EQ(after["id"], before["id"]);
+  out = run_ctl(ctl_cli, ctl_port_, "admit moving --world 2 --rank 1 --slots 32", &rc);
+  EXPECT_NE(out.find("aggregator 127.0.0.1:40012"), std::string::npos) << out;
+  EXPECT_NE(out.find("job " + std::to_string(id) + "\n"), std::string::npos) << out;
+  out = run_ctl(ctl_cli, ctl_port_, "metrics", &rc);
+  EXPECT_NE(out.find("ina_controller_replacements_total 1\n"), std::string::npos) << out;
+  // While y reports new packets the job lives past the TTL; then the counter stops moving and
+  // the job expires.
+  std::this_thread::sleep_for(2000ms);
+  EXPECT_EQ(get_json(ctl_port_, "/v1/jobs/" + std::to_string(id))["state"], "active");
+  busy = false;
+  json expired;
+  for (int i = 0; i < 100; ++i) {
+    expired = get_json(ctl_port_, "/v1/jobs/" + std::to_string(id));
+    if (expired["state"] == "expired") break;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(expired["state"], "expired") << expired.dump();
+  EXPECT_NE(expired["reason"].get<std::string>().find("idle TTL 1500 ms"), std::string::npos)
+      << expired.dump();
+  // y no longer serves it.
+  EXPECT_TRUE(fake_heartbeat(ctl_port_, "agg-y", 40012, 8)["jobs"].empty());
+  out = run_ctl(ctl_cli, ctl_port_, "jobs", &rc);
+  EXPECT_NE(out.find("\"state\": \"expired\""), std::string::npos) << out;
+  out = run_ctl(ctl_cli, ctl_port_, "aggregators", &rc);
+  EXPECT_NE(out.find("\"free_slots\": 1024"), std::string::npos) << out;
+  out = run_ctl(ctl_cli, ctl_port_, "metrics", &rc);
+  EXPECT_NE(out.find("ina_controller_jobs_expired_total 1\n"), std::string::npos) << out;
+  EXPECT_NE(out.find("ina_controller_jobs{state=\"expired\"} 1\n"), std::string::npos) << out;
+}
+
+// Admission latency (client side: one HTTP GET on loopback, connection per request as libina
+// does) for flat, tree and sharded jobs, with a small and with a growing job table; printed as a
+// figure, not asserted beyond sanity.
+TEST_F(ControllerTest, AdmissionLatencyFlatTreeSharded) {
+  start_controller(0, "", {"--heartbeat-timeout-ms", "600000"});
+  for (int i = 0; i < 6; ++i) {
+    ASSERT_TRUE(fake_heartbeat(ctl_port_, "agg-" + std::to_string(i), 40021 + i, 8, 1u << 20)
+                    .is_object());
+  }
+  struct Kind {
+    const char* name;
+    const char* query;
+    const char* expect;
+  };
+  const Kind kinds[] = {{"flat", "world=8&slots=128", "aggregator "},
+                        {"tree", "world=32&rank=17&slots=128", "aggregator "},
+                        {"sharded", "world=8&slots=128&shards=4", "shards 4\n"}};
+  constexpr int kN = 200;
+  // Pass 0 deletes each job after its admission (a small job table); pass 1 keeps them (the
+  // table grows to 3 * kN jobs: placement scans every active job's ranges per aggregator).
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const Kind& k : kinds) {
+      std::vector<double> us;
+      for (int i = 0; i < kN; ++i) {
+        const std::string name = std::string(k.name) + "-" + std::to_string(pass) + "-" + std::to_string(i);
+        httplib::Client c("127.0.0.1", ctl_port_);
+        const auto t0 = std::chrono::steady_clock::now();
+        auto r = c.Get("/v1/admit?name=" + name + "&" + k.query);
+        const auto t1 = std::chrono::steady_clock::now();
+        ASSERT_TRUE(r && r->status == 200);
+        ASSERT_EQ(r->body.substr(0, 8), "admitted") << r->body;
+        ASSERT_NE(r->body.find(k.expect), std::string::npos) << r->body;
+        us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
+        const JobId id = static_cast<JobId>(std::stoul(r->body.substr(r->body.find("job ") + 4)));
+        if (pass == 0) {
+          ASSERT_TRUE(c.Delete("/v1/jobs/" + std::to_string(id)));
+        }
+      }
+      std::sort(us.begin(), us.end());
+      double sum = 0;
+      for (double v : us) sum += v;
+      std::printf("admission latency %-7s %s n=%d mean %.0f us p50 %.0f us p99 %.0f us\n", k.name,
+                  pass == 0 ? "(table ~0 jobs)   " : "(table 0..600 jobs)", kN, sum / kN,
+                  us[kN / 2], us[kN * 99 / 100]);
+      EXPECT_LT(us[kN / 2], 1e6);
+    }
+  }
+  const std::string m = get_text(ctl_port_, "/metrics");
+  for (const char* k : {"flat", "tree", "sharded"}) {
+    const std::string key = std::string("ina_controller_admission_seconds_sum{kind=\"") + k + "\"} ";
+    const size_t at = m.find(key);
+    ASSERT_NE(at, std::string::npos) << m;
+    std::printf("server-side admission %-7s mean %.1f us (both passes)\n", k,
+                std::stod(m.substr(at + key.size())) / (2 * kN) * 1e6);
+  }
+}
+
+// The job's aggregator dies mid-job with another one registered: the controller re-places the
+// job there (same id and key), the workers finish the collectives in flight on the host fallback,
+// and their next probe asks the controller again and follows the job to the new aggregator:
+// in-network again, exact throughout.
+TEST_F(ControllerTest, WorkersFollowAReplacedJob) {
+  start_controller();
+  start_aggregator(256);
+  start_aggregator(256, &agg2_, "agg2", 2, &agg2_port_, &agg2_http_);
+  const int store_port = ina::testing::free_loopback_port();
+  ASSERT_NE(store_port, 0);
+  constexpr int kIters = 100;
+  constexpr int kKilledAt = 4;
+  json job;
+  std::vector<Status> st = run_job(
+      "follow", 3, kIters, 1000,
+      [&](Config& c) {
+        c.store = "127.0.0.1:" + std::to_string(store_port);
+        c.timeout = 1500ms;
+      },
+      [&](int rank, int it) {
+        if (rank == 0 && it == kKilledAt) {
+          // Stop the aggregator the job was placed on.
+          const json j = get_json(ctl_port_, "/v1/jobs/" + std::to_string(job_id("follow")));
+          const std::string on = j.value("aggregator", std::string{});
+          if (on == "127.0.0.1:" + std::to_string(agg_port_)) {
+            agg_.stop();
+          } else {
+            agg2_.stop();
+          }
+        }
+        // Spread the host-path collectives over ~10 s: probes come 1, 3 and 7 s after the
+        // fallback, and the controller re-places the job ~1.5-2 s after the kill.
+        if (it >= kKilledAt) std::this_thread::sleep_for(100ms);
+      },
+      [&](int rank) {
+        if (rank == 0) job = get_json(ctl_port_, "/v1/jobs/" + std::to_string(job_id("follow")));
+      });
+  expect_all_ok(st);
+  ASSERT_TRUE(job.is_object()) << job.dump();
+  EXPECT_EQ(job["state"], "active") << job.dump();
+  EXPECT_EQ(job["replacements"], 1) << job.dump();
+  for (const auto& [k, s] : stats_) {
+    EXPECT_GE(s.fallbacks, 1u) << k;
+    EXPECT_GE(s.probes, 1u) << k;
+    // Back in-network on the new aggregator: more in-network collectives than before the kill.
+    EXPECT_GT(s.collectives - s.host_collectives, static_cast<uint64_t>(kKilledAt)) << k;
+    EXPECT_LT(s.host_collectives, static_cast<uint64_t>(kIters - kKilledAt)) << k;
+  }
 }
 
 // ina-ctl against the controller: list, drain (new jobs refused with the reason, the running
