@@ -158,6 +158,7 @@ json assignment_json(const Assignment& a) {
     o["local_ranks"] = a.placement.local_ranks;
     o["parent"] = a.parent_address;
     o["child_index"] = a.placement.child_index;
+    if (a.parent_world > 0) o["parent_world"] = a.parent_world;
   }
   return o;
 }

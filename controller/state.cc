@@ -112,6 +112,9 @@ std::vector<Assignment> ControllerState::jobs_on(const std::string& aggregator) 
         if (auto r = aggs_.find(p.parent); r != aggs_.end()) {
           a.parent_address = r->second.host + ":" + std::to_string(r->second.port);
         }
+        for (const Placement& q : j.placements) {
+          if (q.role == Role::kRoot) a.parent_world = q.local_ranks;
+        }
       }
       out.push_back(std::move(a));
     }

@@ -93,6 +93,7 @@ struct Assignment {
   uint32_t block_elems = 0;
   Placement placement;
   std::string parent_address; // leaf: the root's data plane "host:port"
+  uint32_t parent_world = 0;   // leaf: the root's world (its number of leaves)
 };
 
 struct JobInfo {

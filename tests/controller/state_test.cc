@@ -217,6 +217,8 @@ TEST_F(StateTest, TreeShapesForWorlds5To16WithFanIn4) {
       EXPECT_EQ(on[0].placement, p);
       EXPECT_EQ(on[0].world, p.role == Role::kRoot ? root.local_ranks : world);
       EXPECT_EQ(on[0].parent_address, p.role == Role::kLeaf ? "10.0.0.1:47474" : "");
+      // A leaf HELLOs its root with the root's world: the number of leaves.
+      EXPECT_EQ(on[0].parent_world, p.role == Role::kLeaf ? root.local_ranks : 0u);
       EXPECT_EQ(s.free_slots(p.aggregator), 64u);
     }
   }
