@@ -97,6 +97,7 @@ class ControllerTest : public ::testing::Test {
   }
   void TearDown() override {
     agg_.stop();
+    agg3_.stop();
     agg2_.stop();
     ctl_.stop();
     if (!dir_.empty()) std::system(("rm -rf " + dir_).c_str());
@@ -123,15 +124,15 @@ class ControllerTest : public ::testing::Test {
   void start_aggregator(uint32_t capacity) { start_aggregator(capacity, &agg_, "agg", 1, &agg_port_, &agg_http_); }
   // Another aggregator under `tag`, registered once the controller lists `registered` of them.
   void start_aggregator(uint32_t capacity, Child* child, const std::string& tag, size_t registered,
-                        int* port, int* http) {
-    ASSERT_EQ(child->start({agg_bin_, "--bind", "127.0.0.1", "--port", "0", "--port-file",
-                            dir_ + "/" + tag + ".port", "--controller",
-                            "127.0.0.1:" + std::to_string(ctl_port_), "--slot-capacity",
-                            std::to_string(capacity), "--http-port", "0", "--http-port-file",
-                            dir_ + "/" + tag + ".http", "--heartbeat-ms", "50",
-                            "--stats-interval-ms", "0"},
-                           dir_ + "/" + tag + ".port", port),
-              "");
+                        int* port, int* http, std::vector<std::string> extra = {}) {
+    std::vector<std::string> args = {agg_bin_, "--bind", "127.0.0.1", "--port", "0", "--port-file",
+                                  dir_ + "/" + tag + ".port", "--controller",
+                                  "127.0.0.1:" + std::to_string(ctl_port_), "--slot-capacity",
+                                  std::to_string(capacity), "--http-port", "0", "--http-port-file",
+                                  dir_ + "/" + tag + ".http", "--heartbeat-ms", "50",
+                                  "--stats-interval-ms", "0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    ASSERT_EQ(child->start(args, dir_ + "/" + tag + ".port", port), "");
     std::ifstream in(dir_ + "/" + tag + ".http");
     for (int i = 0; i < 500 && !(in >> *http); ++i) {
       std::this_thread::sleep_for(10ms);
@@ -229,8 +230,9 @@ class ControllerTest : public ::testing::Test {
   }
 
   std::string ctl_bin_, agg_bin_, dir_;
-  Child ctl_, agg_, agg2_;
-  int ctl_port_ = 0, agg_port_ = 0, agg_http_ = 0, agg2_port_ = 0, agg2_http_ = 0;
+  Child ctl_, agg_, agg2_, agg3_;
+  int ctl_port_ = 0, agg_port_ = 0, agg_http_ = 0, agg2_port_ = 0, agg2_http_ = 0, agg3_port_ = 0,
+      agg3_http_ = 0;
   std::mutex stats_mu_;
   std::map<std::string, CommStats> stats_;
 };
@@ -755,6 +757,67 @@ TEST_F(ControllerTest, WorkersFollowAReplacedJob) {
     EXPECT_GT(s.collectives - s.host_collectives, static_cast<uint64_t>(kKilledAt)) << k;
     EXPECT_LT(s.host_collectives, static_cast<uint64_t>(kIters - kKilledAt)) << k;
   }
+}
+
+// End to end through the controller: three aggregators of fan-in 4 and a job of 8 ranks. The
+// controller builds a two-level tree (two leaves of 4 ranks, the root on the third aggregator),
+// the workers are admitted to their leaves, the leaves join the root and forward partial sums:
+// every result is exact and in-network, and each leaf reports forwarding to its parent.
+TEST_F(ControllerTest, TreeJobThroughTheController) {
+  start_controller();
+  const std::vector<std::string> fan_in = {"--max-fan-in", "4"};
+  start_aggregator(64, &agg_, "agg", 1, &agg_port_, &agg_http_, fan_in);
+  start_aggregator(64, &agg2_, "agg2", 2, &agg2_port_, &agg2_http_, fan_in);
+  start_aggregator(64, &agg3_, "agg3", 3, &agg3_port_, &agg3_http_, fan_in);
+  // Rank 0 looks before it closes (the job is forgotten once every rank has released it).
+  json job;
+  std::vector<json> telemetry;
+  std::vector<Status> st = run_job(
+      "treejob", 8, 20, 3000, [](Config& c) { c.window = 16; }, {},
+      [&](int rank) {
+        if (rank != 0) return;
+        job = get_json(ctl_port_, "/v1/jobs/" + std::to_string(job_id("treejob")));
+        // The aggregators publish their telemetry periodically: wait for a report with traffic
+        // from all three (the root's completed rounds, each leaf's forwarded partials).
+        for (int i = 0; i < 300; ++i) {
+          telemetry.clear();
+          size_t reporting = 0;
+          for (int http : {agg_http_, agg2_http_, agg3_http_}) {
+            telemetry.push_back(get_json(http, "/v1/telemetry"));
+            for (const auto& j : telemetry.back()) {
+              reporting += j.value("completed", uint64_t{0}) > 0;
+            }
+          }
+          if (reporting == 3) break;
+          std::this_thread::sleep_for(10ms);
+        }
+      });
+  expect_all_ok(st);
+  ASSERT_TRUE(job.is_object()) << job.dump();
+  EXPECT_EQ(job["shape"], "tree") << job.dump();
+  size_t leaves = 0, roots = 0;
+  for (const auto& p : job["placements"]) {
+    leaves += p["role"] == "leaf";
+    roots += p["role"] == "root";
+  }
+  EXPECT_EQ(leaves, 2u) << job.dump();
+  EXPECT_EQ(roots, 1u) << job.dump();
+  for (const auto& [k, s] : stats_) {
+    EXPECT_EQ(s.host_collectives, 0u) << k;  // all 20 in-network
+    EXPECT_EQ(s.collectives, 20u) << k;
+  }
+  // The two leaves forwarded partials to the root, which completed rounds of 2 ranks.
+  size_t forwarding = 0, root_rounds = 0;
+  for (const json& t : telemetry) {
+    for (const auto& j : t) {
+      if (j.value("role", "") == "leaf" && j.value("forwarded", uint64_t{0}) > 0) ++forwarding;
+      if (j.value("role", "") == "root" && j.value("world", 0) == 2) {
+        root_rounds += j.value("completed", uint64_t{0});
+      }
+    }
+  }
+  EXPECT_EQ(forwarding, 2u) << json(telemetry).dump();
+  EXPECT_GT(root_rounds, 0u) << json(telemetry).dump();
 }
 
 // ina-ctl against the controller: list, drain (new jobs refused with the reason, the running
