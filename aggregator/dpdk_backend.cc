@@ -124,6 +124,18 @@ frame::HwCheck l4_check(uint64_t f) {
   }
 }
 
+// PMDs that spread received frames over their rx queues without RSS offloads: af_packet (the
+// kernel's PACKET_FANOUT hash over qpairs sockets), tap (the tap's flow hash over its queues),
+// af_xdp (one socket per NIC queue, the NIC's RSS), ring (the peer picks the ring). Others (memif,
+// whose queues are the ones its peer connects, null) get one rx queue unless asked for more.
+bool spreads_without_rss(const char* driver) {
+  if (driver == nullptr) return false;
+  for (const char* d : {"net_af_packet", "net_tap", "net_af_xdp", "net_ring"}) {
+    if (std::strcmp(driver, d) == 0) return true;
+  }
+  return false;
+}
+
 uint64_t now_ns(clockid_t clock) {
   timespec ts{};
   clock_gettime(clock, &ts);
@@ -224,7 +236,12 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
                                      rte_eth_dev_socket_id(port));
   if (a->pool_ == nullptr) return dpdk_error("mbuf pool " + pool_name, rte_errno);
 
-  const unsigned want_rx = opts.rx_queues == 0 ? n : std::min<unsigned>(opts.rx_queues, n);
+  // One rx queue per lcore where the port can spread frames over them (RSS offloads, or a PMD that
+  // spreads by itself), else one; an explicit opts.rx_queues wins.
+  const bool spreads = (info.flow_type_rss_offloads & (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP)) != 0 ||
+                       spreads_without_rss(info.driver_name);
+  const unsigned want_rx =
+      opts.rx_queues != 0 ? std::min<unsigned>(opts.rx_queues, n) : (spreads ? n : 1);
   if (opts.configure_port) {
     if (info.max_tx_queues < n) {
       return invalid_argument("dpdk: port " + opts.port + " has " +
@@ -239,9 +256,8 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
         conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
         conf.rx_adv_conf.rss_conf.rss_hf = hf;
       }
-      // Without RSS offloads the PMD spreads frames over its queues itself (af_packet's
-      // PACKET_FANOUT, tap's flow hash, the peer's choice of ring) or fills queue 0 only; an
-      // lcore polling an empty queue costs one empty rx_burst per pass.
+      // Without RSS offloads the PMD spreads frames over its queues itself (see
+      // spreads_without_rss) or, asked for several queues, fills queue 0 only.
     }
     conf.rxmode.offloads =
         info.rx_offload_capa & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM);

@@ -15,10 +15,11 @@
 // lcore drops it as not-ready until the worker retransmits. No locks, allocation or logging in the
 // loop; each lcore publishes a few counters (relaxed atomics) that the main lcore prints.
 //
-// Rx queues: one per worker lcore (up to what the port has), each lcore polling its own. With RSS
-// offloads the port hashes IP/UDP over them; without (net_af_packet qpairs=N spreads by the
-// kernel's PACKET_FANOUT flow hash, net_tap queues=N by the tap's flow hash, net_ring by the
-// rings the peer writes) the PMD spreads frames itself; a port that spreads nothing fills queue 0.
+// Rx queues: one per worker lcore (up to what the port has), each lcore polling its own, where the
+// port spreads frames: with RSS offloads it hashes IP/UDP over them; net_af_packet (qpairs=N, the
+// kernel's PACKET_FANOUT flow hash), net_tap (queues=N), net_af_xdp (queue_count=N) and net_ring
+// spread by themselves. Other ports (net_memif: its queues are those its peer connects) get one
+// rx queue unless DpdkOptions::rx_queues asks for more. Tx: one queue per lcore always.
 //
 // Jobs at run time (the controller): set_jobs() stores the wanted jobs; the main lcore's
 // service() posts them into every lcore's mailbox (a sequence number released after the request,
@@ -72,7 +73,8 @@ struct DpdkOptions {
   // it (tests with rte_eth_from_rings do this to own the rings): it must have at least as many tx
   // queues as worker lcores; rx queues beyond the workers are not polled.
   bool configure_port = true;
-  // Rx queues: 0: one per worker lcore, at most the port's; n: that many (at most the lcores).
+  // Rx queues: 0: one per worker lcore (at most the port's) where the port spreads frames, else
+  // one; n: that many (at most the lcores).
   // The lcores beyond the rx queues only transmit and take handed-over frames.
   uint16_t rx_queues = 0;
   // Jobs added at run time (set_jobs): the slot memory shared by all jobs (0: unchecked) and the
