@@ -269,6 +269,13 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
                                 std::to_string(info.max_mtu) + ": use smaller --block-elems");
       }
     }
+    if (n > 1 && info.driver_name != nullptr && std::strcmp(info.driver_name, "net_memif") == 0) {
+      // memif carries the queues its peer connects: libina's DPDK transport connects one pair,
+      // so the frames of lcores past the first would go to a tx queue nobody reads.
+      INA_WARN(kComponent, "net_memif with %u worker lcores: a peer that connects fewer queue "
+               "pairs never receives the replies sent on the others (libina connects one: use "
+               "one worker lcore)", n);
+    }
     rc = rte_eth_dev_configure(port, a->rx_queues_, static_cast<uint16_t>(n), &conf);
     if (rc != 0) return dpdk_error("rte_eth_dev_configure", rc);
     uint16_t rxd = opts.rx_desc, txd = opts.tx_desc;

@@ -9,11 +9,13 @@
 // copy); an lcore that receives a packet of another lcore's slot hands it over through a
 // single-producer single-consumer rte_ring (RSS cannot do this: the slot is inside the INA header,
 // not in the 5-tuple, and a worker sends every slot from one UDP port). HELLOs go to every lcore
-// (each runs its own join barrier); only lcore 0 answers them. With one rx queue (every vdev here)
-// an lcore always sees the last HELLO before the first DATA of the new round (one FIFO ring from
-// the rx lcore); with RSS over several rx queues a DATA frame can overtake the HELLO copy, and that
-// lcore drops it as not-ready until the worker retransmits. No locks, allocation or logging in the
-// loop; each lcore publishes a few counters (relaxed atomics) that the main lcore prints.
+// (each runs its own join barrier); only lcore 0 answers them. A worker's frames share one 5-tuple,
+// so a flow hash (RSS, PACKET_FANOUT) puts all of them on one rx queue: the lcore that receives
+// them copies the HELLO to the others at once and stages DATA after it, so every lcore sees the
+// last HELLO before the first DATA of the new round (one FIFO ring per lcore pair). A port that
+// spread one worker's frames over several queues could let a DATA frame overtake the HELLO copy;
+// that lcore drops it as not-ready until the worker retransmits. No locks, allocation or logging
+// in the loop; each lcore publishes a few counters (relaxed atomics) that the main lcore prints.
 //
 // Rx queues: one per worker lcore (up to what the port has), each lcore polling its own, where the
 // port spreads frames: with RSS offloads it hashes IP/UDP over them; net_af_packet (qpairs=N, the
