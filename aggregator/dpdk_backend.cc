@@ -298,7 +298,9 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
                               " tx queues configured, fewer than the " + std::to_string(n) +
                               " worker lcores");
     }
-    a->rx_queues_ = static_cast<uint16_t>(std::min<unsigned>(want_rx, info.nb_rx_queues));
+    // The caller chose the queues: every configured rx queue is polled (up to one per lcore).
+    const unsigned polled = opts.rx_queues != 0 ? want_rx : n;
+    a->rx_queues_ = static_cast<uint16_t>(std::min<unsigned>(polled, info.nb_rx_queues));
   }
 
   a->local_.ip = opts.ip;

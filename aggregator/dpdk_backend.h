@@ -76,7 +76,8 @@ struct DpdkOptions {
   // queues as worker lcores; rx queues beyond the workers are not polled.
   bool configure_port = true;
   // Rx queues: 0: one per worker lcore (at most the port's) where the port spreads frames, else
-  // one; n: that many (at most the lcores).
+  // one (with configure_port false: every queue the caller configured, up to one per lcore);
+  // n: that many (at most the lcores).
   // The lcores beyond the rx queues only transmit and take handed-over frames.
   uint16_t rx_queues = 0;
   // Jobs added at run time (set_jobs): the slot memory shared by all jobs (0: unchecked) and the
