@@ -361,7 +361,7 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
   }
   std::vector<AggregatorSnapshot> parts;
   for (auto& l : a->lcores_) parts.push_back(l->take_snapshot());
-  a->publish(std::move(parts));
+  a->publish(std::move(parts), /*log_changes=*/false);  // the caller reports the initial jobs
   return a;
 }
 
@@ -820,9 +820,13 @@ void DpdkAggregator::service(std::chrono::milliseconds snapshot_every) {
   round_open_ = true;
 }
 
-void DpdkAggregator::publish(std::vector<AggregatorSnapshot> parts) {
+void DpdkAggregator::publish(std::vector<AggregatorSnapshot> parts, bool log_changes) {
   AggregatorSnapshot m = merge_snapshots(parts);
   std::lock_guard<std::mutex> g(ctl_mu_);
+  if (!log_changes) {
+    published_ = std::move(m);
+    return;
+  }
   // Job changes are logged here, on the main lcore (the lcores never log).
   for (const JobSnapshot& j : m.jobs) {
     const bool known = std::any_of(published_.jobs.begin(), published_.jobs.end(),

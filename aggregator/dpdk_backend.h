@@ -181,7 +181,7 @@ class DpdkAggregator {
   uint64_t round_ = 0;         // last request posted to every lcore
   bool round_open_ = false;    // posted, not yet answered by every lcore
   std::chrono::steady_clock::time_point next_snapshot_{};
-  void publish(std::vector<AggregatorSnapshot> parts);
+  void publish(std::vector<AggregatorSnapshot> parts, bool log_changes = true);
 };
 
 }  // namespace ina::agg
