@@ -139,7 +139,7 @@ kernel_agg() {  # the kernel-UDP aggregator in A on 10.79.0.1
 dpdk_agg() {  # the DPDK aggregator in A on d0 (net_af_packet), 10.79.0.2
   ip netns exec "$A" "$agg_bin" --backend dpdk --world-size "$n" --ip 10.79.0.2 --port 47474 \
     --dpdk-port net_af_packet0 --stats-interval-ms 0 -- --no-huge -m 512 --no-shconf --no-pci \
-    --no-telemetry --file-prefix "ina_bc_$$" -l 0-1 --vdev net_af_packet0,iface=d0 \
+    --no-telemetry --file-prefix "ina_bc_$$" -l 0-1 --vdev net_af_packet0,iface=d0,framecnt=4096 \
     --log-level=3 > "$out/.agg" 2>&1 &
   agg_pid=$!
   for _ in $(seq 1 100); do

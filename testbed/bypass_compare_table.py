@@ -7,6 +7,7 @@ usage: testbed/bypass_compare_table.py RESULTS_DIR > RESULTS_DIR/README.md
 """
 import csv
 import os
+import re
 import sys
 
 ROWS = [
@@ -85,6 +86,19 @@ def main(d):
             r = data[n].get(b)
             cells.append("-" if r is None else f"{float(r['time_us']):.0f}")
         print(f"| {human(b)} | " + " | ".join(cells) + " |")
+    print("\nRank 0's packets (INA rows; a retransmit answered by a duplicate result was a "
+          "timeout, not a loss):\n")
+    for n, _ in present:
+        try:
+            with open(os.path.join(d, n + ".txt")) as f:
+                m = re.search(r"packets sent (\d+), received (\d+), retransmits (\d+), "
+                              r"duplicate results (\d+)", f.read())
+        except OSError:
+            m = None
+        if m:
+            sent, _, rtx, dup = (int(x) for x in m.groups())
+            print(f"- `{n}`: {sent} sent, {rtx} retransmits ({100.0 * rtx / max(sent, 1):.0f}%), "
+                  f"{dup} duplicate results")
     wrong = [f"{n} at {human(b)}" for n, _ in present for b, r in data[n].items()
              if r.get("wrong") not in ("0", "NA", None)]
     print("\nWrong elements: " + (", ".join(wrong) if wrong else "none (every row checked its "
