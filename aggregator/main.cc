@@ -288,6 +288,10 @@ int main(int argc, char** argv) {
                          "only\n");
     return 1;
   }
+  if (dpdk_rx_queues != 0) {
+    std::fprintf(stderr, "ina-aggregator: --rx-queues is for --backend dpdk only\n");
+    return 1;
+  }
 
   std::vector<ina::agg::JobConfig> jobs;
   if (world != 0) jobs.push_back(job);
