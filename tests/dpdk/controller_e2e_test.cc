@@ -235,6 +235,12 @@ int main(int argc, char** argv) {
       std::printf("FAIL: the DPDK aggregator did not start:\n%s\n", slurp(dir + "/agg.log").c_str());
       return 1;
     }
+    // One rx queue per worker lcore where the vdev has that many (af_packet qpairs=2).
+    if (vdev.find("qpairs=2") != std::string::npos) {
+      CHECK(slurp(dir + "/agg.log").find("lcores 2 rx queues 2") != std::string::npos,
+            "the aggregator did not set up 2 rx queues for 2 lcores:\n%s",
+            slurp(dir + "/agg.log").c_str());
+    }
     // Registered: the controller lists it with the address workers reach it at.
     const std::string address = std::string(kAggIp) + ":" + std::to_string(kAggPort);
     json aggs;
