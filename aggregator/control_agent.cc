@@ -251,7 +251,7 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
 
 struct ControlAgent::Impl {
   AgentOptions opts;
-  UdpAggregator* agg = nullptr;
+  AgentTarget target;
   std::unique_ptr<httplib::Server> http;
   int http_port = -1;
   std::thread http_thread;
@@ -269,7 +269,7 @@ struct ControlAgent::Impl {
     std::unique_lock<std::mutex> lk(mu);
     while (!stopping) {
       lk.unlock();
-      const AggregatorSnapshot s = agg->snapshot();
+      const AggregatorSnapshot s = target.snapshot();
       json body = {{"id", opts.id},
                    {"host", opts.advertise_host},
                    {"port", opts.data_port},
@@ -285,7 +285,7 @@ struct ControlAgent::Impl {
       if (res && res->status == 200) {
         Result<std::vector<JobConfig>> want = parse_heartbeat_jobs(res->body);
         if (want.ok()) {
-          agg->set_jobs(std::move(want).value());
+          target.set_jobs(std::move(want).value());
           ++hb_ok;
           if (!reachable) INA_INFO(kComponent, "controller reachable again");
           reachable = true;
@@ -321,20 +321,30 @@ ControlAgent::~ControlAgent() {
 
 Result<std::unique_ptr<ControlAgent>> ControlAgent::start(const AgentOptions& opts,
                                                           UdpAggregator* agg) {
+  return start(opts, AgentTarget{[agg] { return agg->snapshot(); },
+                                 [agg](std::vector<JobConfig> jobs) { agg->set_jobs(std::move(jobs)); }});
+}
+
+Result<std::unique_ptr<ControlAgent>> ControlAgent::start(const AgentOptions& opts,
+                                                          AgentTarget target) {
+  if (!target.snapshot || !target.set_jobs) {
+    return invalid_argument("agent: the target needs both snapshot and set_jobs");
+  }
   std::unique_ptr<ControlAgent> a(new ControlAgent());
   a->impl_ = std::make_unique<Impl>();
   Impl& m = *a->impl_;
   m.opts = opts;
-  m.agg = agg;
+  m.target = std::move(target);
+  const std::function<AggregatorSnapshot()> snap = m.target.snapshot;
   if (m.opts.id.empty()) m.opts.id = opts.advertise_host + ":" + std::to_string(opts.data_port);
   if (opts.http_port >= 0) {
     m.http = std::make_unique<httplib::Server>();
-    m.http->Get("/metrics", [agg](const httplib::Request&, httplib::Response& res) {
-      res.set_content(prometheus_text(agg->snapshot()), "text/plain; version=0.0.4");
+    m.http->Get("/metrics", [snap](const httplib::Request&, httplib::Response& res) {
+      res.set_content(prometheus_text(snap()), "text/plain; version=0.0.4");
     });
-    m.http->Get("/v1/telemetry", [agg](const httplib::Request&, httplib::Response& res) {
+    m.http->Get("/v1/telemetry", [snap](const httplib::Request&, httplib::Response& res) {
       json out = json::array();
-      for (const JobSnapshot& j : agg->snapshot().jobs) out.push_back(telemetry(j));
+      for (const JobSnapshot& j : snap().jobs) out.push_back(telemetry(j));
       res.set_content(out.dump(2) + "\n", "application/json");
     });
     m.http_port = opts.http_port == 0 ? m.http->bind_to_any_port(opts.http_bind)

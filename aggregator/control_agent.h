@@ -1,7 +1,8 @@
 // The aggregator's control plane (feature 'controller'): heartbeats to ina-controller, which
-// answer with the jobs to serve (applied with UdpAggregator::set_jobs), and an HTTP endpoint
+// answer with the jobs to serve (applied with the backend's set_jobs), and an HTTP endpoint
 // with Prometheus /metrics and /v1/telemetry (per-job straggler ranking, lag histograms, stalled
-// slots). It reads only the serving thread's published snapshots, never the engine itself.
+// slots). It reads only the serving threads' published snapshots, never an engine itself. Any
+// backend plugs in through AgentTarget (the kernel UDP one and the DPDK one, see dpdk_main.cc).
 //
 // If the controller is unreachable the aggregator keeps serving the jobs it has, so a controller
 // restart does not disturb running jobs; heartbeats resume when it is back.
@@ -9,6 +10,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,9 +45,18 @@ std::string job_telemetry_json(const JobSnapshot& j);
 // and the field (pure; tested alone).
 Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body);
 
+// The backend the agent serves: both callables are thread safe and called from the agent's
+// threads (snapshot: the last published one; set_jobs: the jobs to serve from now on, applied by
+// the serving threads at their next safe point).
+struct AgentTarget {
+  std::function<AggregatorSnapshot()> snapshot;
+  std::function<void(std::vector<JobConfig>)> set_jobs;
+};
+
 class ControlAgent {
  public:
   ~ControlAgent();  // stops the threads
+  static Result<std::unique_ptr<ControlAgent>> start(const AgentOptions& opts, AgentTarget target);
   static Result<std::unique_ptr<ControlAgent>> start(const AgentOptions& opts,
                                                      UdpAggregator* agg);
   int http_port() const;

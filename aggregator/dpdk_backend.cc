@@ -77,8 +77,25 @@ struct alignas(64) DpdkAggregator::Lcore {
   std::vector<rte_mbuf*> tx;                  // replies waiting for tx_burst
   size_t tx_n = 0;
   uint16_t ip_id = 0;
+  uint64_t now = 0;  // telemetry: CLOCK_MONOTONIC of this loop pass, read at its first INA frame
+
+  // Control mailbox (see dpdk_backend.h): the main lcore writes the request, then releases
+  // `posted`; this lcore acquires it between bursts, applies the jobs, answers in `snap`, then
+  // releases `done`. Its own cache line: the lcore reads `posted` on every pass.
+  struct alignas(64) Mailbox {
+    std::atomic<uint64_t> posted{0};
+    std::atomic<uint64_t> done{0};
+    bool has_jobs = false;
+    std::vector<JobConfig> jobs;
+    AggregatorSnapshot snap;
+  } mail;
+  uint64_t mail_seen = 0;                     // the last request this lcore handled
+  std::map<JobId, std::string> job_errors;    // of the last jobs applied
 
   void loop();
+  void handle_mail();
+  void apply_jobs(const std::vector<JobConfig>& desired);
+  AggregatorSnapshot take_snapshot();
   void on_frame(rte_mbuf* m, bool verified);
   void process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello);
   void send(rte_mbuf* m);
@@ -105,6 +122,18 @@ frame::HwCheck l4_check(uint64_t f) {
     case RTE_MBUF_F_RX_L4_CKSUM_BAD: return frame::HwCheck::kBad;
     default: return frame::HwCheck::kUnknown;
   }
+}
+
+// PMDs that spread received frames over their rx queues without RSS offloads: af_packet (the
+// kernel's PACKET_FANOUT hash over qpairs sockets), tap (the tap's flow hash over its queues),
+// af_xdp (one socket per NIC queue, the NIC's RSS), ring (the peer picks the ring). Others (memif,
+// whose queues are the ones its peer connects, null) get one rx queue unless asked for more.
+bool spreads_without_rss(const char* driver) {
+  if (driver == nullptr) return false;
+  for (const char* d : {"net_af_packet", "net_tap", "net_af_xdp", "net_ring"}) {
+    if (std::strcmp(driver, d) == 0) return true;
+  }
+  return false;
 }
 
 uint64_t now_ns(clockid_t clock) {
@@ -141,7 +170,10 @@ void dpdk_eal_cleanup() { rte_eal_cleanup(); }
 
 Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions& opts,
                                                                const std::vector<JobConfig>& jobs) {
-  if (jobs.empty()) return invalid_argument("dpdk: at least one job is required");
+  if (jobs.empty() && opts.max_block_elems == 0) {
+    return invalid_argument(
+        "dpdk: at least one job is required (or max_block_elems, for jobs from set_jobs)");
+  }
   for (const JobConfig& j : jobs) {
     // A leaf forwards partials to its parent (Reply::Target::kParent): the DPDK loop has no
     // route to a parent aggregator (ARP, next hop), so a leaf job is served by --backend udp.
@@ -196,14 +228,16 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
   int rc = rte_eth_dev_info_get(port, &info);
   if (rc != 0) return dpdk_error("rte_eth_dev_info_get", rc);
 
-  // Largest frame: headers + the largest packet of any job (control replies are smaller).
-  size_t max_frame = frame::kUdpHeadroom + wire::packet_size(2);
+  // Largest frame: headers + the largest packet of any job (control replies are smaller), or
+  // of the largest block set_jobs may bring.
+  size_t max_packet = std::max(wire::packet_size(2), wire::packet_size(opts.max_block_elems));
   for (const JobConfig& j : jobs) {
-    max_frame = std::max(max_frame, frame::kUdpHeadroom + wire::packet_size(j.slots.max_elems));
-    max_frame = std::max(max_frame, frame::kUdpHeadroom +
-                                        wire::packet_size(static_cast<uint16_t>(
-                                            1 + (j.slots.world_size + 31) / 32)));
+    max_packet = std::max(max_packet, wire::packet_size(j.slots.max_elems));
+    max_packet = std::max(max_packet, wire::packet_size(static_cast<uint16_t>(
+                                          1 + (j.slots.world_size + 31) / 32)));
   }
+  a->max_packet_ = max_packet;
+  const size_t max_frame = frame::kUdpHeadroom + max_packet;
   const uint16_t data_room =
       static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<size_t>(max_frame + 4, 2048));
   const std::string pool_name = "ina_agg_" + std::to_string(inst);
@@ -211,22 +245,28 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
                                      rte_eth_dev_socket_id(port));
   if (a->pool_ == nullptr) return dpdk_error("mbuf pool " + pool_name, rte_errno);
 
+  // One rx queue per lcore where the port can spread frames over them (RSS offloads, or a PMD that
+  // spreads by itself), else one; an explicit opts.rx_queues wins.
+  const bool spreads = (info.flow_type_rss_offloads & (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP)) != 0 ||
+                       spreads_without_rss(info.driver_name);
+  const unsigned want_rx =
+      opts.rx_queues != 0 ? std::min<unsigned>(opts.rx_queues, n) : (spreads ? n : 1);
   if (opts.configure_port) {
     if (info.max_tx_queues < n) {
       return invalid_argument("dpdk: port " + opts.port + " has " +
                               std::to_string(info.max_tx_queues) + " tx queues, fewer than the " +
                               std::to_string(n) + " worker lcores: use fewer lcores");
     }
-    a->rx_queues_ = static_cast<uint16_t>(std::min<unsigned>(n, info.max_rx_queues));
+    a->rx_queues_ = static_cast<uint16_t>(std::min<unsigned>(want_rx, info.max_rx_queues));
     rte_eth_conf conf{};
     if (a->rx_queues_ > 1) {
       const uint64_t hf = info.flow_type_rss_offloads & (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP);
       if (hf != 0) {
         conf.rxmode.mq_mode = RTE_ETH_MQ_RX_RSS;
         conf.rx_adv_conf.rss_conf.rss_hf = hf;
-      } else {
-        a->rx_queues_ = 1;  // no way to spread frames over queues: one rx lcore, handoff
       }
+      // Without RSS offloads the PMD spreads frames over its queues itself (see
+      // spreads_without_rss) or, asked for several queues, fills queue 0 only.
     }
     conf.rxmode.offloads =
         info.rx_offload_capa & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM);
@@ -237,6 +277,13 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
                                 std::to_string(conf.rxmode.mtu) + "; the port allows " +
                                 std::to_string(info.max_mtu) + ": use smaller --block-elems");
       }
+    }
+    if (n > 1 && info.driver_name != nullptr && std::strcmp(info.driver_name, "net_memif") == 0) {
+      // memif carries the queues its peer connects: libina's DPDK transport connects one pair,
+      // so the frames of lcores past the first would go to a tx queue nobody reads.
+      INA_WARN(kComponent, "net_memif with %u worker lcores: a peer that connects fewer queue "
+               "pairs never receives the replies sent on the others (libina connects one: use "
+               "one worker lcore)", n);
     }
     rc = rte_eth_dev_configure(port, a->rx_queues_, static_cast<uint16_t>(n), &conf);
     if (rc != 0) return dpdk_error("rte_eth_dev_configure", rc);
@@ -260,7 +307,9 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
                               " tx queues configured, fewer than the " + std::to_string(n) +
                               " worker lcores");
     }
-    a->rx_queues_ = static_cast<uint16_t>(std::min<unsigned>(n, info.nb_rx_queues));
+    // The caller chose the queues: every configured rx queue is polled (up to one per lcore).
+    const unsigned polled = opts.rx_queues != 0 ? want_rx : n;
+    a->rx_queues_ = static_cast<uint16_t>(std::min<unsigned>(polled, info.nb_rx_queues));
   }
 
   a->local_.ip = opts.ip;
@@ -290,9 +339,8 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
     }
   }
 
-  const size_t max_world = std::max_element(jobs.begin(), jobs.end(), [](auto& x, auto& y) {
-                             return x.slots.world_size < y.slots.world_size;
-                           })->slots.world_size;
+  size_t max_world = 1;
+  for (const JobConfig& j : jobs) max_world = std::max<size_t>(max_world, j.slots.world_size);
   for (unsigned i = 0; i < n; ++i) {
     auto l = std::make_unique<Lcore>();
     l->self = a.get();
@@ -301,6 +349,7 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
     l->has_rxq = i < a->rx_queues_;
     l->queue = static_cast<uint16_t>(i);
     l->engine = std::make_unique<Engine>();
+    l->engine->set_slot_capacity(opts.slot_capacity);
     for (const JobConfig& j : jobs) {
       INA_RETURN_IF_ERROR(l->engine->add_job(j));
       l->peer_table[j.job].assign(j.slots.world_size, Peer{});
@@ -319,6 +368,9 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
                  nullptr);
     a->lcores_.push_back(std::move(l));
   }
+  std::vector<AggregatorSnapshot> parts;
+  for (auto& l : a->lcores_) parts.push_back(l->take_snapshot());
+  a->publish(std::move(parts), /*log_changes=*/false);  // the caller reports the initial jobs
   return a;
 }
 
@@ -363,6 +415,15 @@ void DpdkAggregator::stop() {
   stop_.store(true, std::memory_order_relaxed);
   for (auto& l : lcores_) rte_eal_wait_lcore(l->lcore_id);
   running_ = false;
+  // A request posted after an lcore's last pass is handled here, so service() completes it.
+  for (auto& l : lcores_) {
+    const uint64_t posted = l->mail.posted.load(std::memory_order_acquire);
+    if (posted != l->mail_seen) {
+      l->handle_mail();
+      l->mail_seen = posted;
+      l->mail.done.store(posted, std::memory_order_release);
+    }
+  }
   if (port_started_) {
     (void)rte_eth_dev_stop(port_);
     port_started_ = false;
@@ -377,6 +438,13 @@ void DpdkAggregator::Lcore::loop() {
   uint64_t last_dropped = 0;
   const uint64_t cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID), wall0 = now_ns(CLOCK_MONOTONIC);
   while (!a.stop_.load(std::memory_order_relaxed)) {
+    const uint64_t posted = mail.posted.load(std::memory_order_acquire);
+    if (posted != mail_seen) [[unlikely]] {
+      handle_mail();
+      mail_seen = posted;
+      mail.done.store(posted, std::memory_order_release);
+    }
+    now = 0;
     uint16_t got = 0;
     if (has_rxq) {
       got = rte_eth_rx_burst(a.port_, queue, pkts, burst);
@@ -497,7 +565,8 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   DpdkAggregator& a = *self;
   int32_t rank = -1;
   JobId job = 0;
-  const Reply r = engine->on_packet(p.ina, &rank, &job);
+  if (a.opts_.telemetry && now == 0) now = now_ns(CLOCK_MONOTONIC);
+  const Reply r = engine->on_packet(p.ina, now, &rank, &job);
   std::vector<Peer>* peers = nullptr;
   if (rank >= 0) {
     auto it = peer_table.find(job);
@@ -652,6 +721,150 @@ void DpdkAggregator::Lcore::flush_stage() {
     }
     s.clear();
   }
+}
+
+// The lcore's side of the mailbox (or the main lcore's while the loops do not run).
+void DpdkAggregator::Lcore::handle_mail() {
+  if (mail.has_jobs) apply_jobs(mail.jobs);
+  mail.snap = take_snapshot();
+}
+
+// As UdpAggregator::apply_jobs, on this lcore's engine and peer table.
+void DpdkAggregator::Lcore::apply_jobs(const std::vector<JobConfig>& desired) {
+  auto same = [](const JobConfig& x, const JobConfig& y) {
+    return x.key == y.key && x.slots.world_size == y.slots.world_size &&
+           x.slots.num_slots == y.slots.num_slots && x.slots.max_elems == y.slots.max_elems &&
+           x.slot_base == y.slot_base;
+  };
+  std::map<JobId, const JobConfig*> want;
+  for (const JobConfig& j : desired) want[j.job] = &j;
+  for (const JobConfig& have : engine->jobs()) {
+    auto it = want.find(have.job);
+    if (it == want.end() || !same(have, *it->second)) {
+      (void)engine->remove_job(have.job);
+      peer_table.erase(have.job);
+    }
+  }
+  job_errors.clear();
+  for (const JobConfig& j : desired) {
+    if (engine->world_size(j.job) != 0) continue;  // served, unchanged
+    Status st = ok_status();
+    if (wire::packet_size(j.slots.max_elems) > self->max_packet_) {
+      st = invalid_argument("block of " + std::to_string(j.slots.max_elems) +
+                            " elements exceeds this aggregator's mbufs (max_block_elems)");
+    } else if (j.is_leaf()) {
+      st = invalid_argument("a tree leaf (parent " + j.tree.parent +
+                            ") needs --backend udp: the DPDK loop has no route to a parent");
+    } else {
+      st = engine->add_job(j);
+    }
+    if (!st.ok()) {
+      job_errors[j.job] = st.message();
+      continue;
+    }
+    peer_table[j.job].assign(j.slots.world_size, Peer{});
+  }
+}
+
+AggregatorSnapshot DpdkAggregator::Lcore::take_snapshot() {
+  const uint64_t stall_ns =
+      static_cast<uint64_t>(std::chrono::nanoseconds(self->opts_.stall_after).count());
+  AggregatorSnapshot s = engine_snapshot(*engine, now_ns(CLOCK_MONOTONIC), stall_ns);
+  s.tx_datagrams = c.tx;
+  s.send_errors = c.tx_dropped;
+  s.unroutable = c.unroutable;
+  s.job_errors = job_errors;
+  return s;
+}
+
+void DpdkAggregator::set_jobs(std::vector<JobConfig> jobs) {
+  std::lock_guard<std::mutex> g(ctl_mu_);
+  desired_ = std::move(jobs);
+  ++desired_gen_;
+}
+
+AggregatorSnapshot DpdkAggregator::snapshot() const {
+  std::lock_guard<std::mutex> g(ctl_mu_);
+  return published_;
+}
+
+void DpdkAggregator::service(std::chrono::milliseconds snapshot_every) {
+  using Clock = std::chrono::steady_clock;
+  if (round_open_) {
+    for (auto& l : lcores_) {
+      if (l->mail.done.load(std::memory_order_acquire) != round_) return;  // not yet
+    }
+    std::vector<AggregatorSnapshot> parts;
+    for (auto& l : lcores_) parts.push_back(std::move(l->mail.snap));
+    publish(std::move(parts));
+    round_open_ = false;
+  }
+  std::vector<JobConfig> jobs;
+  bool jobs_due = false;
+  {
+    std::lock_guard<std::mutex> g(ctl_mu_);
+    if (desired_gen_ != delivered_gen_) {
+      jobs = desired_;
+      delivered_gen_ = desired_gen_;
+      jobs_due = true;
+    }
+  }
+  const auto t = Clock::now();
+  const bool snap_due = snapshot_every.count() > 0 && t >= next_snapshot_;
+  if (!jobs_due && !snap_due) return;
+  if (snap_due) next_snapshot_ = t + snapshot_every;
+  if (!running_) {
+    // No loop runs: this thread owns every lcore's state.
+    std::vector<AggregatorSnapshot> parts;
+    for (auto& l : lcores_) {
+      if (jobs_due) l->apply_jobs(jobs);
+      parts.push_back(l->take_snapshot());
+    }
+    publish(std::move(parts));
+    return;
+  }
+  ++round_;
+  for (auto& l : lcores_) {
+    l->mail.has_jobs = jobs_due;
+    if (jobs_due) l->mail.jobs = jobs;
+    l->mail.posted.store(round_, std::memory_order_release);
+  }
+  round_open_ = true;
+}
+
+void DpdkAggregator::publish(std::vector<AggregatorSnapshot> parts, bool log_changes) {
+  AggregatorSnapshot m = merge_snapshots(parts);
+  std::lock_guard<std::mutex> g(ctl_mu_);
+  if (!log_changes) {
+    published_ = std::move(m);
+    return;
+  }
+  // Job changes are logged here, on the main lcore (the lcores never log).
+  for (const JobSnapshot& j : m.jobs) {
+    const bool known = std::any_of(published_.jobs.begin(), published_.jobs.end(),
+                                   [&](const JobSnapshot& o) { return o.cfg.job == j.cfg.job; });
+    if (!known) {
+      INA_INFO(kComponent, "job %" PRIu32 " served: world %" PRIu32 " slots [%" PRIu32 ", %" PRIu32
+               ") block %u on %zu lcores", j.cfg.job, j.cfg.slots.world_size, j.cfg.slot_base,
+               j.cfg.slot_base + j.cfg.slots.num_slots, unsigned{j.cfg.slots.max_elems},
+               lcores_.size());
+    }
+  }
+  for (const JobSnapshot& o : published_.jobs) {
+    const bool kept = std::any_of(m.jobs.begin(), m.jobs.end(),
+                                  [&](const JobSnapshot& j) { return o.cfg.job == j.cfg.job; });
+    if (!kept) INA_INFO(kComponent, "job %" PRIu32 " removed", o.cfg.job);
+  }
+  for (const auto& [job, err] : m.job_errors) {
+    if (published_.job_errors.count(job) == 0) {
+      INA_WARN(kComponent, "job %" PRIu32 " not added: %s", job, err.c_str());
+    }
+  }
+  published_ = std::move(m);
+}
+
+uint64_t DpdkAggregator::rx_frames(unsigned i) const {
+  return lcores_.at(i)->pub.rx.load(std::memory_order_relaxed);
 }
 
 std::string DpdkAggregator::format_lcore_counters() const {

@@ -9,20 +9,38 @@
 // copy); an lcore that receives a packet of another lcore's slot hands it over through a
 // single-producer single-consumer rte_ring (RSS cannot do this: the slot is inside the INA header,
 // not in the 5-tuple, and a worker sends every slot from one UDP port). HELLOs go to every lcore
-// (each runs its own join barrier); only lcore 0 answers them. With one rx queue (every vdev here)
-// an lcore always sees the last HELLO before the first DATA of the new round (one FIFO ring from
-// the rx lcore); with RSS over several rx queues a DATA frame can overtake the HELLO copy, and that
-// lcore drops it as not-ready until the worker retransmits. No locks, allocation or logging in the
-// loop; each lcore publishes a few counters (relaxed atomics) that the main lcore prints.
+// (each runs its own join barrier); only lcore 0 answers them. A worker's frames share one 5-tuple,
+// so a flow hash (RSS, PACKET_FANOUT) puts all of them on one rx queue: the lcore that receives
+// them copies the HELLO to the others at once and stages DATA after it, so every lcore sees the
+// last HELLO before the first DATA of the new round (one FIFO ring per lcore pair). A port that
+// spread one worker's frames over several queues could let a DATA frame overtake the HELLO copy;
+// that lcore drops it as not-ready until the worker retransmits. No locks, allocation or logging
+// in the loop; each lcore publishes a few counters (relaxed atomics) that the main lcore prints.
+//
+// Rx queues: one per worker lcore (up to what the port has), each lcore polling its own, where the
+// port spreads frames: with RSS offloads it hashes IP/UDP over them; net_af_packet (qpairs=N, the
+// kernel's PACKET_FANOUT flow hash), net_tap (queues=N), net_af_xdp (queue_count=N) and net_ring
+// spread by themselves. Other ports (net_memif: its queues are those its peer connects) get one
+// rx queue unless DpdkOptions::rx_queues asks for more. Tx: one queue per lcore always.
+//
+// Jobs at run time (the controller): set_jobs() stores the wanted jobs; the main lcore's
+// service() posts them into every lcore's mailbox (a sequence number released after the request,
+// acquired by the lcore at the top of each loop pass, between bursts); each lcore applies them to
+// its own Engine and answers with a snapshot of it. Once every lcore answered the same request the
+// main lcore merges the parts (merge_snapshots) and publishes them for the control agent. The
+// packet path takes no lock: one acquire load per loop pass.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "aggregator/engine.h"
+#include "aggregator/snapshot.h"
 #include "ina/protocol/frame.h"
 #include "ina/protocol/status.h"
 
@@ -57,6 +75,20 @@ struct DpdkOptions {
   // it (tests with rte_eth_from_rings do this to own the rings): it must have at least as many tx
   // queues as worker lcores; rx queues beyond the workers are not polled.
   bool configure_port = true;
+  // Rx queues: 0: one per worker lcore (at most the port's) where the port spreads frames, else
+  // one (with configure_port false: every queue the caller configured, up to one per lcore);
+  // n: that many (at most the lcores).
+  // The lcores beyond the rx queues only transmit and take handed-over frames.
+  uint16_t rx_queues = 0;
+  // Jobs added at run time (set_jobs): the slot memory shared by all jobs (0: unchecked) and the
+  // largest block a job may have (sizes the mbufs and the MTU; 0: the largest of the jobs given to
+  // create(), which may then be empty only if this is set).
+  uint32_t slot_capacity = 0;
+  uint16_t max_block_elems = 0;
+  // Telemetry (lag histograms, stalled-slot ages): read CLOCK_MONOTONIC once per loop pass that
+  // has INA frames, and report rounds older than stall_after as stalled.
+  bool telemetry = false;
+  std::chrono::milliseconds stall_after{1000};
 };
 
 // Per-lcore counters of the I/O loop (the Engine's own counters are in Engine::counters()).
@@ -82,7 +114,8 @@ class DpdkAggregator {
   DpdkAggregator& operator=(const DpdkAggregator&) = delete;
 
   // Needs the EAL and at least one worker lcore. Sets up the port (unless configure_port is
-  // false), the pool, the handoff rings and one Engine per worker lcore with every job.
+  // false), the pool, the handoff rings and one Engine per worker lcore with every job (none
+  // when opts.max_block_elems is set: jobs come from set_jobs).
   static Result<std::unique_ptr<DpdkAggregator>> create(const DpdkOptions& opts,
                                                         const std::vector<JobConfig>& jobs);
 
@@ -92,10 +125,24 @@ class DpdkAggregator {
   void stop();
   bool running() const { return running_; }
 
+  // Thread safe: the jobs to serve from now on (as UdpAggregator::set_jobs: jobs not listed, or
+  // listed with another key, world, slot range or block, are removed, new ones added, the others
+  // untouched; errors show in snapshot().job_errors). Applied by the next service().
+  void set_jobs(std::vector<JobConfig> jobs);
+  // The main lcore (one thread at a time), called every few ms: hands pending set_jobs() to every
+  // lcore, asks them for snapshots every `snapshot_every` (0: only when jobs change), and
+  // publishes the merged snapshot once all answered. While the loops are not running it applies
+  // and publishes directly. Never blocks on the lcores.
+  void service(std::chrono::milliseconds snapshot_every);
+  // Thread safe: the last published snapshot (every lcore's engine merged).
+  AggregatorSnapshot snapshot() const;
+
   uint16_t port_id() const { return port_; }
   const frame::LocalConfig& local() const { return local_; }
   unsigned lcores() const { return static_cast<unsigned>(lcores_.size()); }
   uint16_t rx_queues() const { return rx_queues_; }
+  // Safe while running: frames lcore i received from its rx queue (0 for an lcore without one).
+  uint64_t rx_frames(unsigned i) const;
 
   // Safe while running (published counters): one line per lcore.
   std::string format_lcore_counters() const;
@@ -123,6 +170,18 @@ class DpdkAggregator {
   rte_mempool* pool_ = nullptr;
   std::vector<rte_ring*> rings_;  // handoff rings, src * n + dst
   std::vector<std::unique_ptr<Lcore>> lcores_;
+  size_t max_packet_ = 0;  // largest INA datagram the mbufs hold (set_jobs checks blocks against it)
+  // set_jobs() and the published snapshot (not the packet path).
+  mutable std::mutex ctl_mu_;
+  std::vector<JobConfig> desired_;
+  uint64_t desired_gen_ = 0;
+  AggregatorSnapshot published_;
+  // The main lcore's side of the mailboxes (service() only).
+  uint64_t delivered_gen_ = 0;
+  uint64_t round_ = 0;         // last request posted to every lcore
+  bool round_open_ = false;    // posted, not yet answered by every lcore
+  std::chrono::steady_clock::time_point next_snapshot_{};
+  void publish(std::vector<AggregatorSnapshot> parts, bool log_changes = true);
 };
 
 }  // namespace ina::agg

@@ -10,12 +10,34 @@
 
 namespace ina::agg {
 
-int run_dpdk_aggregator(const DpdkCliOptions& o, const JobConfig& job,
-                        const std::atomic<bool>& stop) {
+namespace {
+// Written to a temporary name and renamed, so a reader never sees a partial file.
+bool write_port_file(const std::string& path, int port) {
+  const std::string tmp = path + ".tmp";
+  FILE* f = std::fopen(tmp.c_str(), "w");
+  if (f == nullptr) return false;
+  const bool ok = std::fprintf(f, "%d\n", port) > 0;
+  if (std::fclose(f) != 0 || !ok) return false;
+  return std::rename(tmp.c_str(), path.c_str()) == 0;
+}
+}  // namespace
+
+int run_dpdk_aggregator(const DpdkCliOptions& o, const std::atomic<bool>& stop) {
   DpdkOptions d;
   d.port = o.port;
   d.udp_port = o.udp_port;
   d.burst = o.burst;
+  d.rx_queues = o.rx_queues;
+  d.slot_capacity = o.slot_capacity;
+  d.max_block_elems = o.max_block_elems;
+  // Snapshots every 100 ms for the agent (heartbeats, /metrics); none without one.
+  std::chrono::milliseconds snapshot_every{0};
+#if INA_HAVE_CONTROLLER
+  if (o.agent) {
+    d.telemetry = true;
+    snapshot_every = std::chrono::milliseconds(100);
+  }
+#endif
   auto ip = frame::parse_ipv4(o.ip);
   if (o.ip.empty() || !ip.ok()) {
     std::fprintf(stderr, "ina-aggregator: --ip: %s\n",
@@ -42,7 +64,7 @@ int run_dpdk_aggregator(const DpdkCliOptions& o, const JobConfig& job,
   }
   int code = 0;
   {
-    auto agg = DpdkAggregator::create(d, {job});
+    auto agg = DpdkAggregator::create(d, o.jobs);
     if (!agg.ok()) {
       std::fprintf(stderr, "ina-aggregator: %s\n", agg.status().to_string().c_str());
       dpdk_eal_cleanup();
@@ -54,23 +76,59 @@ int run_dpdk_aggregator(const DpdkCliOptions& o, const JobConfig& job,
       std::fprintf(stderr, "ina-aggregator: %s\n", st.to_string().c_str());
       code = 1;
     } else {
-      std::printf("ina-aggregator (dpdk) on port %u %s %s:%u job %u world %u slots %u block %u "
-                  "lcores %u rx queues %u\n",
-                  unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
-                  frame::format_ipv4(a.local().ip).c_str(), unsigned{a.local().udp_port},
-                  unsigned{job.job}, job.slots.world_size, job.slots.num_slots,
-                  unsigned{job.slots.max_elems}, a.lcores(), unsigned{a.rx_queues()});
+#if INA_HAVE_CONTROLLER
+      std::unique_ptr<ControlAgent> agent;
+      if (o.agent) {
+        AgentOptions ao = *o.agent;
+        ao.data_port = o.udp_port;
+        if (ao.advertise_host.empty()) ao.advertise_host = o.ip;
+        auto c = ControlAgent::start(
+            ao, AgentTarget{[&a] { return a.snapshot(); },
+                            [&a](std::vector<JobConfig> jobs) { a.set_jobs(std::move(jobs)); }});
+        if (!c.ok()) {
+          std::fprintf(stderr, "ina-aggregator: %s\n", c.status().to_string().c_str());
+          code = 1;
+        } else {
+          agent = std::move(c).value();
+          if (!o.http_port_file.empty() && agent->http_port() > 0 &&
+              !write_port_file(o.http_port_file, agent->http_port())) {
+            std::fprintf(stderr, "ina-aggregator: cannot write --http-port-file %s\n",
+                         o.http_port_file.c_str());
+            code = 1;
+          }
+        }
+      }
+#endif
+      if (o.jobs.empty()) {
+        std::printf("ina-aggregator (dpdk) on port %u %s %s:%u jobs from the controller, block %u "
+                    "lcores %u rx queues %u\n",
+                    unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
+                    frame::format_ipv4(a.local().ip).c_str(), unsigned{a.local().udp_port},
+                    unsigned{o.max_block_elems}, a.lcores(), unsigned{a.rx_queues()});
+      } else {
+        const JobConfig& job = o.jobs.front();
+        std::printf("ina-aggregator (dpdk) on port %u %s %s:%u job %u world %u slots %u block %u "
+                    "lcores %u rx queues %u\n",
+                    unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
+                    frame::format_ipv4(a.local().ip).c_str(), unsigned{a.local().udp_port},
+                    unsigned{job.job}, job.slots.world_size, job.slots.num_slots,
+                    unsigned{job.slots.max_elems}, a.lcores(), unsigned{a.rx_queues()});
+      }
       std::fflush(stdout);
       using Clock = std::chrono::steady_clock;
       auto next = Clock::now() + std::chrono::milliseconds(o.stats_ms);
-      while (!stop.load(std::memory_order_relaxed)) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      while (code == 0 && !stop.load(std::memory_order_relaxed)) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        a.service(snapshot_every);
         if (o.stats_ms > 0 && Clock::now() >= next) {
           next += std::chrono::milliseconds(o.stats_ms);
           std::printf("%s", a.format_lcore_counters().c_str());
           std::fflush(stdout);
         }
       }
+#if INA_HAVE_CONTROLLER
+      agent.reset();  // no more heartbeats or set_jobs
+#endif
       a.stop();  // loops end, then the port stops
       std::printf("%s", a.format_counters().c_str());
       std::fflush(stdout);

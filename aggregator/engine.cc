@@ -650,10 +650,7 @@ std::span<const RankTelemetry> Engine::rank_telemetry(JobId job) const {
   return it->second->tele;
 }
 
-std::vector<uint32_t> Engine::straggler_ranking(JobId job) const {
-  auto it = jobs_.find(job);
-  if (it == jobs_.end()) return {};
-  const std::vector<RankTelemetry>& t = it->second->tele;
+std::vector<uint32_t> rank_stragglers(std::span<const RankTelemetry> t) {
   std::vector<uint32_t> order(t.size());
   for (uint32_t r = 0; r < order.size(); ++r) order[r] = r;
   // Ranked by the median lag (the lower median's histogram bucket), then the mean: one long
@@ -680,6 +677,12 @@ std::vector<uint32_t> Engine::straggler_ranking(JobId job) const {
     return t[a].last > t[b].last;
   });
   return order;
+}
+
+std::vector<uint32_t> Engine::straggler_ranking(JobId job) const {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return {};
+  return rank_stragglers(it->second->tele);
 }
 
 std::vector<StalledSlot> Engine::stalled_slots(JobId job, uint64_t now_ns, uint64_t min_age_ns,

@@ -180,6 +180,11 @@ inline size_t lag_bucket(uint64_t lag_ns) {
   return b < kLagBuckets ? b : kLagBuckets - 1;
 }
 
+// Ranks ordered by median lag (log2 bucket), worst first; ties by mean lag, then by rounds
+// completed last (Engine::straggler_ranking on one job's telemetry; also used on telemetry summed
+// over several engines).
+std::vector<uint32_t> rank_stragglers(std::span<const RankTelemetry> t);
+
 // A round that has waited too long: its slot copy, its age and the ranks it still lacks.
 struct StalledSlot {
   uint16_t slot = 0;

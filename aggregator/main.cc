@@ -10,6 +10,9 @@
 //   ina-aggregator --world-size 8 --parent root:47474 --child-index 1 --rank-base 4 --local-ranks 4
 //                  [--parent-world 2]
 //
+// Either backend serves the one job of --world-size, or the jobs of --controller (then
+// --http-port serves /metrics and /v1/telemetry).
+//
 // Serves one job until SIGINT/SIGTERM, then prints its counters and exits 0.
 #include <netinet/in.h>
 #include <netinet/udp.h>
@@ -123,6 +126,7 @@ int main(int argc, char** argv) {
   std::string backend = "udp";
   std::string dpdk_port, dpdk_ip, dpdk_mac;
   uint16_t dpdk_burst = 32;
+  uint16_t dpdk_rx_queues = 0;
   std::vector<std::string> eal_args;
   std::string parent;
   int64_t child_index = -1, rank_base = -1, local_ranks = -1, parent_world = 0;
@@ -178,6 +182,11 @@ int main(int argc, char** argv) {
   app.add_option("--burst", dpdk_burst, "dpdk: rx/tx burst size")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
+  app.add_option("--rx-queues", dpdk_rx_queues,
+                 "dpdk: rx queues, each polled by its own lcore (0: one per worker lcore, at most "
+                 "the port's)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   app.add_option("eal", eal_args, "dpdk: EAL arguments, after --");
 
   // Aggregation tree leaf (one static job): see the header comment.
@@ -219,8 +228,10 @@ int main(int argc, char** argv) {
                        : "'" + s + "' is not host:port (port 1..65535)";
           },
           "HOST:PORT"));
-  app.add_option("--advertise", agent.advertise_host, "address workers use to reach this aggregator")
-      ->capture_default_str();
+  auto* advertise_opt =
+      app.add_option("--advertise", agent.advertise_host,
+                     "address workers use to reach this aggregator (dpdk: default --ip)")
+          ->capture_default_str();
   app.add_option("--slot-capacity", agent.slot_capacity, "slots shared by the controller's jobs")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
@@ -299,11 +310,6 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (backend == "dpdk") {
-    if (managed) {
-      std::fprintf(stderr, "ina-aggregator: --controller works with --backend udp only (the DPDK "
-                           "backend serves the one job given by --world-size, --job and --key)\n");
-      return 2;
-    }
 #if INA_HAVE_DPDK
     ina::agg::DpdkCliOptions d;
     d.port = dpdk_port;
@@ -311,9 +317,33 @@ int main(int argc, char** argv) {
     d.mac = dpdk_mac;
     d.udp_port = opts.port;
     d.burst = dpdk_burst;
+    d.rx_queues = dpdk_rx_queues;
     d.stats_ms = stats_ms;
     d.eal_args = eal_args;
-    return ina::agg::run_dpdk_aggregator(d, job, g_stop);
+    if (world != 0) d.jobs.push_back(job);
+#if INA_HAVE_CONTROLLER
+    if (managed || agent.http_port >= 0) {
+      if (opts.port == 0) {
+        std::fprintf(stderr, "ina-aggregator: --port: the DPDK backend needs a fixed UDP port "
+                             "(1..65535) to advertise\n");
+        return 2;
+      }
+      if (advertise_opt->count() == 0) agent.advertise_host = dpdk_ip;
+      agent.block_elems = block;
+      agent.heartbeat = std::chrono::milliseconds(heartbeat_ms);
+      agent.http_bind = "127.0.0.1";  // the HTTP endpoint is on the kernel's loopback
+      if (managed) {
+        d.slot_capacity = agent.slot_capacity;
+        d.max_block_elems = static_cast<uint16_t>(block);
+        const size_t c = controller.rfind(':');
+        agent.controller_host = controller.substr(0, c);
+        agent.controller_port = static_cast<uint16_t>(std::atoi(controller.c_str() + c + 1));
+      }
+      d.agent = agent;
+      d.http_port_file = http_port_file;
+    }
+#endif
+    return ina::agg::run_dpdk_aggregator(d, g_stop);
 #else
     std::fprintf(stderr, "ina-aggregator: --backend dpdk: built without DPDK (-Ddpdk=enabled "
                          "with libdpdk-dev installed)\n");
@@ -323,6 +353,10 @@ int main(int argc, char** argv) {
   if (!eal_args.empty()) {
     std::fprintf(stderr, "ina-aggregator: arguments after -- are EAL arguments, for --backend dpdk "
                          "only\n");
+    return 1;
+  }
+  if (dpdk_rx_queues != 0) {
+    std::fprintf(stderr, "ina-aggregator: --rx-queues is for --backend dpdk only\n");
     return 1;
   }
 

@@ -589,31 +589,17 @@ void UdpAggregator::apply_jobs() {
 }
 
 void UdpAggregator::publish() {
-  AggregatorSnapshot s;
-  s.engine = engine_->counters();
-  s.tx_datagrams = impl_->c.tx_datagrams;
-  s.send_errors = impl_->c.send_errors;
-  s.unroutable = impl_->c.unroutable;
-  s.job_errors = job_errors_;
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   const uint64_t now =
       static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
   const uint64_t stall_ns =
       static_cast<uint64_t>(std::chrono::nanoseconds(impl_->opts.stall_after).count());
-  for (const JobConfig& cfg : engine_->jobs()) {
-    JobSnapshot j;
-    j.cfg = cfg;
-    j.ready = engine_->job_ready(cfg.job);
-    j.counters = *engine_->job_counters(cfg.job);
-    const auto rc = engine_->rank_counters(cfg.job);
-    j.ranks.assign(rc.begin(), rc.end());
-    const auto rt = engine_->rank_telemetry(cfg.job);
-    j.telemetry.assign(rt.begin(), rt.end());
-    j.straggler_ranking = engine_->straggler_ranking(cfg.job);
-    j.stalled = engine_->stalled_slots(cfg.job, now, stall_ns);
-    s.jobs.push_back(std::move(j));
-  }
+  AggregatorSnapshot s = engine_snapshot(*engine_, now, stall_ns);
+  s.tx_datagrams = impl_->c.tx_datagrams;
+  s.send_errors = impl_->c.send_errors;
+  s.unroutable = impl_->c.unroutable;
+  s.job_errors = job_errors_;
   std::lock_guard<std::mutex> g(shared_mu_);
   published_ = std::move(s);
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "aggregator/engine.h"
+#include "aggregator/snapshot.h"
 #include "ina/protocol/status.h"
 
 namespace ina::agg {
@@ -39,25 +40,6 @@ struct UdpOptions {
   bool telemetry = true;
   std::chrono::milliseconds snapshot_interval{0};
   std::chrono::milliseconds stall_after{1000};
-};
-
-// What the serving thread publishes for other threads (metrics, the controller agent).
-struct JobSnapshot {
-  JobConfig cfg;
-  bool ready = false;
-  JobCounters counters;
-  std::vector<RankCounters> ranks;
-  std::vector<RankTelemetry> telemetry;
-  std::vector<uint32_t> straggler_ranking;  // worst first
-  std::vector<StalledSlot> stalled;
-};
-struct AggregatorSnapshot {
-  EngineCounters engine;
-  uint64_t tx_datagrams = 0;
-  uint64_t send_errors = 0;
-  uint64_t unroutable = 0;
-  std::vector<JobSnapshot> jobs;
-  std::map<JobId, std::string> job_errors;  // set_jobs() entries that could not be added
 };
 
 class UdpAggregator {
