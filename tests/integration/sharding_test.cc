@@ -10,6 +10,9 @@
 //   ShardAggregatorKilledMidStream  aggregator B is SIGTERMed while collective 8 is in flight:
 //                      the collective is redone on the host path (exact mode), every rank agrees,
 //                      every later collective runs on the host path, results equal the model.
+//   ShardAggregatorBackReturnsInNetwork  B is stopped, the ranks fall back; a new B starts on the
+//                      same port and the probe (joining both aggregators) brings every rank back
+//                      in-network; results equal the model throughout.
 #include <sys/mman.h>
 
 #include <gtest/gtest.h>
@@ -304,6 +307,95 @@ TEST(Sharding, ShardAggregatorKilledMidStream) {
                cs.size(), std::chrono::duration<double>(Clock::now() - t0).count());
   EXPECT_EQ(a.stop(), 0);
   munmap(sh, sizeof(Shared));
+}
+
+struct Shared2 {
+  std::atomic<int> ready;   // ranks done with collective 0
+  std::atomic<int> killed;  // B is gone
+  std::atomic<int> fallen;  // ranks on the host path
+  std::atomic<int> restarted;
+  std::atomic<int> back;    // ranks in-network again
+  int failures[kWorld];
+  uint64_t probes[kWorld];
+};
+
+TEST(Sharding, ShardAggregatorBackReturnsInNetwork) {
+  AggregatorProcess a, b;
+  ASSERT_EQ(a.start(kWorld), "");
+  ASSERT_EQ(b.start(kWorld), "");
+  const uint16_t b_port = b.port;
+  const uint16_t store_port = ina::testing::free_loopback_port();
+  ASSERT_NE(store_port, 0);
+  void* mem = mmap(nullptr, sizeof(Shared2), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
+                   -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* sh = new (mem) Shared2();
+  const Case c{ina::DType::kFloat32, ina::ReduceOp::kSum, 20000};
+  auto body = [&](int rank) -> int {
+    auto comm = ina::Communicator::create(worker_config(rank, {a.port, b_port}, store_port));
+    if (!comm.ok()) {
+      std::fprintf(stderr, "rank %d: create: %s\n", rank, comm.status().to_string().c_str());
+      return 2;
+    }
+    int failures = 0;
+    auto one = [&](int ci) -> bool {
+      std::vector<uint8_t> out;
+      const ina::Status s = run_case(**comm, c, ci, rank, &out);
+      if (!s.ok()) {
+        std::fprintf(stderr, "rank %d: collective %d: %s\n", rank, ci, s.to_string().c_str());
+        return false;
+      }
+      if (out != model_of(c, ci)) {
+        std::fprintf(stderr, "rank %d: collective %d differs from the model\n", rank, ci);
+        ++failures;
+      }
+      return true;
+    };
+    if (!one(0) || (*comm)->on_host_path()) return 3;
+    sh->ready.fetch_add(1);
+    while (sh->killed.load() == 0) std::this_thread::sleep_for(100us);
+    int ci = 1;
+    if (!one(ci++)) return 4;  // redone on the host path
+    if (!(*comm)->on_host_path()) return 5;
+    sh->fallen.fetch_add(1);
+    while (sh->restarted.load() == 0) std::this_thread::sleep_for(100us);
+    const auto deadline = Clock::now() + 30s;
+    while ((*comm)->on_host_path() && Clock::now() < deadline) {
+      if (!one(ci++)) return 6;
+      std::this_thread::sleep_for(20ms);
+    }
+    if ((*comm)->on_host_path()) return 7;
+    sh->back.fetch_add(1);
+    if (!one(ci++)) return 8;  // in-network again, both shards
+    sh->failures[rank] = failures;
+    sh->probes[rank] = (*comm)->stats().probes;
+    return failures == 0 ? 0 : 9;
+  };
+  auto parent = [&]() -> std::string {
+    auto wait_for = [](std::atomic<int>& v, std::chrono::seconds limit) {
+      const auto deadline = Clock::now() + limit;
+      while (v.load() < kWorld && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
+      return v.load() == kWorld;
+    };
+    if (!wait_for(sh->ready, 30s)) return "the ranks never finished collective 0; ";
+    const int rc = b.stop();
+    sh->killed.store(1);
+    if (rc != 0) return "aggregator B exit status " + std::to_string(rc) + "; ";
+    if (!wait_for(sh->fallen, 30s)) return "the ranks never fell back; ";
+    AggregatorProcess::Options same;
+    same.port = b_port;
+    const std::string why = b.start(kWorld, same);
+    sh->restarted.store(1);
+    return why.empty() ? "" : "restarting B: " + why + "; ";
+  };
+  const std::string err = ina::testing::run_forked(kWorld, body, parent, 90s);
+  EXPECT_EQ(err, "");
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(sh->failures[r], 0) << "rank " << r;
+    EXPECT_GE(sh->probes[r], 1u) << "rank " << r;
+  }
+  EXPECT_EQ(sh->back.load(), kWorld);
+  munmap(mem, sizeof(Shared2));
 }
 
 }  // namespace
