@@ -88,14 +88,6 @@ struct Config {
   std::chrono::milliseconds timeout{30000};       // deadline of one collective (and of joining)
   std::chrono::microseconds retransmit{2000};     // first retransmission timeout
   FaultInjection fault;
-  // A job sharded over several aggregators (INA_AGGREGATOR=h1:p1,h2:p2,...; a controller's
-  // "shards K" admission): 2 .. 64 distinct addresses in shard order, each serving the job (same
-  // id and key). A collective of n blocks is split into K contiguous block ranges, range k =
-  // blocks [floor(k n / K), floor((k + 1) n / K)), each an ordinary in-network AllReduce on
-  // aggregators[k], the ranges concurrently; float SUM results are bitwise those of one
-  // aggregator. Empty (or one entry): the job's one aggregator is aggregator_host:aggregator_port
-  // (a single entry is used instead of them).
-  std::vector<AggregatorAddress> aggregators;
 
   // Host path (host collectives over a TCP mesh, and the fallback of AllReduce).
   // store: the rendezvous "host:port" (INA_STORE, else MASTER_ADDR:MASTER_PORT); rank 0 serves
@@ -130,6 +122,15 @@ struct Config {
   std::string controller_host;
   uint16_t controller_port = 0;
   std::string job_name;
+
+  // A job sharded over several aggregators (INA_AGGREGATOR=h1:p1,h2:p2,...; a controller's
+  // "shards K" admission): 2 .. 64 distinct addresses in shard order, each serving the job (same
+  // id and key). A collective of n blocks is split into K contiguous block ranges, range k =
+  // blocks [floor(k n / K), floor((k + 1) n / K)), each an ordinary in-network AllReduce on
+  // aggregators[k], the ranges concurrently; float SUM results are bitwise those of one
+  // aggregator. Empty: the job's one aggregator is aggregator_host:aggregator_port (a single
+  // entry is used instead of them). The last field, so the others keep their offsets.
+  std::vector<AggregatorAddress> aggregators;
 
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
