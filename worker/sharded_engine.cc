@@ -121,13 +121,20 @@ Status ShardedEngine::allreduce(const void* send, void* recv, size_t count, DTyp
   const auto* in = static_cast<const uint8_t*>(send);
   auto* out = static_cast<uint8_t*>(recv);
   const size_t shards = engines_.size();
-  run_all([&](size_t k) -> Status {
+  auto range = [&](size_t k) -> Status {
     const BlockRange r = shard_range(n, k, shards);
     if (r.empty()) return ok_status();
     const uint64_t first = r.first * k_elems;
     const uint64_t end = std::min<uint64_t>(r.end * k_elems, count);
     return engines_[k]->allreduce(in + first * es, out + first * es, end - first, dtype, op);
-  });
+  };
+  if (n <= 1) {
+    // At most one non-empty range (the last shard's): run it here, without waking the threads.
+    for (Status& r : results_) r = ok_status();
+    if (n == 1) results_[shards - 1] = range(shards - 1);
+  } else {
+    run_all(range);
+  }
   return combined("sharded allreduce");
 }
 
