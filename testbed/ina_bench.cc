@@ -86,6 +86,7 @@ struct Options {
   std::string algo;               // auto | ring | tree | hd (empty: INA_ALGO as set)
   std::string coll = "allreduce"; // allreduce | alltoall
   std::string aggregator;  // external mode
+  int aggregators = 1;     // local mode: embedded aggregators the job is sharded over
   int rank = -1;           // external mode (default INA_RANK)
   bool workers_given = false;
   ina::Config env;  // the environment (INA_*) overlaid with the flags given
@@ -411,13 +412,15 @@ void print_config_line(const Options& o, int ranks, const std::string& where) {
 // ---- local mode ----
 
 int child_main(const Options& o, const ina::Config& env_cfg, const std::vector<size_t>& sizes,
-               uint16_t port, int rank, int fd) {
+               const std::vector<uint16_t>& ports, int rank, int fd) {
   ina::Config cfg = env_cfg;
   cfg.rank = rank;
   cfg.world_size = o.workers;
   if (!o.host) {
-    cfg.aggregator_host = "127.0.0.1";
-    cfg.aggregator_port = port;
+    // One embedded aggregator, or several: the job sharded over them (--aggregators).
+    std::vector<ina::AggregatorAddress> list;
+    for (uint16_t p : ports) list.push_back({"127.0.0.1", p});
+    ina::worker::set_aggregators(&cfg, std::move(list));
   }
   cfg.job = kJob;
   cfg.job_key = kJobKey;
@@ -447,7 +450,7 @@ int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vect
   int read_fd = -1;
   if (!bench::spawn_ranks(
           o.workers,
-          [&](int rank, int fd) { return child_main(o, env_cfg, sizes, 0, rank, fd); }, &pids,
+          [&](int rank, int fd) { return child_main(o, env_cfg, sizes, {}, rank, fd); }, &pids,
           &read_fd))
     return 1;
   double busbw_sum = 0;
@@ -513,34 +516,50 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
   job.slots.world_size = static_cast<uint32_t>(o.workers);
   job.slots.num_slots = std::max<uint32_t>(o.window, 1);
   job.slots.max_elems = static_cast<uint16_t>(o.block_elems);
-  auto agg = ina::agg::UdpAggregator::create(uo, {job});
-  if (!agg.ok()) {
-    std::fprintf(stderr, "ina-bench: starting the embedded aggregator: %s\n",
-                 agg.status().to_string().c_str());
-    return 1;
+  // --aggregators N: N embedded aggregators serving the same job (id, key), one thread each; the
+  // ranks shard every AllReduce over them.
+  std::vector<std::unique_ptr<ina::agg::UdpAggregator>> aggregators;
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < o.aggregators; ++i) {
+    uo.seed = static_cast<uint64_t>(i) + 1;
+    auto agg = ina::agg::UdpAggregator::create(uo, {job});
+    if (!agg.ok()) {
+      std::fprintf(stderr, "ina-bench: starting embedded aggregator %d: %s\n", i,
+                   agg.status().to_string().c_str());
+      return 1;
+    }
+    aggregators.push_back(std::move(agg).value());
+    ports.push_back(aggregators.back()->port());
   }
-  std::unique_ptr<ina::agg::UdpAggregator> aggregator = std::move(agg).value();
-  const uint16_t port = aggregator->port();
 
   bench_print_preamble(stdout, tool_line(o));
-  std::string where = "127.0.0.1:" + std::to_string(port) + " (embedded, kernel UDP, GRO " +
-                      (aggregator->gro_enabled() ? "on" : "off") + ", GSO " +
-                      (aggregator->gso_enabled() ? "on" : "off") + ")";
+  std::string where;
+  for (size_t i = 0; i < aggregators.size(); ++i) {
+    if (i > 0) where += ", ";
+    where += "127.0.0.1:" + std::to_string(ports[i]);
+  }
+  where += std::string(" (embedded, kernel UDP, GRO ") +
+           (aggregators[0]->gro_enabled() ? "on" : "off") + ", GSO " +
+           (aggregators[0]->gso_enabled() ? "on" : "off") + ")";
+  if (aggregators.size() > 1) where += ", job sharded over " + std::to_string(aggregators.size());
   print_config_line(o, o.workers, where);
   bench_print_table_header(stdout);
 
-  // Fork every rank before the aggregator thread exists. Children never touch `aggregator`
-  // and leave through _exit, so its destructor runs only here.
+  // Fork every rank before the aggregator threads exist. Children never touch `aggregators`
+  // and leave through _exit, so their destructors run only here.
   std::vector<pid_t> pids;
   int read_fd = -1;
   bool spawned = bench::spawn_ranks(
-      o.workers, [&](int rank, int fd) { return child_main(o, env_cfg, sizes, port, rank, fd); },
+      o.workers, [&](int rank, int fd) { return child_main(o, env_cfg, sizes, ports, rank, fd); },
       &pids, &read_fd);
   if (!spawned) return 1;
 
   std::atomic<bool> stop{false};
-  ina::Status agg_status;
-  std::thread server([&] { agg_status = aggregator->run(stop); });
+  std::vector<ina::Status> agg_status(aggregators.size());
+  std::vector<std::thread> servers;
+  for (size_t i = 0; i < aggregators.size(); ++i) {
+    servers.emplace_back([&, i] { agg_status[i] = aggregators[i]->run(stop); });
+  }
 
   double busbw_sum = 0;
   int rows = 0;
@@ -565,7 +584,7 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
   std::vector<std::string> failures = col.failures;
   if (!bench::wait_ranks(pids, &failures)) all_ok = false;
   stop.store(true);
-  server.join();
+  for (std::thread& t : servers) t.join();
 
   for (size_t k = 0; k < sizes.size(); ++k)
     if (!col.rows[k].printed) all_ok = false;  // a size no rank reached
@@ -575,25 +594,28 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
   }
   bench_print_footer(stdout, busbw_sum, rows, static_cast<long long>(wrong_total), o.check);
 
-  const auto& c = aggregator->engine().counters();
-  uint64_t agg_retx = 0;
-  uint64_t agg_dups = 0;
-  for (const auto& rc : aggregator->engine().rank_counters(kJob)) {
-    agg_retx += rc.retransmits;
-    agg_dups += rc.duplicates;
+  for (size_t i = 0; i < aggregators.size(); ++i) {
+    const auto& c = aggregators[i]->engine().counters();
+    uint64_t agg_retx = 0;
+    uint64_t agg_dups = 0;
+    for (const auto& rc : aggregators[i]->engine().rank_counters(kJob)) {
+      agg_retx += rc.retransmits;
+      agg_dups += rc.duplicates;
+    }
+    std::printf(
+        "# aggregator%s: packets in %llu (%.1f MB), replies out %llu, completed slots %llu, "
+        "retransmits %llu, duplicates %llu (resent results %llu), stale %llu, "
+        "not ready %llu, malformed %llu, mismatched %llu, dropped by hook %llu\n",
+        aggregators.size() > 1 ? (" " + std::to_string(i)).c_str() : "",
+        static_cast<unsigned long long>(c.packets_in), static_cast<double>(c.bytes_in) / 1e6,
+        static_cast<unsigned long long>(c.replies_out), static_cast<unsigned long long>(c.completed),
+        static_cast<unsigned long long>(agg_retx),
+        static_cast<unsigned long long>(std::max(c.duplicates, agg_dups)),
+        static_cast<unsigned long long>(c.resent_results), static_cast<unsigned long long>(c.stale),
+        static_cast<unsigned long long>(c.not_ready), static_cast<unsigned long long>(c.malformed),
+        static_cast<unsigned long long>(c.mismatched),
+        static_cast<unsigned long long>(aggregators[i]->dropped_by_hook()));
   }
-  std::printf(
-      "# aggregator: packets in %llu (%.1f MB), replies out %llu, completed slots %llu, "
-      "retransmits %llu, duplicates %llu (resent results %llu), stale %llu, "
-      "not ready %llu, malformed %llu, mismatched %llu, dropped by hook %llu\n",
-      static_cast<unsigned long long>(c.packets_in), static_cast<double>(c.bytes_in) / 1e6,
-      static_cast<unsigned long long>(c.replies_out), static_cast<unsigned long long>(c.completed),
-      static_cast<unsigned long long>(agg_retx),
-      static_cast<unsigned long long>(std::max(c.duplicates, agg_dups)),
-      static_cast<unsigned long long>(c.resent_results), static_cast<unsigned long long>(c.stale),
-      static_cast<unsigned long long>(c.not_ready), static_cast<unsigned long long>(c.malformed),
-      static_cast<unsigned long long>(c.mismatched),
-      static_cast<unsigned long long>(aggregator->dropped_by_hook()));
   std::array<uint64_t, 8> w{};
   for (size_t r = 0; r < col.stats.size(); ++r)
     if (col.have_stats[r])
@@ -605,8 +627,8 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
       static_cast<unsigned long long>(w[2]), static_cast<unsigned long long>(w[3]),
       static_cast<unsigned long long>(w[4]), static_cast<unsigned long long>(w[5]),
       static_cast<unsigned long long>(w[6]), static_cast<unsigned long long>(w[7]));
-  if (o.verbose) {
-    std::string text = aggregator->format_counters();
+  for (size_t i = 0; o.verbose && i < aggregators.size(); ++i) {
+    std::string text = aggregators[i]->format_counters();
     size_t pos = 0;
     while (pos < text.size()) {
       size_t nl = text.find('\n', pos);
@@ -615,8 +637,9 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
       pos = nl + 1;
     }
   }
-  if (!agg_status.ok()) {
-    std::printf("# aggregator stopped with %s\n", agg_status.to_string().c_str());
+  for (size_t i = 0; i < aggregators.size(); ++i) {
+    if (agg_status[i].ok()) continue;
+    std::printf("# aggregator %zu stopped with %s\n", i, agg_status[i].to_string().c_str());
     all_ok = false;
   }
   for (const auto& f : failures) std::printf("# FAILED %s\n", f.c_str());
@@ -629,13 +652,15 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
 int run_external(const Options& o, const std::vector<size_t>& sizes) {
   ina::Config cfg = o.env;
   if (!o.aggregator.empty()) {
-    // The library's parser, so --aggregator reads exactly like INA_AGGREGATOR.
-    ina::Status st = ina::worker::parse_host_port(o.aggregator, "--aggregator",
-                                                  &cfg.aggregator_host, &cfg.aggregator_port);
+    // The library's parser, so --aggregator reads exactly like INA_AGGREGATOR (a list shards
+    // the job over those aggregators).
+    std::vector<ina::AggregatorAddress> list;
+    ina::Status st = ina::worker::parse_aggregator_list(o.aggregator, "--aggregator", &list);
     if (!st.ok()) {
       std::fprintf(stderr, "ina-bench: %s\n", st.message().c_str());
       return 1;
     }
+    ina::worker::set_aggregators(&cfg, std::move(list));
   }
   if (o.rank >= 0) cfg.rank = o.rank;
   if (o.workers_given) cfg.world_size = o.workers;
@@ -729,7 +754,13 @@ int main(int argc, char** argv) {
                  "local mode: the aggregator drops this percent of received datagrams")
       ->capture_default_str();
   app.add_option("--aggregator", o.aggregator,
-                 "external mode: host:port of a running ina-aggregator (or INA_AGGREGATOR)");
+                 "external mode: host:port of a running ina-aggregator, or a comma-separated "
+                 "list (the job sharded over them; or INA_AGGREGATOR)");
+  auto* aggregators_opt =
+      app.add_option("--aggregators", o.aggregators,
+                     "local mode: embedded aggregators the job is sharded over (1..8)")
+          ->check(CLI::Range(1, 8))
+          ->capture_default_str();
   app.add_option("--rank", o.rank, "external mode: this rank (default INA_RANK)");
   app.add_option("--transport", o.transport,
                  "inc: through the aggregator; host: the host algorithms over the TCP mesh")
@@ -743,6 +774,7 @@ int main(int argc, char** argv) {
   app.add_flag("-v,--verbose", o.verbose, "print the aggregator's full counter table");
   CLI11_PARSE(app, argc, argv);
   o.workers_given = workers_opt->count() > 0;
+  const bool aggregators_given = aggregators_opt->count() > 0;
 
   // Defaults < environment (INA_BLOCK_ELEMS, INA_WINDOW, INA_TIMEOUT_MS, INA_RETRANSMIT_US,
   // INA_TEST_*) < flags.
@@ -817,6 +849,11 @@ int main(int argc, char** argv) {
   const bool external =
       !o.aggregator.empty() || (env_agg != nullptr && *env_agg != '\0') ||
       (o.host && (o.rank >= 0 || (env_rank != nullptr && *env_rank != '\0')));
+  if (aggregators_given && (external || o.host)) {
+    std::fprintf(stderr, "ina-bench: --aggregators is for local mode through embedded aggregators "
+                         "(external mode: --aggregator h1:p1,h2:p2)\n");
+    return 1;
+  }
   std::vector<size_t> sizes(BENCH_MAX_SIZES);
   int n = bench_sizes(o.min_b, o.max_b, o.stepfactor, ina::dtype_size(o.dtype), sizes.data());
   if (n <= 0) {

@@ -83,7 +83,8 @@ Result<std::string> http_get(const std::string& host, uint16_t port, const std::
 Result<Admission> parse_admission(std::string_view body) {
   Admission a;
   bool first = true;
-  bool have_job = false, have_key = false, have_agg = false, have_slots = false, have_block = false;
+  bool have_job = false, have_key = false, have_slots = false, have_block = false;
+  uint64_t shards = 0;  // 0: no "shards" line (one aggregator)
   while (!body.empty()) {
     const size_t nl = body.find('\n');
     std::string_view line = body.substr(0, nl);
@@ -115,13 +116,34 @@ Result<Admission> parse_admission(std::string_view body) {
       if (!parse_num(v, UINT64_MAX, &x)) return bad();
       a.key = x;
       have_key = true;
+    } else if (k == "shards") {
+      if (shards != 0 || !a.aggregators.empty()) {
+        return unavailable("controller answer: 'shards' must come once, before the 'aggregator' "
+                           "lines");
+      }
+      if (!parse_num(v, kMaxShards, &x) || x == 0) {
+        return unavailable("controller answer: bad 'shards' value '" + std::string(v) +
+                           "': expected 1.." + std::to_string(kMaxShards));
+      }
+      shards = x;
     } else if (k == "aggregator") {
-      if (!parse_host_port(v, "controller answer 'aggregator'", &a.aggregator_host,
-                           &a.aggregator_port)
-               .ok()) {
+      AggregatorAddress addr;
+      if (!parse_host_port(v, "controller answer 'aggregator'", &addr.host, &addr.port).ok()) {
         return bad();
       }
-      have_agg = true;
+      const uint64_t expected = shards == 0 ? 1 : shards;
+      if (a.aggregators.size() >= expected) {
+        return unavailable("controller answer: more 'aggregator' lines than " +
+                           (shards == 0 ? std::string("one (no 'shards' line)")
+                                        : "'shards " + std::to_string(shards) + "'"));
+      }
+      for (const AggregatorAddress& o : a.aggregators) {
+        if (o.host == addr.host && o.port == addr.port) {
+          return unavailable("controller answer: aggregator '" + std::string(v) +
+                             "' appears twice (each shard needs its own)");
+        }
+      }
+      a.aggregators.push_back(std::move(addr));
     } else if (k == "slots") {
       if (!parse_num(v, 32768, &x) || x == 0) return bad();
       a.slots = static_cast<uint32_t>(x);
@@ -135,8 +157,16 @@ Result<Admission> parse_admission(std::string_view body) {
     }  // unknown keys: a newer controller; ignored
   }
   if (first) return unavailable("controller answer is empty");
-  if (a.admitted && !(have_job && have_key && have_agg && have_slots && have_block)) {
+  if (a.admitted && !(have_job && have_key && !a.aggregators.empty() && have_slots && have_block)) {
     return unavailable("controller answer: 'admitted' lacks one of job, key, aggregator, slots, block");
+  }
+  if (a.admitted && shards != 0 && a.aggregators.size() != shards) {
+    return unavailable("controller answer: 'shards " + std::to_string(shards) + "' but " +
+                       std::to_string(a.aggregators.size()) + " 'aggregator' lines");
+  }
+  if (!a.aggregators.empty()) {
+    a.aggregator_host = a.aggregators[0].host;
+    a.aggregator_port = a.aggregators[0].port;
   }
   if (!a.admitted && a.reason.empty()) a.reason = "no reason given";
   return a;
@@ -150,6 +180,19 @@ std::string admission_name(const Config& cfg) {
     return n;
   }
   return {};
+}
+
+void apply_admission(const Admission& x, Config* cfg) {
+  set_aggregators(cfg, x.aggregators);
+  cfg->job = x.job;
+  cfg->job_key = x.key;
+  cfg->window = std::min(cfg->window, x.slots);
+  cfg->block_elems = std::min(cfg->block_elems, x.block_elems);
+  std::string where = x.aggregator_host + ":" + std::to_string(x.aggregator_port);
+  if (x.aggregators.size() > 1) {
+    where += " and " + std::to_string(x.aggregators.size() - 1) + " more aggregators (sharded)";
+  }
+  INA_INFO("worker", "rank %d: admitted as job %u on %s", cfg->rank, x.job, where.c_str());
 }
 
 Status admit(Config* cfg, std::chrono::milliseconds timeout) {
@@ -166,15 +209,7 @@ Status admit(Config* cfg, std::chrono::milliseconds timeout) {
   Result<std::string> body = http_get(cfg->controller_host, cfg->controller_port, path, timeout);
   Result<Admission> a = body.ok() ? parse_admission(body.value()) : Result<Admission>(body.status());
   if (a.ok() && a.value().admitted) {
-    const Admission& x = a.value();
-    cfg->aggregator_host = x.aggregator_host;
-    cfg->aggregator_port = x.aggregator_port;
-    cfg->job = x.job;
-    cfg->job_key = x.key;
-    cfg->window = std::min(cfg->window, x.slots);
-    cfg->block_elems = std::min(cfg->block_elems, x.block_elems);
-    INA_INFO("worker", "rank %d: admitted as job %u on %s:%u", cfg->rank, x.job,
-             x.aggregator_host.c_str(), unsigned{x.aggregator_port});
+    apply_admission(a.value(), cfg);
     return ok_status();
   }
   if (a.ok() || a.status().code() != StatusCode::kInvalidArgument) {

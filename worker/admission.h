@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "ina/ina.hpp"
 #include "ina/protocol/status.h"
@@ -18,21 +19,30 @@ struct Admission {
   bool admitted = false;
   JobId job = 0;
   uint64_t key = 0;
-  std::string aggregator_host;
+  std::string aggregator_host;  // shard 0's aggregator (the only one unless sharded)
   uint16_t aggregator_port = 0;
+  // Every aggregator in shard order: one, or K after a "shards K" line.
+  std::vector<AggregatorAddress> aggregators;
   uint32_t slots = 0;
   uint32_t block_elems = 0;
   std::string reason;  // refused: why
 };
 
-// Parses the controller's answer ("admitted" or "refused" first, then "key value" lines).
+// Parses the controller's answer ("admitted" or "refused" first, then "key value" lines). A
+// sharded job's answer has "shards K" and then exactly K "aggregator host:port" lines (shard 0
+// first); an unsharded one has one "aggregator" line.
 Result<Admission> parse_admission(std::string_view body);
 
 // The job's name: Config::job_name, else derived from the rendezvous store address; empty when
 // neither is set.
 std::string admission_name(const Config& cfg);
 
-// Asks the controller and rewrites cfg (aggregator, job, key, window, block) on admission; on a
+// Applies an admission to cfg: its aggregator(s) (set_aggregators), job, key, and the window and
+// block size lowered to the admitted ones.
+void apply_admission(const Admission& a, Config* cfg);
+
+// Asks the controller and rewrites cfg (aggregator or aggregators, job, key, window, block) on
+// admission; on a
 // refusal or an unreachable controller, sets host_only when a store is configured (the host
 // fallback), else returns kUnavailable with the reason.
 Status admit(Config* cfg, std::chrono::milliseconds timeout);

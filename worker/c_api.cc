@@ -145,8 +145,11 @@ ina::Result<ina::Config> merge_config(const ina_config_t* c) {
   if (c->rank != -1) cfg.rank = c->rank;
   if (c->world_size != 0) cfg.world_size = c->world_size;
   if (c->aggregator != nullptr) {
-    INA_RETURN_IF_ERROR(ina::worker::parse_host_port(c->aggregator, "config.aggregator",
-                                                     &cfg.aggregator_host, &cfg.aggregator_port));
+    // One "host:port", or a comma-separated list (the job sharded over those aggregators).
+    std::vector<ina::AggregatorAddress> list;
+    INA_RETURN_IF_ERROR(
+        ina::worker::parse_aggregator_list(c->aggregator, "config.aggregator", &list));
+    ina::worker::set_aggregators(&cfg, std::move(list));
   }
   if (c->job != 0) cfg.job = c->job;
   if (c->job_key != 0) cfg.job_key = c->job_key;

@@ -31,6 +31,7 @@
 #include "worker/host/store.h"
 #include "worker/host/tcp_mesh.h"
 #include "worker/inc_engine.h"
+#include "worker/sharded_engine.h"
 #include "ina/protocol/features.h"
 #include "ina_config.h"
 #include "worker/rdma/verbs_proto.h"
@@ -123,14 +124,17 @@ Status check_count(const char* what, size_t count, size_t blocks, DType dtype) {
 // placement; a rank that still gets the old one fails the join and the MIN keeps all on the host.
 class CommunicatorImpl final : public Communicator {
  public:
-  CommunicatorImpl(const Config& cfg, std::unique_ptr<Transport> transport,
+  // `transports`: one per aggregator of the job in shard order (empty: host only).
+  CommunicatorImpl(const Config& cfg, std::vector<std::unique_ptr<Transport>> transports,
                    std::unique_ptr<host::TcpStore> store, std::unique_ptr<host::Context> mesh)
       : cfg_(cfg),
         store_(std::move(store)),
         mesh_(std::move(mesh)),
         engine_cfg_(cfg),
         block_elems_(cfg.block_elems) {
-    if (transport) engine_ = std::make_unique<IncEngine>(cfg, std::move(transport));
+    if (!transports.empty()) {
+      engine_ = std::make_unique<ShardedEngine>(cfg, std::move(transports));
+    }
     if (const char* a = std::getenv("INA_ALGO"); a != nullptr) algo_override_ = a;
   }
 
@@ -381,7 +385,8 @@ class CommunicatorImpl final : public Communicator {
     const Status s = engine_->join(std::min(cfg_.timeout, kMaxProbeJoin));
     INA_ASSIGN_OR_RETURN(int32_t worst, agree_max(s.ok() ? 0 : 1, 2 * cfg_.timeout));
     if (worst == 0) {
-      INA_INFO("worker", "rank %d: the aggregator is back: in-network again", cfg_.rank);
+      INA_INFO("worker", "rank %d: the aggregator%s back: in-network again", cfg_.rank,
+               engine_->shards() > 1 ? "s are" : " is");
       block_elems_ = engine_->block_elems();
       host_path_ = false;
       return ok_status();
@@ -482,7 +487,10 @@ class CommunicatorImpl final : public Communicator {
   }
 
   const Config cfg_;
-  std::unique_ptr<IncEngine> engine_;          // null: host only
+  // The in-network path: one engine per aggregator (several: the job is sharded, each AllReduce
+  // split over them; a failure of any shard sends the collective to the host path like the loss
+  // of the one aggregator). Null: host only.
+  std::unique_ptr<ShardedEngine> engine_;
   std::unique_ptr<host::TcpStore> store_;      // rank 0 serves the rendezvous while it lives
   std::unique_ptr<host::Context> mesh_;        // TcpMesh or VerbsMesh; null: no store configured
   Config engine_cfg_;                          // the engine's placement (follow_replacement)
@@ -585,21 +593,42 @@ Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
 Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
                                                           std::unique_ptr<Transport> transport,
                                                           std::unique_ptr<DeviceOps> device_ops) {
+  std::vector<std::unique_ptr<Transport>> transports;
+  if (transport) transports.push_back(std::move(transport));
+  return create_communicator(cfg, std::move(transports), std::move(device_ops));
+}
+
+Result<std::unique_ptr<Communicator>> create_communicator(
+    const Config& cfg, std::vector<std::unique_ptr<Transport>> transports,
+    std::unique_ptr<DeviceOps> device_ops) {
   INA_RETURN_IF_ERROR(cfg.validate());
-  if (transport && FaultInjectingTransport::wanted(cfg.fault)) {
-    transport = std::make_unique<FaultInjectingTransport>(std::move(transport), cfg.fault,
-                                                          effective_fault_seed(cfg));
+  if (!transports.empty() && transports.size() != aggregator_list(cfg).size()) {
+    return invalid_argument("create_communicator: " + std::to_string(transports.size()) +
+                            " transports for " + std::to_string(aggregator_list(cfg).size()) +
+                            " aggregators (Config::aggregators): one per shard expected");
+  }
+  for (size_t k = 0; k < transports.size(); ++k) {
+    if (transports[k] == nullptr) {
+      return invalid_argument("create_communicator: the transport of shard " + std::to_string(k) +
+                              " is null");
+    }
+    if (FaultInjectingTransport::wanted(cfg.fault)) {
+      // Shard 0 keeps the unsharded seed; the others draw their own losses.
+      transports[k] = std::make_unique<FaultInjectingTransport>(
+          std::move(transports[k]), cfg.fault,
+          effective_fault_seed(cfg) ^ (0xD1B54A32D192ED03ull * k));
+    }
   }
   std::unique_ptr<host::TcpStore> store;
   std::unique_ptr<host::Context> mesh;
   if (!cfg.store.empty() || cfg.external_store != nullptr) {
     INA_ASSIGN_OR_RETURN(mesh, connect_mesh(cfg, &store));
-  } else if (!transport) {
+  } else if (transports.empty()) {
     return invalid_argument(
         "no aggregator transport and no host mesh: set INA_STORE=host:port or MASTER_ADDR and "
         "MASTER_PORT");
   }
-  auto comm = std::make_unique<CommunicatorImpl>(cfg, std::move(transport), std::move(store),
+  auto comm = std::make_unique<CommunicatorImpl>(cfg, std::move(transports), std::move(store),
                                                  std::move(mesh));
   INA_RETURN_IF_ERROR(comm->start());
   return make_async_communicator(std::move(comm), std::move(device_ops), cfg);
@@ -621,6 +650,14 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) 
   const char* kind = std::getenv("INA_TRANSPORT");
   const bool want_dpdk = kind != nullptr && std::strcmp(kind, "dpdk") == 0;
   const bool want_xdp = kind != nullptr && std::strcmp(kind, "xdp") == 0;
+  const std::vector<AggregatorAddress> aggregators = worker::aggregator_list(cfg);
+  if ((want_dpdk || want_xdp) && aggregators.size() > 1) {
+    // One kernel-bypass port (EAL, XSK) per process serves one aggregator today.
+    return invalid_argument(std::string("INA_TRANSPORT=") + kind + ": a job sharded over " +
+                            std::to_string(aggregators.size()) +
+                            " aggregators (INA_AGGREGATOR list) needs INA_TRANSPORT=udp (or auto); "
+                            "the " + kind + " transport serves one aggregator");
+  }
   if (want_dpdk || want_xdp) {
     Result<std::unique_ptr<worker::Transport>> t = unimplemented("");
     if (want_dpdk) {
@@ -656,18 +693,30 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) 
               t.value()->peer_name().c_str());
     return worker::create_communicator(cfg, std::move(t.value()));
   }
-  worker::UdpTransportOptions opts;
-  opts.host = cfg.aggregator_host;
-  opts.port = cfg.aggregator_port;
-  Result<std::unique_ptr<worker::UdpTransport>> udp = worker::UdpTransport::create(opts);
-  if (!udp.ok()) {
-    if (cfg.store.empty() && cfg.external_store == nullptr) return udp.status();
-    INA_INFO("worker", "rank %d: no aggregator transport (%s): host path only", cfg.rank,
-             udp.status().message().c_str());
-    return worker::create_communicator(cfg, nullptr);
+  // One kernel UDP socket per aggregator (shard).
+  std::vector<std::unique_ptr<worker::Transport>> transports;
+  for (size_t k = 0; k < aggregators.size(); ++k) {
+    worker::UdpTransportOptions opts;
+    opts.host = aggregators[k].host;
+    opts.port = aggregators[k].port;
+    Result<std::unique_ptr<worker::UdpTransport>> udp = worker::UdpTransport::create(opts);
+    if (!udp.ok()) {
+      const Status s =
+          aggregators.size() == 1
+              ? udp.status()
+              : Status(udp.status().code(), "shard " + std::to_string(k) + " of " +
+                                                std::to_string(aggregators.size()) + ": " +
+                                                udp.status().message());
+      if (cfg.store.empty() && cfg.external_store == nullptr) return s;
+      INA_INFO("worker", "rank %d: no aggregator transport (%s): host path only", cfg.rank,
+               s.message().c_str());
+      return worker::create_communicator(cfg, nullptr);
+    }
+    INA_DEBUG("worker", "rank %d: transport udp to %s (shard %zu of %zu)", cfg.rank,
+              udp.value()->peer_name().c_str(), k, aggregators.size());
+    transports.push_back(std::move(udp.value()));
   }
-  INA_DEBUG("worker", "rank %d: transport udp to %s", cfg.rank, udp.value()->peer_name().c_str());
-  return worker::create_communicator(cfg, std::move(udp.value()));
+  return worker::create_communicator(cfg, std::move(transports), worker::make_cuda_device_ops());
 }
 
 }  // namespace ina

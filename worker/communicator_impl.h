@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <vector>
 
 #include "ina/ina.hpp"
 #include "worker/device/device_ops.h"
@@ -23,6 +24,11 @@ Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
 Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
                                                           std::unique_ptr<Transport> transport,
                                                           std::unique_ptr<DeviceOps> device_ops);
+// A job sharded over several aggregators (Config::aggregators): one transport per aggregator in
+// shard order (their number must match aggregator_list(cfg)); empty: host only.
+Result<std::unique_ptr<Communicator>> create_communicator(
+    const Config& cfg, std::vector<std::unique_ptr<Transport>> transports,
+    std::unique_ptr<DeviceOps> device_ops);
 
 // The seed FaultInjection uses: cfg.fault.seed, or one derived from the rank when it is 0.
 uint64_t effective_fault_seed(const Config& cfg);

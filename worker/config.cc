@@ -238,6 +238,65 @@ Status parse_host_port(std::string_view s, std::string_view what, uint16_t defau
   return ok_status();
 }
 
+Status parse_aggregator_list(std::string_view s, std::string_view what,
+                             std::vector<AggregatorAddress>* out) {
+  std::vector<AggregatorAddress> list;
+  size_t count = 1;
+  for (char c : s) count += c == ',' ? 1 : 0;
+  if (count > kMaxShards) {
+    return bad_value(what, s,
+                     "at most " + std::to_string(kMaxShards) +
+                         " comma-separated aggregators (host:port,host:port,...); got " +
+                         std::to_string(count));
+  }
+  size_t start = 0;
+  for (size_t i = 0; i < count; ++i) {
+    size_t end = s.find(',', start);
+    if (end == std::string_view::npos) end = s.size();
+    const std::string_view elem = s.substr(start, end - start);
+    start = end + 1;
+    const std::string name = std::string(what) + " element " + std::to_string(i + 1) + " of " +
+                             std::to_string(count);
+    if (elem.empty()) {
+      return bad_value(name, elem,
+                       "host, host:port, [ipv6] or [ipv6]:port between the commas of " +
+                           std::string(what) + "=" + quoted(s));
+    }
+    if (elem.find_first_of(" \t\r\n") != std::string_view::npos) {
+      return bad_value(name, elem, "host, host:port, [ipv6] or [ipv6]:port without spaces (the list "
+                                   "is comma-separated, no blanks around the commas)");
+    }
+    AggregatorAddress a;
+    INA_RETURN_IF_ERROR(parse_host_port(elem, name, &a.host, &a.port));
+    for (size_t j = 0; j < list.size(); ++j) {
+      if (list[j].host == a.host && list[j].port == a.port) {
+        return bad_value(name, elem,
+                         "distinct aggregators: it repeats element " + std::to_string(j + 1) +
+                             " (" + a.host + ":" + std::to_string(a.port) + ")");
+      }
+    }
+    list.push_back(std::move(a));
+  }
+  *out = std::move(list);
+  return ok_status();
+}
+
+void set_aggregators(Config* cfg, std::vector<AggregatorAddress> list) {
+  if (list.empty()) return;
+  cfg->aggregator_host = list[0].host;
+  cfg->aggregator_port = list[0].port;
+  if (list.size() == 1) {
+    cfg->aggregators.clear();
+  } else {
+    cfg->aggregators = std::move(list);
+  }
+}
+
+std::vector<AggregatorAddress> aggregator_list(const Config& cfg) {
+  if (!cfg.aggregators.empty()) return cfg.aggregators;
+  return {AggregatorAddress{cfg.aggregator_host, cfg.aggregator_port}};
+}
+
 }  // namespace worker
 
 Result<Config> Config::from_env() {
@@ -246,8 +305,10 @@ Result<Config> Config::from_env() {
   std::string_view agg;
   const bool have_aggregator = get_env("INA_AGGREGATOR", &agg);
   if (have_aggregator) {
-    INA_RETURN_IF_ERROR(
-        worker::parse_host_port(agg, "INA_AGGREGATOR", &c.aggregator_host, &c.aggregator_port));
+    // One address, or a comma-separated list: the job sharded over those aggregators.
+    std::vector<AggregatorAddress> list;
+    INA_RETURN_IF_ERROR(worker::parse_aggregator_list(agg, "INA_AGGREGATOR", &list));
+    worker::set_aggregators(&c, std::move(list));
   }
   std::string_view controller;
   if (get_env("INA_CONTROLLER", &controller)) {
@@ -369,6 +430,29 @@ Status Config::validate() const {
   }
   if (aggregator_port == 0) {
     return invalid_argument(range_error("aggregator_port", "INA_AGGREGATOR", "0", "[1, 65535]"));
+  }
+  if (aggregators.size() > worker::kMaxShards) {
+    return invalid_argument(range_error("aggregators (shards)", "INA_AGGREGATOR",
+                                        std::to_string(aggregators.size()),
+                                        "[0, " + std::to_string(worker::kMaxShards) + "]"));
+  }
+  for (size_t i = 0; i < aggregators.size(); ++i) {
+    const AggregatorAddress& a = aggregators[i];
+    const std::string field = "aggregators[" + std::to_string(i) + "]";
+    if (a.host.empty()) {
+      return invalid_argument("invalid " + field + ".host \"\": must name the aggregator of shard " +
+                              std::to_string(i) + " (INA_AGGREGATOR)");
+    }
+    if (a.port == 0) {
+      return invalid_argument(range_error(field + ".port", "INA_AGGREGATOR", "0", "[1, 65535]"));
+    }
+    for (size_t j = 0; j < i; ++j) {
+      if (aggregators[j].host == a.host && aggregators[j].port == a.port) {
+        return invalid_argument("invalid " + field + " " + a.host + ":" + std::to_string(a.port) +
+                                ": the same aggregator as aggregators[" + std::to_string(j) +
+                                "] (each shard needs its own; INA_AGGREGATOR)");
+      }
+    }
   }
   if (block_elems < 1 || block_elems > kMaxBlockElems) {
     return invalid_argument(range_error("block_elems", "INA_BLOCK_ELEMS",

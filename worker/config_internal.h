@@ -4,6 +4,9 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "ina/ina.hpp"
 
 #include "ina/protocol/status.h"
 
@@ -17,6 +20,23 @@ Status parse_host_port(std::string_view s, std::string_view what, std::string* h
 // The same with another default port (INA_CONTROLLER: kDefaultControllerPort).
 Status parse_host_port(std::string_view s, std::string_view what, uint16_t default_port,
                        std::string* host, uint16_t* port);
+
+// Parses an aggregator list "a[,b,...]", each element as parse_host_port (default port
+// wire::kDefaultPort): 1 .. kMaxShards elements, none empty, no address twice. Errors name `what`,
+// the element's position and text, and the expected form.
+Status parse_aggregator_list(std::string_view s, std::string_view what,
+                             std::vector<AggregatorAddress>* out);
+
+// Stores an aggregator list in cfg: one element sets aggregator_host/port and clears
+// cfg->aggregators; more set both (aggregator_host/port = shard 0).
+void set_aggregators(Config* cfg, std::vector<AggregatorAddress> list);
+
+// The job's aggregators in shard order: cfg.aggregators, else the one aggregator_host:port.
+std::vector<AggregatorAddress> aggregator_list(const Config& cfg);
+
+// The most aggregators one job may be sharded over (each costs the communicator a thread and a
+// socket).
+inline constexpr size_t kMaxShards = 64;
 
 // ina-controller's default HTTP port.
 inline constexpr uint16_t kDefaultControllerPort = 47480;

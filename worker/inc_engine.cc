@@ -230,6 +230,14 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
                      " with this key?)" + refused_note(refusals0));
 }
 
+void IncEngine::lower_block_elems(uint32_t elems) {
+  if (elems == 0 || elems >= block_elems_) return;
+  block_elems_ = elems;
+  slots_.clear();
+  pkt_storage_.clear();
+  pkt_capacity_ = wire::packet_size(static_cast<uint16_t>(block_elems_));
+}
+
 // ---------------------------------------------------------------------------------------------
 // Allreduce
 

@@ -40,6 +40,11 @@ class IncEngine {
   // ranks must call it with the same count, dtype and op, in the same order.
   Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
 
+  // Lowers the adopted block size to `elems` (no-op when it is not smaller): a sharded job uses
+  // one block size over all its aggregators (sharded_engine.h). Only between join and the first
+  // collective.
+  void lower_block_elems(uint32_t elems);
+
   bool joined() const { return joined_; }
   uint32_t block_elems() const { return block_elems_; }  // adopted at join
   uint32_t window() const { return window_; }            // adopted at join

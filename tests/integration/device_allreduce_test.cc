@@ -147,6 +147,76 @@ TEST_F(DeviceAllreduce, BitwiseEqualToHostBuffersEveryDtypeOpAndCount) {
   EXPECT_EQ(err, "");
 }
 
+// The same job sharded over two aggregators (the fixture's and a second one): device buffers,
+// synchronous and asynchronous, go through the same sharded path and give the model's results.
+TEST_F(DeviceAllreduce, ShardedOverTwoAggregators) {
+  AggregatorProcess second;
+  ASSERT_EQ(second.start(kWorld), "");
+  const std::vector<Case> cs = {Case{DType::kFloat32, ReduceOp::kSum, 7919, false},
+                                Case{DType::kInt32, ReduceOp::kSum, 100000, false},
+                                Case{DType::kBFloat16, ReduceOp::kMax, 3001, false},
+                                Case{DType::kFloat32, ReduceOp::kSum, 1000003, false}};
+  std::vector<std::vector<uint8_t>> expected(cs.size());
+  for (size_t ci = 0; ci < cs.size(); ++ci) {
+    std::vector<std::vector<uint8_t>> inputs(kWorld);
+    for (int r = 0; r < kWorld; ++r) ina::testing::fill_input(inputs[r], cs[ci], r, static_cast<int>(ci));
+    expected[ci] = ina::testing::model_result(inputs, cs[ci], kBlock);
+  }
+  std::vector<std::string> errs(kWorld);
+  std::vector<std::thread> ts;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    ts.emplace_back([&, rank] {
+      errs[rank] = [&]() -> std::string {
+        ina::Config cfg;
+        cfg.rank = rank;
+        cfg.world_size = kWorld;
+        cfg.aggregators = {{"127.0.0.1", agg_.port}, {"127.0.0.1", second.port}};
+        cfg.aggregator_port = agg_.port;
+        cfg.block_elems = kBlock;
+        cfg.timeout = 5000ms;
+        cfg.retransmit = 2000us;
+        cfg.device_chunk_elems = kChunk;
+        cfg.device_buffers = 2;
+        std::vector<std::unique_ptr<ina::worker::Transport>> transports;
+        for (uint16_t port : {agg_.port, second.port}) {
+          ina::worker::UdpTransportOptions uo;
+          uo.port = port;
+          auto udp = ina::worker::UdpTransport::create(uo);
+          if (!udp.ok()) return "udp: " + udp.status().to_string();
+          transports.push_back(std::move(udp.value()));
+        }
+        auto owned = std::make_unique<FakeDeviceOps>(FakeDeviceOps::Options{});
+        FakeDeviceOps& ops = *owned;
+        auto comm = ina::worker::create_communicator(cfg, std::move(transports), std::move(owned));
+        if (!comm.ok()) return "create: " + comm.status().to_string();
+        for (size_t ci = 0; ci < cs.size(); ++ci) {
+          const Case& c = cs[ci];
+          std::vector<uint8_t> in;
+          ina::testing::fill_input(in, c, rank, static_cast<int>(ci));
+          void* d = ops.alloc_device(in.size());
+          std::memcpy(d, in.data(), in.size());
+          Status s = (*comm)->allreduce(d, d, c.count, c.dtype, c.op);
+          std::vector<uint8_t> dev(static_cast<uint8_t*>(d), static_cast<uint8_t*>(d) + in.size());
+          ops.free_device(d);
+          if (!s.ok()) return describe(c) + ": device allreduce: " + s.to_string();
+          if (dev != expected[ci]) return describe(c) + ": device result differs from the model";
+          std::vector<uint8_t> host = in;
+          auto req = (*comm)->allreduce_async(host.data(), host.data(), c.count, c.dtype, c.op,
+                                              nullptr);
+          if (!req.ok()) return describe(c) + ": submit: " + req.status().to_string();
+          s = (*req)->wait();
+          if (!s.ok()) return describe(c) + ": async allreduce: " + s.to_string();
+          if (host != expected[ci]) return describe(c) + ": async result differs from the model";
+        }
+        if ((*comm)->on_host_path()) return "on the host path";
+        return "";
+      }();
+    });
+  }
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(errs[r], "") << "rank " << r;
+}
+
 TEST_F(DeviceAllreduce, AsyncRequestsStreamOrderAndLifecycle) {
   FakeDeviceOps::Options o;
   o.copy_delay_us = 20;

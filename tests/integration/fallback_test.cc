@@ -93,52 +93,10 @@ ina::Config worker_config(int rank, uint16_t agg_port, uint16_t store_port) {
   return cfg;
 }
 
-// Forks kWorld children running body(rank) (its return value is the exit code) and waits up to
-// `limit` for all of them; returns "" or what went wrong. `while_running` runs in the parent.
+// Forks kWorld children running body(rank); see ina::testing::run_forked.
 template <typename Body, typename Parent>
 std::string run_workers(Body body, Parent while_running, std::chrono::seconds limit) {
-  std::vector<pid_t> pids;
-  for (int r = 0; r < kWorld; ++r) {
-    const pid_t pid = fork();
-    if (pid < 0) return "fork failed";
-    if (pid == 0) {
-      int rc = 1;
-      try {
-        rc = body(r);
-      } catch (...) {
-        rc = 9;
-      }
-      std::fflush(stderr);
-      _exit(rc);
-    }
-    pids.push_back(pid);
-  }
-  std::string err = while_running();
-  const auto deadline = Clock::now() + limit;
-  size_t left = pids.size();
-  std::vector<bool> done(pids.size(), false);
-  while (left > 0 && Clock::now() < deadline) {
-    for (size_t i = 0; i < pids.size(); ++i) {
-      if (done[i]) continue;
-      int status = 0;
-      if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
-        done[i] = true;
-        --left;
-        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-          err += "rank " + std::to_string(i) + " exited with status " + std::to_string(status) +
-                 "; ";
-        }
-      }
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  for (size_t i = 0; i < pids.size(); ++i) {
-    if (done[i]) continue;
-    kill(pids[i], SIGKILL);
-    waitpid(pids[i], nullptr, 0);
-    err += "rank " + std::to_string(i) + " did not finish in time; ";
-  }
-  return err;
+  return ina::testing::run_forked(kWorld, body, while_running, limit);
 }
 
 // ---- the aggregator killed mid-stream ----

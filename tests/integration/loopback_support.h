@@ -3,12 +3,17 @@
 // bit for bit what an in-network AllReduce returns.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ina/protocol/types.h"
@@ -59,5 +64,55 @@ void fill_input(std::vector<uint8_t>& buf, const Case& c, int rank, int case_ind
 // SUM (or MIN/MAX), decode; a block with a non-finite element on any rank is all NaN.
 std::vector<uint8_t> model_result(const std::vector<std::vector<uint8_t>>& inputs, const Case& c,
                                   uint32_t block);
+
+// Forks `world` children running body(rank) (its return value is the exit code) and waits up to
+// `limit` for all of them; returns "" or what went wrong. `while_running` runs in the parent and
+// returns "" or an error. Children that outlive `limit` are killed.
+template <typename Body, typename Parent>
+std::string run_forked(int world, Body body, Parent while_running, std::chrono::seconds limit) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) return "fork failed";
+    if (pid == 0) {
+      int rc = 1;
+      try {
+        rc = body(r);
+      } catch (...) {
+        rc = 9;
+      }
+      std::fflush(stderr);
+      _exit(rc);
+    }
+    pids.push_back(pid);
+  }
+  std::string err = while_running();
+  const auto deadline = Clock::now() + limit;
+  size_t left = pids.size();
+  std::vector<bool> done(pids.size(), false);
+  while (left > 0 && Clock::now() < deadline) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (done[i]) continue;
+      int status = 0;
+      if (waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        done[i] = true;
+        --left;
+        if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+          err += "rank " + std::to_string(i) + " exited with status " + std::to_string(status) +
+                 "; ";
+        }
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (done[i]) continue;
+    kill(pids[i], SIGKILL);
+    waitpid(pids[i], nullptr, 0);
+    err += "rank " + std::to_string(i) + " did not finish in time; ";
+  }
+  return err;
+}
 
 }  // namespace ina::testing

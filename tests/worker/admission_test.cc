@@ -44,6 +44,70 @@ TEST(AdmissionTest, RejectsMalformedAnswers) {
   }
 }
 
+// The contract's sharded answer: "shards K", then K aggregator lines in shard order.
+TEST(AdmissionTest, ParsesAShardedAnswer) {
+  Result<Admission> a = parse_admission(
+      "admitted\njob 9\nkey 5\nshards 3\naggregator 10.0.0.1:4000\naggregator "
+      "10.0.0.2:4001\naggregator [fe80::3]:4002\nslots 32\nblock 256\n");
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  ASSERT_EQ(a->aggregators.size(), 3u);
+  EXPECT_EQ(a->aggregators[0].host, "10.0.0.1");
+  EXPECT_EQ(a->aggregators[1].port, 4001);
+  EXPECT_EQ(a->aggregators[2].host, "fe80::3");
+  EXPECT_EQ(a->aggregator_host, "10.0.0.1");  // shard 0
+  EXPECT_EQ(a->aggregator_port, 4000);
+
+  Config c;
+  c.rank = 1;
+  c.world_size = 4;
+  c.window = 64;
+  apply_admission(*a, &c);
+  ASSERT_EQ(c.aggregators.size(), 3u);
+  EXPECT_EQ(c.aggregators[2].port, 4002);
+  EXPECT_EQ(c.aggregator_host, "10.0.0.1");
+  EXPECT_EQ(c.job, 9u);
+  EXPECT_EQ(c.job_key, 5u);
+  EXPECT_EQ(c.window, 32u);
+  EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
+
+  // An unsharded admission after a sharded static config: one aggregator again.
+  a = parse_admission("admitted\njob 1\nkey 2\naggregator h:7\nslots 4\nblock 8\n");
+  ASSERT_TRUE(a.ok());
+  ASSERT_EQ(a->aggregators.size(), 1u);
+  apply_admission(*a, &c);
+  EXPECT_TRUE(c.aggregators.empty());
+  EXPECT_EQ(c.aggregator_host, "h");
+  EXPECT_EQ(c.aggregator_port, 7);
+  // "shards 1" is an ordinary job too.
+  a = parse_admission("admitted\njob 1\nkey 2\nshards 1\naggregator h:7\nslots 4\nblock 8\n");
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  EXPECT_EQ(a->aggregators.size(), 1u);
+}
+
+TEST(AdmissionTest, RejectsInconsistentShardLines) {
+  const std::string head = "admitted\njob 1\nkey 2\nslots 4\nblock 8\n";
+  struct Bad {
+    const char* lines;
+    const char* names;
+  } cases[] = {
+      {"shards 2\naggregator a:1\n", "'shards 2' but 1 'aggregator' lines"},
+      {"shards 2\naggregator a:1\naggregator b:1\naggregator c:1\n", "more 'aggregator' lines"},
+      {"aggregator a:1\naggregator b:1\n", "more 'aggregator' lines than one"},
+      {"aggregator a:1\nshards 2\naggregator b:1\n", "'shards' must come once, before"},
+      {"shards 0\naggregator a:1\n", "bad 'shards' value '0'"},
+      {"shards 65\naggregator a:1\n", "bad 'shards' value '65'"},
+      {"shards x\naggregator a:1\n", "bad 'shards' value 'x'"},
+      {"shards 2\naggregator a:1\naggregator a:1\n", "appears twice"},
+      {"shards 2\naggregator a:1\naggregator b:0\n", "bad 'aggregator' value 'b:0'"},
+  };
+  for (const Bad& b : cases) {
+    Result<Admission> a = parse_admission(head + b.lines);
+    ASSERT_FALSE(a.ok()) << b.lines << " was accepted";
+    EXPECT_NE(a.status().message().find(b.names), std::string::npos)
+        << b.lines << ": " << a.status().message();
+  }
+}
+
 TEST(AdmissionTest, JobNameFromConfigOrStore) {
   Config c;
   EXPECT_EQ(admission_name(c), "");

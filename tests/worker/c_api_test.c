@@ -97,6 +97,14 @@ static void test_create_rejects_bad_config(void) {
   CHECK(ina_comm_create(&cfg, &comm) == INA_INVALID_ARGUMENT);
   CHECK_CONTAINS(ina_last_create_error(), "config.aggregator");
 
+  /* A sharded list: each element is checked, errors name it. */
+  cfg.aggregator = "127.0.0.1:9,,127.0.0.1:10";
+  CHECK(ina_comm_create(&cfg, &comm) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_last_create_error(), "config.aggregator element 2 of 3");
+  cfg.aggregator = "127.0.0.1:9,127.0.0.1:9";
+  CHECK(ina_comm_create(&cfg, &comm) == INA_INVALID_ARGUMENT);
+  CHECK_CONTAINS(ina_last_create_error(), "repeats element 1");
+
   cfg.aggregator = "127.0.0.1:9";
   cfg.block_elems = 20000;
   CHECK(ina_comm_create(&cfg, &comm) == INA_INVALID_ARGUMENT);

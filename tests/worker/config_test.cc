@@ -197,6 +197,82 @@ TEST_F(ConfigEnvTest, AggregatorForms) {
   }
 }
 
+// INA_AGGREGATOR=h1:p1,h2:p2,...: the job sharded over those aggregators, in that order.
+TEST_F(ConfigEnvTest, AggregatorListShardsTheJob) {
+  setenv("INA_AGGREGATOR", "10.0.0.1:5000,agg-b,[fe80::2]:6000", 1);
+  Config c = parse_ok();
+  ASSERT_EQ(c.aggregators.size(), 3u);
+  EXPECT_EQ(c.aggregators[0].host, "10.0.0.1");
+  EXPECT_EQ(c.aggregators[0].port, 5000);
+  EXPECT_EQ(c.aggregators[1].host, "agg-b");
+  EXPECT_EQ(c.aggregators[1].port, 47474);
+  EXPECT_EQ(c.aggregators[2].host, "fe80::2");
+  EXPECT_EQ(c.aggregators[2].port, 6000);
+  // Shard 0 is also the aggregator_host/port (what messages and single-aggregator code read).
+  EXPECT_EQ(c.aggregator_host, "10.0.0.1");
+  EXPECT_EQ(c.aggregator_port, 5000);
+  EXPECT_EQ(worker::aggregator_list(c).size(), 3u);
+  c.rank = 0;
+  c.world_size = 2;
+  EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
+  // One element: an ordinary single-aggregator job.
+  setenv("INA_AGGREGATOR", "10.0.0.1:5000", 1);
+  c = parse_ok();
+  EXPECT_TRUE(c.aggregators.empty());
+  ASSERT_EQ(worker::aggregator_list(c).size(), 1u);
+  EXPECT_EQ(worker::aggregator_list(c)[0].port, 5000);
+}
+
+// Each malformed list names the variable, the element's position and its text.
+TEST_F(ConfigEnvTest, AggregatorListErrorsNameTheElement) {
+  struct Bad {
+    const char* value;
+    const char* names;  // expected in the message
+  } cases[] = {
+      {"a:1,b:0", "INA_AGGREGATOR element 2 of 2=\"b:0\""},
+      {"a:1,,b:2", "INA_AGGREGATOR element 2 of 3=\"\""},
+      {"a:1,b:2,", "INA_AGGREGATOR element 3 of 3=\"\""},
+      {",a:1", "INA_AGGREGATOR element 1 of 2"},
+      {"a:1,b:x", "INA_AGGREGATOR element 2 of 2=\"b:x\""},
+      {"a:1,b:2,a:1", "repeats element 1"},
+      {"a:1, b:2", "INA_AGGREGATOR element 2 of 2=\" b:2\""},  // no stray spaces
+      {"10.0.0.1,10.0.0.1:47474", "repeats element 1"},  // the same address spelled twice
+  };
+  for (const Bad& b : cases) {
+    setenv("INA_AGGREGATOR", b.value, 1);
+    Result<Config> r = Config::from_env();
+    ASSERT_FALSE(r.ok()) << b.value << " was accepted";
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(r.status().message().find(b.names), std::string::npos)
+        << b.value << ": " << r.status().message();
+    EXPECT_NE(r.status().message().find("expected"), std::string::npos) << r.status().message();
+  }
+  std::string many;
+  for (int i = 0; i < 65; ++i) many += (i ? ",h" : "h") + std::to_string(i);
+  setenv("INA_AGGREGATOR", many.c_str(), 1);
+  Result<Config> r = Config::from_env();
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("at most 64"), std::string::npos) << r.status().message();
+}
+
+TEST(ConfigValidateTest, AggregatorListEntriesAreChecked) {
+  Config c;
+  c.rank = 0;
+  c.world_size = 2;
+  c.aggregators = {{"a", 1}, {"", 2}};
+  Status s = c.validate();
+  EXPECT_NE(s.message().find("aggregators[1].host"), std::string::npos) << s.to_string();
+  c.aggregators = {{"a", 1}, {"b", 0}};
+  s = c.validate();
+  EXPECT_NE(s.message().find("aggregators[1].port"), std::string::npos) << s.to_string();
+  c.aggregators = {{"a", 1}, {"a", 1}};
+  s = c.validate();
+  EXPECT_NE(s.message().find("the same aggregator as aggregators[0]"), std::string::npos)
+      << s.to_string();
+  c.aggregators = {{"a", 1}, {"b", 1}};
+  EXPECT_TRUE(c.validate().ok());
+}
+
 TEST_F(ConfigEnvTest, RejectsMalformedValues) {
   expect_rejected("INA_RANK", "abc");
   expect_rejected("INA_RANK", "1x");

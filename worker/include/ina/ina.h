@@ -8,7 +8,10 @@
  *
  * Environment (ina_comm_create_from_env and fields left unset in a config):
  *   INA_RANK, INA_WORLD_SIZE     this rank and the job's size
- *   INA_AGGREGATOR=host:port     the aggregator (default port 47474)
+ *   INA_AGGREGATOR=host:port     the aggregator (default port 47474); a comma-separated list
+ *                                (h1:p1,h2:p2,...) shards the job over those aggregators: each
+ *                                AllReduce is split into contiguous block ranges, one per
+ *                                aggregator in list order, run concurrently
  *   INA_JOB, INA_JOB_KEY         job id (default 1) and its key (default 0)
  *   INA_BLOCK_ELEMS, INA_WINDOW  elements per packet (default 256), slots in flight (default 128)
  *   INA_TIMEOUT_MS               deadline of one collective (default 30000)
@@ -87,7 +90,7 @@ typedef struct {
   uint32_t version;        /* INA_CONFIG_VERSION */
   int32_t rank;            /* -1: INA_RANK */
   int32_t world_size;      /* 0: INA_WORLD_SIZE */
-  const char* aggregator;  /* "host:port"; NULL: INA_AGGREGATOR */
+  const char* aggregator;  /* "host:port" or "h1:p1,h2:p2,..." (sharded); NULL: INA_AGGREGATOR */
   uint32_t job;            /* 0: INA_JOB or 1 */
   uint64_t job_key;        /* 0: INA_JOB_KEY or 0 */
   uint32_t block_elems;    /* 0: INA_BLOCK_ELEMS or 256 */

@@ -70,6 +70,12 @@ class ExternalStore {
 //           when the feature is not built or no device exists.
 enum class HostTransport : uint8_t { kAuto = 0, kTcp = 1, kVerbs = 2 };
 
+// One aggregator's data-plane address (Config::aggregators).
+struct AggregatorAddress {
+  std::string host;
+  uint16_t port = 0;
+};
+
 struct Config {
   int rank = -1;
   int world_size = 0;
@@ -116,6 +122,15 @@ struct Config {
   std::string controller_host;
   uint16_t controller_port = 0;
   std::string job_name;
+
+  // A job sharded over several aggregators (INA_AGGREGATOR=h1:p1,h2:p2,...; a controller's
+  // "shards K" admission): 2 .. 64 distinct addresses in shard order, each serving the job (same
+  // id and key). A collective of n blocks is split into K contiguous block ranges, range k =
+  // blocks [floor(k n / K), floor((k + 1) n / K)), each an ordinary in-network AllReduce on
+  // aggregators[k], the ranges concurrently; float SUM results are bitwise those of one
+  // aggregator. Empty: the job's one aggregator is aggregator_host:aggregator_port (a single
+  // entry is used instead of them). The last field, so the others keep their offsets.
+  std::vector<AggregatorAddress> aggregators;
 
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.

@@ -1,0 +1,160 @@
+// A communicator's in-network path over one or several aggregators (see sharded_engine.h).
+#include "worker/sharded_engine.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "worker/shard_split.h"
+
+namespace ina::worker {
+namespace {
+
+bool fallbackable(const Status& s) {
+  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
+}
+
+}  // namespace
+
+ShardedEngine::ShardedEngine(const Config& cfg, std::vector<std::unique_ptr<Transport>> transports)
+    : cfg_(cfg), results_(transports.size()) {
+  for (auto& t : transports) {
+    peers_.push_back(t->peer_name());
+    engines_.push_back(std::make_unique<IncEngine>(cfg, std::move(t)));
+  }
+  block_elems_ = cfg.block_elems;
+  for (size_t k = 1; k < engines_.size(); ++k) threads_.emplace_back([this, k] { shard_thread(k); });
+}
+
+ShardedEngine::~ShardedEngine() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  work_cv_.notify_all();
+  for (std::thread& t : threads_) t.join();
+}
+
+void ShardedEngine::shard_thread(size_t k) {
+  uint64_t seen = 0;
+  for (;;) {
+    const std::function<Status(size_t)>* task = nullptr;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      task = task_;
+    }
+    Status s = (*task)(k);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      results_[k] = std::move(s);
+      if (--pending_ == 0) done_cv_.notify_one();
+    }
+  }
+}
+
+void ShardedEngine::run_all(const std::function<Status(size_t)>& task) {
+  if (engines_.size() == 1) {
+    results_[0] = task(0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    task_ = &task;
+    pending_ = engines_.size() - 1;
+    ++generation_;
+  }
+  work_cv_.notify_all();
+  results_[0] = task(0);
+  std::unique_lock<std::mutex> lock(mu_);
+  done_cv_.wait(lock, [&] { return pending_ == 0; });
+  task_ = nullptr;
+}
+
+std::string ShardedEngine::shard_name(size_t k) const {
+  return "shard " + std::to_string(k) + " of " + std::to_string(engines_.size()) +
+         " (aggregator " + peers_[k] + ")";
+}
+
+Status ShardedEngine::combined(const char* what) const {
+  if (engines_.size() == 1) return results_[0];  // one aggregator: its messages as they are
+  size_t worst = engines_.size();
+  size_t failed = 0;
+  for (size_t k = 0; k < engines_.size(); ++k) {
+    if (results_[k].ok()) continue;
+    ++failed;
+    if (worst == engines_.size() ||
+        (fallbackable(results_[worst]) && !fallbackable(results_[k]))) {
+      worst = k;
+    }
+  }
+  if (failed == 0) return ok_status();
+  std::string m = std::string(what) + ": " + shard_name(worst) + ": " + results_[worst].message();
+  if (failed > 1) m += " (and " + std::to_string(failed - 1) + " more shards failed)";
+  return Status(results_[worst].code(), std::move(m));
+}
+
+Status ShardedEngine::join(std::chrono::milliseconds timeout) {
+  run_all([&](size_t k) { return engines_[k]->join(timeout); });
+  INA_RETURN_IF_ERROR(combined("joining a sharded job"));
+  uint32_t b = engines_[0]->block_elems();
+  for (const auto& e : engines_) b = std::min(b, e->block_elems());
+  for (const auto& e : engines_) e->lower_block_elems(b);
+  block_elems_ = b;
+  return ok_status();
+}
+
+Status ShardedEngine::allreduce(const void* send, void* recv, size_t count, DType dtype,
+                                ReduceOp op) {
+  if (engines_.size() == 1) {
+    ++collectives_;
+    return engines_[0]->allreduce(send, recv, count, dtype, op);
+  }
+  for (const auto& e : engines_) {
+    if (!e->joined()) return failed_precondition("allreduce before the communicator joined its job");
+  }
+  ++collectives_;
+  const uint64_t k_elems = block_elems_;
+  const uint64_t n = (count + k_elems - 1) / k_elems;
+  const size_t es = dtype_size(dtype);
+  const auto* in = static_cast<const uint8_t*>(send);
+  auto* out = static_cast<uint8_t*>(recv);
+  const size_t shards = engines_.size();
+  auto range = [&](size_t k) -> Status {
+    const BlockRange r = shard_range(n, k, shards);
+    if (r.empty()) return ok_status();
+    const uint64_t first = r.first * k_elems;
+    const uint64_t end = std::min<uint64_t>(r.end * k_elems, count);
+    return engines_[k]->allreduce(in + first * es, out + first * es, end - first, dtype, op);
+  };
+  if (n <= 1) {
+    // At most one non-empty range (the last shard's): run it here, without waking the threads.
+    for (Status& r : results_) r = ok_status();
+    if (n == 1) results_[shards - 1] = range(shards - 1);
+  } else {
+    run_all(range);
+  }
+  return combined("sharded allreduce");
+}
+
+CommStats ShardedEngine::stats() const {
+  if (engines_.size() == 1) return engines_[0]->stats();
+  CommStats t;
+  for (const auto& e : engines_) {
+    const CommStats& s = e->stats();
+    t.packets_sent += s.packets_sent;
+    t.packets_received += s.packets_received;
+    t.retransmits += s.retransmits;
+    t.duplicate_results += s.duplicate_results;
+    t.malformed += s.malformed;
+    t.nonfinite_blocks += s.nonfinite_blocks;
+    t.error_reports += s.error_reports;
+    t.spurious_retransmits += s.spurious_retransmits;
+    t.rto_us = std::max(t.rto_us, s.rto_us);
+  }
+  t.collectives = collectives_;
+  return t;
+}
+
+}  // namespace ina::worker

@@ -1,0 +1,76 @@
+// The in-network path of a communicator: one IncEngine per aggregator of the job. With one
+// aggregator it is that engine, called on the caller's thread. A job sharded over K aggregators
+// (Config::aggregators) splits each AllReduce into K block ranges (shard_split.h) and runs them
+// concurrently: range 0 on the caller's thread, ranges 1 .. K-1 on K-1 threads this object owns
+// (started at construction, stopped and joined by the destructor; no global state).
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ina/ina.hpp"
+#include "ina/protocol/status.h"
+#include "worker/inc_engine.h"
+#include "worker/transport.h"
+
+namespace ina::worker {
+
+class ShardedEngine {
+ public:
+  // One transport per shard, in shard order (transports[k] reaches aggregator k); at least one.
+  // `cfg` must be valid.
+  ShardedEngine(const Config& cfg, std::vector<std::unique_ptr<Transport>> transports);
+  ~ShardedEngine();
+  ShardedEngine(const ShardedEngine&) = delete;
+  ShardedEngine& operator=(const ShardedEngine&) = delete;
+
+  // Joins every aggregator (concurrently); OK only when all of them WELCOMEd this rank. Then every
+  // shard uses the smallest of their adopted block sizes. A failure names the shard and its
+  // aggregator (and, as IncEngine::join, the ranks that have not joined).
+  Status join(std::chrono::milliseconds timeout = std::chrono::milliseconds::zero());
+
+  // IncEngine::allreduce over all shards: range k of the blocks on aggregator k (empty ranges
+  // are skipped). Waits for every shard. When shards fail, returns the first shard's error that
+  // the host path cannot absorb (not kUnavailable / kDeadlineExceeded), else the first shard's
+  // error, its message prefixed with the shard and aggregator.
+  Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
+
+  size_t shards() const { return engines_.size(); }
+  uint32_t block_elems() const { return block_elems_; }  // agreed at join
+  // The engines' counters summed (collectives: the sharded collectives; rto_us: the largest).
+  CommStats stats() const;
+
+ private:
+  // Runs task(k) for every shard k, k >= 1 on the shard threads and k = 0 here; waits for all.
+  void run_all(const std::function<Status(size_t)>& task);
+  void shard_thread(size_t k);
+  Status combined(const char* what) const;
+  std::string shard_name(size_t k) const;
+
+  const Config cfg_;
+  std::vector<std::unique_ptr<IncEngine>> engines_;
+  std::vector<std::string> peers_;  // the aggregators' names, for messages
+  uint32_t block_elems_ = 0;
+  uint64_t collectives_ = 0;
+
+  // The shard threads' hand-off: a generation counter, the task and one Status per shard.
+  std::mutex mu_;
+  std::condition_variable work_cv_;
+  std::condition_variable done_cv_;
+  uint64_t generation_ = 0;
+  size_t pending_ = 0;
+  bool stop_ = false;
+  const std::function<Status(size_t)>* task_ = nullptr;
+  std::vector<Status> results_;
+  std::vector<std::thread> threads_;
+};
+
+}  // namespace ina::worker
