@@ -406,24 +406,30 @@ class CommunicatorImpl final : public Communicator {
     if (cfg_.controller_host.empty() || std::getenv("INA_TRANSPORT") != nullptr) return;
     Config c = engine_cfg_;
     if (!worker::admit(&c, std::min(cfg_.timeout, kMaxProbeJoin)).ok() || c.host_only) return;
-    if (c.aggregator_host == engine_cfg_.aggregator_host &&
-        c.aggregator_port == engine_cfg_.aggregator_port && c.job == engine_cfg_.job &&
-        c.job_key == engine_cfg_.job_key) {
+    const std::vector<AggregatorAddress> now = aggregator_list(c);
+    const std::vector<AggregatorAddress> was = aggregator_list(engine_cfg_);
+    const auto same_address = [](const AggregatorAddress& a, const AggregatorAddress& b) {
+      return a.host == b.host && a.port == b.port;
+    };
+    if (std::equal(now.begin(), now.end(), was.begin(), was.end(), same_address) &&
+        c.job == engine_cfg_.job && c.job_key == engine_cfg_.job_key) {
       return;
     }
-    UdpTransportOptions o;
-    o.host = c.aggregator_host;
-    o.port = c.aggregator_port;
-    Result<std::unique_ptr<UdpTransport>> udp = UdpTransport::create(o);
-    if (!udp.ok()) return;
-    std::unique_ptr<Transport> t = std::move(udp.value());
-    if (FaultInjectingTransport::wanted(c.fault)) {
-      t = std::make_unique<FaultInjectingTransport>(std::move(t), c.fault, effective_fault_seed(c));
+    std::vector<std::unique_ptr<Transport>> transports;
+    for (const AggregatorAddress& a : now) {
+      UdpTransportOptions o;
+      o.host = a.host;
+      o.port = a.port;
+      Result<std::unique_ptr<UdpTransport>> udp = UdpTransport::create(o);
+      if (!udp.ok()) return;
+      transports.push_back(std::move(udp.value()));
     }
-    INA_INFO("worker", "rank %d: the controller re-placed job %u: now job %u on %s:%u", cfg_.rank,
-             engine_cfg_.job, c.job, c.aggregator_host.c_str(), unsigned{c.aggregator_port});
+    wrap_fault_injection(c, &transports);
+    INA_INFO("worker", "rank %d: the controller re-placed job %u: now job %u on %s:%u%s",
+             cfg_.rank, engine_cfg_.job, c.job, now[0].host.c_str(), unsigned{now[0].port},
+             now.size() > 1 ? " and more (sharded)" : "");
     add_engine_counters(engine_->stats(), &retired_);
-    engine_ = std::make_unique<IncEngine>(c, std::move(t));
+    engine_ = std::make_unique<ShardedEngine>(c, std::move(transports));
     engine_cfg_ = c;
   }
 
@@ -585,6 +591,16 @@ uint64_t effective_fault_seed(const Config& cfg) {
   return 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(cfg.rank) + 1);
 }
 
+void wrap_fault_injection(const Config& cfg, std::vector<std::unique_ptr<Transport>>* transports) {
+  if (!FaultInjectingTransport::wanted(cfg.fault)) return;
+  for (size_t k = 0; k < transports->size(); ++k) {
+    // Shard 0 keeps the unsharded seed; the others draw their own losses.
+    (*transports)[k] = std::make_unique<FaultInjectingTransport>(
+        std::move((*transports)[k]), cfg.fault,
+        effective_fault_seed(cfg) ^ (0xD1B54A32D192ED03ull * k));
+  }
+}
+
 Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
                                                           std::unique_ptr<Transport> transport) {
   return create_communicator(cfg, std::move(transport), make_cuda_device_ops());
@@ -612,13 +628,8 @@ Result<std::unique_ptr<Communicator>> create_communicator(
       return invalid_argument("create_communicator: the transport of shard " + std::to_string(k) +
                               " is null");
     }
-    if (FaultInjectingTransport::wanted(cfg.fault)) {
-      // Shard 0 keeps the unsharded seed; the others draw their own losses.
-      transports[k] = std::make_unique<FaultInjectingTransport>(
-          std::move(transports[k]), cfg.fault,
-          effective_fault_seed(cfg) ^ (0xD1B54A32D192ED03ull * k));
-    }
   }
+  wrap_fault_injection(cfg, &transports);
   std::unique_ptr<host::TcpStore> store;
   std::unique_ptr<host::Context> mesh;
   if (!cfg.store.empty() || cfg.external_store != nullptr) {

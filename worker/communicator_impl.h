@@ -32,5 +32,8 @@ Result<std::unique_ptr<Communicator>> create_communicator(
 
 // The seed FaultInjection uses: cfg.fault.seed, or one derived from the rank when it is 0.
 uint64_t effective_fault_seed(const Config& cfg);
+// Wraps each shard's transport in a FaultInjectingTransport when cfg.fault asks for one (shard 0
+// with the unsharded seed, the others with their own).
+void wrap_fault_injection(const Config& cfg, std::vector<std::unique_ptr<Transport>>* transports);
 
 }  // namespace ina::worker

@@ -820,6 +820,45 @@ TEST_F(ControllerTest, TreeJobThroughTheController) {
   EXPECT_GT(root_rounds, 0u) << json(telemetry).dump();
 }
 
+// End to end through the controller: a controller that shards every job over two aggregators
+// (--default-shards 2), 4 ranks admitted with both addresses: each AllReduce is split into two
+// block ranges, one per aggregator; every result exact and in-network, both aggregators complete
+// rounds of the job.
+TEST_F(ControllerTest, ShardedJobThroughTheController) {
+  start_controller(0, "", {"--default-shards", "2"});
+  start_aggregator(64);
+  start_aggregator(64, &agg2_, "agg2", 2, &agg2_port_, &agg2_http_);
+  json job;
+  std::vector<json> telemetry;
+  std::vector<Status> st = run_job(
+      "shardjob", 4, 20, 20000, [](Config& c) { c.window = 16; }, {},
+      [&](int rank) {
+        if (rank != 0) return;
+        job = get_json(ctl_port_, "/v1/jobs/" + std::to_string(job_id("shardjob")));
+        for (int i = 0; i < 300; ++i) {
+          telemetry = {get_json(agg_http_, "/v1/telemetry"), get_json(agg2_http_, "/v1/telemetry")};
+          size_t reporting = 0;
+          for (const json& t : telemetry) {
+            for (const auto& j : t) reporting += j.value("completed", uint64_t{0}) > 0;
+          }
+          if (reporting == 2) break;
+          std::this_thread::sleep_for(10ms);
+        }
+      });
+  expect_all_ok(st);
+  ASSERT_TRUE(job.is_object()) << job.dump();
+  EXPECT_EQ(job["shape"], "sharded") << job.dump();
+  EXPECT_EQ(job["placements"].size(), 2u) << job.dump();
+  for (const auto& [k, s] : stats_) {
+    EXPECT_EQ(s.host_collectives, 0u) << k;
+    EXPECT_EQ(s.collectives, 20u) << k;
+  }
+  for (const json& t : telemetry) {
+    ASSERT_EQ(t.size(), 1u) << json(telemetry).dump();
+    EXPECT_GT(t[0].value("completed", uint64_t{0}), 0u) << json(telemetry).dump();
+  }
+}
+
 // ina-ctl against the controller: list, drain (new jobs refused with the reason, the running
 // one untouched), undo, metrics; a bad --controller is a usage error naming the flag.
 TEST_F(ControllerTest, InaCtlListsDrainsAndShowsMetrics) {
