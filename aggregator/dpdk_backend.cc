@@ -16,6 +16,7 @@
 // the cost of each).
 #include "aggregator/dpdk_backend.h"
 
+#include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -373,6 +374,7 @@ void DpdkAggregator::Lcore::loop() {
   uint64_t last_dropped = 0;
   const uint64_t cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID), wall0 = now_ns(CLOCK_MONOTONIC);
   while (!a.stop_.load(std::memory_order_relaxed)) {
+    const uint64_t t_poll = rte_rdtsc();
     uint16_t got = 0;
     if (has_rxq) {
       got = rte_eth_rx_burst(a.port_, queue, pkts, burst);
@@ -401,8 +403,10 @@ void DpdkAggregator::Lcore::loop() {
     }
     flush_tx();
     ++c.polls;
-    if (got == 0) ++c.idle_polls;
-    if (got != 0) {
+    if (got == 0) {
+      ++c.idle_polls;
+    } else {
+      c.busy_tsc += rte_rdtsc() - t_poll;
       pub.rx.store(c.rx, std::memory_order_relaxed);
       pub.tx.store(c.tx, std::memory_order_relaxed);
       pub.completed.store(engine->counters().completed, std::memory_order_relaxed);
@@ -710,6 +714,7 @@ DpdkLoopCounters DpdkAggregator::loop_totals() const {
     t.reply_too_big += c.reply_too_big;
     t.polls += c.polls;
     t.idle_polls += c.idle_polls;
+    t.busy_tsc += c.busy_tsc;
   }
   return t;
 }

@@ -312,19 +312,27 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
               a.zero_copy ? ", zero-copy" : ", copy mode", gen_cpu, dut_cpu, used.c_str(),
               a.indirect ? "indirect (chains)" : "copied", fwd.c_str());
   std::printf("# Mpps: frames back at the generator per second of its window; /cpu: per CPU second"
-              " of the DUT's lcore\n# thread; cpu%%: that thread's share of the window; full: "
-              "share of generator tx bursts that found the\n# ring full (near 0: the generator "
-              "is the limit); ratio: agg/cpu over tpmd/cpu (and per wall second).\n");
-  std::printf("# %5s %5s %5s | %8s %8s %8s %5s %5s | %8s %8s %5s %5s | %6s %6s\n", "elems",
-              "frame", "bsize", "agg_Mpps", "agg/cpu", "Gel/cpu", "cpu%", "full",
-              "tpm_Mpps", "tpm/cpu", "cpu%", "full", "ratio", "r_wall");
+              " of the DUT's lcore\n# thread (from /proc); cpu%%: that thread's share of the "
+              "window; cyc/f: TSC cycles per frame of the\n# DUT's busy loop iterations (rx to "
+              "tx; testpmd: --record-core-cycles); full: share of generator tx\n# bursts that "
+              "found the ring full (near 0: the generator is the limit); ratio: testpmd cycles "
+              "per\n# frame over the aggregator's (the CPU-independent rate ratio), r_cpu: "
+              "agg/cpu over tpm/cpu.\n");
+  std::printf("# %5s %5s %5s | %8s %8s %8s %5s %7s %5s | %8s %8s %5s %7s %5s | %6s %6s\n",
+              "elems", "frame", "bsize", "agg_Mpps", "agg/cpu", "Gel/cpu", "cpu%", "cyc/f", "full",
+              "tpm_Mpps", "tpm/cpu", "cpu%", "cyc/f", "full", "ratio", "r_cpu");
   std::fflush(stdout);
   bool ok = true;
   for (uint16_t e : sizes) {
     a.elems = e;
-    const MemifRow ag = memif_measure(argv0, testpmd, "agg", a, gen_cpu, dut_cpu);
+    // One retry each: on a loaded machine a memif link may not come up in time.
+    MemifRow ag = memif_measure(argv0, testpmd, "agg", a, gen_cpu, dut_cpu);
+    if (!ag.ok) ag = memif_measure(argv0, testpmd, "agg", a, gen_cpu, dut_cpu);
     MemifRow tp;
-    if (testpmd != "none") tp = memif_measure(argv0, testpmd, fwd, a, gen_cpu, dut_cpu);
+    if (testpmd != "none") {
+      tp = memif_measure(argv0, testpmd, fwd, a, gen_cpu, dut_cpu);
+      if (!tp.ok) tp = memif_measure(argv0, testpmd, fwd, a, gen_cpu, dut_cpu);
+    }
     if (!ag.ok) std::fprintf(stderr, "ina-dpdk-bench: memif %u elements, aggregator: %s\n",
                              unsigned{e}, ag.error.c_str());
     if (testpmd != "none" && !tp.ok) {
@@ -341,12 +349,13 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
     auto share = [](const MemifRow& r) {
       return r.ok && r.seconds > 0 ? 100 * r.dut_cpu_s / r.seconds : 0.0;
     };
-    std::printf("  %5u %5zu %5u | %8.3f %8.3f %8.3f %4.0f%% %5.2f | %8.3f %8.3f %4.0f%% "
-                "%5.2f | %6.3f %6.3f\n",
+    std::printf("  %5u %5zu %5u | %8.3f %8.3f %8.3f %4.0f%% %7.0f %5.2f | %8.3f %8.3f %4.0f%% "
+                "%7.0f %5.2f | %6.3f %6.3f\n",
                 unsigned{e}, memif_frame_len(e), unsigned{memif_bsize(a)}, mpps(ag), per_cpu(ag),
-                per_cpu(ag) * e / 1e3, share(ag), ag.full_share, mpps(tp), per_cpu(tp),
-                share(tp), tp.full_share, per_cpu(tp) > 0 ? per_cpu(ag) / per_cpu(tp) : 0.0,
-                mpps(tp) > 0 ? mpps(ag) / mpps(tp) : 0.0);
+                per_cpu(ag) * e / 1e3, share(ag), ag.dut_cycles, ag.full_share, mpps(tp),
+                per_cpu(tp), share(tp), tp.dut_cycles, tp.full_share,
+                ag.dut_cycles > 0 && tp.dut_cycles > 0 ? tp.dut_cycles / ag.dut_cycles : 0.0,
+                per_cpu(tp) > 0 ? per_cpu(ag) / per_cpu(tp) : 0.0);
     if (ag.ok && (ag.dut_tx_dropped != 0 || ag.dut_no_mbuf != 0 ||
                   ag.dut_completed * a.world + a.world < ag.dut_packets_in - a.world)) {
       std::printf("  # aggregator counters: packets_in %" PRIu64 " completed %" PRIu64

@@ -196,8 +196,9 @@ struct Child {
     for (auto& a : copy) argv.push_back(a.data());
     argv.push_back(nullptr);
     int in_p[2], out_p[2] = {-1, -1};
-    if (pipe(in_p) != 0) return false;
-    if (out_pipe && pipe(out_p) != 0) return false;
+    // O_CLOEXEC: a later child must not inherit our ends (the DUT would never see EOF).
+    if (pipe2(in_p, O_CLOEXEC) != 0) return false;
+    if (out_pipe && pipe2(out_p, O_CLOEXEC) != 0) return false;
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in_p[0], 0);

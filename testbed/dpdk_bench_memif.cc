@@ -64,6 +64,18 @@ std::vector<std::string> eal_args(const char* name, const MemifArgs& a, bool ser
 }
 }  // namespace
 
+double testpmd_cycles_per_packet(const std::string& log) {
+  // Printed when forwarding stops: "CPU cycles/packet=1234.56 (busy cycles=... / total ...".
+  std::ifstream f(log);
+  std::string line;
+  double v = -1;
+  while (std::getline(f, line)) {
+    const size_t p = line.find("CPU cycles/packet=");
+    if (p != std::string::npos) v = std::strtod(line.c_str() + p + 18, nullptr);
+  }
+  return v;
+}
+
 size_t memif_frame_len(uint16_t elems) { return frame::kUdpHeadroom + wire::packet_size(elems); }
 
 uint16_t memif_bsize(const MemifArgs& a) {
@@ -106,8 +118,8 @@ int memif_generator(const MemifArgs& a) {
   for (;;) {
     rte_eth_link link{};
     if (rte_eth_link_get_nowait(0, &link) == 0 && link.link_status == RTE_ETH_LINK_UP) break;
-    if (seconds_since(t) > 20) {
-      std::printf("ERROR generator: the memif link did not come up within 20 s (socket %s)\n",
+    if (seconds_since(t) > 40) {
+      std::printf("ERROR generator: the memif link did not come up within 40 s (socket %s)\n",
                   a.sock.c_str());
       return 1;
     }
@@ -175,9 +187,13 @@ int memif_generator(const MemifArgs& a) {
               received, secs, tries ? static_cast<double>(full) / static_cast<double>(tries) : 0.0,
               cpu);
   std::fflush(stdout);
-  // Stop sending, take what is still in flight, then stop the port before the peer goes (DPDK
-  // 22.11's memif can crash when a peer disconnects under traffic).
+  // Stop sending and wait (connected, idle) until the parent has stopped the DUT, so that testpmd
+  // counts its statistics before the link goes; then take what is still in flight and stop the
+  // port (DPDK 22.11's memif can crash when a peer disconnects under traffic).
   if (np > 0) rte_pktmbuf_free_bulk(pending + (kBurst - np), np);
+  char go[64];
+  while (read(0, go, sizeof go) > 0) {
+  }
   t = rte_rdtsc();
   while (seconds_since(t) < 0.3) {
     const uint16_t k = rte_eth_rx_burst(0, 0, rx, 256);
@@ -232,8 +248,9 @@ int memif_aggregator(const MemifArgs& a) {
   const auto l = ag->loop_totals();
   std::printf("RESULT packets_in=%" PRIu64 " completed=%" PRIu64 " tx=%" PRIu64
               " tx_dropped=%" PRIu64 " no_mbuf=%" PRIu64 " polls=%" PRIu64 " idle_polls=%" PRIu64
-              " malformed=%" PRIu64 "\n",
+              " cycles=%.1f malformed=%" PRIu64 "\n",
               e.packets_in, e.completed, l.tx, l.tx_dropped, l.no_mbuf, l.polls, l.idle_polls,
+              l.rx ? static_cast<double>(l.busy_tsc) / static_cast<double>(l.rx) : -1.0,
               e.malformed);
   std::fflush(stdout);
   ag.reset();  // stops and closes the port
@@ -285,15 +302,20 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd,
           "0@" + c + ",1@" + c, std::string("--vdev"), vdev(a, true), std::string("--"),
           "--forward-mode=" + dut, std::string("--port-topology=loop"), std::string("--nb-cores=1"),
           "--mbuf-size=" + std::to_string(std::max<size_t>(2176, memif_frame_len(a.elems) + 256)),
-          std::string("--total-num-mbufs=16384"), std::string("--stats-period=1")}) {
+          std::string("--total-num-mbufs=16384"), std::string("--record-core-cycles"),
+          std::string("-i")}) {
       args.push_back(s);
     }
     if (!d.spawn(args, dut_log, false)) return fail("cannot start " + testpmd);
-    // Its periodic statistics start once it forwards (before the link is up).
-    if (!wait_for_text(dut_log, "Rx-pps:", std::chrono::seconds(60), d.pid)) {
+    // Interactive, commands on its stdin: "start" at its first prompt; "stop" (which prints the
+    // statistics and cycles per packet) and "quit" once the generator is done, while the memif
+    // link is still up (its port statistics reset when the link goes).
+    if (!wait_for_text(dut_log, "testpmd>", std::chrono::seconds(60), d.pid)) {
       d.stop(std::chrono::milliseconds(100));
-      return fail("testpmd did not start forwarding (log " + dut_log + ")");
+      return fail("testpmd did not start (log " + dut_log + ")");
     }
+    const char start[] = "start\n";
+    if (write(d.in_fd, start, sizeof start - 1) < 0) return fail("testpmd: no stdin");
   }
 
   Child g;
@@ -326,8 +348,10 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd,
       break;
     }
   }
-  g.stop(std::chrono::seconds(10));
-  if (to_agg) {
+  if (!to_agg) {
+    const char stop[] = "stop\nquit\n";
+    if (write(d.in_fd, stop, sizeof stop - 1) < 0) err = "testpmd: no stdin";
+  } else {
     close(d.in_fd);  // the aggregator stops and prints its counters
     d.in_fd = -1;
     while (d.read_line(&line, std::chrono::seconds(10))) {
@@ -335,20 +359,24 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd,
         std::sscanf(line.c_str(),
                     "RESULT packets_in=%" SCNu64 " completed=%" SCNu64 " tx=%" SCNu64
                     " tx_dropped=%" SCNu64 " no_mbuf=%" SCNu64 " polls=%" SCNu64
-                    " idle_polls=%" SCNu64,
+                    " idle_polls=%" SCNu64 " cycles=%lf",
                     &row.dut_packets_in, &row.dut_completed, &row.dut_tx, &row.dut_tx_dropped,
-                    &row.dut_no_mbuf, &row.dut_polls, &row.dut_idle_polls);
+                    &row.dut_no_mbuf, &row.dut_polls, &row.dut_idle_polls, &row.dut_cycles);
         break;
       }
     }
   }
-  d.stop(std::chrono::seconds(3));
+  d.stop(std::chrono::seconds(5));
+  g.stop(std::chrono::seconds(10));
+  if (!to_agg) row.dut_cycles = testpmd_cycles_per_packet(dut_log);
   if (!done) {
     return fail(err.empty() ? "the generator gave no result (log " + gen_log + ")" : err);
   }
   row.ok = true;
-  std::remove(dut_log.c_str());
-  std::remove(gen_log.c_str());
+  if (std::getenv("INA_DPDK_BENCH_KEEP_LOGS") == nullptr) {
+    std::remove(dut_log.c_str());
+    std::remove(gen_log.c_str());
+  }
   std::remove(a.sock.c_str());
   return row;
 }

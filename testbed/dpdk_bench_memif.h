@@ -42,6 +42,9 @@ struct MemifRow {
   // Aggregator DUT only: its own counters over its whole run.
   uint64_t dut_packets_in = 0, dut_completed = 0, dut_tx = 0, dut_tx_dropped = 0, dut_no_mbuf = 0;
   uint64_t dut_idle_polls = 0, dut_polls = 0;
+  // TSC cycles per frame of the DUT's busy loop iterations (rx to tx, bursts that had frames):
+  // the aggregator's own count, testpmd's --record-core-cycles; -1 when not known.
+  double dut_cycles = -1;
 };
 
 // One measurement: spawns the DUT ("agg" or a testpmd forward mode: "io", "macswap"), then the
@@ -50,6 +53,8 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd,
                        const std::string& dut, MemifArgs a, int gen_cpu, int dut_cpu);
 
 size_t memif_frame_len(uint16_t elems);
+// testpmd's "CPU cycles/packet" (--record-core-cycles) from its log; -1 when absent.
+double testpmd_cycles_per_packet(const std::string& log);
 uint16_t memif_bsize(const MemifArgs& a);
 
 }  // namespace ina::bench
