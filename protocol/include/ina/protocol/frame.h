@@ -121,6 +121,10 @@ inline uint16_t fold(uint32_t acc) {
   while (acc >> 16) acc = (acc & 0xFFFF) + (acc >> 16);
   return static_cast<uint16_t>(acc);
 }
+// Writes `n` int32 values big-endian at `dst` (as wire::store_payload does) and returns sum16() of
+// the bytes written, in one pass: the sum of the 16-bit halves of each value is the sum of its two
+// big-endian 16-bit words, so no byte swap is needed for it. The aggregator's result encoder.
+uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n);
 // Checksum field value over `n` bytes (the field itself must be zero in the data).
 inline uint16_t checksum(const uint8_t* p, size_t n) { return static_cast<uint16_t>(~fold(sum16(p, n))); }
 
