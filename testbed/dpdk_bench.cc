@@ -68,11 +68,13 @@ struct SizeResult {
   std::vector<uint64_t> per_lcore;
   double cpu_s = 0;    // CPU time of the aggregator lcores in their loop
   double wall_s = 0;   // wall time of the first lcore's loop
+  double cycles = -1;  // TSC cycles per frame of the busy loop iterations, all lcores
 };
 
 struct TestpmdResult {
   double mpps = -1;          // best Rx-pps of its 1 s statistics
   double mpps_per_cpu = -1;  // forwarded packets / CPU seconds of its forwarding thread
+  double cycles = -1;        // its --record-core-cycles "CPU cycles/packet"
 };
 
 // dpdk-testpmd io forwarding on a net_ring vdev (its rx and tx are one ring: a loop fed by
@@ -89,7 +91,7 @@ TestpmdResult run_testpmd(const std::string& bin, const std::vector<std::string>
       "--no-pci", "--no-telemetry", "--log-level=3", "--file-prefix", prefix, "--lcores", lcores,
       "--vdev", "net_ring0", "--", "--mbuf-size=" + mbuf, "--total-num-mbufs=16384",
       "--forward-mode=io", "--tx-first", "--txpkts=" + std::to_string(frame_len),
-      "--stats-period=1", "--nb-cores=1"};
+      "--stats-period=1", "--nb-cores=1", "--record-core-cycles"};
   args.insert(args.end(), rest.begin(), rest.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -155,6 +157,7 @@ TestpmdResult run_testpmd(const std::string& bin, const std::vector<std::string>
     std::fclose(f);
   }
   res.mpps = best;
+  res.cycles = ina::bench::testpmd_cycles_per_packet(out);
   if (cpu > 0) res.mpps_per_cpu = forwarded / cpu / 1e6;
   if (best < 0) {
     std::fprintf(stderr, "ina-dpdk-bench: no Rx-pps from testpmd (its output: %s)\n", out.c_str());
@@ -283,6 +286,7 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
     res->cpu_s += static_cast<double>(agg->loop_counters(i).cpu_ns) / 1e9;
   }
   res->wall_s = static_cast<double>(agg->loop_counters(0).wall_ns) / 1e9;
+  if (lc.rx > 0) res->cycles = static_cast<double>(lc.busy_tsc) / static_cast<double>(lc.rx);
   if (e.malformed != 0 || e.stale != 0 || e.completed + 1 < sent / world) {
     std::fprintf(stderr,
                  "ina-dpdk-bench: unexpected counters (sent %" PRIu64 " completed %" PRIu64
@@ -496,11 +500,13 @@ int main(int argc, char** argv) {
               "main lcore); testpmd io fwd on net_ring0 (lcores %s); memory: %s\n",
               lcores, indirect ? "indirect (chains)" : "copied", lcore_map.c_str(), used.c_str());
   std::printf("# Mpps: frames per wall second; /cpu: per CPU second of the polling thread(s) (the\n"
-              "# fair figure where CPU is shared or capped); ratio = agg/cpu over testpmd/cpu.\n"
+              "# fair figure where CPU is shared or capped); ratio = agg/cpu over testpmd/cpu;\n"
+              "# cyc/f: TSC cycles per frame of busy loop iterations (testpmd --record-core-cycles)."
+              "\n"
               "# testpmd io fwd on a ring passes pointers and never touches a frame.\n");
-  std::printf("# %5s %5s %9s %9s %8s %8s %6s %10s %10s %7s %6s  %s\n", "elems", "frame",
-              "agg_Mpps", "agg/cpu", "Gelem/s", "Gel/cpu", "cpu%", "tpmd_Mpps", "tpmd/cpu",
-              "ratio", "drops", "per-lcore Mpps/cpu");
+  std::printf("# %5s %5s %9s %9s %8s %8s %6s %7s %10s %10s %7s %7s %6s  %s\n", "elems",
+              "frame", "agg_Mpps", "agg/cpu", "Gelem/s", "Gel/cpu", "cpu%", "cyc/f", "tpmd_Mpps",
+              "tpmd/cpu", "cyc/f", "ratio", "drops", "per-lcore Mpps/cpu");
   for (uint16_t e : sizes) {
     SizeResult r;
     if (!run_size(e, world, slots, lcores, seconds, indirect, gen_pool, &r)) {
@@ -522,10 +528,12 @@ int main(int argc, char** argv) {
                     static_cast<double>(r.per_lcore[i]) / (r.cpu_s / r.per_lcore.size()) / 1e6);
       per += b;
     }
-    std::printf("  %5u %5zu %9.2f %9.2f %8.3f %8.3f %5.0f%% %10.2f %10.2f %7.4f %6" PRIu64 "  %s\n",
+    std::printf("  %5u %5zu %9.2f %9.2f %8.3f %8.3f %5.0f%% %7.0f %10.2f %10.2f %7.1f %7.4f %6" PRIu64
+                "  %s\n",
                 unsigned{e}, r.frame_len, mpps, per_cpu, mpps * e / 1e3, per_cpu * e / 1e3,
-                r.wall_s > 0 ? 100 * r.cpu_s / (r.wall_s * lcores) : 0, tp.mpps, tp.mpps_per_cpu,
-                tp.mpps_per_cpu > 0 ? per_cpu / tp.mpps_per_cpu : 0.0, r.tx_dropped, per.c_str());
+                r.wall_s > 0 ? 100 * r.cpu_s / (r.wall_s * lcores) : 0, r.cycles, tp.mpps,
+                tp.mpps_per_cpu, tp.cycles, tp.mpps_per_cpu > 0 ? per_cpu / tp.mpps_per_cpu : 0.0,
+                r.tx_dropped, per.c_str());
     std::fflush(stdout);
   }
   ina::agg::dpdk_eal_cleanup();
