@@ -359,9 +359,10 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd,
         std::sscanf(line.c_str(),
                     "RESULT packets_in=%" SCNu64 " completed=%" SCNu64 " tx=%" SCNu64
                     " tx_dropped=%" SCNu64 " no_mbuf=%" SCNu64 " polls=%" SCNu64
-                    " idle_polls=%" SCNu64 " cycles=%lf",
+                    " idle_polls=%" SCNu64 " cycles=%lf malformed=%" SCNu64,
                     &row.dut_packets_in, &row.dut_completed, &row.dut_tx, &row.dut_tx_dropped,
-                    &row.dut_no_mbuf, &row.dut_polls, &row.dut_idle_polls, &row.dut_cycles);
+                    &row.dut_no_mbuf, &row.dut_polls, &row.dut_idle_polls, &row.dut_cycles,
+                    &row.dut_malformed);
         break;
       }
     }

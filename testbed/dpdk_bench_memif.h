@@ -41,7 +41,7 @@ struct MemifRow {
   double dut_cpu_s = -1;    // DUT lcore thread CPU in the window (from /proc)
   // Aggregator DUT only: its own counters over its whole run.
   uint64_t dut_packets_in = 0, dut_completed = 0, dut_tx = 0, dut_tx_dropped = 0, dut_no_mbuf = 0;
-  uint64_t dut_idle_polls = 0, dut_polls = 0;
+  uint64_t dut_idle_polls = 0, dut_polls = 0, dut_malformed = 0;
   // TSC cycles per frame of the DUT's busy loop iterations (rx to tx, bursts that had frames):
   // the aggregator's own count, testpmd's --record-core-cycles; -1 when not known.
   double dut_cycles = -1;
