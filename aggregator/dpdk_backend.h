@@ -74,7 +74,8 @@ struct DpdkLoopCounters {
   uint64_t polls = 0;            // loop iterations (benchmarks: idle_polls / polls is the idle share)
   uint64_t idle_polls = 0;       // iterations that found nothing to do
   uint64_t busy_tsc = 0;         // TSC cycles in the other iterations, rx to tx (benchmarks:
-                                 // cycles per frame, as testpmd --record-core-cycles counts them)
+                                 // cycles per frame, as testpmd --record-core-cycles counts them,
+                                 // less the rx of a burst that follows an idle poll)
   uint64_t cpu_ns = 0;           // CPU time of the lcore's thread in the loop (benchmarks)
   uint64_t wall_ns = 0;          // wall time in the loop
 };
