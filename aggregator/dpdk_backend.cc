@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -44,6 +45,7 @@ namespace {
 constexpr const char* kComponent = "dpdk";
 constexpr uint16_t kMaxBurst = 256;
 constexpr unsigned kPrefetchAhead = 3;
+constexpr unsigned kRecycle = 64;  // absorbed frames kept per lcore for the next results
 std::atomic<unsigned> g_instance{0};  // unique names of pools and rings
 
 Status dpdk_error(const std::string& what, int err) {
@@ -78,8 +80,15 @@ struct alignas(64) DpdkAggregator::Lcore {
   std::vector<rte_mbuf*> tx;                  // replies waiting for tx_burst
   size_t tx_n = 0;
   uint16_t ip_id = 0;
+  // DATA frames the Engine absorbed (no reply) are kept here instead of going back to the pool,
+  // and the next results to every rank are written into them: their mbuf header and buffer are
+  // still in this core's cache, and a pool put + get is saved per reply.
+  std::array<rte_mbuf*, kRecycle> recycled{};
+  unsigned n_recycled = 0;
 
   void loop();
+  void recycle(rte_mbuf* m);
+  rte_mbuf* reply_mbuf();
   void on_frame(rte_mbuf* m, bool verified);
   void process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello);
   void send(rte_mbuf* m);
@@ -205,6 +214,7 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
                                         wire::packet_size(static_cast<uint16_t>(
                                             1 + (j.slots.world_size + 31) / 32)));
   }
+  a->max_frame_ = max_frame;
   const uint16_t data_room =
       static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<size_t>(max_frame + 4, 2048));
   const std::string pool_name = "ina_agg_" + std::to_string(inst);
@@ -416,7 +426,7 @@ void DpdkAggregator::Lcore::loop() {
       c.handoff_received += k;
       got = static_cast<uint16_t>(got + k);
     }
-    flush_tx();
+    if (tx_n != 0) flush_tx();
     ++c.polls;
     if (got == 0) {
       ++c.idle_polls;
@@ -440,6 +450,8 @@ void DpdkAggregator::Lcore::loop() {
   // Frames staged or queued for tx are sent; frames other lcores may still hand over are freed
   // by the destructor.
   flush_tx();
+  if (n_recycled > 0) rte_pktmbuf_free_bulk(recycled.data(), n_recycled);
+  n_recycled = 0;
   c.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
   c.wall_ns += now_ns(CLOCK_MONOTONIC) - wall0;
 }
@@ -533,7 +545,7 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   }
   // Only lcore 0 answers HELLOs (every lcore saw them).
   if (r.target == Reply::Target::kNone || (hello && idx != 0)) {
-    rte_pktmbuf_free(m);
+    recycle(m);
     return;
   }
   const size_t len = wire::packet_size(r.hdr.count);
@@ -596,7 +608,7 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
         ++c.unroutable;
         continue;
       }
-      rte_mbuf* h = rte_pktmbuf_alloc(a.pool_);
+      rte_mbuf* h = reply_mbuf();
       rte_mbuf* seg = k == last ? m : rte_pktmbuf_clone(m, a.pool_);
       if (h == nullptr || seg == nullptr) [[unlikely]] {
         ++c.no_mbuf;
@@ -624,7 +636,7 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
       ++c.unroutable;
       continue;
     }
-    rte_mbuf* cp = rte_pktmbuf_alloc(a.pool_);
+    rte_mbuf* cp = reply_mbuf();
     if (cp == nullptr) [[unlikely]] {
       ++c.no_mbuf;
       continue;
@@ -637,6 +649,23 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   set_len(m, frame::write_udp_headers(data, src, (*peers)[static_cast<size_t>(last)].ep, len, sum,
                                       ip_id++));
   send(m);
+}
+
+void DpdkAggregator::Lcore::recycle(rte_mbuf* m) {
+  // Only a plain single-segment mbuf of our own, large enough for any reply.
+  if (n_recycled < kRecycle && rte_mbuf_refcnt_read(m) == 1 && RTE_MBUF_DIRECT(m) &&
+      m->nb_segs == 1 && m->buf_len >= RTE_PKTMBUF_HEADROOM + self->max_frame_) {
+    recycled[n_recycled++] = m;
+    return;
+  }
+  rte_pktmbuf_free(m);
+}
+
+rte_mbuf* DpdkAggregator::Lcore::reply_mbuf() {
+  if (n_recycled == 0) return rte_pktmbuf_alloc(self->pool_);
+  rte_mbuf* m = recycled[--n_recycled];
+  rte_pktmbuf_reset(m);
+  return m;
 }
 
 void DpdkAggregator::Lcore::send(rte_mbuf* m) {

@@ -122,6 +122,7 @@ class DpdkAggregator {
   frame::LocalConfig local_;
   uint16_t port_ = 0;
   uint16_t rx_queues_ = 0;
+  size_t max_frame_ = 0;  // the largest frame of any job (a reply fits an mbuf this large)
   bool port_started_ = false;
   bool running_ = false;
   std::atomic<bool> stop_{false};
