@@ -3,7 +3,7 @@
 //
 //   ina-dpdk-bench [--mode memif,ring] [--elems 64,256,1024] [--seconds 1] [--world 4]
 //                  [--slots 128] [--lcores 1] [--mem auto|huge|nohuge] [--indirect]
-//                  [--zero-copy] [--bsize N] [--forward-mode io|macswap]
+//                  [--bsize N] [--forward-mode io|macswap]
 //                  [--testpmd dpdk-testpmd|none] [-- <EAL arguments of the ring mode>]
 //
 // memif (dpdk_bench_memif.cc): a generator process and the device under test, each pinned to its
@@ -321,10 +321,10 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
   const int dut_cpu = cpus[1 % cpus.size()];
   std::string used;
   (void)eal_memory(a.mem, 128, &used);
-  std::printf("# memif: generator process (memif client%s) on CPU %d, DUT process (memif server) "
-              "on CPU %d; memory: %s; aggregator results %s; testpmd --forward-mode=%s "
+  std::printf("# memif: generator process (memif client, copy mode) on CPU %d, DUT process (memif "
+              "server) on CPU %d; memory: %s; aggregator results %s; testpmd --forward-mode=%s "
               "--port-topology=loop\n",
-              a.zero_copy ? ", zero-copy" : ", copy mode", gen_cpu, dut_cpu, used.c_str(),
+              gen_cpu, dut_cpu, used.c_str(),
               a.indirect ? "indirect (chains)" : "copied", fwd.c_str());
   std::printf("# Mpps: frames back at the generator per second of its window; /cpu: per CPU second"
               " of the DUT's lcore\n# thread (from /proc, the same meter for both DUTs); cpu%%: "
@@ -409,7 +409,6 @@ int main(int argc, char** argv) {
   std::vector<std::string> modes = {"memif", "ring"};
   std::string mem = "auto";
   bool indirect = false;
-  bool zero_copy = false;
   uint16_t bsize = 0;
   std::string role, sock, to = "agg";
   int cpu = 0;
@@ -434,7 +433,6 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_flag("--indirect", indirect,
                "results to every rank as header + indirect datagram chains instead of copies");
-  app.add_flag("--zero-copy", zero_copy, "memif: the generator's client in zero-copy mode");
   app.add_option("--bsize", bsize, "memif buffer size (0: one buffer per frame)")
       ->capture_default_str();
   app.add_option("--testpmd", testpmd, "dpdk-testpmd binary, or 'none'")->capture_default_str();
@@ -461,7 +459,6 @@ int main(int argc, char** argv) {
     a.mem = mem;
     a.bsize = bsize;
     a.to_agg = to == "agg";
-    a.zero_copy = zero_copy;
     a.indirect = indirect;
     return role == "gen" ? memif_generator(a) : memif_aggregator(a);
   }
@@ -479,7 +476,6 @@ int main(int argc, char** argv) {
     a.seconds = seconds;
     a.mem = mem;
     a.bsize = bsize;
-    a.zero_copy = zero_copy;
     a.indirect = indirect;
     if (!memif_sweep(self_exe(argv[0]), testpmd, fwd, sizes, a, cpus)) rc = 1;
   }

@@ -44,7 +44,6 @@ double thread_cpu_s() {
 std::string vdev(const MemifArgs& a, bool server) {
   std::string v = "net_memif0,role=" + std::string(server ? "server" : "client") +
                   ",socket=" + a.sock + ",bsize=" + std::to_string(memif_bsize(a));
-  if (!server && a.zero_copy) v += ",zero-copy=yes";
   return v;
 }
 
@@ -325,7 +324,6 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd,
                                     std::to_string(a.seconds), "--cpu", std::to_string(gen_cpu),
                                     "--mem", a.mem, "--bsize", std::to_string(memif_bsize(a)),
                                     "--to", to_agg ? "agg" : "testpmd"};
-  if (a.zero_copy) gargs.push_back("--zero-copy");
   if (!g.spawn(gargs, gen_log, true)) {
     d.stop(std::chrono::milliseconds(100));
     return fail("cannot start the generator process");

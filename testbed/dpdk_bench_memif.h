@@ -22,7 +22,6 @@ struct MemifArgs {
   uint16_t bsize = 0;        // memif buffer size; 0: the frame size rounded up to 128 B (one
                              // buffer per frame), at least 2048
   bool to_agg = true;        // generator: the peer is the aggregator (join first) or testpmd
-  bool zero_copy = false;    // generator: memif client in zero-copy mode
   bool indirect = false;     // aggregator: results as header + indirect datagram chains
 };
 
