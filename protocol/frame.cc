@@ -99,21 +99,6 @@ std::string format_ipv4(uint32_t ip) {
   return b;
 }
 
-uint32_t sum16(const uint8_t* p, size_t n, uint32_t acc) {
-  // 64-bit accumulation of 32-bit big-endian words, folded at the end: no overflow below 16 GiB.
-  uint64_t s = acc;
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) s += rd32(p + i);
-  if (i + 2 <= n) {
-    s += rd16(p + i);
-    i += 2;
-  }
-  if (i < n) s += uint32_t{p[i]} << 8;
-  while (s >> 32) s = (s & 0xFFFFFFFF) + (s >> 32);
-  uint32_t r = static_cast<uint32_t>(s);
-  return (r >> 16) + (r & 0xFFFF);
-}
-
 uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n) {
   // Four words at a time with GCC/Clang vector extensions (GCC 12 at -O2 vectorizes neither the
   // byte swap nor the widening sum), the byte swap as one constant byte permutation where the
