@@ -16,6 +16,7 @@
 // the cost of each).
 #include "aggregator/dpdk_backend.h"
 
+#include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
@@ -29,6 +30,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -43,6 +45,7 @@ namespace {
 constexpr const char* kComponent = "dpdk";
 constexpr uint16_t kMaxBurst = 256;
 constexpr unsigned kPrefetchAhead = 3;
+constexpr unsigned kRecycle = 64;  // absorbed frames kept per lcore for the next results
 std::atomic<unsigned> g_instance{0};  // unique names of pools and rings
 
 Status dpdk_error(const std::string& what, int err) {
@@ -92,7 +95,15 @@ struct alignas(64) DpdkAggregator::Lcore {
   uint64_t mail_seen = 0;                     // the last request this lcore handled
   std::map<JobId, std::string> job_errors;    // of the last jobs applied
 
+  // DATA frames the Engine absorbed (no reply) are kept here instead of going back to the pool,
+  // and the next results to every rank are written into them: their mbuf header and buffer are
+  // still in this core's cache, and a pool put + get is saved per reply.
+  std::array<rte_mbuf*, kRecycle> recycled{};
+  unsigned n_recycled = 0;
+
   void loop();
+  void recycle(rte_mbuf* m);
+  rte_mbuf* reply_mbuf();
   void handle_mail();
   void apply_jobs(const std::vector<JobConfig>& desired);
   AggregatorSnapshot take_snapshot();
@@ -140,6 +151,26 @@ uint64_t now_ns(clockid_t clock) {
   timespec ts{};
   clock_gettime(clock, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// Every cache line of a frame (headers and payload, at most kPrefetchBytes), for the read by
+// classify() and the Engine's add.
+constexpr size_t kPrefetchBytes = 4352;
+inline void prefetch_frame(const rte_mbuf* m) {
+  const char* p = rte_pktmbuf_mtod(m, const char*);
+  const size_t n = std::min<size_t>(m->data_len, kPrefetchBytes);
+  for (size_t o = 0; o < n; o += RTE_CACHE_LINE_SIZE) rte_prefetch0(p + o);
+}
+
+// Six bytes as two loads (std::array's operator!= called memcmp here, per packet).
+inline bool same_mac(const frame::Mac& a, const frame::Mac& b) {
+  uint32_t a4, b4;
+  uint16_t a2, b2;
+  std::memcpy(&a4, a.data(), 4);
+  std::memcpy(&b4, b.data(), 4);
+  std::memcpy(&a2, a.data() + 4, 2);
+  std::memcpy(&b2, b.data() + 4, 2);
+  return a4 == b4 && a2 == b2;
 }
 
 void set_len(rte_mbuf* m, size_t len) {
@@ -238,6 +269,7 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
   }
   a->max_packet_ = max_packet;
   const size_t max_frame = frame::kUdpHeadroom + max_packet;
+  a->max_frame_ = max_frame;
   const uint16_t data_room =
       static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<size_t>(max_frame + 4, 2048));
   const std::string pool_name = "ina_agg_" + std::to_string(inst);
@@ -270,7 +302,12 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
     }
     conf.rxmode.offloads =
         info.rx_offload_capa & (RTE_ETH_RX_OFFLOAD_IPV4_CKSUM | RTE_ETH_RX_OFFLOAD_UDP_CKSUM);
-    if (max_frame > RTE_ETHER_MAX_LEN) {
+    // DPDK 22.11's memif reports a 1518-byte maximum frame, yet its copy path spreads any frame
+    // over as many ring buffers as it needs and never checks an MTU: larger blocks work there with
+    // the default MTU (ina-dpdk-bench --mode memif at 1024 elements, 4170-byte frames).
+    const bool mtu_unchecked = info.driver_name != nullptr &&
+                               std::strcmp(info.driver_name, "net_memif") == 0;
+    if (max_frame > RTE_ETHER_MAX_LEN && !mtu_unchecked) {
       conf.rxmode.mtu = static_cast<uint32_t>(max_frame - RTE_ETHER_HDR_LEN);
       if (info.max_mtu < conf.rxmode.mtu) {
         return invalid_argument("dpdk: blocks of this size need an MTU of " +
@@ -437,6 +474,10 @@ void DpdkAggregator::Lcore::loop() {
   rte_mbuf* pkts[kMaxBurst];
   uint64_t last_dropped = 0;
   const uint64_t cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID), wall0 = now_ns(CLOCK_MONOTONIC);
+  // busy_tsc without a TSC read per idle poll (24 ns each on some VMs, most of an idle loop):
+  // a busy iteration starts where the previous busy one ended, or after its rx burst when the
+  // previous iteration was idle (that burst's rx time is then not counted).
+  uint64_t busy_from = 0;  // 0: the previous iteration was idle
   while (!a.stop_.load(std::memory_order_relaxed)) {
     const uint64_t posted = mail.posted.load(std::memory_order_acquire);
     if (posted != mail_seen) [[unlikely]] {
@@ -448,13 +489,14 @@ void DpdkAggregator::Lcore::loop() {
     uint16_t got = 0;
     if (has_rxq) {
       got = rte_eth_rx_burst(a.port_, queue, pkts, burst);
-      for (uint16_t i = 0; i < got && i < kPrefetchAhead; ++i) {
-        rte_prefetch0(rte_pktmbuf_mtod(pkts[i], void*));
-      }
+      if (got != 0 && busy_from == 0) busy_from = rte_rdtsc();
+      // The mbufs and frames were written by another core (the PMD's or a peer's): the mbuf
+      // headers of the whole burst first, then each frame's headers and payload a few frames
+      // ahead of its processing, so that their cache misses overlap.
+      for (uint16_t i = 0; i < got; ++i) rte_prefetch0(pkts[i]);
+      for (uint16_t i = 0; i < got && i < kPrefetchAhead; ++i) prefetch_frame(pkts[i]);
       for (uint16_t i = 0; i < got; ++i) {
-        if (i + kPrefetchAhead < got) {
-          rte_prefetch0(rte_pktmbuf_mtod(pkts[i + kPrefetchAhead], void*));
-        }
+        if (i + kPrefetchAhead < got) prefetch_frame(pkts[i + kPrefetchAhead]);
         on_frame(pkts[i], false);
       }
       c.rx += got;
@@ -464,15 +506,24 @@ void DpdkAggregator::Lcore::loop() {
       if (in[s] == nullptr) continue;
       const unsigned k = rte_ring_dequeue_burst(in[s], reinterpret_cast<void**>(pkts), burst,
                                                 nullptr);
+      for (unsigned i = 0; i < k; ++i) rte_prefetch0(pkts[i]);
+      for (unsigned i = 0; i < k && i < kPrefetchAhead; ++i) prefetch_frame(pkts[i]);
       for (unsigned i = 0; i < k; ++i) {
-        if (i + 1 < k) rte_prefetch0(rte_pktmbuf_mtod(pkts[i + 1], void*));
+        if (i + kPrefetchAhead < k) prefetch_frame(pkts[i + kPrefetchAhead]);
         on_frame(pkts[i], true);
       }
       c.handoff_received += k;
       got = static_cast<uint16_t>(got + k);
     }
-    flush_tx();
-    if (got != 0) {
+    if (tx_n != 0) flush_tx();
+    ++c.polls;
+    if (got == 0) {
+      ++c.idle_polls;
+      busy_from = 0;
+    } else {
+      const uint64_t tsc = rte_rdtsc();
+      if (busy_from != 0) c.busy_tsc += tsc - busy_from;
+      busy_from = tsc;
       pub.rx.store(c.rx, std::memory_order_relaxed);
       pub.tx.store(c.tx, std::memory_order_relaxed);
       pub.completed.store(engine->counters().completed, std::memory_order_relaxed);
@@ -488,6 +539,8 @@ void DpdkAggregator::Lcore::loop() {
   // Frames staged or queued for tx are sent; frames other lcores may still hand over are freed
   // by the destructor.
   flush_tx();
+  if (n_recycled > 0) rte_pktmbuf_free_bulk(recycled.data(), n_recycled);
+  n_recycled = 0;
   c.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
   c.wall_ns += now_ns(CLOCK_MONOTONIC) - wall0;
 }
@@ -573,8 +626,8 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
     if (it != peer_table.end()) {
       peers = &it->second;
       Peer& pe = (*peers)[static_cast<size_t>(rank)];
-      if (!pe.known || pe.ep.ip != p.src_ip || pe.ep.port != p.src_port || pe.ep.mac != p.src_mac)
-          [[unlikely]] {
+      if (!pe.known || pe.ep.ip != p.src_ip || pe.ep.port != p.src_port ||
+          !same_mac(pe.ep.mac, p.src_mac)) [[unlikely]] {
         pe.known = true;
         pe.ep = frame::Endpoint{p.src_mac, p.src_ip, p.src_port};
       }
@@ -582,7 +635,7 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   }
   // Only lcore 0 answers HELLOs (every lcore saw them).
   if (r.target == Reply::Target::kNone || (hello && idx != 0)) {
-    rte_pktmbuf_free(m);
+    recycle(m);
     return;
   }
   const size_t len = wire::packet_size(r.hdr.count);
@@ -603,8 +656,11 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
   uint8_t* dg = data + frame::kUdpHeadroom;
   wire::encode_header(r.hdr, dg);
-  if (r.hdr.count > 0) wire::store_payload(dg + wire::kHeaderSize, r.payload, r.hdr.count);
-  const uint32_t sum = frame::sum16(dg, len);
+  // The payload is encoded and summed for the UDP checksum in one pass (frame.h).
+  const uint32_t sum = frame::sum16(
+      dg, wire::kHeaderSize,
+      r.hdr.count > 0 ? frame::store_payload_sum16(dg + wire::kHeaderSize, r.payload, r.hdr.count)
+                      : 0);
 
   if (r.target == Reply::Target::kSender) {
     set_len(m, frame::udp_reply(data, p, a.local_, len, sum, ip_id++));
@@ -642,7 +698,7 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
         ++c.unroutable;
         continue;
       }
-      rte_mbuf* h = rte_pktmbuf_alloc(a.pool_);
+      rte_mbuf* h = reply_mbuf();
       rte_mbuf* seg = k == last ? m : rte_pktmbuf_clone(m, a.pool_);
       if (h == nullptr || seg == nullptr) [[unlikely]] {
         ++c.no_mbuf;
@@ -670,7 +726,7 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
       ++c.unroutable;
       continue;
     }
-    rte_mbuf* cp = rte_pktmbuf_alloc(a.pool_);
+    rte_mbuf* cp = reply_mbuf();
     if (cp == nullptr) [[unlikely]] {
       ++c.no_mbuf;
       continue;
@@ -683,6 +739,23 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   set_len(m, frame::write_udp_headers(data, src, (*peers)[static_cast<size_t>(last)].ep, len, sum,
                                       ip_id++));
   send(m);
+}
+
+void DpdkAggregator::Lcore::recycle(rte_mbuf* m) {
+  // Only a plain single-segment mbuf of our own, large enough for any reply.
+  if (n_recycled < kRecycle && rte_mbuf_refcnt_read(m) == 1 && RTE_MBUF_DIRECT(m) &&
+      m->nb_segs == 1 && m->buf_len >= RTE_PKTMBUF_HEADROOM + self->max_frame_) {
+    recycled[n_recycled++] = m;
+    return;
+  }
+  rte_pktmbuf_free(m);
+}
+
+rte_mbuf* DpdkAggregator::Lcore::reply_mbuf() {
+  if (n_recycled == 0) return rte_pktmbuf_alloc(self->pool_);
+  rte_mbuf* m = recycled[--n_recycled];
+  rte_pktmbuf_reset(m);
+  return m;
 }
 
 void DpdkAggregator::Lcore::send(rte_mbuf* m) {
@@ -923,6 +996,9 @@ DpdkLoopCounters DpdkAggregator::loop_totals() const {
     t.multi_segment += c.multi_segment;
     t.unroutable += c.unroutable;
     t.reply_too_big += c.reply_too_big;
+    t.polls += c.polls;
+    t.idle_polls += c.idle_polls;
+    t.busy_tsc += c.busy_tsc;
   }
   return t;
 }

@@ -103,6 +103,11 @@ struct DpdkLoopCounters {
   uint64_t multi_segment = 0;    // scattered frames, dropped
   uint64_t unroutable = 0;       // a result for a rank whose address is not known yet
   uint64_t reply_too_big = 0;    // the reply does not fit the mbuf
+  uint64_t polls = 0;            // loop iterations (benchmarks: idle_polls / polls is the idle share)
+  uint64_t idle_polls = 0;       // iterations that found nothing to do
+  uint64_t busy_tsc = 0;         // TSC cycles in the other iterations, rx to tx (benchmarks:
+                                 // cycles per frame, as testpmd --record-core-cycles counts them,
+                                 // less the rx of a burst that follows an idle poll)
   uint64_t cpu_ns = 0;           // CPU time of the lcore's thread in the loop (benchmarks)
   uint64_t wall_ns = 0;          // wall time in the loop
 };
@@ -164,6 +169,7 @@ class DpdkAggregator {
   frame::LocalConfig local_;
   uint16_t port_ = 0;
   uint16_t rx_queues_ = 0;
+  size_t max_frame_ = 0;  // the largest frame of any job (a reply fits an mbuf this large)
   bool port_started_ = false;
   bool running_ = false;
   std::atomic<bool> stop_{false};

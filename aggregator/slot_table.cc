@@ -6,6 +6,7 @@
 #include "aggregator/slot_table.h"
 
 #include <algorithm>
+#include <bit>
 #include <cstring>
 #include <new>
 #include <string>
@@ -36,14 +37,24 @@ constexpr uint32_t kMaxWorld = 65535;
 //
 // GCC 12 at -O2 does not vectorize a loop over __builtin_bswap32 (baseline x86-64 has no byte
 // shuffle, and the cheap cost model refuses loops that need an epilogue), so the bulk is written
-// with GCC/Clang vector extensions: 4 words at a time, byte swap by shifts and masks (plain SSE2 /
-// NEON), then a scalar tail. memcpy keeps the unaligned loads and stores well defined.
+// with GCC/Clang vector extensions: 4 words at a time, byte swap as one constant byte permutation
+// where the target has a byte shuffle (pshufb with SSSE3, as in builds with DPDK's -march=corei7;
+// NEON), else by shifts and masks (plain SSE2), then a scalar tail. memcpy keeps the unaligned
+// loads and stores well defined.
 using U32x4 = uint32_t __attribute__((vector_size(16)));
 using I32x4 = int32_t __attribute__((vector_size(16)));
 constexpr size_t kLanes = 4;
 
 inline U32x4 bswap_lanes(U32x4 w) {
+#if defined(__SSSE3__) || defined(__ARM_NEON)
+  using U8x16 = uint8_t __attribute__((vector_size(16)));
+  const U8x16 b = std::bit_cast<U8x16>(w);
+  return std::bit_cast<U32x4>(
+      __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12));
+#else
+  // Without a byte shuffle GCC lowers the permutation to scalar code: shifts and masks instead.
   return (w >> 24) | ((w >> 8) & 0xFF00u) | ((w << 8) & 0xFF0000u) | (w << 24);
+#endif
 }
 inline U32x4 load_be(const uint8_t* p) {
   U32x4 w;

@@ -1,18 +1,27 @@
-// ina-dpdk-bench: the DPDK aggregator loop at full rate over an in-process net_ring port, beside
-// dpdk-testpmd's io forwarding on a net_ring vdev with the same frame size, in the same run.
+// ina-dpdk-bench: the DPDK aggregator loop at full rate beside dpdk-testpmd forwarding on the same
+// kind of port and frame size, in the same run, in two modes:
 //
-//   ina-dpdk-bench [--elems 64,256,1024] [--seconds 1] [--world 4] [--slots 128] [--lcores 1]
-//                  [--indirect] [--testpmd dpdk-testpmd|none] [-- <EAL arguments>]
+//   ina-dpdk-bench [--mode memif,ring] [--elems 64,256,1024] [--seconds 1] [--world 4]
+//                  [--slots 128] [--lcores 1] [--mem auto|huge|nohuge] [--indirect]
+//                  [--bsize N] [--forward-mode io|macswap]
+//                  [--testpmd dpdk-testpmd|none] [-- <EAL arguments of the ring mode>]
 //
-// The generator runs on the main lcore: it plays `world` ranks streaming blocks through the
-// slots (every block: one DATA frame per rank), each frame an mbuf filled from a per-(rank, slot
-// copy) template with the block's sequence patched in (UDP checksum 0, "none"); it drains and
-// frees the replies. The aggregator runs on the worker lcores. Printed per size: aggregator Mpps
-// (frames in) and aggregated elements/s, per wall second and per CPU second of the polling lcore
-// (where CPU is capped or shared, as on CI machines, only the latter compares), beside testpmd's
-// io forwarding (Rx-pps, and forwarded packets per CPU second of its forwarding thread).
-// io forwarding on a ring never touches a frame (it passes pointers), so it is an upper bound no
-// packet-processing loop reaches; it is printed because the issue asks for it.
+// memif (dpdk_bench_memif.cc): a generator process and the device under test, each pinned to its
+// own CPU, joined by net_memif; the DUT is the aggregator (this binary's --role agg), then testpmd
+// (--forward-mode io, --port-topology loop) against the same generator. Both DUTs copy every frame
+// in and out of the shared rings, so this is the comparison that means something.
+//
+// ring: the generator on the main lcore plays `world` ranks streaming blocks through the slots
+// (every block: one DATA frame per rank, an mbuf filled from a per-(rank, slot copy) template with
+// the block's sequence patched in, UDP checksum 0, "none"); it drains and frees the replies. The
+// aggregator runs on the worker lcores. testpmd io forwarding on a ring never touches a frame (it
+// passes pointers), so it is an upper bound no packet-processing loop reaches.
+//
+// Printed per size: Mpps (frames in; the aggregator returns one result per DATA frame) and
+// aggregated elements/s, per wall second and per CPU second of the DUT's polling thread (where CPU
+// is capped or shared only the latter compares), and TSC cycles per frame of the busy loop
+// iterations (testpmd: --record-core-cycles). Hugepages when free (scripts/dpdk-hugepages.sh),
+// else --no-huge; the header says which.
 #include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_eth_ring.h>
@@ -44,8 +53,8 @@
 #include "aggregator/dpdk_backend.h"
 #include "ina/protocol/frame.h"
 #include "ina/protocol/wire.h"
-
-extern char** environ;
+#include "testbed/dpdk_bench_common.h"
+#include "testbed/dpdk_bench_memif.h"
 
 namespace {
 
@@ -53,8 +62,7 @@ using ina::agg::DpdkAggregator;
 namespace frame = ina::frame;
 namespace wire = ina::wire;
 
-constexpr uint32_t kAggIp = 0x0A0C0001;
-constexpr uint16_t kAggPort = 47474;
+using namespace ina::bench;
 constexpr uint16_t kBurst = 32;
 
 struct SizeResult {
@@ -69,69 +77,32 @@ struct SizeResult {
   std::vector<uint64_t> per_lcore;
   double cpu_s = 0;    // CPU time of the aggregator lcores in their loop
   double wall_s = 0;   // wall time of the first lcore's loop
+  double cycles = -1;  // TSC cycles per frame of the busy loop iterations, all lcores
+  bool unexpected = false;  // counters that exact aggregation cannot give
 };
 
 struct TestpmdResult {
   double mpps = -1;          // best Rx-pps of its 1 s statistics
   double mpps_per_cpu = -1;  // forwarded packets / CPU seconds of its forwarding thread
+  double cycles = -1;        // its --record-core-cycles "CPU cycles/packet"
 };
-
-// CPU seconds (user + system) of the threads of `pid` whose name contains "worker".
-double worker_cpu_seconds(pid_t pid) {
-  double total = 0;
-  const std::string dir = "/proc/" + std::to_string(pid) + "/task";
-  std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(dir.c_str()), closedir);
-  if (!d) return -1;
-  while (dirent* e = readdir(d.get())) {
-    if (e->d_name[0] == '.') continue;
-    char buf[1024];
-    const std::string stat = dir + "/" + e->d_name + "/stat";
-    FILE* f = std::fopen(stat.c_str(), "r");
-    if (f == nullptr) continue;
-    const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
-    std::fclose(f);
-    buf[n] = 0;
-    // pid (comm) state ... field 14 utime, 15 stime; comm may hold spaces: parse after ')'.
-    const char* open = std::strchr(buf, '(');
-    const char* close = std::strrchr(buf, ')');
-    if (open == nullptr || close == nullptr) continue;
-    if (std::string(open + 1, close).find("worker") == std::string::npos) continue;
-    unsigned long long ut = 0, st = 0;
-    if (std::sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-                    &st) == 2) {
-      total += static_cast<double>(ut + st) / static_cast<double>(sysconf(_SC_CLK_TCK));
-    }
-  }
-  return total;
-}
-
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-    }
-  }
-  if (cpus.empty()) cpus.push_back(0);
-  return cpus;
-}
 
 // dpdk-testpmd io forwarding on a net_ring vdev (its rx and tx are one ring: a loop fed by
 // --tx-first) for `seconds`; the highest Rx-pps of its periodic statistics, in Mpps.
-TestpmdResult run_testpmd(const std::string& bin, const std::string& lcores, size_t frame_len,
-                          double seconds) {
+TestpmdResult run_testpmd(const std::string& bin, const std::vector<std::string>& mem,
+                          const std::string& lcores, size_t frame_len, double seconds) {
   TestpmdResult res;
   const std::string out = "/tmp/ina-dpdk-bench-testpmd-" + std::to_string(getpid()) + ".log";
   const std::string prefix = "ina_bench_tpmd_" + std::to_string(getpid());
   const std::string mbuf = std::to_string(std::max<size_t>(2176, frame_len + 256));
-  std::vector<std::string> args = {bin, "--no-huge", "-m", "1024", "--no-shconf", "--no-pci",
-                                   "--no-telemetry", "--log-level=3", "--file-prefix", prefix,
-                                   "--lcores", lcores, "--vdev", "net_ring0", "--",
-                                   "--mbuf-size=" + mbuf, "--total-num-mbufs=16384", "--forward-mode=io", "--tx-first",
-                                   "--txpkts=" + std::to_string(frame_len), "--stats-period=1",
-                                   "--nb-cores=1"};
+  std::vector<std::string> args = {bin};
+  args.insert(args.end(), mem.begin(), mem.end());
+  const std::vector<std::string> rest = {
+      "--no-pci", "--no-telemetry", "--log-level=3", "--file-prefix", prefix, "--lcores", lcores,
+      "--vdev", "net_ring0", "--", "--mbuf-size=" + mbuf, "--total-num-mbufs=16384",
+      "--forward-mode=io", "--tx-first", "--txpkts=" + std::to_string(frame_len),
+      "--stats-period=1", "--nb-cores=1", "--record-core-cycles"};
+  args.insert(args.end(), rest.begin(), rest.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -196,6 +167,7 @@ TestpmdResult run_testpmd(const std::string& bin, const std::string& lcores, siz
     std::fclose(f);
   }
   res.mpps = best;
+  res.cycles = ina::bench::testpmd_cycles_per_packet(out);
   if (cpu > 0) res.mpps_per_cpu = forwarded / cpu / 1e6;
   if (best < 0) {
     std::fprintf(stderr, "ina-dpdk-bench: no Rx-pps from testpmd (its output: %s)\n", out.c_str());
@@ -230,8 +202,8 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
   o.mbufs = 16383;
   o.indirect_multicast = indirect;
   ina::agg::JobConfig job;
-  job.job = 1;
-  job.key = 42;
+  job.job = kJob;
+  job.key = kKey;
   job.slots.world_size = world;
   job.slots.num_slots = slots;
   job.slots.max_elems = elems;
@@ -244,55 +216,14 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
   const frame::LocalConfig local = agg->local();
   const frame::Endpoint agg_ep{local.mac, local.ip, local.udp_port};
 
-  // Templates: (rank, slot, shadow) -> frame; the block's seq is patched per send.
-  const size_t dlen = wire::packet_size(elems);
-  const size_t flen = frame::kUdpHeadroom + dlen;
+  // The generator's frames (dpdk_bench_common.h); the join barrier first.
+  FrameTemplates tmpl(elems, world, slots, agg_ep);
+  const size_t flen = tmpl.flen;
   res->frame_len = flen;
-  std::vector<uint8_t> tmpl(size_t{world} * slots * 2 * flen);
-  auto tmpl_at = [&](uint32_t r, uint32_t s, uint32_t sh) {
-    return tmpl.data() + ((size_t{r} * slots + s) * 2 + sh) * flen;
-  };
-  std::vector<int32_t> pl(elems);
-  for (uint32_t r = 0; r < world; ++r) {
-    const frame::Endpoint ep{{0x02, 0xCC, 0, 0, 0, static_cast<uint8_t>(r)}, 0x0A0C0100 + r,
-                             static_cast<uint16_t>(41000 + r)};
-    for (uint32_t s = 0; s < slots; ++s) {
-      for (uint32_t sh = 0; sh < 2; ++sh) {
-        uint8_t* f = tmpl_at(r, s, sh);
-        wire::Header h;
-        h.job = job.job;
-        h.key = job.key;
-        h.rank = static_cast<uint16_t>(r);
-        h.slot = static_cast<uint16_t>(s);
-        h.shadow = sh != 0;
-        h.count = elems;
-        for (uint16_t i = 0; i < elems; ++i) pl[i] = static_cast<int32_t>(r * 1000 + i);
-        wire::encode_header(h, f + frame::kUdpHeadroom);
-        wire::store_payload(f + frame::kUdpHeadroom + wire::kHeaderSize, pl.data(), elems);
-        frame::write_udp_headers(f, ep, agg_ep, dlen, 0, 1);
-        f[40] = f[41] = 0;  // UDP checksum: none (the seq changes per send)
-      }
-    }
-  }
-  // The join barrier first.
   for (uint32_t r = 0; r < world; ++r) {
     rte_mbuf* m = rte_pktmbuf_alloc(gen_pool);
-    uint8_t* f = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(flen)));
-    rte_memcpy(f, tmpl_at(r, 0, 0), flen);
-    wire::Header h;
-    h.flags = wire::kFlagHello;
-    h.job = job.job;
-    h.key = job.key;
-    h.seq = 77 + r;
-    h.rank = static_cast<uint16_t>(r);
-    h.count = 1;
-    const size_t hl = wire::packet_size(1);
-    wire::encode_header(h, f + frame::kUdpHeadroom);
-    wire::put_u32(f + frame::kUdpHeadroom + wire::kHeaderSize, world);
-    const frame::Endpoint ep{{0x02, 0xCC, 0, 0, 0, static_cast<uint8_t>(r)}, 0x0A0C0100 + r,
-                             static_cast<uint16_t>(41000 + r)};
-    frame::write_udp_headers(f, ep, agg_ep, hl, frame::sum16(f + frame::kUdpHeadroom, hl), 1);
-    rte_pktmbuf_trim(m, static_cast<uint16_t>(flen - frame::kUdpHeadroom - hl));
+    const auto& h = tmpl.hellos[r];
+    rte_memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(h.size())), h.data(), h.size());
     while (rte_ring_enqueue(rx, m) != 0) {
     }
   }
@@ -311,8 +242,7 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
   // Wait for the WELCOMEs.
   for (uint64_t got = 0; got < world;) got += drain();
 
-  uint64_t block = 0;
-  uint32_t rank = 0;
+  BlockCursor cur;
   uint64_t sent = 0, full = 0, tries = 0;
   rte_mbuf* pending[kBurst];
   unsigned np = 0;
@@ -329,17 +259,9 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
         }
         for (unsigned i = 0; i < kBurst; ++i) {
           rte_mbuf* m = pending[i];
-          const uint32_t s = static_cast<uint32_t>(block % slots);
-          const uint32_t sh = static_cast<uint32_t>((block / slots) & 1);
-          uint8_t* f = rte_pktmbuf_mtod(m, uint8_t*);
-          rte_memcpy(f, tmpl_at(rank, s, sh), flen);
-          wire::put_u32(f + frame::kUdpHeadroom + wire::kOffSeq, static_cast<uint32_t>(block + 1));
+          cur.next(tmpl, rte_pktmbuf_mtod(m, uint8_t*));
           m->data_len = static_cast<uint16_t>(flen);
           m->pkt_len = static_cast<uint32_t>(flen);
-          if (++rank == world) {
-            rank = 0;
-            ++block;
-          }
         }
         np = kBurst;
       }
@@ -374,56 +296,204 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
     res->cpu_s += static_cast<double>(agg->loop_counters(i).cpu_ns) / 1e9;
   }
   res->wall_s = static_cast<double>(agg->loop_counters(0).wall_ns) / 1e9;
+  if (lc.rx > 0) res->cycles = static_cast<double>(lc.busy_tsc) / static_cast<double>(lc.rx);
   if (e.malformed != 0 || e.stale != 0 || e.completed + 1 < sent / world) {
     std::fprintf(stderr,
-                 "ina-dpdk-bench: unexpected counters (sent %" PRIu64 " completed %" PRIu64
+                 "ina-dpdk-bench: UNEXPECTED counters (sent %" PRIu64 " completed %" PRIu64
                  " malformed %" PRIu64 " stale %" PRIu64 ")\n",
                  sent, e.completed, e.malformed, e.stale);
+    res->unexpected = true;
   }
-  agg.reset();  // closes the port
+  // The replies still queued go back to the aggregator's pool before the aggregator frees it.
   drain();
+  agg.reset();  // closes the port
   rte_ring_free(rx);
   for (rte_ring* t : tx) rte_ring_free(t);
   return true;
 }
 
+
+// The two-process memif sweep: per size the aggregator, then testpmd, each as the DUT of the
+// same generator. Returns false when a measurement failed.
+bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std::string& fwd,
+                 const std::vector<uint16_t>& sizes, MemifArgs a, const std::vector<int>& cpus) {
+  const int gen_cpu = cpus[0];
+  const int dut_cpu = cpus[1 % cpus.size()];
+  std::string used;
+  (void)eal_memory(a.mem, 128, &used);
+  std::printf("# memif: generator process (memif client, copy mode) on CPU %d, DUT process (memif "
+              "server) on CPU %d; memory: %s; aggregator results %s; testpmd --forward-mode=%s "
+              "--port-topology=loop\n",
+              gen_cpu, dut_cpu, used.c_str(),
+              a.indirect ? "indirect (chains)" : "copied", fwd.c_str());
+  std::printf("# Mpps: frames back at the generator per second of its window; /cpu: per CPU second"
+              " of the DUT's lcore\n# thread (from /proc, the same meter for both DUTs); cpu%%: "
+              "that thread's share of the window;\n# cyc/f: TSC cycles per frame of the DUT's busy "
+              "loop iterations (testpmd: --record-core-cycles;\n# the aggregator's omit the rx of "
+              "a burst after an idle poll, so compare them with care); full:\n# share of generator"
+              " tx bursts that found the ring full (near 0: the generator is the limit);\n# ratio: "
+              "agg/cpu over tpm/cpu; r_wall: agg_Mpps over tpm_Mpps.\n");
+  std::printf("# %5s %5s %5s | %8s %8s %8s %5s %7s %5s | %8s %8s %5s %7s %5s | %6s %6s\n",
+              "elems", "frame", "bsize", "agg_Mpps", "agg/cpu", "Gel/cpu", "cpu%", "cyc/f", "full",
+              "tpm_Mpps", "tpm/cpu", "cpu%", "cyc/f", "full", "ratio", "r_wall");
+  std::fflush(stdout);
+  bool ok = true;
+  for (uint16_t e : sizes) {
+    a.elems = e;
+    // One retry each: on a loaded machine a memif link may not come up in time.
+    MemifRow ag = memif_measure(argv0, testpmd, "agg", a, gen_cpu, dut_cpu);
+    if (!ag.ok) ag = memif_measure(argv0, testpmd, "agg", a, gen_cpu, dut_cpu);
+    MemifRow tp;
+    if (testpmd != "none") {
+      tp = memif_measure(argv0, testpmd, fwd, a, gen_cpu, dut_cpu);
+      if (!tp.ok) tp = memif_measure(argv0, testpmd, fwd, a, gen_cpu, dut_cpu);
+    }
+    if (!ag.ok) std::fprintf(stderr, "ina-dpdk-bench: memif %u elements, aggregator: %s\n",
+                             unsigned{e}, ag.error.c_str());
+    if (testpmd != "none" && !tp.ok) {
+      std::fprintf(stderr, "ina-dpdk-bench: memif %u elements, testpmd: %s\n", unsigned{e},
+                   tp.error.c_str());
+    }
+    ok = ok && ag.ok && (testpmd == "none" || tp.ok);
+    auto mpps = [](const MemifRow& r) {
+      return r.ok && r.seconds > 0 ? static_cast<double>(r.received) / r.seconds / 1e6 : 0.0;
+    };
+    auto per_cpu = [](const MemifRow& r) {
+      return r.ok && r.dut_cpu_s > 0 ? static_cast<double>(r.received) / r.dut_cpu_s / 1e6 : 0.0;
+    };
+    auto share = [](const MemifRow& r) {
+      return r.ok && r.seconds > 0 ? 100 * r.dut_cpu_s / r.seconds : 0.0;
+    };
+    std::printf("  %5u %5zu %5u | %8.3f %8.3f %8.3f %4.0f%% %7.0f %5.2f | %8.3f %8.3f %4.0f%% "
+                "%7.0f %5.2f | %6.3f %6.3f\n",
+                unsigned{e}, memif_frame_len(e), unsigned{memif_bsize(a)}, mpps(ag), per_cpu(ag),
+                per_cpu(ag) * e / 1e3, share(ag), ag.dut_cycles, ag.full_share, mpps(tp),
+                per_cpu(tp), share(tp), tp.dut_cycles, tp.full_share,
+                per_cpu(tp) > 0 ? per_cpu(ag) / per_cpu(tp) : 0.0,
+                mpps(tp) > 0 ? mpps(ag) / mpps(tp) : 0.0);
+    // Every block but the last completes (each rank's frame of a block is sent before the next
+    // block's); HELLOs are in packets_in. Results the generator no longer took after its window
+    // (tx_dropped) are expected.
+    if (ag.ok && (ag.dut_malformed != 0 || ag.dut_packets_in < a.world ||
+                  (ag.dut_completed + 1) * a.world < ag.dut_packets_in - a.world)) {
+      std::printf("  # UNEXPECTED aggregator counters: packets_in %" PRIu64 " completed %" PRIu64
+                  " malformed %" PRIu64 "\n",
+                  ag.dut_packets_in, ag.dut_completed, ag.dut_malformed);
+      ok = false;
+    }
+    std::fflush(stdout);
+  }
+  return ok;
+}
+
+std::string self_exe(const char* argv0) {
+  char buf[4096];
+  const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return argv0;
+  buf[n] = 0;
+  return buf;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ina-dpdk-bench: DPDK aggregator loop vs dpdk-testpmd io forwarding (net_ring)"};
+  CLI::App app{"ina-dpdk-bench: the DPDK aggregator loop vs dpdk-testpmd forwarding, over "
+               "net_memif (two processes) and an in-process net_ring"};
   std::vector<uint16_t> sizes = {64, 256, 1024};
   double seconds = 1.0;
   uint32_t world = 4;
   uint32_t slots = 128;
   unsigned lcores = 1;
   std::string testpmd = "dpdk-testpmd";
+  std::string fwd = "io";
+  std::vector<std::string> modes = {"memif", "ring"};
+  std::string mem = "auto";
   bool indirect = false;
+  uint16_t bsize = 0;
+  std::string role, sock, to = "agg";
+  int cpu = 0;
   std::vector<std::string> eal_extra;
   app.add_option("--elems", sizes, "elements per packet")->delimiter(',')->capture_default_str();
-  app.add_option("--seconds", seconds, "per size (keep it short: shared machines)")
+  app.add_option("--seconds", seconds, "per size and DUT (keep it short: shared machines)")
       ->check(CLI::Range(0.1, 30.0))
       ->capture_default_str();
   app.add_option("--world", world, "simulated ranks")->check(CLI::Range(1, 1024))->capture_default_str();
   app.add_option("--slots", slots, "slots")->check(CLI::Range(1, 32768))->capture_default_str();
-  app.add_option("--lcores", lcores, "aggregator worker lcores")
+  app.add_option("--lcores", lcores, "aggregator worker lcores (ring mode)")
       ->check(CLI::Range(1, 64))
+      ->capture_default_str();
+  app.add_option("--mode", modes, "memif (two processes), ring (in process), or both")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"memif", "ring"}))
+      ->capture_default_str();
+  app.add_option("--mem", mem,
+                 "EAL memory: huge (hugepages, see scripts/dpdk-hugepages.sh), nohuge, or auto "
+                 "(hugepages when 128 are free)")
+      ->check(CLI::IsMember({"auto", "huge", "nohuge"}))
       ->capture_default_str();
   app.add_flag("--indirect", indirect,
                "results to every rank as header + indirect datagram chains instead of copies");
+  app.add_option("--bsize", bsize, "memif buffer size (0: one buffer per frame)")
+      ->capture_default_str();
   app.add_option("--testpmd", testpmd, "dpdk-testpmd binary, or 'none'")->capture_default_str();
-  app.add_option("eal", eal_extra, "extra EAL arguments, after --");
+  app.add_option("--forward-mode", fwd, "testpmd's forwarding in memif mode")
+      ->check(CLI::IsMember({"io", "macswap"}))
+      ->capture_default_str();
+  // The memif mode's child processes (this binary again).
+  app.add_option("--role", role, "internal: gen or agg")->check(CLI::IsMember({"gen", "agg"}));
+  app.add_option("--sock", sock, "internal: memif socket");
+  app.add_option("--cpu", cpu, "internal: CPU of the role's lcores");
+  app.add_option("--to", to, "internal: the generator's peer")
+      ->check(CLI::IsMember({"agg", "testpmd"}));
+  app.add_option("eal", eal_extra, "extra EAL arguments (ring mode), after --");
   CLI11_PARSE(app, argc, argv);
 
+  if (!role.empty()) {
+    MemifArgs a;
+    a.sock = sock;
+    a.elems = sizes.empty() ? 256 : sizes[0];
+    a.world = world;
+    a.slots = slots;
+    a.seconds = seconds;
+    a.cpu = cpu;
+    a.mem = mem;
+    a.bsize = bsize;
+    a.to_agg = to == "agg";
+    a.indirect = indirect;
+    return role == "gen" ? memif_generator(a) : memif_aggregator(a);
+  }
+
   const std::vector<int> cpus = allowed_cpus();
+  std::string used;
+  const std::vector<std::string> mem_args = eal_memory(mem, 128, &used);
+  std::printf("# ina-dpdk-bench: world %u, slots %u, %.1f s per size and DUT, CPUs allowed: %zu\n",
+              world, slots, seconds, cpus.size());
+  int rc = 0;
+  if (std::find(modes.begin(), modes.end(), "memif") != modes.end()) {
+    MemifArgs a;
+    a.world = world;
+    a.slots = slots;
+    a.seconds = seconds;
+    a.mem = mem;
+    a.bsize = bsize;
+    a.indirect = indirect;
+    if (!memif_sweep(self_exe(argv[0]), testpmd, fwd, sizes, a, cpus)) rc = 1;
+  }
+  if (std::find(modes.begin(), modes.end(), "ring") == modes.end()) return rc;
+
   std::string lcore_map;
   for (unsigned l = 0; l <= lcores; ++l) {
     if (l) lcore_map += ",";
     lcore_map += std::to_string(l) + "@" + std::to_string(cpus[l % cpus.size()]);
   }
-  std::vector<std::string> eal = {"ina-dpdk-bench", "--no-huge", "-m", "1024", "--no-shconf",
-                                  "--no-pci", "--no-telemetry", "--log-level=3", "--file-prefix",
-                                  "ina_dpdk_bench_" + std::to_string(getpid()), "--lcores",
-                                  lcore_map};
+  std::vector<std::string> eal = {"ina-dpdk-bench"};
+  eal.insert(eal.end(), mem_args.begin(), mem_args.end());
+  for (const std::string& x : {std::string("--no-pci"), std::string("--no-telemetry"),
+                               std::string("--log-level=3"), std::string("--file-prefix"),
+                               "ina_dpdk_bench_" + std::to_string(getpid()),
+                               std::string("--lcores"), lcore_map}) {
+    eal.push_back(x);
+  }
   eal.insert(eal.end(), eal_extra.begin(), eal_extra.end());
   const ina::Status st = ina::agg::dpdk_eal_init(eal);
   if (!st.ok()) {
@@ -436,27 +506,29 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ina-dpdk-bench: generator pool: %s\n", rte_strerror(rte_errno));
     return 1;
   }
-  std::printf("# ina-dpdk-bench: world %u, slots %u, %u aggregator lcore(s), %.1f s per size, "
-              "results %s, net_ring in process; testpmd io fwd on net_ring0 (lcores %s)\n",
-              world, slots, lcores, seconds, indirect ? "indirect (chains)" : "copied",
-              lcore_map.c_str());
+  std::printf("# ring: %u aggregator lcore(s), results %s, net_ring in process (generator on the "
+              "main lcore); testpmd io fwd on net_ring0 (lcores %s); memory: %s\n",
+              lcores, indirect ? "indirect (chains)" : "copied", lcore_map.c_str(), used.c_str());
   std::printf("# Mpps: frames per wall second; /cpu: per CPU second of the polling thread(s) (the\n"
-              "# fair figure where CPU is shared or capped); ratio = agg/cpu over testpmd/cpu.\n");
-  std::printf("# %5s %5s %9s %9s %8s %8s %6s %10s %10s %7s %6s  %s\n", "elems", "frame",
-              "agg_Mpps", "agg/cpu", "Gelem/s", "Gel/cpu", "cpu%", "tpmd_Mpps", "tpmd/cpu",
-              "ratio", "drops", "per-lcore Mpps/cpu");
-  int rc = 0;
+              "# fair figure where CPU is shared or capped); ratio = agg/cpu over testpmd/cpu;\n"
+              "# cyc/f: TSC cycles per frame of busy loop iterations (testpmd --record-core-cycles)."
+              "\n"
+              "# testpmd io fwd on a ring passes pointers and never touches a frame.\n");
+  std::printf("# %5s %5s %9s %9s %8s %8s %6s %7s %10s %10s %7s %7s %6s  %s\n", "elems",
+              "frame", "agg_Mpps", "agg/cpu", "Gelem/s", "Gel/cpu", "cpu%", "cyc/f", "tpmd_Mpps",
+              "tpmd/cpu", "cyc/f", "ratio", "drops", "per-lcore Mpps/cpu");
   for (uint16_t e : sizes) {
     SizeResult r;
     if (!run_size(e, world, slots, lcores, seconds, indirect, gen_pool, &r)) {
       rc = 1;
       break;
     }
+    if (r.unexpected) rc = 1;
     TestpmdResult tp;
     if (testpmd != "none") {
       std::string tp_map = "0@" + std::to_string(cpus[0]) + ",1@" +
                            std::to_string(cpus[1 % cpus.size()]);
-      tp = run_testpmd(testpmd, tp_map, r.frame_len, seconds);
+      tp = run_testpmd(testpmd, mem_args, tp_map, r.frame_len, seconds);
     }
     const double mpps = static_cast<double>(r.frames_in) / r.seconds / 1e6;
     const double per_cpu = r.cpu_s > 0 ? static_cast<double>(r.frames_in) / r.cpu_s / 1e6 : 0;
@@ -467,10 +539,12 @@ int main(int argc, char** argv) {
                     static_cast<double>(r.per_lcore[i]) / (r.cpu_s / r.per_lcore.size()) / 1e6);
       per += b;
     }
-    std::printf("  %5u %5zu %9.2f %9.2f %8.3f %8.3f %5.0f%% %10.2f %10.2f %7.4f %6" PRIu64 "  %s\n",
+    std::printf("  %5u %5zu %9.2f %9.2f %8.3f %8.3f %5.0f%% %7.0f %10.2f %10.2f %7.1f %7.4f %6" PRIu64
+                "  %s\n",
                 unsigned{e}, r.frame_len, mpps, per_cpu, mpps * e / 1e3, per_cpu * e / 1e3,
-                r.wall_s > 0 ? 100 * r.cpu_s / (r.wall_s * lcores) : 0, tp.mpps, tp.mpps_per_cpu,
-                tp.mpps_per_cpu > 0 ? per_cpu / tp.mpps_per_cpu : 0.0, r.tx_dropped, per.c_str());
+                r.wall_s > 0 ? 100 * r.cpu_s / (r.wall_s * lcores) : 0, r.cycles, tp.mpps,
+                tp.mpps_per_cpu, tp.cycles, tp.mpps_per_cpu > 0 ? per_cpu / tp.mpps_per_cpu : 0.0,
+                r.tx_dropped, per.c_str());
     std::fflush(stdout);
   }
   ina::agg::dpdk_eal_cleanup();

@@ -2,9 +2,11 @@
 // malformed frames (one test per drop reason), ARP and ICMP echo replies, and UDP replies built
 // in place, with checksums checked by an independent byte-pair implementation.
 #include "ina/protocol/frame.h"
+#include "ina/protocol/wire.h"
 
 #include <gtest/gtest.h>
 
+#include <climits>
 #include <cstring>
 #include <vector>
 
@@ -94,6 +96,31 @@ TEST(Frame, ChecksumMatchesReferenceForOddAndEvenLengths) {
   for (size_t n : {0, 1, 2, 3, 5, 20, 64, 1001}) {
     EXPECT_EQ(checksum(d.data(), n), ref_checksum(d.data(), n)) << n;
   }
+}
+
+TEST(Frame, StorePayloadSum16MatchesStoreThenSum) {
+  // Values with every byte position set, negatives and extremes; lengths around the 4-word step.
+  std::vector<int32_t> v(1030);
+  for (size_t i = 0; i < v.size(); ++i) {
+    v[i] = static_cast<int32_t>(0x9E3779B9u * static_cast<uint32_t>(i + 1));
+  }
+  v[0] = INT32_MIN;
+  v[1] = -1;
+  v[2] = INT32_MAX;
+  for (size_t n : {0, 1, 3, 4, 5, 7, 8, 64, 256, 1023, 1024, 1030}) {
+    std::vector<uint8_t> want(n * 4 + 1, 0xAB), got(n * 4 + 1, 0xAB);
+    wire::store_payload(want.data(), v.data(), n);
+    const uint32_t s = store_payload_sum16(got.data(), v.data(), n);
+    EXPECT_EQ(got, want) << n;  // same bytes, nothing written past the end
+    EXPECT_EQ(fold(s), fold(sum16(want.data(), n * 4))) << n;
+    EXPECT_EQ(static_cast<uint16_t>(~fold(s)), ref_checksum(want.data(), n * 4)) << n;
+  }
+  // All-ones words: a sum that is a multiple of 0xFFFF folds to 0xFFFF, as sum16's does.
+  std::vector<int32_t> ones(8, -1);
+  std::vector<uint8_t> b(32);
+  const uint32_t s1 = store_payload_sum16(b.data(), ones.data(), ones.size());
+  EXPECT_EQ(fold(s1), fold(sum16(b.data(), b.size())));
+  EXPECT_EQ(fold(s1), 0xFFFF);
 }
 
 TEST(Frame, ClassifiesUdpToOurPortAsIna) {

@@ -116,11 +116,33 @@ struct Counters {
 
 // ---- Internet checksum (RFC 1071) ----
 // 32-bit accumulation of big-endian 16-bit words; fold() gives the 16-bit one's-complement sum.
-uint32_t sum16(const uint8_t* p, size_t n, uint32_t acc = 0);
+// Inline: most calls sum a fixed-size header (20-byte IPv4, 8-byte UDP, 32-byte INA), which the
+// compiler then unrolls (the per-call loop showed in the DPDK loop's profile).
+inline uint32_t sum16(const uint8_t* p, size_t n, uint32_t acc = 0) {
+  // 64-bit accumulation of 32-bit big-endian words, folded at the end: no overflow below 16 GiB.
+  uint64_t s = acc;
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s += (uint32_t{p[i]} << 24) | (uint32_t{p[i + 1]} << 16) | (uint32_t{p[i + 2]} << 8) |
+         p[i + 3];
+  }
+  if (i + 2 <= n) {
+    s += (uint32_t{p[i]} << 8) | p[i + 1];
+    i += 2;
+  }
+  if (i < n) s += uint32_t{p[i]} << 8;
+  while (s >> 32) s = (s & 0xFFFFFFFF) + (s >> 32);
+  const uint32_t r = static_cast<uint32_t>(s);
+  return (r >> 16) + (r & 0xFFFF);
+}
 inline uint16_t fold(uint32_t acc) {
   while (acc >> 16) acc = (acc & 0xFFFF) + (acc >> 16);
   return static_cast<uint16_t>(acc);
 }
+// Writes `n` int32 values big-endian at `dst` (as wire::store_payload does) and returns sum16() of
+// the bytes written, in one pass: the sum of the 16-bit halves of each value is the sum of its two
+// big-endian 16-bit words, so no byte swap is needed for it. The aggregator's result encoder.
+uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n);
 // Checksum field value over `n` bytes (the field itself must be zero in the data).
 inline uint16_t checksum(const uint8_t* p, size_t n) { return static_cast<uint16_t>(~fold(sum16(p, n))); }
 

@@ -1,0 +1,57 @@
+#!/usr/bin/python3
+"""Smoke test of ina-dpdk-bench (suite dpdk): a short sweep in both modes, the two-process net_memif
+mode (generator process vs the aggregator and vs dpdk-testpmd when installed) and the in-process
+net_ring mode, at 64 and 1024 elements per packet (1024: 4170-byte frames, beyond memif's 1518-byte
+reported maximum). Asserts the bench exits 0, prints one row per size and mode with a positive
+aggregator rate (and testpmd rate when it ran), and no UNEXPECTED aggregator counters (exact
+aggregation: every block completes). Exits 77 (SKIP) with the reason when not root or the EAL
+cannot start.
+
+    test_dpdk_bench.py BUILD_DIR
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+
+def main():
+    build = sys.argv[1]
+    bench = os.path.join(build, "testbed", "ina-dpdk-bench")
+    if os.geteuid() != 0:
+        print("SKIP: needs root (DPDK EAL, memif sockets)")
+        return 77
+    testpmd = shutil.which("dpdk-testpmd") or "none"
+    cmd = [bench, "--mode", "memif,ring", "--elems", "64,1024", "--seconds", "0.3",
+           "--testpmd", testpmd]
+    print("running:", " ".join(cmd), flush=True)
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=240)
+    print(p.stdout)
+    if p.returncode == 77 or "the EAL cannot start" in p.stdout:
+        print("SKIP: the DPDK EAL cannot start here")
+        return 77
+    assert p.returncode == 0, f"ina-dpdk-bench exited {p.returncode}"
+    assert "UNEXPECTED" not in p.stdout, "inexact aggregation counters"
+    memif_rows, ring_rows = [], []
+    for line in p.stdout.splitlines():
+        f = line.split()
+        if not f or line.startswith("#") or not f[0].isdigit():
+            continue
+        (memif_rows if "|" in f else ring_rows).append(f)
+    assert [r[0] for r in memif_rows] == ["64", "1024"], memif_rows
+    assert [r[0] for r in ring_rows] == ["64", "1024"], ring_rows
+    for r in memif_rows:
+        assert r[1] == str(42 + 32 + 4 * int(r[0])), f"frame length {r[1]} for {r[0]} elements"
+        assert float(r[4]) > 0, f"memif aggregator rate is 0 at {r[0]} elements"
+        if testpmd != "none":
+            assert float(r[11]) > 0, f"memif testpmd rate is 0 at {r[0]} elements"
+    for r in ring_rows:
+        assert float(r[2]) > 0, f"ring aggregator rate is 0 at {r[0]} elements"
+    print("ok: %d memif rows, %d ring rows (testpmd: %s)" % (len(memif_rows), len(ring_rows),
+                                                           testpmd))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
