@@ -189,20 +189,22 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("eal", eal_args, "dpdk: EAL arguments, after --");
 
+  // --parent and --controller: "host:port" with a port in 1..65535.
+  const CLI::Validator host_port(
+      [](std::string& s) {
+        const size_t c = s.rfind(':');
+        const int p = c == std::string::npos ? 0 : std::atoi(s.c_str() + c + 1);
+        return c != std::string::npos && c > 0 && p >= 1 && p <= 65535
+                   ? std::string{}
+                   : "'" + s + "' is not host:port (port 1..65535)";
+      },
+      "HOST:PORT");
   // Aggregation tree leaf (one static job): see the header comment.
   auto* parent_opt =
       app.add_option("--parent", parent,
                      "tree leaf: the root aggregator's data plane (host:port); partial sums go "
                      "there")
-          ->check(CLI::Validator(
-              [](std::string& s) {
-                const size_t c = s.rfind(':');
-                const int p = c == std::string::npos ? 0 : std::atoi(s.c_str() + c + 1);
-                return c != std::string::npos && c > 0 && p >= 1 && p <= 65535
-                           ? std::string{}
-                           : "'" + s + "' is not host:port (port 1..65535)";
-              },
-              "HOST:PORT"));
+          ->check(host_port);
   app.add_option("--child-index", child_index, "tree leaf: this leaf's rank in the root's job")
       ->check(CLI::Range(int64_t{0}, int64_t{65534}));
   app.add_option("--rank-base", rank_base, "tree leaf: first global rank this leaf serves")
@@ -219,15 +221,7 @@ int main(int argc, char** argv) {
   ina::agg::AgentOptions agent;
   std::string controller;
   app.add_option("--controller", controller, "register with ina-controller at host:port")
-      ->check(CLI::Validator(
-          [](std::string& s) {
-            const size_t c = s.rfind(':');
-            const int p = c == std::string::npos ? 0 : std::atoi(s.c_str() + c + 1);
-            return c != std::string::npos && c > 0 && p >= 1 && p <= 65535
-                       ? std::string{}
-                       : "'" + s + "' is not host:port (port 1..65535)";
-          },
-          "HOST:PORT"));
+      ->check(host_port);
   auto* advertise_opt =
       app.add_option("--advertise", agent.advertise_host,
                      "address workers use to reach this aggregator (dpdk: default --ip)")
