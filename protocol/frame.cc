@@ -100,12 +100,14 @@ std::string format_ipv4(uint32_t ip) {
   return b;
 }
 
-uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n) {
-  // Four words at a time with GCC/Clang vector extensions (GCC 12 at -O2 vectorizes neither the
-  // byte swap nor the widening sum), the byte swap as one constant byte permutation where the
-  // target has a byte shuffle (pshufb, NEON), else by shifts and masks (SSE2); high and low
-  // halves summed in 32-bit lanes, which cannot
-  // overflow below 2^16 words per lane (payloads are at most 16384 words).
+namespace {
+
+// store_payload_sum16's loop; kShuffle: the byte swap as one constant byte permutation (pshufb,
+// NEON tbl), else by shifts and masks (GCC lowers the permutation to scalar code where the target
+// has no byte shuffle). Always inlined, so that the permutation is lowered with the caller's target.
+template <bool kShuffle>
+[[gnu::always_inline]] inline uint32_t store_sum_impl(uint8_t* dst, const int32_t* src,
+                                                      size_t n) {
   using U32x4 = uint32_t __attribute__((vector_size(16)));
   U32x4 hi{}, lo{};
   size_t i = 0;
@@ -114,15 +116,16 @@ uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n) {
     std::memcpy(&v, src + i, sizeof v);
     hi += v >> 16;
     lo += v & 0xFFFFu;
-#if defined(__SSSE3__) || defined(__ARM_NEON)
-    using U8x16 = uint8_t __attribute__((vector_size(16)));
-    const U8x16 b = std::bit_cast<U8x16>(v);
-    const U8x16 be =
-        __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12);
-#else  // no byte shuffle: GCC would lower the permutation to scalar code
-    const U32x4 be = (v >> 24) | ((v >> 8) & 0xFF00u) | ((v << 8) & 0xFF0000u) | (v << 24);
-#endif
-    std::memcpy(dst + i * 4, &be, sizeof be);
+    if constexpr (kShuffle) {
+      using U8x16 = uint8_t __attribute__((vector_size(16)));
+      const U8x16 b = std::bit_cast<U8x16>(v);
+      const U8x16 be =
+          __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12);
+      std::memcpy(dst + i * 4, &be, sizeof be);
+    } else {
+      const U32x4 be = (v >> 24) | ((v >> 8) & 0xFF00u) | ((v << 8) & 0xFF0000u) | (v << 24);
+      std::memcpy(dst + i * 4, &be, sizeof be);
+    }
   }
   uint64_t s = 0;
   for (int k = 0; k < 4; ++k) s += uint64_t{hi[k]} + lo[k];
@@ -134,6 +137,33 @@ uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n) {
   while (s >> 32) s = (s & 0xFFFFFFFF) + (s >> 32);
   const uint32_t r = static_cast<uint32_t>(s);
   return (r >> 16) + (r & 0xFFFF);
+}
+
+#if defined(__SSSE3__) || defined(__ARM_NEON)
+constexpr bool kTargetShuffle = true;
+#else
+constexpr bool kTargetShuffle = false;
+#endif
+
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(__SSSE3__) && defined(__GNUC__)
+// Built for baseline x86 (the protocol library is, unlike DPDK-flagged code): an SSSE3 copy of the
+// loop, chosen at run time on CPUs that have it (all x86-64 CPUs since 2006-2011).
+#define INA_FRAME_SSSE3_DISPATCH 1
+[[gnu::target("ssse3")]] uint32_t store_sum_ssse3(uint8_t* dst, const int32_t* src, size_t n) {
+  return store_sum_impl<true>(dst, src, n);
+}
+#endif
+
+}  // namespace
+
+uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n) {
+  // Four words at a time with GCC/Clang vector extensions (GCC 12 at -O2 vectorizes neither the
+  // byte swap nor the widening sum); high and low halves summed in 32-bit lanes, which cannot
+  // overflow below 2^16 words per lane (payloads are at most 16384 words).
+#ifdef INA_FRAME_SSSE3_DISPATCH
+  if (__builtin_cpu_supports("ssse3")) return store_sum_ssse3(dst, src, n);
+#endif
+  return store_sum_impl<kTargetShuffle>(dst, src, n);
 }
 
 uint32_t sum16_bulk(const uint8_t* p, size_t n, uint32_t acc) {
