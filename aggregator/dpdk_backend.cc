@@ -74,6 +74,10 @@ struct alignas(64) DpdkAggregator::Lcore {
   DpdkLoopCounters c;
   Published pub;
   std::map<JobId, std::vector<Peer>> peer_table;  // per job, by rank: learnt from packets
+  // One-entry cache in front of peer_table (most traffic is one job); reset whenever peer_table
+  // changes (peer_table_changed()).
+  JobId last_peer_job = 0;
+  std::vector<Peer>* last_peers = nullptr;
   std::vector<rte_ring*> in;                  // from lcore src (nullptr for self)
   std::vector<rte_ring*> out;                 // to lcore dst (nullptr for self)
   std::vector<std::vector<rte_mbuf*>> stage;  // per destination, capacity burst
@@ -102,6 +106,8 @@ struct alignas(64) DpdkAggregator::Lcore {
   unsigned n_recycled = 0;
 
   void loop();
+  std::vector<Peer>* peers_of(JobId job);
+  void peer_table_changed() { last_peers = nullptr; }
   void recycle(rte_mbuf* m);
   rte_mbuf* reply_mbuf();
   void handle_mail();
@@ -622,9 +628,8 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   const Reply r = engine->on_packet(p.ina, now, &rank, &job);
   std::vector<Peer>* peers = nullptr;
   if (rank >= 0) {
-    auto it = peer_table.find(job);
-    if (it != peer_table.end()) {
-      peers = &it->second;
+    peers = peers_of(job);
+    if (peers != nullptr) {
       Peer& pe = (*peers)[static_cast<size_t>(rank)];
       if (!pe.known || pe.ep.ip != p.src_ip || pe.ep.port != p.src_port ||
           !same_mac(pe.ep.mac, p.src_mac)) [[unlikely]] {
@@ -668,10 +673,7 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
     return;
   }
   // To every rank whose address is known; the received mbuf goes to the last one.
-  if (peers == nullptr) {
-    auto it = peer_table.find(r.hdr.job);
-    if (it != peer_table.end()) peers = &it->second;
-  }
+  if (peers == nullptr) peers = peers_of(r.hdr.job);
   const frame::Endpoint src{a.local_.mac, a.local_.ip, a.local_.udp_port};
   int last = -1;
   if (peers != nullptr) {
@@ -739,6 +741,15 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   set_len(m, frame::write_udp_headers(data, src, (*peers)[static_cast<size_t>(last)].ep, len, sum,
                                       ip_id++));
   send(m);
+}
+
+std::vector<Peer>* DpdkAggregator::Lcore::peers_of(JobId job) {
+  if (last_peers != nullptr && last_peer_job == job) [[likely]] return last_peers;
+  auto it = peer_table.find(job);
+  if (it == peer_table.end()) return nullptr;
+  last_peer_job = job;
+  last_peers = &it->second;
+  return last_peers;
 }
 
 void DpdkAggregator::Lcore::recycle(rte_mbuf* m) {
@@ -809,6 +820,7 @@ void DpdkAggregator::Lcore::apply_jobs(const std::vector<JobConfig>& desired) {
            x.slots.num_slots == y.slots.num_slots && x.slots.max_elems == y.slots.max_elems &&
            x.slot_base == y.slot_base;
   };
+  peer_table_changed();  // entries are erased below
   std::map<JobId, const JobConfig*> want;
   for (const JobConfig& j : desired) want[j.job] = &j;
   for (const JobConfig& have : engine->jobs()) {

@@ -191,10 +191,12 @@ Status Engine::add_job(const JobConfig& cfg) {
   // Largest control payload: [reason, bitmap as ceil(world/32) int32 words]; WELCOME needs 2.
   scratch_.resize(std::max<size_t>(scratch_.size(), 2 + (size_t{job->world} + 31) / 32));
   jobs_.emplace(cfg.job, std::move(job));
+  last_job_ = nullptr;
   return ok_status();
 }
 
 Status Engine::remove_job(JobId job) {
+  last_job_ = nullptr;
   if (jobs_.erase(job) == 0) {
     return Status(StatusCode::kNotFound, "engine: job " + std::to_string(job) + " is not served");
   }
@@ -228,12 +230,16 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
     return {};
   }
   const wire::Header& h = pkt.hdr;
-  auto it = jobs_.find(h.job);
-  if (it == jobs_.end()) [[unlikely]] {
-    ++counters_.unknown_job;
-    return {};
+  if (last_job_ == nullptr || last_id_ != h.job) [[unlikely]] {
+    auto it = jobs_.find(h.job);
+    if (it == jobs_.end()) [[unlikely]] {
+      ++counters_.unknown_job;
+      return {};
+    }
+    last_id_ = h.job;
+    last_job_ = it->second.get();
   }
-  Job& job = *it->second;
+  Job& job = *last_job_;
   if (opts_.check_key && h.key != job.cfg.key) [[unlikely]] {
     ++counters_.bad_key;
     ++job.counters.bad_key;

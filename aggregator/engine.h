@@ -273,6 +273,10 @@ class Engine {
 
   EngineOptions opts_;
   std::map<JobId, std::unique_ptr<Job>> jobs_;
+  // One-entry cache in front of jobs_ for on_packet() (most traffic is one job): the last job
+  // looked up. Cleared whenever jobs_ changes (add_job, remove_job).
+  JobId last_id_ = 0;
+  Job* last_job_ = nullptr;
   uint32_t slot_capacity_ = 0;
   EngineCounters counters_;
   std::vector<int32_t> scratch_;  // payload of control replies

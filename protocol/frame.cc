@@ -3,6 +3,7 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -99,12 +100,14 @@ std::string format_ipv4(uint32_t ip) {
   return b;
 }
 
-uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n) {
-  // Four words at a time with GCC/Clang vector extensions (GCC 12 at -O2 vectorizes neither the
-  // byte swap nor the widening sum), the byte swap as one constant byte permutation where the
-  // target has a byte shuffle (pshufb, NEON), else by shifts and masks (SSE2); high and low
-  // halves summed in 32-bit lanes, which cannot
-  // overflow below 2^16 words per lane (payloads are at most 16384 words).
+namespace {
+
+// store_payload_sum16's loop; kShuffle: the byte swap as one constant byte permutation (pshufb,
+// NEON tbl), else by shifts and masks (GCC lowers the permutation to scalar code where the target
+// has no byte shuffle). Always inlined, so that the permutation is lowered with the caller's target.
+template <bool kShuffle>
+[[gnu::always_inline]] inline uint32_t store_sum_impl(uint8_t* dst, const int32_t* src,
+                                                      size_t n) {
   using U32x4 = uint32_t __attribute__((vector_size(16)));
   U32x4 hi{}, lo{};
   size_t i = 0;
@@ -113,15 +116,16 @@ uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n) {
     std::memcpy(&v, src + i, sizeof v);
     hi += v >> 16;
     lo += v & 0xFFFFu;
-#if defined(__SSSE3__) || defined(__ARM_NEON)
-    using U8x16 = uint8_t __attribute__((vector_size(16)));
-    const U8x16 b = std::bit_cast<U8x16>(v);
-    const U8x16 be =
-        __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12);
-#else  // no byte shuffle: GCC would lower the permutation to scalar code
-    const U32x4 be = (v >> 24) | ((v >> 8) & 0xFF00u) | ((v << 8) & 0xFF0000u) | (v << 24);
-#endif
-    std::memcpy(dst + i * 4, &be, sizeof be);
+    if constexpr (kShuffle) {
+      using U8x16 = uint8_t __attribute__((vector_size(16)));
+      const U8x16 b = std::bit_cast<U8x16>(v);
+      const U8x16 be =
+          __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12);
+      std::memcpy(dst + i * 4, &be, sizeof be);
+    } else {
+      const U32x4 be = (v >> 24) | ((v >> 8) & 0xFF00u) | ((v << 8) & 0xFF0000u) | (v << 24);
+      std::memcpy(dst + i * 4, &be, sizeof be);
+    }
   }
   uint64_t s = 0;
   for (int k = 0; k < 4; ++k) s += uint64_t{hi[k]} + lo[k];
@@ -133,6 +137,61 @@ uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n) {
   while (s >> 32) s = (s & 0xFFFFFFFF) + (s >> 32);
   const uint32_t r = static_cast<uint32_t>(s);
   return (r >> 16) + (r & 0xFFFF);
+}
+
+#if defined(__SSSE3__) || defined(__ARM_NEON)
+constexpr bool kTargetShuffle = true;
+#else
+constexpr bool kTargetShuffle = false;
+#endif
+
+#if (defined(__x86_64__) || defined(__i386__)) && !defined(__SSSE3__) && defined(__GNUC__)
+// Built for baseline x86 (the protocol library is, unlike DPDK-flagged code): an SSSE3 copy of the
+// loop, chosen at run time on CPUs that have it (all x86-64 CPUs since 2006-2011).
+#define INA_FRAME_SSSE3_DISPATCH 1
+[[gnu::target("ssse3")]] uint32_t store_sum_ssse3(uint8_t* dst, const int32_t* src, size_t n) {
+  return store_sum_impl<true>(dst, src, n);
+}
+#endif
+
+}  // namespace
+
+uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n) {
+  // Four words at a time with GCC/Clang vector extensions (GCC 12 at -O2 vectorizes neither the
+  // byte swap nor the widening sum); high and low halves summed in 32-bit lanes, which cannot
+  // overflow below 2^16 words per lane (payloads are at most 16384 words).
+#ifdef INA_FRAME_SSSE3_DISPATCH
+  if (__builtin_cpu_supports("ssse3")) return store_sum_ssse3(dst, src, n);
+#endif
+  return store_sum_impl<kTargetShuffle>(dst, src, n);
+}
+
+uint32_t sum16_bulk(const uint8_t* p, size_t n, uint32_t acc) {
+  // 16-bit halves of native 32-bit words summed in 32-bit lanes (GCC/Clang vector extensions, as
+  // store_payload_sum16): each lane takes at most 0xFFFF per step, so lanes are drained into the
+  // 64-bit total every kChunk steps, long before they could overflow.
+  using U32x4 = uint32_t __attribute__((vector_size(16)));
+  constexpr size_t kChunk = 16384;
+  uint64_t native = 0;
+  size_t i = 0;
+  while (i + 16 <= n) {
+    U32x4 hi{}, lo{};
+    const size_t end = std::min(n - 15, i + kChunk * 16);
+    for (; i < end; i += 16) {
+      U32x4 v;
+      std::memcpy(&v, p + i, sizeof v);
+      hi += v >> 16;
+      lo += v & 0xFFFFu;
+    }
+    for (int k = 0; k < 4; ++k) native += uint64_t{hi[k]} + lo[k];
+  }
+  while (native >> 16) native = (native & 0xFFFF) + (native >> 16);
+  uint32_t folded = static_cast<uint32_t>(native);  // 16 bits, host byte order
+  if constexpr (std::endian::native == std::endian::little) {
+    folded = ((folded & 0xFF) << 8) | (folded >> 8);
+  }
+  // The tail (under 16 bytes) by the big-endian sum16(), which also adds `acc`.
+  return sum16(p + i, n - i, acc + folded);
 }
 
 Verdict classify(std::span<const uint8_t> frame, const LocalConfig& local, RxOffload offload,
@@ -181,7 +240,7 @@ Verdict classify(std::span<const uint8_t> frame, const LocalConfig& local, RxOff
   if (ip[9] == kIpProtoIcmp) {
     if (l4_len < kIcmpHeader) return Verdict::kIcmpMalformed;
     if (l4[0] != 8 || l4[1] != 0) return Verdict::kIcmpNotEcho;
-    if (fold(sum16(l4, l4_len)) != 0xFFFF) return Verdict::kBadIcmpChecksum;
+    if (fold(sum16_bulk(l4, l4_len)) != 0xFFFF) return Verdict::kBadIcmpChecksum;
     return Verdict::kIcmpEcho;
   }
   if (ip[9] != kIpProtoUdp) return Verdict::kBadIpProtocol;
@@ -191,7 +250,7 @@ Verdict classify(std::span<const uint8_t> frame, const LocalConfig& local, RxOff
   if (offload.l4 == HwCheck::kBad) return Verdict::kBadUdpChecksum;
   const uint16_t csum = rd16(l4 + 6);
   if (offload.l4 != HwCheck::kGood && csum != 0) {
-    const uint32_t s = sum16(l4, udp_len, pseudo_sum(out->src_ip, local.ip, udp_len));
+    const uint32_t s = sum16_bulk(l4, udp_len, pseudo_sum(out->src_ip, local.ip, udp_len));
     if (fold(s) != 0xFFFF) return Verdict::kBadUdpChecksum;
   }
   if (rd16(l4 + 2) != local.udp_port) return Verdict::kWrongUdpPort;

@@ -350,6 +350,39 @@ TEST_F(EngineTest, JobsAreIsolated) {
   EXPECT_EQ(engine_.slot_table(kJob)->copy(0, false).contributors, 1u);
 }
 
+// on_packet() keeps the last job looked up: a removed job must stop being served at once, and a
+// job removed and added again under the same id must be served with its new configuration.
+TEST_F(EngineTest, RemovedOrReplacedJobIsNotServedFromTheLastJobCache) {
+  join_all();
+  data(0, 0, false, 1, {1, 1});  // job kJob is now the cached one
+  ASSERT_TRUE(engine_.remove_job(kJob).ok());
+  Sent s = data(1, 0, false, 1, {2, 2});
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  EXPECT_EQ(s.sender_rank, -1);
+  EXPECT_EQ(engine_.counters().unknown_job, 1u);
+
+  // Same id, another key and world: the old key is refused, the new world completes with 2 ranks.
+  add(kJob, kKey ^ 0xFF, 2);
+  s = data(0, 0, false, 1, {1, 1}, 0, kJob, kKey);
+  EXPECT_EQ(s.sender_rank, -1);
+  EXPECT_EQ(engine_.counters().bad_key, 1u);
+  join_all(2, kJob, kKey ^ 0xFF);
+  data(0, 0, false, 1, {10, 20}, 0, kJob, kKey ^ 0xFF);
+  s = data(1, 0, false, 1, {1, 2}, 0, kJob, kKey ^ 0xFF);
+  EXPECT_EQ(s.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{11, 22}));
+
+  // Alternating between two jobs goes to the right one each time.
+  add(9, 0x9999, 2);
+  join_all(2, 9, 0x9999);
+  data(0, 1, false, 1, {5}, 0, 9, 0x9999);
+  data(0, 1, false, 2, {7, 7}, 0, kJob, kKey ^ 0xFF);
+  s = data(1, 1, false, 1, {6}, 0, 9, 0x9999);
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{11}));
+  s = data(1, 1, false, 2, {1, 1}, 0, kJob, kKey ^ 0xFF);
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{8, 8}));
+}
+
 TEST_F(EngineTest, EveryMalformedKindIsCounted) {
   join_all();
   const uint64_t before = engine_.counters().malformed;

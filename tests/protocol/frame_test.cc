@@ -98,6 +98,28 @@ TEST(Frame, ChecksumMatchesReferenceForOddAndEvenLengths) {
   }
 }
 
+TEST(Frame, Sum16BulkMatchesSum16AtEveryLengthAndAlignment) {
+  // Lengths around the 16-byte step (odd ones too), unaligned starts, a carried-in accumulator.
+  std::vector<uint8_t> d(4200);
+  for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<uint8_t>((i * 0x9E3779B9u) >> 13);
+  for (size_t off : {0, 1, 2, 3}) {
+    for (size_t n : {0, 1, 2, 15, 16, 17, 31, 33, 64, 330, 1098, 4170, 4196}) {
+      for (uint32_t acc : {0u, 1u, 0x1FFFEu}) {
+        EXPECT_EQ(fold(sum16_bulk(d.data() + off, n, acc)), fold(sum16(d.data() + off, n, acc)))
+            << "off " << off << " n " << n << " acc " << acc;
+      }
+      EXPECT_EQ(static_cast<uint16_t>(~fold(sum16_bulk(d.data() + off, n))),
+                ref_checksum(d.data() + off, n))
+          << "off " << off << " n " << n;
+    }
+  }
+  // All-ones and all-zero data: the sums that differ in one's complement (0xFFFF vs 0).
+  const std::vector<uint8_t> ones(4096, 0xFF), zeros(4096, 0);
+  EXPECT_EQ(fold(sum16_bulk(ones.data(), ones.size())), fold(sum16(ones.data(), ones.size())));
+  EXPECT_EQ(fold(sum16_bulk(zeros.data(), zeros.size())), 0);
+  EXPECT_EQ(fold(sum16_bulk(zeros.data(), zeros.size(), 5)), 5);
+}
+
 TEST(Frame, StorePayloadSum16MatchesStoreThenSum) {
   // Values with every byte position set, negatives and extremes; lengths around the 4-word step.
   std::vector<int32_t> v(1030);

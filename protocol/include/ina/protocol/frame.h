@@ -135,6 +135,11 @@ inline uint32_t sum16(const uint8_t* p, size_t n, uint32_t acc = 0) {
   const uint32_t r = static_cast<uint32_t>(s);
   return (r >> 16) + (r & 0xFFFF);
 }
+// sum16() for long spans (a datagram's payload): the same result up to one's-complement
+// equivalence (fold() of both agree), four 32-bit words at a time in the host's byte order (the
+// one's-complement sum is byte-order independent, RFC 1071 2(B): the native sum is swapped once at
+// the end). classify()'s UDP and ICMP checksum checks; sum16() stays for fixed-size headers.
+uint32_t sum16_bulk(const uint8_t* p, size_t n, uint32_t acc = 0);
 inline uint16_t fold(uint32_t acc) {
   while (acc >> 16) acc = (acc & 0xFFFF) + (acc >> 16);
   return static_cast<uint16_t>(acc);
