@@ -849,6 +849,14 @@ std::vector<StalledSlot> Engine::stalled_slots(JobId job, uint64_t now_ns, uint6
       for (uint32_t r = 0; r < j.nranks; ++r) {
         if (((c.bitmap[r / 64] >> (r % 64)) & 1) == 0) s.missing.push_back(j.rank_base + r);
       }
+      const size_t k = size_t{slot} * 2 + (shadow ? 1 : 0);
+      if (waiting_parent && j.pm_valid[k] != 0 && j.pm_seq[k] == c.seq) {
+        // The root's last report, in global ranks: the ranks behind the other leaves it lacks.
+        const int32_t* bits = j.pm.data() + k * (j.pm_words + wire::kTreeNoteWords);
+        for (uint32_t r = 0; r < j.world; ++r) {
+          if (((static_cast<uint32_t>(bits[r / 32]) >> (r % 32)) & 1u) == 0) s.missing.push_back(r);
+        }
+      }
       out.push_back(std::move(s));
     }
   }

@@ -202,7 +202,9 @@ struct StalledSlot {
   BlockSeq seq = 0;
   uint64_t age_ns = 0;
   uint32_t contributors = 0;
-  std::vector<uint32_t> missing;  // ranks not yet contributed (global ranks)
+  // Ranks not yet contributed (global ranks). For a leaf's copy waiting on its parent: the ranks
+  // behind other leaves from the root's last missing report for the round (empty before one).
+  std::vector<uint32_t> missing;
   bool waiting_parent = false;    // leaf: complete here, its partial waits for the parent's result
 };
 

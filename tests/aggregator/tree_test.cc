@@ -634,6 +634,18 @@ TEST_F(TreeLeafUnit, StalledSlotsNameGlobalRanksAndTheParentWait) {
       EXPECT_TRUE(s.missing.empty());
     }
   }
+  // The root reports leaf 0 missing for slot 1's round: the stalled slot names ranks 0-3.
+  wire::Header e = h;
+  e.flags = wire::kFlagError;
+  e.slot = 1;
+  e.rank = 1;
+  ASSERT_EQ(send(e, {static_cast<int32_t>(wire::ErrorReason::kMissingRanks), 0b10}).target,
+            Reply::Target::kAllRanks);
+  for (const StalledSlot& s : leaf_.stalled_slots(kJob, 5000, 10)) {
+    if (s.slot != 1) continue;
+    EXPECT_TRUE(s.waiting_parent);
+    EXPECT_EQ(s.missing, (std::vector<uint32_t>{0, 1, 2, 3}));
+  }
 }
 
 // Feeds a leaf's reply (to its parent) into a root engine; returns the root's reply.
