@@ -821,6 +821,33 @@ TEST_F(ControllerTest, TreeJobThroughTheController) {
   EXPECT_GT(root_rounds, 0u) << json(telemetry).dump();
 }
 
+// A tree job through the controller with rank 6 stalled: the ranks at its leaf name rank 6, the
+// ranks at the other leaf (whose rounds wait at the root) name ranks 4-7 behind tree leaf 1, from
+// the leaf_bases list the controller sent (so the message does not fall back on the rule).
+TEST_F(ControllerTest, TreeJobStalledRankIsNamedAtTheOtherLeaf) {
+  start_controller();
+  const std::vector<std::string> fan_in = {"--max-fan-in", "4"};
+  start_aggregator(64, &agg_, "agg", 1, &agg_port_, &agg_http_, fan_in);
+  start_aggregator(64, &agg2_, "agg2", 2, &agg2_port_, &agg2_http_, fan_in);
+  start_aggregator(64, &agg3_, "agg3", 3, &agg3_port_, &agg3_http_, fan_in);
+  std::vector<Status> st = run_job(
+      "treestall", 8, 3, 1000, [](Config& c) { c.timeout = 1500ms; },
+      [](int rank, int it) {
+        if (rank == 6 && it == 1) std::this_thread::sleep_for(3000ms);
+      });
+  for (int r = 0; r < 8; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + st[r].to_string());
+    EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded);
+    if (r == 6) continue;  // it came late to a collective the others had left
+    if (r >= 4) {
+      EXPECT_NE(st[r].message().find("ranks 6 did not contribute"), std::string::npos);
+    } else {
+      EXPECT_NE(st[r].message().find("ranks 4-7 (behind tree leaf 1) did not contribute"),
+                std::string::npos);
+    }
+  }
+}
+
 // A tree job loses its root: four aggregators of fan-in 4, 8 ranks (two leaves, the root on a
 // third, the fourth idle). The root's aggregator is stopped mid-job; the controller re-places the
 // root on the idle aggregator and gives the leaves the new parent (the agents re-add their leaf
