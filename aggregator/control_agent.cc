@@ -153,6 +153,22 @@ Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body) {
       c.tree.child_index = static_cast<uint32_t>(child);
       c.tree.parent_world = static_cast<uint32_t>(parent_world);
       c.tree.parent = x["parent"].get<std::string>();
+      if (x.contains("leaf_bases")) {
+        const json& b = x["leaf_bases"];
+        bool good = b.is_array();
+        if (good) {
+          for (const json& v : b) {
+            if (!v.is_number_unsigned() || v.get<uint64_t>() >= world) good = false;
+          }
+        }
+        if (!good) {
+          return invalid_argument(where + ": field \"leaf_bases\" must be an array of ranks "
+                                  "below the world of " + std::to_string(world) +
+                                  " (the first rank of each leaf by child index), got " +
+                                  b.dump());
+        }
+        for (const json& v : b) c.tree.leaf_bases.push_back(v.get<uint32_t>());
+      }
     }
     want.push_back(std::move(c));
   }

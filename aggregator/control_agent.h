@@ -41,7 +41,7 @@ std::string prometheus_text(const AggregatorSnapshot& s);
 std::string job_telemetry_json(const JobSnapshot& j);
 // The jobs of the controller's answer to a heartbeat ({"jobs": [...]}; per job "job", "key",
 // "world", "slots", "block_elems", "slot_base", and for trees "role" with a leaf's "rank_base",
-// "local_ranks", "child_index", "parent" and optional "parent_world"). An error names the entry
+// "local_ranks", "child_index", "parent" and optional "parent_world" and "leaf_bases"). An error names the entry
 // and the field (pure; tested alone).
 Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body);
 

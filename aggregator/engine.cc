@@ -56,6 +56,13 @@ struct Engine::Job {
   // yet). Only that rank's next retransmission re-forwards again, so one wave of timeouts at the
   // local ranks sends the partial once, not once per rank.
   std::vector<uint16_t> reforward_rank;
+  // Per copy: the root's last missing-children report for the waiting round, in global ranks
+  // (pm_words int32 bitmap words of the world, then the wire tree note), valid while
+  // pm_seq[copy] is the copy's seq and pm_valid[copy] is set.
+  uint32_t pm_words = 0;
+  std::vector<int32_t> pm;       // copies * (pm_words + wire::kTreeNoteWords)
+  std::vector<BlockSeq> pm_seq;
+  std::vector<uint8_t> pm_valid;
 };
 
 namespace {
@@ -137,10 +144,43 @@ Status Engine::add_job(const JobConfig& cfg) {
       return invalid_argument(name + ": leaf child_index " + std::to_string(t.child_index) +
                               " must be below parent_world " + std::to_string(t.parent_world));
     }
+    if (!t.leaf_bases.empty()) {
+      const auto& b = t.leaf_bases;
+      const std::string form = " (the first global rank of each leaf by child index: starting "
+                               "at 0, strictly ascending, below the world of " +
+                               std::to_string(cfg.slots.world_size) + ")";
+      if (t.parent_world != 0 && b.size() != t.parent_world) {
+        return invalid_argument(name + ": leaf_bases has " + std::to_string(b.size()) +
+                                " entries, parent_world is " + std::to_string(t.parent_world) +
+                                form);
+      }
+      if (t.child_index >= b.size()) {
+        return invalid_argument(name + ": leaf_bases has " + std::to_string(b.size()) +
+                                " entries, too few for child_index " +
+                                std::to_string(t.child_index) + form);
+      }
+      for (size_t i = 0; i < b.size(); ++i) {
+        if ((i == 0 && b[i] != 0) || (i > 0 && b[i] <= b[i - 1]) ||
+            b[i] >= cfg.slots.world_size) {
+          return invalid_argument(name + ": leaf_bases[" + std::to_string(i) + "] = " +
+                                  std::to_string(b[i]) + " is out of order" + form);
+        }
+      }
+      const uint64_t end = t.child_index + 1 < b.size() ? b[t.child_index + 1]
+                                                        : cfg.slots.world_size;
+      if (b[t.child_index] != t.rank_base || end != uint64_t{t.rank_base} + t.local_ranks) {
+        return invalid_argument(name + ": leaf_bases gives leaf " + std::to_string(t.child_index) +
+                                " ranks [" + std::to_string(b[t.child_index]) + ", " +
+                                std::to_string(end) + "), rank_base/local_ranks say [" +
+                                std::to_string(t.rank_base) + ", " +
+                                std::to_string(uint64_t{t.rank_base} + t.local_ranks) + ")");
+      }
+    }
   } else if (cfg.tree.local_ranks != 0 || cfg.tree.rank_base != 0 || cfg.tree.child_index != 0 ||
-             !cfg.tree.parent.empty() || cfg.tree.parent_world != 0) {
-    return invalid_argument(name + ": rank_base, local_ranks, child_index, parent and "
-                            "parent_world are for role leaf only (role is " +
+             !cfg.tree.parent.empty() || cfg.tree.parent_world != 0 ||
+             !cfg.tree.leaf_bases.empty()) {
+    return invalid_argument(name + ": rank_base, local_ranks, child_index, parent, "
+                            "parent_world and leaf_bases are for role leaf only (role is " +
                             tree_role_name(cfg.tree.role) + ")");
   }
   SlotTableConfig table_cfg = cfg.slots;
@@ -176,11 +216,17 @@ Status Engine::add_job(const JobConfig& cfg) {
   job->welcome_slots = cfg.slots.num_slots;
   job->welcome_elems = cfg.slots.max_elems;
   if (job->leaf) {
-    job->parent_world = cfg.tree.parent_world != 0
-                            ? cfg.tree.parent_world
-                            : (cfg.slots.world_size + cfg.tree.local_ranks - 1) / cfg.tree.local_ranks;
+    job->parent_world =
+        cfg.tree.parent_world != 0       ? cfg.tree.parent_world
+        : !cfg.tree.leaf_bases.empty() ? static_cast<uint32_t>(cfg.tree.leaf_bases.size())
+                                         : (cfg.slots.world_size + cfg.tree.local_ranks - 1) /
+                                               cfg.tree.local_ranks;
     job->tree_state.assign(size_t{cfg.slots.num_slots} * 2, kTreeNone);
     job->reforward_rank.assign(size_t{cfg.slots.num_slots} * 2, kNoRank);
+    job->pm_words = (cfg.slots.world_size + 31) / 32;
+    job->pm.assign(size_t{cfg.slots.num_slots} * 2 * (job->pm_words + wire::kTreeNoteWords), 0);
+    job->pm_seq.assign(size_t{cfg.slots.num_slots} * 2, 0);
+    job->pm_valid.assign(size_t{cfg.slots.num_slots} * 2, 0);
   }
   job->table = std::move(table);
   job->hello_bitmap.assign(job->table->bitmap_words(), 0);
@@ -188,8 +234,10 @@ Status Engine::add_job(const JobConfig& cfg) {
   job->ranks.assign(job->nranks, RankCounters{});
   job->first_ns.assign(size_t{cfg.slots.num_slots} * 2, 0);
   job->tele.assign(job->nranks, RankTelemetry{});
-  // Largest control payload: [reason, bitmap as ceil(world/32) int32 words]; WELCOME needs 2.
-  scratch_.resize(std::max<size_t>(scratch_.size(), 2 + (size_t{job->world} + 31) / 32));
+  // Largest control payload: [reason, bitmap as ceil(world/32) int32 words, a leaf's tree
+  // note]; WELCOME needs 2.
+  scratch_.resize(std::max<size_t>(scratch_.size(), 2 + (size_t{job->world} + 31) / 32 +
+                                                        (job->leaf ? wire::kTreeNoteWords : 0)));
   jobs_.emplace(cfg.job, std::move(job));
   last_job_ = nullptr;
   return ok_status();
@@ -416,6 +464,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
         // The partial goes up; the result comes back in handle_parent().
         job.tree_state[k] = kTreeForwarded;
         job.reforward_rank[k] = kNoRank;
+        job.pm_valid[k] = 0;
         ++counters_.forwarded;
         ++job.counters.forwarded;
         return forward_partial(job, h.slot, h.shadow, false);
@@ -433,7 +482,15 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
         // duplicate of a completed copy with its result.
         if (!retransmit) return {};
         uint16_t& by = job.reforward_rank[k];
-        if (by != kNoRank && by != h.rank) return {};  // this wave already re-forwarded it
+        if (by != kNoRank && by != h.rank) {
+          // This wave already re-forwarded it; what the root said it lacks answers this rank.
+          const CopyView c = job.table->copy(h.slot, h.shadow);
+          if (job.pm_valid[k] != 0 && job.pm_seq[k] == c.seq) {
+            return parent_missing_reply(job, k, Reply::Target::kSender, h.rank + job.rank_base,
+                                        h);
+          }
+          return {};
+        }
         by = h.rank;
         ++counters_.reforwarded;
         ++job.counters.reforwarded;
@@ -556,6 +613,84 @@ Reply Engine::forward_partial(Job& job, uint16_t slot, bool shadow, bool retrans
   return r;
 }
 
+// The root's kMissingRanks ERROR about a copy this leaf forwarded and still waits for: its
+// bitmap names the root's ranks, i.e. the leaves. Turned into global ranks (the missing leaves'
+// rank ranges cleared, from leaf_bases or the balanced rule), kept for the ranks' later
+// retransmissions, and sent to every local rank now (they are all waiting on the copy).
+Reply Engine::on_parent_missing(Job& job, const wire::PacketView& pkt) {
+  const wire::Header& h = pkt.hdr;
+  if (!job.ready || h.slot >= job.cfg.slots.num_slots) {
+    ++counters_.parent_stale;
+    return {};
+  }
+  const size_t k = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
+  const CopyView c = job.table->copy(h.slot, h.shadow);
+  if (job.tree_state[k] != kTreeForwarded || !c.complete || c.seq != h.seq) {
+    ++counters_.parent_stale;
+    return {};
+  }
+  const TreeConfig& t = job.cfg.tree;
+  const uint32_t n = job.parent_world;
+  const uint32_t W = job.world;
+  const bool by_rule = t.leaf_bases.empty();
+  auto first_rank = [&](uint32_t leaf) -> uint32_t {
+    if (leaf >= n) return W;
+    if (!by_rule) return leaf < t.leaf_bases.size() ? t.leaf_bases[leaf] : W;
+    return static_cast<uint32_t>(uint64_t{leaf} * W / n);
+  };
+  int32_t* bits = job.pm.data() + k * (job.pm_words + wire::kTreeNoteWords);
+  int32_t* note = bits + job.pm_words;
+  for (uint32_t w = 0; w < job.pm_words; ++w) {
+    const uint32_t lo = w * 32;
+    const uint32_t valid = W - lo >= 32 ? ~uint32_t{0} : (uint32_t{1} << (W - lo)) - 1;
+    bits[w] = static_cast<int32_t>(valid);
+  }
+  uint32_t m = 0;
+  for (uint32_t leaf = 0; leaf < n; ++leaf) {
+    const size_t word = 1 + leaf / 32;
+    const bool present =
+        word < h.count && ((static_cast<uint32_t>(pkt.word(word)) >> (leaf % 32)) & 1u) != 0;
+    // This leaf's own ranks all contributed (the copy is complete here).
+    if (present || leaf == t.child_index) continue;
+    if (m < wire::kTreeNoteMaxLeaves) note[3 + m] = static_cast<int32_t>(leaf);
+    ++m;
+    const uint32_t hi = first_rank(leaf + 1);
+    for (uint32_t r = first_rank(leaf); r < hi && r < W; ++r) {
+      bits[r / 32] = static_cast<int32_t>(static_cast<uint32_t>(bits[r / 32]) & ~(uint32_t{1} << (r % 32)));
+    }
+  }
+  note[0] = static_cast<int32_t>(wire::kTreeNoteTag);
+  note[1] = static_cast<int32_t>(by_rule ? wire::kTreeNoteByRule : 0u);
+  note[2] = static_cast<int32_t>(m);
+  job.pm_seq[k] = c.seq;
+  job.pm_valid[k] = 1;
+  ++counters_.parent_missing;
+  return parent_missing_reply(job, k, Reply::Target::kAllRanks, 0, h);
+}
+
+// A kMissingRanks ERROR about copy `k` from its stored root report: [reason, global bitmap, tree
+// note with the missing leaves listed].
+Reply Engine::parent_missing_reply(Job& job, size_t k, Reply::Target target, uint32_t rank,
+                                   const wire::Header& in) {
+  const int32_t* src = job.pm.data() + k * (job.pm_words + wire::kTreeNoteWords);
+  const uint32_t listed =
+      std::min<uint32_t>(static_cast<uint32_t>(src[job.pm_words + 2]), wire::kTreeNoteMaxLeaves);
+  const size_t n = job.pm_words + 3 + listed;
+  scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kMissingRanks);
+  std::copy(src, src + n, scratch_.begin() + 1);
+  Reply r;
+  r.target = target;
+  r.hdr = reply_header(job.cfg, in, wire::kFlagError);
+  r.hdr.seq = job.pm_seq[k];
+  r.hdr.slot = static_cast<uint16_t>(k / 2);
+  r.hdr.shadow = (k % 2) != 0;
+  r.hdr.rank = static_cast<uint16_t>(rank);
+  r.hdr.count = static_cast<uint16_t>(1 + n);
+  r.payload = scratch_.data();
+  counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
+  return r;
+}
+
 // What a leaf's parent sends it (the key was checked): WELCOME completes the leaf's join, RESULT
 // of a forwarded copy replaces its partial and goes to the local ranks, ERROR is counted (a
 // world-size mismatch teaches the parent's world when it was not configured).
@@ -563,6 +698,10 @@ Reply Engine::handle_parent(Job& job, const wire::PacketView& pkt) {
   const wire::Header& h = pkt.hdr;
   if (h.has(wire::kFlagError)) {
     ++counters_.parent_errors;
+    if (h.count >= 2 &&
+        static_cast<wire::ErrorReason>(pkt.word(0)) == wire::ErrorReason::kMissingRanks) {
+      return on_parent_missing(job, pkt);
+    }
     if (h.count >= 2 &&
         static_cast<wire::ErrorReason>(pkt.word(0)) == wire::ErrorReason::kWorldSizeMismatch &&
         job.cfg.tree.parent_world == 0) {
@@ -715,6 +854,14 @@ std::vector<StalledSlot> Engine::stalled_slots(JobId job, uint64_t now_ns, uint6
       s.contributors = c.contributors;
       for (uint32_t r = 0; r < j.nranks; ++r) {
         if (((c.bitmap[r / 64] >> (r % 64)) & 1) == 0) s.missing.push_back(j.rank_base + r);
+      }
+      const size_t k = size_t{slot} * 2 + (shadow ? 1 : 0);
+      if (waiting_parent && j.pm_valid[k] != 0 && j.pm_seq[k] == c.seq) {
+        // The root's last report, in global ranks: the ranks behind the other leaves it lacks.
+        const int32_t* bits = j.pm.data() + k * (j.pm_words + wire::kTreeNoteWords);
+        for (uint32_t r = 0; r < j.world; ++r) {
+          if (((static_cast<uint32_t>(bits[r / 32]) >> (r % 32)) & 1u) == 0) s.missing.push_back(r);
+        }
       }
       out.push_back(std::move(s));
     }

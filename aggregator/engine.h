@@ -36,6 +36,12 @@ struct TreeConfig {
   // world-size-mismatch ERROR.
   uint32_t parent_world = 0;
   std::string parent;          // leaf: "host:port" of the root's data plane (the backend's business)
+  // leaf, optional: the first global rank of every leaf of the tree, by child index (size: the
+  // root's world, ascending, starting at 0; leaf i serves [leaf_bases[i], leaf_bases[i+1]), the
+  // last one up to the world). Used to turn the root's missing-children report into global ranks
+  // for the workers' errors. Empty: the controller's balanced rule, leaf i of n serves
+  // [floor(i*W/n), floor((i+1)*W/n)) of world W (and the workers' error says so).
+  std::vector<uint32_t> leaf_bases;
 
   bool operator==(const TreeConfig&) const = default;
 };
@@ -110,7 +116,10 @@ struct EngineCounters {
   uint64_t reforwarded = 0;        // partials sent again for a worker's retransmission
   uint64_t parent_results = 0;     // parent RESULTs accepted (and multicast to the local ranks)
   uint64_t parent_stale = 0;       // parent RESULT/WELCOME not matching a waiting copy or join
-  uint64_t parent_errors = 0;      // ERROR packets from the parent (counted, dropped)
+  uint64_t parent_errors = 0;      // ERROR packets from the parent (counted)
+  // Root missing-children reports for a waiting copy, turned into global ranks and sent to the
+  // local ranks (at once to all of them, and again to any that retransmits for the copy).
+  uint64_t parent_missing = 0;
   uint64_t parent_hellos = 0;      // HELLOs sent to the parent
   wire::DecodeCounters decode;
   std::array<uint64_t, static_cast<size_t>(Verdict::kCount_)> by_verdict{};
@@ -141,6 +150,7 @@ void for_each_scalar_counter(F&& f) {
   f("parent_results", &EngineCounters::parent_results);
   f("parent_stale", &EngineCounters::parent_stale);
   f("parent_errors", &EngineCounters::parent_errors);
+  f("parent_missing", &EngineCounters::parent_missing);
   f("parent_hellos", &EngineCounters::parent_hellos);
 }
 
@@ -192,7 +202,9 @@ struct StalledSlot {
   BlockSeq seq = 0;
   uint64_t age_ns = 0;
   uint32_t contributors = 0;
-  std::vector<uint32_t> missing;  // ranks not yet contributed (global ranks)
+  // Ranks not yet contributed (global ranks). For a leaf's copy waiting on its parent: the ranks
+  // behind other leaves from the root's last missing report for the round (empty before one).
+  std::vector<uint32_t> missing;
   bool waiting_parent = false;    // leaf: complete here, its partial waits for the parent's result
 };
 
@@ -270,6 +282,9 @@ class Engine {
   Reply forward_partial(Job& job, uint16_t slot, bool shadow, bool retransmit);
   Reply error_reply(const Job& job, const wire::PacketView& pkt, wire::ErrorReason reason,
                     std::span<const uint64_t> bitmap, uint32_t extra);
+  Reply on_parent_missing(Job& job, const wire::PacketView& pkt);
+  Reply parent_missing_reply(Job& job, size_t copy, Reply::Target target, uint32_t rank,
+                             const wire::Header& in);
 
   EngineOptions opts_;
   std::map<JobId, std::unique_ptr<Job>> jobs_;

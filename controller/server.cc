@@ -159,6 +159,7 @@ json assignment_json(const Assignment& a) {
     o["parent"] = a.parent_address;
     o["child_index"] = a.placement.child_index;
     if (a.parent_world > 0) o["parent_world"] = a.parent_world;
+    if (!a.leaf_bases.empty()) o["leaf_bases"] = a.leaf_bases;
   }
   return o;
 }

@@ -112,8 +112,16 @@ std::vector<Assignment> ControllerState::jobs_on(const std::string& aggregator) 
         if (auto r = aggs_.find(p.parent); r != aggs_.end()) {
           a.parent_address = r->second.host + ":" + std::to_string(r->second.port);
         }
+        std::vector<int64_t> bases;
         for (const Placement& q : j.placements) {
           if (q.role == Role::kRoot) a.parent_world = q.local_ranks;
+          if (q.role != Role::kLeaf) continue;
+          if (q.child_index >= bases.size()) bases.resize(size_t{q.child_index} + 1, -1);
+          bases[q.child_index] = q.rank_base;
+        }
+        if (bases.size() == a.parent_world &&
+            std::none_of(bases.begin(), bases.end(), [](int64_t b) { return b < 0; })) {
+          a.leaf_bases.assign(bases.begin(), bases.end());
         }
       }
       out.push_back(std::move(a));

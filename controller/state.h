@@ -94,6 +94,10 @@ struct Assignment {
   Placement placement;
   std::string parent_address; // leaf: the root's data plane "host:port"
   uint32_t parent_world = 0;   // leaf: the root's world (its number of leaves)
+  // leaf: the first global rank of every leaf of the job, by child index (so the leaf can name
+  // the ranks behind another leaf in its workers' errors); empty when the placements do not
+  // cover child indices 0..parent_world-1.
+  std::vector<uint32_t> leaf_bases;
 };
 
 struct JobInfo {

@@ -594,6 +594,37 @@ void IncEngine::remember_missing(const wire::PacketView& pv, wire::ErrorReason r
   for (size_t w = 1; w < pv.hdr.count; ++w) {
     missing_.bitmap[w - 1] = static_cast<uint32_t>(pv.word(w));
   }
+  // A tree leaf's note after the world's bitmap words (see wire::ErrorReason::kMissingRanks).
+  missing_.tree = false;
+  const size_t words = (size_t{world_} + 31) / 32;
+  const std::vector<uint32_t>& b = missing_.bitmap;
+  if (reason == wire::ErrorReason::kMissingRanks && b.size() >= words + 3 &&
+      b[words] == wire::kTreeNoteTag) {
+    missing_.tree = true;
+    missing_.by_rule = (b[words + 1] & wire::kTreeNoteByRule) != 0;
+    missing_.tree_leaves = b[words + 2];
+    const size_t listed = std::min<size_t>({b.size() - words - 3, missing_.tree_leaves,
+                                            wire::kTreeNoteMaxLeaves});
+    for (size_t i = 0; i < listed; ++i) missing_.leaves[i] = b[words + 3 + i];
+  }
+}
+
+std::string IncEngine::tree_note_text() const {
+  if (!missing_.tree || missing_.tree_leaves == 0) return {};
+  const size_t listed = std::min<size_t>(missing_.tree_leaves, wire::kTreeNoteMaxLeaves);
+  std::string s = missing_.tree_leaves == 1 ? " (behind tree leaf " : " (behind tree leaves ";
+  for (size_t i = 0; i < listed; ++i) {
+    if (i != 0) s += ", ";
+    s += std::to_string(missing_.leaves[i]);
+  }
+  if (missing_.tree_leaves > listed) {
+    s += ", ... (" + std::to_string(missing_.tree_leaves) + " in all)";
+  }
+  if (missing_.by_rule) {
+    s += "; the root names leaves only, their ranks follow from the balanced rule leaf i of n "
+         "serves [i*W/n, (i+1)*W/n)";
+  }
+  return s + ")";
 }
 
 bool IncEngine::in_collective(BlockSeq seq) const {
@@ -674,7 +705,7 @@ Status IncEngine::deadline_status(std::chrono::milliseconds limit) const {
     } else if (ranks.empty()) {
       m += "; every rank contributed (aggregator bitmap) but the result did not arrive";
     } else {
-      m += "; ranks " + ranks + " did not contribute (aggregator bitmap)";
+      m += "; ranks " + ranks + tree_note_text() + " did not contribute (aggregator bitmap)";
     }
     return deadline_exceeded(m + refused_note(refusals_at_start_));
   }

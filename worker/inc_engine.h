@@ -98,6 +98,12 @@ class IncEngine {
     BlockSeq seq = 0;
     uint16_t slot = 0;
     std::vector<uint32_t> bitmap;  // words as on the wire: bit r of word r/32 = rank r present
+    // A tree leaf's note (wire::kTreeNoteTag): the missing ranks are behind these leaves
+    // (tree_leaves of them; the first few listed), ranges by the balanced rule when by_rule.
+    bool tree = false;
+    bool by_rule = false;
+    uint32_t tree_leaves = 0;
+    std::array<uint32_t, wire::kTreeNoteMaxLeaves> leaves{};
   };
 
   static constexpr uint64_t kPriming = ~uint64_t{0};
@@ -126,6 +132,8 @@ class IncEngine {
   std::string describe_collective() const;
   Status deadline_status(std::chrono::milliseconds limit) const;
   std::string missing_ranks_text(const std::vector<uint32_t>& bitmap) const;
+  // " (behind tree leaf 1)" from a leaf's tree note in the last missing report; empty without.
+  std::string tree_note_text() const;
   std::string refused_note(uint64_t refusals_at_start) const;
   bool in_collective(BlockSeq seq) const;
   void remember_missing(const wire::PacketView& pv, wire::ErrorReason reason);

@@ -1,6 +1,6 @@
 // The aggregator's control agent as pure functions: the controller's heartbeat answer parsed into
 // jobs (issue 5's tree fields: role, a leaf's rank_base, local_ranks, child_index, parent,
-// parent_world), with errors naming the entry and the field, and a leaf's telemetry JSON
+// parent_world, leaf_bases), with errors naming the entry and the field, and a leaf's telemetry JSON
 // reporting its tree role and global ranks.
 #include <gtest/gtest.h>
 
@@ -40,8 +40,26 @@ TEST(HeartbeatJobs, FlatLeafAndRoot) {
   EXPECT_EQ(leaf.tree.parent, "10.0.0.9:47474");
   EXPECT_EQ(leaf.tree.parent_world, 0u);
   EXPECT_EQ(leaf.served_ranks(), 4u);
+  EXPECT_TRUE(leaf.tree.leaf_bases.empty());
   EXPECT_EQ((*jobs)[2].tree.role, TreeRole::kRoot);
   EXPECT_EQ((*jobs)[2].slots.world_size, 2u);
+}
+
+TEST(HeartbeatJobs, LeafBasesAreTakenAndChecked) {
+  auto jobs = parse_heartbeat_jobs(answer(std::string("{") + kBase + R"(, "role": "leaf",
+      "rank_base": 4, "local_ranks": 4, "child_index": 1, "parent": "a:1", "parent_world": 2,
+      "leaf_bases": [0, 4]})"));
+  ASSERT_TRUE(jobs.ok()) << jobs.status().to_string();
+  EXPECT_EQ((*jobs)[0].tree.leaf_bases, (std::vector<uint32_t>{0, 4}));
+  for (const char* bad : {R"("leaf_bases": 4)", R"("leaf_bases": [0, 8])", R"("leaf_bases": [0, -4])"}) {
+    auto r = parse_heartbeat_jobs(answer(std::string("{") + kBase + R"(, "role": "leaf",
+        "rank_base": 4, "local_ranks": 4, "child_index": 1, "parent": "a:1", )" + bad + "}"));
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.status().message().find("jobs[0]: field \"leaf_bases\" must be an array of ranks "
+                                        "below the world of 8"),
+              std::string::npos)
+        << r.status().message();
+  }
 }
 
 TEST(HeartbeatJobs, ErrorsNameTheEntryAndField) {

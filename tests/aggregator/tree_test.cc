@@ -4,7 +4,8 @@
 // simulated workers whose retransmission timer fires whenever the network goes quiet. Every rank's
 // result of every block must equal the flat run's bitwise (payload, next exponent, non-finite
 // mark) and the model (wrapping int32 SUM, MIN, MAX). Plus the leaf's join barrier, the parent's
-// packets it accepts or refuses, error bitmaps in global ranks and the configuration checks.
+// packets it accepts or refuses, error bitmaps in global ranks (the root's missing leaves turned
+// into the other leaves' ranks) and the configuration checks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -633,6 +634,171 @@ TEST_F(TreeLeafUnit, StalledSlotsNameGlobalRanksAndTheParentWait) {
       EXPECT_TRUE(s.missing.empty());
     }
   }
+  // The root reports leaf 0 missing for slot 1's round: the stalled slot names ranks 0-3.
+  wire::Header e = h;
+  e.flags = wire::kFlagError;
+  e.slot = 1;
+  e.rank = 1;
+  ASSERT_EQ(send(e, {static_cast<int32_t>(wire::ErrorReason::kMissingRanks), 0b10}).target,
+            Reply::Target::kAllRanks);
+  for (const StalledSlot& s : leaf_.stalled_slots(kJob, 5000, 10)) {
+    if (s.slot != 1) continue;
+    EXPECT_TRUE(s.waiting_parent);
+    EXPECT_EQ(s.missing, (std::vector<uint32_t>{0, 1, 2, 3}));
+  }
+}
+
+// Feeds a leaf's reply (to its parent) into a root engine; returns the root's reply.
+Reply to_root(Engine& root, const Reply& up) {
+  int32_t rank;
+  JobId job;
+  std::vector<int32_t> payload(up.payload, up.payload + up.hdr.count);
+  return root.on_packet(encode_packet(up.hdr, payload), &rank, &job);
+}
+
+// A root of `leaves` ranks that every leaf has joined (this fixture's leaf with its real HELLO).
+void join_root(Engine& root, uint32_t leaves, const Reply& leaf_hello, uint16_t leaf_child) {
+  JobConfig rc = flat_job(leaves);
+  rc.tree.role = TreeRole::kRoot;
+  ASSERT_TRUE(root.add_job(rc).ok());
+  for (uint16_t c = 0; c < leaves; ++c) {
+    if (c == leaf_child) {
+      to_root(root, leaf_hello);
+      continue;
+    }
+    wire::Header h;
+    h.flags = wire::kFlagHello;
+    h.job = kJob;
+    h.key = kKey;
+    h.seq = 4000 + c;
+    h.rank = c;
+    int32_t rank;
+    JobId job;
+    root.on_packet(encode_packet(h, std::vector<int32_t>{static_cast<int32_t>(leaves)}), &rank,
+                   &job);
+  }
+  ASSERT_TRUE(root.job_ready(kJob));
+}
+
+TEST_F(TreeLeafUnit, TurnsTheRootsMissingLeavesIntoGlobalRanksForItsWorkers) {
+  for (uint16_t r = 4; r < 7; ++r) hello(r, 900 + r);
+  const Reply up_hello = hello(7, 907);
+  ASSERT_EQ(up_hello.target, Reply::Target::kParent);
+  Engine root;
+  join_root(root, 2, up_hello, 1);
+  ASSERT_EQ(welcome_from_parent().target, Reply::Target::kAllRanks);
+
+  for (uint16_t r = 4; r < 7; ++r) data(r, 1, 10, r);
+  const Reply up = data(7, 1, 10, 7);
+  ASSERT_EQ(up.target, Reply::Target::kParent);
+  EXPECT_EQ(to_root(root, up).target, Reply::Target::kNone);  // leaf 0 has not sent: waits
+  // Before the root said anything, a retransmission that does not re-forward gets nothing.
+  const Reply ref = data(5, 1, 10, 5, true);
+  ASSERT_EQ(ref.target, Reply::Target::kParent);
+  EXPECT_EQ(data(6, 1, 10, 6, true).target, Reply::Target::kNone);
+  // The root answers the re-forward with its bitmap of leaves (leaf 1 present, leaf 0 missing).
+  const Reply root_err = to_root(root, ref);
+  ASSERT_TRUE(root_err.hdr.has(wire::kFlagError));
+  ASSERT_EQ(root_err.hdr.count, 2);
+  EXPECT_EQ(testing::ranks_in_bitmap(root_err.payload + 1, 1), (std::vector<uint32_t>{1}));
+
+  // The leaf turns it into global ranks (0-3 missing: leaf 0 by the balanced rule) for all its
+  // ranks at once, with the tree note naming leaf 0 and the rule.
+  const Reply down = to_root(leaf_, root_err);  // the leaf takes it like any packet
+  ASSERT_EQ(down.target, Reply::Target::kAllRanks);
+  ASSERT_TRUE(down.hdr.has(wire::kFlagError));
+  EXPECT_EQ(down.hdr.seq, 10u);
+  EXPECT_EQ(down.hdr.slot, 1);
+  ASSERT_EQ(down.hdr.count, 1 + 1 + 3 + 1);
+  EXPECT_EQ(down.payload[0], static_cast<int32_t>(wire::ErrorReason::kMissingRanks));
+  EXPECT_EQ(testing::ranks_in_bitmap(down.payload + 1, 1), (std::vector<uint32_t>{4, 5, 6, 7}));
+  EXPECT_EQ(static_cast<uint32_t>(down.payload[2]), wire::kTreeNoteTag);
+  EXPECT_EQ(static_cast<uint32_t>(down.payload[3]), wire::kTreeNoteByRule);
+  EXPECT_EQ(down.payload[4], 1);  // one leaf missing
+  EXPECT_EQ(down.payload[5], 0);  // leaf 0
+  EXPECT_EQ(leaf_.counters().parent_missing, 1u);
+
+  // Later retransmissions of this wave get the same report unicast, naming the global rank.
+  const Reply again = data(6, 1, 10, 6, true);
+  ASSERT_EQ(again.target, Reply::Target::kSender);
+  ASSERT_TRUE(again.hdr.has(wire::kFlagError));
+  EXPECT_EQ(again.hdr.rank, 6);
+  EXPECT_EQ(again.hdr.seq, 10u);
+  EXPECT_EQ(testing::ranks_in_bitmap(again.payload + 1, 1), (std::vector<uint32_t>{4, 5, 6, 7}));
+  // The re-forwarding rank still re-forwards (the partial or the result may be lost).
+  EXPECT_EQ(data(5, 1, 10, 5, true).target, Reply::Target::kParent);
+
+  // A report about another round of the copy is stale and changes nothing.
+  wire::Header old = root_err.hdr;
+  old.seq = 9;
+  const size_t stale0 = leaf_.counters().parent_stale;
+  EXPECT_EQ(send(old, {1, 2}).target, Reply::Target::kNone);
+  EXPECT_EQ(leaf_.counters().parent_stale, stale0 + 1);
+
+  // Leaf 0's partial arrives: the root completes, the leaf multicasts the result, and a
+  // retransmission now gets the result, not the old report.
+  wire::Header d0 = up.hdr;
+  d0.rank = 0;
+  const Reply res = root.on_packet(encode_packet(d0, std::vector<int32_t>{1, 1}), &rank_, &job_);
+  ASSERT_EQ(res.target, Reply::Target::kAllRanks);
+  const Reply res_down = to_root(leaf_, res);
+  ASSERT_EQ(res_down.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(res_down.payload[0], 4 + 5 + 6 + 7 + 1);
+  const Reply kept = data(6, 1, 10, 6, true);
+  ASSERT_EQ(kept.target, Reply::Target::kSender);
+  EXPECT_TRUE(kept.hdr.has(wire::kFlagResult));
+  EXPECT_FALSE(kept.hdr.has(wire::kFlagError));
+}
+
+TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {
+  // Three unbalanced leaves over 8 ranks: [0, 2), [2, 4), [4, 8); this is leaf 2.
+  Engine leaf;
+  JobConfig c = leaf_job(2, 4, 4, 3);
+  c.tree.leaf_bases = {0, 2, 4};
+  ASSERT_TRUE(leaf.add_job(c).ok());
+  int32_t rank;
+  JobId job;
+  auto send = [&](const wire::Header& h, const std::vector<int32_t>& p) {
+    return leaf.on_packet(encode_packet(h, p), &rank, &job);
+  };
+  wire::Header h;
+  h.flags = wire::kFlagHello;
+  h.job = kJob;
+  h.key = kKey;
+  for (uint16_t r = 4; r < 8; ++r) {
+    h.rank = r;
+    h.seq = 50 + r;
+    send(h, {static_cast<int32_t>(kWorld)});
+  }
+  wire::Header w;
+  w.flags = wire::kFlagHello | wire::kFlagResult;
+  w.job = kJob;
+  w.key = kKey;
+  ASSERT_EQ(send(w, {kSlots, kElems}).target, Reply::Target::kAllRanks);
+  Reply up;
+  for (uint16_t r = 4; r < 8; ++r) {
+    up = send(testing::data_header(kJob, kKey, r, 0, true, 5, 1), {1});
+  }
+  ASSERT_EQ(up.target, Reply::Target::kParent);
+  // The root (3 leaves) has leaves 0 and 2: leaf 1, ranks 2-3, is missing.
+  wire::Header e = up.hdr;
+  e.flags = wire::kFlagError;
+  e.rank = 2;
+  const Reply down = send(e, {static_cast<int32_t>(wire::ErrorReason::kMissingRanks), 0b101});
+  ASSERT_EQ(down.target, Reply::Target::kAllRanks);
+  EXPECT_TRUE(down.hdr.shadow);
+  EXPECT_EQ(testing::ranks_in_bitmap(down.payload + 1, 1),
+            (std::vector<uint32_t>{0, 1, 4, 5, 6, 7}));
+  EXPECT_EQ(down.payload[3], 0);  // not by the rule: the controller's list
+  EXPECT_EQ(down.payload[4], 1);
+  EXPECT_EQ(down.payload[5], 1);
+  // A report naming no missing leaf still answers (the root waits for nothing: its result is
+  // on the way), with an empty list.
+  const Reply none = send(e, {static_cast<int32_t>(wire::ErrorReason::kMissingRanks), 0b111});
+  ASSERT_EQ(none.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(none.payload[4], 0);
+  EXPECT_EQ(testing::ranks_in_bitmap(none.payload + 1, 1),
+            (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
 }
 
 TEST(TreeConfig, AddJobChecksTheLeafFields) {
@@ -648,7 +814,30 @@ TEST(TreeConfig, AddJobChecksTheLeafFields) {
   c = flat_job(8);
   c.tree.rank_base = 4;
   EXPECT_NE(e.add_job(c).message().find("role leaf only"), std::string::npos);
+  c = flat_job(8);
+  c.tree.leaf_bases = {0, 4};
+  EXPECT_NE(e.add_job(c).message().find("role leaf only"), std::string::npos);
+  // leaf_bases: one entry per leaf, from 0, ascending, consistent with this leaf's ranks.
+  c = leaf_job(1, 4, 4, 2);
+  c.tree.leaf_bases = {0, 4, 6};
+  s = e.add_job(c);
+  EXPECT_NE(s.message().find("leaf_bases has 3 entries, parent_world is 2"), std::string::npos)
+      << s.message();
+  c.tree.leaf_bases = {1, 4};
+  s = e.add_job(c);
+  EXPECT_NE(s.message().find("leaf_bases[0] = 1 is out of order"), std::string::npos)
+      << s.message();
+  c.tree.leaf_bases = {0, 8};
+  EXPECT_NE(e.add_job(c).message().find("leaf_bases[1] = 8"), std::string::npos);
+  c.tree.leaf_bases = {0, 3};
+  s = e.add_job(c);
+  EXPECT_NE(s.message().find("leaf_bases gives leaf 1 ranks [3, 8)"), std::string::npos)
+      << s.message();
   c = leaf_job(1, 4, 4, 0);
+  c.tree.leaf_bases = {0, 4};  // gives the parent world too
+  ASSERT_TRUE(e.add_job(c).ok());
+  ASSERT_TRUE(e.remove_job(kJob).ok());
+  c.tree.leaf_bases.clear();
   ASSERT_TRUE(e.add_job(c).ok());
   EXPECT_EQ(e.world_size(kJob), kWorld);
   EXPECT_EQ(e.rank_counters(kJob).size(), kPerLeaf);

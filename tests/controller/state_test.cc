@@ -219,6 +219,17 @@ TEST_F(StateTest, TreeShapesForWorlds5To16WithFanIn4) {
       EXPECT_EQ(on[0].parent_address, p.role == Role::kLeaf ? "10.0.0.1:47474" : "");
       // A leaf HELLOs its root with the root's world: the number of leaves.
       EXPECT_EQ(on[0].parent_world, p.role == Role::kLeaf ? root.local_ranks : 0u);
+      // A leaf gets every leaf's first rank by child index (the balanced rule's floor(i*W/n)),
+      // to name the ranks behind another leaf in its workers' errors.
+      if (p.role == Role::kLeaf) {
+        ASSERT_EQ(on[0].leaf_bases.size(), root.local_ranks);
+        for (uint32_t i = 0; i < root.local_ranks; ++i) {
+          EXPECT_EQ(on[0].leaf_bases[i], i * world / root.local_ranks) << world << " leaf " << i;
+        }
+        EXPECT_EQ(on[0].leaf_bases[p.child_index], p.rank_base);
+      } else {
+        EXPECT_TRUE(on[0].leaf_bases.empty());
+      }
       EXPECT_EQ(s.free_slots(p.aggregator), 64u);
     }
   }

@@ -97,6 +97,7 @@ class ControllerTest : public ::testing::Test {
   }
   void TearDown() override {
     agg_.stop();
+    agg4_.stop();
     agg3_.stop();
     agg2_.stop();
     ctl_.stop();
@@ -230,9 +231,9 @@ class ControllerTest : public ::testing::Test {
   }
 
   std::string ctl_bin_, agg_bin_, dir_;
-  Child ctl_, agg_, agg2_, agg3_;
+  Child ctl_, agg_, agg2_, agg3_, agg4_;
   int ctl_port_ = 0, agg_port_ = 0, agg_http_ = 0, agg2_port_ = 0, agg2_http_ = 0, agg3_port_ = 0,
-      agg3_http_ = 0;
+      agg3_http_ = 0, agg4_port_ = 0, agg4_http_ = 0;
   std::mutex stats_mu_;
   std::map<std::string, CommStats> stats_;
 };
@@ -818,6 +819,108 @@ TEST_F(ControllerTest, TreeJobThroughTheController) {
   }
   EXPECT_EQ(forwarding, 2u) << json(telemetry).dump();
   EXPECT_GT(root_rounds, 0u) << json(telemetry).dump();
+}
+
+// A tree job through the controller with rank 6 stalled: the ranks at its leaf name rank 6, the
+// ranks at the other leaf (whose rounds wait at the root) name ranks 4-7 behind tree leaf 1, from
+// the leaf_bases list the controller sent (so the message does not fall back on the rule).
+TEST_F(ControllerTest, TreeJobStalledRankIsNamedAtTheOtherLeaf) {
+  start_controller();
+  const std::vector<std::string> fan_in = {"--max-fan-in", "4"};
+  start_aggregator(64, &agg_, "agg", 1, &agg_port_, &agg_http_, fan_in);
+  start_aggregator(64, &agg2_, "agg2", 2, &agg2_port_, &agg2_http_, fan_in);
+  start_aggregator(64, &agg3_, "agg3", 3, &agg3_port_, &agg3_http_, fan_in);
+  std::vector<Status> st = run_job(
+      "treestall", 8, 3, 1000, [](Config& c) { c.timeout = 1500ms; },
+      [](int rank, int it) {
+        if (rank == 6 && it == 1) std::this_thread::sleep_for(3000ms);
+      });
+  for (int r = 0; r < 8; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + st[r].to_string());
+    EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded);
+    if (r == 6) continue;  // it came late to a collective the others had left
+    if (r >= 4) {
+      EXPECT_NE(st[r].message().find("ranks 6 did not contribute"), std::string::npos);
+    } else {
+      EXPECT_NE(st[r].message().find("ranks 4-7 (behind tree leaf 1) did not contribute"),
+                std::string::npos);
+    }
+  }
+}
+
+// A tree job loses its root: four aggregators of fan-in 4, 8 ranks (two leaves, the root on a
+// third, the fourth idle). The root's aggregator is stopped mid-job; the controller re-places the
+// root on the idle aggregator and gives the leaves the new parent (the agents re-add their leaf
+// jobs, so the leaves rejoin the new root). Every result stays exact; the collectives in flight
+// finish on the host fallback, and the workers' next probe (same leaves, a new tree behind them)
+// takes them back in-network.
+TEST_F(ControllerTest, TreeJobSurvivesLosingItsRoot) {
+  start_controller();
+  const std::vector<std::string> fan_in = {"--max-fan-in", "4"};
+  start_aggregator(64, &agg_, "agg", 1, &agg_port_, &agg_http_, fan_in);
+  start_aggregator(64, &agg2_, "agg2", 2, &agg2_port_, &agg2_http_, fan_in);
+  start_aggregator(64, &agg3_, "agg3", 3, &agg3_port_, &agg3_http_, fan_in);
+  start_aggregator(64, &agg4_, "agg4", 4, &agg4_port_, &agg4_http_, fan_in);
+  const int store_port = ina::testing::free_loopback_port();
+  ASSERT_NE(store_port, 0);
+  // ~10 s of collectives after the kill (100 ms apart), as in WorkersFollowAReplacedJob: the
+  // workers' probes come 1, 3 and 7 s after their fallback.
+  constexpr int kIters = 100;
+  constexpr int kKilledAt = 4;
+  std::string killed;
+  json before, after;
+  auto root_of = [](const json& j) {
+    for (const auto& p : j.value("placements", json::array())) {
+      if (p["role"] == "root") return p["aggregator"].get<std::string>();
+    }
+    return std::string{};
+  };
+  std::vector<Status> st = run_job(
+      "rootloss", 8, kIters, 1000,
+      [&](Config& c) {
+        c.window = 16;
+        c.store = "127.0.0.1:" + std::to_string(store_port);
+        c.timeout = 1500ms;
+      },
+      [&](int rank, int it) {
+        if (rank == 0 && it == kKilledAt) {
+          before = get_json(ctl_port_, "/v1/jobs/" + std::to_string(job_id("rootloss")));
+          killed = root_of(before);
+          for (auto [child, port] : {std::pair{&agg_, agg_port_}, {&agg2_, agg2_port_},
+                                     {&agg3_, agg3_port_}, {&agg4_, agg4_port_}}) {
+            if (killed == "127.0.0.1:" + std::to_string(port)) child->stop();
+          }
+        }
+        if (it >= kKilledAt) std::this_thread::sleep_for(100ms);
+      },
+      [&](int rank) {
+        if (rank == 0) after = get_json(ctl_port_, "/v1/jobs/" + std::to_string(job_id("rootloss")));
+      });
+  expect_all_ok(st);
+  ASSERT_EQ(before["shape"], "tree") << before.dump();
+  ASSERT_FALSE(killed.empty()) << before.dump();
+  ASSERT_TRUE(after.is_object()) << after.dump();
+  EXPECT_EQ(after["state"], "active") << after.dump();
+  EXPECT_EQ(after["replacements"], 1) << after.dump();
+  const std::string new_root = root_of(after);
+  EXPECT_FALSE(new_root.empty()) << after.dump();
+  EXPECT_NE(new_root, killed) << after.dump();
+  for (const auto& p : after["placements"]) {
+    if (p["role"] == "leaf") {
+      EXPECT_EQ(p["parent"], new_root) << after.dump();
+    }
+  }
+  for (const auto& [k, s] : stats_) {
+    std::printf("%s: collectives %llu host %llu fallbacks %llu probes %llu\n", k.c_str(),
+                (unsigned long long)s.collectives, (unsigned long long)s.host_collectives,
+                (unsigned long long)s.fallbacks, (unsigned long long)s.probes);
+    EXPECT_EQ(s.collectives, static_cast<uint64_t>(kIters)) << k;
+    EXPECT_GE(s.fallbacks, 1u) << k;
+    EXPECT_GE(s.probes, 1u) << k;
+    // Back in-network on the re-placed tree: more in-network collectives than before the kill.
+    EXPECT_GT(s.collectives - s.host_collectives, static_cast<uint64_t>(kKilledAt)) << k;
+    EXPECT_LT(s.host_collectives, static_cast<uint64_t>(kIters - kKilledAt)) << k;
+  }
 }
 
 // End to end through the controller: a controller that shards every job over two aggregators

@@ -5,6 +5,7 @@
 // result must equal the protocol model bitwise (the same model a flat 8-rank run is held to), with
 // and without the aggregators' --drop-percent/--dup-percent hooks; the aggregators' counters must
 // show the tree at work (partials forwarded, results from the parent, re-forwards under loss).
+// And a rank that stops: the workers at both leaves get an error naming it within their deadline.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
@@ -234,6 +235,118 @@ TEST(TreeCli, InconsistentLeafOptionsAreRefused) {
     EXPECT_NE(code, 0) << b.args;
     EXPECT_NE(out.find(b.says), std::string::npos) << b.args << "\n" << out;
   }
+}
+
+// A worker of the stopped-rank test: joins, then rank `stopped` never calls allreduce (the parent
+// kills it); every other rank runs one allreduce with a short deadline and writes
+// "<elapsed ms>\n<status>" to `out`. Returns 0 when the allreduce failed as it should.
+constexpr auto kShortDeadline = 3000ms;
+int stopped_worker_main(int rank, int stopped, uint16_t leaf_port, const std::string& out) {
+  ina::Config cfg;
+  cfg.rank = rank;
+  cfg.world_size = kWorld;
+  cfg.aggregator_host = "127.0.0.1";
+  cfg.aggregator_port = leaf_port;
+  cfg.block_elems = kBlock;
+  cfg.timeout = kShortDeadline;
+  cfg.retransmit = 2000us;
+  auto comm = ina::Communicator::create(cfg);
+  if (!comm.ok()) {
+    std::fprintf(stderr, "rank %d: create: %s\n", rank, comm.status().to_string().c_str());
+    return 2;
+  }
+  if (rank == stopped) {
+    std::this_thread::sleep_for(60s);  // stopped: killed by the test
+    return 0;
+  }
+  std::vector<int32_t> in(1000, rank + 1), res(1000);
+  const auto t0 = Clock::now();
+  const ina::Status s =
+      (*comm)->allreduce(in.data(), res.data(), in.size(), ina::DType::kInt32, ina::ReduceOp::kSum);
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+  std::ofstream(out) << ms << "\n" << s.to_string();
+  return s.ok() ? 1 : 0;
+}
+
+// Rank 6 (behind leaf 1) stops after joining: the ranks at leaf 1 get an error naming rank 6
+// (their leaf's bitmap), and the ranks at leaf 0, whose rounds are complete at their leaf and
+// wait at the root, get the root's report turned into global ranks by leaf 0: "ranks 4-7
+// (behind tree leaf 1; ... balanced rule ...)". Both within their deadline.
+TEST(Tree, AStoppedRankIsNamedAtBothLeavesWithinTheDeadline) {
+  constexpr int kStopped = 6;
+  AggregatorProcess root;
+  AggregatorProcess leaf[2];
+  AggregatorProcess::Options ro;
+  ro.stdout_path = temp_path("root");
+  ASSERT_EQ(root.start(2, ro), "");
+  std::string rep_path[2];
+  for (int c = 0; c < 2; ++c) {
+    AggregatorProcess::Options lo;
+    rep_path[c] = temp_path("leaf");
+    lo.stdout_path = rep_path[c];
+    lo.extra_args = {"--parent",      "127.0.0.1:" + std::to_string(root.port),
+                     "--child-index", std::to_string(c),
+                     "--rank-base",   std::to_string(c * kPerLeaf),
+                     "--local-ranks", std::to_string(kPerLeaf), "--parent-world", "2"};
+    ASSERT_EQ(leaf[c].start(kWorld, lo), "");
+  }
+  std::vector<std::string> out(kWorld);
+  std::vector<pid_t> pids(kWorld, -1);
+  std::fflush(nullptr);
+  for (int r = 0; r < kWorld; ++r) {
+    out[r] = temp_path("rank");
+    const pid_t pid = fork();
+    if (pid == 0) {
+      _exit(stopped_worker_main(r, kStopped, leaf[r / kPerLeaf].port, out[r]));
+    }
+    pids[r] = pid;
+  }
+  const auto deadline = Clock::now() + 60s;
+  std::vector<int> codes(kWorld, -1);
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kStopped) continue;
+    int status = 0;
+    while (waitpid(pids[r], &status, WNOHANG) == 0 && Clock::now() < deadline) {
+      std::this_thread::sleep_for(5ms);
+    }
+    if (Clock::now() >= deadline) break;
+    codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    pids[r] = -1;
+  }
+  for (pid_t p : pids) {
+    if (p > 0) {
+      kill(p, SIGKILL);
+      waitpid(p, nullptr, 0);
+    }
+  }
+  for (int c = 0; c < 2; ++c) EXPECT_EQ(leaf[c].stop(), 0) << "leaf " << c << " exit";
+  EXPECT_EQ(root.stop(), 0) << "root exit";
+
+  for (int r = 0; r < kWorld; ++r) {
+    if (r == kStopped) continue;
+    const std::string got = slurp(out[r]);
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + got);
+    EXPECT_EQ(codes[r], 0);
+    const long long ms = std::atoll(got.c_str());
+    // Within its deadline (plus scheduling slack on a loaded machine), not a hang.
+    EXPECT_GE(ms, kShortDeadline.count() - 50);
+    EXPECT_LE(ms, kShortDeadline.count() + 2000);
+    EXPECT_NE(got.find("DEADLINE_EXCEEDED"), std::string::npos);
+    if (r / kPerLeaf == 1) {
+      EXPECT_NE(got.find("ranks 6 did not contribute"), std::string::npos);
+    } else {
+      EXPECT_NE(got.find("ranks 4-7 (behind tree leaf 1; the root names leaves only"),
+                std::string::npos);
+      EXPECT_NE(got.find("did not contribute (aggregator bitmap)"), std::string::npos);
+    }
+    std::printf("rank %d after %lld ms: %s\n", r, ms, got.substr(got.find('\n') + 1).c_str());
+    std::remove(out[r].c_str());
+  }
+  std::remove(out[kStopped].c_str());
+  const std::string rep0 = slurp(rep_path[0]);
+  EXPECT_GT(counter(rep0, "parent_missing"), 0) << rep0;
+  for (int c = 0; c < 2; ++c) std::remove(rep_path[c].c_str());
+  std::remove(ro.stdout_path.c_str());
 }
 
 TEST(Tree, TwoLeavesAndARootEightRanksExact) { run_tree(0, 0); }

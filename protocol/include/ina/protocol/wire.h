@@ -45,6 +45,9 @@ inline constexpr uint8_t kKnownFlags = 0x1F;
 enum class ErrorReason : uint32_t {
   // The slot copy is incomplete; payload[1..] is the contributor bitmap (bit r of word r/32),
   // sent in answer to a retransmission so that a worker can name the ranks that are missing.
+  // A tree leaf whose copy waits on the root may append a tree note after the ceil(world/32)
+  // bitmap words: [kTreeNoteTag, flags (kTreeNoteByRule), m, up to kTreeNoteMaxLeaves indices of
+  // the missing leaves]; m counts them all. Readers that do not know it ignore the extra words.
   kMissingRanks = 1,
   // HELLO's world size differs from the aggregator's; payload[1] is the aggregator's.
   kWorldSizeMismatch = 2,
@@ -53,6 +56,14 @@ enum class ErrorReason : uint32_t {
   // A DATA packet disagreed with the round it joined (count, dtype, op or exponent).
   kRoundMismatch = 4,
 };
+
+// The tree note of a kMissingRanks ERROR (see ErrorReason::kMissingRanks).
+inline constexpr uint32_t kTreeNoteTag = 0x54524545;  // "TREE"
+// The leaves' rank ranges come from the balanced rule (leaf i of n serves
+// [floor(i*W/n), floor((i+1)*W/n))), not from a list the controller sent.
+inline constexpr uint32_t kTreeNoteByRule = 1;
+inline constexpr uint32_t kTreeNoteMaxLeaves = 8;
+inline constexpr size_t kTreeNoteWords = 3 + kTreeNoteMaxLeaves;
 
 // Decoded header, in host byte order.
 struct Header {
