@@ -57,8 +57,9 @@ def main(d):
     with open(os.path.join(d, "machine.txt")) as f:
         print(f.read().rstrip())
     print("```\n")
-    print("Indicative only: a shared 2-core VM under other engineers' builds; every rank, the "
-          "aggregator and its busy-polling DPDK lcore share those cores.\n")
+    print("Indicative only: on one machine every rank, the aggregator and its busy-polling DPDK "
+          "lcore share its cores (see `load` and `cpu` above), so this compares CPU cost per "
+          "path, not what the network could carry.\n")
     print("Rows:\n")
     for n, t in ROWS:
         st, sec = status.get(n, ("not run", "0"))
