@@ -343,25 +343,28 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
 // new incarnation starts its block sequence afresh) and WELCOMEs every rank. A rank seen with a new
 // nonce has restarted: the others must join again, so the barrier starts over.
 // on_packet() has checked the world size and the rank.
+// The WELCOME (join barrier passed): the slots and block size the ranks use, to one rank or all.
+Reply Engine::welcome_reply(const Job& job, const wire::Header& h, Reply::Target target) {
+  Reply r;
+  r.target = target;
+  r.hdr = reply_header(job.cfg, h, wire::kFlagHello | wire::kFlagResult);
+  // The nonces differ per rank and one WELCOME goes to all, so its seq carries none of them.
+  r.hdr.seq = 0;
+  r.hdr.slot = 0;
+  r.hdr.shadow = false;
+  r.hdr.count = 2;
+  scratch_[0] = static_cast<int32_t>(job.welcome_slots);
+  scratch_[1] = static_cast<int32_t>(job.welcome_elems);
+  r.payload = scratch_.data();
+  counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
+  return r;
+}
+
 Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
   const wire::Header& h = pkt.hdr;
   const bool retransmit = h.has(wire::kFlagRetransmit);
 
-  auto welcome = [&](Reply::Target target) {
-    Reply r;
-    r.target = target;
-    r.hdr = reply_header(job.cfg, h, wire::kFlagHello | wire::kFlagResult);
-    // The nonces differ per rank and one WELCOME goes to all, so its seq carries none of them.
-    r.hdr.seq = 0;
-    r.hdr.slot = 0;
-    r.hdr.shadow = false;
-    r.hdr.count = 2;
-    scratch_[0] = static_cast<int32_t>(job.welcome_slots);
-    scratch_[1] = static_cast<int32_t>(job.welcome_elems);
-    r.payload = scratch_.data();
-    counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
-    return r;
-  };
+  auto welcome = [&](Reply::Target target) { return welcome_reply(job, h, target); };
   auto missing = [&]() -> Reply {
     if (!retransmit) return {};
     return error_reply(job, pkt, wire::ErrorReason::kMissingRanks, job.hello_bitmap, 0);
@@ -726,18 +729,7 @@ Reply Engine::handle_parent(Job& job, const wire::PacketView& pkt) {
     job.welcome_slots = std::min(job.cfg.slots.num_slots, static_cast<uint32_t>(pkt.word(0)));
     job.welcome_elems =
         std::min<uint32_t>(job.cfg.slots.max_elems, static_cast<uint32_t>(pkt.word(1)));
-    Reply r;
-    r.target = Reply::Target::kAllRanks;
-    r.hdr = reply_header(job.cfg, h, wire::kFlagHello | wire::kFlagResult);
-    r.hdr.seq = 0;
-    r.hdr.slot = 0;
-    r.hdr.shadow = false;
-    r.hdr.count = 2;
-    scratch_[0] = static_cast<int32_t>(job.welcome_slots);
-    scratch_[1] = static_cast<int32_t>(job.welcome_elems);
-    r.payload = scratch_.data();
-    counters_.replies_out += job.nranks;
-    return r;
+    return welcome_reply(job, h, Reply::Target::kAllRanks);
   }
   // RESULT of a copy this leaf forwarded and still waits for (the slot table checks the round).
   const size_t k = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
