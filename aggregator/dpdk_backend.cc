@@ -36,6 +36,7 @@
 #include <cstring>
 #include <map>
 
+#include "ina/protocol/frame_dpdk.h"
 #include "ina/protocol/log.h"
 #include "ina/protocol/wire.h"
 
@@ -126,20 +127,6 @@ int launch(void* arg) {
   return 0;
 }
 
-frame::HwCheck ip_check(uint64_t f) {
-  switch (f & RTE_MBUF_F_RX_IP_CKSUM_MASK) {
-    case RTE_MBUF_F_RX_IP_CKSUM_GOOD: return frame::HwCheck::kGood;
-    case RTE_MBUF_F_RX_IP_CKSUM_BAD: return frame::HwCheck::kBad;
-    default: return frame::HwCheck::kUnknown;
-  }
-}
-frame::HwCheck l4_check(uint64_t f) {
-  switch (f & RTE_MBUF_F_RX_L4_CKSUM_MASK) {
-    case RTE_MBUF_F_RX_L4_CKSUM_GOOD: return frame::HwCheck::kGood;
-    case RTE_MBUF_F_RX_L4_CKSUM_BAD: return frame::HwCheck::kBad;
-    default: return frame::HwCheck::kUnknown;
-  }
-}
 
 // PMDs that spread received frames over their rx queues without RSS offloads: af_packet (the
 // kernel's PACKET_FANOUT hash over qpairs sockets), tap (the tap's flow hash over its queues),
@@ -563,7 +550,7 @@ void DpdkAggregator::Lcore::on_frame(rte_mbuf* m, bool verified) {
   frame::Parsed p;
   const frame::RxOffload off =
       verified ? frame::RxOffload{frame::HwCheck::kGood, frame::HwCheck::kGood}
-               : frame::RxOffload{ip_check(m->ol_flags), l4_check(m->ol_flags)};
+               : frame::rx_offload(m->ol_flags);
   const frame::Verdict v =
       frame::classify(std::span<const uint8_t>(data, m->data_len), a.local_, off, &p);
   if (!verified) fc.add(v);
@@ -815,17 +802,12 @@ void DpdkAggregator::Lcore::handle_mail() {
 
 // As UdpAggregator::apply_jobs, on this lcore's engine and peer table.
 void DpdkAggregator::Lcore::apply_jobs(const std::vector<JobConfig>& desired) {
-  auto same = [](const JobConfig& x, const JobConfig& y) {
-    return x.key == y.key && x.slots.world_size == y.slots.world_size &&
-           x.slots.num_slots == y.slots.num_slots && x.slots.max_elems == y.slots.max_elems &&
-           x.slot_base == y.slot_base;
-  };
   peer_table_changed();  // entries are erased below
   std::map<JobId, const JobConfig*> want;
   for (const JobConfig& j : desired) want[j.job] = &j;
   for (const JobConfig& have : engine->jobs()) {
     auto it = want.find(have.job);
-    if (it == want.end() || !same(have, *it->second)) {
+    if (it == want.end() || have != *it->second) {
       (void)engine->remove_job(have.job);
       peer_table.erase(have.job);
     }

@@ -65,6 +65,9 @@ struct JobConfig {
   // 0..served_ranks()-1; add first_rank() for the global rank.
   uint32_t served_ranks() const { return is_leaf() ? tree.local_ranks : slots.world_size; }
   uint32_t first_rank() const { return is_leaf() ? tree.rank_base : 0; }
+
+  // Every field: a backend's set_jobs() replaces a served job whose config differs in any.
+  bool operator==(const JobConfig&) const = default;
 };
 
 // Counters of one job (multi-tenancy: what each tenant sent and what was refused in its name).

@@ -38,6 +38,8 @@ struct SlotTableConfig {
   uint32_t num_slots = 512;    // per job; at most wire::kMaxSlot + 1
   uint16_t max_elems = 256;    // largest block (elements per packet)
   uint32_t world_size = 1;     // 1 .. 65535
+
+  bool operator==(const SlotTableConfig&) const = default;
 };
 
 enum class Verdict : uint8_t {

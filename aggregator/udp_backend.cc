@@ -540,16 +540,11 @@ void UdpAggregator::apply_jobs() {
     jobs_pending_.store(false, std::memory_order_relaxed);
   }
   Impl& m = *impl_;
-  auto same = [](const JobConfig& a, const JobConfig& b) {
-    return a.key == b.key && a.slots.world_size == b.slots.world_size &&
-           a.slots.num_slots == b.slots.num_slots && a.slots.max_elems == b.slots.max_elems &&
-           a.slot_base == b.slot_base && a.tree == b.tree;
-  };
   std::map<JobId, const JobConfig*> want;
   for (const JobConfig& j : desired) want[j.job] = &j;
   for (const JobConfig& have : engine_->jobs()) {
     auto it = want.find(have.job);
-    if (it == want.end() || !same(have, *it->second)) {
+    if (it == want.end() || have != *it->second) {
       (void)engine_->remove_job(have.job);
       m.peers.erase(have.job);
       m.parents.erase(have.job);

@@ -21,6 +21,7 @@
 #include <mutex>
 #include <thread>
 
+#include "ina/protocol/frame_dpdk.h"
 #include "ina/protocol/log.h"
 #include "worker/bypass_endpoint.h"
 
@@ -37,20 +38,6 @@ constexpr uint16_t kDescriptors = 1024;
 constexpr uint16_t kPollBurst = 32;
 constexpr int kTxAttempts = 8;
 
-frame::HwCheck ip_check(uint64_t f) {
-  switch (f & RTE_MBUF_F_RX_IP_CKSUM_MASK) {
-    case RTE_MBUF_F_RX_IP_CKSUM_GOOD: return frame::HwCheck::kGood;
-    case RTE_MBUF_F_RX_IP_CKSUM_BAD: return frame::HwCheck::kBad;
-    default: return frame::HwCheck::kUnknown;
-  }
-}
-frame::HwCheck l4_check(uint64_t f) {
-  switch (f & RTE_MBUF_F_RX_L4_CKSUM_MASK) {
-    case RTE_MBUF_F_RX_L4_CKSUM_GOOD: return frame::HwCheck::kGood;
-    case RTE_MBUF_F_RX_L4_CKSUM_BAD: return frame::HwCheck::kBad;
-    default: return frame::HwCheck::kUnknown;
-  }
-}
 
 void set_len(rte_mbuf* m, size_t len) {
   m->data_len = static_cast<uint16_t>(len);
@@ -294,7 +281,7 @@ void DpdkPort::dispatch(rte_mbuf* m) {
   }
   uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
   const std::span<const uint8_t> f(data, m->data_len);
-  const frame::RxOffload off{ip_check(m->ol_flags), l4_check(m->ol_flags)};
+  const frame::RxOffload off = frame::rx_offload(m->ol_flags);
   frame::Parsed p;
   frame::Verdict v = frame::Verdict::kWrongUdpPort;
   DpdkTransport::Endpoint* ep = nullptr;
