@@ -343,6 +343,27 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
 // new incarnation starts its block sequence afresh) and WELCOMEs every rank. A rank seen with a new
 // nonce has restarted: the others must join again, so the barrier starts over.
 // on_packet() has checked the world size and the rank.
+// The RESULT of the slot copy `h` names (its round, shape, exponents and sum), to one rank or all;
+// `extra_flags` are or'ed into the header's flags.
+Reply Engine::result_reply(const Job& job, const wire::Header& h, Reply::Target target,
+                           uint8_t extra_flags) {
+  const CopyView c = job.table->copy(h.slot, h.shadow);
+  Reply r;
+  r.target = target;
+  r.hdr = reply_header(job.cfg, h,
+                       wire::kFlagResult | (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}) |
+                           extra_flags);
+  r.hdr.seq = c.seq;
+  r.hdr.count = c.count;
+  r.hdr.dtype = c.dtype;
+  r.hdr.op = c.op;
+  r.hdr.exp = c.exp;
+  r.hdr.next_exp = c.next_exp;
+  r.payload = c.data;
+  counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
+  return r;
+}
+
 // The WELCOME (join barrier passed): the slots and block size the ranks use, to one rank or all.
 Reply Engine::welcome_reply(const Job& job, const wire::Header& h, Reply::Target target) {
   Reply r;
@@ -439,22 +460,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
     if (v == Verdict::kCompleted && job.world > 1) ++t.last;
   }
 
-  auto result = [&](Reply::Target target) {
-    const CopyView c = job.table->copy(h.slot, h.shadow);
-    Reply r;
-    r.target = target;
-    r.hdr = reply_header(job.cfg, h,
-                         wire::kFlagResult | (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}));
-    r.hdr.seq = c.seq;
-    r.hdr.count = c.count;
-    r.hdr.dtype = c.dtype;
-    r.hdr.op = c.op;
-    r.hdr.exp = c.exp;
-    r.hdr.next_exp = c.next_exp;
-    r.payload = c.data;
-    counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
-    return r;
-  };
+  auto result = [&](Reply::Target target) { return result_reply(job, h, target, 0); };
   const size_t k = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
 
   switch (v) {
@@ -741,22 +747,10 @@ Reply Engine::handle_parent(Job& job, const wire::PacketView& pkt) {
   job.tree_state[k] = kTreeHaveResult;
   ++counters_.parent_results;
   ++job.counters.parent_results;
-  const CopyView c = job.table->copy(h.slot, h.shadow);
-  Reply r;
-  r.target = Reply::Target::kAllRanks;
   // RETRANSMIT stays: such a result answers a re-forward, i.e. some rank's retransmission.
-  r.hdr = reply_header(job.cfg, h,
-                       wire::kFlagResult | (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}) |
-                           (h.flags & wire::kFlagRetransmit));
-  r.hdr.seq = c.seq;
-  r.hdr.count = c.count;
-  r.hdr.dtype = c.dtype;
-  r.hdr.op = c.op;
-  r.hdr.exp = c.exp;
-  r.hdr.next_exp = c.next_exp;
-  r.payload = c.data;
-  if (c.nonfinite) ++counters_.nonfinite_blocks;
-  counters_.replies_out += job.nranks;
+  Reply r = result_reply(job, h, Reply::Target::kAllRanks,
+                         static_cast<uint8_t>(h.flags & wire::kFlagRetransmit));
+  if (r.hdr.has(wire::kFlagNonFinite)) ++counters_.nonfinite_blocks;
   return r;
 }
 

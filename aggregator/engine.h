@@ -280,6 +280,8 @@ class Engine {
   struct Job;
   Reply handle_hello(Job& job, const wire::PacketView& pkt);
   Reply welcome_reply(const Job& job, const wire::Header& h, Reply::Target target);
+  Reply result_reply(const Job& job, const wire::Header& h, Reply::Target target,
+                     uint8_t extra_flags);
   Reply handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns);
   Reply handle_parent(Job& job, const wire::PacketView& pkt);
   Reply parent_hello(Job& job, bool retransmit);
