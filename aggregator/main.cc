@@ -303,6 +303,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ina-aggregator: sigaction: %s\n", std::strerror(errno));
     return 1;
   }
+#if INA_HAVE_CONTROLLER
+  // The agent's settings both backends share (--controller was checked as host:port).
+  agent.block_elems = block;
+  agent.heartbeat = std::chrono::milliseconds(heartbeat_ms);
+  if (managed) {
+    const size_t c = controller.rfind(':');
+    agent.controller_host = controller.substr(0, c);
+    agent.controller_port = static_cast<uint16_t>(std::atoi(controller.c_str() + c + 1));
+  }
+#endif
   if (backend == "dpdk") {
 #if INA_HAVE_DPDK
     ina::agg::DpdkCliOptions d;
@@ -323,15 +333,10 @@ int main(int argc, char** argv) {
         return 2;
       }
       if (advertise_opt->count() == 0) agent.advertise_host = dpdk_ip;
-      agent.block_elems = block;
-      agent.heartbeat = std::chrono::milliseconds(heartbeat_ms);
       agent.http_bind = "127.0.0.1";  // the HTTP endpoint is on the kernel's loopback
       if (managed) {
         d.slot_capacity = agent.slot_capacity;
         d.max_block_elems = static_cast<uint16_t>(block);
-        const size_t c = controller.rfind(':');
-        agent.controller_host = controller.substr(0, c);
-        agent.controller_port = static_cast<uint16_t>(std::atoi(controller.c_str() + c + 1));
       }
       d.agent = agent;
       d.http_port_file = http_port_file;
@@ -359,16 +364,11 @@ int main(int argc, char** argv) {
 #if INA_HAVE_CONTROLLER
   if (managed || agent.http_port >= 0) {
     opts.snapshot_interval = std::chrono::milliseconds(100);
-    agent.block_elems = block;
-    agent.heartbeat = std::chrono::milliseconds(heartbeat_ms);
     agent.http_bind = opts.bind_host == "0.0.0.0" ? "127.0.0.1" : opts.bind_host;
   }
   if (managed) {
     opts.slot_capacity = agent.slot_capacity;
     opts.max_block_elems = static_cast<uint16_t>(block);
-    const size_t c = controller.rfind(':');
-    agent.controller_host = controller.substr(0, c);
-    agent.controller_port = static_cast<uint16_t>(std::atoi(controller.c_str() + c + 1));
   }
 #endif
   auto agg = ina::agg::UdpAggregator::create(opts, jobs);
