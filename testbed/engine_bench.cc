@@ -17,6 +17,7 @@
 
 #include "aggregator/engine.h"
 #include "ina/protocol/wire.h"
+#include "testbed/engine_stream.h"
 
 namespace {
 
@@ -44,25 +45,8 @@ int main(int argc, char** argv) {
   using namespace ina;
   constexpr uint64_t kKey = 0x0123456789ABCDEFull;
   // The packet stream: rounds over the slot window, every rank's block, alternating copies.
-  std::vector<std::vector<uint8_t>> pkts;
-  pkts.reserve(size_t{rounds} * world);
-  std::vector<int32_t> payload(elems, 3);
-  for (uint32_t b = 0; b < rounds; ++b) {
-    for (uint32_t r = 0; r < world; ++r) {
-      wire::Header h;
-      h.job = 1;
-      h.key = kKey;
-      h.rank = static_cast<uint16_t>(r);
-      h.slot = static_cast<uint16_t>(b % slots);
-      h.shadow = (b / slots) % 2 == 1;
-      h.seq = b + 1;
-      h.count = static_cast<uint16_t>(elems);
-      std::vector<uint8_t> p(wire::packet_size(h.count));
-      wire::encode_header(h, p.data());
-      wire::store_payload(p.data() + wire::kHeaderSize, payload.data(), elems);
-      pkts.push_back(std::move(p));
-    }
-  }
+  const std::vector<std::vector<uint8_t>> pkts =
+      bench::data_stream(rounds, world, slots, elems, kKey);
   struct Variant {
     const char* name;
     bool key;
@@ -96,11 +80,8 @@ int main(int argc, char** argv) {
         h.seq = 77;
         h.flags = wire::kFlagHello;
         h.count = 1;
-        std::vector<uint8_t> p(wire::packet_size(1));
-        wire::encode_header(h, p.data());
         const int32_t w = static_cast<int32_t>(world);
-        wire::store_payload(p.data() + wire::kHeaderSize, &w, 1);
-        e.on_packet(p, &rank, &job);
+        e.on_packet(bench::encode_packet(h, &w), &rank, &job);
       }
       const auto t0 = std::chrono::steady_clock::now();
       uint64_t replies = 0;

@@ -16,6 +16,7 @@
 
 #include "aggregator/engine.h"
 #include "ina/protocol/wire.h"
+#include "testbed/engine_stream.h"
 
 namespace {
 
@@ -24,13 +25,6 @@ using Clock = std::chrono::steady_clock;
 constexpr uint64_t kKey = 0x0123456789ABCDEFull;
 constexpr uint32_t kWorld = 8;
 constexpr uint32_t kPerLeaf = 4;
-
-std::vector<uint8_t> encode(const wire::Header& h, const int32_t* payload) {
-  std::vector<uint8_t> p(wire::packet_size(h.count));
-  wire::encode_header(h, p.data());
-  if (h.count > 0) wire::store_payload(p.data() + wire::kHeaderSize, payload, h.count);
-  return p;
-}
 
 // Encodes a reply into `buf` (reused: no allocation once it is large enough).
 std::span<const uint8_t> encode_into(const agg::Reply& r, std::vector<uint8_t>& buf) {
@@ -50,7 +44,7 @@ std::vector<uint8_t> hello(uint16_t rank) {
   h.flags = wire::kFlagHello;
   h.count = 1;
   const int32_t w = kWorld;
-  return encode(h, &w);
+  return bench::encode_packet(h, &w);
 }
 
 agg::JobConfig job(uint32_t world, uint32_t slots, uint32_t elems) {
@@ -77,22 +71,8 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   // The workers' packets: round b, rank r.
-  std::vector<std::vector<uint8_t>> pkts;
-  pkts.reserve(size_t{rounds} * kWorld);
-  std::vector<int32_t> payload(elems, 3);
-  for (uint32_t b = 0; b < rounds; ++b) {
-    for (uint32_t r = 0; r < kWorld; ++r) {
-      wire::Header h;
-      h.job = 1;
-      h.key = kKey;
-      h.rank = static_cast<uint16_t>(r);
-      h.slot = static_cast<uint16_t>(b % slots);
-      h.shadow = (b / slots) % 2 == 1;
-      h.seq = b + 1;
-      h.count = static_cast<uint16_t>(elems);
-      pkts.push_back(encode(h, payload.data()));
-    }
-  }
+  const std::vector<std::vector<uint8_t>> pkts =
+      bench::data_stream(rounds, kWorld, slots, elems, kKey);
   std::vector<double> flat_ns, tree_total_ns, tree_leaf_ns, tree_root_ns;
   std::vector<uint8_t> buf, down;
   int32_t rank;
@@ -135,11 +115,11 @@ int main(int argc, char** argv) {
         const agg::Reply x = leaf[r / kPerLeaf].on_packet(hello(r), &rank, &jid);
         if (x.target == agg::Reply::Target::kParent) up[r / kPerLeaf] = x;
       }
-      std::vector<uint8_t> h0 = encode(up[0].hdr, up[0].payload);
+      std::vector<uint8_t> h0 = bench::encode_packet(up[0].hdr, up[0].payload);
       root.on_packet(h0, &rank, &jid);
-      std::vector<uint8_t> h1 = encode(up[1].hdr, up[1].payload);
+      std::vector<uint8_t> h1 = bench::encode_packet(up[1].hdr, up[1].payload);
       const agg::Reply w = root.on_packet(h1, &rank, &jid);
-      std::vector<uint8_t> wb = encode(w.hdr, w.payload);
+      std::vector<uint8_t> wb = bench::encode_packet(w.hdr, w.payload);
       for (auto& l : leaf) l.on_packet(wb, &rank, &jid);
       if (!leaf[0].job_ready(1) || !leaf[1].job_ready(1)) {
         std::fprintf(stderr, "bench: the tree did not join\n");
