@@ -410,17 +410,31 @@ void ControllerServer::Impl::routes() {
   });
 }
 
+namespace {
+
+// One metric family's HELP and TYPE lines (Prometheus text format 0.0.4).
+void family(std::ostream& m, const char* name, const char* type, const char* help) {
+  m << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n";
+}
+
+// A family of one unlabelled sample.
+template <class V>
+void single(std::ostream& m, const char* name, const char* type, const char* help, V value) {
+  family(m, name, type, help);
+  m << name << " " << value << "\n";
+}
+
+}  // namespace
+
 std::string ControllerServer::Impl::metrics() {
   std::lock_guard<std::mutex> g(mu);
   std::ostringstream m;
-  m << "# HELP ina_controller_aggregators Registered aggregators.\n"
-       "# TYPE ina_controller_aggregators gauge\n";
+  family(m, "ina_controller_aggregators", "gauge", "Registered aggregators.");
   size_t draining = 0;
   for (const auto& [id, a] : state.aggregators()) draining += a.draining ? 1 : 0;
   m << "ina_controller_aggregators{state=\"serving\"} " << state.aggregators().size() - draining
     << "\nina_controller_aggregators{state=\"draining\"} " << draining << "\n";
-  m << "# HELP ina_controller_jobs Jobs known to the controller.\n"
-       "# TYPE ina_controller_jobs gauge\n";
+  family(m, "ina_controller_jobs", "gauge", "Jobs known to the controller.");
   size_t by_state[kJobStates] = {};
   size_t by_shape[3] = {};  // flat, tree, sharded (active jobs)
   for (const auto& [id, j] : state.jobs()) {
@@ -431,40 +445,31 @@ std::string ControllerServer::Impl::metrics() {
     m << "ina_controller_jobs{state=\"" << job_state_name(static_cast<JobState>(s)) << "\"} "
       << by_state[s] << "\n";
   }
-  m << "# HELP ina_controller_active_jobs Active jobs by placement shape.\n"
-       "# TYPE ina_controller_active_jobs gauge\n";
+  family(m, "ina_controller_active_jobs", "gauge", "Active jobs by placement shape.");
   const char* shapes[3] = {"flat", "tree", "sharded"};
   for (int s = 0; s < 3; ++s) {
     m << "ina_controller_active_jobs{shape=\"" << shapes[s] << "\"} " << by_shape[s] << "\n";
   }
-  m << "# HELP ina_controller_admissions_total Admission decisions.\n"
-       "# TYPE ina_controller_admissions_total counter\n"
-    << "ina_controller_admissions_total{result=\"admitted\"} " << state.admitted_total << "\n"
-    << "ina_controller_admissions_total{result=\"refused\"} " << state.refused_total << "\n"
-    << "# HELP ina_controller_trees_total Jobs admitted as a two-level aggregation tree.\n"
-       "# TYPE ina_controller_trees_total counter\n"
-    << "ina_controller_trees_total " << state.admitted_tree_total << "\n"
-    << "# HELP ina_controller_sharded_total Jobs admitted with shards asked (K > 1).\n"
-       "# TYPE ina_controller_sharded_total counter\n"
-    << "ina_controller_sharded_total " << state.admitted_sharded_total << "\n"
-    << "# HELP ina_controller_short_shards_total Sharded jobs admitted with fewer shards than asked.\n"
-       "# TYPE ina_controller_short_shards_total counter\n"
-    << "ina_controller_short_shards_total " << state.short_shards_total << "\n"
-    << "# HELP ina_controller_jobs_lost_total Jobs whose aggregator stopped heartbeating and that "
-       "could not be re-placed.\n"
-       "# TYPE ina_controller_jobs_lost_total counter\n"
-    << "ina_controller_jobs_lost_total " << state.lost_total << "\n"
-    << "# HELP ina_controller_replacements_total Placements moved off a silent aggregator.\n"
-       "# TYPE ina_controller_replacements_total counter\n"
-    << "ina_controller_replacements_total " << state.replaced_total << "\n"
-    << "# HELP ina_controller_jobs_expired_total Jobs expired after the idle TTL without packets.\n"
-       "# TYPE ina_controller_jobs_expired_total counter\n"
-    << "ina_controller_jobs_expired_total " << state.expired_total << "\n"
-    << "# HELP ina_controller_job_idle_ttl_seconds The idle TTL (0: jobs never expire).\n"
-       "# TYPE ina_controller_job_idle_ttl_seconds gauge\n"
-    << "ina_controller_job_idle_ttl_seconds " << static_cast<double>(opts.job_idle_ttl_ms) / 1e3 << "\n"
-    << "# HELP ina_controller_admission_seconds Server-side admission latency by answer.\n"
-       "# TYPE ina_controller_admission_seconds summary\n";
+  family(m, "ina_controller_admissions_total", "counter", "Admission decisions.");
+  m << "ina_controller_admissions_total{result=\"admitted\"} " << state.admitted_total << "\n"
+    << "ina_controller_admissions_total{result=\"refused\"} " << state.refused_total << "\n";
+  single(m, "ina_controller_trees_total", "counter",
+         "Jobs admitted as a two-level aggregation tree.", state.admitted_tree_total);
+  single(m, "ina_controller_sharded_total", "counter", "Jobs admitted with shards asked (K > 1).",
+         state.admitted_sharded_total);
+  single(m, "ina_controller_short_shards_total", "counter",
+         "Sharded jobs admitted with fewer shards than asked.", state.short_shards_total);
+  single(m, "ina_controller_jobs_lost_total", "counter",
+         "Jobs whose aggregator stopped heartbeating and that could not be re-placed.",
+         state.lost_total);
+  single(m, "ina_controller_replacements_total", "counter",
+         "Placements moved off a silent aggregator.", state.replaced_total);
+  single(m, "ina_controller_jobs_expired_total", "counter",
+         "Jobs expired after the idle TTL without packets.", state.expired_total);
+  single(m, "ina_controller_job_idle_ttl_seconds", "gauge", "The idle TTL (0: jobs never expire).",
+         static_cast<double>(opts.job_idle_ttl_ms) / 1e3);
+  family(m, "ina_controller_admission_seconds", "summary",
+         "Server-side admission latency by answer.");
   double sum = 0;
   uint64_t count = 0;
   double worst = 0;
@@ -478,25 +483,21 @@ std::string ControllerServer::Impl::metrics() {
     worst = std::max(worst, admit_seconds_max[k]);
   }
   m << "ina_controller_admission_seconds_sum " << sum << "\n"
-    << "ina_controller_admission_seconds_count " << count << "\n"
-    << "# HELP ina_controller_admission_seconds_max Slowest admission by answer.\n"
-       "# TYPE ina_controller_admission_seconds_max gauge\n";
+    << "ina_controller_admission_seconds_count " << count << "\n";
+  family(m, "ina_controller_admission_seconds_max", "gauge", "Slowest admission by answer.");
   for (int k = 0; k < 4; ++k) {
     m << "ina_controller_admission_seconds_max{kind=\"" << kAdmitKinds[k] << "\"} "
       << admit_seconds_max[k] << "\n";
   }
-  m << "ina_controller_admission_seconds_max " << worst << "\n"
-    << "# HELP ina_controller_heartbeats_total Aggregator heartbeats received.\n"
-       "# TYPE ina_controller_heartbeats_total counter\n"
-    << "ina_controller_heartbeats_total " << heartbeats << "\n"
-    << "# HELP ina_controller_free_slots Free slots per aggregator.\n"
-       "# TYPE ina_controller_free_slots gauge\n";
+  m << "ina_controller_admission_seconds_max " << worst << "\n";
+  single(m, "ina_controller_heartbeats_total", "counter", "Aggregator heartbeats received.",
+         heartbeats);
+  family(m, "ina_controller_free_slots", "gauge", "Free slots per aggregator.");
   for (const auto& [id, a] : state.aggregators()) {
     m << "ina_controller_free_slots{aggregator=\"" << id << "\"} " << state.free_slots(id) << "\n";
   }
-  m << "# HELP ina_controller_persist_ok 1 when the state file was last written successfully.\n"
-       "# TYPE ina_controller_persist_ok gauge\n"
-    << "ina_controller_persist_ok " << (persist_error.empty() ? 1 : 0) << "\n";
+  single(m, "ina_controller_persist_ok", "gauge",
+         "1 when the state file was last written successfully.", persist_error.empty() ? 1 : 0);
   return m.str();
 }
 
