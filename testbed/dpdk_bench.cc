@@ -3,13 +3,15 @@
 //
 //   ina-dpdk-bench [--mode memif,ring] [--elems 64,256,1024] [--seconds 1] [--world 4]
 //                  [--slots 128] [--lcores 1] [--mem auto|huge|nohuge] [--indirect]
-//                  [--bsize N] [--forward-mode io|macswap]
+//                  [--bsize N] [--forward-mode io|macswap] [--gen-copy]
 //                  [--testpmd dpdk-testpmd|none] [-- <EAL arguments of the ring mode>]
 //
 // memif (dpdk_bench_memif.cc): a generator process and the device under test, each pinned to its
 // own CPU, joined by net_memif; the DUT is the aggregator (this binary's --role agg), then testpmd
 // (--forward-mode io, --port-topology loop) against the same generator. Both DUTs copy every frame
-// in and out of the shared rings, so this is the comparison that means something.
+// in and out of the shared rings, so this is the comparison that means something. The generator
+// sends prebuilt frames (only the block sequence patched per send) and, on hugepages, runs memif's
+// zero-copy client, so that it does less work per frame than either DUT and the DUT is the limit.
 //
 // ring: the generator on the main lcore plays `world` ranks streaming blocks through the slots
 // (every block: one DATA frame per rank, an mbuf filled from a per-(rank, slot copy) template with
@@ -320,11 +322,12 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
   const int gen_cpu = cpus[0];
   const int dut_cpu = cpus[1 % cpus.size()];
   std::string used;
-  (void)eal_memory(a.mem, 128, &used);
-  std::printf("# memif: generator process (memif client, copy mode) on CPU %d, DUT process (memif "
-              "server) on CPU %d; memory: %s; aggregator results %s; testpmd --forward-mode=%s "
-              "--port-topology=loop\n",
-              gen_cpu, dut_cpu, used.c_str(),
+  // Decided once here: the children must not each look at the free hugepages (the DUT's take some).
+  a.mem = eal_memory(a.mem, 128, &used).front() == "--in-memory" ? "huge" : "nohuge";
+  std::printf("# memif: generator process (memif client, %s, prebuilt frames) on CPU %d, DUT "
+              "process (memif server, copy mode) on CPU %d; memory: %s; aggregator results %s; "
+              "testpmd --forward-mode=%s --port-topology=loop\n",
+              memif_gen_zero_copy(a) ? "zero-copy" : "copy mode", gen_cpu, dut_cpu, used.c_str(),
               a.indirect ? "indirect (chains)" : "copied", fwd.c_str());
   std::printf("# Mpps: frames back at the generator per second of its window; /cpu: per CPU second"
               " of the DUT's lcore\n# thread (from /proc, the same meter for both DUTs); cpu%%: "
@@ -409,6 +412,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> modes = {"memif", "ring"};
   std::string mem = "auto";
   bool indirect = false;
+  bool gen_copy = false;
   uint16_t bsize = 0;
   std::string role, sock, to = "agg";
   int cpu = 0;
@@ -431,6 +435,9 @@ int main(int argc, char** argv) {
                  "(hugepages when 128 are free)")
       ->check(CLI::IsMember({"auto", "huge", "nohuge"}))
       ->capture_default_str();
+  app.add_flag("--gen-copy", gen_copy,
+               "memif generator in copy mode (default: zero-copy client on hugepages, so that the "
+               "generator does less work per frame than the DUT it drives)");
   app.add_flag("--indirect", indirect,
                "results to every rank as header + indirect datagram chains instead of copies");
   app.add_option("--bsize", bsize, "memif buffer size (0: one buffer per frame)")
@@ -460,6 +467,7 @@ int main(int argc, char** argv) {
     a.bsize = bsize;
     a.to_agg = to == "agg";
     a.indirect = indirect;
+    a.gen_zero_copy = !gen_copy;
     return role == "gen" ? memif_generator(a) : memif_aggregator(a);
   }
 
@@ -477,6 +485,7 @@ int main(int argc, char** argv) {
     a.mem = mem;
     a.bsize = bsize;
     a.indirect = indirect;
+    a.gen_zero_copy = !gen_copy;
     if (!memif_sweep(self_exe(argv[0]), testpmd, fwd, sizes, a, cpus)) rc = 1;
   }
   if (std::find(modes.begin(), modes.end(), "ring") == modes.end()) return rc;

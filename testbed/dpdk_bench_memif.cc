@@ -44,6 +44,7 @@ double thread_cpu_s() {
 std::string vdev(const MemifArgs& a, bool server) {
   std::string v = "net_memif0,role=" + std::string(server ? "server" : "client") +
                   ",socket=" + a.sock + ",bsize=" + std::to_string(memif_bsize(a));
+  if (!server && memif_gen_zero_copy(a)) v += ",zero-copy=yes";
   return v;
 }
 
@@ -52,6 +53,9 @@ std::vector<std::string> eal_args(const char* name, const MemifArgs& a, bool ser
   std::string used;
   std::vector<std::string> eal = {name};
   for (auto& m : eal_memory(a.mem, 128, &used)) eal.push_back(m);
+  // memif's zero-copy client shares its memory segments with the server by file descriptor: one
+  // file per segment list.
+  if (!server && memif_gen_zero_copy(a)) eal.push_back("--single-file-segments");
   for (const char* s : {"--no-pci", "--no-telemetry", "--log-level=3"}) eal.push_back(s);
   eal.push_back("--file-prefix");
   eal.push_back(std::string(name) + "_" + std::to_string(getpid()));
@@ -77,6 +81,11 @@ double testpmd_cycles_per_packet(const std::string& log) {
 
 size_t memif_frame_len(uint16_t elems) { return frame::kUdpHeadroom + wire::packet_size(elems); }
 
+bool memif_gen_zero_copy(const MemifArgs& a) {
+  std::string used;
+  return a.gen_zero_copy && eal_memory(a.mem, 128, &used).front() == "--in-memory";
+}
+
 uint16_t memif_bsize(const MemifArgs& a) {
   if (a.bsize != 0) return a.bsize;
   const size_t f = (memif_frame_len(a.elems) + 127) / 128 * 128;
@@ -91,8 +100,15 @@ int memif_generator(const MemifArgs& a) {
     return 1;
   }
   const size_t flen = memif_frame_len(a.elems);
+  // The generator sends prebuilt frames: a ring of `nframes` mbufs, a whole number of (rank, slot,
+  // copy) cycles and at least four times the memif ring, each sent again `nframes` frames later
+  // with its block sequence patched in. Each send takes a reference (the PMD's free after the
+  // copy or, in zero-copy mode, after the server took the frame drops it), so no frame is built
+  // or copied per send; a frame is rewritten only long after the server has read its last send.
+  const uint32_t cycle = a.world * a.slots * 2;
+  const uint32_t nframes = (4096 + cycle - 1) / cycle * cycle;
   rte_mempool* pool = rte_pktmbuf_pool_create(
-      "gen", 8191, 256, 0,
+      "gen", nframes + 4095, 256, 0,
       static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<size_t>(flen + 64, 2048)),
       static_cast<int>(rte_socket_id()));
   if (pool == nullptr) {
@@ -125,19 +141,38 @@ int memif_generator(const MemifArgs& a) {
     rte_delay_ms(10);
   }
   FrameTemplates tmpl(a.elems, a.world, a.slots, frame::Endpoint{kAggMac, kAggIp, kAggPort});
+  std::vector<rte_mbuf*> frames(nframes);
+  if (rte_pktmbuf_alloc_bulk(pool, frames.data(), nframes) != 0) {
+    std::printf("ERROR generator: cannot take %u mbufs for the frames\n", nframes);
+    return 1;
+  }
+  {
+    BlockCursor build;
+    for (rte_mbuf* m : frames) {
+      build.next(tmpl, rte_pktmbuf_mtod(m, uint8_t*));
+      m->data_len = static_cast<uint16_t>(flen);
+      m->pkt_len = static_cast<uint32_t>(flen);
+    }
+  }
   rte_mbuf* rx[256];
   if (a.to_agg) {
-    // The join barrier: one HELLO per rank, then a WELCOME per rank comes back.
-    for (uint32_t r = 0; r < a.world; ++r) {
-      rte_mbuf* m = rte_pktmbuf_alloc(pool);
-      const auto& h = tmpl.hellos[r];
-      std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(h.size())), h.data(), h.size());
-      while (rte_eth_tx_burst(0, 0, &m, 1) == 0) {
-      }
-    }
+    // The join barrier: one HELLO per rank, then a WELCOME per rank comes back. The HELLOs go
+    // again every 200 ms until the WELCOMEs are in: a frame sent just as the link came up can be
+    // lost (the server may not poll its queue yet), and the aggregator answers a repeated HELLO.
     uint64_t got = 0;
     t = rte_rdtsc();
+    uint64_t hello_at = 0;
     while (got < a.world) {
+      if (hello_at == 0 || seconds_since(hello_at) > 0.2) {
+        hello_at = rte_rdtsc();
+        for (uint32_t r = 0; r < a.world; ++r) {
+          rte_mbuf* m = rte_pktmbuf_alloc(pool);
+          if (m == nullptr) break;
+          const auto& h = tmpl.hellos[r];
+          std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(h.size())), h.data(), h.size());
+          if (rte_eth_tx_burst(0, 0, &m, 1) == 0) rte_pktmbuf_free(m);
+        }
+      }
       const uint16_t k = rte_eth_rx_burst(0, 0, rx, 256);
       rte_pktmbuf_free_bulk(rx, k);
       got += k;
@@ -150,34 +185,34 @@ int memif_generator(const MemifArgs& a) {
   std::printf("START\n");
   std::fflush(stdout);
 
-  BlockCursor cur;
+  uint64_t next = 0;  // frames handed out: frame next % nframes, block next / world
   uint64_t sent = 0, received = 0, full = 0, tries = 0;
   rte_mbuf* pending[kBurst];
   unsigned np = 0;
   const double cpu0 = thread_cpu_s();
   const uint64_t t0 = rte_rdtsc();
   const uint64_t t_end = t0 + static_cast<uint64_t>(a.seconds * static_cast<double>(hz));
+  constexpr size_t kSeqAt = frame::kUdpHeadroom + wire::kOffSeq;
   for (uint64_t now = t0; now < t_end; now = rte_rdtsc()) {
     for (int it = 0; it < 64; ++it) {
-      if (np == 0 && rte_pktmbuf_alloc_bulk(pool, pending, kBurst) == 0) {
-        for (unsigned i = 0; i < kBurst; ++i) {
-          rte_mbuf* m = pending[i];
-          cur.next(tmpl, rte_pktmbuf_mtod(m, uint8_t*));
-          m->data_len = static_cast<uint16_t>(flen);
-          m->pkt_len = static_cast<uint32_t>(flen);
+      if (np == 0) {
+        for (unsigned i = 0; i < kBurst; ++i, ++next) {
+          rte_mbuf* m = frames[next % nframes];
+          rte_mbuf_refcnt_update(m, 1);
+          wire::put_u32(rte_pktmbuf_mtod(m, uint8_t*) + kSeqAt,
+                        static_cast<uint32_t>(next / a.world + 1));
+          pending[i] = m;
         }
         np = kBurst;
       }
-      if (np > 0) {
-        const uint16_t k = rte_eth_tx_burst(0, 0, pending + (kBurst - np), static_cast<uint16_t>(np));
-        ++tries;
-        if (k < np) ++full;
-        np -= k;
-        sent += k;
-      }
-      const uint16_t k = rte_eth_rx_burst(0, 0, rx, 256);
-      if (k > 0) rte_pktmbuf_free_bulk(rx, k);
-      received += k;
+      const uint16_t k = rte_eth_tx_burst(0, 0, pending + (kBurst - np), static_cast<uint16_t>(np));
+      ++tries;
+      if (k < np) ++full;
+      np -= k;
+      sent += k;
+      const uint16_t r = rte_eth_rx_burst(0, 0, rx, 256);
+      if (r > 0) rte_pktmbuf_free_bulk(rx, r);
+      received += r;
     }
   }
   const double secs = seconds_since(t0);
@@ -189,7 +224,7 @@ int memif_generator(const MemifArgs& a) {
   // Stop sending and wait (connected, idle) until the parent has stopped the DUT, so that testpmd
   // counts its statistics before the link goes; then take what is still in flight and stop the
   // port (DPDK 22.11's memif can crash when a peer disconnects under traffic).
-  if (np > 0) rte_pktmbuf_free_bulk(pending + (kBurst - np), np);
+  for (unsigned i = kBurst - np; i < kBurst; ++i) rte_mbuf_refcnt_update(pending[i], -1);
   char go[64];
   while (read(0, go, sizeof go) > 0) {
   }
@@ -200,6 +235,7 @@ int memif_generator(const MemifArgs& a) {
   }
   (void)rte_eth_dev_stop(0);
   (void)rte_eth_dev_close(0);
+  rte_pktmbuf_free_bulk(frames.data(), nframes);
   return 0;
 }
 
@@ -324,6 +360,7 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd,
                                     std::to_string(a.seconds), "--cpu", std::to_string(gen_cpu),
                                     "--mem", a.mem, "--bsize", std::to_string(memif_bsize(a)),
                                     "--to", to_agg ? "agg" : "testpmd"};
+  if (!a.gen_zero_copy) gargs.push_back("--gen-copy");
   if (!g.spawn(gargs, gen_log, true)) {
     d.stop(std::chrono::milliseconds(100));
     return fail("cannot start the generator process");

@@ -23,6 +23,8 @@ struct MemifArgs {
                              // buffer per frame), at least 2048
   bool to_agg = true;        // generator: the peer is the aggregator (join first) or testpmd
   bool indirect = false;     // aggregator: results as header + indirect datagram chains
+  bool gen_zero_copy = true; // generator: memif zero-copy client where it can be (hugepages):
+                             // the server copies, the generator does not
 };
 
 // The roles; each returns the process exit status.
@@ -55,5 +57,8 @@ size_t memif_frame_len(uint16_t elems);
 // testpmd's "CPU cycles/packet" (--record-core-cycles) from its log; -1 when absent.
 double testpmd_cycles_per_packet(const std::string& log);
 uint16_t memif_bsize(const MemifArgs& a);
+// Whether the generator runs memif's zero-copy client: asked for and on hugepages (the mode shares
+// its hugepage files with the server).
+bool memif_gen_zero_copy(const MemifArgs& a);
 
 }  // namespace ina::bench
