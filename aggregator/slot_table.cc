@@ -37,49 +37,90 @@ constexpr uint32_t kMaxWorld = 65535;
 //
 // GCC 12 at -O2 does not vectorize a loop over __builtin_bswap32 (baseline x86-64 has no byte
 // shuffle, and the cheap cost model refuses loops that need an epilogue), so the bulk is written
-// with GCC/Clang vector extensions: 4 words at a time, byte swap as one constant byte permutation
-// where the target has a byte shuffle (pshufb with SSSE3, as in builds with DPDK's -march=corei7;
-// NEON), else by shifts and masks (plain SSE2), then a scalar tail. memcpy keeps the unaligned
-// loads and stores well defined.
-using U32x4 = uint32_t __attribute__((vector_size(16)));
-using I32x4 = int32_t __attribute__((vector_size(16)));
-constexpr size_t kLanes = 4;
-
-inline U32x4 bswap_lanes(U32x4 w) {
+// with GCC/Clang vector extensions: kBytes / 4 words at a time, byte swap as one constant byte
+// permutation where the target has a byte shuffle (pshufb with SSSE3, as in builds with DPDK's
+// -march=corei7; vpshufb with AVX2; NEON), else by shifts and masks (plain SSE2), then a scalar
+// tail. memcpy keeps the unaligned loads and stores well defined.
+//
+// Each loop is an always-inlined template, instantiated once for the build's target (16-byte
+// vectors) and, on x86, once more inside an AVX2 function (32-byte vectors, twice the words per
+// instruction), which the table chooses once when it is created (the CPU's AVX2 bit).
 #if defined(__SSSE3__) || defined(__ARM_NEON)
-  using U8x16 = uint8_t __attribute__((vector_size(16)));
-  const U8x16 b = std::bit_cast<U8x16>(w);
-  return std::bit_cast<U32x4>(
-      __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12));
+constexpr bool kTargetShuffle = true;
 #else
-  // Without a byte shuffle GCC lowers the permutation to scalar code: shifts and masks instead.
-  return (w >> 24) | ((w >> 8) & 0xFF00u) | ((w << 8) & 0xFF0000u) | (w << 24);
+constexpr bool kTargetShuffle = false;
 #endif
+
+// (GCC drops vector_size on a type that depends on a template parameter: one specialization per
+// width.)
+template <size_t kBytes>
+struct Vec;
+template <>
+struct Vec<16> {
+  using U32 = uint32_t __attribute__((vector_size(16)));
+  using I32 = int32_t __attribute__((vector_size(16)));
+  using U8 = uint8_t __attribute__((vector_size(16)));
+  static constexpr size_t kLanes = 4;
+};
+template <>
+struct Vec<32> {
+  using U32 = uint32_t __attribute__((vector_size(32)));
+  using I32 = int32_t __attribute__((vector_size(32)));
+  using U8 = uint8_t __attribute__((vector_size(32)));
+  static constexpr size_t kLanes = 8;
+};
+
+// The helpers take vectors by reference, never by value: a 32-byte vector argument or return value
+// outside AVX code changes the ABI (GCC's -Wpsabi), even where the helper is always inlined.
+template <size_t kBytes, bool kShuffle>
+[[gnu::always_inline]] inline void bswap_lanes(typename Vec<kBytes>::U32& w) {
+  using V = Vec<kBytes>;
+  if constexpr (kShuffle && kBytes == 16) {
+    const typename V::U8 b = reinterpret_cast<typename V::U8>(w);
+    w = reinterpret_cast<typename V::U32>(
+        __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12));
+  } else if constexpr (kShuffle && kBytes == 32) {
+    const typename V::U8 b = reinterpret_cast<typename V::U8>(w);
+    w = reinterpret_cast<typename V::U32>(__builtin_shufflevector(
+        b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12, 19, 18, 17, 16, 23, 22, 21,
+        20, 27, 26, 25, 24, 31, 30, 29, 28));
+  } else {
+    // Without a byte shuffle GCC lowers the permutation to scalar code: shifts and masks instead.
+    w = (w >> 24) | ((w >> 8) & 0xFF00u) | ((w << 8) & 0xFF0000u) | (w << 24);
+  }
 }
-inline U32x4 load_be(const uint8_t* p) {
-  U32x4 w;
+template <size_t kBytes, bool kShuffle>
+[[gnu::always_inline]] inline void load_be(const uint8_t* p, typename Vec<kBytes>::U32& w) {
   std::memcpy(&w, p, sizeof w);
-  return bswap_lanes(w);
+  bswap_lanes<kBytes, kShuffle>(w);
 }
 inline uint32_t load_be1(const uint8_t* p) { return wire::get_u32(p); }
 
 // acc = payload (the round's first contribution).
-void copy_words(int32_t* __restrict acc, const uint8_t* __restrict src, size_t n) {
+template <size_t kBytes, bool kShuffle>
+[[gnu::always_inline]] inline void copy_impl(int32_t* __restrict acc,
+                                             const uint8_t* __restrict src, size_t n) {
+  constexpr size_t L = Vec<kBytes>::kLanes;
   size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    const U32x4 v = load_be(src + i * wire::kElemSize);
+  for (; i + L <= n; i += L) {
+    typename Vec<kBytes>::U32 v;
+    load_be<kBytes, kShuffle>(src + i * wire::kElemSize, v);
     std::memcpy(acc + i, &v, sizeof v);
   }
   for (; i < n; ++i) acc[i] = static_cast<int32_t>(load_be1(src + i * wire::kElemSize));
 }
 
 // acc += payload, wrapping modulo 2^32 (done in uint32: signed overflow would be UB).
-void add_words(int32_t* __restrict acc, const uint8_t* __restrict src, size_t n) {
+template <size_t kBytes, bool kShuffle>
+[[gnu::always_inline]] inline void add_impl(int32_t* __restrict acc,
+                                            const uint8_t* __restrict src, size_t n) {
+  constexpr size_t L = Vec<kBytes>::kLanes;
   size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    U32x4 a;
+  for (; i + L <= n; i += L) {
+    typename Vec<kBytes>::U32 a, v;
     std::memcpy(&a, acc + i, sizeof a);
-    a += load_be(src + i * wire::kElemSize);
+    load_be<kBytes, kShuffle>(src + i * wire::kElemSize, v);
+    a += v;
     std::memcpy(acc + i, &a, sizeof a);
   }
   for (; i < n; ++i) {
@@ -90,14 +131,19 @@ void add_words(int32_t* __restrict acc, const uint8_t* __restrict src, size_t n)
 
 // acc = min(acc, payload) or max(acc, payload), as signed int32 (the quantizer maps floats to
 // int32 by an order-preserving bijection, so this is also MIN/MAX of floats).
-template <bool kMax>
-void minmax_words(int32_t* __restrict acc, const uint8_t* __restrict src, size_t n) {
+template <size_t kBytes, bool kShuffle, bool kMax>
+[[gnu::always_inline]] inline void minmax_impl(int32_t* __restrict acc,
+                                               const uint8_t* __restrict src, size_t n) {
+  using I = typename Vec<kBytes>::I32;
+  constexpr size_t L = Vec<kBytes>::kLanes;
   size_t i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    I32x4 a;
+  for (; i + L <= n; i += L) {
+    I a;
     std::memcpy(&a, acc + i, sizeof a);
-    const I32x4 v = reinterpret_cast<I32x4>(load_be(src + i * wire::kElemSize));
-    I32x4 take_v;  // lanes: -1 where v wins, else 0
+    typename Vec<kBytes>::U32 w;
+    load_be<kBytes, kShuffle>(src + i * wire::kElemSize, w);
+    const I v = reinterpret_cast<I>(w);
+    I take_v;  // lanes: -1 where v wins, else 0
     if constexpr (kMax) {
       take_v = v > a;
     } else {
@@ -110,6 +156,55 @@ void minmax_words(int32_t* __restrict acc, const uint8_t* __restrict src, size_t
     const int32_t v = static_cast<int32_t>(load_be1(src + i * wire::kElemSize));
     acc[i] = kMax ? std::max(acc[i], v) : std::min(acc[i], v);
   }
+}
+
+}  // namespace
+
+// One set of loops: the first contribution, SUM, MIN, MAX.
+struct SlotTable::Kernels {
+  void (*copy)(int32_t*, const uint8_t*, size_t);
+  void (*add)(int32_t*, const uint8_t*, size_t);
+  void (*min)(int32_t*, const uint8_t*, size_t);
+  void (*max)(int32_t*, const uint8_t*, size_t);
+};
+
+namespace {
+using Kernels = SlotTable::Kernels;
+
+void copy_base(int32_t* a, const uint8_t* s, size_t n) { copy_impl<16, kTargetShuffle>(a, s, n); }
+void add_base(int32_t* a, const uint8_t* s, size_t n) { add_impl<16, kTargetShuffle>(a, s, n); }
+void min_base(int32_t* a, const uint8_t* s, size_t n) {
+  minmax_impl<16, kTargetShuffle, false>(a, s, n);
+}
+void max_base(int32_t* a, const uint8_t* s, size_t n) {
+  minmax_impl<16, kTargetShuffle, true>(a, s, n);
+}
+constexpr Kernels kBaseKernels{copy_base, add_base, min_base, max_base};
+
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+[[gnu::target("avx2,tune=haswell")]] void copy_avx2(int32_t* a, const uint8_t* s, size_t n) {
+  copy_impl<32, true>(a, s, n);
+}
+[[gnu::target("avx2,tune=haswell")]] void add_avx2(int32_t* a, const uint8_t* s, size_t n) {
+  add_impl<32, true>(a, s, n);
+}
+[[gnu::target("avx2,tune=haswell")]] void min_avx2(int32_t* a, const uint8_t* s, size_t n) {
+  minmax_impl<32, true, false>(a, s, n);
+}
+[[gnu::target("avx2,tune=haswell")]] void max_avx2(int32_t* a, const uint8_t* s, size_t n) {
+  minmax_impl<32, true, true>(a, s, n);
+}
+constexpr Kernels kAvx2Kernels{copy_avx2, add_avx2, min_avx2, max_avx2};
+#endif
+
+const Kernels& kernels(bool wide) {
+#ifdef __GNUC__
+#if defined(__x86_64__) || defined(__i386__)
+  if (wide && __builtin_cpu_supports("avx2")) return kAvx2Kernels;
+#endif
+#endif
+  (void)wide;
+  return kBaseKernels;
 }
 
 std::string range_error(const char* field, uint32_t lo, uint32_t hi, uint64_t got) {
@@ -161,6 +256,7 @@ Result<std::unique_ptr<SlotTable>> SlotTable::create(const SlotTableConfig& cfg)
 
 SlotTable::SlotTable(const SlotTableConfig& cfg)
     : cfg_(cfg),
+      kernels_(&kernels(cfg.wide_vectors)),
       bitmap_words_((cfg.world_size + 63) / 64),
       copies_(size_t{cfg.num_slots} * 2),
       acc_(size_t{cfg.num_slots} * 2 * cfg.max_elems),
@@ -211,15 +307,15 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt) {
     c.dtype = h.dtype;
     c.op = h.op;
     c.exp = h.exp;
-    copy_words(acc, pkt.payload, h.count);
+    kernels_->copy(acc, pkt.payload, h.count);
   } else {
     if (h.count != c.count || h.dtype != c.dtype || h.op != c.op || h.exp != c.exp) {
       return Verdict::kMismatch;
     }
     switch (c.op) {
-      case ReduceOp::kSum: add_words(acc, pkt.payload, h.count); break;
-      case ReduceOp::kMin: minmax_words<false>(acc, pkt.payload, h.count); break;
-      case ReduceOp::kMax: minmax_words<true>(acc, pkt.payload, h.count); break;
+      case ReduceOp::kSum: kernels_->add(acc, pkt.payload, h.count); break;
+      case ReduceOp::kMin: kernels_->min(acc, pkt.payload, h.count); break;
+      case ReduceOp::kMax: kernels_->max(acc, pkt.payload, h.count); break;
     }
   }
   word |= bit;
@@ -241,7 +337,7 @@ bool SlotTable::store_result(const wire::PacketView& pkt) {
       c.op != h.op || c.exp != h.exp) {
     return false;
   }
-  copy_words(acc_.data() + k * cfg_.max_elems, pkt.payload, h.count);
+  kernels_->copy(acc_.data() + k * cfg_.max_elems, pkt.payload, h.count);
   c.next_exp = h.next_exp;
   c.nonfinite = h.has(wire::kFlagNonFinite);
   return true;

@@ -38,6 +38,9 @@ struct SlotTableConfig {
   uint32_t num_slots = 512;    // per job; at most wire::kMaxSlot + 1
   uint16_t max_elems = 256;    // largest block (elements per packet)
   uint32_t world_size = 1;     // 1 .. 65535
+  // The payload loops: AVX2 (32-byte vectors) where the CPU has it, else 16-byte vectors. False
+  // keeps the 16-byte loops (tests compare both).
+  bool wide_vectors = true;
 
   bool operator==(const SlotTableConfig&) const = default;
 };
@@ -100,7 +103,11 @@ class SlotTable {
  private:
   explicit SlotTable(const SlotTableConfig& cfg);
   struct Copy;
+ public:
+  struct Kernels;  // the payload loops chosen for this CPU (slot_table.cc)
+ private:
   SlotTableConfig cfg_;
+  const Kernels* kernels_ = nullptr;
   uint32_t bitmap_words_ = 0;          // uint64 words per bitmap
   std::vector<Copy> copies_;           // 2 per slot: index slot*2 + shadow
   std::vector<int32_t> acc_;           // accumulators, max_elems per copy

@@ -102,33 +102,55 @@ std::string format_ipv4(uint32_t ip) {
 
 namespace {
 
-// store_payload_sum16's loop; kShuffle: the byte swap as one constant byte permutation (pshufb,
-// NEON tbl), else by shifts and masks (GCC lowers the permutation to scalar code where the target
-// has no byte shuffle). Always inlined, so that the permutation is lowered with the caller's target.
-template <bool kShuffle>
+// store_payload_sum16's loop, kBytes / 4 words at a time; kShuffle: the byte swap as one constant
+// byte permutation (pshufb, vpshufb, NEON tbl), else by shifts and masks (GCC lowers the
+// permutation to scalar code where the target has no byte shuffle). Always inlined, so that the
+// permutation is lowered with the caller's target. Vectors stay in locals (a 32-byte vector passed
+// by value outside AVX code changes the ABI: GCC's -Wpsabi).
+template <size_t kBytes>
+struct StoreVec;
+template <>
+struct StoreVec<16> {
+  using U32 = uint32_t __attribute__((vector_size(16)));
+  using U8 = uint8_t __attribute__((vector_size(16)));
+};
+template <>
+struct StoreVec<32> {
+  using U32 = uint32_t __attribute__((vector_size(32)));
+  using U8 = uint8_t __attribute__((vector_size(32)));
+};
+
+template <size_t kBytes, bool kShuffle>
 [[gnu::always_inline]] inline uint32_t store_sum_impl(uint8_t* dst, const int32_t* src,
                                                       size_t n) {
-  using U32x4 = uint32_t __attribute__((vector_size(16)));
-  U32x4 hi{}, lo{};
+  using U32 = typename StoreVec<kBytes>::U32;
+  using U8 = typename StoreVec<kBytes>::U8;
+  constexpr size_t kLanes = kBytes / 4;
+  U32 hi{}, lo{};
   size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    U32x4 v;
+  for (; i + kLanes <= n; i += kLanes) {
+    U32 v;
     std::memcpy(&v, src + i, sizeof v);
     hi += v >> 16;
     lo += v & 0xFFFFu;
-    if constexpr (kShuffle) {
-      using U8x16 = uint8_t __attribute__((vector_size(16)));
-      const U8x16 b = std::bit_cast<U8x16>(v);
-      const U8x16 be =
+    if constexpr (kShuffle && kBytes == 16) {
+      const U8 b = reinterpret_cast<U8>(v);
+      const U8 be =
           __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12);
       std::memcpy(dst + i * 4, &be, sizeof be);
+    } else if constexpr (kShuffle && kBytes == 32) {
+      const U8 b = reinterpret_cast<U8>(v);
+      const U8 be = __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14,
+                                            13, 12, 19, 18, 17, 16, 23, 22, 21, 20, 27, 26, 25,
+                                            24, 31, 30, 29, 28);
+      std::memcpy(dst + i * 4, &be, sizeof be);
     } else {
-      const U32x4 be = (v >> 24) | ((v >> 8) & 0xFF00u) | ((v << 8) & 0xFF0000u) | (v << 24);
+      const U32 be = (v >> 24) | ((v >> 8) & 0xFF00u) | ((v << 8) & 0xFF0000u) | (v << 24);
       std::memcpy(dst + i * 4, &be, sizeof be);
     }
   }
   uint64_t s = 0;
-  for (int k = 0; k < 4; ++k) s += uint64_t{hi[k]} + lo[k];
+  for (size_t k = 0; k < kLanes; ++k) s += uint64_t{hi[k]} + lo[k];
   for (; i < n; ++i) {
     const uint32_t v = static_cast<uint32_t>(src[i]);
     s += (v >> 16) + (v & 0xFFFF);
@@ -145,25 +167,37 @@ constexpr bool kTargetShuffle = true;
 constexpr bool kTargetShuffle = false;
 #endif
 
-#if (defined(__x86_64__) || defined(__i386__)) && !defined(__SSSE3__) && defined(__GNUC__)
-// Built for baseline x86 (the protocol library is, unlike DPDK-flagged code): an SSSE3 copy of the
-// loop, chosen at run time on CPUs that have it (all x86-64 CPUs since 2006-2011).
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
+// Chosen at run time: AVX2 (32-byte vectors; tune=haswell keeps GCC's generic tuning from
+// splitting the unaligned 32-byte loads and stores) where the CPU has it, else, in builds for
+// baseline x86 (the protocol library is, unlike DPDK-flagged code), SSSE3 (all x86-64 CPUs since
+// 2006-2011).
+#define INA_FRAME_AVX2_DISPATCH 1
+[[gnu::target("avx2,tune=haswell")]] uint32_t store_sum_avx2(uint8_t* dst, const int32_t* src,
+                                                             size_t n) {
+  return store_sum_impl<32, true>(dst, src, n);
+}
+#if !defined(__SSSE3__)
 #define INA_FRAME_SSSE3_DISPATCH 1
 [[gnu::target("ssse3")]] uint32_t store_sum_ssse3(uint8_t* dst, const int32_t* src, size_t n) {
-  return store_sum_impl<true>(dst, src, n);
+  return store_sum_impl<16, true>(dst, src, n);
 }
+#endif
 #endif
 
 }  // namespace
 
 uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n) {
-  // Four words at a time with GCC/Clang vector extensions (GCC 12 at -O2 vectorizes neither the
-  // byte swap nor the widening sum); high and low halves summed in 32-bit lanes, which cannot
-  // overflow below 2^16 words per lane (payloads are at most 16384 words).
+  // High and low halves summed in 32-bit lanes, which cannot overflow below 2^16 words per lane
+  // (payloads are at most 16384 words); GCC 12 at -O2 vectorizes neither the byte swap nor the
+  // widening sum, hence the vector extensions.
+#ifdef INA_FRAME_AVX2_DISPATCH
+  if (__builtin_cpu_supports("avx2")) return store_sum_avx2(dst, src, n);
+#endif
 #ifdef INA_FRAME_SSSE3_DISPATCH
   if (__builtin_cpu_supports("ssse3")) return store_sum_ssse3(dst, src, n);
 #endif
-  return store_sum_impl<kTargetShuffle>(dst, src, n);
+  return store_sum_impl<16, kTargetShuffle>(dst, src, n);
 }
 
 uint32_t sum16_bulk(const uint8_t* p, size_t n, uint32_t acc) {
