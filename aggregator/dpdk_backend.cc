@@ -57,6 +57,7 @@ Status dpdk_error(const std::string& what, int err) {
 struct Peer {
   bool known = false;
   frame::Endpoint ep;
+  frame::UdpHeaderTemplate hdr;  // our headers to ep, rebuilt when ep changes
 };
 
 // Published counters, read by the main lcore while the loop runs.
@@ -622,6 +623,8 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
           !same_mac(pe.ep.mac, p.src_mac)) [[unlikely]] {
         pe.known = true;
         pe.ep = frame::Endpoint{p.src_mac, p.src_ip, p.src_port};
+        pe.hdr = frame::UdpHeaderTemplate(
+            frame::Endpoint{a.local_.mac, a.local_.ip, a.local_.udp_port}, pe.ep);
       }
     }
   }
@@ -661,7 +664,6 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   }
   // To every rank whose address is known; the received mbuf goes to the last one.
   if (peers == nullptr) peers = peers_of(r.hdr.job);
-  const frame::Endpoint src{a.local_.mac, a.local_.ip, a.local_.udp_port};
   int last = -1;
   if (peers != nullptr) {
     for (size_t k = peers->size(); k-- > 0;) {
@@ -696,8 +698,7 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
         if (k == last) rte_pktmbuf_free(m);
         continue;
       }
-      set_len(h, frame::write_udp_headers(rte_pktmbuf_mtod(h, uint8_t*), src, pe.ep, len, sum,
-                                          ip_id++) - len);
+      set_len(h, pe.hdr.write(rte_pktmbuf_mtod(h, uint8_t*), len, sum, ip_id++) - len);
       if (rte_pktmbuf_chain(h, seg) != 0) [[unlikely]] {
         ++c.reply_too_big;
         rte_pktmbuf_free(h);
@@ -722,11 +723,10 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
     }
     uint8_t* cd = rte_pktmbuf_mtod(cp, uint8_t*);
     rte_memcpy(cd + frame::kUdpHeadroom, dg, len);
-    set_len(cp, frame::write_udp_headers(cd, src, pe.ep, len, sum, ip_id++));
+    set_len(cp, pe.hdr.write(cd, len, sum, ip_id++));
     send(cp);
   }
-  set_len(m, frame::write_udp_headers(data, src, (*peers)[static_cast<size_t>(last)].ep, len, sum,
-                                      ip_id++));
+  set_len(m, (*peers)[static_cast<size_t>(last)].hdr.write(data, len, sum, ip_id++));
   send(m);
 }
 

@@ -382,6 +382,20 @@ size_t write_udp_headers(uint8_t* f, const Endpoint& src, const Endpoint& dst, s
   return kUdpHeadroom + payload_len;
 }
 
+UdpHeaderTemplate::UdpHeaderTemplate(const Endpoint& src, const Endpoint& dst) {
+  // The headers of an empty datagram with id 0, then the variable fields zeroed again: what
+  // stays are the fixed bytes, whose sums the checksums start from.
+  write_udp_headers(bytes_.data(), src, dst, 0, 0, 0);
+  uint8_t* ip = bytes_.data() + kEthHeader;
+  wr16(ip + 2, 0);
+  wr16(ip + 10, 0);
+  uint8_t* udp = ip + kIpv4MinHeader;
+  wr16(udp + 4, 0);
+  wr16(udp + 6, 0);
+  ip_sum_ = sum16(ip, kIpv4MinHeader);
+  udp_sum_ = sum16(udp, kUdpHeader, pseudo_sum(src.ip, dst.ip, 0));
+}
+
 size_t udp_reply(uint8_t* frame, const Parsed& p, const LocalConfig& local, size_t reply_len,
                  uint32_t reply_sum, uint16_t ip_id) {
   const Endpoint src{local.mac, local.ip, local.udp_port};

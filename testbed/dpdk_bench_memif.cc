@@ -1,11 +1,15 @@
 // ina-dpdk-bench over net_memif: two processes on one host, each pinned to its own CPU, joined by a
-// memif interface (shared-memory rings; in copy mode each side copies every frame in and out).
+// memif interface (shared-memory rings). The DUT, the memif server, copies every frame in and out
+// of the shared buffers whatever it is; the generator, the client, runs memif's zero-copy mode on
+// hugepages (the server copies straight from and into the generator's mbufs), else (--gen-copy,
+// --no-huge) copy mode, where it copies every frame too.
 //
 //   generator (memif client, --role gen)  <== memif ==>  DUT (memif server): the aggregator
 //                                                         (--role agg) or dpdk-testpmd forwarding
 //
 // The generator plays `world` ranks streaming blocks through the slots (the same frames as the
-// ring mode, dpdk_bench_common.h); after the join (aggregator) or the link (testpmd) it prints
+// ring mode, dpdk_bench_common.h, prebuilt once: per send only a reference and the block sequence);
+// after the join (aggregator) or the link (testpmd) it prints
 // START, sends and receives for `seconds`, prints END with its counts, drains, stops its port and
 // exits. The parent samples the DUT's lcore thread CPU time (/proc) at START and END, so both DUTs
 // are measured by the same meters: frames the generator got back per second (results: one per

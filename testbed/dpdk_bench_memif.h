@@ -1,7 +1,8 @@
 // ina-dpdk-bench's two-process mode over net_memif (see dpdk_bench_memif.cc): a generator process
 // (memif client) drives a device under test (memif server) that is either the DPDK aggregator
 // (this binary in its aggregator role) or dpdk-testpmd forwarding (io or macswap); each process on
-// its own CPU, every frame copied through the shared rings by both sides.
+// its own CPU. The DUT copies every frame in and out of the shared buffers; the generator does so
+// too only in copy mode (--gen-copy, or without hugepages), else it runs memif's zero-copy client.
 #pragma once
 
 #include <cstdint>

@@ -8,6 +8,7 @@
 
 #include <climits>
 #include <cstring>
+#include <random>
 #include <vector>
 
 namespace ina::frame {
@@ -143,6 +144,31 @@ TEST(Frame, StorePayloadSum16MatchesStoreThenSum) {
   const uint32_t s1 = store_payload_sum16(b.data(), ones.data(), ones.size());
   EXPECT_EQ(fold(s1), fold(sum16(b.data(), b.size())));
   EXPECT_EQ(fold(s1), 0xFFFF);
+}
+
+// The per-destination header template writes exactly what write_udp_headers() writes, for any
+// endpoints, datagram length, payload sum (including the sums that fold to 0 and 0xFFFF) and id.
+TEST(Frame, HeaderTemplateWritesWhatWriteUdpHeadersWrites) {
+  std::mt19937 rng(11);
+  auto u32 = [&] { return static_cast<uint32_t>(rng()); };
+  for (int i = 0; i < 2000; ++i) {
+    Endpoint src, dst;
+    for (auto& b : src.mac) b = static_cast<uint8_t>(u32());
+    for (auto& b : dst.mac) b = static_cast<uint8_t>(u32());
+    src.ip = u32();
+    dst.ip = u32();
+    src.port = static_cast<uint16_t>(u32());
+    dst.port = static_cast<uint16_t>(u32());
+    const size_t len = u32() % 9000;
+    const uint32_t sums[] = {0, 0xFFFF, 0x1FFFE, u32() % 0x10000, u32() >> 4, u32()};
+    const uint32_t sum = sums[i % 6];
+    const uint16_t id = static_cast<uint16_t>(u32());
+    std::vector<uint8_t> want(kUdpHeadroom, 0x5A), got(kUdpHeadroom, 0xA5);
+    const UdpHeaderTemplate t(src, dst);
+    EXPECT_EQ(t.write(got.data(), len, sum, id), write_udp_headers(want.data(), src, dst, len,
+                                                                     sum, id));
+    ASSERT_EQ(got, want) << "len " << len << " sum " << sum << " id " << id;
+  }
 }
 
 TEST(Frame, ClassifiesUdpToOurPortAsIna) {

@@ -14,6 +14,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
 #include <string_view>
@@ -178,6 +179,42 @@ struct Endpoint {
 // length. `ip_id` is the IPv4 identification (DF is set).
 size_t write_udp_headers(uint8_t* frame, const Endpoint& src, const Endpoint& dst,
                          size_t payload_len, uint32_t payload_sum, uint16_t ip_id);
+
+// The headers write_udp_headers() writes from `src` to `dst`, prepared once per destination: the
+// fixed bytes and the partial sums of both checksums. write() then produces, byte for byte, what
+// write_udp_headers() would for one datagram, with one 42-byte copy, four stores and two folds
+// instead of building and summing the headers (the aggregator's reply to every rank).
+class UdpHeaderTemplate {
+ public:
+  UdpHeaderTemplate() = default;
+  UdpHeaderTemplate(const Endpoint& src, const Endpoint& dst);
+
+  size_t write(uint8_t* frame, size_t payload_len, uint32_t payload_sum, uint16_t ip_id) const {
+    std::memcpy(frame, bytes_.data(), kUdpHeadroom);
+    const uint32_t udp_len = static_cast<uint32_t>(kUdpHeader + payload_len);
+    const uint32_t ip_len = kIpv4MinHeader + udp_len;
+    uint8_t* ip = frame + kEthHeader;
+    put16(ip + 2, static_cast<uint16_t>(ip_len));
+    put16(ip + 4, ip_id);
+    put16(ip + 10, static_cast<uint16_t>(~fold(ip_sum_ + ip_len + ip_id)));
+    uint8_t* udp = ip + kIpv4MinHeader;
+    put16(udp + 4, static_cast<uint16_t>(udp_len));
+    // The UDP length counts twice: in the pseudo header and in the UDP header.
+    uint16_t c = static_cast<uint16_t>(~fold(udp_sum_ + 2 * udp_len + fold(payload_sum)));
+    if (c == 0) c = 0xFFFF;  // 0 means "no checksum" in UDP over IPv4
+    put16(udp + 6, c);
+    return kUdpHeadroom + payload_len;
+  }
+
+ private:
+  static void put16(uint8_t* p, uint16_t v) {
+    p[0] = static_cast<uint8_t>(v >> 8);
+    p[1] = static_cast<uint8_t>(v);
+  }
+  std::array<uint8_t, kUdpHeadroom> bytes_{};  // length, id and checksum fields zero
+  uint32_t ip_sum_ = 0;   // sum16 of the IPv4 header without length, id and checksum
+  uint32_t udp_sum_ = 0;  // pseudo header and UDP header without the lengths and checksum
+};
 
 // Turns a kIna frame into a reply to its sender: the reply datagram (`reply_len` bytes) must
 // already be written at frame + kUdpHeadroom. IP options of the request are dropped (the reply
