@@ -195,12 +195,33 @@ constexpr Kernels kBaseKernels{copy_base, add_base, min_base, max_base};
   minmax_impl<32, true, true>(a, s, n);
 }
 constexpr Kernels kAvx2Kernels{copy_avx2, add_avx2, min_avx2, max_avx2};
+#if !defined(__SSSE3__)
+// Built for baseline x86 (without DPDK's -march=corei7): the 16-byte loops with pshufb too, for
+// CPUs with SSSE3 but not AVX2, instead of the shift-and-mask byte swap.
+#define INA_SLOT_TABLE_SSSE3_DISPATCH 1
+[[gnu::target("ssse3")]] void copy_ssse3(int32_t* a, const uint8_t* s, size_t n) {
+  copy_impl<16, true>(a, s, n);
+}
+[[gnu::target("ssse3")]] void add_ssse3(int32_t* a, const uint8_t* s, size_t n) {
+  add_impl<16, true>(a, s, n);
+}
+[[gnu::target("ssse3")]] void min_ssse3(int32_t* a, const uint8_t* s, size_t n) {
+  minmax_impl<16, true, false>(a, s, n);
+}
+[[gnu::target("ssse3")]] void max_ssse3(int32_t* a, const uint8_t* s, size_t n) {
+  minmax_impl<16, true, true>(a, s, n);
+}
+constexpr Kernels kSsse3Kernels{copy_ssse3, add_ssse3, min_ssse3, max_ssse3};
+#endif
 #endif
 
 const Kernels& kernels(bool wide) {
 #ifdef __GNUC__
 #if defined(__x86_64__) || defined(__i386__)
   if (wide && __builtin_cpu_supports("avx2")) return kAvx2Kernels;
+#ifdef INA_SLOT_TABLE_SSSE3_DISPATCH
+  if (__builtin_cpu_supports("ssse3")) return kSsse3Kernels;
+#endif
 #endif
 #endif
   (void)wide;

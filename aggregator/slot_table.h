@@ -38,8 +38,8 @@ struct SlotTableConfig {
   uint32_t num_slots = 512;    // per job; at most wire::kMaxSlot + 1
   uint16_t max_elems = 256;    // largest block (elements per packet)
   uint32_t world_size = 1;     // 1 .. 65535
-  // The payload loops: AVX2 (32-byte vectors) where the CPU has it, else 16-byte vectors. False
-  // keeps the 16-byte loops (tests compare both).
+  // The payload loops: AVX2 (32-byte vectors) where the CPU has it, else 16-byte vectors (with
+  // SSSE3's byte shuffle where the CPU has it). False keeps the 16-byte loops (tests compare both).
   bool wide_vectors = true;
 
   bool operator==(const SlotTableConfig&) const = default;

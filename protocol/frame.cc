@@ -200,31 +200,62 @@ uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n) {
   return store_sum_impl<16, kTargetShuffle>(dst, src, n);
 }
 
-uint32_t sum16_bulk(const uint8_t* p, size_t n, uint32_t acc) {
-  // 16-bit halves of native 32-bit words summed in 32-bit lanes (GCC/Clang vector extensions, as
-  // store_payload_sum16): each lane takes at most 0xFFFF per step, so lanes are drained into the
-  // 64-bit total every kChunk steps, long before they could overflow.
-  using U32x4 = uint32_t __attribute__((vector_size(16)));
+namespace {
+
+// sum16_bulk's loop over whole kBytes-byte vectors: the native-order sum of the 16-bit halves of
+// the 32-bit words of p[0, n - n % kBytes), and in *done how many bytes it covered. Each lane takes
+// at most 0xFFFF per step, so lanes are drained into the 64-bit total every kChunk steps, long
+// before they could overflow.
+template <size_t kBytes>
+[[gnu::always_inline]] inline uint64_t sum_halves_impl(const uint8_t* p, size_t n, size_t* done) {
+  using U32 = typename StoreVec<kBytes>::U32;
   constexpr size_t kChunk = 16384;
   uint64_t native = 0;
   size_t i = 0;
-  while (i + 16 <= n) {
-    U32x4 hi{}, lo{};
-    const size_t end = std::min(n - 15, i + kChunk * 16);
-    for (; i < end; i += 16) {
-      U32x4 v;
+  while (i + kBytes <= n) {
+    U32 hi{}, lo{};
+    const size_t end = std::min(n - (kBytes - 1), i + kChunk * kBytes);
+    for (; i < end; i += kBytes) {
+      U32 v;
       std::memcpy(&v, p + i, sizeof v);
       hi += v >> 16;
       lo += v & 0xFFFFu;
     }
-    for (int k = 0; k < 4; ++k) native += uint64_t{hi[k]} + lo[k];
+    for (size_t k = 0; k < kBytes / 4; ++k) native += uint64_t{hi[k]} + lo[k];
   }
+  *done = i;
+  return native;
+}
+
+#ifdef INA_FRAME_AVX2_DISPATCH
+[[gnu::target("avx2,tune=haswell")]] uint64_t sum_halves_avx2(const uint8_t* p, size_t n,
+                                                              size_t* done) {
+  return sum_halves_impl<32>(p, n, done);
+}
+#endif
+
+}  // namespace
+
+uint32_t sum16_bulk(const uint8_t* p, size_t n, uint32_t acc) {
+  // 16-bit halves of native 32-bit words summed in 32-bit lanes (GCC/Clang vector extensions, as
+  // store_payload_sum16), 32 bytes at a time with AVX2 where the CPU has it, else 16.
+  size_t i = 0;
+  uint64_t native;
+#ifdef INA_FRAME_AVX2_DISPATCH
+  if (__builtin_cpu_supports("avx2")) {
+    native = sum_halves_avx2(p, n, &i);
+  } else {
+    native = sum_halves_impl<16>(p, n, &i);
+  }
+#else
+  native = sum_halves_impl<16>(p, n, &i);
+#endif
   while (native >> 16) native = (native & 0xFFFF) + (native >> 16);
   uint32_t folded = static_cast<uint32_t>(native);  // 16 bits, host byte order
   if constexpr (std::endian::native == std::endian::little) {
     folded = ((folded & 0xFF) << 8) | (folded >> 8);
   }
-  // The tail (under 16 bytes) by the big-endian sum16(), which also adds `acc`.
+  // The tail (under one vector) by the big-endian sum16(), which also adds `acc`.
   return sum16(p + i, n - i, acc + folded);
 }
 

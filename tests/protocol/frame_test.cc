@@ -100,11 +100,12 @@ TEST(Frame, ChecksumMatchesReferenceForOddAndEvenLengths) {
 }
 
 TEST(Frame, Sum16BulkMatchesSum16AtEveryLengthAndAlignment) {
-  // Lengths around the 16-byte step (odd ones too), unaligned starts, a carried-in accumulator.
+  // Lengths around the 16- and 32-byte steps (odd ones too), unaligned starts, a carried-in
+  // accumulator.
   std::vector<uint8_t> d(4200);
   for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<uint8_t>((i * 0x9E3779B9u) >> 13);
   for (size_t off : {0, 1, 2, 3}) {
-    for (size_t n : {0, 1, 2, 15, 16, 17, 31, 33, 64, 330, 1098, 4170, 4196}) {
+    for (size_t n : {0, 1, 2, 15, 16, 17, 31, 32, 33, 63, 65, 330, 1098, 4170, 4196}) {
       for (uint32_t acc : {0u, 1u, 0x1FFFEu}) {
         EXPECT_EQ(fold(sum16_bulk(d.data() + off, n, acc)), fold(sum16(d.data() + off, n, acc)))
             << "off " << off << " n " << n << " acc " << acc;
@@ -119,6 +120,9 @@ TEST(Frame, Sum16BulkMatchesSum16AtEveryLengthAndAlignment) {
   EXPECT_EQ(fold(sum16_bulk(ones.data(), ones.size())), fold(sum16(ones.data(), ones.size())));
   EXPECT_EQ(fold(sum16_bulk(zeros.data(), zeros.size())), 0);
   EXPECT_EQ(fold(sum16_bulk(zeros.data(), zeros.size(), 5)), 5);
+  // Longer than one drain of the vector lanes (16384 steps), all-ones: no lane overflows.
+  const std::vector<uint8_t> big(1 << 20 | 7, 0xFF);
+  EXPECT_EQ(fold(sum16_bulk(big.data(), big.size())), fold(sum16(big.data(), big.size())));
 }
 
 TEST(Frame, StorePayloadSum16MatchesStoreThenSum) {
