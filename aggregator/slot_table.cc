@@ -6,10 +6,11 @@
 #include "aggregator/slot_table.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstring>
 #include <new>
 #include <string>
+
+#include "ina/protocol/vec.h"
 
 namespace ina::agg {
 
@@ -42,58 +43,14 @@ constexpr uint32_t kMaxWorld = 65535;
 // -march=corei7; vpshufb with AVX2; NEON), else by shifts and masks (plain SSE2), then a scalar
 // tail. memcpy keeps the unaligned loads and stores well defined.
 //
-// Each loop is an always-inlined template, instantiated once for the build's target (16-byte
-// vectors) and, on x86, once more inside an AVX2 function (32-byte vectors, twice the words per
-// instruction), which the table chooses once when it is created (the CPU's AVX2 bit).
-#if defined(__SSSE3__) || defined(__ARM_NEON)
-constexpr bool kTargetShuffle = true;
-#else
-constexpr bool kTargetShuffle = false;
-#endif
+// Each loop is an always-inlined template (vector types and byte swap: ina/protocol/vec.h),
+// instantiated once for the build's target (16-byte vectors) and, on x86, once more inside an AVX2
+// function (32-byte vectors, twice the words per instruction) and, in builds for baseline x86, an
+// SSSE3 one; the table chooses once when it is created (the CPU's AVX2 and SSSE3 bits).
+using vec::kTargetShuffle;
+using vec::load_be;
+using vec::Vec;
 
-// (GCC drops vector_size on a type that depends on a template parameter: one specialization per
-// width.)
-template <size_t kBytes>
-struct Vec;
-template <>
-struct Vec<16> {
-  using U32 = uint32_t __attribute__((vector_size(16)));
-  using I32 = int32_t __attribute__((vector_size(16)));
-  using U8 = uint8_t __attribute__((vector_size(16)));
-  static constexpr size_t kLanes = 4;
-};
-template <>
-struct Vec<32> {
-  using U32 = uint32_t __attribute__((vector_size(32)));
-  using I32 = int32_t __attribute__((vector_size(32)));
-  using U8 = uint8_t __attribute__((vector_size(32)));
-  static constexpr size_t kLanes = 8;
-};
-
-// The helpers take vectors by reference, never by value: a 32-byte vector argument or return value
-// outside AVX code changes the ABI (GCC's -Wpsabi), even where the helper is always inlined.
-template <size_t kBytes, bool kShuffle>
-[[gnu::always_inline]] inline void bswap_lanes(typename Vec<kBytes>::U32& w) {
-  using V = Vec<kBytes>;
-  if constexpr (kShuffle && kBytes == 16) {
-    const typename V::U8 b = reinterpret_cast<typename V::U8>(w);
-    w = reinterpret_cast<typename V::U32>(
-        __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12));
-  } else if constexpr (kShuffle && kBytes == 32) {
-    const typename V::U8 b = reinterpret_cast<typename V::U8>(w);
-    w = reinterpret_cast<typename V::U32>(__builtin_shufflevector(
-        b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12, 19, 18, 17, 16, 23, 22, 21,
-        20, 27, 26, 25, 24, 31, 30, 29, 28));
-  } else {
-    // Without a byte shuffle GCC lowers the permutation to scalar code: shifts and masks instead.
-    w = (w >> 24) | ((w >> 8) & 0xFF00u) | ((w << 8) & 0xFF0000u) | (w << 24);
-  }
-}
-template <size_t kBytes, bool kShuffle>
-[[gnu::always_inline]] inline void load_be(const uint8_t* p, typename Vec<kBytes>::U32& w) {
-  std::memcpy(&w, p, sizeof w);
-  bswap_lanes<kBytes, kShuffle>(w);
-}
 inline uint32_t load_be1(const uint8_t* p) { return wire::get_u32(p); }
 
 // acc = payload (the round's first contribution).

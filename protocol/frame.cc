@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <cstring>
 
+#include "ina/protocol/vec.h"
+
 namespace ina::frame {
 namespace {
 
@@ -102,30 +104,13 @@ std::string format_ipv4(uint32_t ip) {
 
 namespace {
 
-// store_payload_sum16's loop, kBytes / 4 words at a time; kShuffle: the byte swap as one constant
-// byte permutation (pshufb, vpshufb, NEON tbl), else by shifts and masks (GCC lowers the
-// permutation to scalar code where the target has no byte shuffle). Always inlined, so that the
-// permutation is lowered with the caller's target. Vectors stay in locals (a 32-byte vector passed
-// by value outside AVX code changes the ABI: GCC's -Wpsabi).
-template <size_t kBytes>
-struct StoreVec;
-template <>
-struct StoreVec<16> {
-  using U32 = uint32_t __attribute__((vector_size(16)));
-  using U8 = uint8_t __attribute__((vector_size(16)));
-};
-template <>
-struct StoreVec<32> {
-  using U32 = uint32_t __attribute__((vector_size(32)));
-  using U8 = uint8_t __attribute__((vector_size(32)));
-};
-
+// store_payload_sum16's loop, kBytes / 4 words at a time (vec.h: the byte swap is lowered with
+// the caller's target; vectors stay in locals).
 template <size_t kBytes, bool kShuffle>
 [[gnu::always_inline]] inline uint32_t store_sum_impl(uint8_t* dst, const int32_t* src,
                                                       size_t n) {
-  using U32 = typename StoreVec<kBytes>::U32;
-  using U8 = typename StoreVec<kBytes>::U8;
-  constexpr size_t kLanes = kBytes / 4;
+  using U32 = typename vec::Vec<kBytes>::U32;
+  constexpr size_t kLanes = vec::Vec<kBytes>::kLanes;
   U32 hi{}, lo{};
   size_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
@@ -133,21 +118,9 @@ template <size_t kBytes, bool kShuffle>
     std::memcpy(&v, src + i, sizeof v);
     hi += v >> 16;
     lo += v & 0xFFFFu;
-    if constexpr (kShuffle && kBytes == 16) {
-      const U8 b = reinterpret_cast<U8>(v);
-      const U8 be =
-          __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12);
-      std::memcpy(dst + i * 4, &be, sizeof be);
-    } else if constexpr (kShuffle && kBytes == 32) {
-      const U8 b = reinterpret_cast<U8>(v);
-      const U8 be = __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14,
-                                            13, 12, 19, 18, 17, 16, 23, 22, 21, 20, 27, 26, 25,
-                                            24, 31, 30, 29, 28);
-      std::memcpy(dst + i * 4, &be, sizeof be);
-    } else {
-      const U32 be = (v >> 24) | ((v >> 8) & 0xFF00u) | ((v << 8) & 0xFF0000u) | (v << 24);
-      std::memcpy(dst + i * 4, &be, sizeof be);
-    }
+    U32 be = v;
+    vec::bswap_lanes<kBytes, kShuffle>(be);
+    std::memcpy(dst + i * 4, &be, sizeof be);
   }
   uint64_t s = 0;
   for (size_t k = 0; k < kLanes; ++k) s += uint64_t{hi[k]} + lo[k];
@@ -161,11 +134,6 @@ template <size_t kBytes, bool kShuffle>
   return (r >> 16) + (r & 0xFFFF);
 }
 
-#if defined(__SSSE3__) || defined(__ARM_NEON)
-constexpr bool kTargetShuffle = true;
-#else
-constexpr bool kTargetShuffle = false;
-#endif
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 // Chosen at run time: AVX2 (32-byte vectors; tune=haswell keeps GCC's generic tuning from
@@ -197,7 +165,7 @@ uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n) {
 #ifdef INA_FRAME_SSSE3_DISPATCH
   if (__builtin_cpu_supports("ssse3")) return store_sum_ssse3(dst, src, n);
 #endif
-  return store_sum_impl<16, kTargetShuffle>(dst, src, n);
+  return store_sum_impl<16, vec::kTargetShuffle>(dst, src, n);
 }
 
 namespace {
@@ -208,7 +176,7 @@ namespace {
 // before they could overflow.
 template <size_t kBytes>
 [[gnu::always_inline]] inline uint64_t sum_halves_impl(const uint8_t* p, size_t n, size_t* done) {
-  using U32 = typename StoreVec<kBytes>::U32;
+  using U32 = typename vec::Vec<kBytes>::U32;
   constexpr size_t kChunk = 16384;
   uint64_t native = 0;
   size_t i = 0;
