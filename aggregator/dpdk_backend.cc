@@ -752,7 +752,18 @@ void DpdkAggregator::Lcore::recycle(rte_mbuf* m) {
 rte_mbuf* DpdkAggregator::Lcore::reply_mbuf() {
   if (n_recycled == 0) return rte_pktmbuf_alloc(self->pool_);
   rte_mbuf* m = recycled[--n_recycled];
-  rte_pktmbuf_reset(m);
+  // rte_pktmbuf_reset() minus its stores to the mbuf's second cache line (next, tx_offload), which
+  // the receive path never touched and which is often cold (written by another core's pool
+  // refill): recycle() takes only direct single-segment mbufs, whose next is already NULL and
+  // nb_segs 1, and with ol_flags 0 no PMD reads tx_offload.
+  m->ol_flags = 0;
+  m->packet_type = 0;
+  m->vlan_tci = 0;
+  m->vlan_tci_outer = 0;
+  m->port = RTE_MBUF_PORT_INVALID;
+  rte_pktmbuf_reset_headroom(m);
+  m->data_len = 0;
+  m->pkt_len = 0;
   return m;
 }
 
