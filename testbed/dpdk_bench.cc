@@ -315,12 +315,24 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
 }
 
 
+constexpr uint64_t kMaxMemifFrames = 65536;
+
 // The two-process memif sweep: per size the aggregator, then testpmd, each as the DUT of the
 // same generator. Returns false when a measurement failed.
 bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std::string& fwd,
                  const std::vector<uint16_t>& sizes, MemifArgs a, const std::vector<int>& cpus) {
   const int gen_cpu = cpus[0];
   const int dut_cpu = cpus[1 % cpus.size()];
+  // The generator keeps one prebuilt frame per (rank, slot, copy), each an mbuf.
+  const uint64_t frames = uint64_t{a.world} * a.slots * 2;
+  if (frames > kMaxMemifFrames) {
+    std::fprintf(stderr,
+                 "ina-dpdk-bench: memif mode prebuilds one frame per rank, slot and copy: --world "
+                 "%u x --slots %u x 2 = %" PRIu64 " frames, more than %" PRIu64
+                 "; use fewer slots\n",
+                 a.world, a.slots, frames, kMaxMemifFrames);
+    return false;
+  }
   std::string used;
   // Decided once here: the children must not each look at the free hugepages (the DUT's take some).
   a.mem = eal_memory(a.mem, 128, &used).front() == "--in-memory" ? "huge" : "nohuge";
