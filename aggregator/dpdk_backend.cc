@@ -7,7 +7,9 @@
 //      by another lcore is staged for that lcore, a HELLO copied to every lcore;
 //   3. the staged frames go out in one enqueue per destination ring;
 //   4. frames handed over by the other lcores are processed (their checksums were checked);
-//   5. replies collected in a tx array go out in bursts; the few counters are published.
+//   5. replies collected in a tx array go out in bursts (on net_memif, from an lcore beyond the
+//      queue pairs the peer connects, to lcore 0, which sends them with its own); the few
+//      counters are published.
 // A reply to the sender reuses the received mbuf. A result for every rank is encoded once in the
 // received mbuf; each other rank's frame is a fresh mbuf with a copy of the encoded datagram and
 // its own headers (the UDP checksum of the datagram is summed once). Copies are the default because
@@ -84,6 +86,8 @@ struct alignas(64) DpdkAggregator::Lcore {
   std::vector<rte_ring*> out;                 // to lcore dst (nullptr for self)
   std::vector<std::vector<rte_mbuf*>> stage;  // per destination, capacity burst
   std::vector<rte_mbuf*> tx;                  // replies waiting for tx_burst
+  rte_ring* tx_out = nullptr;                 // set: replies go to lcore 0 instead (tx_rings_)
+  std::vector<rte_ring*> tx_in;               // lcore 0: the other lcores' tx_out
   size_t tx_n = 0;
   uint16_t ip_id = 0;
   uint64_t now = 0;  // telemetry: CLOCK_MONOTONIC of this loop pass, read at its first INA frame
@@ -309,13 +313,6 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
                                 std::to_string(info.max_mtu) + ": use smaller --block-elems");
       }
     }
-    if (n > 1 && info.driver_name != nullptr && std::strcmp(info.driver_name, "net_memif") == 0) {
-      // memif carries the queues its peer connects: libina's DPDK transport connects one pair,
-      // so the frames of lcores past the first would go to a tx queue nobody reads.
-      INA_WARN(kComponent, "net_memif with %u worker lcores: a peer that connects fewer queue "
-               "pairs never receives the replies sent on the others (libina connects one: use "
-               "one worker lcore)", n);
-    }
     rc = rte_eth_dev_configure(port, a->rx_queues_, static_cast<uint16_t>(n), &conf);
     if (rc != 0) return dpdk_error("rte_eth_dev_configure", rc);
     uint16_t rxd = opts.rx_desc, txd = opts.tx_desc;
@@ -341,6 +338,32 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
     // The caller chose the queues: every configured rx queue is polled (up to one per lcore).
     const unsigned polled = opts.rx_queues != 0 ? want_rx : n;
     a->rx_queues_ = static_cast<uint16_t>(std::min<unsigned>(polled, info.nb_rx_queues));
+  }
+
+  // A burst of frames can each complete a slot whose result goes to every rank; send() flushes
+  // the tx array when it is full, so large worlds only cap it.
+  size_t max_world = 1;
+  for (const JobConfig& j : jobs) max_world = std::max<size_t>(max_world, j.slots.world_size);
+  const size_t tx_cap =
+      std::clamp<size_t>(size_t{opts.burst} * (max_world + 1), 2 * kMaxBurst, 65536);
+
+  // memif carries only the queue pairs its peer connects (libina's DPDK transport: one), taken to
+  // be the rx queues polled: an lcore beyond them has no tx queue the peer reads, so its replies go
+  // to lcore 0 through a ring and out on queue 0.
+  const bool memif = info.driver_name != nullptr && std::strcmp(info.driver_name, "net_memif") == 0;
+  const unsigned tx_lcores = memif ? std::max<unsigned>(a->rx_queues_, 1) : n;
+  a->tx_rings_.assign(n, nullptr);
+  for (unsigned i = tx_lcores; i < n; ++i) {
+    const std::string name = "ina_t" + std::to_string(inst) + "_" + std::to_string(i);
+    // Room for a whole tx array (RING_F_EXACT_SZ: capacity tx_cap).
+    rte_ring* r = rte_ring_create(name.c_str(), static_cast<unsigned>(tx_cap), rte_socket_id(),
+                                  RING_F_SP_ENQ | RING_F_SC_DEQ | RING_F_EXACT_SZ);
+    if (r == nullptr) return dpdk_error("tx handoff ring " + name, rte_errno);
+    a->tx_rings_[i] = r;
+  }
+  if (tx_lcores < n) {
+    INA_INFO(kComponent, "net_memif: %u worker lcores, %u queue pair(s); the replies of lcores %u.."
+             "%u go out through lcore 0's queue", n, tx_lcores, tx_lcores, n - 1);
   }
 
   a->local_.ip = opts.ip;
@@ -370,8 +393,6 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
     }
   }
 
-  size_t max_world = 1;
-  for (const JobConfig& j : jobs) max_world = std::max<size_t>(max_world, j.slots.world_size);
   for (unsigned i = 0; i < n; ++i) {
     auto l = std::make_unique<Lcore>();
     l->self = a.get();
@@ -391,12 +412,15 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
       l->in[o] = a->rings_[size_t{o} * n + i];
       l->out[o] = a->rings_[size_t{i} * n + o];
     }
+    l->tx_out = a->tx_rings_[i];
+    if (i == 0) {
+      for (rte_ring* r : a->tx_rings_) {
+        if (r != nullptr) l->tx_in.push_back(r);
+      }
+    }
     l->stage.assign(n, {});
     for (auto& s : l->stage) s.reserve(kMaxBurst);
-    // A burst of frames can each complete a slot whose result goes to every rank; send() flushes
-    // when the array is full, so large worlds only cap it.
-    l->tx.assign(std::clamp<size_t>(size_t{opts.burst} * (max_world + 1), 2 * kMaxBurst, 65536),
-                 nullptr);
+    l->tx.assign(tx_cap, nullptr);
     a->lcores_.push_back(std::move(l));
   }
   std::vector<AggregatorSnapshot> parts;
@@ -407,7 +431,9 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
 
 DpdkAggregator::~DpdkAggregator() {
   stop();
-  for (rte_ring* r : rings_) {
+  std::vector<rte_ring*> all = rings_;
+  all.insert(all.end(), tx_rings_.begin(), tx_rings_.end());
+  for (rte_ring* r : all) {
     if (r == nullptr) continue;
     rte_mbuf* m;
     while (rte_ring_dequeue(r, reinterpret_cast<void**>(&m)) == 0) rte_pktmbuf_free(m);
@@ -507,6 +533,14 @@ void DpdkAggregator::Lcore::loop() {
         on_frame(pkts[i], true);
       }
       c.handoff_received += k;
+      got = static_cast<uint16_t>(got + k);
+    }
+    for (rte_ring* r : tx_in) {
+      // Replies of lcores without a tx queue the peer reads, sent with ours.
+      const size_t room = std::min<size_t>(tx.size() - tx_n, kMaxBurst);
+      const unsigned k = rte_ring_dequeue_burst(r, reinterpret_cast<void**>(&tx[tx_n]),
+                                                static_cast<unsigned>(room), nullptr);
+      tx_n += k;
       got = static_cast<uint16_t>(got + k);
     }
     if (tx_n != 0) flush_tx();
@@ -774,6 +808,17 @@ void DpdkAggregator::Lcore::send(rte_mbuf* m) {
 
 void DpdkAggregator::Lcore::flush_tx() {
   DpdkAggregator& a = *self;
+  if (tx_out != nullptr) {
+    const unsigned k = rte_ring_enqueue_burst(tx_out, reinterpret_cast<void* const*>(tx.data()),
+                                              static_cast<unsigned>(tx_n), nullptr);
+    c.tx_handed_off += k;
+    for (size_t i = k; i < tx_n; ++i) {
+      ++c.tx_dropped;
+      rte_pktmbuf_free(tx[i]);
+    }
+    tx_n = 0;
+    return;
+  }
   size_t done = 0;
   int idle = 0;
   while (done < tx_n) {
@@ -997,6 +1042,7 @@ DpdkLoopCounters DpdkAggregator::loop_totals() const {
     t.handed_off += c.handed_off;
     t.handoff_received += c.handoff_received;
     t.handoff_dropped += c.handoff_dropped;
+    t.tx_handed_off += c.tx_handed_off;
     t.no_mbuf += c.no_mbuf;
     t.multi_segment += c.multi_segment;
     t.unroutable += c.unroutable;
@@ -1025,6 +1071,7 @@ std::string DpdkAggregator::format_counters() const {
   row("tx_dropped", lt.tx_dropped);
   row("handed_off", lt.handed_off);
   row("handoff_dropped", lt.handoff_dropped);
+  row("tx_handed_off", lt.tx_handed_off);
   row("no_mbuf", lt.no_mbuf);
   row("multi_segment", lt.multi_segment);
   row("unroutable", lt.unroutable);

@@ -21,7 +21,9 @@
 // port spreads frames: with RSS offloads it hashes IP/UDP over them; net_af_packet (qpairs=N, the
 // kernel's PACKET_FANOUT flow hash), net_tap (queues=N), net_af_xdp (queue_count=N) and net_ring
 // spread by themselves. Other ports (net_memif: its queues are those its peer connects) get one
-// rx queue unless DpdkOptions::rx_queues asks for more. Tx: one queue per lcore always.
+// rx queue unless DpdkOptions::rx_queues asks for more. Tx: one queue per lcore, except on
+// net_memif, whose peer reads only the queue pairs it connects (taken to be the rx queues polled):
+// there the lcores beyond them pass their replies to lcore 0 through a ring (tx_handed_off).
 //
 // Jobs at run time (the controller): set_jobs() stores the wanted jobs; the main lcore's
 // service() posts them into every lcore's mailbox (a sequence number released after the request,
@@ -99,6 +101,8 @@ struct DpdkLoopCounters {
   uint64_t handed_off = 0;       // INA frames passed to the lcore that owns their slot
   uint64_t handoff_received = 0;
   uint64_t handoff_dropped = 0;  // handoff ring full
+  uint64_t tx_handed_off = 0;    // replies passed to lcore 0 to send (net_memif: lcores beyond the
+                                 // queue pairs the peer connects have no tx queue it reads)
   uint64_t no_mbuf = 0;          // a reply copy could not be allocated
   uint64_t multi_segment = 0;    // scattered frames, dropped
   uint64_t unroutable = 0;       // a result for a rank whose address is not known yet
@@ -175,6 +179,7 @@ class DpdkAggregator {
   std::atomic<bool> stop_{false};
   rte_mempool* pool_ = nullptr;
   std::vector<rte_ring*> rings_;  // handoff rings, src * n + dst
+  std::vector<rte_ring*> tx_rings_;  // replies of lcore i to lcore 0 (nullptr: i sends itself)
   std::vector<std::unique_ptr<Lcore>> lcores_;
   size_t max_packet_ = 0;  // largest INA datagram the mbufs hold (set_jobs checks blocks against it)
   // set_jobs() and the published snapshot (not the packet path).

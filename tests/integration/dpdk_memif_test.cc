@@ -1,8 +1,10 @@
 // Suite dpdk: workers over the DPDK transport (INA_TRANSPORT=dpdk, net_memif client) against the
 // DPDK aggregator (ina-aggregator --backend dpdk, net_memif server) on one host. N ranks (argv[1],
 // 2..4) run as threads of this process sharing its one DPDK port; int32 SUM and float32 SUM must
-// equal the protocol model bit for bit; ARP resolves the aggregator's MAC. Exits 77 with the
-// reason when an EAL (ours or the aggregator's) cannot start.
+// equal the protocol model bit for bit; ARP resolves the aggregator's MAC. argv[2] (default 1):
+// the aggregator's worker lcores; with more than one, the slots of lcores past the first are
+// answered through lcore 0's queue (the only memif queue pair the ranks' port connects). Exits 77
+// with the reason when an EAL (ours or the aggregator's) cannot start.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,11 +43,16 @@ std::string common_eal(const std::string& prefix) {
          prefix;
 }
 
-pid_t spawn_aggregator(int world, const std::string& sock, const std::string& log) {
+pid_t spawn_aggregator(int world, int agg_lcores, const std::string& sock,
+                       const std::string& log) {
   const char* bin = std::getenv("INA_AGGREGATOR_BIN");
   if (bin == nullptr) return -1;
   const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
-  const std::string lcores = "0@0,1@" + std::to_string(1 % cpus);
+  // Worker lcore i on CPU i % cpus, past the main lcore's CPU 0 first.
+  std::string lcores = "0@0";
+  for (int i = 1; i <= agg_lcores; ++i) {
+    lcores += "," + std::to_string(i) + "@" + std::to_string(static_cast<unsigned>(i) % cpus);
+  }
   std::vector<std::string> args = {bin,
                                    "--backend",
                                    "dpdk",
@@ -102,14 +109,15 @@ int exited(pid_t pid) {
 
 int main(int argc, char** argv) {
   const int world = argc > 1 ? std::atoi(argv[1]) : 2;
-  if (world < 2 || world > 4) {
-    std::printf("usage: %s WORLD (2..4)\n", argv[0]);
+  const int agg_lcores = argc > 2 ? std::atoi(argv[2]) : 1;
+  if (world < 2 || world > 4 || agg_lcores < 1 || agg_lcores > 4) {
+    std::printf("usage: %s WORLD (2..4) [AGGREGATOR_WORKER_LCORES (1..4)]\n", argv[0]);
     return 1;
   }
   const std::string tag = std::to_string(getpid());
   const std::string sock = "/tmp/ina_memif_" + tag + ".sock";
   const std::string log = "/tmp/ina_memif_agg_" + tag + ".log";
-  const pid_t agg = spawn_aggregator(world, sock, log);
+  const pid_t agg = spawn_aggregator(world, agg_lcores, sock, log);
   if (agg < 0) {
     std::printf("FAIL: INA_AGGREGATOR_BIN is not set\n");
     return 1;
@@ -242,6 +250,11 @@ int main(int argc, char** argv) {
   }
   comms.clear();  // the last transport stops the port (its peer is gone: nothing is polling)
   const std::string agg_log = slurp(log);
+  if (rc == 0 && agg_lcores > 1) {
+    // Slots of lcores past the first were answered through lcore 0 (the totals at exit).
+    CHECK(agg_log.find("tx_handed_off") != std::string::npos,
+          "no reply went through lcore 0's queue with %d worker lcores", agg_lcores);
+  }
   if (g_failures > 0 || rc == 1) std::printf("aggregator log:\n%s\n", agg_log.c_str());
   std::remove(log.c_str());
   std::remove(sock.c_str());
