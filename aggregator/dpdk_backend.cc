@@ -120,7 +120,8 @@ struct alignas(64) DpdkAggregator::Lcore {
   void apply_jobs(const std::vector<JobConfig>& desired);
   AggregatorSnapshot take_snapshot();
   void on_frame(rte_mbuf* m, bool verified);
-  void process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello);
+  // hello_copy: a HELLO another lcore received and counts (every lcore runs the join barrier).
+  void process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello, bool hello_copy);
   void send(rte_mbuf* m);
   void flush_tx();
   void flush_stage();
@@ -639,15 +640,16 @@ void DpdkAggregator::Lcore::on_frame(rte_mbuf* m, bool verified) {
       }
     }
   }
-  process_ina(m, p, hello);
+  process_ina(m, p, hello, hello && verified);
 }
 
-void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello) {
+void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello,
+                                        bool hello_copy) {
   DpdkAggregator& a = *self;
   int32_t rank = -1;
   JobId job = 0;
   if (a.opts_.telemetry && now == 0) now = now_ns(CLOCK_MONOTONIC);
-  const Reply r = engine->on_packet(p.ina, now, &rank, &job);
+  const Reply r = engine->on_packet(p.ina, now, &rank, &job, hello_copy);
   std::vector<Peer>* peers = nullptr;
   if (rank >= 0) {
     peers = peers_of(job);
@@ -1076,8 +1078,8 @@ std::string DpdkAggregator::format_counters() const {
   row("multi_segment", lt.multi_segment);
   row("unroutable", lt.unroutable);
   row("reply_too_big", lt.reply_too_big);
-  // The engine's counters summed over lcores (HELLOs are copied to every lcore, so "hellos" counts
-  // each one once per lcore).
+  // The engine's counters summed over lcores (a HELLO is counted by the lcore that received it,
+  // not by the others its copies reach).
   for_each_scalar_counter([&](const char* name, uint64_t EngineCounters::*m) { row(name, e.*m); });
   s += "frames by verdict:\n";
   for (size_t i = 0; i < ft.by_verdict.size(); ++i) {

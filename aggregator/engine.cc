@@ -264,24 +264,26 @@ const JobConfig* Engine::job_config(JobId job) const {
 }
 
 Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
-                        int32_t* sender_rank, JobId* sender_job) {
+                        int32_t* sender_rank, JobId* sender_job, bool counted_elsewhere) {
   *sender_rank = -1;
   *sender_job = 0;
-  ++counters_.packets_in;
-  counters_.bytes_in += datagram.size();
+  // Every counter of this function moves by `one`: 0 for a copy another engine counts.
+  const uint64_t one = counted_elsewhere ? 0 : 1;
+  counters_.packets_in += one;
+  counters_.bytes_in += one * datagram.size();
 
   wire::PacketView pkt;
   const wire::DecodeError err = wire::decode(datagram, &pkt);
   if (err != wire::DecodeError::kOk) [[unlikely]] {
-    counters_.decode.add(err);
-    ++counters_.malformed;
+    if (one != 0) counters_.decode.add(err);
+    counters_.malformed += one;
     return {};
   }
   const wire::Header& h = pkt.hdr;
   if (last_job_ == nullptr || last_id_ != h.job) [[unlikely]] {
     auto it = jobs_.find(h.job);
     if (it == jobs_.end()) [[unlikely]] {
-      ++counters_.unknown_job;
+      counters_.unknown_job += one;
       return {};
     }
     last_id_ = h.job;
@@ -289,46 +291,46 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
   }
   Job& job = *last_job_;
   if (opts_.check_key && h.key != job.cfg.key) [[unlikely]] {
-    ++counters_.bad_key;
-    ++job.counters.bad_key;
+    counters_.bad_key += one;
+    job.counters.bad_key += one;
     return {};
   }
-  ++job.counters.packets;
+  job.counters.packets += one;
   if (h.has(wire::kFlagResult) || h.has(wire::kFlagError)) [[unlikely]] {
     // A leaf's parent answers with RESULT, WELCOME and ERROR (key checked above).
     if (job.leaf) return handle_parent(job, pkt);
     // Only the aggregator sends RESULT, WELCOME and ERROR: a worker (or a loop in the network)
     // sending one is broken, and it must never be added to a slot.
-    ++counters_.malformed;
+    counters_.malformed += one;
     return {};
   }
   const bool hello = h.has(wire::kFlagHello);
   if (hello) {
-    ++counters_.hellos;
+    counters_.hellos += one;
     if (h.count != 1) [[unlikely]] {
-      ++counters_.malformed;
+      counters_.malformed += one;
       return {};
     }
     if (static_cast<uint32_t>(pkt.word(0)) != job.world) {
       // Checked before the rank: a worker configured for a larger world may carry a rank beyond
       // ours, and it deserves to learn why it cannot join.
-      ++counters_.world_size_mismatch;
+      counters_.world_size_mismatch += one;
       return error_reply(job, pkt, wire::ErrorReason::kWorldSizeMismatch, {}, job.world);
     }
   }
   // The served rank (wraps for a global rank below a leaf's rank_base, so one compare).
   const uint32_t local = static_cast<uint32_t>(h.rank) - job.rank_base;
   if (local >= job.nranks) [[unlikely]] {
-    if (!hello) ++counters_.by_verdict[static_cast<size_t>(Verdict::kBadRank)];
-    ++counters_.malformed;
+    if (!hello) counters_.by_verdict[static_cast<size_t>(Verdict::kBadRank)] += one;
+    counters_.malformed += one;
     return {};
   }
   // A valid packet of this job: the backend may learn the rank's address from it.
   *sender_rank = static_cast<int32_t>(local);
   *sender_job = h.job;
   RankCounters& rc = job.ranks[local];
-  ++rc.packets;
-  if (h.has(wire::kFlagRetransmit)) ++rc.retransmits;
+  rc.packets += one;
+  if (h.has(wire::kFlagRetransmit)) rc.retransmits += one;
   if (job.leaf) {
     // The handlers and the slot table see the served rank.
     wire::PacketView lp = pkt;

@@ -252,8 +252,12 @@ class Engine {
     return on_packet(datagram, 0, sender_rank, sender_job);
   }
   // The same with the arrival time (any monotonic clock in ns; 0: not timed) for the telemetry.
+  // `counted_elsewhere`: a copy of a packet another engine also processes and counts (the DPDK
+  // backend hands every HELLO to each lcore's engine): processed alike, counted by none of the
+  // counters on_packet moves (packets, bytes, hellos, per-job and per-rank packets, the
+  // malformed and mismatch counters of its checks).
   Reply on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int32_t* sender_rank,
-                  JobId* sender_job);
+                  JobId* sender_job, bool counted_elsewhere = false);
 
   const EngineCounters& counters() const { return counters_; }
   // Per-rank counters of a job (index: served rank, see JobConfig::served_ranks); empty span for

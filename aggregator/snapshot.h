@@ -41,8 +41,8 @@ AggregatorSnapshot engine_snapshot(const Engine& e, uint64_t now_ns, uint64_t st
 // ready when it is ready on every part; the straggler ranking is recomputed from the summed
 // telemetry; stalled slots are pooled, oldest first, at most `max_stalled` per job. A job missing
 // from some part (a job change not yet applied everywhere) is merged from the parts that have it.
-// Errors are the union. HELLOs reach every lcore, so per-job `packets` counts each HELLO once per
-// part.
+// Errors are the union. (HELLOs reach every lcore; the DPDK backend counts each in the part
+// that received it only: Engine::on_packet's counted_elsewhere.)
 AggregatorSnapshot merge_snapshots(const std::vector<AggregatorSnapshot>& parts,
                                    size_t max_stalled = 16);
 

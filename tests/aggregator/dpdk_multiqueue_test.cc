@@ -296,6 +296,11 @@ TEST_F(DpdkMultiQueue, TwoQueuesTwoLcoresExactSums) {
     EXPECT_EQ(c.handoff_dropped, 0u);
     EXPECT_EQ(h.agg->engine(i).counters().completed, 2u * kSlots) << "slots of lcore " << i;
   }
+  // Each HELLO counted once, by the lcore that received it (its copy to the other is not), so the
+  // totals count what the ranks sent.
+  const EngineCounters e = h.agg->engine_totals();
+  EXPECT_EQ(e.hellos, uint64_t{kWorld});
+  EXPECT_EQ(e.packets_in, uint64_t{kWorld} + uint64_t{kWorld} * 4 * kSlots);
 }
 
 // Jobs from set_jobs() while the loops run: applied on both lcores through their mailboxes,

@@ -146,6 +146,47 @@ TEST_F(EngineTest, WelcomeOnlyAfterEveryRankJoined) {
   EXPECT_EQ(engine_.counters().replies_out, 1u + 3u + 1u);
 }
 
+// A copy counted elsewhere (the DPDK backend's HELLO copies to every lcore) joins the barrier and
+// gets the same replies, but moves none of on_packet's counters.
+TEST_F(EngineTest, CopyCountedElsewhereJoinsWithoutCounting) {
+  auto hello_copy = [&](uint16_t rank, BlockSeq nonce) {
+    wire::Header h;
+    h.job = kJob;
+    h.key = kKey;
+    h.rank = rank;
+    h.seq = nonce;
+    h.flags = wire::kFlagHello;
+    const std::vector<uint8_t> b = encode_packet(h, std::vector<int32_t>{3});
+    int32_t sender = -2;
+    JobId job = 0;
+    return std::make_pair(engine_.on_packet(b, 0, &sender, &job, /*counted_elsewhere=*/true),
+                          sender);
+  };
+  hello(0, 11);
+  EXPECT_EQ(hello_copy(1, 22).second, 1);  // the backend still learns the rank's address
+  const auto [r, sender] = hello_copy(2, 33);
+  EXPECT_EQ(sender, 2);
+  EXPECT_EQ(r.target, Reply::Target::kAllRanks);  // the barrier completed
+  EXPECT_TRUE(engine_.job_ready(kJob));
+  EXPECT_EQ(engine_.counters().packets_in, 1u);
+  EXPECT_EQ(engine_.counters().hellos, 1u);
+  EXPECT_EQ(engine_.rank_counters(kJob)[1].packets, 0u);
+  EXPECT_EQ(engine_.rank_counters(kJob)[0].packets, 1u);
+  // A malformed copy (world mismatch) is answered but not counted either.
+  wire::Header h;
+  h.job = kJob;
+  h.key = kKey;
+  h.rank = 0;
+  h.flags = wire::kFlagHello;
+  int32_t sender2 = -2;
+  JobId job2 = 0;
+  const Reply e = engine_.on_packet(encode_packet(h, std::vector<int32_t>{5}), 0, &sender2, &job2,
+                                    true);
+  EXPECT_EQ(e.target, Reply::Target::kSender);
+  EXPECT_EQ(engine_.counters().world_size_mismatch, 0u);
+  EXPECT_EQ(engine_.counters().packets_in, 1u);
+}
+
 TEST_F(EngineTest, DuplicateHelloBeforeBarrierIsSilent) {
   hello(0, 5);
   EXPECT_EQ(hello(0, 5).target, Reply::Target::kNone);
