@@ -257,6 +257,7 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
   rte_eth_dev_info info{};
   int rc = rte_eth_dev_info_get(port, &info);
   if (rc != 0) return dpdk_error("rte_eth_dev_info_get", rc);
+  const bool memif = info.driver_name != nullptr && std::strcmp(info.driver_name, "net_memif") == 0;
 
   // Largest frame: headers + the largest packet of any job (control replies are smaller), or
   // of the largest block set_jobs may bring.
@@ -304,9 +305,7 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
     // DPDK 22.11's memif reports a 1518-byte maximum frame, yet its copy path spreads any frame
     // over as many ring buffers as it needs and never checks an MTU: larger blocks work there with
     // the default MTU (ina-dpdk-bench --mode memif at 1024 elements, 4170-byte frames).
-    const bool mtu_unchecked = info.driver_name != nullptr &&
-                               std::strcmp(info.driver_name, "net_memif") == 0;
-    if (max_frame > RTE_ETHER_MAX_LEN && !mtu_unchecked) {
+    if (max_frame > RTE_ETHER_MAX_LEN && !memif) {
       conf.rxmode.mtu = static_cast<uint32_t>(max_frame - RTE_ETHER_HDR_LEN);
       if (info.max_mtu < conf.rxmode.mtu) {
         return invalid_argument("dpdk: blocks of this size need an MTU of " +
@@ -351,7 +350,6 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
   // memif carries only the queue pairs its peer connects (libina's DPDK transport: one), taken to
   // be the rx queues polled: an lcore beyond them has no tx queue the peer reads, so its replies go
   // to lcore 0 through a ring and out on queue 0.
-  const bool memif = info.driver_name != nullptr && std::strcmp(info.driver_name, "net_memif") == 0;
   const unsigned tx_lcores = memif ? std::max<unsigned>(a->rx_queues_, 1) : n;
   a->tx_rings_.assign(n, nullptr);
   for (unsigned i = tx_lcores; i < n; ++i) {
