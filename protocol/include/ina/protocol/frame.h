@@ -20,6 +20,7 @@
 #include <string_view>
 
 #include "ina/protocol/status.h"
+#include "ina/protocol/wire.h"
 
 namespace ina::frame {
 
@@ -194,23 +195,19 @@ class UdpHeaderTemplate {
     const uint32_t udp_len = static_cast<uint32_t>(kUdpHeader + payload_len);
     const uint32_t ip_len = kIpv4MinHeader + udp_len;
     uint8_t* ip = frame + kEthHeader;
-    put16(ip + 2, static_cast<uint16_t>(ip_len));
-    put16(ip + 4, ip_id);
-    put16(ip + 10, static_cast<uint16_t>(~fold(ip_sum_ + ip_len + ip_id)));
+    wire::put_u16(ip + 2, static_cast<uint16_t>(ip_len));
+    wire::put_u16(ip + 4, ip_id);
+    wire::put_u16(ip + 10, static_cast<uint16_t>(~fold(ip_sum_ + ip_len + ip_id)));
     uint8_t* udp = ip + kIpv4MinHeader;
-    put16(udp + 4, static_cast<uint16_t>(udp_len));
+    wire::put_u16(udp + 4, static_cast<uint16_t>(udp_len));
     // The UDP length counts twice: in the pseudo header and in the UDP header.
     uint16_t c = static_cast<uint16_t>(~fold(udp_sum_ + 2 * udp_len + fold(payload_sum)));
     if (c == 0) c = 0xFFFF;  // 0 means "no checksum" in UDP over IPv4
-    put16(udp + 6, c);
+    wire::put_u16(udp + 6, c);
     return kUdpHeadroom + payload_len;
   }
 
  private:
-  static void put16(uint8_t* p, uint16_t v) {
-    p[0] = static_cast<uint8_t>(v >> 8);
-    p[1] = static_cast<uint8_t>(v);
-  }
   std::array<uint8_t, kUdpHeadroom> bytes_{};  // length, id and checksum fields zero
   uint32_t ip_sum_ = 0;   // sum16 of the IPv4 header without length, id and checksum
   uint32_t udp_sum_ = 0;  // pseudo header and UDP header without the lengths and checksum
