@@ -467,19 +467,21 @@ int main(int argc, char** argv) {
   app.add_option("eal", eal_extra, "extra EAL arguments (ring mode), after --");
   CLI11_PARSE(app, argc, argv);
 
+  // The memif settings the sweep passes on to its child roles.
+  MemifArgs memif;
+  memif.world = world;
+  memif.slots = slots;
+  memif.seconds = seconds;
+  memif.mem = mem;
+  memif.bsize = bsize;
+  memif.indirect = indirect;
+  memif.gen_zero_copy = !gen_copy;
   if (!role.empty()) {
-    MemifArgs a;
+    MemifArgs a = memif;
     a.sock = sock;
     a.elems = sizes.empty() ? 256 : sizes[0];
-    a.world = world;
-    a.slots = slots;
-    a.seconds = seconds;
     a.cpu = cpu;
-    a.mem = mem;
-    a.bsize = bsize;
     a.to_agg = to == "agg";
-    a.indirect = indirect;
-    a.gen_zero_copy = !gen_copy;
     return role == "gen" ? memif_generator(a) : memif_aggregator(a);
   }
 
@@ -490,15 +492,7 @@ int main(int argc, char** argv) {
               world, slots, seconds, cpus.size());
   int rc = 0;
   if (std::find(modes.begin(), modes.end(), "memif") != modes.end()) {
-    MemifArgs a;
-    a.world = world;
-    a.slots = slots;
-    a.seconds = seconds;
-    a.mem = mem;
-    a.bsize = bsize;
-    a.indirect = indirect;
-    a.gen_zero_copy = !gen_copy;
-    if (!memif_sweep(self_exe(argv[0]), testpmd, fwd, sizes, a, cpus)) rc = 1;
+    if (!memif_sweep(self_exe(argv[0]), testpmd, fwd, sizes, memif, cpus)) rc = 1;
   }
   if (std::find(modes.begin(), modes.end(), "ring") == modes.end()) return rc;
 
