@@ -122,9 +122,7 @@ const std::vector<Case>& stream_cases() {
 }
 
 struct Shared {
-  std::atomic<int> ready;   // ranks waiting before collective kKillAt
-  std::atomic<int> go;      // the parent lets them run it
-  std::atomic<int> killed;  // the aggregator is gone (reaped)
+  ina::testing::KillDuringCollective kill;  // at collective kKillAt
   int host_path[32][kWorld];
   uint64_t fallbacks[kWorld];
 };
@@ -150,13 +148,7 @@ TEST(Fallback, AggregatorKilledMidStream) {
     }
     int failures = 0;
     for (size_t ci = 0; ci < cases.size(); ++ci) {
-      if (ci == kKillAt) {
-        sh->ready.fetch_add(1);
-        while (sh->go.load() == 0) std::this_thread::sleep_for(100us);
-      }
-      if (ci == kKillAt + 1) {
-        while (sh->killed.load() == 0) std::this_thread::sleep_for(100us);
-      }
+      sh->kill.before(ci, kKillAt);
       const Case& c = cases[ci];
       std::vector<uint8_t> out;
       const ina::Status s = run_case(**comm, c, static_cast<int>(ci), rank, &out);
@@ -177,15 +169,8 @@ TEST(Fallback, AggregatorKilledMidStream) {
     sh->fallbacks[rank] = (*comm)->stats().fallbacks;
     return failures == 0 ? 0 : 4;
   };
-  auto parent = [&]() -> std::string {
-    const auto deadline = Clock::now() + 60s;
-    while (sh->ready.load() < kWorld && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
-    if (sh->ready.load() < kWorld) return "the ranks never reached collective 8; ";
-    sh->go.store(1);
-    std::this_thread::sleep_for(3ms);  // collective 8 is in flight
-    const int rc = agg.stop();
-    sh->killed.store(1);
-    return rc == 0 ? "" : "aggregator exit status " + std::to_string(rc) + "; ";
+  auto parent = [&] {
+    return sh->kill.kill(kWorld, kKillAt, [&] { return agg.stop(); }, "aggregator");
   };
   const std::string err = run_workers(body, parent, 60s);
   EXPECT_EQ(err, "");

@@ -1,6 +1,6 @@
-// Shared by the loopback integration tests (multiprocess_test.cc, fallback_test.cc): a real
-// `ina-aggregator` child process, deterministic per-rank inputs, and the protocol model that says
-// bit for bit what an in-network AllReduce returns.
+// Shared by the loopback integration tests (multiprocess, fallback, sharding, tree, ...): a real
+// `ina-aggregator` child process, deterministic per-rank inputs, the protocol model that says bit
+// for bit what an in-network AllReduce returns, forked ranks, and an aggregator killed mid-stream.
 #pragma once
 
 #include <signal.h>
@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -114,5 +115,46 @@ std::string run_forked(int world, Body body, Parent while_running, std::chrono::
   }
   return err;
 }
+
+// An aggregator stopped while collective `at` is in flight, between a parent and the ranks it
+// forked (run_forked): the flags must live in memory the children share (a MAP_SHARED struct).
+struct KillDuringCollective {
+  std::atomic<int> ready{0};   // ranks waiting before collective `at`
+  std::atomic<int> go{0};      // the parent lets them run it
+  std::atomic<int> killed{0};  // the aggregator is gone (reaped)
+
+  // In a rank, before its collective `ci`: at `at`, waits until the parent lets the ranks go; at
+  // `at` + 1, until the aggregator is gone.
+  void before(size_t ci, size_t at) {
+    using namespace std::chrono_literals;
+    if (ci == at) {
+      ready.fetch_add(1);
+      while (go.load() == 0) std::this_thread::sleep_for(100us);
+    }
+    if (ci == at + 1) {
+      while (killed.load() == 0) std::this_thread::sleep_for(100us);
+    }
+  }
+
+  // In the parent: waits up to 60 s for `world` ranks to reach collective `at`, lets them run it,
+  // 3 ms later stops the aggregator (`stop()` returns its exit status), marks it gone. Returns ""
+  // or what went wrong, naming the aggregator as `who`.
+  template <typename Stop>
+  std::string kill(int world, size_t at, Stop stop, const std::string& who) {
+    using namespace std::chrono_literals;
+    const auto deadline = std::chrono::steady_clock::now() + 60s;
+    while (ready.load() < world && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(1ms);
+    }
+    if (ready.load() < world) {
+      return "the ranks never reached collective " + std::to_string(at) + "; ";
+    }
+    go.store(1);
+    std::this_thread::sleep_for(3ms);  // collective `at` is in flight
+    const int rc = stop();
+    killed.store(1);
+    return rc == 0 ? "" : who + " exit status " + std::to_string(rc) + "; ";
+  }
+};
 
 }  // namespace ina::testing

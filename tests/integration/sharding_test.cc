@@ -104,9 +104,7 @@ constexpr int kMaxCases = 16;
 
 struct Shared {
   std::atomic<int> phase_done;  // ranks done with the unsharded phase
-  std::atomic<int> ready;       // ranks waiting before collective kKillAt
-  std::atomic<int> go;
-  std::atomic<int> killed;
+  ina::testing::KillDuringCollective kill;  // at collective kKillAt
   int failures[kWorld];
   int host_path[kMaxCases][kWorld];
   uint64_t fallbacks[kWorld];
@@ -252,13 +250,7 @@ TEST(Sharding, ShardAggregatorKilledMidStream) {
     }
     int failures = 0;
     for (size_t ci = 0; ci < cs.size(); ++ci) {
-      if (ci == kKillAt) {
-        sh->ready.fetch_add(1);
-        while (sh->go.load() == 0) std::this_thread::sleep_for(100us);
-      }
-      if (ci == kKillAt + 1) {
-        while (sh->killed.load() == 0) std::this_thread::sleep_for(100us);
-      }
+      sh->kill.before(ci, kKillAt);
       std::vector<uint8_t> out;
       const ina::Status s = run_case(**comm, cs[ci], static_cast<int>(ci), rank, &out);
       if (!s.ok()) {
@@ -277,15 +269,8 @@ TEST(Sharding, ShardAggregatorKilledMidStream) {
     sh->fallbacks[rank] = (*comm)->stats().fallbacks;
     return failures == 0 ? 0 : 4;
   };
-  auto parent = [&]() -> std::string {
-    const auto deadline = Clock::now() + 60s;
-    while (sh->ready.load() < kWorld && Clock::now() < deadline) std::this_thread::sleep_for(1ms);
-    if (sh->ready.load() < kWorld) return "the ranks never reached collective 8; ";
-    sh->go.store(1);
-    std::this_thread::sleep_for(3ms);  // collective 8 is in flight
-    const int rc = b.stop();
-    sh->killed.store(1);
-    return rc == 0 ? "" : "aggregator B exit status " + std::to_string(rc) + "; ";
+  auto parent = [&] {
+    return sh->kill.kill(kWorld, kKillAt, [&] { return b.stop(); }, "aggregator B");
   };
   const auto t0 = Clock::now();
   const std::string err = ina::testing::run_forked(kWorld, body, parent, 90s);
