@@ -87,6 +87,17 @@ bool test_bit_span(std::span<const uint64_t> bm, uint32_t r) {
   return (bm[r / 64] >> (r % 64)) & 1;
 }
 
+// A slot copy's round in a reply: its sequence, shape, exponents and reduced values.
+void set_round(Reply* r, const CopyView& c) {
+  r->hdr.seq = c.seq;
+  r->hdr.count = c.count;
+  r->hdr.dtype = c.dtype;
+  r->hdr.op = c.op;
+  r->hdr.exp = c.exp;
+  r->hdr.next_exp = c.next_exp;
+  r->payload = c.data;
+}
+
 // Header fields shared by every reply about `pkt`'s job and slot.
 wire::Header reply_header(const JobConfig& cfg, const wire::Header& in, uint8_t flags) {
   wire::Header h;
@@ -355,13 +366,7 @@ Reply Engine::result_reply(const Job& job, const wire::Header& h, Reply::Target 
   r.hdr = reply_header(job.cfg, h,
                        wire::kFlagResult | (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}) |
                            extra_flags);
-  r.hdr.seq = c.seq;
-  r.hdr.count = c.count;
-  r.hdr.dtype = c.dtype;
-  r.hdr.op = c.op;
-  r.hdr.exp = c.exp;
-  r.hdr.next_exp = c.next_exp;
-  r.payload = c.data;
+  set_round(&r, c);
   counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
   return r;
 }
@@ -610,16 +615,10 @@ Reply Engine::forward_partial(Job& job, uint16_t slot, bool shadow, bool retrans
   r.hdr = reply_header(job.cfg, wire::Header{},
                        (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}) |
                            (retransmit ? wire::kFlagRetransmit : uint8_t{0}));
-  r.hdr.seq = c.seq;
+  set_round(&r, c);
   r.hdr.rank = static_cast<uint16_t>(job.cfg.tree.child_index);
   r.hdr.slot = slot;
   r.hdr.shadow = shadow;
-  r.hdr.count = c.count;
-  r.hdr.dtype = c.dtype;
-  r.hdr.op = c.op;
-  r.hdr.exp = c.exp;
-  r.hdr.next_exp = c.next_exp;
-  r.payload = c.data;
   ++counters_.replies_out;
   return r;
 }
