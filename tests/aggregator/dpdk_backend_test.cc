@@ -10,7 +10,6 @@
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -24,6 +23,7 @@
 #include <tuple>
 
 #include "aggregator/dpdk_backend.h"
+#include "dpdk_test_main.h"
 #include "ina/protocol/frame.h"
 #include "ina/protocol/wire.h"
 
@@ -535,57 +535,11 @@ INSTANTIATE_TEST_SUITE_P(Lcores, DpdkLoop,
                                   (std::get<1>(p.param) ? "_indirect" : "_copies");
                          });
 
-// CPUs this process may run on, for the EAL's lcore map.
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-    }
-  }
-  if (cpus.empty()) cpus.push_back(0);
-  return cpus;
-}
-
 }  // namespace
 }  // namespace ina::agg
 
 int main(int argc, char** argv) {
-  ::testing::InitGoogleTest(&argc, argv);
-  // Three lcores (main + two workers) mapped onto the CPUs we have, even one.
-  const std::vector<int> cpus = ina::agg::allowed_cpus();
-  std::string lcores;
-  for (int l = 0; l < 3; ++l) {
-    if (l) lcores += ",";
-    lcores += std::to_string(l) + "@" + std::to_string(cpus[static_cast<size_t>(l) % cpus.size()]);
-  }
-  std::vector<std::string> eal = {"dpdk_backend_test",
-                                  "--no-huge",
-                                  "-m",
-                                  "512",
-                                  "--no-shconf",
-                                  "--no-pci",
-                                  "--no-telemetry",
-                                  "--log-level=3",
-                                  "--file-prefix",
-                                  "ina_dpdk_test_" + std::to_string(getpid()),
-                                  "--lcores",
-                                  lcores};
-  const ina::Status st = ina::agg::dpdk_eal_init(eal);
-  if (!st.ok()) {
-    std::printf("SKIP: %s\n", st.to_string().c_str());
-    return 77;
-  }
-  ina::agg::g_workers = rte_lcore_count() - 1;
-  ina::agg::g_pool = rte_pktmbuf_pool_create("test_frames", 8191, 256, 0, 4096 + 128,
-                                             static_cast<int>(rte_socket_id()));
-  if (ina::agg::g_pool == nullptr) {
-    std::printf("SKIP: cannot create the test's mbuf pool: %s\n", rte_strerror(rte_errno));
-    return 77;
-  }
-  const int rc = RUN_ALL_TESTS();
-  ina::agg::dpdk_eal_cleanup();
-  return rc;
+  return ina::agg::testing::run_dpdk_tests(argc, argv, "dpdk_backend_test", "ina_dpdk_test_",
+                                           "test_frames", &ina::agg::g_pool,
+                                           &ina::agg::g_workers);
 }
