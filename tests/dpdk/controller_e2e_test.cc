@@ -64,16 +64,7 @@ std::vector<std::string> split(const std::string& s) {
   return out;
 }
 
-std::string slurp(const std::string& path) {
-  std::string s;
-  if (FILE* f = std::fopen(path.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-    std::fclose(f);
-  }
-  return s;
-}
+using ina::testing::slurp;
 
 // A child process with stdout and stderr in `log`.
 struct Child {

@@ -87,16 +87,7 @@ pid_t spawn_aggregator(int world, int agg_lcores, const std::string& sock,
   return pid;
 }
 
-std::string slurp(const std::string& path) {
-  std::string s;
-  if (FILE* f = std::fopen(path.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-    std::fclose(f);
-  }
-  return s;
-}
+using ina::testing::slurp;
 
 // The aggregator's exit status if it has exited, else -1.
 int exited(pid_t pid) {

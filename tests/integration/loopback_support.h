@@ -66,6 +66,18 @@ void fill_input(std::vector<uint8_t>& buf, const Case& c, int rank, int case_ind
 std::vector<uint8_t> model_result(const std::vector<std::vector<uint8_t>>& inputs, const Case& c,
                                   uint32_t block);
 
+// The whole file at `path` (a child's log), empty when it cannot be read.
+inline std::string slurp(const std::string& path) {
+  std::string s;
+  if (FILE* f = std::fopen(path.c_str(), "r")) {
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
+    std::fclose(f);
+  }
+  return s;
+}
+
 // Forks `world` children running body(rank) (its return value is the exit code) and waits up to
 // `limit` for all of them; returns "" or what went wrong. `while_running` runs in the parent and
 // returns "" or an error. Children that outlive `limit` are killed.

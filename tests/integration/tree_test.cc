@@ -130,12 +130,7 @@ long long counter(const std::string& report, const std::string& name) {
   return -1;
 }
 
-std::string slurp(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using ina::testing::slurp;
 
 std::string temp_path(const char* what) {
   char tmpl[64];

@@ -80,16 +80,7 @@ bool tx_csum_off(const std::string& ifname) {
   return ok;
 }
 
-std::string slurp(const std::string& path) {
-  std::string s;
-  if (FILE* f = std::fopen(path.c_str(), "r")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-    std::fclose(f);
-  }
-  return s;
-}
+using ina::testing::slurp;
 
 // Rank k's process: 0 exact, 1 wrong or failed, 77 AF_XDP unavailable (reason printed).
 int run_rank(int k, int world) {
