@@ -79,6 +79,43 @@ inline std::string slurp(const std::string& path) {
 }
 
 // Forks `world` children running body(rank) (its return value is the exit code) and waits up to
+// `limit` for all of them; returns each one's exit code (128 + the signal when one killed it, -1
+// when it did not finish in time: then it is killed).
+template <typename Body>
+std::vector<int> fork_ranks(int world, Body body, std::chrono::seconds limit) {
+  using Clock = std::chrono::steady_clock;
+  std::vector<pid_t> pids;
+  std::fflush(nullptr);
+  for (int r = 0; r < world; ++r) {
+    const pid_t pid = fork();
+    if (pid == 0) _exit(body(r));
+    pids.push_back(pid);
+  }
+  std::vector<int> codes(static_cast<size_t>(world), -1);
+  const auto deadline = Clock::now() + limit;
+  size_t left = pids.size();
+  while (left > 0 && Clock::now() < deadline) {
+    for (size_t r = 0; r < pids.size(); ++r) {
+      if (pids[r] <= 0) continue;
+      int status;
+      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
+        codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        pids[r] = -1;
+        --left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  for (pid_t p : pids) {
+    if (p > 0) {
+      kill(p, SIGKILL);
+      waitpid(p, nullptr, 0);
+    }
+  }
+  return codes;
+}
+
+// Forks `world` children running body(rank) (its return value is the exit code) and waits up to
 // `limit` for all of them; returns "" or what went wrong. `while_running` runs in the parent and
 // returns "" or an error. Children that outlive `limit` are killed.
 template <typename Body, typename Parent>

@@ -179,35 +179,7 @@ int worker_main(int rank, const WorkerPlan& plan) {
 
 // Forks plan.world workers, waits for all within `limit`; returns their exit codes (-1: killed).
 std::vector<int> run_workers(const WorkerPlan& plan, std::chrono::seconds limit) {
-  std::vector<pid_t> pids;
-  std::fflush(nullptr);
-  for (int r = 0; r < plan.world; ++r) {
-    pid_t pid = fork();
-    if (pid == 0) _exit(worker_main(r, plan));
-    pids.push_back(pid);
-  }
-  std::vector<int> codes(plan.world, -1);
-  auto deadline = Clock::now() + limit;
-  size_t left = pids.size();
-  while (left > 0 && Clock::now() < deadline) {
-    for (size_t r = 0; r < pids.size(); ++r) {
-      if (pids[r] <= 0) continue;
-      int status;
-      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-        codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        pids[r] = -1;
-        --left;
-      }
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  for (pid_t p : pids) {
-    if (p > 0) {
-      kill(p, SIGKILL);
-      waitpid(p, nullptr, 0);
-    }
-  }
-  return codes;
+  return ina::testing::fork_ranks(plan.world, [&](int r) { return worker_main(r, plan); }, limit);
 }
 
 std::vector<Case> standard_cases(bool with_large) {

@@ -86,35 +86,9 @@ int worker_main(int rank, uint16_t leaf_port) {
 }
 
 std::vector<int> run_workers(const std::vector<uint16_t>& leaf_ports, std::chrono::seconds limit) {
-  std::vector<pid_t> pids;
-  std::fflush(nullptr);
-  for (int r = 0; r < kWorld; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) _exit(worker_main(r, leaf_ports[static_cast<size_t>(r / kPerLeaf)]));
-    pids.push_back(pid);
-  }
-  std::vector<int> codes(kWorld, -1);
-  const auto deadline = Clock::now() + limit;
-  size_t left = pids.size();
-  while (left > 0 && Clock::now() < deadline) {
-    for (size_t r = 0; r < pids.size(); ++r) {
-      if (pids[r] <= 0) continue;
-      int status;
-      if (waitpid(pids[r], &status, WNOHANG) == pids[r]) {
-        codes[r] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-        pids[r] = -1;
-        --left;
-      }
-    }
-    std::this_thread::sleep_for(5ms);
-  }
-  for (pid_t p : pids) {
-    if (p > 0) {
-      kill(p, SIGKILL);
-      waitpid(p, nullptr, 0);
-    }
-  }
-  return codes;
+  return ina::testing::fork_ranks(
+      kWorld, [&](int r) { return worker_main(r, leaf_ports[static_cast<size_t>(r / kPerLeaf)]); },
+      limit);
 }
 
 // A counter row ("  name   value") of ina-aggregator's exit report; -1 when absent.
