@@ -155,6 +155,22 @@ class ControllerTest : public ::testing::Test {
     if (!r || r->status != 200) return json();
     return json::parse(r->body, nullptr, false);
   }
+  // The aggregators' /v1/telemetry (at these HTTP ports), polled every 10 ms, at most 300 times,
+  // until as many job entries as aggregators report completed rounds (the reports are periodic).
+  static std::vector<json> telemetry_with_traffic(const std::vector<int>& http_ports) {
+    std::vector<json> telemetry;
+    for (int i = 0; i < 300; ++i) {
+      telemetry.clear();
+      size_t reporting = 0;
+      for (int http : http_ports) {
+        telemetry.push_back(get_json(http, "/v1/telemetry"));
+        for (const auto& j : telemetry.back()) reporting += j.value("completed", uint64_t{0}) > 0;
+      }
+      if (reporting == http_ports.size()) break;
+      std::this_thread::sleep_for(10ms);
+    }
+    return telemetry;
+  }
   static std::string get_text(int port, const std::string& path) {
     httplib::Client c("127.0.0.1", port);
     auto r = c.Get(path);
@@ -778,20 +794,9 @@ TEST_F(ControllerTest, TreeJobThroughTheController) {
       [&](int rank) {
         if (rank != 0) return;
         job = get_json(ctl_port_, "/v1/jobs/" + std::to_string(job_id("treejob")));
-        // The aggregators publish their telemetry periodically: wait for a report with traffic
-        // from all three (the root's completed rounds, each leaf's forwarded partials).
-        for (int i = 0; i < 300; ++i) {
-          telemetry.clear();
-          size_t reporting = 0;
-          for (int http : {agg_http_, agg2_http_, agg3_http_}) {
-            telemetry.push_back(get_json(http, "/v1/telemetry"));
-            for (const auto& j : telemetry.back()) {
-              reporting += j.value("completed", uint64_t{0}) > 0;
-            }
-          }
-          if (reporting == 3) break;
-          std::this_thread::sleep_for(10ms);
-        }
+        // A report with traffic from all three (the root's completed rounds, each leaf's
+        // forwarded partials).
+        telemetry = telemetry_with_traffic({agg_http_, agg2_http_, agg3_http_});
       });
   expect_all_ok(st);
   ASSERT_TRUE(job.is_object()) << job.dump();
@@ -938,15 +943,7 @@ TEST_F(ControllerTest, ShardedJobThroughTheController) {
       [&](int rank) {
         if (rank != 0) return;
         job = get_json(ctl_port_, "/v1/jobs/" + std::to_string(job_id("shardjob")));
-        for (int i = 0; i < 300; ++i) {
-          telemetry = {get_json(agg_http_, "/v1/telemetry"), get_json(agg2_http_, "/v1/telemetry")};
-          size_t reporting = 0;
-          for (const json& t : telemetry) {
-            for (const auto& j : t) reporting += j.value("completed", uint64_t{0}) > 0;
-          }
-          if (reporting == 2) break;
-          std::this_thread::sleep_for(10ms);
-        }
+        telemetry = telemetry_with_traffic({agg_http_, agg2_http_});
       });
   expect_all_ok(st);
   ASSERT_TRUE(job.is_object()) << job.dump();
