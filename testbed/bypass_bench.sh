@@ -6,6 +6,7 @@
 #   testbed/bypass_bench.sh BUILD_DIR [RANKS] [ina-bench args...]
 # e.g. testbed/bypass_bench.sh build 4 -b 64K -e 4M -f 4 -n 20 -w 3
 set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
 build=${1:?usage: bypass_bench.sh BUILD_DIR [RANKS] [ina-bench args]}
 n=${2:-4}
 shift $(( $# >= 2 ? 2 : 1 ))
@@ -36,15 +37,9 @@ for k in $(seq 0 $((n - 1))); do
   ip -n "$W" link set "w$k" up
 done
 # Full checksums towards the AF_XDP sockets (see README: kernel-bypass transports).
-ip netns exec "$A" /usr/bin/python3 - "$n" <<'PY'
-import ctypes, fcntl, socket, struct, sys
-n = int(sys.argv[1])
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-for dev in [f"a{k}" for k in range(n)] + ["br0"]:
-    ev = ctypes.create_string_buffer(struct.pack("II", 0x17, 0))  # ETHTOOL_STXCSUM, off
-    ifr = struct.pack("16sQ16x", dev.encode(), ctypes.addressof(ev))  # struct ifreq
-    fcntl.ioctl(s.fileno(), 0x8946, ifr)  # SIOCETHTOOL
-PY
+devs=(br0)
+for k in $(seq 0 $((n - 1))); do devs+=("a$k"); done
+ip netns exec "$A" /usr/bin/python3 "$here/../scripts/tx_checksum_off.py" "${devs[@]}"
 
 run() {  # $1 = udp | xdp
   ip netns exec "$A" "$agg_bin" --bind 10.79.0.1 --port 47474 --world-size "$n" --no-gso --no-gro \

@@ -81,14 +81,7 @@ ip -n "$A" link set d0 up
 # veth otherwise leaves them to an offload that never happens.
 csum_off() {  # $1 namespace, then devices
   local ns=$1; shift
-  ip netns exec "$ns" /usr/bin/python3 - "$@" <<'PY'
-import ctypes, fcntl, socket, struct, sys
-s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-for dev in sys.argv[1:]:
-    ev = ctypes.create_string_buffer(struct.pack("II", 0x17, 0))  # ETHTOOL_STXCSUM, off
-    ifr = struct.pack("16sQ16x", dev.encode(), ctypes.addressof(ev))  # struct ifreq
-    fcntl.ioctl(s.fileno(), 0x8946, ifr)  # SIOCETHTOOL
-PY
+  ip netns exec "$ns" /usr/bin/python3 "$root/scripts/tx_checksum_off.py" "$@"
 }
 devs=(br0 d0b)
 for k in $(seq 0 $((n - 1))); do devs+=("a$k"); done

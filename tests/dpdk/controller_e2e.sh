@@ -24,6 +24,6 @@ ip -n $ns link add ag0 type veth peer name wk0 || { echo "FAIL: veth"; exit 1; }
 ip -n $ns link set ag0 up
 ip -n $ns addr add 10.77.0.2/24 dev wk0 && ip -n $ns link set wk0 up
 # A raw (af_packet) receiver sees the half-done UDP checksums of veth's offload: full ones.
-ip netns exec $ns /usr/bin/python3 "$here/tx_checksum_off.py" wk0 ||
+ip netns exec $ns /usr/bin/python3 "$here/../../scripts/tx_checksum_off.py" wk0 ||
   skip "cannot turn off transmit checksum offload on a veth (SIOCETHTOOL)"
 ip netns exec $ns "$TEST" 4 net_af_packet0 "net_af_packet0,iface=ag0,qpairs=$queues" 10.77.0.1

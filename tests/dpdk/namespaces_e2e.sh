@@ -48,7 +48,7 @@ for i in $(seq 0 $((workers - 1))); do
   ip -n $w addr add 10.77.0.$((10 + i))/24 dev eth0 && ip -n $w link set eth0 up && ip -n $w link set lo up
   # veth leaves UDP checksums to an offload that never happens (CHECKSUM_PARTIAL); a raw
   # (af_packet) receiver sees half-done checksums, so the workers' kernels must write full ones.
-  ip netns exec $w /usr/bin/python3 "$here/tx_checksum_off.py" eth0 ||
+  ip netns exec $w /usr/bin/python3 "$here/../../scripts/tx_checksum_off.py" eth0 ||
     skip "cannot turn off transmit checksum offload on a veth (SIOCETHTOOL)"
 done
 
