@@ -68,25 +68,22 @@ def main(d):
     if not present:
         print("No row produced results.")
         return
-    print("Bus bandwidth, GB/s (nccl-tests definition, 2(N-1)/N x bytes / time; higher is "
-          "better):\n")
-    print("| size | " + " | ".join(n for n, _ in present) + " |")
-    print("|---:|" + "---:|" * len(present))
-    for b in sizes:
-        cells = []
-        for n, _ in present:
-            r = data[n].get(b)
-            cells.append("-" if r is None else f"{float(r['busbw']):.3f}")
-        print(f"| {human(b)} | " + " | ".join(cells) + " |")
-    print("\nTime per AllReduce, us (lower is better):\n")
-    print("| size | " + " | ".join(n for n, _ in present) + " |")
-    print("|---:|" + "---:|" * len(present))
-    for b in sizes:
-        cells = []
-        for n, _ in present:
-            r = data[n].get(b)
-            cells.append("-" if r is None else f"{float(r['time_us']):.0f}")
-        print(f"| {human(b)} | " + " | ".join(cells) + " |")
+
+    def table(title, column, fmt):
+        """One row per size, one column per result row: `column` of each, or "-"."""
+        print(title)
+        print("| size | " + " | ".join(n for n, _ in present) + " |")
+        print("|---:|" + "---:|" * len(present))
+        for b in sizes:
+            cells = []
+            for n, _ in present:
+                r = data[n].get(b)
+                cells.append("-" if r is None else format(float(r[column]), fmt))
+            print(f"| {human(b)} | " + " | ".join(cells) + " |")
+
+    table("Bus bandwidth, GB/s (nccl-tests definition, 2(N-1)/N x bytes / time; higher is "
+          "better):\n", "busbw", ".3f")
+    table("\nTime per AllReduce, us (lower is better):\n", "time_us", ".0f")
     print("\nRank 0's packets (INA rows; a retransmit answered by a duplicate result was a "
           "timeout, not a loss):\n")
     for n, _ in present:
