@@ -27,6 +27,7 @@
 
 #include "aggregator/dpdk_backend.h"
 #include "dpdk_test_main.h"
+#include "test_packets.h"
 #include "ina/protocol/frame.h"
 #include "ina/protocol/wire.h"
 
@@ -48,14 +49,7 @@ frame::Endpoint rank_ep(uint32_t r) {
 
 std::vector<uint8_t> ina_frame(uint32_t rank, const wire::Header& h,
                                const std::vector<int32_t>& payload) {
-  const size_t len = wire::packet_size(h.count);
-  std::vector<uint8_t> f(frame::kUdpHeadroom + len);
-  uint8_t* dg = f.data() + frame::kUdpHeadroom;
-  wire::encode_header(h, dg);
-  if (!payload.empty()) wire::store_payload(dg + wire::kHeaderSize, payload.data(), h.count);
-  frame::write_udp_headers(f.data(), rank_ep(rank), frame::Endpoint{kAggMac, kAggIp, kAggPort},
-                           len, frame::sum16(dg, len), 1);
-  return f;
+  return testing::udp_frame(rank_ep(rank), frame::Endpoint{kAggMac, kAggIp, kAggPort}, h, payload);
 }
 
 // A port of `queues` rx rings and `queues` tx rings.

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ina/protocol/frame.h"
 #include "ina/protocol/wire.h"
 
 namespace ina::agg::testing {
@@ -20,6 +21,19 @@ inline std::vector<uint8_t> encode_packet(const wire::Header& h,
   wire::Header hh = h;
   hh.count = static_cast<uint16_t>(payload.size());
   return encode_packet(hh, payload.data());
+}
+
+// A worker's frame for the DPDK loop: Ethernet/IPv4/UDP headers from `from` to `to` (UDP checksum
+// filled, IP id 1) around the datagram of `h` with `payload` (h.count words; none given: zeros).
+inline std::vector<uint8_t> udp_frame(const frame::Endpoint& from, const frame::Endpoint& to,
+                                      const wire::Header& h, const std::vector<int32_t>& payload) {
+  const size_t len = wire::packet_size(h.count);
+  std::vector<uint8_t> f(frame::kUdpHeadroom + len);
+  uint8_t* dg = f.data() + frame::kUdpHeadroom;
+  wire::encode_header(h, dg);
+  if (!payload.empty()) wire::store_payload(dg + wire::kHeaderSize, payload.data(), h.count);
+  frame::write_udp_headers(f.data(), from, to, len, frame::sum16(dg, len), 1);
+  return f;
 }
 
 // A DATA header with the usual defaults.
