@@ -10,7 +10,6 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 #include <rte_ring.h>
-#include <rte_spinlock.h>
 #include <sched.h>
 
 #include <algorithm>
@@ -75,17 +74,12 @@ class DpdkPort {
   uint16_t mtu() const { return mtu_; }
   rte_mempool* pool() const { return pool_; }
   frame::Counters drops() {
-    rte_spinlock_lock(&rx_lock_);
-    frame::Counters c = drops_;
-    rte_spinlock_unlock(&rx_lock_);
-    return c;
+    std::lock_guard<std::mutex> lock(rx_lock_);
+    return drops_;
   }
 
  private:
-  DpdkPort() {
-    rte_spinlock_init(&rx_lock_);
-    rte_spinlock_init(&tx_lock_);
-  }
+  DpdkPort() = default;
   void dispatch(rte_mbuf* m);
 
   uint16_t id_ = 0;
@@ -93,8 +87,12 @@ class DpdkPort {
   frame::Mac mac_{};
   uint16_t mtu_ = 1500;
   rte_mempool* pool_ = nullptr;
-  rte_spinlock_t rx_lock_;
-  rte_spinlock_t tx_lock_;
+  // Mutexes, not spinlocks: a trainer may run more ranks (threads) than it has cores, and a
+  // spinning waiter on a preempted holder burns its whole time slice (4 ranks on one core over
+  // net_memif: results piled up in the port's ring until the aggregator dropped most of them).
+  // Uncontended, a mutex costs the same one atomic exchange.
+  std::mutex rx_lock_;
+  std::mutex tx_lock_;
   std::array<DpdkTransport::Endpoint*, kMaxEndpoints> eps_{};
   size_t n_eps_ = 0;
   frame::Counters drops_;  // under rx_lock_
@@ -226,7 +224,7 @@ DpdkPort::~DpdkPort() {
 }
 
 Status DpdkPort::add(DpdkTransport::Endpoint* ep) {
-  rte_spinlock_lock(&rx_lock_);
+  std::lock_guard<std::mutex> lock(rx_lock_);
   Status st = ok_status();
   for (size_t i = 0; i < n_eps_; ++i) {
     if (eps_[i]->local.ip == ep->local.ip && eps_[i]->local.udp_port == ep->local.udp_port) {
@@ -239,38 +237,37 @@ Status DpdkPort::add(DpdkTransport::Endpoint* ep) {
                             " ranks on one port");
   }
   if (st.ok()) eps_[n_eps_++] = ep;
-  rte_spinlock_unlock(&rx_lock_);
   return st;
 }
 
 void DpdkPort::remove(DpdkTransport::Endpoint* ep) {
-  rte_spinlock_lock(&rx_lock_);
+  std::lock_guard<std::mutex> lock(rx_lock_);
   for (size_t i = 0; i < n_eps_; ++i) {
     if (eps_[i] == ep) {
       eps_[i] = eps_[--n_eps_];
       break;
     }
   }
-  rte_spinlock_unlock(&rx_lock_);
 }
 
 uint16_t DpdkPort::send(rte_mbuf** m, uint16_t n) {
   uint16_t sent = 0;
-  rte_spinlock_lock(&tx_lock_);
-  for (int a = 0; a < kTxAttempts && sent < n; ++a) {
-    sent += rte_eth_tx_burst(id_, 0, m + sent, static_cast<uint16_t>(n - sent));
+  {
+    std::lock_guard<std::mutex> lock(tx_lock_);
+    for (int a = 0; a < kTxAttempts && sent < n; ++a) {
+      sent += rte_eth_tx_burst(id_, 0, m + sent, static_cast<uint16_t>(n - sent));
+    }
   }
-  rte_spinlock_unlock(&tx_lock_);
   for (uint16_t i = sent; i < n; ++i) rte_pktmbuf_free(m[i]);
   return sent;
 }
 
 void DpdkPort::poll() {
-  if (!rte_spinlock_trylock(&rx_lock_)) return;
+  std::unique_lock<std::mutex> lock(rx_lock_, std::try_to_lock);
+  if (!lock.owns_lock()) return;
   rte_mbuf* bufs[kPollBurst];
   const uint16_t n = rte_eth_rx_burst(id_, 0, bufs, kPollBurst);
   for (uint16_t i = 0; i < n; ++i) dispatch(bufs[i]);
-  rte_spinlock_unlock(&rx_lock_);
 }
 
 void DpdkPort::dispatch(rte_mbuf* m) {
