@@ -9,6 +9,9 @@
 // External mode (--aggregator host:port, or INA_AGGREGATOR with INA_RANK / INA_WORLD_SIZE): this
 // process is one rank of a job served by a running ina-aggregator; rank 0 prints the table (time
 // and #wrong are reduced over the ranks through the aggregator itself, outside the timed loop).
+// --local-ranks N runs ranks --rank .. --rank+N-1 as threads of the one process, each with its own
+// communicator: ranks that must share one DPDK port (INA_TRANSPORT=dpdk over net_memif, whose
+// server serves one peer process) run this way.
 //
 // --transport host (or INA_TRANSPORT=host) needs no aggregator: local mode forks the ranks with a
 // rendezvous store on a free 127.0.0.1 port (INA_STORE if set) and the host path reduces in float
@@ -88,6 +91,7 @@ struct Options {
   std::string aggregator;  // external mode
   int aggregators = 1;     // local mode: embedded aggregators the job is sharded over
   int rank = -1;           // external mode (default INA_RANK)
+  int local_ranks = 1;     // external mode: ranks rank .. rank + local_ranks - 1 as threads
   bool workers_given = false;
   ina::Config env;  // the environment (INA_*) overlaid with the flags given
   bool verbose = false;
@@ -649,6 +653,10 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
 
 // ---- external mode ----
 
+// One rank of a job served by a running aggregator (or of a host-transport job): joins with
+// `cfg` and runs the sweep; rank 0 prints the table.
+int run_external_rank(const Options& o, const ina::Config& cfg, const std::vector<size_t>& sizes);
+
 int run_external(const Options& o, const std::vector<size_t>& sizes) {
   ina::Config cfg = o.env;
   if (!o.aggregator.empty()) {
@@ -671,6 +679,30 @@ int run_external(const Options& o, const std::vector<size_t>& sizes) {
                  cfg.rank, cfg.world_size);
     return 1;
   }
+  if (o.local_ranks < 1 || cfg.rank + o.local_ranks > cfg.world_size) {
+    std::fprintf(stderr,
+                 "ina-bench: --local-ranks %d from rank %d goes past the world size %d (need "
+                 "1 <= local-ranks <= world - rank)\n",
+                 o.local_ranks, cfg.rank, cfg.world_size);
+    return 1;
+  }
+  if (o.local_ranks == 1) return run_external_rank(o, cfg, sizes);
+  // Ranks as threads of this process, each with its own communicator (libina keeps no global
+  // state but the one DPDK port a process may have, which its ranks share).
+  std::vector<int> rc(static_cast<size_t>(o.local_ranks), 1);
+  std::vector<std::thread> threads;
+  for (int k = 0; k < o.local_ranks; ++k) {
+    threads.emplace_back([&, k] {
+      ina::Config c = cfg;
+      c.rank = cfg.rank + k;
+      rc[static_cast<size_t>(k)] = run_external_rank(o, c, sizes);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return *std::max_element(rc.begin(), rc.end());
+}
+
+int run_external_rank(const Options& o, const ina::Config& cfg, const std::vector<size_t>& sizes) {
   auto comm = ina::Communicator::create(cfg);
   if (!comm.ok()) {
     std::fprintf(stderr, "ina-bench: rank %d: joining the job: %s\n", cfg.rank,
@@ -762,6 +794,11 @@ int main(int argc, char** argv) {
           ->check(CLI::Range(1, 8))
           ->capture_default_str();
   app.add_option("--rank", o.rank, "external mode: this rank (default INA_RANK)");
+  app.add_option("--local-ranks", o.local_ranks,
+                 "external mode: run ranks --rank .. --rank+N-1 as threads of this process "
+                 "(ranks that share one DPDK port: INA_TRANSPORT=dpdk over net_memif)")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_option("--transport", o.transport,
                  "inc: through the aggregator; host: the host algorithms over the TCP mesh")
       ->check(CLI::IsMember({"inc", "host"}))
