@@ -7,6 +7,8 @@
 #   ina-xdp-veth    AF_XDP ranks (one veth each, copy mode) -> kernel-UDP aggregator
 #   ina-udp-dpdk    kernel-UDP ranks -> DPDK aggregator (net_af_packet on its own veth, 1 lcore)
 #   ina-xdp-dpdk    AF_XDP ranks -> DPDK aggregator
+#   ina-memif-dpdk  DPDK ranks (net_memif client; ina-bench --local-ranks N: threads of one
+#                   process, which shares one port) -> DPDK aggregator (net_memif server, 1 lcore)
 #   gloo            ina-gloo-bench, ring AllReduce over TCP on a namespace's loopback
 #   mpi             ina-mpi-bench under mpirun (Open MPI, TCP) on a namespace's loopback
 # Same sizes, iterations and data type (float32 SUM) for every row; each row has a 60 s limit.
@@ -36,13 +38,15 @@ mkdir -p "$out"
 A=ina_bc_$$_a
 W=ina_bc_$$_w
 agg_pid=
+memif_sock=/tmp/ina_bc_$$.sock
 cleanup() {
   if [ -n "$agg_pid" ] && kill -0 "$agg_pid" 2>/dev/null; then
     kill -INT "$agg_pid"; sleep 1; kill -KILL "$agg_pid" 2>/dev/null
   fi
   ip netns del "$A" 2>/dev/null || true
   ip netns del "$W" 2>/dev/null || true
-  rm -rf "/var/run/dpdk/ina_bc_$$"
+  rm -rf "/var/run/dpdk/ina_bc_$$" "/var/run/dpdk/ina_bc_w_$$"
+  rm -f "$memif_sock"
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
@@ -129,10 +133,15 @@ kernel_agg() {  # the kernel-UDP aggregator in A on 10.79.0.1
   agg_pid=$!
   sleep 0.5
 }
-dpdk_agg() {  # the DPDK aggregator in A on d0 (net_af_packet), 10.79.0.2
+dpdk_agg() {  # the DPDK aggregator in A: on d0 (net_af_packet), 10.79.0.2; or $1 = memif
+  local port=net_af_packet0 vdev=net_af_packet0,iface=d0,framecnt=4096
+  if [ "${1:-}" = memif ]; then
+    port=net_memif0
+    vdev=net_memif0,role=server,socket=$memif_sock
+  fi
   ip netns exec "$A" "$agg_bin" --backend dpdk --world-size "$n" --ip 10.79.0.2 --port 47474 \
-    --dpdk-port net_af_packet0 --stats-interval-ms 0 -- --no-huge -m 512 --no-shconf --no-pci \
-    --no-telemetry --file-prefix "ina_bc_$$" -l 0-1 --vdev net_af_packet0,iface=d0,framecnt=4096 \
+    --dpdk-port "$port" --stats-interval-ms 0 -- --no-huge -m 512 --no-shconf --no-pci \
+    --no-telemetry --file-prefix "ina_bc_$$" -l 0-1 --vdev "$vdev" \
     --log-level=3 > "$out/.agg" 2>&1 &
   agg_pid=$!
   for _ in $(seq 1 100); do
@@ -179,6 +188,29 @@ if dpdk_agg; then
   stop_agg "$out/ina-xdp-dpdk.aggregator.txt"
 else
   echo "ina-xdp-dpdk,failed (aggregator),0" >> "$out/runs.csv"
+fi
+
+# The N ranks as threads of one ina-bench process on one DPDK port (memif client), in A with the
+# aggregator (DPDK 22.11's memif socket is abstract by default: one per network namespace), on
+# every CPU but the aggregator's worker lcore (CPU 1): a busy-polling rank on that CPU would take
+# turns with the lcore.
+memif_ranks() {
+  local cpus rank_cpus=0
+  cpus=$(nproc)
+  [ "$cpus" -gt 2 ] && rank_cpus="0,2-$((cpus - 1))"
+  [ "$cpus" -lt 2 ] && rank_cpus=0
+  INA_TRANSPORT=dpdk INA_LOCAL_IP=10.79.0.20 INA_TIMEOUT_MS=20000 \
+    INA_DPDK_ARGS="--no-huge -m 512 --no-shconf --no-pci --no-telemetry --log-level=3 --file-prefix ina_bc_w_$$ --vdev=net_memif0,role=client,socket=$memif_sock --lcores 0@0" \
+    timeout 60 ip netns exec "$A" taskset -c "$rank_cpus" "$bench" --aggregator 10.79.0.2:47474 --rank 0 \
+    --workers "$n" --local-ranks "$n" "${sizes[@]}" -c 1 --csv "$out/ina-memif-dpdk.csv"
+}
+if dpdk_agg memif; then
+  row ina-memif-dpdk memif_ranks
+  # The ranks' process has exited (its port stopped, no traffic left): DPDK 22.11's memif server
+  # crashes only on a disconnect under traffic.
+  stop_agg "$out/ina-memif-dpdk.aggregator.txt"
+else
+  echo "ina-memif-dpdk,failed (aggregator),0" >> "$out/runs.csv"
 fi
 
 if [ -x "$gloo" ]; then

@@ -16,6 +16,8 @@ ROWS = [
     ("ina-xdp-veth", "INA, AF_XDP ranks (copy mode) -> kernel-UDP aggregator"),
     ("ina-udp-dpdk", "INA, kernel-UDP ranks -> DPDK aggregator (net_af_packet, 1 lcore)"),
     ("ina-xdp-dpdk", "INA, AF_XDP ranks -> DPDK aggregator (net_af_packet, 1 lcore)"),
+    ("ina-memif-dpdk", "INA, DPDK ranks (threads of one process, net_memif client) -> DPDK "
+                       "aggregator (net_memif server, 1 lcore)"),
     ("gloo", "Gloo ring AllReduce, TCP on loopback"),
     ("mpi", "Open MPI AllReduce, TCP on loopback"),
 ]
