@@ -31,24 +31,17 @@
 
 #include "ina/ina.hpp"
 #include "../integration/loopback_support.h"
+#include "tests/check.h"
 
 extern char** environ;
 
 namespace {
 
+using ina::testing::g_failures;
+
 using json = nlohmann::json;
 using namespace std::chrono_literals;
 
-int g_failures = 0;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__);     \
-      std::printf(__VA_ARGS__);                            \
-      std::printf("\n");                                   \
-      ++g_failures;                                        \
-    }                                                      \
-  } while (0)
 
 constexpr int kAggPort = 47474;
 

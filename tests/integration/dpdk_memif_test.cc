@@ -21,19 +21,11 @@
 
 #include "ina/ina.hpp"
 #include "loopback_support.h"
+#include "tests/check.h"
 
 namespace {
 
-int g_failures = 0;
-#define CHECK(cond, ...)                                   \
-  do {                                                     \
-    if (!(cond)) {                                         \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__);     \
-      std::printf(__VA_ARGS__);                            \
-      std::printf("\n");                                   \
-      ++g_failures;                                        \
-    }                                                      \
-  } while (0)
+using ina::testing::g_failures;
 
 constexpr const char* kAggIp = "10.77.0.1";
 constexpr const char* kWorkerIp = "10.77.0.2";

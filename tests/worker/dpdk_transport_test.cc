@@ -23,19 +23,11 @@
 #include "ina/protocol/wire.h"
 #include "tests/aggregator/test_packets.h"
 #include "worker/dpdk_transport.h"
+#include "tests/check.h"
 
 namespace {
 
-int g_failures = 0;
-#define CHECK(cond, ...)                               \
-  do {                                                 \
-    if (!(cond)) {                                     \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-      std::printf(__VA_ARGS__);                        \
-      std::printf("\n");                               \
-      ++g_failures;                                    \
-    }                                                  \
-  } while (0)
+using ina::testing::g_failures;
 
 constexpr uint32_t kLocalIp = 0x0A420002;  // 10.66.0.2
 constexpr uint32_t kAggIp = 0x0A420001;    // 10.66.0.1
