@@ -92,9 +92,8 @@ class DpdkPort {
   uint16_t mtu_ = 1500;
   rte_mempool* pool_ = nullptr;
   // Mutexes, not spinlocks: a trainer may run more ranks (threads) than it has cores, and a
-  // spinning waiter on a preempted holder burns its whole time slice (4 ranks on one core over
-  // net_memif: results piled up in the port's ring until the aggregator dropped most of them).
-  // Uncontended, a mutex costs the same one atomic exchange.
+  // waiter spinning on a preempted holder burns its time slice. Uncontended, a mutex costs the
+  // same one atomic exchange.
   std::mutex rx_lock_;
   std::mutex tx_lock_;
   std::array<DpdkTransport::Endpoint*, kMaxEndpoints> eps_{};
@@ -520,8 +519,10 @@ Result<size_t> DpdkTransport::recv_batch(std::span<Datagram> out,
     // ring by then. One burst per call left results of a rank that had been descheduled for a
     // while (more ranks than cores) unread in the port's ring; its timers fired, each resend
     // drew a duplicate result, and the aggregator's ring to the port overflowed (4 ranks on one
-    // CPU over net_memif, 4 MiB AllReduce: 84-140 ms in 4 of 5 runs before, 28-30 ms in 5 of 5
-    // after).
+    // CPU over net_memif, 4 MiB AllReduce: 104-131 ms in 3 of 5 runs before, 27-32 ms in 5 of 5
+    // after; testbed/results/dpdk-memif-ranks-20261130). A rank waits while another drains:
+    // skipping the drain then (try-lock, as the one-burst poll did) gave 27-39 ms at 4 MiB and
+    // once 26 ms at 1 MiB (7 ms otherwise) in 4 alternated pairs with 27-29 ms.
     port_->drain();
     const unsigned got = rte_ring_sc_dequeue_burst(ep_.ring, reinterpret_cast<void**>(held_.data()),
                                                    want, nullptr);
