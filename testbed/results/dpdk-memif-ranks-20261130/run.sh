@@ -21,3 +21,4 @@ INA_TRANSPORT=dpdk INA_LOCAL_IP=10.78.0.2 INA_TIMEOUT_MS=20000 \
 kill -INT $agg; wait $agg
 echo "aggregator tx_dropped: $(grep tx_dropped "$log" | awk '{print $2}')"
 rm -f "$log" "$S"
+rm -rf "/var/run/dpdk/ina_mr_agg_$$" "/var/run/dpdk/ina_mr_w_$$"  # the EALs' runtime dirs
