@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "../integration/loopback_support.h"
+#include "tests/integration/thread_ranks.h"
 #include "tests/check.h"
 
 extern char** environ;
@@ -242,33 +242,20 @@ int main(int argc, char** argv) {
 
     // The ranks: admitted through the controller, kernel UDP to the address it names.
     const std::string job_name = "dpdk-managed-" + tag;
-    std::vector<std::unique_ptr<ina::Communicator>> comms(static_cast<size_t>(world));
-    std::vector<ina::Status> created(static_cast<size_t>(world));
-    {
-      std::vector<std::thread> th;
-      for (int r = 0; r < world; ++r) {
-        th.emplace_back([&, r] {
-          ina::Config c;
-          c.rank = r;
-          c.world_size = world;
-          c.controller_host = "127.0.0.1";
-          c.controller_port = static_cast<uint16_t>(ctl_port);
-          c.job_name = job_name;
-          c.block_elems = 256;
-          c.window = 32;
-          c.timeout = 20s;
-          auto res = ina::Communicator::create(c);
-          if (res.ok()) {
-            comms[static_cast<size_t>(r)] = std::move(res.value());
-          } else {
-            created[static_cast<size_t>(r)] = res.status();
-          }
-        });
-      }
-      for (auto& t : th) t.join();
-    }
+    ina::testing::ThreadRanks ranks = ina::testing::create_thread_ranks(world, [&](int r) {
+      ina::Config c;
+      c.rank = r;
+      c.world_size = world;
+      c.controller_host = "127.0.0.1";
+      c.controller_port = static_cast<uint16_t>(ctl_port);
+      c.job_name = job_name;
+      c.block_elems = 256;
+      c.window = 32;
+      c.timeout = 20s;
+      return c;
+    });
     for (int r = 0; r < world; ++r) {
-      const ina::Status& s = created[static_cast<size_t>(r)];
+      const ina::Status& s = ranks.created[static_cast<size_t>(r)];
       if (s.ok()) continue;
       std::printf("FAIL: rank %d: %s\n", r, s.to_string().c_str());
       rc = 1;
@@ -284,28 +271,15 @@ int main(int argc, char** argv) {
       for (size_t ci = 0; ci < cases.size(); ++ci) {
         const auto& c = cases[ci];
         rounds += (c.count + 255) / 256;
-        std::vector<std::vector<uint8_t>> in(static_cast<size_t>(world));
-        for (int r = 0; r < world; ++r) {
-          ina::testing::fill_input(in[static_cast<size_t>(r)], c, r, static_cast<int>(ci));
-        }
-        const std::vector<uint8_t> want = ina::testing::model_result(in, c, 256);
-        std::vector<std::vector<uint8_t>> out(static_cast<size_t>(world));
-        std::vector<ina::Status> st(static_cast<size_t>(world));
-        std::vector<std::thread> th;
-        for (int r = 0; r < world; ++r) {
-          th.emplace_back([&, r] {
-            const auto i = static_cast<size_t>(r);
-            out[i].resize(in[i].size());
-            st[i] = comms[i]->allreduce(in[i].data(), out[i].data(), c.count, c.dtype, c.op);
-          });
-        }
-        for (auto& t : th) t.join();
+        const ina::testing::ThreadCase tc =
+            ina::testing::run_thread_case(ranks.comms, c, static_cast<int>(ci), 256);
         for (int r = 0; r < world; ++r) {
           const auto i = static_cast<size_t>(r);
-          CHECK(st[i].ok(), "case %zu rank %d: %s", ci, r, st[i].to_string().c_str());
-          CHECK(out[i] == want, "case %zu rank %d: result differs from the protocol model", ci, r);
-          CHECK(comms[i]->stats().host_collectives == 0, "case %zu rank %d: ran on the host", ci,
-                r);
+          CHECK(tc.status[i].ok(), "case %zu rank %d: %s", ci, r, tc.status[i].to_string().c_str());
+          CHECK(tc.out[i] == tc.want, "case %zu rank %d: result differs from the protocol model",
+                ci, r);
+          CHECK(ranks.comms[i]->stats().host_collectives == 0, "case %zu rank %d: ran on the host",
+                ci, r);
         }
         std::printf("case %zu: %zu elements, %d ranks admitted by the controller, DPDK "
                     "aggregator: %s\n",
@@ -363,7 +337,7 @@ int main(int argc, char** argv) {
       CHECK(m.find("ina_aggregator_jobs 1") != std::string::npos, "/metrics: jobs:\n%s",
             m.c_str());
     }
-    comms.clear();  // release: the controller forgets the job, the aggregator drops it
+    ranks.comms.clear();  // release: the controller forgets the job, the aggregator drops it
 
     if (rc == 0) {
       json jobs, tel;

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "loopback_support.h"
+#include "tests/integration/thread_ranks.h"
 #include "tests/check.h"
 
 namespace {
@@ -135,32 +135,19 @@ int main(int argc, char** argv) {
   setenv("INA_LOCAL_IP", kWorkerIp, 1);
   unsetenv("INA_AGGREGATOR_MAC");  // ARP
 
-  std::vector<std::unique_ptr<ina::Communicator>> comms(static_cast<size_t>(world));
-  std::vector<ina::Status> created(static_cast<size_t>(world));
-  {
-    std::vector<std::thread> th;
-    for (int r = 0; r < world; ++r) {
-      th.emplace_back([&, r] {
-        ina::Config c;
-        c.rank = r;
-        c.world_size = world;
-        c.aggregator_host = kAggIp;
-        c.aggregator_port = 47474;
-        c.block_elems = 256;
-        c.timeout = std::chrono::milliseconds(20000);
-        auto res = ina::Communicator::create(c);
-        if (res.ok()) {
-          comms[static_cast<size_t>(r)] = std::move(res.value());
-        } else {
-          created[static_cast<size_t>(r)] = res.status();
-        }
-      });
-    }
-    for (auto& t : th) t.join();
-  }
+  ina::testing::ThreadRanks ranks = ina::testing::create_thread_ranks(world, [&](int r) {
+    ina::Config c;
+    c.rank = r;
+    c.world_size = world;
+    c.aggregator_host = kAggIp;
+    c.aggregator_port = 47474;
+    c.block_elems = 256;
+    c.timeout = std::chrono::milliseconds(20000);
+    return c;
+  });
   int rc = 0;
   for (int r = 0; r < world; ++r) {
-    const ina::Status& s = created[static_cast<size_t>(r)];
+    const ina::Status& s = ranks.created[static_cast<size_t>(r)];
     if (s.ok()) continue;
     if (s.message().find("EAL cannot start") != std::string::npos) {
       std::printf("SKIP: %s\n", s.to_string().c_str());
@@ -179,35 +166,20 @@ int main(int argc, char** argv) {
     };
     for (size_t ci = 0; ci < cases.size(); ++ci) {
       const auto& c = cases[ci];
-      std::vector<std::vector<uint8_t>> in(static_cast<size_t>(world));
-      for (int r = 0; r < world; ++r) {
-        ina::testing::fill_input(in[static_cast<size_t>(r)], c, r, static_cast<int>(ci));
-      }
-      const std::vector<uint8_t> want = ina::testing::model_result(in, c, 256);
-      std::vector<std::vector<uint8_t>> out(static_cast<size_t>(world));
-      std::vector<ina::Status> st(static_cast<size_t>(world));
-      const auto start = std::chrono::steady_clock::now();
-      std::vector<std::thread> th;
-      for (int r = 0; r < world; ++r) {
-        th.emplace_back([&, r] {
-          const auto i = static_cast<size_t>(r);
-          out[i].resize(in[i].size());
-          st[i] = comms[i]->allreduce(in[i].data(), out[i].data(), c.count, c.dtype, c.op);
-        });
-      }
-      for (auto& t : th) t.join();
-      const double ms = std::chrono::duration<double, std::milli>(
-                            std::chrono::steady_clock::now() - start).count();
+      const ina::testing::ThreadCase tc =
+          ina::testing::run_thread_case(ranks.comms, c, static_cast<int>(ci), 256);
       for (int r = 0; r < world; ++r) {
         const auto i = static_cast<size_t>(r);
-        CHECK(st[i].ok(), "case %zu rank %d: %s", ci, r, st[i].to_string().c_str());
-        CHECK(out[i] == want, "case %zu rank %d: result differs from the protocol model", ci, r);
-        CHECK(comms[i]->stats().packets_received > 0, "case %zu rank %d: no packets", ci, r);
-        CHECK(comms[i]->stats().host_collectives == 0, "case %zu rank %d: ran on the host", ci, r);
+        const auto& comm = ranks.comms[i];
+        CHECK(tc.status[i].ok(), "case %zu rank %d: %s", ci, r, tc.status[i].to_string().c_str());
+        CHECK(tc.out[i] == tc.want, "case %zu rank %d: result differs from the protocol model", ci,
+              r);
+        CHECK(comm->stats().packets_received > 0, "case %zu rank %d: no packets", ci, r);
+        CHECK(comm->stats().host_collectives == 0, "case %zu rank %d: ran on the host", ci, r);
       }
       std::printf("case %zu: dtype %d op %d count %zu, %d ranks over dpdk memif: %s in %.1f ms\n",
                   ci, static_cast<int>(c.dtype), static_cast<int>(c.op), c.count, world,
-                  g_failures == 0 ? "exact" : "WRONG", ms);
+                  g_failures == 0 ? "exact" : "WRONG", tc.ms);
     }
   }
   // Shutdown order: the side that is polling stops its port first. The aggregator (memif server)
@@ -231,7 +203,7 @@ int main(int argc, char** argv) {
           WIFSIGNALED(status) ? "was killed by signal" : "exited with status",
           WIFSIGNALED(status) ? WTERMSIG(status) : WEXITSTATUS(status));
   }
-  comms.clear();  // the last transport stops the port (its peer is gone: nothing is polling)
+  ranks.comms.clear();  // the last transport stops the port (its peer is gone: nothing is polling)
   const std::string agg_log = slurp(log);
   if (rc == 0 && agg_lcores > 1) {
     // Slots of lcores past the first were answered through lcore 0 (the totals at exit).
