@@ -51,17 +51,6 @@ std::vector<uint8_t> ina_frame(uint32_t rank, const wire::Header& h,
   return testing::udp_frame(rank_ep(rank), agg_ep(), h, payload);
 }
 
-wire::Header hello_header(uint32_t rank) {
-  wire::Header h;
-  h.flags = wire::kFlagHello;
-  h.job = kJob;
-  h.key = kKey;
-  h.seq = 1000 + rank;  // incarnation nonce
-  h.rank = static_cast<uint16_t>(rank);
-  h.count = 1;
-  return h;
-}
-
 struct Rx {
   std::vector<uint8_t> bytes;
   unsigned txq = 0;
@@ -225,7 +214,8 @@ std::unique_ptr<Running> start(unsigned lcores, uint32_t world, uint32_t slots, 
 // Every rank joins; each must get its WELCOME [slots, elems].
 void join(Running& run, uint32_t world, uint32_t slots, uint16_t elems) {
   for (uint32_t r = 0; r < world; ++r) {
-    run.port->inject(ina_frame(r, hello_header(r), {static_cast<int32_t>(world)}));
+    const wire::Header h = testing::hello_header(kJob, kKey, static_cast<uint16_t>(r), 1000 + r);
+    run.port->inject(ina_frame(r, h, {static_cast<int32_t>(world)}));
   }
   auto got = run.port->wait_for([&](const std::vector<Rx>& v) { return v.size() >= world; });
   ASSERT_EQ(got.size(), world);

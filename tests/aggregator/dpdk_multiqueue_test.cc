@@ -162,13 +162,7 @@ struct Harness {
   // Every rank joins job `job`; each gets its WELCOME.
   void join(JobId job, uint64_t key, uint32_t world) {
     for (uint32_t r = 0; r < world; ++r) {
-      wire::Header h;
-      h.flags = wire::kFlagHello;
-      h.job = job;
-      h.key = key;
-      h.seq = 500 + r;
-      h.rank = static_cast<uint16_t>(r);
-      h.count = 1;
+      wire::Header h = testing::hello_header(job, key, static_cast<uint16_t>(r), 500 + r);
       port->inject(queue_of(r), ina_frame(r, h, {static_cast<int32_t>(world)}));
     }
     size_t welcomes = 0;

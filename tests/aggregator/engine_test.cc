@@ -150,12 +150,7 @@ TEST_F(EngineTest, WelcomeOnlyAfterEveryRankJoined) {
 // gets the same replies, but moves none of on_packet's counters.
 TEST_F(EngineTest, CopyCountedElsewhereJoinsWithoutCounting) {
   auto hello_copy = [&](uint16_t rank, BlockSeq nonce) {
-    wire::Header h;
-    h.job = kJob;
-    h.key = kKey;
-    h.rank = rank;
-    h.seq = nonce;
-    h.flags = wire::kFlagHello;
+    wire::Header h = testing::hello_header(kJob, kKey, rank, nonce);
     const std::vector<uint8_t> b = encode_packet(h, std::vector<int32_t>{3});
     int32_t sender = -2;
     JobId job = 0;

@@ -46,12 +46,7 @@ class MultiTenancyTest : public ::testing::Test {
   void join(const Tenant& t) {
     Reply last;
     for (uint16_t r = 0; r < t.world; ++r) {
-      wire::Header h;
-      h.job = t.job;
-      h.key = t.key;
-      h.rank = r;
-      h.seq = 77 + r;
-      h.flags = wire::kFlagHello;
+      wire::Header h = testing::hello_header(t.job, t.key, r, 77 + r);
       last = send(encode_packet(h, std::vector<int32_t>{static_cast<int32_t>(t.world)}));
     }
     ASSERT_EQ(last.target, Reply::Target::kAllRanks);
@@ -135,12 +130,7 @@ TEST_F(MultiTenancyTest, SpoofedKeyChangesNothing) {
   auto re = data_header(a.job, b.key, 1, 0, false, 1, 2);
   re.flags = wire::kFlagRetransmit;
   EXPECT_EQ(send(encode_packet(re, {999, 999})).target, Reply::Target::kNone);
-  wire::Header hello;
-  hello.job = a.job;
-  hello.key = 42;
-  hello.rank = 1;
-  hello.seq = 4242;
-  hello.flags = wire::kFlagHello;
+  wire::Header hello = testing::hello_header(a.job, 42, 1, 4242);
   EXPECT_EQ(send(encode_packet(hello, std::vector<int32_t>{2})).target, Reply::Target::kNone);
   EXPECT_TRUE(engine_.job_ready(a.job));
   EXPECT_EQ(engine_.job_counters(a.job)->bad_key, 5u);

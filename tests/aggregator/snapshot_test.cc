@@ -132,12 +132,7 @@ TEST(EngineSnapshot, ListsTheEnginesJobsWithTheirCounters) {
   c.slots.max_elems = 4;
   ASSERT_TRUE(e.add_job(c).ok());
   for (uint16_t r = 0; r < 2; ++r) {
-    wire::Header h;
-    h.job = 5;
-    h.key = 0x99;
-    h.rank = r;
-    h.seq = 1 + r;
-    h.flags = wire::kFlagHello;
+    wire::Header h = testing::hello_header(5, 0x99, r, 1 + r);
     int32_t rank = -1;
     JobId jid = 0;
     e.on_packet(testing::encode_packet(h, std::vector<int32_t>{2}), 100, &rank, &jid);

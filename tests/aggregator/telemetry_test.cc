@@ -30,12 +30,7 @@ class TelemetryTest : public ::testing::Test {
     c.slots.max_elems = 4;
     ASSERT_TRUE(engine_.add_job(c).ok());
     for (uint16_t r = 0; r < kWorld; ++r) {
-      wire::Header h;
-      h.job = kJob;
-      h.key = kKey;
-      h.rank = r;
-      h.seq = 9 + r;
-      h.flags = wire::kFlagHello;
+      wire::Header h = testing::hello_header(kJob, kKey, r, 9 + r);
       send(encode_packet(h, std::vector<int32_t>{kWorld}), 0);
     }
     ASSERT_TRUE(engine_.job_ready(kJob));

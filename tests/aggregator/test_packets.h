@@ -52,6 +52,18 @@ inline wire::Header data_header(JobId job, uint64_t key, uint16_t rank, uint16_t
   return h;
 }
 
+// A HELLO header (join with incarnation nonce `seq`; its one payload word is the world size).
+inline wire::Header hello_header(JobId job, uint64_t key, uint16_t rank, BlockSeq seq) {
+  wire::Header h;
+  h.flags = wire::kFlagHello;
+  h.job = job;
+  h.key = key;
+  h.rank = rank;
+  h.seq = seq;
+  h.count = 1;
+  return h;
+}
+
 // Host-order payload words of a decoded packet.
 inline std::vector<int32_t> payload_words(const wire::PacketView& p) {
   std::vector<int32_t> v(p.hdr.count);

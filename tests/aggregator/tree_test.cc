@@ -415,12 +415,7 @@ TEST(TreeLeaf, LearnsTheParentWorldFromTheRoot) {
   JobId job;
   Reply up;
   for (uint16_t r = 0; r < 4; ++r) {
-    wire::Header h;
-    h.flags = wire::kFlagHello;
-    h.job = kJob;
-    h.key = kKey;
-    h.seq = 50 + r;
-    h.rank = r;
+    wire::Header h = testing::hello_header(kJob, kKey, r, 50 + r);
     up = leaf.on_packet(encode_packet(h, std::vector<int32_t>{kWorld}), &rank, &job);
   }
   ASSERT_EQ(up.target, Reply::Target::kParent);
@@ -666,12 +661,7 @@ void join_root(Engine& root, uint32_t leaves, const Reply& leaf_hello, uint16_t 
       to_root(root, leaf_hello);
       continue;
     }
-    wire::Header h;
-    h.flags = wire::kFlagHello;
-    h.job = kJob;
-    h.key = kKey;
-    h.seq = 4000 + c;
-    h.rank = c;
+    wire::Header h = testing::hello_header(kJob, kKey, c, 4000 + c);
     int32_t rank;
     JobId job;
     root.on_packet(encode_packet(h, std::vector<int32_t>{static_cast<int32_t>(leaves)}), &rank,

@@ -444,12 +444,7 @@ TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
 
   Client a0(agg.port()), a1(agg.port()), b0(agg.port()), b1(agg.port());
   auto hello = [](JobId id, uint64_t key, uint16_t rank) {
-    wire::Header h;
-    h.job = id;
-    h.key = key;
-    h.rank = rank;
-    h.seq = 100 + rank;
-    h.flags = wire::kFlagHello;
+    wire::Header h = testing::hello_header(id, key, rank, 100 + rank);
     return encode_packet(h, std::vector<int32_t>{2});
   };
   a0.send(hello(4, 0x44, 0));
@@ -583,12 +578,7 @@ TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
 
   Client r2(agg.port()), r3(agg.port());
   auto hello = [](uint16_t rank) {
-    wire::Header h;
-    h.job = kJob;
-    h.key = kKey;
-    h.rank = rank;
-    h.seq = 300 + rank;
-    h.flags = wire::kFlagHello;
+    wire::Header h = testing::hello_header(kJob, kKey, rank, 300 + rank);
     return encode_packet(h, std::vector<int32_t>{4});
   };
   r2.send(hello(2));
