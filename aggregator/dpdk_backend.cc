@@ -29,6 +29,7 @@
 #include <rte_prefetch.h>
 #include <rte_ring.h>
 
+#include <sched.h>
 #include <time.h>
 
 #include <algorithm>
@@ -426,6 +427,29 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
   for (auto& l : a->lcores_) parts.push_back(l->take_snapshot());
   a->publish(std::move(parts), /*log_changes=*/false);  // the caller reports the initial jobs
   return a;
+}
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cpus;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) {
+    for (int c = 0; c < CPU_SETSIZE; ++c) {
+      if (CPU_ISSET(c, &set)) cpus.push_back(c);
+    }
+  }
+  if (cpus.empty()) cpus.push_back(0);
+  return cpus;
+}
+
+std::string spread_lcores(unsigned count) {
+  const std::vector<int> cpus = allowed_cpus();
+  std::string map;
+  for (unsigned l = 0; l < count; ++l) {
+    if (l) map += ",";
+    map += std::to_string(l) + "@" + std::to_string(cpus[l % cpus.size()]);
+  }
+  return map;
 }
 
 DpdkAggregator::~DpdkAggregator() {

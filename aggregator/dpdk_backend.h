@@ -57,6 +57,12 @@ Status dpdk_eal_init(const std::vector<std::string>& args);
 // Releases the EAL (after every port is closed).
 void dpdk_eal_cleanup();
 
+// The CPUs this process may run on (its affinity mask), for EAL lcore maps; {0} when unknown.
+std::vector<int> allowed_cpus();
+// An EAL --lcores map of lcores 0 .. count-1 spread over allowed_cpus() in turn:
+// "0@c0,1@c1,..." (with fewer CPUs than lcores, lcores share them).
+std::string spread_lcores(unsigned count);
+
 struct DpdkOptions {
   std::string port;            // port name ("net_ring0", a PCI address) or number; empty: port 0
   uint32_t ip = 0;             // our IPv4 address, host order (required)

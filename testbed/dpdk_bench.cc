@@ -34,7 +34,6 @@
 #include <rte_ring.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -485,7 +484,7 @@ int main(int argc, char** argv) {
     return role == "gen" ? memif_generator(a) : memif_aggregator(a);
   }
 
-  const std::vector<int> cpus = allowed_cpus();
+  const std::vector<int> cpus = ina::agg::allowed_cpus();
   std::string used;
   const std::vector<std::string> mem_args = eal_memory(mem, 128, &used);
   std::printf("# ina-dpdk-bench: world %u, slots %u, %.1f s per size and DUT, CPUs allowed: %zu\n",
@@ -496,11 +495,7 @@ int main(int argc, char** argv) {
   }
   if (std::find(modes.begin(), modes.end(), "ring") == modes.end()) return rc;
 
-  std::string lcore_map;
-  for (unsigned l = 0; l <= lcores; ++l) {
-    if (l) lcore_map += ",";
-    lcore_map += std::to_string(l) + "@" + std::to_string(cpus[l % cpus.size()]);
-  }
+  const std::string lcore_map = ina::agg::spread_lcores(lcores + 1);
   std::vector<std::string> eal = {"ina-dpdk-bench"};
   eal.insert(eal.end(), mem_args.begin(), mem_args.end());
   for (const std::string& x : {std::string("--no-pci"), std::string("--no-telemetry"),

@@ -1,13 +1,13 @@
 // Pieces shared by ina-dpdk-bench's in-process ring mode (dpdk_bench.cc) and its two-process
 // net_memif mode (dpdk_bench_memif.cc): the generator's frame templates, the CPU time of a
-// process's lcore threads from /proc, the CPUs this process may run on, the EAL memory arguments
-// (hugepages when free ones exist, else --no-huge), and child processes with a stdin pipe.
+// process's lcore threads from /proc, the EAL memory arguments (hugepages when free ones exist,
+// else --no-huge), and child processes with a stdin pipe. The CPUs this process may run on and
+// an lcore map over them: allowed_cpus / spread_lcores in aggregator/dpdk_backend.h.
 #pragma once
 
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
@@ -143,19 +143,6 @@ inline double worker_cpu_seconds(pid_t pid) {
     }
   }
   return any ? total : -1;
-}
-
-inline std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-    }
-  }
-  if (cpus.empty()) cpus.push_back(0);
-  return cpus;
 }
 
 // Free 2 MiB hugepages on a mounted hugetlbfs (scripts/dpdk-hugepages.sh reserves them).

@@ -8,7 +8,6 @@
 #include <rte_errno.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <gtest/gtest.h>
@@ -21,32 +20,13 @@
 
 namespace ina::agg::testing {
 
-// CPUs this process may run on, for the EAL's lcore map.
-inline std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &set)) cpus.push_back(c);
-    }
-  }
-  if (cpus.empty()) cpus.push_back(0);
-  return cpus;
-}
-
 // Starts the EAL as `name` with file prefix `prefix` + pid, creates the frame pool `pool_name`
 // into *pool, sets *workers to the worker lcores, runs every test and releases the EAL.
 inline int run_dpdk_tests(int argc, char** argv, const std::string& name,
                           const std::string& prefix, const char* pool_name, rte_mempool** pool,
                           unsigned* workers) {
   ::testing::InitGoogleTest(&argc, argv);
-  const std::vector<int> cpus = allowed_cpus();
-  std::string lcores;
-  for (int l = 0; l < 3; ++l) {
-    if (l) lcores += ",";
-    lcores += std::to_string(l) + "@" + std::to_string(cpus[static_cast<size_t>(l) % cpus.size()]);
-  }
+  const std::string lcores = spread_lcores(3);
   const std::vector<std::string> eal = {name, "--no-huge", "-m", "512", "--no-shconf", "--no-pci",
                                         "--no-telemetry", "--log-level=3", "--file-prefix",
                                         prefix + std::to_string(getpid()), "--lcores", lcores};
