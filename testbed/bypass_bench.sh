@@ -26,20 +26,13 @@ cleanup() {
 trap cleanup EXIT INT TERM
 ip netns add "$A"
 ip netns add "$W"
-ip -n "$A" link set lo up
-ip -n "$A" link add name br0 type bridge
-ip -n "$A" addr add 10.79.0.1/24 dev br0
-ip -n "$A" link set br0 up
-for k in $(seq 0 $((n - 1))); do
-  ip -n "$W" link add name "w$k" type veth peer name "a$k" netns "$A"
-  ip -n "$A" link set "a$k" master br0
-  ip -n "$A" link set "a$k" up
-  ip -n "$W" link set "w$k" up
-done
+# shellcheck source=bypass_netns.sh
+. "$here/bypass_netns.sh"
+bridge_topology "$A" "$W" "$n"
 # Full checksums towards the AF_XDP sockets (see README: kernel-bypass transports).
 devs=(br0)
 for k in $(seq 0 $((n - 1))); do devs+=("a$k"); done
-ip netns exec "$A" /usr/bin/python3 "$here/../scripts/tx_checksum_off.py" "${devs[@]}"
+csum_off "$A" "${devs[@]}"
 
 run() {  # $1 = udp | xdp
   ip netns exec "$A" "$agg_bin" --bind 10.79.0.1 --port 47474 --world-size "$n" --no-gso --no-gro \

@@ -66,27 +66,14 @@ echo "row,status,seconds" > "$out/runs.csv"
 # aggregator), the ranks' peers a0.. and the DPDK aggregator's veth d0 (10.79.0.2, no kernel
 # address) with its peer d0b on the bridge. lo up in both (Gloo, Open MPI, loopback rows).
 ip netns add "$A" && ip netns add "$W" || { echo "bypass_compare: cannot create namespaces"; exit 77; }
-ip -n "$A" link set lo up
-ip -n "$W" link set lo up
-ip -n "$A" link add name br0 type bridge
-ip -n "$A" addr add 10.79.0.1/24 dev br0
-ip -n "$A" link set br0 up
-for k in $(seq 0 $((n - 1))); do
-  ip -n "$W" link add name "w$k" type veth peer name "a$k" netns "$A"
-  ip -n "$A" link set "a$k" master br0
-  ip -n "$A" link set "a$k" up
-  ip -n "$W" link set "w$k" up
-done
+# shellcheck source=bypass_netns.sh
+. "$here/bypass_netns.sh"
+bridge_topology "$A" "$W" "$n"
 ip -n "$A" link add name d0 type veth peer name d0b
 ip -n "$A" link set d0b master br0
 ip -n "$A" link set d0b up
 ip -n "$A" link set d0 up
-# Full transmit checksums where a raw receiver (AF_XDP socket, DPDK af_packet) sees the frames:
-# veth otherwise leaves them to an offload that never happens.
-csum_off() {  # $1 namespace, then devices
-  local ns=$1; shift
-  ip netns exec "$ns" /usr/bin/python3 "$root/scripts/tx_checksum_off.py" "$@"
-}
+# Full transmit checksums where a raw receiver (AF_XDP socket, DPDK af_packet) sees the frames.
 devs=(br0 d0b)
 for k in $(seq 0 $((n - 1))); do devs+=("a$k"); done
 csum_off "$A" "${devs[@]}"
