@@ -407,21 +407,46 @@ TEST_F(UdpAggregatorTest, DropHookDropsEverything) {
   EXPECT_EQ(agg_->engine().counters().packets_in, 0u);
 }
 
+// An aggregator created without jobs (they come from set_jobs, as the controller agent's do),
+// serving on its own thread. stop() ends run() and expects it to have returned OK; the destructor
+// stops it too, so a test that fails half way does not leave the thread running.
+class JoblessAggregator {
+ public:
+  explicit JoblessAggregator(uint32_t slot_capacity = UdpOptions{}.slot_capacity) {
+    UdpOptions opts;
+    opts.bind_host = "127.0.0.1";
+    opts.port = 0;
+    opts.slot_capacity = slot_capacity;
+    opts.max_block_elems = 16;
+    opts.snapshot_interval = 10ms;
+    auto created = UdpAggregator::create(opts, {});
+    EXPECT_TRUE(created.ok()) << created.status().to_string();
+    if (!created.ok()) return;
+    agg_ = std::move(created).value();
+    thread_ = std::thread([this] { run_status_ = agg_->run(stop_); });
+  }
+  ~JoblessAggregator() { stop(); }
+  UdpAggregator* get() const { return agg_.get(); }
+  void stop() {
+    if (!thread_.joinable()) return;
+    stop_.store(true);
+    thread_.join();
+    EXPECT_TRUE(run_status_.ok()) << run_status_.to_string();
+  }
+
+ private:
+  std::unique_ptr<UdpAggregator> agg_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  Status run_status_;
+};
+
 // Jobs added and removed at run time (as the controller agent does): two jobs served at once
 // with exact results, a spoofed key ignored, one job removed while the other keeps running.
 TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
-  UdpOptions opts;
-  opts.bind_host = "127.0.0.1";
-  opts.port = 0;
-  opts.slot_capacity = 16;
-  opts.max_block_elems = 16;
-  opts.snapshot_interval = 10ms;
-  auto created = UdpAggregator::create(opts, {});
-  ASSERT_TRUE(created.ok()) << created.status().to_string();
-  UdpAggregator& agg = **created;
-  std::atomic<bool> stop{false};
-  Status run_status;
-  std::thread th([&] { run_status = agg.run(stop); });
+  JoblessAggregator running(16);
+  ASSERT_NE(running.get(), nullptr);
+  UdpAggregator& agg = *running.get();
 
   auto job = [](JobId id, uint64_t key, uint32_t base, uint32_t slots = 8) {
     JobConfig j;
@@ -487,9 +512,7 @@ TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
   }
   EXPECT_FALSE(a0.recv(100ms).has_value());
   ASSERT_TRUE(wait_for([](const AggregatorSnapshot& s) { return s.engine.unknown_job >= 1; }));
-  stop.store(true);
-  th.join();
-  EXPECT_TRUE(run_status.ok());
+  running.stop();
   const AggregatorSnapshot s = agg.snapshot();
   EXPECT_EQ(s.engine.bad_key, 1u);
   ASSERT_EQ(s.jobs.size(), 1u);
@@ -541,17 +564,9 @@ TEST(UdpAggregatorCreateTest, RejectsBadOptions) {
 // parent's WELCOME and RESULT, received on it, reach the local ranks. A leaf whose parent is not
 // host:port is refused and reported.
 TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
-  UdpOptions opts;
-  opts.bind_host = "127.0.0.1";
-  opts.port = 0;
-  opts.max_block_elems = 16;
-  opts.snapshot_interval = 10ms;
-  auto created = UdpAggregator::create(opts, {});
-  ASSERT_TRUE(created.ok()) << created.status().to_string();
-  UdpAggregator& agg = **created;
-  std::atomic<bool> stop{false};
-  Status run_status;
-  std::thread th([&] { run_status = agg.run(stop); });
+  JoblessAggregator running;
+  ASSERT_NE(running.get(), nullptr);
+  UdpAggregator& agg = *running.get();
 
   Client parent(agg.port());  // plays the root aggregator
   auto leaf = [&](JobId id, const std::string& where) {
@@ -618,9 +633,7 @@ TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
     EXPECT_EQ(p->hdr.flags, wire::kFlagResult);
     EXPECT_EQ(p->payload, (std::vector<int32_t>{100, 200, 300}));
   }
-  stop.store(true);
-  th.join();
-  EXPECT_TRUE(run_status.ok()) << run_status.to_string();
+  running.stop();
   EXPECT_EQ(agg.engine().counters().forwarded, 1u);
   EXPECT_EQ(agg.engine().counters().parent_results, 1u);
   const std::string report = agg.format_counters();
