@@ -967,16 +967,7 @@ TEST_F(ControllerTest, InaCtlListsDrainsAndShowsMetrics) {
   start_controller();
   start_aggregator(64);
   auto run = [&](const std::string& args, int* rc) {
-    std::string out;
-    FILE* p = popen((ctl_cli + " --controller 127.0.0.1:" + std::to_string(ctl_port_) + " " +
-                     args + " 2>&1")
-                        .c_str(),
-                    "r");
-    char buf[4096];
-    size_t n;
-    while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-    *rc = WEXITSTATUS(pclose(p));
-    return out;
+    return run_ctl(ctl_cli, ctl_port_, args, rc);
   };
   int rc = -1;
   std::string out = run("admit early --world 2 --slots 16", &rc);
