@@ -21,6 +21,16 @@ import topo  # noqa: E402
 BUILD = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(TESTBED, "..", "build")
 
 
+def skip_without_namespaces_or_aggregator(test):
+    """Skips `test` (with the reason) unless network namespaces can be made and ina-aggregator
+    is built: topo.py run-ina needs both."""
+    ok, why = topo.can_make_namespaces()
+    if not ok:
+        test.skipTest(why)
+    if not os.access(os.path.join(BUILD, "aggregator", "ina-aggregator"), os.X_OK):
+        test.skipTest("ina-aggregator is not built")
+
+
 class HarnessSmoke(unittest.TestCase):
     def test_quick_sweep_and_report(self):
         variants = ["ina", "host-ring"]
@@ -77,11 +87,7 @@ class AggregatorKillRestart(unittest.TestCase):
         (rank 0 delayed 20 ms each, so the run outlasts the kill on any machine) and restarted
         0.3 s later; with --fallback the ranks redo the collective on the host path, return
         in-network once the new aggregator answers, and finish with no wrong element."""
-        ok, why = topo.can_make_namespaces()
-        if not ok:
-            self.skipTest(why)
-        if not os.access(os.path.join(BUILD, "aggregator", "ina-aggregator"), os.X_OK):
-            self.skipTest("ina-aggregator is not built")
+        skip_without_namespaces_or_aggregator(self)
         r = subprocess.run([sys.executable, os.path.join(TESTBED, "topo.py"), "run-ina", "-N",
                             "2", "--fallback", "--delay", "0=20000", "--kill-agg-after", "1",
                             "--restart-after", "0.3", "--build-dir", BUILD, "--timeout", "60",
@@ -103,11 +109,7 @@ class OutputLoss(unittest.TestCase):
         kernel answers sendmmsg with EPERM for a datagram nftables drops there. That is loss
         like any other (counted, retransmitted), not a broken transport: every size completes
         with no wrong element."""
-        ok, why = topo.can_make_namespaces()
-        if not ok:
-            self.skipTest(why)
-        if not os.access(os.path.join(BUILD, "aggregator", "ina-aggregator"), os.X_OK):
-            self.skipTest("ina-aggregator is not built")
+        skip_without_namespaces_or_aggregator(self)
         r = subprocess.run([sys.executable, os.path.join(TESTBED, "topo.py"), "run-ina", "-N",
                             "2", "--loss", "w0=3,w1=3,agg0=3", "--loss-direction", "out",
                             "--build-dir", BUILD, "--timeout", "60", "--", "-b", "1K", "-e",

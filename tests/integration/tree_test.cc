@@ -45,16 +45,22 @@ std::vector<Case> cases() {
           {ina::DType::kInt32, ina::ReduceOp::kMin, 1000}};
 }
 
-// Runs in a forked child; returns the exit code. Failures go to stderr.
-int worker_main(int rank, uint16_t leaf_port) {
+// Rank `rank` of the job, served by its leaf aggregator on 127.0.0.1:leaf_port.
+ina::Config rank_config(int rank, uint16_t leaf_port, std::chrono::milliseconds timeout) {
   ina::Config cfg;
   cfg.rank = rank;
   cfg.world_size = kWorld;
   cfg.aggregator_host = "127.0.0.1";
   cfg.aggregator_port = leaf_port;
   cfg.block_elems = kBlock;
-  cfg.timeout = 30s;
+  cfg.timeout = timeout;
   cfg.retransmit = 2000us;
+  return cfg;
+}
+
+// Runs in a forked child; returns the exit code. Failures go to stderr.
+int worker_main(int rank, uint16_t leaf_port) {
+  const ina::Config cfg = rank_config(rank, leaf_port, 30s);
   auto comm = ina::Communicator::create(cfg);
   if (!comm.ok()) {
     std::fprintf(stderr, "rank %d: create: %s\n", rank, comm.status().to_string().c_str());
@@ -211,14 +217,7 @@ TEST(TreeCli, InconsistentLeafOptionsAreRefused) {
 // "<elapsed ms>\n<status>" to `out`. Returns 0 when the allreduce failed as it should.
 constexpr auto kShortDeadline = 3000ms;
 int stopped_worker_main(int rank, int stopped, uint16_t leaf_port, const std::string& out) {
-  ina::Config cfg;
-  cfg.rank = rank;
-  cfg.world_size = kWorld;
-  cfg.aggregator_host = "127.0.0.1";
-  cfg.aggregator_port = leaf_port;
-  cfg.block_elems = kBlock;
-  cfg.timeout = kShortDeadline;
-  cfg.retransmit = 2000us;
+  const ina::Config cfg = rank_config(rank, leaf_port, kShortDeadline);
   auto comm = ina::Communicator::create(cfg);
   if (!comm.ok()) {
     std::fprintf(stderr, "rank %d: create: %s\n", rank, comm.status().to_string().c_str());
