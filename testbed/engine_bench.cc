@@ -63,25 +63,11 @@ int main(int argc, char** argv) {
       eo.check_key = v.key;
       eo.telemetry = v.tele;
       agg::Engine e(eo);
-      agg::JobConfig jc;
-      jc.job = 1;
-      jc.key = kKey;
-      jc.slots.world_size = world;
-      jc.slots.num_slots = slots;
-      jc.slots.max_elems = static_cast<uint16_t>(elems);
-      if (!e.add_job(jc).ok()) return 1;
+      if (!e.add_job(bench::job_config(world, slots, elems, kKey)).ok()) return 1;
       int32_t rank;
       JobId job;
       for (uint32_t r = 0; r < world; ++r) {  // join
-        wire::Header h;
-        h.job = 1;
-        h.key = kKey;
-        h.rank = static_cast<uint16_t>(r);
-        h.seq = 77;
-        h.flags = wire::kFlagHello;
-        h.count = 1;
-        const int32_t w = static_cast<int32_t>(world);
-        e.on_packet(bench::encode_packet(h, &w), &rank, &job);
+        e.on_packet(bench::hello_packet(static_cast<uint16_t>(r), world, kKey, 77), &rank, &job);
       }
       const auto t0 = std::chrono::steady_clock::now();
       uint64_t replies = 0;

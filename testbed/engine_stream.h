@@ -1,11 +1,13 @@
-// The DATA packet stream the in-process Engine benches feed (ina-engine-bench,
-// ina-tree-engine-bench): `rounds` blocks over a window of `slots` slots (alternating copies once
-// the window wraps), one packet per rank per block, every payload `elems` words of 3, job 1.
+// What the in-process Engine benches (ina-engine-bench, ina-tree-engine-bench) feed the engine:
+// job 1's configuration, a rank's HELLO, and the DATA packet stream: `rounds` blocks over a
+// window of `slots` slots (alternating copies once the window wraps), one packet per rank per
+// block, every payload `elems` words of 3.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include "aggregator/engine.h"
 #include "ina/protocol/wire.h"
 
 namespace ina::bench {
@@ -15,6 +17,31 @@ inline std::vector<uint8_t> encode_packet(const wire::Header& h, const int32_t* 
   wire::encode_header(h, p.data());
   if (h.count > 0) wire::store_payload(p.data() + wire::kHeaderSize, payload, h.count);
   return p;
+}
+
+// Job 1 with `key`: `world` ranks, `slots` slots of up to `elems` elements.
+inline agg::JobConfig job_config(uint32_t world, uint32_t slots, uint32_t elems, uint64_t key) {
+  agg::JobConfig c;
+  c.job = 1;
+  c.key = key;
+  c.slots.world_size = world;
+  c.slots.num_slots = slots;
+  c.slots.max_elems = static_cast<uint16_t>(elems);
+  return c;
+}
+
+// Rank `rank`'s HELLO to job 1 (incarnation nonce `seq`) for a job of `world` ranks.
+inline std::vector<uint8_t> hello_packet(uint16_t rank, uint32_t world, uint64_t key,
+                                         BlockSeq seq) {
+  wire::Header h;
+  h.job = 1;
+  h.key = key;
+  h.rank = rank;
+  h.seq = seq;
+  h.flags = wire::kFlagHello;
+  h.count = 1;
+  const auto w = static_cast<int32_t>(world);
+  return encode_packet(h, &w);
 }
 
 // Packet b * world + r is round b of rank r.

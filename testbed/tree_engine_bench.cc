@@ -36,25 +36,11 @@ std::span<const uint8_t> encode_into(const agg::Reply& r, std::vector<uint8_t>& 
 }
 
 std::vector<uint8_t> hello(uint16_t rank) {
-  wire::Header h;
-  h.job = 1;
-  h.key = kKey;
-  h.rank = rank;
-  h.seq = 77 + rank;
-  h.flags = wire::kFlagHello;
-  h.count = 1;
-  const int32_t w = kWorld;
-  return bench::encode_packet(h, &w);
+  return bench::hello_packet(rank, kWorld, kKey, 77 + rank);
 }
 
 agg::JobConfig job(uint32_t world, uint32_t slots, uint32_t elems) {
-  agg::JobConfig c;
-  c.job = 1;
-  c.key = kKey;
-  c.slots.world_size = world;
-  c.slots.num_slots = slots;
-  c.slots.max_elems = static_cast<uint16_t>(elems);
-  return c;
+  return bench::job_config(world, slots, elems, kKey);
 }
 
 }  // namespace
