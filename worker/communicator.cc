@@ -122,6 +122,29 @@ Status check_count(const char* what, size_t count, size_t blocks, DType dtype) {
 // re-placed the job (its aggregator stopped heartbeating), the engine is rebuilt towards the new
 // aggregator before the re-join. The admission is sticky per job name, so every rank gets the same
 // placement; a rank that still gets the old one fails the join and the MIN keeps all on the host.
+// One kernel UDP socket per aggregator (shard) of `list`, for rank `rank`; with several, an error
+// names the shard.
+Result<std::vector<std::unique_ptr<Transport>>> udp_transports(
+    int rank, const std::vector<AggregatorAddress>& list) {
+  std::vector<std::unique_ptr<Transport>> transports;
+  for (size_t k = 0; k < list.size(); ++k) {
+    UdpTransportOptions opts;
+    opts.host = list[k].host;
+    opts.port = list[k].port;
+    Result<std::unique_ptr<UdpTransport>> udp = UdpTransport::create(opts);
+    if (!udp.ok()) {
+      if (list.size() == 1) return udp.status();
+      return Status(udp.status().code(), "shard " + std::to_string(k) + " of " +
+                                             std::to_string(list.size()) + ": " +
+                                             udp.status().message());
+    }
+    INA_DEBUG("worker", "rank %d: transport udp to %s (shard %zu of %zu)", rank,
+              udp.value()->peer_name().c_str(), k, list.size());
+    transports.push_back(std::move(udp.value()));
+  }
+  return transports;
+}
+
 class CommunicatorImpl final : public Communicator {
  public:
   // `transports`: one per aggregator of the job in shard order (empty: host only).
@@ -415,15 +438,9 @@ class CommunicatorImpl final : public Communicator {
         c.job == engine_cfg_.job && c.job_key == engine_cfg_.job_key) {
       return;
     }
-    std::vector<std::unique_ptr<Transport>> transports;
-    for (const AggregatorAddress& a : now) {
-      UdpTransportOptions o;
-      o.host = a.host;
-      o.port = a.port;
-      Result<std::unique_ptr<UdpTransport>> udp = UdpTransport::create(o);
-      if (!udp.ok()) return;
-      transports.push_back(std::move(udp.value()));
-    }
+    Result<std::vector<std::unique_ptr<Transport>>> made = udp_transports(cfg_.rank, now);
+    if (!made.ok()) return;
+    std::vector<std::unique_ptr<Transport>> transports = std::move(made).value();
     wrap_fault_injection(c, &transports);
     INA_INFO("worker", "rank %d: the controller re-placed job %u: now job %u on %s:%u%s",
              cfg_.rank, engine_cfg_.job, c.job, now[0].host.c_str(), unsigned{now[0].port},
@@ -436,14 +453,7 @@ class CommunicatorImpl final : public Communicator {
   // The engine's own counters (not the communicator's host-path ones), summed.
   static void add_engine_counters(const CommStats& from, CommStats* to) {
     to->collectives += from.collectives;
-    to->packets_sent += from.packets_sent;
-    to->packets_received += from.packets_received;
-    to->retransmits += from.retransmits;
-    to->duplicate_results += from.duplicate_results;
-    to->malformed += from.malformed;
-    to->nonfinite_blocks += from.nonfinite_blocks;
-    to->error_reports += from.error_reports;
-    to->spurious_retransmits += from.spurious_retransmits;
+    add_packet_counters(from, to);
   }
 
   // AllReduce on the mesh. Exact mode reduces the in-network path's quantized words.
@@ -705,29 +715,16 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) 
     return worker::create_communicator(cfg, std::move(t.value()));
   }
   // One kernel UDP socket per aggregator (shard).
-  std::vector<std::unique_ptr<worker::Transport>> transports;
-  for (size_t k = 0; k < aggregators.size(); ++k) {
-    worker::UdpTransportOptions opts;
-    opts.host = aggregators[k].host;
-    opts.port = aggregators[k].port;
-    Result<std::unique_ptr<worker::UdpTransport>> udp = worker::UdpTransport::create(opts);
-    if (!udp.ok()) {
-      const Status s =
-          aggregators.size() == 1
-              ? udp.status()
-              : Status(udp.status().code(), "shard " + std::to_string(k) + " of " +
-                                                std::to_string(aggregators.size()) + ": " +
-                                                udp.status().message());
-      if (cfg.store.empty() && cfg.external_store == nullptr) return s;
-      INA_INFO("worker", "rank %d: no aggregator transport (%s): host path only", cfg.rank,
-               s.message().c_str());
-      return worker::create_communicator(cfg, nullptr);
-    }
-    INA_DEBUG("worker", "rank %d: transport udp to %s (shard %zu of %zu)", cfg.rank,
-              udp.value()->peer_name().c_str(), k, aggregators.size());
-    transports.push_back(std::move(udp.value()));
+  Result<std::vector<std::unique_ptr<worker::Transport>>> transports =
+      worker::udp_transports(cfg.rank, aggregators);
+  if (!transports.ok()) {
+    if (cfg.store.empty() && cfg.external_store == nullptr) return transports.status();
+    INA_INFO("worker", "rank %d: no aggregator transport (%s): host path only", cfg.rank,
+             transports.status().message().c_str());
+    return worker::create_communicator(cfg, nullptr);
   }
-  return worker::create_communicator(cfg, std::move(transports), worker::make_cuda_device_ops());
+  return worker::create_communicator(cfg, std::move(transports).value(),
+                                     worker::make_cuda_device_ops());
 }
 
 }  // namespace ina

@@ -35,7 +35,7 @@ constexpr unsigned kRxRingSize = 2048;
 constexpr unsigned kPoolMbufs = 16383;
 constexpr uint16_t kDescriptors = 1024;
 constexpr uint16_t kPollBurst = 32;
-constexpr int kDrainBursts = 64;  // the frames of one rank's ring (kRxRingSize)
+constexpr int kDrainBursts = kRxRingSize / kPollBurst;  // one rank ring's worth of frames
 constexpr int kTxAttempts = 8;
 
 

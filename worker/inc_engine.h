@@ -19,6 +19,20 @@
 
 namespace ina::worker {
 
+// Adds an engine's packet counters (packets, retransmits, duplicates, malformed, non-finite
+// blocks, error reports, spurious retransmits) from `from` to `to`; not collectives, rto_us or
+// the host-path counters, which each caller combines its own way.
+inline void add_packet_counters(const CommStats& from, CommStats* to) {
+  to->packets_sent += from.packets_sent;
+  to->packets_received += from.packets_received;
+  to->retransmits += from.retransmits;
+  to->duplicate_results += from.duplicate_results;
+  to->malformed += from.malformed;
+  to->nonfinite_blocks += from.nonfinite_blocks;
+  to->error_reports += from.error_reports;
+  to->spurious_retransmits += from.spurious_retransmits;
+}
+
 class IncEngine {
  public:
   // Retransmission timeouts double from cfg.retransmit up to this multiple of it.

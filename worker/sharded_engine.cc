@@ -143,14 +143,7 @@ CommStats ShardedEngine::stats() const {
   CommStats t;
   for (const auto& e : engines_) {
     const CommStats& s = e->stats();
-    t.packets_sent += s.packets_sent;
-    t.packets_received += s.packets_received;
-    t.retransmits += s.retransmits;
-    t.duplicate_results += s.duplicate_results;
-    t.malformed += s.malformed;
-    t.nonfinite_blocks += s.nonfinite_blocks;
-    t.error_reports += s.error_reports;
-    t.spurious_retransmits += s.spurious_retransmits;
+    add_packet_counters(s, &t);
     t.rto_us = std::max(t.rto_us, s.rto_us);
   }
   t.collectives = collectives_;
