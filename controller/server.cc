@@ -48,9 +48,7 @@ json placement_json(const Placement& p, const ControllerState& st) {
   json o = {{"aggregator", p.aggregator},
             {"role", role_name(p.role)},
             {"slot_base", p.slot_base}};
-  if (auto it = st.aggregators().find(p.aggregator); it != st.aggregators().end()) {
-    o["address"] = it->second.host + ":" + std::to_string(it->second.port);
-  }
+  if (std::string a = st.address_of(p.aggregator); !a.empty()) o["address"] = a;
   if (p.role == Role::kLeaf) {
     o["rank_base"] = p.rank_base;
     o["local_ranks"] = p.local_ranks;
@@ -84,9 +82,7 @@ json job_json(const JobInfo& j, const ControllerState& st, Millis now) {
     const Placement& p0 = j.placements.front();
     o["aggregator"] = p0.aggregator;
     o["slot_base"] = p0.slot_base;
-    if (auto it = st.aggregators().find(p0.aggregator); it != st.aggregators().end()) {
-      o["address"] = it->second.host + ":" + std::to_string(it->second.port);
-    }
+    if (std::string a = st.address_of(p0.aggregator); !a.empty()) o["address"] = a;
   }
   if (j.is_tree()) {
     o["tree"] = {{"leaves", j.placements.size() - 1}, {"root", j.placements.back().aggregator}};
@@ -116,10 +112,7 @@ json job_json(const JobInfo& j, const ControllerState& st, Millis now) {
 std::string admission_text(const JobInfo& j, uint32_t rank, const ControllerState& st) {
   std::ostringstream s;
   auto address = [&](const Placement* p) -> std::string {
-    if (p == nullptr) return "";
-    auto agg = st.aggregators().find(p->aggregator);
-    if (agg == st.aggregators().end()) return "";
-    return agg->second.host + ":" + std::to_string(agg->second.port);
+    return p == nullptr ? "" : st.address_of(p->aggregator);
   };
   std::vector<std::string> addrs;
   if (j.state == JobState::kActive) {

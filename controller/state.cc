@@ -109,9 +109,7 @@ std::vector<Assignment> ControllerState::jobs_on(const std::string& aggregator) 
       a.block_elems = j.block_elems;
       a.placement = p;
       if (p.role == Role::kLeaf) {
-        if (auto r = aggs_.find(p.parent); r != aggs_.end()) {
-          a.parent_address = r->second.host + ":" + std::to_string(r->second.port);
-        }
+        a.parent_address = address_of(p.parent);
         std::vector<int64_t> bases;
         for (const Placement& q : j.placements) {
           if (q.role == Role::kRoot) a.parent_world = q.local_ranks;
@@ -501,6 +499,12 @@ std::vector<JobId> ControllerState::expire_jobs(Millis now) {
   return out;
 }
 
+std::string ControllerState::address_of(const std::string& id) const {
+  auto it = aggs_.find(id);
+  if (it == aggs_.end()) return "";
+  return it->second.host + ":" + std::to_string(it->second.port);
+}
+
 const JobInfo* ControllerState::job(JobId id) const {
   auto it = jobs_.find(id);
   return it == jobs_.end() ? nullptr : &it->second;
@@ -539,13 +543,14 @@ Result<Placement> placement_from_json(const nlohmann::json& o) {
   p.aggregator = o.at("aggregator").get<std::string>();
   p.slot_base = o.at("slot_base").get<uint32_t>();
   const std::string role = o.at("role").get<std::string>();
-  if (role == "flat") {
-    p.role = Role::kFlat;
-  } else if (role == "leaf") {
-    p.role = Role::kLeaf;
-  } else if (role == "root") {
-    p.role = Role::kRoot;
-  } else {
+  bool known = false;
+  for (Role r : {Role::kFlat, Role::kLeaf, Role::kRoot}) {
+    if (role == role_name(r)) {
+      p.role = r;
+      known = true;
+    }
+  }
+  if (!known) {
     return invalid_argument("state: placement on " + p.aggregator + ": role '" + role +
                             "' is not flat, leaf or root");
   }

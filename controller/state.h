@@ -175,6 +175,8 @@ class ControllerState {
   std::vector<JobId> expire_jobs(Millis now);
 
   const std::map<std::string, AggregatorInfo>& aggregators() const { return aggs_; }
+  // "host:port" of a registered aggregator; "" when `id` is not registered.
+  std::string address_of(const std::string& id) const;
   const std::map<JobId, JobInfo>& jobs() const { return jobs_; }
   const JobInfo* job(JobId id) const;
   const JobInfo* job_by_name(const std::string& name) const;
