@@ -118,6 +118,8 @@ struct alignas(64) DpdkAggregator::Lcore {
   void recycle(rte_mbuf* m);
   rte_mbuf* reply_mbuf();
   void handle_mail();
+  // Answers a request posted since the last one (handle_mail, then releases `done`).
+  void answer_mail();
   void apply_jobs(const std::vector<JobConfig>& desired);
   AggregatorSnapshot take_snapshot();
   void on_frame(rte_mbuf* m, bool verified);
@@ -269,8 +271,7 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
                                           1 + (j.slots.world_size + 31) / 32)));
   }
   a->max_packet_ = max_packet;
-  const size_t max_frame = frame::kUdpHeadroom + max_packet;
-  a->max_frame_ = max_frame;
+  const size_t max_frame = a->max_frame();
   const uint16_t data_room =
       static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<size_t>(max_frame + 4, 2048));
   const std::string pool_name = "ina_agg_" + std::to_string(inst);
@@ -497,12 +498,7 @@ void DpdkAggregator::stop() {
   running_ = false;
   // A request posted after an lcore's last pass is handled here, so service() completes it.
   for (auto& l : lcores_) {
-    const uint64_t posted = l->mail.posted.load(std::memory_order_acquire);
-    if (posted != l->mail_seen) {
-      l->handle_mail();
-      l->mail_seen = posted;
-      l->mail.done.store(posted, std::memory_order_release);
-    }
+    l->answer_mail();
   }
   if (port_started_) {
     (void)rte_eth_dev_stop(port_);
@@ -522,12 +518,7 @@ void DpdkAggregator::Lcore::loop() {
   // previous iteration was idle (that burst's rx time is then not counted).
   uint64_t busy_from = 0;  // 0: the previous iteration was idle
   while (!a.stop_.load(std::memory_order_relaxed)) {
-    const uint64_t posted = mail.posted.load(std::memory_order_acquire);
-    if (posted != mail_seen) [[unlikely]] {
-      handle_mail();
-      mail_seen = posted;
-      mail.done.store(posted, std::memory_order_release);
-    }
+    answer_mail();
     now = 0;
     uint16_t got = 0;
     if (has_rxq) {
@@ -800,7 +791,7 @@ std::vector<Peer>* DpdkAggregator::Lcore::peers_of(JobId job) {
 void DpdkAggregator::Lcore::recycle(rte_mbuf* m) {
   // Only a plain single-segment mbuf of our own, large enough for any reply.
   if (n_recycled < kRecycle && rte_mbuf_refcnt_read(m) == 1 && RTE_MBUF_DIRECT(m) &&
-      m->nb_segs == 1 && m->buf_len >= RTE_PKTMBUF_HEADROOM + self->max_frame_) {
+      m->nb_segs == 1 && m->buf_len >= RTE_PKTMBUF_HEADROOM + self->max_frame()) {
     recycled[n_recycled++] = m;
     return;
   }
@@ -880,6 +871,14 @@ void DpdkAggregator::Lcore::handle_mail() {
   mail.snap = take_snapshot();
 }
 
+void DpdkAggregator::Lcore::answer_mail() {
+  const uint64_t posted = mail.posted.load(std::memory_order_acquire);
+  if (posted == mail_seen) [[likely]] return;
+  handle_mail();
+  mail_seen = posted;
+  mail.done.store(posted, std::memory_order_release);
+}
+
 // As UdpAggregator::apply_jobs, on this lcore's engine and peer table.
 void DpdkAggregator::Lcore::apply_jobs(const std::vector<JobConfig>& desired) {
   peer_table_changed();  // entries are erased below
@@ -916,7 +915,9 @@ void DpdkAggregator::Lcore::apply_jobs(const std::vector<JobConfig>& desired) {
 AggregatorSnapshot DpdkAggregator::Lcore::take_snapshot() {
   const uint64_t stall_ns =
       static_cast<uint64_t>(std::chrono::nanoseconds(self->opts_.stall_after).count());
-  AggregatorSnapshot s = engine_snapshot(*engine, now_ns(CLOCK_MONOTONIC), stall_ns);
+  // Not ranked: merge_snapshots ranks the stragglers of every job from the summed telemetry.
+  AggregatorSnapshot s = engine_snapshot(*engine, now_ns(CLOCK_MONOTONIC), stall_ns,
+                                         /*with_ranking=*/false);
   s.tx_datagrams = c.tx;
   s.send_errors = c.tx_dropped;
   s.unroutable = c.unroutable;

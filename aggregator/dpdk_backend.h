@@ -179,7 +179,6 @@ class DpdkAggregator {
   frame::LocalConfig local_;
   uint16_t port_ = 0;
   uint16_t rx_queues_ = 0;
-  size_t max_frame_ = 0;  // the largest frame of any job (a reply fits an mbuf this large)
   bool port_started_ = false;
   bool running_ = false;
   std::atomic<bool> stop_{false};
@@ -188,6 +187,8 @@ class DpdkAggregator {
   std::vector<rte_ring*> tx_rings_;  // replies of lcore i to lcore 0 (nullptr: i sends itself)
   std::vector<std::unique_ptr<Lcore>> lcores_;
   size_t max_packet_ = 0;  // largest INA datagram the mbufs hold (set_jobs checks blocks against it)
+  // The largest frame of any job (a reply fits an mbuf this large).
+  size_t max_frame() const { return frame::kUdpHeadroom + max_packet_; }
   // set_jobs() and the published snapshot (not the packet path).
   mutable std::mutex ctl_mu_;
   std::vector<JobConfig> desired_;

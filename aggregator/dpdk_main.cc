@@ -6,21 +6,10 @@
 #include <thread>
 
 #include "aggregator/dpdk_backend.h"
+#include "aggregator/port_file.h"
 #include "ina/protocol/frame.h"
 
 namespace ina::agg {
-
-namespace {
-// Written to a temporary name and renamed, so a reader never sees a partial file.
-bool write_port_file(const std::string& path, int port) {
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) return false;
-  const bool ok = std::fprintf(f, "%d\n", port) > 0;
-  if (std::fclose(f) != 0 || !ok) return false;
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
-}  // namespace
 
 int run_dpdk_aggregator(const DpdkCliOptions& o, const std::atomic<bool>& stop) {
   DpdkOptions d;
@@ -91,7 +80,7 @@ int run_dpdk_aggregator(const DpdkCliOptions& o, const std::atomic<bool>& stop) 
         } else {
           agent = std::move(c).value();
           if (!o.http_port_file.empty() && agent->http_port() > 0 &&
-              !write_port_file(o.http_port_file, agent->http_port())) {
+              !write_port_file(o.http_port_file, static_cast<uint16_t>(agent->http_port()))) {
             std::fprintf(stderr, "ina-aggregator: cannot write --http-port-file %s\n",
                          o.http_port_file.c_str());
             code = 1;

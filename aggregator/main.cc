@@ -31,6 +31,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "aggregator/port_file.h"
 #include "aggregator/udp_backend.h"
 #include "ina/protocol/features.h"
 #include "ina/protocol/log.h"
@@ -95,15 +96,7 @@ bool parse_key(const std::string& text, uint64_t* out) {
   return true;
 }
 
-bool write_port_file(const std::string& path, uint16_t port) {
-  // Written to a temporary name and renamed, so a reader never sees a partial file.
-  const std::string tmp = path + ".tmp";
-  FILE* f = std::fopen(tmp.c_str(), "w");
-  if (f == nullptr) return false;
-  const bool ok = std::fprintf(f, "%u\n", unsigned{port}) > 0;
-  if (std::fclose(f) != 0 || !ok) return false;
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
+using ina::agg::write_port_file;
 
 }  // namespace
 

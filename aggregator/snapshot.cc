@@ -5,7 +5,8 @@
 
 namespace ina::agg {
 
-AggregatorSnapshot engine_snapshot(const Engine& e, uint64_t now_ns, uint64_t stall_ns) {
+AggregatorSnapshot engine_snapshot(const Engine& e, uint64_t now_ns, uint64_t stall_ns,
+                                   bool with_ranking) {
   AggregatorSnapshot s;
   s.engine = e.counters();
   for (const JobConfig& cfg : e.jobs()) {
@@ -17,7 +18,7 @@ AggregatorSnapshot engine_snapshot(const Engine& e, uint64_t now_ns, uint64_t st
     j.ranks.assign(rc.begin(), rc.end());
     const auto rt = e.rank_telemetry(cfg.job);
     j.telemetry.assign(rt.begin(), rt.end());
-    j.straggler_ranking = e.straggler_ranking(cfg.job);
+    if (with_ranking) j.straggler_ranking = e.straggler_ranking(cfg.job);
     j.stalled = e.stalled_slots(cfg.job, now_ns, stall_ns);
     s.jobs.push_back(std::move(j));
   }

@@ -34,7 +34,10 @@ struct AggregatorSnapshot {
 // The jobs and counters of one engine at `now_ns` (the clock of its on_packet times), with the
 // rounds older than `stall_ns` as stalled. Allocates: between batches, never on the packet path.
 // The backend fills in its own I/O counters (tx_datagrams, send_errors, unroutable, job_errors).
-AggregatorSnapshot engine_snapshot(const Engine& e, uint64_t now_ns, uint64_t stall_ns);
+// `with_ranking` false leaves straggler_ranking empty: a part that merge_snapshots ranks anew
+// from the summed telemetry.
+AggregatorSnapshot engine_snapshot(const Engine& e, uint64_t now_ns, uint64_t stall_ns,
+                                   bool with_ranking = true);
 
 // One snapshot of several engines that serve the same jobs, each a part of every job's slots (the
 // DPDK backend's lcores): counters, per-rank counters and lag histograms are summed; a job is
