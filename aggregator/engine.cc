@@ -46,9 +46,8 @@ struct Engine::Job {
   // WELCOME payload: the job's slots and block, for a leaf at most the parent's.
   uint32_t welcome_slots = 0;
   uint32_t welcome_elems = 0;
-  // Leaf only. ready = local_joined && parent_joined.
-  bool local_joined = false;        // every local rank joined this incarnation
-  bool parent_joined = false;       // the parent WELCOMEd it
+  // Leaf only. Every local rank joined this incarnation: joined == nranks; the parent WELCOMEd
+  // it: ready (a leaf is ready only then).
   uint32_t parent_world = 0;        // sent in the HELLO to the parent
   BlockSeq parent_nonce = 0;        // this leaf incarnation's nonce at the parent
   std::vector<uint8_t> tree_state;  // per copy (slot * 2 + shadow): kTree* of its completed round
@@ -80,10 +79,7 @@ uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-bool test_bit(const std::vector<uint64_t>& bm, uint32_t r) {
-  return (bm[r / 64] >> (r % 64)) & 1;
-}
-bool test_bit_span(std::span<const uint64_t> bm, uint32_t r) {
+bool test_bit(std::span<const uint64_t> bm, uint32_t r) {
   return (bm[r / 64] >> (r % 64)) & 1;
 }
 
@@ -187,9 +183,7 @@ Status Engine::add_job(const JobConfig& cfg) {
                                 std::to_string(uint64_t{t.rank_base} + t.local_ranks) + ")");
       }
     }
-  } else if (cfg.tree.local_ranks != 0 || cfg.tree.rank_base != 0 || cfg.tree.child_index != 0 ||
-             !cfg.tree.parent.empty() || cfg.tree.parent_world != 0 ||
-             !cfg.tree.leaf_bases.empty()) {
+  } else if (cfg.tree != TreeConfig{.role = cfg.tree.role}) {  // a leaf-only field is set
     return invalid_argument(name + ": rank_base, local_ranks, child_index, parent, "
                             "parent_world and leaf_bases are for role leaf only (role is " +
                             tree_role_name(cfg.tree.role) + ")");
@@ -368,6 +362,8 @@ Reply Engine::result_reply(const Job& job, const wire::Header& h, Reply::Target 
                            extra_flags);
   set_round(&r, c);
   counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
+  // A result to all ranks is a block that completed (a resend to one rank is not).
+  if (target == Reply::Target::kAllRanks && c.nonfinite) ++counters_.nonfinite_blocks;
   return r;
 }
 
@@ -403,15 +399,13 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
       // Same incarnation: its WELCOME was lost (or the barrier is still open).
       if (job.ready) return welcome(Reply::Target::kSender);
       // A leaf waiting for its parent: the worker's timer repairs a lost HELLO or WELCOME there.
-      if (job.local_joined) return retransmit ? parent_hello(job, true) : Reply{};
+      if (job.joined == job.nranks) return retransmit ? parent_hello(job, true) : Reply{};
       return missing();
     }
     // A new incarnation of this rank: everyone joins again.
     std::fill(job.hello_bitmap.begin(), job.hello_bitmap.end(), uint64_t{0});
     job.joined = 0;
     job.ready = false;
-    job.local_joined = false;
-    job.parent_joined = false;
     job.counters.parent_joined = false;
   }
   job.hello_bitmap[h.rank / 64] |= uint64_t{1} << (h.rank % 64);
@@ -426,8 +420,6 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
       uint64_t x = 0x494E412D54524545ull;  // any constant
       for (uint32_t r = 0; r < job.nranks; ++r) x = mix64(x ^ job.nonce[r] ^ (uint64_t{r} << 32));
       job.parent_nonce = static_cast<BlockSeq>(x ^ (x >> 32));
-      job.local_joined = true;
-      job.parent_joined = false;
       job.counters.parent_joined = false;
       return parent_hello(job, false);
     }
@@ -467,7 +459,6 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
     if (v == Verdict::kCompleted && job.world > 1) ++t.last;
   }
 
-  auto result = [&](Reply::Target target) { return result_reply(job, h, target, 0); };
   const size_t k = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
 
   switch (v) {
@@ -485,9 +476,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
         ++job.counters.forwarded;
         return forward_partial(job, h.slot, h.shadow, false);
       }
-      Reply r = result(Reply::Target::kAllRanks);
-      if (r.hdr.has(wire::kFlagNonFinite)) ++counters_.nonfinite_blocks;
-      return r;
+      return result_reply(job, h, Reply::Target::kAllRanks, 0);
     }
     case Verdict::kResendResult: {
       ++counters_.duplicates;
@@ -516,9 +505,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
       // Marked RETRANSMIT so that the worker can tell this copy from the original result: an
       // original arriving after the worker resent its DATA proves the resend was spurious
       // (the Eifel idea), and its round trip is a valid RTT sample.
-      Reply r = result(Reply::Target::kSender);
-      r.hdr.flags |= wire::kFlagRetransmit;
-      return r;
+      return result_reply(job, h, Reply::Target::kSender, wire::kFlagRetransmit);
     }
     case Verdict::kDuplicate:
       ++counters_.duplicates;
@@ -570,7 +557,7 @@ Reply Engine::error_reply(const Job& job, const wire::PacketView& pkt, wire::Err
           const uint32_t r = w * 32 + b;
           if (r >= job.world) break;
           const uint32_t local = r - job.rank_base;  // wraps below rank_base
-          if (local >= job.nranks || test_bit_span(bitmap, local)) bits |= uint32_t{1} << b;
+          if (local >= job.nranks || test_bit(bitmap, local)) bits |= uint32_t{1} << b;
         }
         scratch_[1 + w] = static_cast<int32_t>(bits);
       }
@@ -718,18 +705,17 @@ Reply Engine::handle_parent(Job& job, const wire::PacketView& pkt) {
       const auto w = static_cast<uint32_t>(pkt.word(1));
       if (w > job.cfg.tree.child_index && w <= 65535 && w != job.parent_world) {
         job.parent_world = w;
-        if (job.local_joined && !job.parent_joined) return parent_hello(job, false);
+        if (job.joined == job.nranks && !job.ready) return parent_hello(job, false);
       }
     }
     return {};
   }
   if (h.has(wire::kFlagHello)) {  // WELCOME
-    if (!job.local_joined || job.parent_joined || h.count != 2 || pkt.word(0) < 1 ||
+    if (job.joined != job.nranks || job.ready || h.count != 2 || pkt.word(0) < 1 ||
         pkt.word(1) < 1) {
       ++counters_.parent_stale;
       return {};
     }
-    job.parent_joined = true;
     job.counters.parent_joined = true;
     job.ready = true;
     // The ranks use at most what both levels hold.
@@ -749,10 +735,8 @@ Reply Engine::handle_parent(Job& job, const wire::PacketView& pkt) {
   ++counters_.parent_results;
   ++job.counters.parent_results;
   // RETRANSMIT stays: such a result answers a re-forward, i.e. some rank's retransmission.
-  Reply r = result_reply(job, h, Reply::Target::kAllRanks,
-                         static_cast<uint8_t>(h.flags & wire::kFlagRetransmit));
-  if (r.hdr.has(wire::kFlagNonFinite)) ++counters_.nonfinite_blocks;
-  return r;
+  return result_reply(job, h, Reply::Target::kAllRanks,
+                      static_cast<uint8_t>(h.flags & wire::kFlagRetransmit));
 }
 
 std::span<const RankCounters> Engine::rank_counters(JobId job) const {
