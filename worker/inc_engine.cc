@@ -594,33 +594,29 @@ void IncEngine::remember_missing(const wire::PacketView& pv, wire::ErrorReason r
   for (size_t w = 1; w < pv.hdr.count; ++w) {
     missing_.bitmap[w - 1] = static_cast<uint32_t>(pv.word(w));
   }
-  // A tree leaf's note after the world's bitmap words (see wire::ErrorReason::kMissingRanks).
-  missing_.tree = false;
-  const size_t words = (size_t{world_} + 31) / 32;
-  const std::vector<uint32_t>& b = missing_.bitmap;
-  if (reason == wire::ErrorReason::kMissingRanks && b.size() >= words + 3 &&
-      b[words] == wire::kTreeNoteTag) {
-    missing_.tree = true;
-    missing_.by_rule = (b[words + 1] & wire::kTreeNoteByRule) != 0;
-    missing_.tree_leaves = b[words + 2];
-    const size_t listed = std::min<size_t>({b.size() - words - 3, missing_.tree_leaves,
-                                            wire::kTreeNoteMaxLeaves});
-    for (size_t i = 0; i < listed; ++i) missing_.leaves[i] = b[words + 3 + i];
-  }
 }
 
 std::string IncEngine::tree_note_text() const {
-  if (!missing_.tree || missing_.tree_leaves == 0) return {};
-  const size_t listed = std::min<size_t>(missing_.tree_leaves, wire::kTreeNoteMaxLeaves);
-  std::string s = missing_.tree_leaves == 1 ? " (behind tree leaf " : " (behind tree leaves ";
+  // A tree leaf's note after the world's bitmap words (see wire::ErrorReason::kMissingRanks):
+  // the tag, flags, the number of leaves the missing ranks are behind, the first few of them.
+  const std::vector<uint32_t>& b = missing_.bitmap;
+  const size_t words = (size_t{world_} + 31) / 32;
+  if (!missing_.valid || missing_.reason != wire::ErrorReason::kMissingRanks ||
+      b.size() < words + 3 || b[words] != wire::kTreeNoteTag) {
+    return {};
+  }
+  const bool by_rule = (b[words + 1] & wire::kTreeNoteByRule) != 0;
+  const uint32_t leaves = b[words + 2];
+  if (leaves == 0) return {};
+  const size_t listed =
+      std::min<size_t>({b.size() - words - 3, leaves, wire::kTreeNoteMaxLeaves});
+  std::string s = leaves == 1 ? " (behind tree leaf " : " (behind tree leaves ";
   for (size_t i = 0; i < listed; ++i) {
     if (i != 0) s += ", ";
-    s += std::to_string(missing_.leaves[i]);
+    s += std::to_string(b[words + 3 + i]);
   }
-  if (missing_.tree_leaves > listed) {
-    s += ", ... (" + std::to_string(missing_.tree_leaves) + " in all)";
-  }
-  if (missing_.by_rule) {
+  if (leaves > listed) s += ", ... (" + std::to_string(leaves) + " in all)";
+  if (by_rule) {
     s += "; the root names leaves only, their ranks follow from the balanced rule leaf i of n "
          "serves [i*W/n, (i+1)*W/n)";
   }

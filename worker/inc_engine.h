@@ -112,12 +112,7 @@ class IncEngine {
     BlockSeq seq = 0;
     uint16_t slot = 0;
     std::vector<uint32_t> bitmap;  // words as on the wire: bit r of word r/32 = rank r present
-    // A tree leaf's note (wire::kTreeNoteTag): the missing ranks are behind these leaves
-    // (tree_leaves of them; the first few listed), ranges by the balanced rule when by_rule.
-    bool tree = false;
-    bool by_rule = false;
-    uint32_t tree_leaves = 0;
-    std::array<uint32_t, wire::kTreeNoteMaxLeaves> leaves{};
+    // kMissingRanks from a tree leaf: a note follows the world's words (tree_note_text).
   };
 
   static constexpr uint64_t kPriming = ~uint64_t{0};
