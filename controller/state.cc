@@ -196,8 +196,8 @@ std::string ControllerState::flat_refusal(uint32_t world, uint32_t slots) const 
 }
 
 std::optional<std::vector<Placement>> ControllerState::plan_tree(uint32_t world, uint32_t slots,
+                                                                 uint32_t fan_in,
                                                                  std::string* why) const {
-  const uint32_t fan_in = largest_fan_in();
   const uint32_t n = (world + fan_in - 1) / fan_in;
   const uint32_t per_leaf = (world + n - 1) / n;  // the largest block
   const std::vector<Placement> leaves = candidates(per_leaf, slots, {});
@@ -304,7 +304,7 @@ Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
       why = "shards=" + std::to_string(req.shards) + ": sharding a job that needs an aggregation tree "
             "(world " + std::to_string(req.world) + " exceeds every aggregator's fan-in, largest " +
             std::to_string(fan_in) + ") is not supported; ask without shards";
-    } else if (auto tree = plan_tree(req.world, req.slots, &why)) {
+    } else if (auto tree = plan_tree(req.world, req.slots, fan_in, &why)) {
       j.placements = std::move(*tree);
       j.shards_asked = 1;
     }

@@ -215,8 +215,9 @@ class ControllerState {
                                     const std::set<std::string>& exclude) const;
   uint32_t largest_fan_in() const;  // over serving aggregators; 0 when none
   std::string flat_refusal(uint32_t world, uint32_t slots) const;
-  // A two-level tree for `world` ranks; on failure nullopt and *why says what is missing.
-  std::optional<std::vector<Placement>> plan_tree(uint32_t world, uint32_t slots,
+  // A two-level tree for `world` ranks with leaves of at most `fan_in` (largest_fan_in(), > 0)
+  // ranks; on failure nullopt and *why says what is missing.
+  std::optional<std::vector<Placement>> plan_tree(uint32_t world, uint32_t slots, uint32_t fan_in,
                                                   std::string* why) const;
   // Moves the job's placements on `gone` aggregators elsewhere; false when it cannot (*why).
   bool replace_placements(JobInfo& j, const std::set<std::string>& gone, std::string* why);
