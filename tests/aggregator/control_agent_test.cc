@@ -113,5 +113,25 @@ TEST(HeartbeatJobs, LeafTelemetryNamesGlobalRanks) {
   EXPECT_EQ(o["stalled_slots"][0]["missing_ranks"][0], 5);
 }
 
+// The HTTP endpoint (--http-port) is exclusive: a second agent on the busy port fails with an
+// error naming it (httplib's default socket options set SO_REUSEPORT, which let both listen and
+// share the connections).
+TEST(AgentHttp, BusyPortIsRefusedWithItsNumber) {
+  AgentTarget target{[] { return AggregatorSnapshot{}; }, [](std::vector<JobConfig>) {}};
+  AgentOptions o;
+  o.http_bind = "127.0.0.1";
+  o.http_port = 0;
+  auto first = ControlAgent::start(o, target);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  ASSERT_GT((*first)->http_port(), 0);
+  o.http_port = (*first)->http_port();
+  auto second = ControlAgent::start(o, target);
+  ASSERT_FALSE(second.ok()) << "a second agent listens on busy TCP port " << o.http_port;
+  const std::string m = second.status().message();
+  EXPECT_NE(m.find("--http-port"), std::string::npos) << m;
+  EXPECT_NE(m.find("TCP port " + std::to_string(o.http_port) + " is already in use"),
+            std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace ina::agg
