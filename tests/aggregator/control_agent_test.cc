@@ -113,6 +113,27 @@ TEST(HeartbeatJobs, LeafTelemetryNamesGlobalRanks) {
   EXPECT_EQ(o["stalled_slots"][0]["missing_ranks"][0], 5);
 }
 
+// The per-job label of /metrics is ina_job: Prometheus renames a target's own "job" label to
+// "exported_job" (it sets job to the scrape job's name), so a query on job="9" found nothing.
+TEST(AgentMetrics, PerJobLabelIsInaJob) {
+  AggregatorSnapshot s;
+  JobSnapshot j;
+  j.cfg.job = 9;
+  j.cfg.slots.world_size = 2;
+  j.telemetry.resize(2);
+  j.straggler_ranking = {1, 0};
+  StalledSlot st;
+  st.missing = {1};
+  j.stalled.push_back(st);
+  s.jobs.push_back(j);
+  const std::string m = prometheus_text(s);
+  EXPECT_NE(m.find("ina_aggregator_job_packets_total{ina_job=\"9\"} 0\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("ina_aggregator_stalled_missing{ina_job=\"9\",rank=\"1\"} 1\n"),
+            std::string::npos) << m;
+  EXPECT_EQ(m.find("{job="), std::string::npos) << m;
+  EXPECT_EQ(m.find(",job="), std::string::npos) << m;
+}
+
 // The HTTP endpoint (--http-port) is exclusive: a second agent on the busy port fails with an
 // error naming it (httplib's default socket options set SO_REUSEPORT, which let both listen and
 // share the connections).
