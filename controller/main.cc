@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "controller/server.h"
+#include "ina_config.h"
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -23,6 +24,7 @@ void on_signal(int) { g_stop.store(true); }
 
 int main(int argc, char** argv) {
   CLI::App app{"ina-controller: aggregator registry, job admission, API and metrics"};
+  app.set_version_flag("--version", "ina-controller " INA_VERSION);
   ina::ctl::ServerOptions opts;
   std::string port_file;
   app.add_option("--bind", opts.bind, "address to listen on")->capture_default_str();

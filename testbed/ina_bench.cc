@@ -59,6 +59,7 @@
 #include "ina/protocol/types.h"
 #include "worker/config_internal.h"
 #include "worker/host/socket.h"
+#include "ina_config.h"
 
 namespace {
 
@@ -769,6 +770,7 @@ int run_external_rank(const Options& o, const ina::Config& cfg, const std::vecto
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"ina-bench: AllReduce through an INA aggregator (nccl-tests style table)"};
+  app.set_version_flag("--version", "ina-bench " INA_VERSION);
   ina::bench::add_sweep_options(app, o,
                                 "float32|float16|bfloat16|int32 (or float|half|int)");
   auto* workers_opt = app.add_option("--workers", o.workers, "ranks (local mode: forked processes)")
