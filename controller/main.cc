@@ -48,7 +48,16 @@ int main(int argc, char** argv) {
                  "crashed trainer never releases it), freeing its slots; 0: never")
       ->check(CLI::Range(int64_t{0}, int64_t{30} * 24 * 3600 * 1000))
       ->capture_default_str();
+  bool check_config = false;
+  app.add_flag("--check-config", check_config,
+               "check the arguments (as a service's ExecStart would pass them) and exit 0 without "
+               "binding or writing anything (non-zero on a bad argument)");
   CLI11_PARSE(app, argc, argv);
+  if (check_config) {
+    std::printf("ina-controller: configuration ok: %s:%u, state file %s\n", opts.bind.c_str(),
+                unsigned{opts.port}, opts.state_file.empty() ? "none" : opts.state_file.c_str());
+    return 0;
+  }
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
