@@ -212,7 +212,7 @@ struct ControllerServer::Impl {
     const Status st = write_file_atomic(opts.state_file, state.to_json());
     if (st.ok()) {
       if (!persist_error.empty()) {
-        INA_INFO(kComponent, "--state-file %s written again after %llu failed writes",
+        INA_INFO(kComponent, "--state-file %s written again (%llu failed writes since start)",
                  opts.state_file.c_str(), static_cast<unsigned long long>(persist_failures));
       }
       persist_error.clear();
@@ -225,11 +225,14 @@ struct ControllerServer::Impl {
       ++persist_unlogged;
       return;
     }
+    const std::string unlogged =
+        persist_unlogged == 0 ? std::string{}
+                              : " (" + std::to_string(persist_unlogged) +
+                                    " more failed writes since the last message)";
     INA_ERROR(kComponent,
-              "--state-file %s: %s; a restart would lose the changes since the last good write "
-              "(%llu similar errors not logged)",
-              opts.state_file.c_str(), persist_error.c_str(),
-              static_cast<unsigned long long>(persist_unlogged));
+              "--state-file %s: %s; a restart would lose the changes since the last good "
+              "write%s",
+              opts.state_file.c_str(), persist_error.c_str(), unlogged.c_str());
     persist_unlogged = 0;
     persist_logged_at = now;
     persist_logged_any = true;
