@@ -70,7 +70,7 @@ run_exec() {  # UNIT WHAT ENV_LINES...
   out=$("${words[@]}" --check-config 2>&1)
   rc=$?
   if [ $rc -ne 0 ] || ! grep -q "configuration ok" <<<"$out"; then
-    echo "FAIL $(basename "$unit") ($what): ${words[*]##*/} --check-config exited $rc:"
+    echo "FAIL $(basename "$unit") ($what): $(basename "${words[0]}") ${words[*]:1} --check-config exited $rc:"
     echo "$out"; fail=1
   else
     echo "ok $(basename "$unit") ($what): $out"
