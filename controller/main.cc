@@ -82,11 +82,18 @@ int main(int argc, char** argv) {
   }
   std::printf("ina-controller listening on %s:%u\n", opts.bind.c_str(), unsigned{s.port()});
   std::fflush(stdout);
-  std::thread watcher([&s] {
+  // httplib's stop() does nothing before run()'s accept loop starts: a SIGTERM right at start
+  // (systemctl stop) is repeated until run() has returned.
+  std::atomic<bool> served{false};
+  std::thread watcher([&s, &served] {
     while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    s.stop();
+    while (!served.load()) {
+      s.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   });
   const ina::Status st = s.run();
+  served.store(true);
   g_stop.store(true);
   watcher.join();
   if (!st.ok()) {
