@@ -598,7 +598,13 @@ Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
     so.port = port;
     so.is_server = cfg.rank == 0;
     so.connect_timeout = cfg.timeout;
-    INA_ASSIGN_OR_RETURN(*store, host::TcpStore::create(so));
+    Result<std::unique_ptr<host::TcpStore>> ts = host::TcpStore::create(so);
+    if (!ts.ok()) {
+      return Status(ts.status().code(), "the rendezvous store " + cfg.store +
+                                            " (INA_STORE, or MASTER_ADDR:MASTER_PORT): " +
+                                            ts.status().message());
+    }
+    *store = std::move(ts).value();
     base = store->get();
   }
   host::PrefixStore prefixed("ina/job" + std::to_string(cfg.job), *base);
@@ -709,7 +715,10 @@ Result<std::unique_ptr<Communicator>> create_communicator(
 
 Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) {
   Config cfg = given;
-  if (!cfg.controller_host.empty() && !cfg.host_only) {
+  if (cfg.host_only) {
+    INA_INFO("worker", "rank %d: every collective on the host mesh: %s", cfg.rank,
+             host_only_reason(cfg).c_str());
+  } else if (!cfg.controller_host.empty()) {
     INA_RETURN_IF_ERROR(cfg.validate());
     INA_RETURN_IF_ERROR(worker::admit(
         &cfg, std::min<std::chrono::milliseconds>(cfg.timeout, std::chrono::seconds(10))));

@@ -135,9 +135,21 @@ struct Config {
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
   static Result<Config> from_env();
+  // from_env for an application that brings the host mesh's rendezvous itself (sets
+  // external_store, or store, afterwards: PyTorch's backend, the MPI shim, the C ABI's
+  // ina_comm_create_with_store): that store counts for the rules that depend on one, so without
+  // INA_AGGREGATOR and INA_CONTROLLER every collective runs on the host mesh (host_only), as with
+  // INA_STORE set.
+  static Result<Config> from_env_with_store();
   // Checks ranges; names the first bad field.
   Status validate() const;
 };
+
+// Why Communicator::create(cfg) runs every collective on the host mesh without asking an
+// aggregator or a controller (cfg.host_only: INA_TRANSPORT=host, a store without INA_AGGREGATOR
+// and INA_CONTROLLER, or the application's choice); empty when cfg.host_only is false.
+// Communicator::create logs it at info level.
+std::string host_only_reason(const Config& cfg);
 
 struct CommStats {
   uint64_t collectives = 0;
