@@ -43,7 +43,11 @@ struct FaultInjection {
 //           block_elems: the MAX of the ranks' exponents, encode, int32 sum/min/max, decode), so
 //           the output is bitwise identical to the in-network one. Costs an extra small
 //           AllReduce of per-block exponents and flags, and int32 scratch of the buffer's count.
-//   kFloat  the host reduces the floats themselves (best precision, not bitwise identical).
+//   kFloat  the host reduces the floats themselves in IEEE float32 arithmetic along its
+//           algorithm's chain (float16/bfloat16 widened to float32 and rounded once at the end:
+//           float32 words on the wire). Not bitwise identical, and not more precise in general:
+//           when ranks cancel, float32's partial-sum roundings can exceed the in-network bound
+//           (README, INA_FALLBACK).
 // int32 is reduced the same way in both.
 enum class FallbackMode : uint8_t { kExact = 0, kFloat = 1 };
 
@@ -96,7 +100,7 @@ struct Config {
   std::string mesh_address = "127.0.0.1";  // this rank listens on and publishes it (INA_MESH_ADDR)
   FallbackMode fallback = FallbackMode::kExact;  // INA_FALLBACK=exact|float
   // Never use the aggregator: every collective runs on the host mesh (needs `store`).
-  // INA_TRANSPORT=host, or INA_AGGREGATOR unset while a store is set.
+  // INA_TRANSPORT=host, or INA_AGGREGATOR and INA_CONTROLLER unset while a store is set.
   bool host_only = false;
   // Borrowed, must outlive Communicator::create; null: the mesh uses `store` as above. When set,
   // it replaces `store` for the rendezvous (no TcpStore is started) and enables the host mesh.
