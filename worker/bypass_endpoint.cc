@@ -1,9 +1,13 @@
-// bypass_endpoint_from_env: the environment of the kernel-bypass transports (bypass_endpoint.h).
+// bypass_endpoint_from_env and the options of INA_TRANSPORT=dpdk|xdp (bypass_endpoint.h): pure
+// parsing, in libina itself, so a bad variable is named before any transport plugin is loaded.
 #include "worker/bypass_endpoint.h"
 
 #include <charconv>
 #include <cstdlib>
 #include <string>
+
+#include "worker/dpdk_transport.h"
+#include "worker/xdp_transport.h"
 
 namespace ina::worker {
 
@@ -61,6 +65,67 @@ Result<BypassEndpoint> bypass_endpoint_from_env(const Config& cfg, std::string_v
   }
   o.aggregator_ip = aip.value();
   o.aggregator_port = cfg.aggregator_port;
+  return o;
+}
+
+// ---- INA_TRANSPORT=dpdk ----
+
+Result<DpdkTransportOptions> dpdk_options_from_env(const Config& cfg) {
+  DpdkTransportOptions o;
+  const char* args = nonempty_env("INA_DPDK_ARGS");
+  if (args == nullptr) {
+    return invalid_argument(
+        "INA_TRANSPORT=dpdk needs INA_DPDK_ARGS: the EAL arguments, e.g. \"--no-huge -m 256 "
+        "--no-shconf --no-pci -l 0 --file-prefix w0 "
+        "--vdev=net_memif0,role=client,socket=/run/ina.sock\"");
+  }
+  std::string_view a(args);
+  if (a.find_first_of("'\"\\") != std::string_view::npos) {
+    return env_error("INA_DPDK_ARGS", a, "EAL arguments separated by blanks, without quoting");
+  }
+  size_t i = 0;
+  while (i < a.size()) {
+    while (i < a.size() && (a[i] == ' ' || a[i] == '\t' || a[i] == '\n')) ++i;
+    size_t j = i;
+    while (j < a.size() && a[j] != ' ' && a[j] != '\t' && a[j] != '\n') ++j;
+    if (j > i) o.eal_args.emplace_back(a.substr(i, j - i));
+    i = j;
+  }
+  if (o.eal_args.empty()) return env_error("INA_DPDK_ARGS", a, "EAL arguments");
+  if (const char* v = nonempty_env("INA_DPDK_PORT")) o.port = v;
+
+  INA_ASSIGN_OR_RETURN(BypassEndpoint e,
+                       bypass_endpoint_from_env(cfg, "dpdk", "on the port"));
+  apply_endpoint(e, &o);
+  return o;
+}
+
+// ---- INA_TRANSPORT=xdp ----
+
+Result<XdpTransportOptions> xdp_options_from_env(const Config& cfg) {
+  XdpTransportOptions o;
+  const char* iface = nonempty_env("INA_XDP_IFACE");
+  if (iface == nullptr) {
+    return invalid_argument("INA_TRANSPORT=xdp needs INA_XDP_IFACE: the interface to bind");
+  }
+  o.iface = iface;
+  if (const char* v = nonempty_env("INA_XDP_QUEUE")) {
+    const std::string_view s(v);
+    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), o.queue);
+    if (ec != std::errc() || ptr != s.data() + s.size()) {
+      return env_error("INA_XDP_QUEUE", s, "a queue number (0, 1, ...)");
+    }
+  }
+  if (const char* v = nonempty_env("INA_XDP_COPY")) {
+    const std::string_view s(v);
+    if (s != "0" && s != "1") return env_error("INA_XDP_COPY", s, "0 or 1");
+    o.force_copy = s == "1";
+  }
+  INA_ASSIGN_OR_RETURN(
+      BypassEndpoint e,
+      bypass_endpoint_from_env(cfg, "xdp", "(not configured on the kernel interface; the "
+                                           "transport answers ARP for it)"));
+  apply_endpoint(e, &o);
   return o;
 }
 

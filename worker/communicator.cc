@@ -36,17 +36,8 @@
 #include "ina/protocol/features.h"
 #include "ina_config.h"
 #include "worker/rdma/verbs_proto.h"
-#if INA_HAVE_RDMA
-#include "worker/rdma/verbs_mesh.h"
-#endif
+#include "worker/plugin/plugin_loader.h"
 #include "worker/udp_transport.h"
-#include "ina_config.h"
-#if INA_HAVE_DPDK
-#include "worker/dpdk_transport.h"
-#endif
-#if INA_HAVE_XDP
-#include "worker/xdp_transport.h"
-#endif
 
 namespace ina {
 namespace worker {
@@ -626,8 +617,7 @@ Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
   INA_DEBUG("worker", "rank %d: host transport %s (INA_HOST_TRANSPORT=%s; rdma: %s)", cfg.rank,
             rdma::host_transport_name(transport), rdma::host_transport_name(cfg.host_transport),
             rdma_probe.detail.c_str());
-#if INA_HAVE_RDMA
-  if (transport == HostTransport::kVerbs) {
+  if (transport == HostTransport::kVerbs) {  // libina-verbs.so (plugin_loader.h)
     INA_ASSIGN_OR_RETURN(rdma::VerbsSelection sel,
                          rdma::parse_verbs_selection(std::getenv("INA_VERBS_DEVICE"),
                                                      std::getenv("INA_VERBS_GID_INDEX")));
@@ -636,11 +626,8 @@ Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
     vo.port = sel.port;
     vo.gid_index = sel.gid_index;
     vo.timeout = cfg.timeout;
-    INA_ASSIGN_OR_RETURN(std::unique_ptr<rdma::VerbsMesh> vm,
-                         rdma::VerbsMesh::connect(prefixed, cfg.rank, cfg.world_size, vo));
-    return std::unique_ptr<host::Context>(std::move(vm));
+    return connect_verbs_mesh(prefixed, cfg.rank, cfg.world_size, vo);
   }
-#endif
   host::TcpMeshOptions mo;
   mo.address = cfg.mesh_address;
   mo.timeout = cfg.timeout;
@@ -739,29 +726,16 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) 
                             "the " + kind + " transport serves one aggregator");
   }
   if (want_dpdk || want_xdp) {
+    // The variables are checked first (bypass_endpoint.cc), then the transport's plugin is loaded
+    // (libina-dpdk.so, libina-xdp.so: plugin_loader.h); a plugin that cannot be loaded is an
+    // error naming it (kFailedPrecondition: no silent move to the host path).
     Result<std::unique_ptr<worker::Transport>> t = unimplemented("");
     if (want_dpdk) {
-#if INA_HAVE_DPDK
       INA_ASSIGN_OR_RETURN(worker::DpdkTransportOptions o, worker::dpdk_options_from_env(cfg));
-      auto r = worker::DpdkTransport::create(o);
-      t = r.ok() ? Result<std::unique_ptr<worker::Transport>>(std::move(r.value()))
-                 : Result<std::unique_ptr<worker::Transport>>(r.status());
-#else
-      return invalid_argument(
-          "INA_TRANSPORT=dpdk: this libina was built without DPDK (meson -Ddpdk=enabled, "
-          "libdpdk-dev)");
-#endif
+      t = worker::create_dpdk_transport(o);
     } else {
-#if INA_HAVE_XDP
       INA_ASSIGN_OR_RETURN(worker::XdpTransportOptions o, worker::xdp_options_from_env(cfg));
-      auto r = worker::XdpTransport::create(o);
-      t = r.ok() ? Result<std::unique_ptr<worker::Transport>>(std::move(r.value()))
-                 : Result<std::unique_ptr<worker::Transport>>(r.status());
-#else
-      return invalid_argument(
-          "INA_TRANSPORT=xdp: this libina was built without AF_XDP (meson -Dxdp=enabled, "
-          "libxdp-dev libbpf-dev)");
-#endif
+      t = worker::create_xdp_transport(o);
     }
     if (!t.ok()) {
       if (cfg.store.empty() || t.status().code() != StatusCode::kUnavailable) return t.status();

@@ -22,7 +22,6 @@
 
 #include "ina/protocol/frame_dpdk.h"
 #include "ina/protocol/log.h"
-#include "worker/bypass_endpoint.h"
 
 namespace ina::worker {
 
@@ -334,38 +333,6 @@ void DpdkPort::dispatch(rte_mbuf* m) {
       break;
   }
   rte_pktmbuf_free(m);
-}
-
-// ---- options ----
-
-Result<DpdkTransportOptions> dpdk_options_from_env(const Config& cfg) {
-  DpdkTransportOptions o;
-  const char* args = nonempty_env("INA_DPDK_ARGS");
-  if (args == nullptr) {
-    return invalid_argument(
-        "INA_TRANSPORT=dpdk needs INA_DPDK_ARGS: the EAL arguments, e.g. \"--no-huge -m 256 "
-        "--no-shconf --no-pci -l 0 --file-prefix w0 "
-        "--vdev=net_memif0,role=client,socket=/run/ina.sock\"");
-  }
-  std::string_view a(args);
-  if (a.find_first_of("'\"\\") != std::string_view::npos) {
-    return env_error("INA_DPDK_ARGS", a, "EAL arguments separated by blanks, without quoting");
-  }
-  size_t i = 0;
-  while (i < a.size()) {
-    while (i < a.size() && (a[i] == ' ' || a[i] == '\t' || a[i] == '\n')) ++i;
-    size_t j = i;
-    while (j < a.size() && a[j] != ' ' && a[j] != '\t' && a[j] != '\n') ++j;
-    if (j > i) o.eal_args.emplace_back(a.substr(i, j - i));
-    i = j;
-  }
-  if (o.eal_args.empty()) return env_error("INA_DPDK_ARGS", a, "EAL arguments");
-  if (const char* v = nonempty_env("INA_DPDK_PORT")) o.port = v;
-
-  INA_ASSIGN_OR_RETURN(BypassEndpoint e,
-                       bypass_endpoint_from_env(cfg, "dpdk", "on the port"));
-  apply_endpoint(e, &o);
-  return o;
 }
 
 // ---- the transport ----

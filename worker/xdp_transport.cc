@@ -14,12 +14,10 @@
 #include <xdp/xsk.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cstdlib>
 #include <cstring>
 
 #include "ina/protocol/log.h"
-#include "worker/bypass_endpoint.h"
 
 namespace ina::worker {
 
@@ -46,33 +44,6 @@ struct XdpTransport::State {
 };
 
 XdpTransport::XdpTransport() : s_(std::make_unique<State>()) {}
-
-Result<XdpTransportOptions> xdp_options_from_env(const Config& cfg) {
-  XdpTransportOptions o;
-  const char* iface = nonempty_env("INA_XDP_IFACE");
-  if (iface == nullptr) {
-    return invalid_argument("INA_TRANSPORT=xdp needs INA_XDP_IFACE: the interface to bind");
-  }
-  o.iface = iface;
-  if (const char* v = nonempty_env("INA_XDP_QUEUE")) {
-    const std::string_view s(v);
-    auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), o.queue);
-    if (ec != std::errc() || ptr != s.data() + s.size()) {
-      return env_error("INA_XDP_QUEUE", s, "a queue number (0, 1, ...)");
-    }
-  }
-  if (const char* v = nonempty_env("INA_XDP_COPY")) {
-    const std::string_view s(v);
-    if (s != "0" && s != "1") return env_error("INA_XDP_COPY", s, "0 or 1");
-    o.force_copy = s == "1";
-  }
-  INA_ASSIGN_OR_RETURN(
-      BypassEndpoint e,
-      bypass_endpoint_from_env(cfg, "xdp", "(not configured on the kernel interface; the "
-                                           "transport answers ARP for it)"));
-  apply_endpoint(e, &o);
-  return o;
-}
 
 Result<std::unique_ptr<XdpTransport>> XdpTransport::create(const XdpTransportOptions& opts) {
   std::unique_ptr<XdpTransport> t(new XdpTransport());

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
+#include "ina/protocol/features.h"
 #include "ina/protocol/frame.h"
 #include "ina/protocol/status.h"
 #include "worker/transport.h"
@@ -47,6 +48,9 @@ struct XdpTransportOptions {
 // INA_LOCAL_IP, INA_LOCAL_MAC, INA_LOCAL_PORT (default 47500; + rank), INA_AGGREGATOR_MAC, and the
 // aggregator from cfg (an IPv4 literal).
 Result<XdpTransportOptions> xdp_options_from_env(const Config& cfg);
+
+// libxdp's and libbpf's versions (in libina-xdp.so; libina's features::probe_xdp asks it).
+features::Probe probe_libxdp();
 
 struct XdpTransportCounters {
   uint64_t sent = 0;

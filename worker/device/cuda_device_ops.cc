@@ -1,6 +1,7 @@
-// DeviceOps on the CUDA runtime (cuda feature). libina links the static cudart, which loads the
-// driver (libcuda.so.1) at the first call, not at load: on a machine without a GPU or driver the
-// library loads and available() says why the device path is off.
+// DeviceOps on the CUDA runtime (cuda feature), the code of libina-cuda.so. The plugin links the
+// static cudart, which loads the driver (libcuda.so.1) at the first call, not at load: on a
+// machine without a GPU or driver the plugin loads and available() says why the device path is
+// off. The runtime's state is the plugin's own (plugin.map keeps its symbols local).
 #include <cuda_runtime_api.h>
 
 #include <memory>
@@ -128,6 +129,6 @@ class CudaDeviceOps final : public DeviceOps {
 
 }  // namespace
 
-std::unique_ptr<DeviceOps> make_cuda_device_ops() { return std::make_unique<CudaDeviceOps>(); }
+std::unique_ptr<DeviceOps> make_cuda_runtime_device_ops() { return std::make_unique<CudaDeviceOps>(); }
 
 }  // namespace ina::worker

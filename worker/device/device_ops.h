@@ -62,8 +62,16 @@ class DeviceOps {
   virtual Status launch_host_func(void* stream, std::function<void()> fn) = 0;
 };
 
-// The CUDA implementation; without the cuda feature, an object whose available() says
-// "built without CUDA" and whose calls fail with that message.
+// The CUDA implementation, from libina-cuda.so (loaded at the first call, plugin_loader.cc). When
+// the plugin cannot be loaded, or without the cuda feature, an object whose available() says why
+// (naming the plugin and dlerror()'s reason) and whose calls fail with that message.
 std::unique_ptr<DeviceOps> make_cuda_device_ops();
+
+// The CUDA runtime's DeviceOps itself (cuda_device_ops.cc, linked into libina-cuda.so only).
+std::unique_ptr<DeviceOps> make_cuda_runtime_device_ops();
+
+// Device operations that are off for the reason `why`: available() returns it, nothing is a
+// device pointer, every call fails with it.
+std::unique_ptr<DeviceOps> make_unavailable_device_ops(Status why);
 
 }  // namespace ina::worker

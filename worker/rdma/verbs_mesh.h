@@ -40,6 +40,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "ina/protocol/features.h"
 #include "ina/protocol/status.h"
 #include "worker/host/context.h"
 #include "worker/host/store.h"
@@ -66,6 +67,9 @@ struct VerbsMeshOptions {
 // Number of verbs devices, and why none can be used (empty when some exists):
 // "no RDMA device: ibv_get_device_list found 0".
 int verbs_device_count(std::string* why);
+
+// The verbs devices of this machine (in libina-verbs.so; libina's features::probe_rdma asks it).
+features::Probe probe_verbs();
 
 class VerbsMesh final : public host::Context {
  public:

@@ -1,15 +1,16 @@
-// RDMA probe (rdma feature built): lists the verbs devices this machine offers.
+// RDMA probe, in libina-verbs.so (features::probe_rdma in libina loads the plugin and asks this):
+// lists the verbs devices this machine offers.
 #include <infiniband/verbs.h>
 
 #include <cerrno>
 #include <cstring>
 
-#include "ina/protocol/features.h"
+#include "worker/rdma/verbs_mesh.h"
 
-namespace ina::features {
+namespace ina::rdma {
 
-Probe probe_rdma() {
-  Probe p;
+features::Probe probe_verbs() {
+  features::Probe p;
   p.built = true;
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
@@ -33,4 +34,4 @@ Probe probe_rdma() {
   return p;
 }
 
-}  // namespace ina::features
+}  // namespace ina::rdma

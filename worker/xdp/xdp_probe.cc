@@ -1,14 +1,15 @@
-// AF_XDP probe (xdp feature built): libxdp and libbpf are linked. Whether a given NIC queue can
-// be bound (driver support, CAP_NET_RAW) is only known when a transport opens a socket on it.
+// AF_XDP probe, in libina-xdp.so (features::probe_xdp in libina loads the plugin and asks this):
+// libxdp and libbpf resolved. Whether a given NIC queue can be bound (driver support, CAP_NET_RAW)
+// is only known when a transport opens a socket on it.
 #include <bpf/libbpf.h>
 #include <xdp/libxdp.h>
 
-#include "ina/protocol/features.h"
+#include "worker/xdp_transport.h"
 
-namespace ina::features {
+namespace ina::worker {
 
-Probe probe_xdp() {
-  Probe p;
+features::Probe probe_libxdp() {
+  features::Probe p;
   p.built = true;
   // Calling into libxdp proves the shared library resolved at load time.
   char buf[32];
@@ -18,4 +19,4 @@ Probe probe_xdp() {
   return p;
 }
 
-}  // namespace ina::features
+}  // namespace ina::worker
