@@ -11,6 +11,7 @@
  *   - ina_cuda_available says why the device path is off (the plugin, or no CUDA driver);
  *   - each further library given (libnccl-net-ina.so) loads with dlopen.
  * Exits 0 when every check passed, 1 otherwise (each failure printed). */
+#define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -116,7 +117,7 @@ int main(int argc, char** argv) {
   setenv("INA_HOST_TRANSPORT", "verbs", 1);
   {
     const char* n[] = {"INA_HOST_TRANSPORT=verbs", "libina-verbs.so",
-                       plugins ? "libibverbs.so.1: cannot open shared object file"
+                       plugins ? "/opt/ina/lib/libina-verbs.so: libibverbs.so.1: cannot open shared object file"
                                : "libina-verbs.so: cannot open shared object file",
                        NULL};
     expect_create_error("verbs", aggregator, n);
@@ -130,7 +131,8 @@ int main(int argc, char** argv) {
   setenv("INA_DPDK_ARGS", "--no-huge -m 64 --no-shconf --no-pci --vdev=net_null0", 1);
   {
     const char* n[] = {"INA_TRANSPORT=dpdk", "libina-dpdk.so",
-                       plugins ? "librte_" : "libina-dpdk.so: cannot open shared object file",
+                       plugins ? "/opt/ina/lib/libina-dpdk.so: librte_"
+                               : "/opt/ina/lib/libina-dpdk.so: cannot open shared object file",
                        "cannot open shared object file", NULL};
     expect_create_error("dpdk", "127.0.0.1:47474", n);
   }
@@ -138,7 +140,8 @@ int main(int argc, char** argv) {
   setenv("INA_XDP_IFACE", "lo", 1);
   {
     const char* n[] = {"INA_TRANSPORT=xdp", "libina-xdp.so",
-                       plugins ? "libxdp.so.1" : "libina-xdp.so: cannot open shared object file",
+                       plugins ? "/opt/ina/lib/libina-xdp.so: libxdp.so.1"
+                               : "/opt/ina/lib/libina-xdp.so: cannot open shared object file",
                        "cannot open shared object file", NULL};
     expect_create_error("xdp", "127.0.0.1:47474", n);
   }

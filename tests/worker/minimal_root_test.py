@@ -82,7 +82,7 @@ def make_root(base, program, libina, plugin_dir, plugins, extra):
 
 def start_aggregator(binary, port_file):
     proc = subprocess.Popen([binary, "--world-size", "1", "--port", "0", "--port-file", port_file,
-                             "--bind", "127.0.0.1"])
+                             "--bind", "127.0.0.1"], stdout=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         try:

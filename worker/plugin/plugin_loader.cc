@@ -34,10 +34,14 @@ std::string dl_error() {
   return e != nullptr ? e : "unknown dlopen error";
 }
 
-// dlopen of `file`; on failure `why` gets dlerror()'s reason.
+// dlopen of `file`; on failure `why` gets dlerror()'s reason, behind the file's name when the
+// reason is about another one (a library the plugin needs: "librte_eal.so.23: cannot open ...").
 void* open(const std::string& file, std::string* why) {
   void* h = dlopen(file.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (h == nullptr) *why = dl_error();
+  if (h == nullptr) {
+    *why = dl_error();
+    if (why->find(file) == std::string::npos) *why = file + ": " + *why;
+  }
   return h;
 }
 
@@ -89,7 +93,7 @@ Result<const PluginHeader*> load(const char* name, const std::string& what,
 
   const std::string file = library_name(name);
   const std::string prefix =
-      what + ": cannot load " + description + " " + file + ": ";
+      (what.empty() ? "" : what + ": ") + "cannot load " + description + " " + file + ": ";
   void* handle = nullptr;
   std::string path;
   std::string why;

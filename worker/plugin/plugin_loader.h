@@ -27,7 +27,8 @@ namespace ina::worker::plugin {
 std::string library_name(const char* name);
 
 // The plugin `name` ("dpdk", "xdp", "verbs", "cuda"), loaded and checked. `what` prefixes the
-// errors ("INA_TRANSPORT=dpdk: ...") and `description` names it ("the DPDK transport plugin").
+// errors ("INA_TRANSPORT=dpdk: ...", none when empty) and `description` names it ("the DPDK
+// transport plugin").
 Result<const PluginHeader*> load(const char* name, const std::string& what,
                                  const char* description);
 

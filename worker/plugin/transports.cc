@@ -71,7 +71,7 @@ namespace features {
 #if INA_HAVE_RDMA
 Probe probe_rdma() {
   Result<const worker::plugin::VerbsApi*> api = worker::plugin::api<worker::plugin::VerbsApi>(
-      "verbs", "rdma", "the RDMA verbs plugin");
+      "verbs", "", "the RDMA verbs plugin");
   if (!api.ok()) return {true, false, api.status().message()};
   return api.value()->probe();
 }
@@ -80,7 +80,7 @@ Probe probe_rdma() {
 #if INA_HAVE_XDP
 Probe probe_xdp() {
   Result<const worker::plugin::XdpApi*> api =
-      worker::plugin::api<worker::plugin::XdpApi>("xdp", "xdp", "the AF_XDP transport plugin");
+      worker::plugin::api<worker::plugin::XdpApi>("xdp", "", "the AF_XDP transport plugin");
   if (!api.ok()) return {true, false, api.status().message()};
   return api.value()->probe();
 }
