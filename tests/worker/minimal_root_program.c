@@ -1,7 +1,11 @@
 /* Run by minimal_root_test.py inside a root that holds only libc, libstdc++, libm, libgcc_s,
  * ld-linux, libina and some of its plugins: no DPDK, rdma-core, libxdp or CUDA.
  *
- *   minimal_root_program <aggregator host:port> <store port> <plugins: all|none> [lib.so ...]
+ *   minimal_root_program <aggregator host:port> <store port> <all|none> <built> [lib.so ...]
+ *
+ * all: every plugin of the build lies in /opt/ina/lib beside libina (their system libraries are
+ * absent); none: no plugin. <built>: the plugins this build has ("dpdk,xdp,verbs,cuda", or "-"):
+ * a transport without one must say libina was built without it.
  *
  * Checks that libina loaded (this program links it), then
  *   - a kernel-UDP AllReduce against the aggregator (outside the root, on loopback);
@@ -79,14 +83,42 @@ static void expect_create_error(const char* what, const char* aggregator, const 
   for (int i = 0; needles[i] != NULL; ++i) check_contains(what, e, needles[i]);
 }
 
+static const char* g_built = "";
+
+static int built(const char* name) {
+  const size_t n = strlen(name);
+  for (const char* p = strstr(g_built, name); p != NULL; p = strstr(p + 1, name)) {
+    if ((p == g_built || p[-1] == ',') && (p[n] == ',' || p[n] == '\0')) return 1;
+  }
+  return 0;
+}
+
+/* What the error of transport `name` must say after naming its plugin: the plugin's missing
+ * system library (all), the plugin itself missing (none), or that it was not built. */
+static const char* reason(const char* name, int plugins, const char* syslib) {
+  static char buf[4][256];
+  static int next = 0;
+  char* b = buf[next++ % 4];
+  if (!built(name)) {
+    snprintf(b, 256, "built without");
+  } else if (plugins) {
+    snprintf(b, 256, "/opt/ina/lib/libina-%s.so: %s", name, syslib);
+  } else {
+    snprintf(b, 256, "/opt/ina/lib/libina-%s.so: cannot open shared object file", name);
+  }
+  return b;
+}
+
 int main(int argc, char** argv) {
-  if (argc < 4) {
-    fprintf(stderr, "usage: %s <aggregator host:port> <store port> <all|none> [lib.so ...]\n", argv[0]);
+  if (argc < 5) {
+    fprintf(stderr, "usage: %s <aggregator host:port> <store port> <all|none> <built> [lib.so ...]\n",
+            argv[0]);
     return 2;
   }
   const char* aggregator = argv[1];
   const char* store_port = argv[2];
   const int plugins = strcmp(argv[3], "all") == 0;
+  g_built = argv[4];
 
   /* Kernel UDP, in-network. */
   ina_comm_t* comm = create(aggregator);
@@ -116,9 +148,9 @@ int main(int argc, char** argv) {
   /* INA_HOST_TRANSPORT=verbs: the verbs plugin, or libibverbs, cannot be loaded. */
   setenv("INA_HOST_TRANSPORT", "verbs", 1);
   {
-    const char* n[] = {"INA_HOST_TRANSPORT=verbs", "libina-verbs.so",
-                       plugins ? "/opt/ina/lib/libina-verbs.so: libibverbs.so.1: cannot open shared object file"
-                               : "libina-verbs.so: cannot open shared object file",
+    const char* n[] = {"INA_HOST_TRANSPORT=verbs",
+                       built("verbs") ? "libina-verbs.so" : "rdma",
+                       reason("verbs", plugins, "libibverbs.so.1: cannot open shared object file"),
                        NULL};
     expect_create_error("verbs", aggregator, n);
   }
@@ -130,19 +162,15 @@ int main(int argc, char** argv) {
   setenv("INA_TRANSPORT", "dpdk", 1);
   setenv("INA_DPDK_ARGS", "--no-huge -m 64 --no-shconf --no-pci --vdev=net_null0", 1);
   {
-    const char* n[] = {"INA_TRANSPORT=dpdk", "libina-dpdk.so",
-                       plugins ? "/opt/ina/lib/libina-dpdk.so: librte_"
-                               : "/opt/ina/lib/libina-dpdk.so: cannot open shared object file",
-                       "cannot open shared object file", NULL};
+    const char* n[] = {"INA_TRANSPORT=dpdk", built("dpdk") ? "libina-dpdk.so" : "dpdk",
+                       reason("dpdk", plugins, "librte_"), NULL};
     expect_create_error("dpdk", "127.0.0.1:47474", n);
   }
   setenv("INA_TRANSPORT", "xdp", 1);
   setenv("INA_XDP_IFACE", "lo", 1);
   {
-    const char* n[] = {"INA_TRANSPORT=xdp", "libina-xdp.so",
-                       plugins ? "/opt/ina/lib/libina-xdp.so: libxdp.so.1"
-                               : "/opt/ina/lib/libina-xdp.so: cannot open shared object file",
-                       "cannot open shared object file", NULL};
+    const char* n[] = {"INA_TRANSPORT=xdp", built("xdp") ? "libina-xdp.so" : "xdp",
+                       reason("xdp", plugins, "libxdp.so.1: cannot open shared object file"), NULL};
     expect_create_error("xdp", "127.0.0.1:47474", n);
   }
   unsetenv("INA_TRANSPORT");
@@ -151,10 +179,16 @@ int main(int argc, char** argv) {
   const char* why = NULL;
   CHECK(ina_cuda_available(&why) == 0);
   fprintf(stderr, "cuda: %s\n", why ? why : "(null)");
-  check_contains("cuda", why, plugins ? "cuda" : "libina-cuda.so");
-  if (!plugins) check_contains("cuda", why, "cannot open shared object file");
+  if (!built("cuda")) {
+    check_contains("cuda", why, "built without CUDA");
+  } else if (plugins) {
+    check_contains("cuda", why, "cuda"); /* the plugin loaded: the runtime finds no driver */
+  } else {
+    check_contains("cuda", why, "cannot load the CUDA plugin libina-cuda.so");
+    check_contains("cuda", why, "/opt/ina/lib/libina-cuda.so: cannot open shared object file");
+  }
 
-  for (int i = 4; i < argc; ++i) {
+  for (int i = 5; i < argc; ++i) {
     void* h = dlopen(argv[i], RTLD_NOW | RTLD_LOCAL);
     if (h == NULL) {
       fprintf(stderr, "dlopen %s: %s\n", argv[i], dlerror());

@@ -108,18 +108,22 @@ def stop(proc):
         proc.wait()
 
 
-def run(root, port, extra, plugins):
+def run(root, port, extra, plugins, built):
     def enter():
         os.chroot(root)
         os.chdir("/")
 
     env = {"LD_LIBRARY_PATH": "/opt/ina/lib", "PATH": "/opt/ina/bin", "INA_LOG_LEVEL": "warn"}
     args = ["/opt/ina/bin/minimal_root_program", "127.0.0.1:%d" % port, str(free_port()),
-            "all" if plugins else "none"] + ["/opt/ina/lib/" + os.path.basename(e) for e in extra]
+            "all" if plugins else "none", ",".join(built) or "-"]
+    args += ["/opt/ina/lib/" + os.path.basename(e) for e in extra]
     try:
         return subprocess.run(args, env=env, preexec_fn=enter, timeout=60).returncode
-    except PermissionError as e:
-        skip("chroot: %s" % e)
+    except subprocess.TimeoutExpired:
+        print("minimal_root_program did not finish within 60 s")
+        return 1
+    except (PermissionError, subprocess.SubprocessError) as e:
+        skip("cannot chroot into %s: %s" % (root, e))
 
 
 def main():
@@ -130,6 +134,8 @@ def main():
     if os.geteuid() != 0:
         skip("needs root to chroot into a root without DPDK, rdma-core, libxdp and CUDA")
     base = locate_base(program)
+    built = sorted(m.group(1) for m in (re.fullmatch(r"libina-([a-z]+)\.so", f)
+                                        for f in os.listdir(plugin_dir)) if m)
     failures = 0
     for plugins in (True, False):
         label = "with every plugin, without their system libraries" if plugins else "without plugins"
@@ -137,7 +143,7 @@ def main():
         port_file = os.path.join(tempfile.gettempdir(), "ina-minroot-%d.port" % os.getpid())
         agg, port = start_aggregator(aggregator, port_file)
         try:
-            rc = run(root, port, extra, plugins)
+            rc = run(root, port, extra, plugins, built)
         finally:
             stop(agg)
             os.unlink(port_file)
