@@ -8,8 +8,9 @@ namespace ina {
 namespace worker {
 namespace {
 
-[[maybe_unused]] Status not_built(const char* what, const char* how) {
-  return invalid_argument(std::string(what) + ": this libina was built without it (" + how + ")");
+[[maybe_unused]] Status not_built(const char* what, const char* feature, const char* how) {
+  return invalid_argument(std::string(what) + ": this libina was built without " + feature + " (" +
+                          how + ")");
 }
 
 }  // namespace
@@ -22,7 +23,7 @@ Result<std::unique_ptr<Transport>> create_dpdk_transport(const DpdkTransportOpti
   return api->create(o);
 #else
   (void)o;
-  return not_built("INA_TRANSPORT=dpdk", "meson -Ddpdk=enabled, libdpdk-dev");
+  return not_built("INA_TRANSPORT=dpdk", "DPDK", "meson -Ddpdk=enabled, libdpdk-dev");
 #endif
 }
 
@@ -34,7 +35,7 @@ Result<std::unique_ptr<Transport>> create_xdp_transport(const XdpTransportOption
   return api->create(o);
 #else
   (void)o;
-  return not_built("INA_TRANSPORT=xdp", "meson -Dxdp=enabled, libxdp-dev libbpf-dev");
+  return not_built("INA_TRANSPORT=xdp", "AF_XDP", "meson -Dxdp=enabled, libxdp-dev libbpf-dev");
 #endif
 }
 
@@ -47,7 +48,8 @@ Result<std::unique_ptr<host::Context>> connect_verbs_mesh(host::Store& store, in
   return api->connect(store, rank, size, o);
 #else
   (void)store, (void)rank, (void)size, (void)o;
-  return not_built("INA_HOST_TRANSPORT=verbs", "meson -Drdma=enabled, libibverbs-dev");
+  return not_built("INA_HOST_TRANSPORT=verbs", "RDMA verbs",
+                   "meson -Drdma=enabled, libibverbs-dev");
 #endif
 }
 
