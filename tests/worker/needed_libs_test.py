@@ -8,8 +8,9 @@
   mpi:PATH      the same plus the MPI library (libina-mpi.so)
   nodeps:PATH   no DPDK, rdma-core, libxdp/libbpf or CUDA library in NEEDED (the torch extension,
                 which needs torch's own libraries)
-  plugin:PATH   a transport plugin: exports ina_plugin_entry only, and carries no log level of its
-                own (protocol/log.cc's g_level absent: its logging is libina's)
+  plugin:PATH   a transport plugin: exports ina_plugin_entry only, imports no ina:: symbol (it
+                reaches libina through the PluginHost table and the objects passed in), and
+                carries no log level of its own (protocol/log.cc's g_level absent)
 
 Reads the dynamic section with readelf -d and the symbols with nm. Before the transports became
 plugins, libina.so listed librte_*.so.23, libibverbs.so.1, libxdp.so.1, libbpf.so.1 and
@@ -37,6 +38,12 @@ def exports(path):
     out = subprocess.run(["nm", "-D", "--defined-only", path], capture_output=True, text=True,
                          check=True).stdout
     return [line.split()[-1] for line in out.splitlines() if line.strip()]
+
+
+def imports(path):
+    out = subprocess.run(["nm", "-D", "-C", "--undefined-only", path], capture_output=True,
+                         text=True, check=True).stdout
+    return [line.split(None, 1)[-1] for line in out.splitlines() if "ina::" in line]
 
 
 def symbols(path):
@@ -67,6 +74,9 @@ def main():
             ex = exports(path)
             if ex != ["ina_plugin_entry"]:
                 failures.append("%s exports %s, expected ina_plugin_entry only" % (path, ex))
+            imp = imports(path)
+            if imp:
+                failures.append("%s imports libina symbols %s" % (path, imp))
             syms = symbols(path)
             if "ina::log::(anonymous namespace)::g_level" in syms:
                 failures.append("%s carries its own log level (protocol/log.cc linked in)" % path)

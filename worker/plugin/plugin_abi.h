@@ -29,7 +29,9 @@
 // at attach, so INA_LOG_LEVEL and log::set_level act on plugin messages too. Per-transport state
 // (the EAL, DpdkPort, the CUDA driver handle of GPUDirect, the CUDA runtime) lives in its plugin
 // only: one copy per process. Objects a plugin creates are destroyed through their virtual
-// destructors, i.e. by plugin code; plugins are never unloaded.
+// destructors, i.e. by plugin code; plugins are never unloaded. A plugin imports no libina
+// symbol: libina's objects it is given (the rendezvous host::Store, Config, option structs) are
+// reached through their virtual functions or plain fields, logging through PluginHost.
 #pragma once
 
 #include <cstdint>
