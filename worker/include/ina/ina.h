@@ -17,6 +17,9 @@
  *   INA_TIMEOUT_MS               deadline of one collective (default 30000)
  *   INA_RETRANSMIT_US            first retransmission timeout (default 2000, doubles, capped)
  *   INA_LOG_LEVEL                error, warn, info (default) or debug
+ *   INA_PLUGIN_DIR               the folder of the optional transports' plugins (libina-dpdk.so,
+ *                                libina-xdp.so, libina-verbs.so, libina-cuda.so), loaded when
+ *                                asked for; default: beside libina.so, then by name (ld.so)
  *   INA_STORE=host:port          rendezvous of the host TCP mesh, the port required (else
  *                                MASTER_ADDR and MASTER_PORT); rank 0 serves it. Without it: no
  *                                host mesh, so no fallback and no host collectives below.
@@ -33,8 +36,9 @@
  *                                float32, rounded once); not more precise in general (README)
  *   INA_ALGO=ring|hd|tree        host AllReduce algorithm (default: a cost model picks)
  *   INA_HOST_TRANSPORT=auto|tcp|verbs  the host mesh's transport: auto (default) RDMA verbs when
- *                                libina has the rdma feature and the machine an RDMA device,
- *                                else TCP; verbs without them fails naming the reason
+ *                                libina has the rdma feature, libina-verbs.so loads and the
+ *                                machine has an RDMA device, else TCP; verbs without them fails
+ *                                naming the reason
  *   INA_VERBS_DEVICE=name[:port], INA_VERBS_GID_INDEX=n  the verbs device, port and GID index
  *   INA_DEVICE_CHUNK_ELEMS       device buffers: elements per staged chunk (default 512 blocks,
  *                                rounded up to whole blocks)
