@@ -2,6 +2,7 @@
 #include "worker/plugin/plugin_loader.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <unistd.h>
 
 #include <cinttypes>
@@ -122,7 +123,11 @@ Result<const PluginHeader*> load(const char* name, const std::string& what,
       }
     }
   }
-  // dlinfo would give the path the linker chose; the name tried is enough for messages.
+  // Found by name: the path the dynamic linker chose, for the messages.
+  if (link_map* lm = nullptr; path == file && dlinfo(handle, RTLD_DI_LINKMAP, &lm) == 0 &&
+                              lm != nullptr && lm->l_name != nullptr && *lm->l_name != '\0') {
+    path = lm->l_name;
+  }
   using Entry = const PluginHeader* (*)();
   auto entry = reinterpret_cast<Entry>(dlsym(handle, "ina_plugin_entry"));
   if (entry == nullptr) {
