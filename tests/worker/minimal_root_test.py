@@ -9,7 +9,9 @@ plugin at all. In each, minimal_root_program (chroot'ed there, LD_LIBRARY_PATH=/
 kernel-UDP AllReduce against an ina-aggregator running outside the root on loopback, an AllReduce
 on the host mesh over TCP, and checks that INA_TRANSPORT=dpdk|xdp and INA_HOST_TRANSPORT=verbs fail
 naming the transport, the plugin and dlerror()'s reason, that ina_cuda_available says why the
-device path is off, and that the further libraries given (libnccl-net-ina.so) load.
+device path is off, and that the further libraries given (libnccl-net-ina.so, libina-mpi.so) load
+with dlopen. Their own dependencies outside the base (libmpi's closure) are copied into the root
+too, and must not include DPDK, rdma-core, libxdp/libbpf or CUDA.
 
 Before libina's transports became plugins, libina.so needed librte_*, libibverbs, libxdp, libbpf
 and libcudart: the program could not start in such a root (exit 127). Needs root (chroot): exits
@@ -25,6 +27,19 @@ import tempfile
 import time
 
 BASE = ["libc.so.6", "libstdc++.so.6", "libm.so.6", "libgcc_s.so.1"]
+OPTIONAL = re.compile(r"(librte_|libibverbs|libmlx|librdmacm|libxdp|libbpf|libcuda|libcudart|"
+                      r"libnvidia)")
+
+
+def closure(lib):
+    """The libraries `lib` loads beyond the base ones (ldd), as name -> path."""
+    out = subprocess.run(["ldd", lib], capture_output=True, text=True, check=True).stdout
+    deps = {}
+    for line in out.splitlines():
+        m = re.match(r"\s*(\S+) => (/\S+)", line)
+        if m and m.group(1) not in BASE:
+            deps[m.group(1)] = m.group(2)
+    return deps
 
 
 def skip(why):
@@ -76,6 +91,12 @@ def make_root(base, program, libina, plugin_dir, plugins, extra):
                 shutil.copy2(os.path.join(plugin_dir, f), lib + "/" + f)
     for e in extra:
         shutil.copy2(e, lib + "/" + os.path.basename(e))
+        for name, path in closure(e).items():
+            if OPTIONAL.match(name):
+                sys.exit("%s needs %s (%s): it must not need an optional transport's library"
+                         % (e, name, path))
+            if not os.path.exists(lib + "/" + name):
+                shutil.copy2(os.path.realpath(path), lib + "/" + name)
     shutil.copy2(program, root + "/opt/ina/bin/minimal_root_program")
     return root
 
