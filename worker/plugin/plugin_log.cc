@@ -32,9 +32,9 @@ Level level() {
   return h != nullptr ? h->log_level() : Level::kWarn;
 }
 
-void set_level(Level) {}  // libina's level rules: a plugin does not set it
-
-bool parse_level(const char*, Level*) { return false; }
+// set_level and parse_level are left out on purpose: plugin code that called them would pull
+// protocol/log.cc (a second level) into the plugin, and the link fails on level() and write()
+// defined twice instead.
 
 void write(Level l, const char* component, const char* fmt, ...) {
   char buf[1024];
