@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
   std::string controller;
   app.add_option("--controller", controller, "register with ina-controller at host:port")
       ->check(host_port);
-  auto* advertise_opt =
+  [[maybe_unused]] auto* advertise_opt =  // read by the DPDK backend only
       app.add_option("--advertise", agent.advertise_host,
                      "address workers use to reach this aggregator (dpdk: default --ip)")
           ->capture_default_str();
