@@ -38,6 +38,17 @@
 // one-block-ahead exponent scan reads block i + W' while sending block i, before block i + W' was
 // sent, so before its output could be written.
 //
+// A dead aggregator: its host answers our datagrams with ICMP port unreachable, which the kernel
+// UDP transport counts as refusals. Refusals during a collective and no datagram from the
+// aggregator for kRefusedSilence end the collective at once with Unavailable (the communicator
+// redoes it on the host path when the fallback is armed), instead of waiting for the deadline,
+// which stays for aggregators that are alive but silent and for ranks that are missing. An
+// aggregator that is alive answers every retransmission (a result or its contributor bitmap), so
+// silence with refusals is not what a slow job looks like. Joining, the same holds after
+// kRefusedJoin of refusals with no answer at all (longer: an aggregator may start a little after
+// its ranks), so a dead or mistyped aggregator, and the probe that asks whether a lost one is
+// back, fail within a second instead of the join's whole deadline.
+//
 // Loss: each outstanding round has a retransmission timer; when it fires the kept packet goes out
 // again flagged RETRANSMIT and the timer doubles (up to kMaxBackoff times the configured one).
 // A new round's timer starts from an adaptive timeout, max(configured, SRTT + 4 RTTVAR) over the
@@ -138,6 +149,12 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
   for (;;) {
     Clock::time_point now = Clock::now();
     if (now >= deadline) break;
+    if (!heard_ && now - start >= kRefusedJoin && transport_->refusals() != refusals0) {
+      return unavailable(who + ": the aggregator refused every datagram for " +
+                         std::to_string(kRefusedJoin.count()) +
+                         " ms (ICMP port unreachable: nothing listens at its port; is it running, "
+                         "and is INA_AGGREGATOR's port right?)");
+    }
     const auto wait = std::chrono::ceil<std::chrono::microseconds>(std::min(due, deadline) - now);
     INA_ASSIGN_OR_RETURN(size_t n, transport_->recv_batch(rx_, wait));
     for (size_t i = 0; i < n; ++i) {
@@ -302,6 +319,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   }
   INA_RETURN_IF_ERROR(flush());
 
+  Clock::time_point last_rx = start;  // when a datagram last came from the aggregator
   while (c.rounds_left > 0) {
     Clock::time_point now = Clock::now();
     if (now >= deadline) return deadline_status(cfg_.timeout);
@@ -310,6 +328,11 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
     INA_ASSIGN_OR_RETURN(size_t n, transport_->recv_batch(rx_, wait));
     for (size_t i = 0; i < n; ++i) INA_RETURN_IF_ERROR(on_datagram(rx_[i]));
     now = Clock::now();
+    if (n > 0) {
+      last_rx = now;
+    } else if (now - last_rx >= kRefusedSilence && transport_->refusals() != refusals_at_start_) {
+      return gone_status(now - last_rx);
+    }
     // A full batch means more datagrams are waiting: results may be among them, so timers are
     // checked only once the receive queue is drained. Otherwise a rank that was descheduled for a
     // few milliseconds wakes up to expired timers and resends blocks whose results sit unread in
@@ -672,6 +695,13 @@ std::string IncEngine::missing_ranks_text(const std::vector<uint32_t>& bitmap) c
 std::string IncEngine::refused_note(uint64_t refusals_at_start) const {
   if (transport_->refusals() <= refusals_at_start) return {};
   return "; aggregator " + transport_->peer_name() + " refused (no process listening?)";
+}
+
+Status IncEngine::gone_status(Clock::duration silent) const {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
+  return unavailable(describe_collective() + ": aggregator " + transport_->peer_name() +
+                     " is gone: it refused our datagrams (ICMP port unreachable: nothing listens "
+                     "at its port) and sent nothing for " + std::to_string(ms) + " ms");
 }
 
 Status IncEngine::deadline_status(std::chrono::milliseconds limit) const {

@@ -37,6 +37,11 @@ class IncEngine {
  public:
   // Retransmission timeouts double from cfg.retransmit up to this multiple of it.
   static constexpr uint32_t kMaxBackoff = 64;
+  // Refusals (ICMP port unreachable) and this long without a datagram from the aggregator: it is
+  // gone, the collective ends with Unavailable before its deadline (see inc_engine.cc).
+  static constexpr std::chrono::milliseconds kRefusedSilence{50};
+  // The same while joining, with nothing heard from the aggregator since the first HELLO.
+  static constexpr std::chrono::milliseconds kRefusedJoin{1000};
 
   // `cfg` must be valid (Config::validate). The engine owns the transport.
   IncEngine(const Config& cfg, std::unique_ptr<Transport> transport);
@@ -144,6 +149,7 @@ class IncEngine {
   // " (behind tree leaf 1)" from a leaf's tree note in the last missing report; empty without.
   std::string tree_note_text() const;
   std::string refused_note(uint64_t refusals_at_start) const;
+  Status gone_status(Clock::duration silent) const;
   bool in_collective(BlockSeq seq) const;
   void remember_missing(const wire::PacketView& pv, wire::ErrorReason reason);
 

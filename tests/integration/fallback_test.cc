@@ -9,6 +9,9 @@
 //   ExactHostOnlyMatchesInNetwork  the same inputs in-network, then host only (exact mode): the
 //                               outputs are byte for byte the same (NaN blocks, 16-bit types,
 //                               MIN/MAX and int32 included); float mode stays within a tolerance.
+//   AggregatorSigkilledMovesToTheHostPathBeforeTheDeadline  the aggregator is SIGKILLed during a
+//                               4 MiB collective at the default 30 s deadline: the port's ICMP
+//                               refusals move it to the host path within seconds, exact.
 //   AggregatorBackReturnsInNetwork  the aggregator is stopped, the ranks fall back, a new one
 //                               starts on the same port: the probe (backoff from 1 s) brings every
 //                               rank back in-network, results exact throughout.
@@ -191,6 +194,82 @@ TEST(Fallback, AggregatorKilledMidStream) {
   std::fprintf(stderr, "stream of %zu collectives with the aggregator killed: %.2f s\n",
                cases.size(), std::chrono::duration<double>(Clock::now() - t0).count());
   munmap(mem, sizeof(Shared));
+}
+
+// ---- the aggregator SIGKILLed: the collective in flight moves to the host path at once ----
+
+// Issue 16: at the default deadline (30 s) the collective in flight used to wait the whole
+// deadline although loopback answered the dead port with ICMP port unreachable at once. Refusals
+// plus silence now end it as Unavailable, and the host path redoes it (exact mode: same bits).
+struct SharedKill {
+  ina::testing::KillDuringCollective kill;  // at collective kKillAtFast
+  double ms[4][kWorld];                     // each rank's time of collectives 0..3
+  int host_path[4][kWorld];
+};
+constexpr int kKillAtFast = 1;
+
+TEST(Fallback, AggregatorSigkilledMovesToTheHostPathBeforeTheDeadline) {
+  AggregatorProcess agg;
+  ASSERT_EQ(agg.start(kWorld), "");
+  const uint16_t store_port = ina::testing::free_loopback_port();
+  ASSERT_NE(store_port, 0);
+  void* mem = mmap(nullptr, sizeof(SharedKill), PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* sh = new (mem) SharedKill();
+  // 1 Mi floats (4 MiB) per collective: still in flight 3 ms after the ranks start it.
+  const Case big{ina::DType::kFloat32, ina::ReduceOp::kSum, size_t{1} << 20};
+  auto body = [&](int rank) -> int {
+    ina::Config cfg = worker_config(rank, agg.port, store_port);
+    cfg.timeout = 30000ms;  // the default deadline
+    cfg.retransmit = 2000us;
+    auto comm = ina::Communicator::create(cfg);
+    if (!comm.ok()) {
+      std::fprintf(stderr, "rank %d: create: %s\n", rank, comm.status().to_string().c_str());
+      return 2;
+    }
+    for (int ci = 0; ci < 4; ++ci) {
+      sh->kill.before(static_cast<size_t>(ci), kKillAtFast);
+      std::vector<uint8_t> out;
+      const auto t0 = Clock::now();
+      const ina::Status s = run_case(**comm, big, ci, rank, &out);
+      sh->ms[ci][rank] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      if (!s.ok()) {
+        std::fprintf(stderr, "rank %d: collective %d: %s\n", rank, ci, s.to_string().c_str());
+        return 3;
+      }
+      sh->host_path[ci][rank] = (*comm)->on_host_path() ? 1 : 0;
+      if (!first_difference(out, model_of(big, ci), 4).empty()) {
+        std::fprintf(stderr, "rank %d: collective %d differs from the model\n", rank, ci);
+        return 4;
+      }
+    }
+    return 0;
+  };
+  auto sigkill = [&] {
+    kill(agg.pid, SIGKILL);
+    waitpid(agg.pid, nullptr, 0);
+    agg.pid = -1;
+    return 0;
+  };
+  auto parent = [&] { return sh->kill.kill(kWorld, kKillAtFast, sigkill, "aggregator"); };
+  EXPECT_EQ(run_workers(body, parent, 90s), "");
+  double worst = 0;
+  double host = 0;  // the same collective on the host path alone (collective 3)
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(sh->host_path[0][r], 0) << "rank " << r;
+    EXPECT_EQ(sh->host_path[2][r], 1) << "rank " << r;
+    // The collective the kill hit, or (had it finished first) the next one, which finds the
+    // port refused; a bound of seconds against the 30 s deadline, not a timing of the figure.
+    worst = std::max({worst, sh->ms[kKillAtFast][r], sh->ms[kKillAtFast + 1][r]});
+    host = std::max(host, sh->ms[3][r]);
+  }
+  std::fprintf(stderr,
+               "aggregator SIGKILLed: the slowest rank's collective took %.0f ms, the same "
+               "collective on the host path %.0f ms\n",
+               worst, host);
+  EXPECT_LT(worst, host + 3000.0) << "the deadline is 30000 ms";
+  munmap(mem, sizeof(SharedKill));
 }
 
 // ---- the aggregator comes back: the probe returns the job in-network ----
