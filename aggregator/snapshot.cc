@@ -18,7 +18,11 @@ AggregatorSnapshot engine_snapshot(const Engine& e, uint64_t now_ns, uint64_t st
     j.ranks.assign(rc.begin(), rc.end());
     const auto rt = e.rank_telemetry(cfg.job);
     j.telemetry.assign(rt.begin(), rt.end());
-    if (with_ranking) j.straggler_ranking = e.straggler_ranking(cfg.job);
+    j.loss = e.loss_window(cfg.job, now_ns);
+    if (with_ranking) {
+      j.straggler_ranking = e.straggler_ranking(cfg.job);
+      j.lost_ranking = rank_by_lost_time(j.loss, e.straggler_options());
+    }
     j.stalled = e.stalled_slots(cfg.job, now_ns, stall_ns);
     s.jobs.push_back(std::move(j));
   }
@@ -61,11 +65,13 @@ AggregatorSnapshot merge_snapshots(const std::vector<AggregatorSnapshot>& parts,
         t.last += u.last;
         for (size_t b = 0; b < kLagBuckets; ++b) t.lag_hist[b] += u.lag_hist[b];
       }
+      m.loss.add(j.loss);
       m.stalled.insert(m.stalled.end(), j.stalled.begin(), j.stalled.end());
     }
   }
   for (JobSnapshot& j : out.jobs) {
     j.straggler_ranking = rank_stragglers(j.telemetry);
+    j.lost_ranking = rank_by_lost_time(j.loss);
     std::stable_sort(j.stalled.begin(), j.stalled.end(),
                      [](const StalledSlot& a, const StalledSlot& b) { return a.age_ns > b.age_ns; });
     if (j.stalled.size() > max_stalled) j.stalled.resize(max_stalled);
