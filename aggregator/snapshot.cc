@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "ina/protocol/log.h"
+
 namespace ina::agg {
 
 AggregatorSnapshot engine_snapshot(const Engine& e, uint64_t now_ns, uint64_t stall_ns,
@@ -79,6 +81,15 @@ AggregatorSnapshot merge_snapshots(const std::vector<AggregatorSnapshot>& parts,
   std::sort(out.jobs.begin(), out.jobs.end(),
             [](const JobSnapshot& a, const JobSnapshot& b) { return a.cfg.job < b.cfg.job; });
   return out;
+}
+
+void warn_stragglers(StragglerAlarm& alarm, const AggregatorSnapshot& s, uint64_t now) {
+  for (const JobSnapshot& j : s.jobs) {
+    for (const std::string& line :
+         alarm.check(j.cfg.job, j.cfg.first_rank(), j.lost_ranking, j.loss.span_ns, now)) {
+      INA_WARN("straggler", "%s", line.c_str());
+    }
+  }
 }
 
 }  // namespace ina::agg

@@ -51,4 +51,8 @@ AggregatorSnapshot engine_snapshot(const Engine& e, uint64_t now_ns, uint64_t st
 AggregatorSnapshot merge_snapshots(const std::vector<AggregatorSnapshot>& parts,
                                    size_t max_stalled = 16);
 
+// Logs (warn) the named stragglers of `s` that `alarm` lets through at `now` (rate-limited per
+// job and rank). Called by the backends when they publish, never on the packet path.
+void warn_stragglers(StragglerAlarm& alarm, const AggregatorSnapshot& s, uint64_t now);
+
 }  // namespace ina::agg

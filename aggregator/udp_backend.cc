@@ -595,6 +595,7 @@ void UdpAggregator::publish() {
   s.send_errors = impl_->c.send_errors;
   s.unroutable = impl_->c.unroutable;
   s.job_errors = job_errors_;
+  warn_stragglers(straggler_alarm_, s, now);
   std::lock_guard<std::mutex> g(shared_mu_);
   published_ = std::move(s);
 }

@@ -1,16 +1,20 @@
 // ina-ctl: the command-line client of ina-controller's API.
 //
-//   ina-ctl [--controller host:port] aggregators | jobs | job ID | drain ID [--off] |
+//   ina-ctl [--controller host:port] aggregators | jobs | job ID [--json] | drain ID [--off] |
 //           remove-job ID | admit NAME --world N [--rank R] [--slots S] [--shards K] | metrics
 //
 // Prints the controller's JSON (or text) answer; exits 1 with the error on a failed request.
 // `jobs` and `job` show each job's shape (flat, tree, sharded), its placements (aggregator, role,
 // slot range, a leaf's ranks and parent), re-placements, idle time and an expired job's reason.
+// `job` then prints the stragglers by time lost with their causes, and for a tree the path from
+// the root to the worst leaf and its worst rank, as text (`--json`: the JSON only).
 #include <cstdio>
 #include <string>
 
 #include <CLI/CLI.hpp>
 #include <httplib.h>
+
+#include "controller/straggler_report.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ina-ctl: query and operate ina-controller"};
@@ -22,6 +26,8 @@ int main(int argc, char** argv) {
   auto* job = app.add_subcommand("job", "one job's state and telemetry (stragglers, stalled slots)");
   uint32_t job_id = 0;
   job->add_option("id", job_id, "job id")->required();
+  bool json_only = false;
+  job->add_flag("--json", json_only, "the JSON only, without the straggler summary after it");
   auto* drain = app.add_subcommand("drain", "stop placing jobs on an aggregator");
   std::string agg_id;
   bool off = false;
@@ -82,5 +88,10 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::fputs(res->body.c_str(), res->status == 200 ? stdout : stderr);
+  if (job->parsed() && res->status == 200 && !json_only) {
+    // The straggler ranking with causes, as text after the JSON (issue 21).
+    const auto o = nlohmann::json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+    if (o.is_object()) std::fputs(ina::ctl::straggler_report(o).c_str(), stdout);
+  }
   return res->status == 200 ? 0 : 1;
 }
