@@ -85,6 +85,15 @@ std::vector<RankVerdict> rank_by_lost_time(const LossWindow& w, const StragglerO
   // min_share holds at N = 8 and scales as 1/N (twice the fair share at the default), capped
   // halfway between the fair share and everything (so that N = 2 can name a rank).
   const double share_floor = n > 0 ? std::min(o.min_share * 8.0 / nd, (1.0 + 1.0 / nd) / 2.0) : 1.0;
+  auto median = [&w](uint64_t RankLoss::*m) -> uint64_t {
+    std::vector<uint64_t> v;
+    for (const RankLoss& l : w.ranks) v.push_back(l.*m);
+    if (v.empty()) return 0;
+    std::nth_element(v.begin(), v.begin() + static_cast<std::ptrdiff_t>(v.size() / 2), v.end());
+    return v[v.size() / 2];
+  };
+  const uint64_t med_rtx = median(&RankLoss::retransmits_added);
+  const uint64_t med_resent = median(&RankLoss::resent_completed);
   for (size_t r = 0; r < n; ++r) {
     RankVerdict& v = out[r];
     const RankLoss& l = w.ranks[r];
@@ -106,9 +115,11 @@ std::vector<RankVerdict> rank_by_lost_time(const LossWindow& w, const StragglerO
     const uint64_t lossy = l.lost_ns[static_cast<size_t>(LagCause::kLoss)] +
                            l.lost_ns[static_cast<size_t>(LagCause::kReturn)];
     if (lossy > start && lossy > link) {
-      v.cause = l.retransmits_added > 0 && l.retransmits_added * 4 >= l.resent_completed
-                    ? LagCause::kLoss
-                    : LagCause::kReturn;
+      // Every rank resends some completed rounds (spurious timeouts): what counts is the excess
+      // over the job's median rank.
+      const uint64_t rtx = l.retransmits_added > med_rtx ? l.retransmits_added - med_rtx : 0;
+      const uint64_t resent = l.resent_completed > med_resent ? l.resent_completed - med_resent : 0;
+      v.cause = rtx > 0 && rtx * 4 >= resent ? LagCause::kLoss : LagCause::kReturn;
     } else {
       v.cause = link > start ? LagCause::kLink : LagCause::kStart;
     }
@@ -132,6 +143,9 @@ void LossTracker::reset(uint32_t nranks, const StragglerOptions& o) {
   nranks_ = nranks;
   cur_ = 0;
   collective_seq_ = 0;
+  last_rank_ = 0;
+  last_t_ = other_t_ = 0;
+  gap_ewma_ns_ = 0;
   state_.assign(nranks, RankState{});
   epochs_.assign(opts_.epochs, Epoch{});
   loss_.assign(size_t{opts_.epochs} * nranks, RankLoss{});
@@ -171,28 +185,45 @@ void LossTracker::on_resent_completed(uint32_t rank, uint64_t now) {
   state_[rank].return_pending = true;
 }
 
+void LossTracker::on_arrival(uint32_t rank, uint64_t now) {
+  if (!active()) return;
+  RankState& s = state_[rank];
+  constexpr uint64_t kGapCap = 500'000;  // longer: between bursts, not a rank's usual spacing
+  if (s.prev_arrival != 0 && now >= s.prev_arrival && now - s.prev_arrival < kGapCap) {
+    gap_ewma_ns_ += (static_cast<double>(now - s.prev_arrival) - gap_ewma_ns_) / 64.0;
+  }
+  s.prev_arrival = now;
+  if (rank != last_rank_) {
+    other_t_ = last_t_;
+    last_rank_ = rank;
+  }
+  last_t_ = now;
+}
+
 void LossTracker::on_completion(uint32_t rank, uint64_t now, uint64_t second, bool retransmit) {
   if (!active()) return;
   rotate(now);
   RankState& s = state_[rank];
-  const uint64_t from = std::max(second, s.held_until);
+  const uint64_t other = last_rank_ != rank ? last_t_ : other_t_;  // any other rank's last
+  const uint64_t from = std::max({second, s.held_until, other});
   if (now > from) {
     const uint64_t x = now - from;
-    if (second >= s.held_until) {  // not joined to its previous hold-up: a new one
+    const bool joined = from == s.held_until && s.held_until != 0;
+    if (!joined) {  // a new hold-up: how it started decides its cause
       s.episode_ns = 0;
       s.episode_counted = false;
+      const bool silent = s.prev_arrival == 0 || s.prev_arrival <= from;
+      s.episode_cause = !silent           ? LagCause::kLink
+                        : s.return_pending ? LagCause::kReturn
+                                           : LagCause::kStart;
     }
-    LagCause c;
+    LagCause c = s.episode_cause;
     if (retransmit) {
       c = LagCause::kLoss;
-    } else if (s.return_pending) {
-      c = LagCause::kReturn;
-    } else {
-      const uint64_t silent =
-          s.prev_arrival == 0 || s.prev_arrival > now ? std::numeric_limits<uint64_t>::max()
-                                                      : now - s.prev_arrival;
-      const uint64_t hold = now > second ? now - second : 0;
-      c = silent >= hold - hold / 2 ? LagCause::kStart : LagCause::kLink;
+    } else if (joined && s.prev_arrival != 0 && now > s.prev_arrival &&
+               static_cast<double>(now - s.prev_arrival) > 1.5 * gap_ewma_ns_ &&
+               s.prev_arrival >= from) {
+      c = LagCause::kLink;  // sending, but further apart than the job's ranks usually are
     }
     RankLoss& l = cur(rank);
     l.lost_ns[static_cast<size_t>(c)] += x;
@@ -209,8 +240,8 @@ void LossTracker::on_completion(uint32_t rank, uint64_t now, uint64_t second, bo
         ++l.collectives;
       }
     }
+    s.held_until = now;
   }
-  s.held_until = std::max(s.held_until, now);
   s.return_pending = false;
 }
 

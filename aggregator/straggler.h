@@ -1,24 +1,27 @@
 // Straggler location by lost time (issue 21): which rank held the job up, how often, by how much
 // and why. Pure logic: no I/O, no clock (the caller passes arrival times), no locks.
 //
-// What is measured. When a round (slot copy) completes, the rank whose contribution came last held
-// every rank up from the next-to-last arrival until its own: that interval is time the job lost to
-// it. One late rank holds up many rounds at once (a late start delays its whole window), so a
-// rank's lost time is the union of its intervals, not their sum: each completion adds only the
-// part after the end of the rank's previous interval. The amounts are kept per rank and per cause
+// What is measured. When a round (slot copy) completes, the rank L whose contribution came last
+// held the job up since the later of the next-to-last contribution and the last contribution of
+// any other rank to any round (until then the others were still sending: the job was not
+// waiting). One late rank holds up many rounds at once, so its lost time is the union of these
+// intervals: each completion adds only the part after the end of L's previous one. A collective
+// whose rank starts D late thus costs D, not D per block. The amounts are kept per rank and cause
 // in a ring of epochs (each at most `epoch_ns` long and `epoch_collectives` collectives): the
 // window is the last `epochs` of them (defaults: 10 s and about 1000 collectives), plus
 // cumulative totals for counters.
 //
-// Cause of each added amount, from what the aggregator sees of the last rank L at time t:
-//   loss   L's completing contribution was a retransmission: its first copy never came (a lossy
-//          link, or so late that L timed out);
-//   return L had resent DATA of a round that had already completed, since its previous
-//          completion: it had not received that result (a lossy or slow return path);
-//   start  L was silent for at least half of the round's hold-up (t - L's previous arrival >=
-//          (t - next-to-last arrival) / 2): it sent late, compute or host side;
-//   link   otherwise: L's packets kept arriving during the hold-up but behind the others', i.e.
-//          they were queued on the way (bandwidth).
+// Cause of each added amount, from what the aggregator sees of L. A hold-up (episode: a run of
+// joined amounts) starts either with L silent (its previous contribution arrived before the
+// interval began) or with L sending:
+//   loss   L's completing contribution was a retransmission: its first copy never came;
+//   return the hold-up started with L silent after L had resent DATA of a round that had already
+//          completed: it was waiting for a result that did not reach it (return path);
+//   start  the hold-up started with L silent otherwise: it sent late (compute or host side);
+//   link   the hold-up started with L sending, or L's packets came more than 1.5x further apart
+//          than the job's usual spacing (an EWMA over every rank's gaps below 500 us): they were
+//          queued on the way (bandwidth).
+// The other amounts of a hold-up keep its cause.
 // A collective, as the aggregator sees it, is a busy period: from a round starting while none is
 // in flight until no round is in flight again (collectives that overlap count as one).
 //
@@ -104,8 +107,9 @@ struct RankVerdict {
 
 // Ranks of `w` worst first: named ones by lost time, then the others by lost time (ties by rank).
 // The main cause is the largest of start, link and loss+return, the last called loss when the
-// rank's own retransmissions filled rounds (its uplink dropped too) at least a quarter as often
-// as it resent completed rounds, return otherwise.
+// rank's retransmissions that filled rounds (its uplink dropped too) are at least a quarter of
+// its resends of completed rounds, both counted in excess of the job's median rank (every rank
+// resends some on spurious timeouts), return otherwise.
 std::vector<RankVerdict> rank_by_lost_time(const LossWindow& w, const StragglerOptions& o = {});
 
 // Per job: the hot-path recorder (fixed memory after reset; no allocation, no lock per call).
@@ -115,7 +119,7 @@ class LossTracker {
   void reset(uint32_t nranks, const StragglerOptions& o = {});
   bool active() const { return nranks_ > 1; }
   // Every accepted contribution of `rank` at `now` (after on_completion for a completing one).
-  void on_arrival(uint32_t rank, uint64_t now) { state_[rank].prev_arrival = now; }
+  void on_arrival(uint32_t rank, uint64_t now);
   // A round started with no round in flight.
   void on_collective_start(uint64_t now);
   // A contribution that came in a retransmission (its first copy had not arrived).
@@ -135,6 +139,7 @@ class LossTracker {
     uint64_t episode_collective = 0;  // collective of its last counted episode (+1; 0: none)
     bool episode_counted = false;
     bool return_pending = false;
+    LagCause episode_cause = LagCause::kStart;
   };
   struct Epoch {
     uint64_t start = 0;  // 0: unused
@@ -148,6 +153,11 @@ class LossTracker {
   uint32_t nranks_ = 0;
   uint32_t cur_ = 0;
   uint64_t collective_seq_ = 0;
+  // The last two accepted contributions of different ranks (the last of "any other rank").
+  uint32_t last_rank_ = 0;
+  uint64_t last_t_ = 0;
+  uint64_t other_t_ = 0;
+  double gap_ewma_ns_ = 0;  // the job's usual gap between a rank's contributions
   std::vector<RankState> state_;
   std::vector<Epoch> epochs_;
   std::vector<RankLoss> loss_;  // epochs * nranks
