@@ -80,6 +80,13 @@ def set_loss_percent(topo, host, percent):
         raise RuntimeError(f"nft on {host.name}: {r.stderr.strip()}")
 
 
+def parse_size(text):
+    """'64K' -> 65536 (K, M, G: powers of 1024)."""
+    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+    t = text.strip().upper()
+    return int(float(t[:-1]) * mult[t[-1]]) if t and t[-1] in mult else int(t)
+
+
 def run_trial(topo, args, kind, victim, rng):
     build = os.path.abspath(args.build_dir)
     agg_bin = os.path.join(build, "aggregator", "ina-aggregator")
@@ -94,7 +101,7 @@ def run_trial(topo, args, kind, victim, rng):
         for w in workers:
             if w.index == victim:
                 shape(topo, w, args.rate_mbit / 2, args.burst)
-            elif not args.shape_victim_only:
+            elif args.shape_all:
                 shape(topo, w, args.rate_mbit, args.burst)
     elif kind == "loss":
         set_loss_percent(topo, workers[victim], 1)
@@ -174,12 +181,14 @@ def main(argv=None):
     ap.add_argument("--delay-percent", type=float, default=10)
     ap.add_argument("--delay-min-us", type=int, default=1000)
     ap.add_argument("--delay-max-us", type=int, default=5000)
-    ap.add_argument("--rate-mbit", type=float, default=400,
-                    help="every worker uplink's rate for kind link (the straggler: half)")
-    ap.add_argument("--shape-victim-only", action="store_true",
-                    help="kind link: leave the other uplinks unshaped (--rate-mbit is then the "
-                         "rate they reach unshaped)")
-    ap.add_argument("--burst", default="64kb", help="tbf burst")
+    ap.add_argument("--rate-mbit", type=float, default=0,
+                    help="kind link: the full rate; the straggler's uplink gets half of it "
+                         "(0: calibrate: the rate one rank reaches in a trial without a fault)")
+    ap.add_argument("--shape-all", action="store_true",
+                    help="kind link: shape the other uplinks to --rate-mbit too (default: only "
+                         "the straggler's, to half the rate the others reach)")
+    ap.add_argument("--burst", default="16kb",
+                    help="tbf burst (well below one collective, so the shaping paces packets)")
     ap.add_argument("--hog", type=int, default=0, help="CPU hogs beside the job")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--trial-timeout", type=float, default=120)
@@ -213,6 +222,14 @@ def main(argv=None):
             p = subprocess.Popen([sys.executable, "-c", "while 1: pass"])
             hogs.append(p)
         try:
+            if "link" in kinds and args.rate_mbit <= 0:
+                # What one rank reaches without a fault: payload plus ~5% headers on the wire.
+                r = run_trial(t, args, "none", -1, rng)
+                size = parse_size(args.size)
+                args.rate_mbit = round((args.iters + 5) * size * 8 * 1.05 / r["wall_s"] / 1e6, 1)
+                print(f"# calibration: {r['wall_s']} s without a fault -> full rate "
+                      f"{args.rate_mbit} Mbit/s, the slow link {args.rate_mbit / 2} Mbit/s",
+                      flush=True)
             for i, kind in enumerate(schedule):
                 if args.time_budget > 0 and time.time() - start > args.time_budget:
                     print(f"# time budget spent: {i} of {len(schedule)} trials run", flush=True)

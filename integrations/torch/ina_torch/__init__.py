@@ -7,10 +7,12 @@ AllReduce runs in-network through the aggregator named by INA_AGGREGATOR=host:po
 libina's host fallback); without INA_AGGREGATOR every collective runs on libina's host TCP mesh.
 The other collectives always run on the host mesh. libina's INA_* variables apply (INA_JOB,
 INA_TIMEOUT_MS, INA_BLOCK_ELEMS, ...). Ranks meet through PyTorch's own store.
+INA_STRAGGLER_REPORT=1: rank 0 prints the aggregator's straggler ranking at exit (stragglers.py).
 """
 import torch.distributed as _dist
 
 from . import _C
+from . import stragglers as _stragglers
 
 __all__ = ["BACKEND", "stats", "create_process_group"]
 
@@ -24,6 +26,8 @@ def stats(group=None):
         group = _dist.distributed_c10d._get_default_group()
     return _C.stats(group)
 
+
+_stragglers.install()
 
 if BACKEND.upper() not in _dist.Backend._plugins:
     _dist.Backend.register_backend(BACKEND, _C.create_process_group)
