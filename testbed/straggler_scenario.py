@@ -21,7 +21,7 @@ the end) run beside the job for the whole run. Prints one line per trial and a t
 writes the trials. Needs root, ip, nft and tc (exit 77 with the reason otherwise).
 
   testbed/straggler_scenario.py --build-dir build --trials 20 [--kinds start,link,loss]
-      [--ranks 8] [--hog 2] [--json out.json]
+      [--ranks 8] [--iters 1500] [--hog 1] [--json out.json]
 """
 import argparse
 import json
@@ -176,7 +176,7 @@ def main(argv=None):
     ap.add_argument("--trials", type=int, default=20, help="trials per kind")
     ap.add_argument("--kinds", default=",".join(KINDS))
     ap.add_argument("--size", default="64K", help="bytes per AllReduce")
-    ap.add_argument("--iters", type=int, default=300, help="collectives per trial")
+    ap.add_argument("--iters", type=int, default=1500, help="collectives per trial")
     ap.add_argument("--window", type=int, default=128, help="slots (ina-bench --window)")
     ap.add_argument("--delay-percent", type=float, default=10)
     ap.add_argument("--delay-min-us", type=int, default=1000)
