@@ -145,6 +145,7 @@ void LossTracker::reset(uint32_t nranks, const StragglerOptions& o) {
   collective_seq_ = 0;
   last_rank_ = 0;
   last_t_ = other_t_ = 0;
+  last_completion_ = 0;
   gap_ewma_ns_ = 0;
   state_.assign(nranks, RankState{});
   epochs_.assign(opts_.epochs, Epoch{});
@@ -168,6 +169,13 @@ void LossTracker::rotate(uint64_t now) {
 void LossTracker::on_collective_start(uint64_t now) {
   if (!active()) return;
   rotate(now);
+  // A pipeline that drains for a moment inside a collective is not a new one: a new collective
+  // follows an idle gap longer than a few of the ranks' usual packet spacings.
+  const double idle_min = std::max(static_cast<double>(opts_.collective_gap_ns), 4.0 * gap_ewma_ns_);
+  if (last_completion_ != 0 && now >= last_completion_ &&
+      static_cast<double>(now - last_completion_) < idle_min) {
+    return;
+  }
   ++collective_seq_;
   ++epochs_[cur_].collectives;
 }
@@ -243,6 +251,7 @@ void LossTracker::on_completion(uint32_t rank, uint64_t now, uint64_t second, bo
     s.held_until = now;
   }
   s.return_pending = false;
+  last_completion_ = now;
 }
 
 LossWindow LossTracker::window(uint64_t now) const {

@@ -23,7 +23,8 @@
 //          queued on the way (bandwidth).
 // The other amounts of a hold-up keep its cause.
 // A collective, as the aggregator sees it, is a busy period: from a round starting while none is
-// in flight until no round is in flight again (collectives that overlap count as one).
+// in flight, after the job was idle at least collective_gap_ns and 4 of its usual packet gaps,
+// until no round is in flight again (collectives that overlap count as one).
 //
 // Which ranks are named. Under the null hypothesis (noise spread over all ranks), each lost
 // amount x_i is as likely to fall on any of the N ranks. A rank's lost time S_r then has mean X/N
@@ -57,6 +58,8 @@ struct StragglerOptions {
   uint64_t epoch_collectives = 100;    // ... or after this many collectives
   uint32_t epochs = 10;                // the window: the last this many epochs
   uint64_t episode_floor_ns = 100'000; // a hold-up shorter than this is not an episode
+  uint64_t collective_gap_ns = 20'000; // idle at least this long (and 4 usual packet gaps)
+                                       // before a round starts a new collective
   double alpha = 1e-3;                 // false naming rate of the test, for the whole job
   double min_share = 0.25;             // of everyone's lost time (for N >= 8, see the .cc)
   uint32_t min_episodes = 3;
@@ -158,6 +161,7 @@ class LossTracker {
   uint64_t last_t_ = 0;
   uint64_t other_t_ = 0;
   double gap_ewma_ns_ = 0;  // the job's usual gap between a rank's contributions
+  uint64_t last_completion_ = 0;
   std::vector<RankState> state_;
   std::vector<Epoch> epochs_;
   std::vector<RankLoss> loss_;  // epochs * nranks

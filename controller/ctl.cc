@@ -1,13 +1,16 @@
 // ina-ctl: the command-line client of ina-controller's API.
 //
-//   ina-ctl [--controller host:port] aggregators | jobs | job ID [--json] | drain ID [--off] |
+//   ina-ctl [--controller host:port] aggregators | jobs | job ID [--stragglers] | drain ID [--off] |
 //           remove-job ID | admit NAME --world N [--rank R] [--slots S] [--shards K] | metrics
 //
 // Prints the controller's JSON (or text) answer; exits 1 with the error on a failed request.
 // `jobs` and `job` show each job's shape (flat, tree, sharded), its placements (aggregator, role,
 // slot range, a leaf's ranks and parent), re-placements, idle time and an expired job's reason.
-// `job` then prints the stragglers by time lost with their causes, and for a tree the path from
-// the root to the worst leaf and its worst rank, as text (`--json`: the JSON only).
+// On a terminal `job` then prints the stragglers by time lost with their causes, and for a tree
+// the path from the root to the worst leaf and its worst rank, as text (`--stragglers`: that
+// text only, also into a pipe; a pipe otherwise gets the JSON alone).
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 
@@ -26,8 +29,10 @@ int main(int argc, char** argv) {
   auto* job = app.add_subcommand("job", "one job's state and telemetry (stragglers, stalled slots)");
   uint32_t job_id = 0;
   job->add_option("id", job_id, "job id")->required();
-  bool json_only = false;
-  job->add_flag("--json", json_only, "the JSON only, without the straggler summary after it");
+  bool stragglers_only = false;
+  job->add_flag("--stragglers", stragglers_only,
+                "the straggler ranking as text only (default: the JSON, and the text after it "
+                "when stdout is a terminal)");
   auto* drain = app.add_subcommand("drain", "stop placing jobs on an aggregator");
   std::string agg_id;
   bool off = false;
@@ -87,11 +92,14 @@ int main(int argc, char** argv) {
                  httplib::to_string(res.error()).c_str());
     return 1;
   }
-  std::fputs(res->body.c_str(), res->status == 200 ? stdout : stderr);
-  if (job->parsed() && res->status == 200 && !json_only) {
-    // The straggler ranking with causes, as text after the JSON (issue 21).
+  if (!(job->parsed() && stragglers_only && res->status == 200)) {
+    std::fputs(res->body.c_str(), res->status == 200 ? stdout : stderr);
+  }
+  if (job->parsed() && res->status == 200 && (stragglers_only || isatty(STDOUT_FILENO) != 0)) {
+    // The straggler ranking with causes as text (issue 21); a pipe gets the JSON alone.
     const auto o = nlohmann::json::parse(res->body, nullptr, /*allow_exceptions=*/false);
-    if (o.is_object()) std::fputs(ina::ctl::straggler_report(o).c_str(), stdout);
+    const std::string text = o.is_object() ? ina::ctl::straggler_report(o) : std::string{};
+    std::fputs(text.empty() ? "no telemetry for this job yet\n" : text.c_str(), stdout);
   }
   return res->status == 200 ? 0 : 1;
 }

@@ -94,14 +94,14 @@ struct Sim {
         tracker.on_arrival(e.rank, e.t);
       }
       for (uint32_t r = 0; r < ranks; ++r) {
-        ready[r] = done + 5'000;
+        ready[r] = done + 50'000;
         if (lost_result[r]) {
           // It waits one RTO for the result, resends the block's DATA, gets the result.
           tracker.on_resent_completed(r, done + rto);
-          ready[r] = done + rto + 5'000;
+          ready[r] = done + rto + 50'000;
         }
       }
-      t0 = done + 5'000;
+      t0 = done + 50'000;
     }
     if (end_ns != nullptr) *end_ns = t0;
     return tracker.window(t0);
