@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "controller/http_bind.h"
 #include "ina/protocol/log.h"
 
 namespace ina::agg {
@@ -221,6 +222,8 @@ Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body) {
   return want;
 }
 
+// The per-job label is ina_job, not job: Prometheus sets "job" on every scraped series itself (the
+// scrape job's name) and renames a target's own "job" label to "exported_job".
 std::string prometheus_text(const AggregatorSnapshot& s) {
   std::ostringstream m;
   auto counter = [&](const char* name, const char* help, uint64_t v) {
@@ -240,18 +243,18 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
   m << "# HELP ina_aggregator_job_packets_total Packets per job (key checked).\n"
        "# TYPE ina_aggregator_job_packets_total counter\n";
   for (const JobSnapshot& j : s.jobs) {
-    m << "ina_aggregator_job_packets_total{job=\"" << j.cfg.job << "\"} " << j.counters.packets << "\n";
+    m << "ina_aggregator_job_packets_total{ina_job=\"" << j.cfg.job << "\"} " << j.counters.packets << "\n";
   }
   m << "# HELP ina_aggregator_job_completed_total Completed rounds per job.\n"
        "# TYPE ina_aggregator_job_completed_total counter\n";
   for (const JobSnapshot& j : s.jobs) {
-    m << "ina_aggregator_job_completed_total{job=\"" << j.cfg.job << "\"} " << j.counters.completed
+    m << "ina_aggregator_job_completed_total{ina_job=\"" << j.cfg.job << "\"} " << j.counters.completed
       << "\n";
   }
   m << "# HELP ina_aggregator_job_bad_key_total Packets naming the job with a wrong key.\n"
        "# TYPE ina_aggregator_job_bad_key_total counter\n";
   for (const JobSnapshot& j : s.jobs) {
-    m << "ina_aggregator_job_bad_key_total{job=\"" << j.cfg.job << "\"} " << j.counters.bad_key
+    m << "ina_aggregator_job_bad_key_total{ina_job=\"" << j.cfg.job << "\"} " << j.counters.bad_key
       << "\n";
   }
   m << "# HELP ina_aggregator_rank_lag_seconds Lag of a rank's contribution behind the round's "
@@ -259,7 +262,7 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
   for (const JobSnapshot& j : s.jobs) {
     for (size_t r = 0; r < j.telemetry.size(); ++r) {
       const RankTelemetry& t = j.telemetry[r];
-      const std::string labels = "job=\"" + std::to_string(j.cfg.job) + "\",rank=\"" +
+      const std::string labels = "ina_job=\"" + std::to_string(j.cfg.job) + "\",rank=\"" +
                                  std::to_string(j.cfg.first_rank() + r) + "\"";
       uint64_t cum = 0;
       for (size_t b = 0; b + 1 < kLagBuckets; ++b) {
@@ -279,7 +282,7 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
        "# TYPE ina_aggregator_rank_completed_last_total counter\n";
   for (const JobSnapshot& j : s.jobs) {
     for (size_t r = 0; r < j.telemetry.size(); ++r) {
-      m << "ina_aggregator_rank_completed_last_total{job=\"" << j.cfg.job << "\",rank=\""
+      m << "ina_aggregator_rank_completed_last_total{ina_job=\"" << j.cfg.job << "\",rank=\""
         << j.cfg.first_rank() + r << "\"} " << j.telemetry[r].last << "\n";
     }
   }
@@ -287,7 +290,7 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
        "worst).\n# TYPE ina_aggregator_straggler_position gauge\n";
   for (const JobSnapshot& j : s.jobs) {
     for (size_t i = 0; i < j.straggler_ranking.size(); ++i) {
-      m << "ina_aggregator_straggler_position{job=\"" << j.cfg.job << "\",rank=\""
+      m << "ina_aggregator_straggler_position{ina_job=\"" << j.cfg.job << "\",rank=\""
         << j.cfg.first_rank() + j.straggler_ranking[i] << "\"} " << i << "\n";
     }
   }
@@ -315,7 +318,7 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
   m << "# HELP ina_aggregator_stalled_slots Rounds waiting longer than the stall threshold.\n"
        "# TYPE ina_aggregator_stalled_slots gauge\n";
   for (const JobSnapshot& j : s.jobs) {
-    m << "ina_aggregator_stalled_slots{job=\"" << j.cfg.job << "\"} " << j.stalled.size() << "\n";
+    m << "ina_aggregator_stalled_slots{ina_job=\"" << j.cfg.job << "\"} " << j.stalled.size() << "\n";
   }
   m << "# HELP ina_aggregator_stalled_missing Stalled rounds that lack this rank.\n"
        "# TYPE ina_aggregator_stalled_missing gauge\n";
@@ -325,7 +328,7 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
       for (uint32_t r : st.missing) ++per_rank[r];
     }
     for (const auto& [r, n] : per_rank) {
-      m << "ina_aggregator_stalled_missing{job=\"" << j.cfg.job << "\",rank=\"" << r << "\"} " << n
+      m << "ina_aggregator_stalled_missing{ina_job=\"" << j.cfg.job << "\",rank=\"" << r << "\"} " << n
         << "\n";
     }
   }
@@ -430,15 +433,15 @@ Result<std::unique_ptr<ControlAgent>> ControlAgent::start(const AgentOptions& op
       for (const JobSnapshot& j : snap().jobs) out.push_back(telemetry(j));
       res.set_content(out.dump(2) + "\n", "application/json");
     });
-    m.http_port = opts.http_port == 0 ? m.http->bind_to_any_port(opts.http_bind)
-                                      : (m.http->bind_to_port(opts.http_bind, opts.http_port)
-                                             ? opts.http_port
-                                             : -1);
-    if (m.http_port <= 0) {
-      return unavailable("agent: cannot bind HTTP " + opts.http_bind + ":" +
-                         std::to_string(opts.http_port));
-    }
+    INA_ASSIGN_OR_RETURN(m.http_port,
+                         http::bind_exclusive(*m.http, opts.http_bind, opts.http_port,
+                                              "agent: --http-port"));
     m.http_thread = std::thread([&m] { m.http->listen_after_bind(); });
+    // httplib's stop() does nothing before the accept loop runs, so an agent destroyed right
+    // after start() would wait for its HTTP thread forever: wait for the loop (bounded).
+    for (int i = 0; i < 2000 && !m.http->is_running(); ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
   if (!opts.controller_host.empty()) m.hb_thread = std::thread([&m] { m.heartbeat_loop(); });
   return a;

@@ -163,6 +163,10 @@ int main(int argc, char** argv) {
   app.add_option("--dup-percent", opts.dup_percent, "test hook: duplicate received datagrams")
       ->check(CLI::Range(0.0, 100.0));
   app.add_option("--seed", opts.seed, "seed of the test hooks")->capture_default_str();
+  bool check_config = false;
+  app.add_flag("--check-config", check_config,
+               "check the arguments (as a service's ExecStart would pass them), print what would "
+               "be served and exit 0 without binding anything (non-zero on a bad argument)");
   app.add_option("--log-level", log_level, "error, warn, info or debug (default: INA_LOG_LEVEL)")
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
 
@@ -335,6 +339,12 @@ int main(int argc, char** argv) {
       d.http_port_file = http_port_file;
     }
 #endif
+    if (check_config) {
+      std::printf("ina-aggregator: configuration ok: backend dpdk, port %s, ip %s, UDP port %u, %s\n",
+                  dpdk_port.c_str(), dpdk_ip.c_str(), unsigned{opts.port},
+                  managed ? "jobs from the controller" : ("job " + std::to_string(job.job)).c_str());
+      return 0;
+    }
     return ina::agg::run_dpdk_aggregator(d, g_stop);
 #else
     std::fprintf(stderr, "ina-aggregator: --backend dpdk: built without DPDK (-Ddpdk=enabled "
@@ -364,6 +374,12 @@ int main(int argc, char** argv) {
     opts.max_block_elems = static_cast<uint16_t>(block);
   }
 #endif
+  if (check_config) {
+    std::printf("ina-aggregator: configuration ok: backend udp, %s:%u, %s\n", opts.bind_host.c_str(),
+                unsigned{opts.port},
+                managed ? "jobs from the controller" : ("job " + std::to_string(job.job)).c_str());
+    return 0;
+  }
   auto agg = ina::agg::UdpAggregator::create(opts, jobs);
   if (!agg.ok()) {
     std::fprintf(stderr, "ina-aggregator: %s\n", agg.status().to_string().c_str());

@@ -465,13 +465,21 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
   a->fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   if (a->fd_ < 0) return errno_status("udp: socket", errno);
   const int one = 1;
-  (void)setsockopt(a->fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  // No SO_REUSEADDR (on UDP it lets a second socket bind the port and take its unicast traffic)
+  // and no SO_REUSEPORT: a second aggregator on a busy port must fail here, not start silently.
   grow_socket_buffer(a->fd_, SO_RCVBUFFORCE, SO_RCVBUF);
   grow_socket_buffer(a->fd_, SO_SNDBUFFORCE, SO_SNDBUF);
 
   INA_ASSIGN_OR_RETURN(sockaddr_in sa, resolve_ipv4(opts.bind_host, opts.port));
   if (::bind(a->fd_, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
-    return errno_status("udp: bind " + format_addr(sa), errno);
+    const int err = errno;
+    if (err == EADDRINUSE) {
+      return Status(StatusCode::kUnavailable,
+                    "udp: bind " + format_addr(sa) + ": UDP port " + std::to_string(opts.port) +
+                        " is already in use (another ina-aggregator?); stop it or choose another "
+                        "--port");
+    }
+    return errno_status("udp: bind " + format_addr(sa), err);
   }
   socklen_t sl = sizeof sa;
   if (::getsockname(a->fd_, reinterpret_cast<sockaddr*>(&sa), &sl) != 0) {

@@ -17,10 +17,12 @@
 #include <CLI/CLI.hpp>
 #include <httplib.h>
 
+#include "ina_config.h"
 #include "controller/straggler_report.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ina-ctl: query and operate ina-controller"};
+  app.set_version_flag("--version", "ina-ctl " INA_VERSION);
   std::string controller = "127.0.0.1:47480";
   app.add_option("--controller", controller, "controller host:port")->capture_default_str();
   app.require_subcommand(1);

@@ -15,6 +15,7 @@
 #include <CLI/CLI.hpp>
 
 #include "controller/server.h"
+#include "ina_config.h"
 
 namespace {
 std::atomic<bool> g_stop{false};
@@ -23,6 +24,7 @@ void on_signal(int) { g_stop.store(true); }
 
 int main(int argc, char** argv) {
   CLI::App app{"ina-controller: aggregator registry, job admission, API and metrics"};
+  app.set_version_flag("--version", "ina-controller " INA_VERSION);
   ina::ctl::ServerOptions opts;
   std::string port_file;
   app.add_option("--bind", opts.bind, "address to listen on")->capture_default_str();
@@ -46,7 +48,16 @@ int main(int argc, char** argv) {
                  "crashed trainer never releases it), freeing its slots; 0: never")
       ->check(CLI::Range(int64_t{0}, int64_t{30} * 24 * 3600 * 1000))
       ->capture_default_str();
+  bool check_config = false;
+  app.add_flag("--check-config", check_config,
+               "check the arguments (as a service's ExecStart would pass them) and exit 0 without "
+               "binding or writing anything (non-zero on a bad argument)");
   CLI11_PARSE(app, argc, argv);
+  if (check_config) {
+    std::printf("ina-controller: configuration ok: %s:%u, state file %s\n", opts.bind.c_str(),
+                unsigned{opts.port}, opts.state_file.empty() ? "none" : opts.state_file.c_str());
+    return 0;
+  }
 
   struct sigaction sa {};
   sa.sa_handler = on_signal;
@@ -71,11 +82,18 @@ int main(int argc, char** argv) {
   }
   std::printf("ina-controller listening on %s:%u\n", opts.bind.c_str(), unsigned{s.port()});
   std::fflush(stdout);
-  std::thread watcher([&s] {
+  // httplib's stop() does nothing before run()'s accept loop starts: a SIGTERM right at start
+  // (systemctl stop) is repeated until run() has returned.
+  std::atomic<bool> served{false};
+  std::thread watcher([&s, &served] {
     while (!g_stop.load()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    s.stop();
+    while (!served.load()) {
+      s.stop();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
   });
   const ina::Status st = s.run();
+  served.store(true);
   g_stop.store(true);
   watcher.join();
   if (!st.ok()) {

@@ -24,19 +24,22 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
-#include <fstream>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
 #include <thread>
 
+#include "controller/http_bind.h"
 #include "controller/state.h"
+#include "controller/state_file.h"
+#include "ina/protocol/log.h"
 
 namespace ina::ctl {
 namespace {
 
 using json = nlohmann::json;
+constexpr const char* kComponent = "controller";
 
 Millis now_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -196,23 +199,43 @@ struct ControllerServer::Impl {
               [this] { return rng(); }),
         rng(std::random_device{}()) {}
 
-  // Called with mu held.
+  // Called with mu held. A failed write is logged at error level (the first at once, then at most
+  // one line per kPersistLogEvery with the count of those not logged) and counted in /metrics;
+  // the next successful write says so.
+  static constexpr Millis kPersistLogEvery = 10000;
+  uint64_t persist_failures = 0;
+  uint64_t persist_unlogged = 0;
+  Millis persist_logged_at = 0;
+  bool persist_logged_any = false;
   void persist() {
     if (opts.state_file.empty()) return;
-    const std::string tmp = opts.state_file + ".tmp";
-    {
-      std::ofstream f(tmp, std::ios::trunc);
-      f << state.to_json();
-      if (!f.good()) {
-        persist_error = "cannot write " + tmp;
-        return;
+    const Status st = write_file_atomic(opts.state_file, state.to_json());
+    if (st.ok()) {
+      if (!persist_error.empty()) {
+        INA_INFO(kComponent, "--state-file %s written again (%llu failed writes since start)",
+                 opts.state_file.c_str(), static_cast<unsigned long long>(persist_failures));
       }
-    }
-    if (std::rename(tmp.c_str(), opts.state_file.c_str()) != 0) {
-      persist_error = "cannot rename " + tmp;
+      persist_error.clear();
       return;
     }
-    persist_error.clear();
+    persist_error = st.message();
+    ++persist_failures;
+    const Millis now = now_ms();
+    if (persist_logged_any && now - persist_logged_at < kPersistLogEvery) {
+      ++persist_unlogged;
+      return;
+    }
+    const std::string unlogged =
+        persist_unlogged == 0 ? std::string{}
+                              : " (" + std::to_string(persist_unlogged) +
+                                    " more failed writes since the last message)";
+    INA_ERROR(kComponent,
+              "--state-file %s: %s; a restart would lose the changes since the last good "
+              "write%s",
+              opts.state_file.c_str(), persist_error.c_str(), unlogged.c_str());
+    persist_unlogged = 0;
+    persist_logged_at = now;
+    persist_logged_any = true;
   }
 
   void routes();
@@ -461,28 +484,22 @@ std::string ControllerServer::Impl::metrics() {
          "Jobs expired after the idle TTL without packets.", state.expired_total);
   single(m, "ina_controller_job_idle_ttl_seconds", "gauge", "The idle TTL (0: jobs never expire).",
          static_cast<double>(opts.job_idle_ttl_ms) / 1e3);
+  // Admission latency: one series per answer kind and no unlabelled total next to them, so that
+  // sum() over the family is the true total.
   family(m, "ina_controller_admission_seconds", "summary",
-         "Server-side admission latency by answer.");
-  double sum = 0;
-  uint64_t count = 0;
-  double worst = 0;
+         "Server-side admission latency (request parsed to answer built) by answer kind.");
   for (int k = 0; k < 4; ++k) {
     m << "ina_controller_admission_seconds_sum{kind=\"" << kAdmitKinds[k] << "\"} "
       << admit_seconds_sum[k] << "\n"
       << "ina_controller_admission_seconds_count{kind=\"" << kAdmitKinds[k] << "\"} "
       << admit_count[k] << "\n";
-    sum += admit_seconds_sum[k];
-    count += admit_count[k];
-    worst = std::max(worst, admit_seconds_max[k]);
   }
-  m << "ina_controller_admission_seconds_sum " << sum << "\n"
-    << "ina_controller_admission_seconds_count " << count << "\n";
-  family(m, "ina_controller_admission_seconds_max", "gauge", "Slowest admission by answer.");
+  family(m, "ina_controller_admission_max_seconds", "gauge",
+         "Slowest server-side admission since start by answer kind.");
   for (int k = 0; k < 4; ++k) {
-    m << "ina_controller_admission_seconds_max{kind=\"" << kAdmitKinds[k] << "\"} "
+    m << "ina_controller_admission_max_seconds{kind=\"" << kAdmitKinds[k] << "\"} "
       << admit_seconds_max[k] << "\n";
   }
-  m << "ina_controller_admission_seconds_max " << worst << "\n";
   single(m, "ina_controller_heartbeats_total", "counter", "Aggregator heartbeats received.",
          heartbeats);
   family(m, "ina_controller_free_slots", "gauge", "Free slots per aggregator.");
@@ -490,7 +507,11 @@ std::string ControllerServer::Impl::metrics() {
     m << "ina_controller_free_slots{aggregator=\"" << id << "\"} " << state.free_slots(id) << "\n";
   }
   single(m, "ina_controller_persist_ok", "gauge",
-         "1 when the state file was last written successfully.", persist_error.empty() ? 1 : 0);
+         "1 when the last write of the state file succeeded (or none is configured).",
+         persist_error.empty() ? 1 : 0);
+  single(m, "ina_controller_persist_failures_total", "counter",
+         "Failed writes of the state file (each also logged at error level, rate-limited).",
+         persist_failures);
   return m.str();
 }
 
@@ -506,26 +527,24 @@ Result<std::unique_ptr<ControllerServer>> ControllerServer::create(const ServerO
   s->impl_ = std::make_unique<Impl>(opts);
   Impl& m = *s->impl_;
   if (!opts.state_file.empty()) {
-    std::ifstream f(opts.state_file);
-    if (f) {
-      std::stringstream text;
-      text << f.rdbuf();
-      const Status st = m.state.from_json(text.str(), now_ms());
+    // A file that exists but cannot be read is an error (starting empty would overwrite it).
+    Result<std::string> text = read_state_file(opts.state_file);
+    if (text.ok()) {
+      const Status st = m.state.from_json(*text, now_ms());
       if (!st.ok()) {
-        return Status(st.code(), "state file " + opts.state_file + ": " + st.message());
+        return Status(st.code(), "--state-file " + opts.state_file + ": " + st.message());
       }
+    } else if (text.status().code() != StatusCode::kNotFound) {
+      return Status(text.status().code(), "--state-file: " + text.status().message());
     }
+    // Refuse to start when the file cannot be written: the controller would serve, and a
+    // restart would lose every job admitted since.
+    const Status st = write_file_atomic(opts.state_file, m.state.to_json());
+    if (!st.ok()) return Status(st.code(), "--state-file " + opts.state_file + ": " + st.message());
   }
   m.routes();
   m.http.set_read_timeout(5, 0);
-  if (opts.port == 0) {
-    m.port = m.http.bind_to_any_port(opts.bind);
-  } else {
-    m.port = m.http.bind_to_port(opts.bind, opts.port) ? opts.port : -1;
-  }
-  if (m.port <= 0) {
-    return unavailable("cannot bind " + opts.bind + ":" + std::to_string(opts.port));
-  }
+  INA_ASSIGN_OR_RETURN(m.port, http::bind_exclusive(m.http, opts.bind, opts.port, "--port"));
   return s;
 }
 

@@ -278,6 +278,9 @@ enum {
   BENCH_REC_READY = 4,  /* the rank is connected (rendezvous done) */
 };
 
+/* Counters in a BENCH_REC_STATS record. */
+#define BENCH_STATS 12
+
 /* Fixed-size record (< PIPE_BUF, so writes of concurrent children do not interleave). */
 typedef struct {
   int32_t kind;        /* BENCH_REC_* */
@@ -286,7 +289,7 @@ typedef struct {
   int32_t ok;          /* 1: every collective of this size succeeded */
   double time_us;      /* average time of one collective */
   int64_t wrong;       /* elements outside the bound (-1: not checked) */
-  uint64_t stats[8];   /* BENCH_REC_STATS: tool-specific counters */
+  uint64_t stats[BENCH_STATS]; /* BENCH_REC_STATS: tool-specific counters */
   char msg[256];       /* failure message */
 } bench_record;
 

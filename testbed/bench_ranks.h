@@ -33,7 +33,7 @@ struct SizeRow {
 
 struct Collected {
   std::vector<SizeRow> rows;
-  std::vector<std::array<uint64_t, 8>> stats;  // per rank (BENCH_REC_STATS)
+  std::vector<std::array<uint64_t, BENCH_STATS>> stats;  // per rank (BENCH_REC_STATS)
   std::vector<bool> have_stats;
   std::vector<std::string> failures;  // "rank r: message"
   bool protocol_error = false;        // a truncated record
@@ -93,7 +93,7 @@ inline void collect(int fd, int ranks, int nsizes,
                     const std::function<void()>& on_all_ready = nullptr) {
   int ready = 0;
   out->rows.assign(static_cast<size_t>(nsizes), SizeRow{});
-  out->stats.assign(static_cast<size_t>(ranks), std::array<uint64_t, 8>{});
+  out->stats.assign(static_cast<size_t>(ranks), std::array<uint64_t, BENCH_STATS>{});
   out->have_stats.assign(static_cast<size_t>(ranks), false);
   int next = 0;
   for (;;) {
@@ -204,7 +204,7 @@ inline void report_ready(int fd, int rank) {
   (void)bench_write_record(fd, &rec);
 }
 
-inline void report_stats(int fd, int rank, const std::array<uint64_t, 8>& stats) {
+inline void report_stats(int fd, int rank, const std::array<uint64_t, BENCH_STATS>& stats) {
   bench_record rec;
   std::memset(&rec, 0, sizeof rec);
   rec.kind = BENCH_REC_STATS;

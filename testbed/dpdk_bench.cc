@@ -56,6 +56,7 @@
 #include "ina/protocol/wire.h"
 #include "testbed/dpdk_bench_common.h"
 #include "testbed/dpdk_bench_memif.h"
+#include "ina_config.h"
 
 namespace {
 
@@ -413,6 +414,7 @@ std::string self_exe(const char* argv0) {
 int main(int argc, char** argv) {
   CLI::App app{"ina-dpdk-bench: the DPDK aggregator loop vs dpdk-testpmd forwarding, over "
                "net_memif (two processes) and an in-process net_ring"};
+  app.set_version_flag("--version", "ina-dpdk-bench " INA_VERSION);
   std::vector<uint16_t> sizes = {64, 256, 1024};
   double seconds = 1.0;
   uint32_t world = 4;

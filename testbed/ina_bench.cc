@@ -59,6 +59,7 @@
 #include "ina/protocol/types.h"
 #include "worker/config_internal.h"
 #include "worker/host/socket.h"
+#include "ina_config.h"
 
 namespace {
 
@@ -278,7 +279,7 @@ using Reporter = std::function<bool(int k, const SizeOutcome&)>;  // false: stop
 // Runs the sweep on one rank; returns true when every collective succeeded and nothing was wrong.
 // Failures are printed to stderr when `print_failures` (otherwise the reporter passes them on).
 bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size_t>& sizes,
-               bool print_failures, const Reporter& report) {
+               bool print_failures, const Reporter& report, uint64_t* elements = nullptr) {
   const size_t esize = ina::dtype_size(o.dtype);
   const size_t max_bytes = sizes.empty() ? 0 : sizes.back();
   // Cache-line aligned buffers, as a framework's tensors would be.
@@ -311,6 +312,8 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
       if (!st.ok()) {
         res.ok = false;
         res.msg = "warmup " + o.coll + " of " + std::to_string(bytes) + " B: " + st.to_string();
+      } else if (elements != nullptr) {
+        *elements += count;
       }
     }
     double t0 = bench_now_us();
@@ -323,6 +326,7 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
                   "): " + st.to_string();
       } else {
         done++;
+        if (elements != nullptr) *elements += count;
       }
     }
     double t1 = bench_now_us();
@@ -343,9 +347,59 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
   return all_ok;
 }
 
-std::array<uint64_t, 8> stats_array(const ina::CommStats& s) {
+// A rank's counters as reported to the parent (BENCH_REC_STATS), in this order.
+enum StatSlot : size_t {
+  kCollectives, kSent, kReceived, kRetransmits, kDupResults, kMalformed, kNonfinite,
+  kErrorReports, kFallbacks, kHostCollectives, kElements, kSpurious,
+};
+static_assert(kSpurious + 1 == BENCH_STATS, "one slot per counter");
+
+std::array<uint64_t, BENCH_STATS> stats_array(const ina::CommStats& s, uint64_t elements) {
   return {s.collectives,       s.packets_sent, s.packets_received, s.retransmits,
-          s.duplicate_results, s.malformed,    s.nonfinite_blocks, s.error_reports};
+          s.duplicate_results, s.malformed,    s.nonfinite_blocks, s.error_reports,
+          s.fallbacks,         s.host_collectives, elements,       s.spurious_retransmits};
+}
+
+// The summary a user reads after a local in-network run (w: the ranks' counters summed;
+// bytes_in: what the aggregators received): bytes on the wire per element, the share of packets
+// resent, the fallbacks. The protocol's own counters follow only with -v, explained.
+void print_summary(const Options& o, const std::array<uint64_t, BENCH_STATS>& w, int ranks,
+                   uint64_t bytes_in) {
+  const std::string type(ina::dtype_name(o.dtype));
+  const double elements = static_cast<double>(w[kElements]);
+  const double sent = static_cast<double>(w[kSent]);
+  std::printf("# summary: %d ranks, %.4g %s elements reduced per rank; on the wire to the "
+              "aggregator %.2f B per element (the data: %zu B; the wire's words are 32-bit, plus "
+              "headers), %.2f%% of packets resent, %llu fallbacks to the host path\n",
+              ranks, elements / std::max(ranks, 1), type.c_str(),
+              elements > 0 ? static_cast<double>(bytes_in) / elements : 0.0,
+              ina::dtype_size(o.dtype),
+              sent > 0 ? 100.0 * static_cast<double>(w[kRetransmits]) / sent : 0.0,
+              static_cast<unsigned long long>(w[kFallbacks]));
+  if (!o.verbose) return;
+  std::printf(
+      "# workers: collectives %llu, packets sent %llu, received %llu, retransmits %llu "
+      "(spurious %llu), duplicate results %llu, error reports %llu, malformed %llu, nonfinite "
+      "blocks %llu, on the host path %llu\n",
+      static_cast<unsigned long long>(w[kCollectives]), static_cast<unsigned long long>(w[kSent]),
+      static_cast<unsigned long long>(w[kReceived]),
+      static_cast<unsigned long long>(w[kRetransmits]),
+      static_cast<unsigned long long>(w[kSpurious]),
+      static_cast<unsigned long long>(w[kDupResults]),
+      static_cast<unsigned long long>(w[kErrorReports]),
+      static_cast<unsigned long long>(w[kMalformed]),
+      static_cast<unsigned long long>(w[kNonfinite]),
+      static_cast<unsigned long long>(w[kHostCollectives]));
+  std::printf(
+      "#   retransmits: packets sent again when their result was late (the adaptive timeout, "
+      "from INA_RETRANSMIT_US); spurious ones had their result arrive after all. Normal when "
+      "ranks share CPUs: a slow rank keeps the others' slots waiting.\n"
+      "#   duplicate results: results for blocks already done (the answers to those resends).\n"
+      "#   error reports: the aggregator's answer to a resend whose slot still misses ranks (it "
+      "names them, for the deadline message), or to data before every rank joined: flow "
+      "control, not failures.\n"
+      "#   malformed, nonfinite blocks: datagrams that failed validation (expected 0); blocks "
+      "with a NaN or Inf input (their result is NaN).\n");
 }
 
 // The CSV's tool column: ina (in-network), ina-host (host algorithms, the cost model's choice),
@@ -435,11 +489,15 @@ int child_main(const Options& o, const ina::Config& env_cfg, const std::vector<s
     return 1;
   }
   std::unique_ptr<ina::Communicator> c = std::move(comm).value();
-  bool ok = run_sweep(*c, o, sizes, false, [&](int k, const SizeOutcome& r) {
-    bench::report_size(fd, rank, k, r.time_us, r.wrong, r.ok, r.msg);
-    return true;
-  });
-  bench::report_stats(fd, rank, stats_array(c->stats()));
+  uint64_t elements = 0;
+  bool ok = run_sweep(
+      *c, o, sizes, false,
+      [&](int k, const SizeOutcome& r) {
+        bench::report_size(fd, rank, k, r.time_us, r.wrong, r.ok, r.msg);
+        return true;
+      },
+      &elements);
+  bench::report_stats(fd, rank, stats_array(c->stats(), elements));
   c.reset();
   return ok ? 0 : 1;
 }
@@ -486,7 +544,7 @@ int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vect
     all_ok = false;
   }
   bench_print_footer(stdout, busbw_sum, rows, static_cast<long long>(wrong_total), o.check);
-  std::array<uint64_t, 8> w{};
+  std::array<uint64_t, BENCH_STATS> w{};
   for (size_t r = 0; r < col.stats.size(); ++r)
     if (col.have_stats[r])
       for (size_t j = 0; j < w.size(); ++j) w[j] += col.stats[r][j];
@@ -598,7 +656,14 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
   }
   bench_print_footer(stdout, busbw_sum, rows, static_cast<long long>(wrong_total), o.check);
 
-  for (size_t i = 0; i < aggregators.size(); ++i) {
+  uint64_t bytes_in = 0;
+  for (const auto& a : aggregators) bytes_in += a->engine().counters().bytes_in;
+  std::array<uint64_t, BENCH_STATS> w{};
+  for (size_t r = 0; r < col.stats.size(); ++r)
+    if (col.have_stats[r])
+      for (size_t j = 0; j < w.size(); ++j) w[j] += col.stats[r][j];
+  print_summary(o, w, o.workers, bytes_in);
+  for (size_t i = 0; o.verbose && i < aggregators.size(); ++i) {
     const auto& c = aggregators[i]->engine().counters();
     uint64_t agg_retx = 0;
     uint64_t agg_dups = 0;
@@ -620,17 +685,6 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
         static_cast<unsigned long long>(c.mismatched),
         static_cast<unsigned long long>(aggregators[i]->dropped_by_hook()));
   }
-  std::array<uint64_t, 8> w{};
-  for (size_t r = 0; r < col.stats.size(); ++r)
-    if (col.have_stats[r])
-      for (size_t j = 0; j < w.size(); ++j) w[j] += col.stats[r][j];
-  std::printf(
-      "# workers: collectives %llu, packets sent %llu, received %llu, retransmits %llu, "
-      "duplicate results %llu, malformed %llu, nonfinite blocks %llu, error reports %llu\n",
-      static_cast<unsigned long long>(w[0]), static_cast<unsigned long long>(w[1]),
-      static_cast<unsigned long long>(w[2]), static_cast<unsigned long long>(w[3]),
-      static_cast<unsigned long long>(w[4]), static_cast<unsigned long long>(w[5]),
-      static_cast<unsigned long long>(w[6]), static_cast<unsigned long long>(w[7]));
   for (size_t i = 0; o.verbose && i < aggregators.size(); ++i) {
     std::string text = aggregators[i]->format_counters();
     size_t pos = 0;
@@ -751,7 +805,7 @@ int run_external_rank(const Options& o, const ina::Config& cfg, const std::vecto
   });
   if (rank == 0) {
     bench_print_footer(stdout, busbw_sum, rows, static_cast<long long>(wrong_total), o.check);
-    auto s = stats_array(c->stats());
+    auto s = stats_array(c->stats(), 0);
     std::printf(
         "# rank 0: collectives %llu, packets sent %llu, received %llu, retransmits %llu, "
         "duplicate results %llu\n",
@@ -769,6 +823,7 @@ int run_external_rank(const Options& o, const ina::Config& cfg, const std::vecto
 int main(int argc, char** argv) {
   Options o;
   CLI::App app{"ina-bench: AllReduce through an INA aggregator (nccl-tests style table)"};
+  app.set_version_flag("--version", "ina-bench " INA_VERSION);
   ina::bench::add_sweep_options(app, o,
                                 "float32|float16|bfloat16|int32 (or float|half|int)");
   auto* workers_opt = app.add_option("--workers", o.workers, "ranks (local mode: forked processes)")
@@ -808,7 +863,7 @@ int main(int argc, char** argv) {
   app.add_option("--coll", o.coll, "allreduce, or alltoall (size/N bytes to each peer)")
       ->check(CLI::IsMember({"allreduce", "alltoall"}))
       ->capture_default_str();
-  app.add_flag("-v,--verbose", o.verbose, "print the aggregator's full counter table");
+  app.add_flag("-v,--verbose", o.verbose, "print the protocol counters (explained) and the aggregator's full counter table");
   CLI11_PARSE(app, argc, argv);
   o.workers_given = workers_opt->count() > 0;
   const bool aggregators_given = aggregators_opt->count() > 0;

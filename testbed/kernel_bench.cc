@@ -249,7 +249,8 @@ int run_cuda(size_t n, int iters) {
 void usage() {
   std::fprintf(stderr,
                "usage: ina-kernel-bench cpu [--elems N] [--seconds S]\n"
-               "       ina-kernel-bench cuda [--elems N] [--iters I]%s\n",
+               "       ina-kernel-bench cuda [--elems N] [--iters I]%s\n"
+               "       ina-kernel-bench --version\n",
                INA_HAVE_CUDA_KERNELS ? "" : "   (not built: needs -Dcuda=enabled and nvcc)");
 }
 
@@ -261,6 +262,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string mode = argv[1];
+  if (mode == "--version") {
+    std::printf("ina-kernel-bench %s\n", INA_VERSION);
+    return 0;
+  }
   size_t elems = 0;
   double seconds = 0.5;
   int iters = 20;

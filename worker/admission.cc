@@ -214,7 +214,7 @@ Status admit(Config* cfg, std::chrono::milliseconds timeout) {
   }
   if (a.ok() || a.status().code() != StatusCode::kInvalidArgument) {
     const std::string why = a.ok() ? "refused: " + a.value().reason : a.status().message();
-    if (!cfg->store.empty()) {
+    if (!cfg->store.empty() || cfg->external_store != nullptr) {
       INA_INFO("worker", "rank %d: controller %s; running on the host fallback", cfg->rank,
                why.c_str());
       cfg->host_only = true;

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <exception>
 #include <memory>
@@ -124,9 +125,11 @@ ina_result_t result_of(std::string& err, const ina::Status& s) noexcept {
   return s.ok() ? INA_SUCCESS : fail(err, s);
 }
 
-// Config::from_env overlaid with the non-zero (non-NULL, rank != -1) fields of `c`.
-ina::Result<ina::Config> merge_config(const ina_config_t* c) {
-  INA_ASSIGN_OR_RETURN(ina::Config cfg, ina::Config::from_env());
+// Config::from_env (from_env_with_store when the application brings the store) overlaid with
+// the non-zero (non-NULL, rank != -1) fields of `c`.
+ina::Result<ina::Config> merge_config(const ina_config_t* c, bool own_store) {
+  INA_ASSIGN_OR_RETURN(ina::Config cfg,
+                       own_store ? ina::Config::from_env_with_store() : ina::Config::from_env());
   if (c == nullptr) return cfg;
   // struct_size first: it is the one field every version of the struct has at offset 0.
   if (c->struct_size < sizeof(ina_config_t)) {
@@ -150,6 +153,9 @@ ina::Result<ina::Config> merge_config(const ina_config_t* c) {
     INA_RETURN_IF_ERROR(
         ina::worker::parse_aggregator_list(c->aggregator, "config.aggregator", &list));
     ina::worker::set_aggregators(&cfg, std::move(list));
+    // An aggregator named here: only INA_TRANSPORT=host keeps the job off it.
+    const char* t = std::getenv("INA_TRANSPORT");
+    cfg.host_only = t != nullptr && std::strcmp(t, "host") == 0;
   }
   if (c->job != 0) cfg.job = c->job;
   if (c->job_key != 0) cfg.job_key = c->job_key;
@@ -210,7 +216,7 @@ ina_result_t create_comm(const ina_config_t* config, const ina_store_t* store,
       return INA_INVALID_ARGUMENT;
     }
     *comm = nullptr;
-    ina::Result<ina::Config> cfg = merge_config(config);
+    ina::Result<ina::Config> cfg = merge_config(config, store != nullptr);
     if (!cfg.ok()) return fail(t_create_error, cfg.status());
     std::unique_ptr<CStore> external;
     if (store != nullptr) {
@@ -221,12 +227,6 @@ ina_result_t create_comm(const ina_config_t* config, const ina_store_t* store,
       }
       external = std::make_unique<CStore>(*store);
       cfg->external_store = external.get();
-      // As with INA_STORE: no aggregator named anywhere means the host mesh only.
-      const char* env_agg = std::getenv("INA_AGGREGATOR");
-      if ((config == nullptr || config->aggregator == nullptr) &&
-          (env_agg == nullptr || *env_agg == '\0')) {
-        cfg->host_only = true;
-      }
     }
     ina::Result<std::unique_ptr<ina::Communicator>> c = ina::Communicator::create(*cfg);
     if (!c.ok()) return fail(t_create_error, c.status());

@@ -14,6 +14,7 @@
 
 #include "ina/ina.hpp"
 #include "ina/kernels/cpu_quant.h"
+#include "ina/protocol/half.h"
 #include "ina/protocol/log.h"
 #include "ina/protocol/quantize.h"
 #include "worker/admission.h"
@@ -90,6 +91,30 @@ Status check_op(const char* what, ReduceOp op) {
                             std::to_string(static_cast<int>(op)) + " (sum=1, min=2, max=3)");
   }
   return ok_status();
+}
+
+bool is_16bit_float(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+
+// n float16/bfloat16 elements of `in` as float32 (exact) in *out.
+void widen(const void* in, size_t n, DType t, std::vector<float>* out) {
+  out->resize(n);
+  const auto* h = static_cast<const uint16_t*>(in);
+  float* f = out->data();
+  if (t == DType::kFloat16) {
+    for (size_t i = 0; i < n; ++i) f[i] = half_to_float(h[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) f[i] = bf16_to_float(h[i]);
+  }
+}
+
+// n float32 rounded to float16/bfloat16 (to nearest even) into `out`.
+void narrow(const float* in, size_t n, DType t, void* out) {
+  auto* h = static_cast<uint16_t*>(out);
+  if (t == DType::kFloat16) {
+    for (size_t i = 0; i < n; ++i) h[i] = float_to_half(in[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) h[i] = float_to_bf16(in[i]);
+  }
 }
 
 Status check_count(const char* what, size_t count, size_t blocks, DType dtype) {
@@ -277,6 +302,18 @@ class CommunicatorImpl final : public Communicator {
     INA_RETURN_IF_ERROR(
         check_count("reduce_scatter", count, static_cast<size_t>(cfg_.world_size), dtype));
     count_host();
+    if (is_16bit_float(dtype) && count > 0) {
+      // As float mode's AllReduce: in float32, one rounding at the end.
+      if (send == nullptr || recv == nullptr) {
+        return invalid_argument("reduce_scatter: null buffer");
+      }
+      widen(send, count * static_cast<size_t>(cfg_.world_size), dtype, &wide_);
+      wide_out_.resize(count);
+      INA_RETURN_IF_ERROR(host::reduce_scatter(*mesh_, wide_.data(), wide_out_.data(), count,
+                                               DType::kFloat32, op));
+      narrow(wide_out_.data(), count, dtype, recv);
+      return ok_status();
+    }
     return host::reduce_scatter(*mesh_, send, recv, count, dtype, op);
   }
 
@@ -459,6 +496,17 @@ class CommunicatorImpl final : public Communicator {
   // AllReduce on the mesh. Exact mode reduces the in-network path's quantized words.
   Status host_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
     if (count == 0) return ok_status();
+    if (cfg_.fallback == FallbackMode::kFloat && is_16bit_float(dtype)) {
+      // Float mode, 16-bit types: widen to float32, reduce in float32, round once at the end.
+      // Reduced at their own width, every step would round the partial sum to 16 bits (up to
+      // world_size - 1 roundings, each up to half an ulp of a partial sum that may be far larger
+      // than the result). The cost: float32 words on the wire, twice the bytes.
+      widen(send, count, dtype, &wide_);
+      INA_RETURN_IF_ERROR(host::allreduce(*mesh_, wide_.data(), wide_.data(), count,
+                                          DType::kFloat32, op, algo(count * 4)));
+      narrow(wide_.data(), count, dtype, recv);
+      return ok_status();
+    }
     if (dtype == DType::kInt32 || cfg_.fallback == FallbackMode::kFloat) {
       return host::allreduce(*mesh_, send, recv, count, dtype, op,
                              algo(count * dtype_size(dtype)));
@@ -523,6 +571,8 @@ class CommunicatorImpl final : public Communicator {
   std::vector<uint8_t> scratch_;               // the input of an in-place in-network attempt
   std::vector<int32_t> meta_;                  // exact mode: per-block flags and exponents
   std::vector<int32_t> q_;                     // exact mode: the quantized words
+  std::vector<float> wide_;      // float mode, reduce_scatter: 16-bit elements widened to float32
+  std::vector<float> wide_out_;  // reduce_scatter of 16-bit elements: the float32 result
 };
 
 // The host mesh through the job's rendezvous store, on the transport INA_HOST_TRANSPORT selects.
@@ -548,7 +598,13 @@ Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
     so.port = port;
     so.is_server = cfg.rank == 0;
     so.connect_timeout = cfg.timeout;
-    INA_ASSIGN_OR_RETURN(*store, host::TcpStore::create(so));
+    Result<std::unique_ptr<host::TcpStore>> ts = host::TcpStore::create(so);
+    if (!ts.ok()) {
+      return Status(ts.status().code(), "the rendezvous store " + cfg.store +
+                                            " (INA_STORE, or MASTER_ADDR:MASTER_PORT): " +
+                                            ts.status().message());
+    }
+    *store = std::move(ts).value();
     base = store->get();
   }
   host::PrefixStore prefixed("ina/job" + std::to_string(cfg.job), *base);
@@ -659,7 +715,10 @@ Result<std::unique_ptr<Communicator>> create_communicator(
 
 Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) {
   Config cfg = given;
-  if (!cfg.controller_host.empty() && !cfg.host_only) {
+  if (cfg.host_only) {
+    INA_INFO("worker", "rank %d: every collective on the host mesh: %s", cfg.rank,
+             host_only_reason(cfg).c_str());
+  } else if (!cfg.controller_host.empty()) {
     INA_RETURN_IF_ERROR(cfg.validate());
     INA_RETURN_IF_ERROR(worker::admit(
         &cfg, std::min<std::chrono::milliseconds>(cfg.timeout, std::chrono::seconds(10))));

@@ -299,7 +299,11 @@ std::vector<AggregatorAddress> aggregator_list(const Config& cfg) {
 
 }  // namespace worker
 
-Result<Config> Config::from_env() {
+namespace {
+
+// from_env; `own_store`: the caller brings the rendezvous (Config::external_store, or a store
+// address it sets itself), which counts as a store for the host-only rule.
+Result<Config> config_from_env(bool own_store) {
   Config c;
   INA_RETURN_IF_ERROR(rank_from_env(&c.rank, &c.world_size));
   std::string_view agg;
@@ -334,10 +338,16 @@ Result<Config> Config::from_env() {
     c.store = std::string(master_addr) + ":" + std::string(master_port);
   }
   if (!c.store.empty()) {
+    // The port is required: rank 0 serves the store on it (no default would be right).
+    const char* name = store.empty() ? "MASTER_ADDR:MASTER_PORT" : "INA_STORE";
     std::string h;
     uint16_t p = 0;
-    INA_RETURN_IF_ERROR(worker::parse_host_port(
-        c.store, store.empty() ? "MASTER_ADDR:MASTER_PORT" : "INA_STORE", &h, &p));
+    const Status s = worker::parse_host_port(c.store, name, 0, &h, &p);
+    if (!s.ok() || p == 0) {
+      return bad_value(name, c.store,
+                       "host:port or [ipv6]:port, the rendezvous store's TCP port in 1..65535 "
+                       "(e.g. 10.0.0.1:29500)");
+    }
   }
   std::string_view mesh_addr;
   if (get_env("INA_MESH_ADDR", &mesh_addr)) c.mesh_address = std::string(mesh_addr);
@@ -374,7 +384,10 @@ Result<Config> Config::from_env() {
       return bad_value("INA_HOST_TRANSPORT", host_transport, "auto, tcp or verbs");
     }
   }
-  if (!have_aggregator && c.controller_host.empty() && !c.store.empty()) c.host_only = true;
+  // A store and nobody to place the job in-network: every collective on the host mesh.
+  if (!have_aggregator && c.controller_host.empty() && (own_store || !c.store.empty())) {
+    c.host_only = true;
+  }
   std::string_view cost_model;
   if (get_env("INA_COST_MODEL", &cost_model)) {
     INA_RETURN_IF_ERROR(host::parse_cost_model(cost_model).status());
@@ -412,6 +425,23 @@ Result<Config> Config::from_env() {
   INA_RETURN_IF_ERROR(
       env_unsigned("INA_TEST_SEED", 0, std::numeric_limits<uint64_t>::max(), true, &c.fault.seed));
   return c;
+}
+
+}  // namespace
+
+Result<Config> Config::from_env() { return config_from_env(false); }
+
+Result<Config> Config::from_env_with_store() { return config_from_env(true); }
+
+std::string host_only_reason(const Config& cfg) {
+  if (!cfg.host_only) return {};
+  std::string_view v;
+  if (get_env("INA_TRANSPORT", &v) && v == "host") return "INA_TRANSPORT=host";
+  if (!get_env("INA_AGGREGATOR", &v) && !get_env("INA_CONTROLLER", &v)) {
+    return "neither INA_AGGREGATOR nor INA_CONTROLLER is set (nothing places the job "
+           "in-network)";
+  }
+  return "Config::host_only is set by the application";
 }
 
 Status Config::validate() const {

@@ -2,7 +2,8 @@
 // supported (datatype, op) run through an INA communicator; every other call goes to PMPI_*.
 //
 // Bootstrap (inside MPI_Init / MPI_Init_thread, after PMPI_Init*): rank and size come from
-// MPI_COMM_WORLD, the aggregator from INA_AGGREGATOR (the rest of INA_* as for libina). The host
+// MPI_COMM_WORLD, the aggregator from INA_AGGREGATOR or an admission by INA_CONTROLLER (libina's
+// Config::from_env_with_store: the rest of INA_* as for libina). The host
 // mesh (INA's fallback when the aggregator is lost) meets at a TCP store served by rank 0 on a
 // port it reserves and broadcasts with PMPI_Bcast, so no INA_STORE / MASTER_ADDR is needed (an
 // INA_STORE that is set wins). Every rank must agree on using INA, so the decision is an
@@ -206,21 +207,20 @@ void bootstrap() {
   std::string why;  // this rank's reason not to use INA ("" while fine)
   bool config_error = false;
 
-  const char* agg = std::getenv("INA_AGGREGATOR");
-  if (agg == nullptr || agg[0] == '\0') why = "INA_AGGREGATOR is not set";
+  // libina's rules, with this library's store as the rendezvous: INA_AGGREGATOR, or
+  // INA_CONTROLLER (admission), for the in-network path. Host only (INA_TRANSPORT=host, or
+  // neither variable) is no use here: MPI's own MPI_Allreduce serves the host path.
   ina::Config cfg;
-  if (why.empty()) {
-    ina::Result<ina::Config> c = ina::Config::from_env();
-    if (c.ok()) {
-      cfg = std::move(c.value());
-    } else {
-      why = c.status().message();
-      config_error = true;
-    }
+  ina::Result<ina::Config> env = ina::Config::from_env_with_store();
+  if (env.ok()) {
+    cfg = std::move(env.value());
+    if (cfg.host_only) why = ina::host_only_reason(cfg);
+  } else {
+    why = env.status().message();
+    config_error = true;
   }
   cfg.rank = rank;
   cfg.world_size = size;
-  cfg.host_only = false;
 
   // The host mesh's store: rank 0 reserves a port and broadcasts "host:port" (empty: none).
   int hold_fd = -1;
@@ -248,8 +248,14 @@ void bootstrap() {
     if (!c.ok()) {
       why = c.status().message();
     } else if (c.value()->on_host_path()) {
-      why = "the aggregator " + cfg.aggregator_host + ":" + std::to_string(cfg.aggregator_port) +
-            " did not answer (INA would only run on the host mesh)";
+      why = cfg.controller_host.empty()
+                ? "the aggregator " + cfg.aggregator_host + ":" +
+                      std::to_string(cfg.aggregator_port) +
+                      " did not answer (INA would only run on the host mesh)"
+                : "the controller " + cfg.controller_host + ":" +
+                      std::to_string(cfg.controller_port) +
+                      " did not place the job on an aggregator that answers (INA would only run "
+                      "on the host mesh; libina's line above says why)";
     } else {
       comm = std::move(c.value());
     }

@@ -157,5 +157,46 @@ TEST(Telemetry, StragglersByLostTimeWithCausesAndCounters) {
   EXPECT_NE(m.find("ina_rank_straggler{ina_job=\"6\",rank=\"1\"} 0\n"), std::string::npos);
 }
 
+// The per-job label of /metrics is ina_job: Prometheus renames a target's own "job" label to
+// "exported_job" (it sets job to the scrape job's name), so a query on job="9" found nothing.
+TEST(AgentMetrics, PerJobLabelIsInaJob) {
+  AggregatorSnapshot s;
+  JobSnapshot j;
+  j.cfg.job = 9;
+  j.cfg.slots.world_size = 2;
+  j.telemetry.resize(2);
+  j.straggler_ranking = {1, 0};
+  StalledSlot st;
+  st.missing = {1};
+  j.stalled.push_back(st);
+  s.jobs.push_back(j);
+  const std::string m = prometheus_text(s);
+  EXPECT_NE(m.find("ina_aggregator_job_packets_total{ina_job=\"9\"} 0\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("ina_aggregator_stalled_missing{ina_job=\"9\",rank=\"1\"} 1\n"),
+            std::string::npos) << m;
+  EXPECT_EQ(m.find("{job="), std::string::npos) << m;
+  EXPECT_EQ(m.find(",job="), std::string::npos) << m;
+}
+
+// The HTTP endpoint (--http-port) is exclusive: a second agent on the busy port fails with an
+// error naming it (httplib's default socket options set SO_REUSEPORT, which let both listen and
+// share the connections).
+TEST(AgentHttp, BusyPortIsRefusedWithItsNumber) {
+  AgentTarget target{[] { return AggregatorSnapshot{}; }, [](std::vector<JobConfig>) {}};
+  AgentOptions o;
+  o.http_bind = "127.0.0.1";
+  o.http_port = 0;
+  auto first = ControlAgent::start(o, target);
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  ASSERT_GT((*first)->http_port(), 0);
+  o.http_port = (*first)->http_port();
+  auto second = ControlAgent::start(o, target);
+  ASSERT_FALSE(second.ok()) << "a second agent listens on busy TCP port " << o.http_port;
+  const std::string m = second.status().message();
+  EXPECT_NE(m.find("--http-port"), std::string::npos) << m;
+  EXPECT_NE(m.find("TCP port " + std::to_string(o.http_port) + " is already in use"),
+            std::string::npos) << m;
+}
+
 }  // namespace
 }  // namespace ina::agg

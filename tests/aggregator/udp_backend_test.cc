@@ -559,6 +559,29 @@ TEST(UdpAggregatorCreateTest, RejectsBadOptions) {
   EXPECT_NE((*a)->port(), 0);
 }
 
+// A second aggregator on a busy port fails to start with an error naming the port (the socket
+// has neither SO_REUSEADDR, which on UDP lets the newer socket take the unicast traffic, nor
+// SO_REUSEPORT). A wildcard bind conflicts with a loopback one as well.
+TEST(UdpAggregatorCreateTest, BusyPortIsRefusedWithItsNumber) {
+  JobConfig job;
+  job.slots.world_size = 2;
+  UdpOptions o;
+  o.bind_host = "127.0.0.1";
+  o.port = 0;
+  auto first = UdpAggregator::create(o, {job});
+  ASSERT_TRUE(first.ok()) << first.status().to_string();
+  o.port = (*first)->port();
+  for (const char* host : {"127.0.0.1", "0.0.0.0"}) {
+    o.bind_host = host;
+    auto second = UdpAggregator::create(o, {job});
+    ASSERT_FALSE(second.ok()) << host << ": a second aggregator bound busy UDP port " << o.port;
+    const std::string m = second.status().message();
+    EXPECT_NE(m.find("UDP port " + std::to_string(o.port) + " is already in use"),
+              std::string::npos) << m;
+    EXPECT_NE(m.find("--port"), std::string::npos) << m;
+  }
+}
+
 // A tree leaf added at run time (the controller's path): its parent is resolved when the job is
 // added; the leaf's HELLO and partial sums go to the parent from the serving socket, and the
 // parent's WELCOME and RESULT, received on it, reach the local ranks. A leaf whose parent is not

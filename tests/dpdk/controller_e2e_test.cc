@@ -325,7 +325,7 @@ int main(int argc, char** argv) {
         CHECK(tel[0]["bad_key"] == 0, "bad keys: %s", tel[0].dump().c_str());
       }
       const std::string m = get_text(agg_http, "/metrics");
-      const std::string series = "ina_aggregator_job_completed_total{job=\"" +
+      const std::string series = "ina_aggregator_job_completed_total{ina_job=\"" +
                                  std::to_string(job_id) + "\"} ";
       const size_t at = m.find(series);
       CHECK(at != std::string::npos, "/metrics lacks %s:\n%s", series.c_str(), m.c_str());

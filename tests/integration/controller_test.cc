@@ -467,7 +467,7 @@ TEST_F(ControllerTest, StoppedRankIsNamed) {
   ASSERT_TRUE(stalled.is_array() && !stalled.empty()) << stalled.dump();
   for (const auto& s : stalled) EXPECT_EQ(s["missing_ranks"], json::array({kStopped})) << s.dump();
   EXPECT_NE(jid, 0u);
-  EXPECT_NE(metrics.find("ina_aggregator_stalled_missing{job=\"" + std::to_string(jid) +
+  EXPECT_NE(metrics.find("ina_aggregator_stalled_missing{ina_job=\"" + std::to_string(jid) +
                          "\",rank=\"2\"}"),
             std::string::npos)
       << metrics;

@@ -12,6 +12,9 @@
 //   AggregatorBackReturnsInNetwork  the aggregator is stopped, the ranks fall back, a new one
 //                               starts on the same port: the probe (backoff from 1 s) brings every
 //                               rank back in-network, results exact throughout.
+//   FloatModeSumsSixteenBitInFloat32AndOrdersSignedZeros  8 ranks, host only, float mode, each
+//                               host algorithm: 16-bit SUM within the in-network bound where
+//                               per-step 16-bit rounding is far outside it; MIN/MAX: -0 < +0.
 //   NoStore, UnreachableAggregator  in process, world 1.
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -37,6 +40,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
+#include "ina/protocol/half.h"
 #include "tests/integration/loopback_support.h"
 #include "../free_port.h"
 
@@ -392,6 +396,136 @@ TEST(Fallback, ExactHostOnlyMatchesInNetwork) {
   rmdir(dir.c_str());
   std::fprintf(stderr, "in-network vs host only: %.2f s\n",
                std::chrono::duration<double>(Clock::now() - t0).count());
+}
+
+// ---- float mode: 16-bit sums in float32, -0 < +0 ----
+
+// 8 ranks, host only, INA_FALLBACK=float, under each host algorithm (INA_ALGO):
+//  - float16/bfloat16 SUM: per element one rank holds +L, another -L, the other six 1.0 (exact
+//    sum 6). Rounded to 16 bits at each step, a partial sum holding L absorbs the ones (L's
+//    spacing exceeds 2); widened to float32 the sum is exact. Asserted: within the in-network
+//    bound qb + ulp_out(|s| + qb) (protocol/QUANTIZATION.md) of the exact sum.
+//  - float32/float16/bfloat16 MIN and MAX over -0 and +0 (one rank's -0 among +0, one rank's +0
+//    among -0): MIN is -0 and MAX is +0, as the in-network path orders them; and exact mode
+//    gives the same bits.
+constexpr int kFloatWorld = 8;
+
+uint16_t to16(float f, ina::DType t) {
+  return t == ina::DType::kFloat16 ? ina::float_to_half(f) : ina::float_to_bf16(f);
+}
+float from16(uint16_t h, ina::DType t) {
+  return t == ina::DType::kFloat16 ? ina::half_to_float(h) : ina::bf16_to_float(h);
+}
+
+// The bound of an in-network SUM over kFloatWorld ranks with largest |input| m, exact sum s.
+double in_network_bound(double m, double s, ina::DType t) {
+  const int b = 30 - 3;  // B = 30 - ceil(log2 8)
+  const double qb = kFloatWorld * m * std::ldexp(1.0, -b);
+  const int mantissa = t == ina::DType::kFloat16 ? 10 : 7;
+  const double v = std::fabs(s) + qb;
+  return qb + std::ldexp(1.0, std::ilogb(v) - mantissa);
+}
+
+TEST(Fallback, FloatModeSumsSixteenBitInFloat32AndOrdersSignedZeros) {
+  constexpr size_t kCount = 1000;
+  // One store per communicator (3 algorithms x 2 modes), the ports picked here before the fork.
+  std::vector<uint16_t> ports;
+  for (int i = 0; i < 6; ++i) {
+    ports.push_back(ina::testing::free_loopback_port());
+    ASSERT_NE(ports.back(), 0);
+  }
+  auto body = [&](int rank) -> int {
+    int failures = 0;
+    size_t next_port = 0;
+    for (const char* algo : {"ring", "hd", "tree"}) {
+      setenv("INA_ALGO", algo, 1);
+      for (const ina::FallbackMode mode : {ina::FallbackMode::kFloat, ina::FallbackMode::kExact}) {
+        ina::Config cfg = worker_config(rank, 1, ports[next_port++]);
+        cfg.world_size = kFloatWorld;
+        cfg.host_only = true;
+        cfg.fallback = mode;
+        auto comm = ina::Communicator::create(cfg);
+        if (!comm.ok()) {
+          std::fprintf(stderr, "rank %d %s: create: %s\n", rank, algo,
+                       comm.status().to_string().c_str());
+          return 2;
+        }
+        const char* mname = mode == ina::FallbackMode::kFloat ? "float" : "exact";
+        if (mode == ina::FallbackMode::kFloat) {
+          for (const ina::DType t : {ina::DType::kFloat16, ina::DType::kBFloat16}) {
+            const float big = t == ina::DType::kFloat16 ? 4096.0f : 512.0f;
+            std::vector<uint16_t> x(kCount), y(kCount);
+            for (size_t i = 0; i < kCount; ++i) {
+              const int plus = static_cast<int>(i % kFloatWorld);
+              const int minus = (plus + 1 + static_cast<int>((i / kFloatWorld) % 7)) % kFloatWorld;
+              x[i] = to16(rank == plus ? big : rank == minus ? -big : 1.0f, t);
+            }
+            const ina::Status st = (*comm)->allreduce(x.data(), y.data(), kCount, t,
+                                                      ina::ReduceOp::kSum);
+            if (!st.ok()) {
+              std::fprintf(stderr, "rank %d: %s\n", rank, st.to_string().c_str());
+              return 3;
+            }
+            const double bound = in_network_bound(big, 6.0, t);
+            double worst = 0;
+            for (size_t i = 0; i < kCount; ++i) worst = std::max(worst, std::fabs(from16(y[i], t) - 6.0));
+            if (!(worst <= bound)) {
+              std::fprintf(stderr,
+                           "rank %d %s %s: %s SUM error %g exceeds the in-network bound %g "
+                           "(%.0fx)\n",
+                           rank, algo, mname, std::string(ina::dtype_name(t)).c_str(), worst, bound, worst / bound);
+              ++failures;
+            }
+          }
+        }
+        // Signed zeros: element 2k has -0 on rank k % 8 only, element 2k+1 has +0 there only.
+        constexpr size_t kZeros = 64;
+        for (const ina::DType t : {ina::DType::kFloat32, ina::DType::kFloat16, ina::DType::kBFloat16}) {
+          for (const ina::ReduceOp op : {ina::ReduceOp::kMin, ina::ReduceOp::kMax}) {
+            const size_t es = ina::dtype_size(t);
+            std::vector<uint8_t> x(kZeros * es), y(kZeros * es);
+            for (size_t i = 0; i < kZeros; ++i) {
+              const bool odd_one = rank == static_cast<int>((i / 2) % kFloatWorld);
+              const bool negative = (i % 2 == 0) == odd_one;
+              const float z = negative ? -0.0f : 0.0f;
+              if (es == 4) {
+                std::memcpy(&x[i * 4], &z, 4);
+              } else {
+                const uint16_t h = to16(z, t);
+                std::memcpy(&x[i * 2], &h, 2);
+              }
+            }
+            const ina::Status st = (*comm)->allreduce(x.data(), y.data(), kZeros, t, op);
+            if (!st.ok()) {
+              std::fprintf(stderr, "rank %d: %s\n", rank, st.to_string().c_str());
+              return 3;
+            }
+            for (size_t i = 0; i < kZeros; ++i) {
+              float v = 0;
+              if (es == 4) {
+                std::memcpy(&v, &y[i * 4], 4);
+              } else {
+                uint16_t h = 0;
+                std::memcpy(&h, &y[i * 2], 2);
+                v = from16(h, t);
+              }
+              if (v != 0.0f || std::signbit(v) != (op == ina::ReduceOp::kMin)) {
+                std::fprintf(stderr, "rank %d %s %s: %s %s of -0 and +0 (element %zu) gave %s%g\n",
+                             rank, algo, mname, std::string(ina::dtype_name(t)).c_str(),
+                             std::string(ina::op_name(op)).c_str(), i,
+                             std::signbit(v) ? "-" : "+", std::fabs(v));
+                ++failures;
+                break;
+              }
+            }
+          }
+        }
+      }
+    }
+    unsetenv("INA_ALGO");
+    return failures == 0 ? 0 : 4;
+  };
+  EXPECT_EQ(ina::testing::run_forked(kFloatWorld, body, [] { return std::string(); }, 90s), "");
 }
 
 // ---- in process, world 1 ----

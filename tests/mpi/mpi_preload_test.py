@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """libina-mpi on an unmodified MPI program (allreduce_program.c), 4 ranks of Open MPI on loopback.
 
-Runs the program three times: plain MPI; with LD_PRELOAD=libina-mpi.so and a local ina-aggregator;
+Runs the program three times (four with ina-controller): plain MPI; with LD_PRELOAD=libina-mpi.so and a local ina-aggregator;
 with the preload but no aggregator answering (INA must turn itself off and say so). Asserts:
   - plain vs preload: byte-identical results for int SUM/MIN/MAX, float MIN/MAX and every call
     that passes through (double, PROD, a split communicator); float SUM within the documented
@@ -9,7 +9,10 @@ with the preload but no aggregator answering (INA must turn itself off and say s
     B = 30 - ceil(log2 N)) against the exact sum;
   - every rank holds the same result in each run;
   - INA_MPI_STATS=1 shows INA served exactly the supported calls in MPI_COMM_WORLD on each rank;
-  - without an aggregator every result is byte-identical to plain MPI and stderr says INA is off.
+  - without an aggregator every result is byte-identical to plain MPI and stderr says INA is off;
+  - with INA_CONTROLLER and no INA_AGGREGATOR (an ina-controller and an aggregator registered with
+    it, when the controller is built) the job is admitted, INA is on at every rank and every
+    result equals the INA_AGGREGATOR run's.
 Exit 77 (skip) when mpirun is missing.
 """
 import math
@@ -21,6 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 NP = 4
 
@@ -90,6 +94,80 @@ def supported(c):
     return c["comm"] == "world" and c["dtype"] in ("int", "float") and c["op"] in ("sum", "min", "max")
 
 
+def wait_port_file(proc, path, what):
+    deadline = time.time() + 10
+    while not (os.path.exists(path) and open(path).read().strip()):
+        if time.time() > deadline or proc.poll() is not None:
+            fail("%s did not start" % what)
+        time.sleep(0.05)
+    return int(open(path).read().strip())
+
+
+def http_get(port, path):
+    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=2) as r:
+        return r.read().decode()
+
+
+def admitted_total(port):
+    m = re.search(r'ina_controller_admissions_total\{result="admitted"\} (\d+)',
+                  http_get(port, "/metrics"))
+    if m is None:
+        fail("the controller's /metrics has no admitted count")
+    return int(m.group(1))
+
+
+def run_with_controller(mpirun, program, lib, ctl_bin, agg_bin, outdir, procs):
+    """The preload with INA_CONTROLLER only, against an ina-controller and an ina-aggregator
+    registered with it; returns (mpirun's output, admissions the controller counted)."""
+    tmp = os.path.dirname(outdir)
+    ctl = subprocess.Popen([ctl_bin, "--bind", "127.0.0.1", "--port", "0", "--port-file",
+                            os.path.join(tmp, "ctl.port")], stdout=subprocess.DEVNULL)
+    procs.append(ctl)
+    ctl_port = wait_port_file(ctl, os.path.join(tmp, "ctl.port"), "ina-controller")
+    agg = subprocess.Popen([agg_bin, "--bind", "127.0.0.1", "--port", "0", "--port-file",
+                            os.path.join(tmp, "cagg.port"), "--controller",
+                            "127.0.0.1:%d" % ctl_port, "--slot-capacity", "4096",
+                            "--http-port", "-1", "--heartbeat-ms", "50",
+                            "--stats-interval-ms", "0"], stdout=subprocess.DEVNULL)
+    procs.append(agg)
+    wait_port_file(agg, os.path.join(tmp, "cagg.port"), "ina-aggregator --controller")
+    deadline = time.time() + 10
+    while http_get(ctl_port, "/v1/aggregators").strip() in ("", "[]"):
+        if time.time() > deadline:
+            fail("the aggregator did not register with the controller")
+        time.sleep(0.05)
+    before = admitted_total(ctl_port)
+    out = run(mpirun, program, outdir, {"LD_PRELOAD": lib, "INA_MPI_STATS": "1",
+                                        "INA_CONTROLLER": "127.0.0.1:%d" % ctl_port})
+    return out, admitted_total(ctl_port) - before
+
+
+def check_ina(c, a, x, plain, b, what):
+    """Case c through INA (bytes x) against plain MPI (bytes a): float SUM within the bound,
+    everything else identical."""
+    if c["dtype"] == "float" and c["op"] == "sum":
+        with open(os.path.join(plain, "ref_c%d.bin" % c["i"]), "rb") as f:
+            ref = struct.unpack("<%dd" % c["count"], f.read())
+        got = struct.unpack("<%df" % c["count"], x[:4 * c["count"]])
+        mpi = struct.unpack("<%df" % c["count"], a[:4 * c["count"]])
+        qb = NP * c["maxabs"] * 2.0 ** -b
+        worst = 0.0
+        for i, (s, v, m) in enumerate(zip(ref, got, mpi)):
+            bound = qb + ulp32(abs(s) + qb)
+            if abs(v - s) > bound:
+                fail("%s%s[%d]: INA %r vs exact %r: error %g > bound %g"
+                     % (what, c["name"], i, v, s, abs(v - s), bound))
+            # MPI's own float sum: N - 1 roundings, each within 2^-24 of a partial sum.
+            if abs(m - s) > (NP - 1) * NP * c["maxabs"] * 2.0 ** -24:
+                fail("%s[%d]: plain MPI %r vs exact %r" % (c["name"], i, m, s))
+            worst = max(worst, abs(v - s) / bound)
+        print("%s%-24s within bound (worst error %.3f of it)" % (what, c["name"], worst))
+    elif a != x:
+        fail("%s%s: results differ with and without the preload" % (what, c["name"]))
+    else:
+        print("%s%-24s identical" % (what, c["name"]))
+
+
 def main():
     mpirun = shutil.which("mpirun")
     if mpirun is None:
@@ -99,6 +177,7 @@ def main():
     agg_bin = os.environ["INA_AGGREGATOR_BIN"]
     tmp = tempfile.mkdtemp(prefix="ina-mpi-test-")
     agg = None
+    procs = []  # the controller run's children
     try:
         plain, ina, off = (os.path.join(tmp, n) for n in ("plain", "ina", "off"))
         for d in (plain, ina, off):
@@ -128,6 +207,25 @@ def main():
                                              "INA_TIMEOUT_MS": "2000"})
         print(out_off)
 
+        # INA_CONTROLLER and no INA_AGGREGATOR: libina's rules admit the job through the
+        # controller, onto an aggregator registered with it.
+        ctl_bin = os.environ.get("INA_CONTROLLER_BIN", "")
+        ctl_dir = None
+        if ctl_bin:
+            ctl_dir = os.path.join(tmp, "ctl")
+            os.mkdir(ctl_dir)
+            out_ctl, admitted = run_with_controller(mpirun, program, lib, ctl_bin, agg_bin,
+                                                    ctl_dir, procs)
+            print(out_ctl)
+            if admitted == 0:
+                fail("INA_CONTROLLER without INA_AGGREGATOR: the controller admitted nothing")
+            on = re.findall(r"ina-mpi: rank \d+: INA on", out_ctl)
+            if len(on) != NP or "INA is off" in out_ctl:
+                fail("INA_CONTROLLER without INA_AGGREGATOR: INA is not on at every rank")
+            print("INA_CONTROLLER only: %d admission(s), INA on at every rank" % admitted)
+        else:
+            print("no ina-controller built: the INA_CONTROLLER run is left out")
+
         cases = load_manifest(plain)
         n_blocking = sum(1 for c in cases if supported(c) and c["mode"] == "blocking")
         n_nonblocking = sum(1 for c in cases if supported(c) and c["mode"] == "nonblocking")
@@ -135,30 +233,15 @@ def main():
         b = 30 - math.ceil(math.log2(NP))
         for c in cases:
             a = results(plain, c)
+            if ctl_dir is not None:
+                check_ina(c, a, results(ctl_dir, c), plain, b, "admitted by the controller: ")
             x = results(ina, c)
             if results(off, c) != a:
                 fail("%s: with INA off the preload changed the result" % c["name"])
-            if c["dtype"] == "float" and c["op"] == "sum":
-                with open(os.path.join(plain, "ref_c%d.bin" % c["i"]), "rb") as f:
-                    ref = struct.unpack("<%dd" % c["count"], f.read())
-                got = struct.unpack("<%df" % c["count"], x[:4 * c["count"]])
-                mpi = struct.unpack("<%df" % c["count"], a[:4 * c["count"]])
-                qb = NP * c["maxabs"] * 2.0 ** -b
-                worst = 0.0
-                for i, (s, v, m) in enumerate(zip(ref, got, mpi)):
-                    bound = qb + ulp32(abs(s) + qb)
-                    if abs(v - s) > bound:
-                        fail("%s[%d]: INA %r vs exact %r: error %g > bound %g"
-                             % (c["name"], i, v, s, abs(v - s), bound))
-                    # MPI's own float sum: N - 1 roundings, each within 2^-24 of a partial sum.
-                    if abs(m - s) > (NP - 1) * NP * c["maxabs"] * 2.0 ** -24:
-                        fail("%s[%d]: plain MPI %r vs exact %r" % (c["name"], i, m, s))
-                    worst = max(worst, abs(v - s) / bound)
-                print("%-24s within bound (worst error %.3f of it)" % (c["name"], worst))
-            elif a != x:
-                fail("%s: results differ with and without the preload" % c["name"])
-            else:
-                print("%-24s identical" % c["name"])
+            if ctl_dir is not None and results(ctl_dir, c) != x:
+                fail("%s: admitted through the controller, INA gave another result than with "
+                     "INA_AGGREGATOR" % c["name"])
+            check_ina(c, a, x, plain, b, "")
 
         stats = re.findall(r"ina-mpi: rank (\d+): INA (on|off); served (\d+) MPI_Allreduce \+ "
                            r"(\d+) MPI_Iallreduce, passed through (\d+), errors (\d+)", out)
@@ -178,6 +261,10 @@ def main():
         if agg is not None:
             agg.kill()
             agg.wait()
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
         shutil.rmtree(tmp, ignore_errors=True)
 
 

@@ -140,6 +140,49 @@ TEST_F(ConfigEnvTest, HostPathVariables) {
   expect_rejected("INA_COST_MODEL", "25,0.5us");
   expect_rejected("INA_TRANSPORT", "rdma2");
   expect_rejected("INA_STORE", "host:0");
+  // A store needs its port (rank 0 serves it there): the message names INA_STORE.
+  expect_rejected("INA_STORE", "bogus");
+  expect_rejected("INA_STORE", "[::1]");
+  unsetenv("INA_STORE");
+  unsetenv("MASTER_ADDR");
+  unsetenv("MASTER_PORT");
+  expect_rejected("INA_STORE", "bogus");
+}
+
+// from_env_with_store: the application's store (PyTorch's, the MPI shim's) counts as a store for
+// the host-only rule, and host_only_reason says what chose the host mesh.
+TEST_F(ConfigEnvTest, ApplicationStoreFollowsTheSameRules) {
+  auto with_store = [] {
+    Result<Config> r = Config::from_env_with_store();
+    EXPECT_TRUE(r.ok()) << r.status().to_string();
+    return r.ok() ? r.value() : Config{};
+  };
+  // Nothing names an aggregator: the host mesh, with the reason.
+  Config c = with_store();
+  EXPECT_TRUE(c.host_only);
+  EXPECT_NE(host_only_reason(c).find("neither INA_AGGREGATOR nor INA_CONTROLLER"),
+            std::string::npos)
+      << host_only_reason(c);
+  EXPECT_FALSE(parse_ok().host_only);  // no store at all: the default aggregator, no fallback
+  // INA_CONTROLLER alone: admission decides (not host only).
+  setenv("INA_CONTROLLER", "127.0.0.1:47480", 1);
+  c = with_store();
+  EXPECT_FALSE(c.host_only);
+  EXPECT_EQ(host_only_reason(c), "");
+  EXPECT_EQ(c.controller_host, "127.0.0.1");
+  unsetenv("INA_CONTROLLER");
+  setenv("INA_AGGREGATOR", "10.0.0.9:5000", 1);
+  c = with_store();
+  EXPECT_FALSE(c.host_only);
+  EXPECT_EQ(c.aggregator_host, "10.0.0.9");
+  setenv("INA_TRANSPORT", "host", 1);
+  c = with_store();
+  EXPECT_TRUE(c.host_only);
+  EXPECT_EQ(host_only_reason(c), "INA_TRANSPORT=host");
+  unsetenv("INA_TRANSPORT");
+  c = with_store();
+  c.host_only = true;
+  EXPECT_NE(host_only_reason(c).find("application"), std::string::npos) << host_only_reason(c);
 }
 
 TEST(ConfigValidateTest, HostOnlyNeedsAStore) {

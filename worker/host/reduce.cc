@@ -9,18 +9,25 @@ namespace ina::host {
 
 namespace {
 
-template <typename T>
-inline T combine(T a, T b, ReduceOp op) {
+// Equal operands (only -0 and +0 differ then) take the OR of their bits for MIN and the AND for
+// MAX: -0 < +0, as the in-network path orders them (protocol/QUANTIZATION.md), whatever the
+// order the ranks are combined in.
+inline float combine(float a, float b, ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:
       return a + b;
-    case ReduceOp::kMin: {
-      T r = b < a ? b : a;
-      return b != b ? b : r;  // NaN in b propagates; NaN in a fails b < a and stays
-    }
+    case ReduceOp::kMin:
     case ReduceOp::kMax: {
-      T r = b > a ? b : a;
-      return b != b ? b : r;
+      if (b != b) return b;  // NaN in b propagates; NaN in a is never replaced
+      if (a == b) {
+        uint32_t x, y;
+        std::memcpy(&x, &a, 4);
+        std::memcpy(&y, &b, 4);
+        x = op == ReduceOp::kMin ? (x | y) : (x & y);
+        std::memcpy(&a, &x, 4);
+        return a;
+      }
+      return (op == ReduceOp::kMin ? b < a : b > a) ? b : a;
     }
   }
   return a;
@@ -77,9 +84,13 @@ void reduce_f32(float* __restrict acc, const float* __restrict in, size_t n) {
     if constexpr (kOp == ReduceOp::kSum) {
       store(acc + i, a + b);
     } else {
-      // As combine(): the chosen one, or b where b is NaN (a NaN in a is never replaced).
+      // As combine(): the chosen one, or b where b is NaN (a NaN in a is never replaced), and
+      // for equal lanes (-0, +0) the OR (MIN) or AND (MAX) of the bits.
       const V4f r = kOp == ReduceOp::kMin ? (b < a ? b : a) : (b > a ? b : a);
-      store(acc + i, b != b ? b : r);
+      const V4u ua = (V4u)a, ub = (V4u)b;  // the same bits (GCC vector casts reinterpret)
+      const V4f e = (V4f)(kOp == ReduceOp::kMin ? (ua | ub) : (ua & ub));
+      const V4f chosen = a == b ? e : r;
+      store(acc + i, b != b ? b : chosen);
     }
   }
   for (; i < n; ++i) acc[i] = combine(acc[i], in[i], kOp);

@@ -6,7 +6,10 @@
 //   bfloat16  to the 16-bit type (round to nearest even) at every step: convert, add, round.
 //             A result therefore carries one 16-bit rounding per reduction step it went through
 //             (at most world_size - 1 of them), each at most half an ulp of the partial sum.
-//   MIN/MAX   a NaN in either operand gives NaN (so a NaN anywhere reaches every rank).
+//             The communicator avoids that for SUM: its float-mode AllReduce and its
+//             reduce_scatter widen 16-bit buffers to float32 first and round once at the end.
+//   MIN/MAX   a NaN in either operand gives NaN (so a NaN anywhere reaches every rank); -0 < +0
+//             (MIN of -0 and +0 is -0, MAX is +0, in any order), as on the in-network path.
 //
 // Every algorithm reduces each element along one fixed chain of ranks and then distributes that
 // single result, so all ranks end with bitwise identical outputs.

@@ -3,8 +3,9 @@
     import ina_torch                      # registers the backend "ina"
     torch.distributed.init_process_group(backend="ina")   # RANK, WORLD_SIZE, MASTER_ADDR/PORT
 
-AllReduce runs in-network through the aggregator named by INA_AGGREGATOR=host:port (with
-libina's host fallback); without INA_AGGREGATOR every collective runs on libina's host TCP mesh.
+AllReduce runs in-network through the aggregator named by INA_AGGREGATOR=host:port, or the one
+ina-controller admits the job to with INA_CONTROLLER=host:port (with libina's host fallback);
+with neither every collective runs on libina's host TCP mesh (an info line says why).
 The other collectives always run on the host mesh. libina's INA_* variables apply (INA_JOB,
 INA_TIMEOUT_MS, INA_BLOCK_ELEMS, ...). Ranks meet through PyTorch's own store.
 INA_STRAGGLER_REPORT=1: rank 0 prints the aggregator's straggler ranking at exit (stragglers.py).

@@ -6,8 +6,8 @@
 // a Work at once; its future completes with the output tensors (DistributedDataParallel's reducer
 // chains its gradient hooks on it).
 //
-// Paths: AllReduce goes in-network through the aggregator of INA_AGGREGATOR (with libina's host
-// fallback); allgather, reduce_scatter, broadcast, barrier and alltoall run on libina's host TCP
+// Paths: AllReduce goes in-network through the aggregator of INA_AGGREGATOR, or the one
+// INA_CONTROLLER admits the job to (with libina's host fallback); allgather, reduce_scatter, broadcast, barrier and alltoall run on libina's host TCP
 // mesh. Rendezvous: the mesh meets through the c10d::Store the backend receives
 // (ina::Config::external_store), so libina never starts its own store on MASTER_PORT, where
 // PyTorch's TCPStore already listens.
@@ -184,17 +184,18 @@ class ProcessGroupINA final : public c10d::ProcessGroup {
  public:
   ProcessGroupINA(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size)
       : ProcessGroup(rank, size), store_(store) {
-    Result<Config> env = Config::from_env();
+    // libina's own rules with PyTorch's store as the rendezvous: INA_AGGREGATOR or
+    // INA_CONTROLLER (admission) for the in-network path, neither (or INA_TRANSPORT=host): the
+    // host mesh only; Communicator::create logs why at info level when it takes the host mesh.
+    Result<Config> env = Config::from_env_with_store();
     if (!env.ok()) fail("configuration", env.status());
     Config cfg = std::move(env.value());
     cfg.rank = rank;
     cfg.world_size = size;
     cfg.external_store = &store_;
-    const char* agg = std::getenv("INA_AGGREGATOR");
-    const bool want_aggregator = agg != nullptr && *agg != '\0' && !cfg.host_only;
     bool expected = false;
     owns_aggregator_ =
-        want_aggregator && g_aggregator_taken.compare_exchange_strong(expected, true);
+        !cfg.host_only && g_aggregator_taken.compare_exchange_strong(expected, true);
     cfg.host_only = !owns_aggregator_;
     Result<std::unique_ptr<Communicator>> comm = Communicator::create(cfg);
     if (!comm.ok()) {

@@ -17,18 +17,20 @@
  *   INA_TIMEOUT_MS               deadline of one collective (default 30000)
  *   INA_RETRANSMIT_US            first retransmission timeout (default 2000, doubles, capped)
  *   INA_LOG_LEVEL                error, warn, info (default) or debug
- *   INA_STORE=host:port          rendezvous of the host TCP mesh (else MASTER_ADDR and
- *                                MASTER_PORT); rank 0 serves it. Without it: no host mesh, so
- *                                no fallback and no host collectives below.
+ *   INA_STORE=host:port          rendezvous of the host TCP mesh, the port required (else
+ *                                MASTER_ADDR and MASTER_PORT); rank 0 serves it. Without it: no
+ *                                host mesh, so no fallback and no host collectives below.
  *   INA_MESH_ADDR                this rank's address on the mesh (default 127.0.0.1)
- *   INA_TRANSPORT=host           every collective on the host mesh (also when INA_AGGREGATOR is
- *                                unset and a store is set); auto/udp (default): the aggregator,
+ *   INA_TRANSPORT=host           every collective on the host mesh (also when INA_AGGREGATOR and
+ *                                INA_CONTROLLER are unset and a store is set); auto/udp
+ *                                (default): the aggregator,
  *                                falling back to the host mesh when it is lost; dpdk or xdp: the
  *                                aggregator over a kernel-bypass transport, configured by
  *                                INA_LOCAL_IP, INA_DPDK_ARGS, INA_XDP_IFACE, ... (README)
  *   INA_FALLBACK=exact|float     exact (default): the host path reduces the same quantized
  *                                integers, bitwise identical to the aggregator's result;
- *                                float: reduces the floats (best precision)
+ *                                float: IEEE float32 arithmetic (16-bit types widened to
+ *                                float32, rounded once); not more precise in general (README)
  *   INA_ALGO=ring|hd|tree        host AllReduce algorithm (default: a cost model picks)
  *   INA_HOST_TRANSPORT=auto|tcp|verbs  the host mesh's transport: auto (default) RDMA verbs when
  *                                libina has the rdma feature and the machine an RDMA device,

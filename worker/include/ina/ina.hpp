@@ -43,7 +43,11 @@ struct FaultInjection {
 //           block_elems: the MAX of the ranks' exponents, encode, int32 sum/min/max, decode), so
 //           the output is bitwise identical to the in-network one. Costs an extra small
 //           AllReduce of per-block exponents and flags, and int32 scratch of the buffer's count.
-//   kFloat  the host reduces the floats themselves (best precision, not bitwise identical).
+//   kFloat  the host reduces the floats themselves in IEEE float32 arithmetic along its
+//           algorithm's chain (float16/bfloat16 widened to float32 and rounded once at the end:
+//           float32 words on the wire). Not bitwise identical, and not more precise in general:
+//           when ranks cancel, float32's partial-sum roundings can exceed the in-network bound
+//           (README, INA_FALLBACK).
 // int32 is reduced the same way in both.
 enum class FallbackMode : uint8_t { kExact = 0, kFloat = 1 };
 
@@ -96,7 +100,7 @@ struct Config {
   std::string mesh_address = "127.0.0.1";  // this rank listens on and publishes it (INA_MESH_ADDR)
   FallbackMode fallback = FallbackMode::kExact;  // INA_FALLBACK=exact|float
   // Never use the aggregator: every collective runs on the host mesh (needs `store`).
-  // INA_TRANSPORT=host, or INA_AGGREGATOR unset while a store is set.
+  // INA_TRANSPORT=host, or INA_AGGREGATOR and INA_CONTROLLER unset while a store is set.
   bool host_only = false;
   // Borrowed, must outlive Communicator::create; null: the mesh uses `store` as above. When set,
   // it replaces `store` for the rendezvous (no TcpStore is started) and enables the host mesh.
@@ -135,9 +139,21 @@ struct Config {
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
   static Result<Config> from_env();
+  // from_env for an application that brings the host mesh's rendezvous itself (sets
+  // external_store, or store, afterwards: PyTorch's backend, the MPI shim, the C ABI's
+  // ina_comm_create_with_store): that store counts for the rules that depend on one, so without
+  // INA_AGGREGATOR and INA_CONTROLLER every collective runs on the host mesh (host_only), as with
+  // INA_STORE set.
+  static Result<Config> from_env_with_store();
   // Checks ranges; names the first bad field.
   Status validate() const;
 };
+
+// Why Communicator::create(cfg) runs every collective on the host mesh without asking an
+// aggregator or a controller (cfg.host_only: INA_TRANSPORT=host, a store without INA_AGGREGATOR
+// and INA_CONTROLLER, or the application's choice); empty when cfg.host_only is false.
+// Communicator::create logs it at info level.
+std::string host_only_reason(const Config& cfg);
 
 struct CommStats {
   uint64_t collectives = 0;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdarg>
+#include <cstddef>
 
 namespace ina::log {
 
@@ -13,9 +14,15 @@ Level level();                  // current level
 void set_level(Level l);        // overrides the environment (tools' --verbose)
 bool parse_level(const char* s, Level* out);
 
-// printf-style; prefixes "[ina <level> <component>] ". Thread-safe (one write(2) per line).
+// printf-style; prefixes "<UTC time> [ina <level> <component>] ", the time as ISO 8601 with
+// milliseconds ("2026-12-01T20:01:02.345Z "). Thread-safe (one write(2) per line).
 void write(Level l, const char* component, const char* fmt, ...)
     __attribute__((format(printf, 3, 4)));
+
+// The log lines' time stamp of `unix_ms` (milliseconds since 1970-01-01 UTC), e.g.
+// "2026-12-01T20:01:02.345Z": 24 characters and a NUL in `out`. Returns the length (24).
+constexpr size_t kTimestampLen = 24;
+size_t format_timestamp(long long unix_ms, char (&out)[kTimestampLen + 1]);
 
 }  // namespace ina::log
 
