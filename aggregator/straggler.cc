@@ -220,7 +220,9 @@ void LossTracker::on_completion(uint32_t rank, uint64_t now, uint64_t second, bo
     if (!joined) {  // a new hold-up: how it started decides its cause
       s.episode_ns = 0;
       s.episode_counted = false;
-      const bool silent = s.prev_arrival == 0 || s.prev_arrival <= from;
+      // Silent: nothing of L arrived since the others had all sent this round (a late start);
+      // L's packets arriving after that, in a trickle or in bursts, are its link's pace.
+      const bool silent = s.prev_arrival == 0 || s.prev_arrival <= second;
       s.episode_cause = !silent           ? LagCause::kLink
                         : s.return_pending ? LagCause::kReturn
                                            : LagCause::kStart;

@@ -12,8 +12,8 @@
 // cumulative totals for counters.
 //
 // Cause of each added amount, from what the aggregator sees of L. A hold-up (episode: a run of
-// joined amounts) starts either with L silent (its previous contribution arrived before the
-// interval began) or with L sending:
+// joined amounts) starts either with L silent (nothing of L arrived since the next-to-last
+// contribution to the round it completes) or with L sending:
 //   loss   L's completing contribution was a retransmission: its first copy never came;
 //   return the hold-up started with L silent after L had resent DATA of a round that had already
 //          completed: it was waiting for a result that did not reach it (return path);

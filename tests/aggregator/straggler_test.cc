@@ -42,6 +42,8 @@ struct Sim {
   double delay_p = 0;               // late start: probability per collective ...
   uint64_t delay_min = 0, delay_max = 0;  // ... and its length, uniform
   uint64_t slow_gap = 0;            // slow link: its gap between blocks (0: as the others)
+  uint32_t clump = 0;               // slow link through a token bucket: blocks come in clumps
+                                    // of this many at the others' pace, the first clump on time
   double loss_p = 0;                // lossy link: per block
   double return_loss_p = 0;         // lossy return path: per result
   uint64_t seed = 1;
@@ -67,7 +69,10 @@ struct Sim {
         }
         const uint64_t g = me && slow_gap != 0 ? slow_gap : gap;
         for (uint32_t b = 0; b < blocks; ++b) {
-          const uint64_t t = s + uint64_t{b + 1} * g;
+          uint64_t t = s + uint64_t{b + 1} * g;
+          if (me && clump > 0) {  // clump k leaves when the bucket has its tokens again
+            t = s + uint64_t{b / clump} * clump * slow_gap + uint64_t{b % clump + 1} * gap;
+          }
           if (me && u(rng) < loss_p) {
             ev.push_back({t + rto, r, b, true, false});
           } else {
@@ -185,6 +190,25 @@ TEST(LossRanking, HalfRateLinkIsASlowLink) {
     EXPECT_TRUE(v[0].named) << describe(v);
     EXPECT_EQ(v[0].cause, LagCause::kLink) << describe(v);
     EXPECT_FALSE(v[1].named) << describe(v);
+  }
+}
+
+// tbf with a small burst: the first clump of each collective goes through at once, the rest in
+// clumps: the rank is silent between clumps, yet its packets are arriving all along.
+TEST(LossRanking, HalfRateLinkThroughATokenBucketIsASlowLink) {
+  for (uint64_t seed = 1; seed <= 5; ++seed) {
+    Sim sim;
+    sim.seed = seed;
+    sim.collectives = 300;
+    sim.blocks = 64;
+    sim.gap = 10'000;
+    sim.straggler = 2;
+    sim.slow_gap = 20'000;
+    sim.clump = 14;
+    const std::vector<RankVerdict> v = rank_by_lost_time(sim.run());
+    EXPECT_EQ(v[0].rank, 2u) << describe(v);
+    EXPECT_TRUE(v[0].named) << describe(v);
+    EXPECT_EQ(v[0].cause, LagCause::kLink) << describe(v);
   }
 }
 
