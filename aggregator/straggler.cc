@@ -201,6 +201,7 @@ void LossTracker::on_arrival(uint32_t rank, uint64_t now) {
     gap_ewma_ns_ += (static_cast<double>(now - s.prev_arrival) - gap_ewma_ns_) / 64.0;
   }
   s.prev_arrival = now;
+  s.prev_collective = collective_seq_;
   if (rank != last_rank_) {
     other_t_ = last_t_;
     last_rank_ = rank;
@@ -223,9 +224,13 @@ void LossTracker::on_completion(uint32_t rank, uint64_t now, uint64_t second, bo
       // Silent: nothing of L arrived since the others had all sent this round (a late start);
       // L's packets arriving after that, in a trickle or in bursts, are its link's pace.
       const bool silent = s.prev_arrival == 0 || s.prev_arrival <= second;
-      s.episode_cause = !silent           ? LagCause::kLink
-                        : s.return_pending ? LagCause::kReturn
-                                           : LagCause::kStart;
+      // A silence inside a collective L had begun spreads its packets out (the slow
+      // link: a rank whose socket drains slowly also stops while it waits); a late start is a
+      // silence before L's first packet of the collective.
+      const bool began = s.prev_arrival != 0 && s.prev_collective == collective_seq_;
+      s.episode_cause = !silent || (began && !s.return_pending) ? LagCause::kLink
+                        : s.return_pending                       ? LagCause::kReturn
+                                                                 : LagCause::kStart;
     }
     LagCause c = s.episode_cause;
     if (retransmit) {

@@ -17,8 +17,10 @@
 //   loss   L's completing contribution was a retransmission: its first copy never came;
 //   return the hold-up started with L silent after L had resent DATA of a round that had already
 //          completed: it was waiting for a result that did not reach it (return path);
-//   start  the hold-up started with L silent otherwise: it sent late (compute or host side);
-//   link   the hold-up started with L sending, or L's packets came more than 1.5x further apart
+//   start  the hold-up started with L silent before its first packet of the collective: it sent
+//          late (compute or host side);
+//   link   the hold-up started with L sending, or silent inside a collective it had begun (its
+//          packets of one collective spread out), or L's packets came more than 1.5x further apart
 //          than the job's usual spacing (an EWMA over every rank's gaps below 500 us): they were
 //          queued on the way (bandwidth).
 // The other amounts of a hold-up keep its cause.
@@ -137,6 +139,7 @@ class LossTracker {
  private:
   struct RankState {
     uint64_t prev_arrival = 0;
+    uint64_t prev_collective = 0;  // collective_seq_ at prev_arrival
     uint64_t held_until = 0;     // end of its last hold-up interval
     uint64_t episode_ns = 0;     // length of its current hold-up so far
     uint64_t episode_collective = 0;  // collective of its last counted episode (+1; 0: none)
