@@ -43,8 +43,23 @@ json telemetry(const JobSnapshot& j) {
     o["parent_results"] = j.counters.parent_results;
   }
   const uint32_t first = j.cfg.first_rank();
+  // The stragglers by lost time (issue 21), each with its arrival-lag telemetry; a snapshot
+  // without the lost-time ranking (a part not ranked yet) lists them by lag.
+  const bool by_loss = j.lost_ranking.size() == j.telemetry.size() && !j.lost_ranking.empty();
+  std::vector<const RankVerdict*> verdicts;
+  std::vector<uint32_t> order;
+  if (by_loss) {
+    for (const RankVerdict& v : j.lost_ranking) {
+      verdicts.push_back(&v);
+      order.push_back(v.rank);
+    }
+  } else {
+    order = j.straggler_ranking;
+  }
   json ranking = json::array();
-  for (uint32_t r : j.straggler_ranking) {
+  for (size_t i = 0; i < order.size(); ++i) {
+    const uint32_t r = order[i];
+    if (r >= j.telemetry.size()) continue;
     const RankTelemetry& t = j.telemetry[r];
     json hist = json::array();
     size_t last_nonzero = 0;
@@ -52,13 +67,44 @@ json telemetry(const JobSnapshot& j) {
       if (t.lag_hist[b] != 0) last_nonzero = b + 1;
     }
     for (size_t b = 0; b < last_nonzero; ++b) hist.push_back(t.lag_hist[b]);
-    ranking.push_back({{"rank", first + r},
-                       {"mean_lag_us", t.mean_lag_us()},
-                       {"completed_last", t.last},
-                       {"timed", t.lag_count},
-                       {"lag_hist_log2_us", hist}});
+    json e = {{"rank", first + r},
+              {"mean_lag_us", t.mean_lag_us()},
+              {"completed_last", t.last},
+              {"timed", t.lag_count},
+              {"lag_hist_log2_us", hist}};
+    if (by_loss) {
+      const RankVerdict& v = *verdicts[i];
+      json by_cause = json::object();
+      for (size_t c = 0; c < kLagCauses; ++c) {
+        by_cause[lag_cause_name(static_cast<LagCause>(c))] =
+            static_cast<double>(v.loss.lost_ns[c]) / 1e6;
+      }
+      e["straggler"] = v.named;
+      e["lost_ms"] = static_cast<double>(v.lost_ns) / 1e6;
+      e["lost_share"] = v.share;
+      e["z"] = v.z;
+      e["p"] = v.p;
+      e["cause"] = lag_cause_name(v.cause);
+      e["cause_text"] = lag_cause_meaning(v.cause);
+      e["lost_ms_by_cause"] = by_cause;
+      e["episodes"] = v.loss.episodes;
+      e["collectives_held"] = v.loss.collectives;
+      e["collective_fraction"] = v.collective_fraction;
+      e["mean_episode_ms"] = v.mean_episode_ms;
+      e["retransmits_added"] = v.loss.retransmits_added;
+      e["resent_completed"] = v.loss.resent_completed;
+    }
+    ranking.push_back(std::move(e));
   }
   o["stragglers"] = ranking;
+  uint64_t lost = 0;
+  for (const RankLoss& l : j.loss.ranks) lost += l.lost_total_ns();
+  o["lost_window"] = {{"span_s", static_cast<double>(j.loss.span_ns) / 1e9},
+                      {"collectives", j.loss.collectives},
+                      {"lost_ms", static_cast<double>(lost) / 1e6}};
+  json lag_order = json::array();
+  for (uint32_t r : j.straggler_ranking) lag_order.push_back(first + r);
+  o["lag_ranking"] = lag_order;  // by median arrival lag (the ranking before issue 21)
   json stalled = json::array();
   for (const StalledSlot& s : j.stalled) {
     stalled.push_back({{"slot", s.slot},
@@ -246,6 +292,27 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
     for (size_t i = 0; i < j.straggler_ranking.size(); ++i) {
       m << "ina_aggregator_straggler_position{ina_job=\"" << j.cfg.job << "\",rank=\""
         << j.cfg.first_rank() + j.straggler_ranking[i] << "\"} " << i << "\n";
+    }
+  }
+  // Lost time (issue 21): labelled ina_job, like every family after the label rename.
+  m << "# HELP ina_rank_lag_seconds_total Time the rank held up completed rounds beyond the "
+       "next-to-last arrival, by cause (start: late start, link: bandwidth, loss: lossy link, "
+       "return: results not received).\n# TYPE ina_rank_lag_seconds_total counter\n";
+  for (const JobSnapshot& j : s.jobs) {
+    for (size_t r = 0; r < j.loss.total_ns.size(); ++r) {
+      for (size_t c = 0; c < kLagCauses; ++c) {
+        m << "ina_rank_lag_seconds_total{ina_job=\"" << j.cfg.job << "\",rank=\""
+          << j.cfg.first_rank() + r << "\",cause=\"" << lag_cause_name(static_cast<LagCause>(c))
+          << "\"} " << static_cast<double>(j.loss.total_ns[r][c]) * 1e-9 << "\n";
+      }
+    }
+  }
+  m << "# HELP ina_rank_straggler Named a straggler by the lost-time test over the window (1) or "
+       "not (0).\n# TYPE ina_rank_straggler gauge\n";
+  for (const JobSnapshot& j : s.jobs) {
+    for (const RankVerdict& v : j.lost_ranking) {
+      m << "ina_rank_straggler{ina_job=\"" << j.cfg.job << "\",rank=\"" << j.cfg.first_rank() + v.rank
+        << "\"} " << (v.named ? 1 : 0) << "\n";
     }
   }
   m << "# HELP ina_aggregator_stalled_slots Rounds waiting longer than the stall threshold.\n"

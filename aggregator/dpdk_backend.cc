@@ -982,6 +982,7 @@ void DpdkAggregator::service(std::chrono::milliseconds snapshot_every) {
 
 void DpdkAggregator::publish(std::vector<AggregatorSnapshot> parts, bool log_changes) {
   AggregatorSnapshot m = merge_snapshots(parts);
+  if (log_changes) warn_stragglers(straggler_alarm_, m, now_ns(CLOCK_MONOTONIC));
   std::lock_guard<std::mutex> g(ctl_mu_);
   if (!log_changes) {
     published_ = std::move(m);

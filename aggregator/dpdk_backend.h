@@ -194,6 +194,7 @@ class DpdkAggregator {
   std::vector<JobConfig> desired_;
   uint64_t desired_gen_ = 0;
   AggregatorSnapshot published_;
+  StragglerAlarm straggler_alarm_;  // main lcore only (publish)
   // The main lcore's side of the mailboxes (service() only).
   uint64_t delivered_gen_ = 0;
   uint64_t round_ = 0;         // last request posted to every lcore

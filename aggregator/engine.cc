@@ -39,6 +39,12 @@ struct Engine::Job {
   // Telemetry: time of each copy's first contribution (index slot * 2 + shadow; 0: none).
   std::vector<uint64_t> first_ns;
   std::vector<RankTelemetry> tele;
+  // Lost time (straggler.h): per copy the next-to-last contribution's time and whether its round
+  // is in flight (started, not completed), and the rounds in flight (0 -> 1: a collective starts).
+  std::vector<uint64_t> second_ns;
+  std::vector<uint8_t> open;
+  uint32_t inflight = 0;
+  LossTracker loss;
   // Served ranks: a leaf's [rank_base, rank_base + nranks); flat and root: [0, world).
   uint32_t nranks = 0;
   uint32_t rank_base = 0;
@@ -239,6 +245,9 @@ Status Engine::add_job(const JobConfig& cfg) {
   job->ranks.assign(job->nranks, RankCounters{});
   job->first_ns.assign(size_t{cfg.slots.num_slots} * 2, 0);
   job->tele.assign(job->nranks, RankTelemetry{});
+  job->second_ns.assign(size_t{cfg.slots.num_slots} * 2, 0);
+  job->open.assign(size_t{cfg.slots.num_slots} * 2, 0);
+  job->loss.reset(job->nranks, opts_.straggler);
   // Largest control payload: [reason, bitmap as ceil(world/32) int32 words, a leaf's tree
   // note]; WELCOME needs 2.
   scratch_.resize(std::max<size_t>(scratch_.size(), 2 + (size_t{job->world} + 31) / 32 +
@@ -413,6 +422,8 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
   if (++job.joined == job.nranks) {
     job.table->reset();
     std::fill(job.first_ns.begin(), job.first_ns.end(), uint64_t{0});
+    std::fill(job.open.begin(), job.open.end(), uint8_t{0});
+    job.inflight = 0;
     if (job.leaf) {
       // Every local rank joined: this leaf joins its parent, and WELCOMEs its ranks only when
       // the parent WELCOMEs it. Its nonce changes whenever one of its ranks' nonces does.
@@ -445,18 +456,37 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
   ++counters_.by_verdict[static_cast<size_t>(v)];
   if ((v == Verdict::kAdded || v == Verdict::kCompleted) && opts_.telemetry && now_ns != 0) {
     // The lag behind the round's first contribution; the first one starts the clock.
-    uint64_t& first = job.first_ns[size_t{h.slot} * 2 + (h.shadow ? 1 : 0)];
+    const size_t copy = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
+    uint64_t& first = job.first_ns[copy];
+    const uint32_t n = job.table->contributors(h.slot, h.shadow);
     uint64_t lag = 0;
-    if (job.table->contributors(h.slot, h.shadow) == 1) {
+    if (n == 1) {
       first = now_ns;
+      // A round replacing one still in flight (abandoned) keeps its place in the count.
+      if (job.open[copy] == 0) {
+        job.open[copy] = 1;
+        if (job.inflight++ == 0) job.loss.on_collective_start(now_ns);
+      }
     } else if (now_ns > first) {
       lag = now_ns - first;
     }
+    if (n + 1 == job.nranks) job.second_ns[copy] = now_ns;  // the next-to-last contribution
     RankTelemetry& t = job.tele[h.rank];
     ++t.lag_count;
     t.lag_sum_ns += lag;
     ++t.lag_hist[lag_bucket(lag)];
-    if (v == Verdict::kCompleted && job.world > 1) ++t.last;
+    if (retransmit) job.loss.on_retransmit_added(h.rank, now_ns);
+    if (v == Verdict::kCompleted) {
+      if (job.open[copy] != 0) {
+        job.open[copy] = 0;
+        --job.inflight;
+      }
+      if (job.world > 1) ++t.last;
+      job.loss.on_completion(h.rank, now_ns, job.second_ns[copy], retransmit);
+    }
+    job.loss.on_arrival(h.rank, now_ns);
+  } else if (v == Verdict::kResendResult && retransmit && opts_.telemetry && now_ns != 0) {
+    job.loss.on_resent_completed(h.rank, now_ns);
   }
 
   const size_t k = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
@@ -799,6 +829,12 @@ std::vector<uint32_t> Engine::straggler_ranking(JobId job) const {
   auto it = jobs_.find(job);
   if (it == jobs_.end()) return {};
   return rank_stragglers(it->second->tele);
+}
+
+LossWindow Engine::loss_window(JobId job, uint64_t now_ns) const {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return {};
+  return it->second->loss.window(now_ns);
 }
 
 std::vector<StalledSlot> Engine::stalled_slots(JobId job, uint64_t now_ns, uint64_t min_age_ns,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "aggregator/slot_table.h"
+#include "aggregator/straggler.h"
 #include "ina/protocol/status.h"
 #include "ina/protocol/wire.h"
 
@@ -212,7 +213,8 @@ struct StalledSlot {
 };
 
 struct EngineOptions {
-  bool telemetry = true;   // lag histograms and stalled-slot times (on_packet with a time)
+  bool telemetry = true;   // lag histograms, lost time and stalled-slot times (timed on_packet)
+  StragglerOptions straggler;  // the lost-time window and test (straggler.h)
   // Benchmark only: skip the per-job key comparison, to measure what it costs. Never off in a
   // served aggregator (the CLI has no switch for it).
   bool check_key = true;
@@ -260,6 +262,7 @@ class Engine {
                   JobId* sender_job, bool counted_elsewhere = false);
 
   const EngineCounters& counters() const { return counters_; }
+  const StragglerOptions& straggler_options() const { return opts_.straggler; }
   // Per-rank counters of a job (index: served rank, see JobConfig::served_ranks); empty span for
   // an unknown job.
   std::span<const RankCounters> rank_counters(JobId job) const;
@@ -275,6 +278,9 @@ class Engine {
   // Served ranks (indices as rank_telemetry) ordered by median lag (log2 bucket), worst first;
   // ties by mean lag, then by rounds completed last.
   std::vector<uint32_t> straggler_ranking(JobId job) const;
+  // Lost time per served rank and cause over the window ending at `now_ns` (straggler.h; empty
+  // for an unknown job). Allocates.
+  LossWindow loss_window(JobId job, uint64_t now_ns) const;
   // Incomplete rounds whose first contribution is at least `min_age_ns` old at `now_ns`, oldest
   // first, at most `max` of them.
   std::vector<StalledSlot> stalled_slots(JobId job, uint64_t now_ns, uint64_t min_age_ns,

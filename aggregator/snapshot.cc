@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "ina/protocol/log.h"
+
 namespace ina::agg {
 
 AggregatorSnapshot engine_snapshot(const Engine& e, uint64_t now_ns, uint64_t stall_ns,
@@ -18,7 +20,11 @@ AggregatorSnapshot engine_snapshot(const Engine& e, uint64_t now_ns, uint64_t st
     j.ranks.assign(rc.begin(), rc.end());
     const auto rt = e.rank_telemetry(cfg.job);
     j.telemetry.assign(rt.begin(), rt.end());
-    if (with_ranking) j.straggler_ranking = e.straggler_ranking(cfg.job);
+    j.loss = e.loss_window(cfg.job, now_ns);
+    if (with_ranking) {
+      j.straggler_ranking = e.straggler_ranking(cfg.job);
+      j.lost_ranking = rank_by_lost_time(j.loss, e.straggler_options());
+    }
     j.stalled = e.stalled_slots(cfg.job, now_ns, stall_ns);
     s.jobs.push_back(std::move(j));
   }
@@ -61,11 +67,13 @@ AggregatorSnapshot merge_snapshots(const std::vector<AggregatorSnapshot>& parts,
         t.last += u.last;
         for (size_t b = 0; b < kLagBuckets; ++b) t.lag_hist[b] += u.lag_hist[b];
       }
+      m.loss.add(j.loss);
       m.stalled.insert(m.stalled.end(), j.stalled.begin(), j.stalled.end());
     }
   }
   for (JobSnapshot& j : out.jobs) {
     j.straggler_ranking = rank_stragglers(j.telemetry);
+    j.lost_ranking = rank_by_lost_time(j.loss);
     std::stable_sort(j.stalled.begin(), j.stalled.end(),
                      [](const StalledSlot& a, const StalledSlot& b) { return a.age_ns > b.age_ns; });
     if (j.stalled.size() > max_stalled) j.stalled.resize(max_stalled);
@@ -73,6 +81,15 @@ AggregatorSnapshot merge_snapshots(const std::vector<AggregatorSnapshot>& parts,
   std::sort(out.jobs.begin(), out.jobs.end(),
             [](const JobSnapshot& a, const JobSnapshot& b) { return a.cfg.job < b.cfg.job; });
   return out;
+}
+
+void warn_stragglers(StragglerAlarm& alarm, const AggregatorSnapshot& s, uint64_t now) {
+  for (const JobSnapshot& j : s.jobs) {
+    for (const std::string& line :
+         alarm.check(j.cfg.job, j.cfg.first_rank(), j.lost_ranking, j.loss.span_ns, now)) {
+      INA_WARN("straggler", "%s", line.c_str());
+    }
+  }
 }
 
 }  // namespace ina::agg

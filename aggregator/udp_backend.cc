@@ -172,6 +172,7 @@ struct UdpAggregator::Impl {
   size_t max_packet = 0;  // largest reply the arena holds
   uint64_t batch_now = 0;  // CLOCK_MONOTONIC ns of the current batch (0: telemetry off)
   uint64_t rng = 0;
+  size_t mc_rotate = 0;  // first rank of the next multicast (see flush)
   Counters c;
 
   // receive
@@ -303,7 +304,12 @@ void UdpAggregator::Impl::flush() {
     if (!first.multicast) {
       for (size_t k = i; k < j; k += seg_max) stage(first.dest, &pending[k], std::min(seg_max, j - k));
     } else if (std::vector<Peer>* p = peers_of(first.job); p != nullptr) {
-      for (const Peer& peer : *p) {
+      // From a rotating first rank: sent in rank order, the last rank would always get its
+      // results last, start every collective last and show as a small persistent straggler.
+      const size_t np = p->size();
+      size_t q = np == 0 ? 0 : mc_rotate++ % np;
+      for (size_t left = np; left > 0; --left, q = q + 1 == np ? 0 : q + 1) {
+        const Peer& peer = (*p)[q];
         if (!peer.known) {
           c.unroutable += j - i;
           continue;
@@ -603,6 +609,7 @@ void UdpAggregator::publish() {
   s.send_errors = impl_->c.send_errors;
   s.unroutable = impl_->c.unroutable;
   s.job_errors = job_errors_;
+  warn_stragglers(straggler_alarm_, s, now);
   std::lock_guard<std::mutex> g(shared_mu_);
   published_ = std::move(s);
 }

@@ -82,6 +82,7 @@ class UdpAggregator {
   std::vector<JobConfig> desired_jobs_;
   AggregatorSnapshot published_;
   std::map<JobId, std::string> job_errors_;  // serving thread only; copied into snapshots
+  StragglerAlarm straggler_alarm_;           // serving thread only (publish)
   void apply_jobs();
   void publish();
 };

@@ -1,11 +1,16 @@
 // ina-ctl: the command-line client of ina-controller's API.
 //
-//   ina-ctl [--controller host:port] aggregators | jobs | job ID | drain ID [--off] |
+//   ina-ctl [--controller host:port] aggregators | jobs | job ID [--stragglers] | drain ID [--off] |
 //           remove-job ID | admit NAME --world N [--rank R] [--slots S] [--shards K] | metrics
 //
 // Prints the controller's JSON (or text) answer; exits 1 with the error on a failed request.
 // `jobs` and `job` show each job's shape (flat, tree, sharded), its placements (aggregator, role,
 // slot range, a leaf's ranks and parent), re-placements, idle time and an expired job's reason.
+// On a terminal `job` then prints the stragglers by time lost with their causes, and for a tree
+// the path from the root to the worst leaf and its worst rank, as text (`--stragglers`: that
+// text only, also into a pipe; a pipe otherwise gets the JSON alone).
+#include <unistd.h>
+
 #include <cstdio>
 #include <string>
 
@@ -13,6 +18,7 @@
 #include <httplib.h>
 
 #include "ina_config.h"
+#include "controller/straggler_report.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ina-ctl: query and operate ina-controller"};
@@ -25,6 +31,10 @@ int main(int argc, char** argv) {
   auto* job = app.add_subcommand("job", "one job's state and telemetry (stragglers, stalled slots)");
   uint32_t job_id = 0;
   job->add_option("id", job_id, "job id")->required();
+  bool stragglers_only = false;
+  job->add_flag("--stragglers", stragglers_only,
+                "the straggler ranking as text only (default: the JSON, and the text after it "
+                "when stdout is a terminal)");
   auto* drain = app.add_subcommand("drain", "stop placing jobs on an aggregator");
   std::string agg_id;
   bool off = false;
@@ -84,6 +94,14 @@ int main(int argc, char** argv) {
                  httplib::to_string(res.error()).c_str());
     return 1;
   }
-  std::fputs(res->body.c_str(), res->status == 200 ? stdout : stderr);
+  if (!(job->parsed() && stragglers_only && res->status == 200)) {
+    std::fputs(res->body.c_str(), res->status == 200 ? stdout : stderr);
+  }
+  if (job->parsed() && res->status == 200 && (stragglers_only || isatty(STDOUT_FILENO) != 0)) {
+    // The straggler ranking with causes as text (issue 21); a pipe gets the JSON alone.
+    const auto o = nlohmann::json::parse(res->body, nullptr, /*allow_exceptions=*/false);
+    const std::string text = o.is_object() ? ina::ctl::straggler_report(o) : std::string{};
+    std::fputs(text.empty() ? "no telemetry for this job yet\n" : text.c_str(), stdout);
+  }
   return res->status == 200 ? 0 : 1;
 }

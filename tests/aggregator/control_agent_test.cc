@@ -113,6 +113,50 @@ TEST(HeartbeatJobs, LeafTelemetryNamesGlobalRanks) {
   EXPECT_EQ(o["stalled_slots"][0]["missing_ranks"][0], 5);
 }
 
+// Issue 21: the telemetry lists the ranks by lost time with their cause, and /metrics has the
+// per-rank, per-cause lost-time counters labelled ina_job.
+TEST(Telemetry, StragglersByLostTimeWithCausesAndCounters) {
+  JobSnapshot j;
+  j.cfg.job = 6;
+  j.cfg.slots.world_size = 3;
+  j.telemetry.resize(3);
+  j.straggler_ranking = {0, 1, 2};
+  j.loss.ranks.resize(3);
+  j.loss.total_ns.resize(3);
+  j.loss.ranks[2].lost_ns[static_cast<size_t>(LagCause::kLink)] = 30'000'000;
+  j.loss.ranks[2].episodes = 9;
+  j.loss.ranks[0].lost_ns[static_cast<size_t>(LagCause::kStart)] = 1'000'000;
+  j.loss.ranks[0].episodes = 1;
+  j.loss.total_ns[2][static_cast<size_t>(LagCause::kLink)] = 1'500'000'000;
+  j.loss.collectives = 10;
+  j.loss.span_ns = 2'000'000'000;
+  j.loss.sum_sq_s2 = 9 * (30e-3 / 9) * (30e-3 / 9) + 1e-6;
+  j.lost_ranking = rank_by_lost_time(j.loss);
+  const nlohmann::json o = nlohmann::json::parse(job_telemetry_json(j));
+  ASSERT_EQ(o["stragglers"].size(), 3u);
+  EXPECT_EQ(o["stragglers"][0]["rank"], 2);
+  EXPECT_EQ(o["stragglers"][0]["cause"], "link");
+  EXPECT_EQ(o["stragglers"][0]["straggler"], true) << o.dump();
+  EXPECT_DOUBLE_EQ(o["stragglers"][0]["lost_ms"].get<double>(), 30.0);
+  EXPECT_DOUBLE_EQ(o["stragglers"][0]["lost_ms_by_cause"]["link"].get<double>(), 30.0);
+  EXPECT_EQ(o["stragglers"][0]["episodes"], 9);
+  EXPECT_EQ(o["stragglers"][1]["rank"], 0);
+  EXPECT_EQ(o["stragglers"][1]["straggler"], false);
+  EXPECT_EQ(o["lag_ranking"][0], 0);
+  EXPECT_EQ(o["lost_window"]["collectives"], 10);
+  AggregatorSnapshot s;
+  s.jobs.push_back(j);
+  const std::string m = prometheus_text(s);
+  EXPECT_NE(m.find("# TYPE ina_rank_lag_seconds_total counter"), std::string::npos);
+  EXPECT_NE(m.find("ina_rank_lag_seconds_total{ina_job=\"6\",rank=\"2\",cause=\"link\"} 1.5\n"),
+            std::string::npos)
+      << m;
+  EXPECT_NE(m.find("ina_rank_lag_seconds_total{ina_job=\"6\",rank=\"0\",cause=\"return\"} 0\n"),
+            std::string::npos);
+  EXPECT_NE(m.find("ina_rank_straggler{ina_job=\"6\",rank=\"2\"} 1\n"), std::string::npos);
+  EXPECT_NE(m.find("ina_rank_straggler{ina_job=\"6\",rank=\"1\"} 0\n"), std::string::npos);
+}
+
 // The per-job label of /metrics is ina_job: Prometheus renames a target's own "job" label to
 // "exported_job" (it sets job to the scrape job's name), so a query on job="9" found nothing.
 TEST(AgentMetrics, PerJobLabelIsInaJob) {

@@ -106,6 +106,37 @@ TEST(MergeSnapshots, SumsCountersAndRecomputesTheRanking) {
   EXPECT_TRUE(m.jobs[1].ready);
 }
 
+// Issue 21: the lost-time windows of the lcores are summed and ranked anew.
+TEST(MergeSnapshots, SumsLostTimeAndRanksItAnew) {
+  AggregatorSnapshot a, b;
+  JobSnapshot ja = job(1, 3, true), jb = job(1, 3, true);
+  for (JobSnapshot* j : {&ja, &jb}) {
+    j->loss.ranks.resize(3);
+    j->loss.total_ns.resize(3);
+    j->loss.collectives = 50;
+    j->loss.span_ns = 1'000'000'000;
+  }
+  // Alone, each part's worst is another rank; summed, rank 1 lost the most.
+  ja.loss.ranks[0].lost_ns[0] = 6'000'000;
+  ja.loss.ranks[1].lost_ns[1] = 5'000'000;
+  jb.loss.ranks[2].lost_ns[0] = 7'000'000;
+  jb.loss.ranks[1].lost_ns[1] = 5'000'000;
+  jb.loss.total_ns[1][1] = 9;
+  ja.loss.sum_sq_s2 = 1e-6;
+  jb.loss.sum_sq_s2 = 2e-6;
+  a.jobs = {ja};
+  b.jobs = {jb};
+  const AggregatorSnapshot m = merge_snapshots({a, b});
+  const JobSnapshot& j = m.jobs[0];
+  EXPECT_EQ(j.loss.ranks[1].lost_total_ns(), 10'000'000u);
+  EXPECT_EQ(j.loss.total_ns[1][1], 9u);
+  EXPECT_DOUBLE_EQ(j.loss.sum_sq_s2, 3e-6);
+  EXPECT_EQ(j.loss.collectives, 50u);
+  ASSERT_EQ(j.lost_ranking.size(), 3u);
+  EXPECT_EQ(j.lost_ranking[0].rank, 1u);
+  EXPECT_EQ(j.lost_ranking[0].cause, LagCause::kLink);
+}
+
 TEST(MergeSnapshots, NoPartsIsEmptyAndOnePartIsItself) {
   EXPECT_TRUE(merge_snapshots({}).jobs.empty());
   AggregatorSnapshot a;

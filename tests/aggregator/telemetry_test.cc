@@ -99,6 +99,71 @@ TEST_F(TelemetryTest, LagHistogramAndRankingNameTheDelayedRank) {
   EXPECT_EQ(lag_bucket(uint64_t{1} << 60), kLagBuckets - 1);
 }
 
+// Lost time through the engine (issue 21): rounds of 4 blocks on 4 slots, one collective per
+// round of blocks; rank 3 starts 2 ms late in every fifth collective, rank 5 100 us late in
+// every one (the issue's case), the others within 0..7 us.
+TEST_F(TelemetryTest, LostTimeNamesTheIntermittentRankAndItsLateStart) {
+  uint64_t t = 1'000'000;
+  for (int c = 0; c < 50; ++c) {
+    const bool late = c % 5 == 0;
+    const BlockSeq seq = static_cast<BlockSeq>(c * 4 + 1);
+    // Each rank sends its 4 blocks back to back (rotating order), so the 4 rounds are in flight
+    // together: one collective.
+    for (uint16_t i = 0; i < kWorld; ++i) {
+      const uint16_t r = static_cast<uint16_t>((i + c) % kWorld);
+      if (r == 3 && late) continue;
+      if (r == 5) continue;
+      for (BlockSeq b = 0; b < 4; ++b) send(data(r, seq + b), t + i * 1000 + b * 100);
+    }
+    for (BlockSeq b = 0; b < 4; ++b) send(data(5, seq + b), t + 100'000 + b * 100);
+    if (late) {
+      for (BlockSeq b = 0; b < 4; ++b) send(data(3, seq + b), t + 2'000'000 + b * 1000);
+    }
+    t += 3'000'000;
+  }
+  const LossWindow w = engine_.loss_window(kJob, t);
+  ASSERT_EQ(w.ranks.size(), kWorld);
+  EXPECT_EQ(w.collectives, 50u);
+  // 10 late collectives, each held up from rank 5's arrival (100 us) to rank 3's last block
+  // (2.003 ms): the hold-ups of one collective are one interval, not one per block.
+  EXPECT_NEAR(static_cast<double>(w.ranks[3].lost_total_ns()), 10 * 1'903'000.0, 10 * 1'000.0);
+  EXPECT_EQ(w.ranks[3].episodes, 10u);
+  EXPECT_EQ(w.ranks[3].collectives, 10u);
+  const std::vector<RankVerdict> v = rank_by_lost_time(w);
+  EXPECT_EQ(v[0].rank, 3u);
+  EXPECT_TRUE(v[0].named);
+  EXPECT_EQ(v[0].cause, LagCause::kStart);
+  EXPECT_NEAR(v[0].collective_fraction, 0.2, 1e-9);
+  EXPECT_EQ(v[1].rank, 5u);
+  EXPECT_FALSE(v[1].named);
+  // The median ranking puts rank 5 first: rank 3's median lag is that of a punctual rank.
+  EXPECT_EQ(engine_.straggler_ranking(kJob)[0], 5u);
+}
+
+// A retransmission that fills a round is loss; a retransmission for a completed round (the rank
+// did not get the result) marks the rank's next hold-up as the return path.
+TEST_F(TelemetryTest, RetransmissionsAndResentCompletedRoundsAreCounted) {
+  uint64_t t = 1'000'000;
+  for (uint16_t r = 0; r < kWorld - 1; ++r) send(data(r, 1), t + r);
+  wire::Header h = data_header(kJob, kKey, kWorld - 1, 0, false, 1, 4);
+  h.flags |= wire::kFlagRetransmit;
+  const auto rtx = encode_packet(h, std::vector<int32_t>(4, 1));
+  EXPECT_EQ(send(rtx, t + 3'000'000).target, Reply::Target::kAllRanks);
+  // The same rank resends the completed round: it did not get the result.
+  EXPECT_EQ(send(rtx, t + 6'000'000).target, Reply::Target::kSender);
+  // Its next round: late again, now charged to the return path.
+  for (uint16_t r = 0; r < kWorld - 1; ++r) send(data(r, 2), t + 3'100'000 + r);
+  send(data(kWorld - 1, 2), t + 6'100'000);
+  const LossWindow w = engine_.loss_window(kJob, t + 7'000'000);
+  const RankLoss& l = w.ranks[kWorld - 1];
+  EXPECT_EQ(l.retransmits_added, 1u);
+  EXPECT_EQ(l.resent_completed, 1u);
+  EXPECT_NEAR(static_cast<double>(l.lost_ns[static_cast<size_t>(LagCause::kLoss)]), 3e6, 10.0);
+  EXPECT_NEAR(static_cast<double>(l.lost_ns[static_cast<size_t>(LagCause::kReturn)]), 3e6, 10.0);
+  EXPECT_EQ(w.total_ns[kWorld - 1][static_cast<size_t>(LagCause::kReturn)],
+            l.lost_ns[static_cast<size_t>(LagCause::kReturn)]);
+}
+
 TEST_F(TelemetryTest, StalledSlotNamesTheRankThatStopped) {
   // Round 1 completes; in rounds 2 and 3 rank 6 and rank 2 never arrive.
   for (uint16_t r = 0; r < kWorld; ++r) send(data(r, 1), 1000 + r);
@@ -143,6 +208,9 @@ TEST_F(TelemetryTest, TimedPacketPathDoesNotAllocate) {
 TEST_F(TelemetryTest, UntimedPacketsAndDisabledTelemetryRecordNothing) {
   for (uint16_t r = 0; r < kWorld; ++r) send(data(r, 1), 0);
   for (const RankTelemetry& t : engine_.rank_telemetry(kJob)) EXPECT_EQ(t.lag_count, 0u);
+  for (const RankLoss& l : engine_.loss_window(kJob, 1'000'000).ranks) {
+    EXPECT_EQ(l.lost_total_ns(), 0u);
+  }
   EXPECT_EQ(engine_.counters().completed, 1u);
 }
 

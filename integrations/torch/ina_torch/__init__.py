@@ -8,10 +8,12 @@ ina-controller admits the job to with INA_CONTROLLER=host:port (with libina's ho
 with neither every collective runs on libina's host TCP mesh (an info line says why).
 The other collectives always run on the host mesh. libina's INA_* variables apply (INA_JOB,
 INA_TIMEOUT_MS, INA_BLOCK_ELEMS, ...). Ranks meet through PyTorch's own store.
+INA_STRAGGLER_REPORT=1: rank 0 prints the aggregator's straggler ranking at exit (stragglers.py).
 """
 import torch.distributed as _dist
 
 from . import _C
+from . import stragglers as _stragglers
 
 __all__ = ["BACKEND", "stats", "create_process_group"]
 
@@ -25,6 +27,8 @@ def stats(group=None):
         group = _dist.distributed_c10d._get_default_group()
     return _C.stats(group)
 
+
+_stragglers.install()
 
 if BACKEND.upper() not in _dist.Backend._plugins:
     _dist.Backend.register_backend(BACKEND, _C.create_process_group)
