@@ -12,22 +12,9 @@ set -u
 agg=$1 ctl=$2
 command -v promtool >/dev/null || { echo "SKIP: promtool not installed (Debian package prometheus)"; exit 77; }
 command -v curl >/dev/null || { echo "SKIP: curl not installed"; exit 77; }
-dir=$(mktemp -d /tmp/ina-promtool-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$dir" "/var/run/dpdk/ina_prom_$$" 2>/dev/null
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.sh"
+ops_begin ina_prom
 fail=0
-wait_file() {  # FILE PID: the port written there, or "" when the process exited or 10 s passed
-  for _ in $(seq 200); do
-    [ -s "$1" ] && { cat "$1"; return; }
-    kill -0 "$2" 2>/dev/null || return
-    sleep 0.05
-  done
-}
 check() {  # NAME URL
   local name=$1 url=$2 text
   text=$(curl -sf "$url") || { echo "FAIL $name: GET $url"; fail=1; return; }
@@ -70,7 +57,7 @@ check "ina-controller" "http://127.0.0.1:$cport/metrics"
 if "$agg" --version | grep -q 'dpdk: built'; then
   "$agg" --backend dpdk --dpdk-port net_null0 --ip 10.0.0.1 --port 47474 --world-size 2 \
     --http-port 0 --http-port-file "$dir/dpdk.http" --stats-interval-ms 0 -- --no-huge -m 256 \
-    --no-shconf --no-pci --no-telemetry --log-level=3 --file-prefix "ina_prom_$$" --lcores 0@0,1@0 \
+    --no-shconf --no-pci --no-telemetry --log-level=3 --file-prefix "${ops_name}_$$" --lcores 0@0,1@0 \
     --vdev net_null0 >"$dir/dpdk.log" 2>&1 & pids+=($!)
   dport=$(wait_file "$dir/dpdk.http" "${pids[-1]}")
   if [ -n "$dport" ]; then

@@ -10,22 +10,9 @@
 #   refuse_to_start.sh INA_AGGREGATOR INA_CONTROLLER
 set -u
 agg=$1 ctl=$2
-dir=$(mktemp -d /tmp/ina-refuse-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-  rm -rf "$dir" "/var/run/dpdk/ina_refuse_$$" 2>/dev/null
-}
-trap cleanup EXIT
+. "$(dirname "$0")/lib.sh"
+ops_begin ina_refuse
 fail=0
-wait_file() {  # FILE PID
-  for _ in $(seq 200); do
-    [ -s "$1" ] && { cat "$1"; return; }
-    kill -0 "$2" 2>/dev/null || return
-    sleep 0.05
-  done
-}
 # refused WHAT EXPECTED_TEXT COMMAND...: the command exits non-zero within 5 s saying EXPECTED_TEXT.
 refused() {
   local what=$1 expect=$2
@@ -71,7 +58,7 @@ if "$agg" --version | grep -q 'dpdk: built'; then
   refused "DPDK aggregator, busy --http-port" "TCP port $hport is already in use" \
     "$agg" --backend dpdk --dpdk-port net_null0 --ip 10.0.0.1 --port 47474 --world-size 2 \
     --http-port "$hport" --stats-interval-ms 0 -- --no-huge -m 256 --no-shconf --no-pci \
-    --no-telemetry --log-level=3 --file-prefix "ina_refuse_$$" --lcores 0@0,1@0 --vdev net_null0
+    --no-telemetry --log-level=3 --file-prefix "${ops_name}_$$" --lcores 0@0,1@0 --vdev net_null0
 fi
 # The first ones still serve.
 for p in "${pids[@]}"; do
