@@ -24,7 +24,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import controller_procs  # noqa: E402
 
 NP = 4
 
@@ -94,52 +96,21 @@ def supported(c):
     return c["comm"] == "world" and c["dtype"] in ("int", "float") and c["op"] in ("sum", "min", "max")
 
 
-def wait_port_file(proc, path, what):
-    deadline = time.time() + 10
-    while not (os.path.exists(path) and open(path).read().strip()):
-        if time.time() > deadline or proc.poll() is not None:
-            fail("%s did not start" % what)
-        time.sleep(0.05)
-    return int(open(path).read().strip())
-
-
-def http_get(port, path):
-    with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=2) as r:
-        return r.read().decode()
-
-
-def admitted_total(port):
-    m = re.search(r'ina_controller_admissions_total\{result="admitted"\} (\d+)',
-                  http_get(port, "/metrics"))
-    if m is None:
-        fail("the controller's /metrics has no admitted count")
-    return int(m.group(1))
-
-
 def run_with_controller(mpirun, program, lib, ctl_bin, agg_bin, outdir, procs):
     """The preload with INA_CONTROLLER only, against an ina-controller and an ina-aggregator
     registered with it; returns (mpirun's output, admissions the controller counted)."""
     tmp = os.path.dirname(outdir)
-    ctl = subprocess.Popen([ctl_bin, "--bind", "127.0.0.1", "--port", "0", "--port-file",
-                            os.path.join(tmp, "ctl.port")], stdout=subprocess.DEVNULL)
-    procs.append(ctl)
-    ctl_port = wait_port_file(ctl, os.path.join(tmp, "ctl.port"), "ina-controller")
-    agg = subprocess.Popen([agg_bin, "--bind", "127.0.0.1", "--port", "0", "--port-file",
-                            os.path.join(tmp, "cagg.port"), "--controller",
-                            "127.0.0.1:%d" % ctl_port, "--slot-capacity", "4096",
-                            "--http-port", "-1", "--heartbeat-ms", "50",
-                            "--stats-interval-ms", "0"], stdout=subprocess.DEVNULL)
-    procs.append(agg)
-    wait_port_file(agg, os.path.join(tmp, "cagg.port"), "ina-aggregator --controller")
-    deadline = time.time() + 10
-    while http_get(ctl_port, "/v1/aggregators").strip() in ("", "[]"):
-        if time.time() > deadline:
-            fail("the aggregator did not register with the controller")
-        time.sleep(0.05)
-    before = admitted_total(ctl_port)
+    try:
+        ctl_port = controller_procs.start_managed(ctl_bin, agg_bin, tmp, procs)
+        before = controller_procs.admitted_total(ctl_port)
+    except RuntimeError as e:
+        fail(str(e))
     out = run(mpirun, program, outdir, {"LD_PRELOAD": lib, "INA_MPI_STATS": "1",
                                         "INA_CONTROLLER": "127.0.0.1:%d" % ctl_port})
-    return out, admitted_total(ctl_port) - before
+    try:
+        return out, controller_procs.admitted_total(ctl_port) - before
+    except RuntimeError as e:
+        fail(str(e))
 
 
 def check_ina(c, a, x, plain, b, what):

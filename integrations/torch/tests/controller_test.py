@@ -9,47 +9,19 @@
    host mesh, and libina says why in one info line on each rank's stderr.
 """
 import os
-import re
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import common  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..",
+                                "tests"))
+import controller_procs  # noqa: E402
+
 WORLD = 2
-
-
-def wait_port_file(proc, path, what, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"{what} exited during start-up ({proc.returncode})")
-        try:
-            with open(path) as f:
-                text = f.read().strip()
-            if text:
-                return int(text)
-        except FileNotFoundError:
-            pass
-        time.sleep(0.02)
-    raise RuntimeError(f"{what} did not write {path} within {timeout} s")
-
-
-def http_get(port, path):
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=2) as r:
-        return r.read().decode()
-
-
-def admitted_total(port):
-    m = re.search(r'ina_controller_admissions_total\{result="admitted"\} (\d+)',
-                  http_get(port, "/metrics"))
-    if m is None:
-        raise AssertionError("the controller's /metrics has no admitted count")
-    return int(m.group(1))
 
 
 def rank_main(rank, world, log_dir, expect_in_network):
@@ -88,29 +60,13 @@ def main():
     tmp = tempfile.mkdtemp(prefix="ina-torch-ctl-")
     procs = []
     try:
-        ctl = subprocess.Popen([ctl_bin, "--bind", "127.0.0.1", "--port", "0", "--port-file",
-                                os.path.join(tmp, "ctl.port")], stdout=subprocess.DEVNULL)
-        procs.append(ctl)
-        ctl_port = wait_port_file(ctl, os.path.join(tmp, "ctl.port"), "ina-controller")
-        agg = subprocess.Popen([agg_bin, "--bind", "127.0.0.1", "--port", "0", "--port-file",
-                                os.path.join(tmp, "agg.port"), "--controller",
-                                f"127.0.0.1:{ctl_port}", "--slot-capacity", "4096",
-                                "--http-port", "-1", "--heartbeat-ms", "50",
-                                "--stats-interval-ms", "0"], stdout=subprocess.DEVNULL)
-        procs.append(agg)
-        wait_port_file(agg, os.path.join(tmp, "agg.port"), "ina-aggregator")
-        deadline = time.monotonic() + 10
-        while http_get(ctl_port, "/v1/aggregators").strip() in ("", "[]"):
-            if time.monotonic() > deadline:
-                raise RuntimeError("the aggregator did not register with the controller")
-            time.sleep(0.05)
-
-        before = admitted_total(ctl_port)
+        ctl_port = controller_procs.start_managed(ctl_bin, agg_bin, tmp, procs)
+        before = controller_procs.admitted_total(ctl_port)
         if not common.run_ranks(WORLD, rank_main, args=("", True),
                                 env={"INA_CONTROLLER": f"127.0.0.1:{ctl_port}"}):
             print("FAIL: ranks with INA_CONTROLLER and no INA_AGGREGATOR")
             return 1
-        after = admitted_total(ctl_port)
+        after = controller_procs.admitted_total(ctl_port)
         if after <= before:
             print(f"FAIL: the controller admitted nothing ({before} -> {after} admissions)")
             return 1
