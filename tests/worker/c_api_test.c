@@ -28,15 +28,7 @@
 
 #include "ina/ina.h"
 
-static int g_failures = 0;
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++g_failures;                                                            \
-    }                                                                          \
-  } while (0)
+#include "c_check.h"
 
 #define CHECK_CONTAINS(haystack, needle)                                             \
   do {                                                                               \
