@@ -224,6 +224,130 @@ def validate(rows, p):
                 "max_rel_err": max(e)} for v, e in errs.items()}
 
 
+# ---- link-bound calibration (rows of harness.py --link-rate) ----
+#
+# Where a shaped link is the bottleneck, each algorithm's time is its per-step latency plus the
+# bytes it puts on its busiest link over the link rate R (bytes counted as tbf counts them):
+#   ring  2(N-1) a + k (8/R) 2(N-1)/N D W / E
+#   hd    2 log2(N') a + k (8/R) H(N) D W / E            H: linkbound.hd_traffic
+#   tree  2 ceil(log2 N) a + k (8/R) T(N) D W / E        T: linkbound.tree_traffic (libina's trees)
+#   ina   x0 + ki (8/R) p F + c N p                      p packets of F bytes per worker
+# with E = 1448/1514 (TCP), W the host path's wire bytes per user byte, F and p from
+# linkbound.ina_framing. k and ki are ~1 when the link is the limit; a, x0 (= 2 (ai + c)) and
+# c (the aggregator's per-packet cost, serial over the N p packets) are fitted. Link-bound rows
+# are the sizes >= LINK_MIN_BYTES (8 x tbf's 128 KiB burst); the smallest size fits the latency.
+
+LINK_MIN_BYTES = 1 << 20
+LINK_HOST = {"host-ring": "ring", "host-hd": "hd", "host-tree": "tree", "gloo": "ring",
+             "mpi-ring": "ring"}
+LINK_INC = ("ina", "ina-dpdk")
+
+
+def _linkbound():
+    import os
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import linkbound
+    return linkbound
+
+
+def link_features(variant, n, d, rate, dtype):
+    """The model's columns for one row: host [steps, link seconds at k = 1], INA [1, link
+    seconds at ki = 1, N p]."""
+    lb = _linkbound()
+    per_byte = 8 / rate
+    if variant in LINK_INC:
+        user, frame = lb.ina_framing(dtype)
+        p = max(1, math.ceil(d / user))
+        return [1.0, p * frame * per_byte, n * p]
+    kind = LINK_HOST[variant]
+    traffic = {"ring": 2 * (n - 1) / n, "hd": lb.hd_traffic(n), "tree": lb.tree_traffic(n)}[kind]
+    n2 = 1 << (n.bit_length() - 1)
+    steps = {"ring": 2 * (n - 1), "hd": 2 * math.log2(n2) + (2 if n2 != n else 0),
+             "tree": 2 * math.ceil(math.log2(n))}[kind]
+    return [steps, traffic * d * lb.host_wire_factor(dtype) / lb.TCP_EFFICIENCY * per_byte]
+
+
+def read_link_csv(path):
+    """Link-bound rows of a harness results.csv: dicts variant, n, d, t, rate, dtype."""
+    import csv
+    out = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            try:
+                rate = float(r.get("link_rate") or 0)
+                if rate <= 0 or (r.get("coll") or "allreduce") != "allreduce":
+                    continue
+                out.append(dict(variant=r["variant"], n=int(r["ranks"]), d=int(r["bytes"]),
+                                t=float(r["time_us"]) * 1e-6, rate=rate, dtype=r["dtype"]))
+            except (KeyError, ValueError):
+                continue
+    return [r for r in out if r["t"] > 0]
+
+
+def calibrate_link(rows, host_variant="host-ring", inc_variant="ina"):
+    """Fits the link-bound model: (alpha, k) on host_variant's rows, (x0, ki, c) on
+    inc_variant's, each on its link-bound sizes plus its smallest size per (N, rate, dtype).
+    Returns {"host": [a, k], "inc": [x0, ki, c], "host_variant", "inc_variant"}."""
+    def fit_rows(v):
+        sub = [r for r in rows if r["variant"] == v]
+        smallest = {}
+        for r in sub:
+            key = (r["n"], r["rate"], r["dtype"])
+            smallest[key] = min(smallest.get(key, r["d"]), r["d"])
+        return [r for r in sub if r["d"] >= LINK_MIN_BYTES or
+                r["d"] == smallest[(r["n"], r["rate"], r["dtype"])]]
+    host = fit_rows(host_variant)
+    if len(host) < 2:
+        raise ValueError(f"link-bound calibration needs {host_variant} rows (>= 2)")
+    hx = lstsq([link_features(r["variant"], r["n"], r["d"], r["rate"], r["dtype"]) for r in host],
+               [r["t"] for r in host])
+    inc = fit_rows(inc_variant)
+    ix = None
+    if len(inc) >= 3:
+        ix = lstsq([link_features(r["variant"], r["n"], r["d"], r["rate"], r["dtype"])
+                    for r in inc], [r["t"] for r in inc])
+    return {"host": hx, "inc": ix, "host_variant": host_variant,
+            "inc_variant": inc_variant if ix else None}
+
+
+def predict_link(fit, variant, n, d, rate, dtype):
+    f = link_features(variant, n, d, rate, dtype)
+    x = fit["inc"] if variant in LINK_INC else fit["host"]
+    if x is None:
+        return None
+    return sum(a * b for a, b in zip(f, x))
+
+
+def validate_link(rows, fit, min_bytes=LINK_MIN_BYTES):
+    """{variant: {rows, mean_rel_err, max_rel_err, small: (rows, mean)}}: the link-bound sizes
+    (>= min_bytes), and apart from them the smallest size's (latency) error."""
+    big, small = {}, {}
+    smallest = {}
+    for r in rows:
+        key = (r["variant"], r["n"], r["rate"], r["dtype"])
+        smallest[key] = min(smallest.get(key, r["d"]), r["d"])
+    for r in rows:
+        if r["variant"] not in LINK_HOST and r["variant"] not in LINK_INC:
+            continue
+        t = predict_link(fit, r["variant"], r["n"], r["d"], r["rate"], r["dtype"])
+        if t is None:
+            continue
+        e = abs(t - r["t"]) / r["t"]
+        if r["d"] >= min_bytes:
+            big.setdefault(r["variant"], []).append(e)
+        elif r["d"] == smallest[(r["variant"], r["n"], r["rate"], r["dtype"])]:
+            small.setdefault(r["variant"], []).append(e)
+    out = {}
+    for v, e in big.items():
+        s = small.get(v, [])
+        out[v] = {"model": "ina" if v in LINK_INC else LINK_HOST[v], "rows": len(e),
+                  "mean_rel_err": sum(e) / len(e), "max_rel_err": max(e),
+                  "small_rows": len(s), "small_mean_rel_err": sum(s) / len(s) if s else None}
+    return out
+
+
 # ---- crossover ----
 
 def sizes(lo=8, hi=1 << 30, factor=4):
