@@ -348,6 +348,38 @@ def validate_link(rows, fit, min_bytes=LINK_MIN_BYTES):
     return out
 
 
+_TREE_CACHE = {}
+
+
+def _tree_traffic(n):
+    if n not in _TREE_CACHE:
+        _TREE_CACHE[n] = _linkbound().tree_traffic(n)
+    return _TREE_CACHE[n]
+
+
+def predict_link_scale(fit, alg, n, d, rate, dtype="float32", fan_in=32, c_pkt=None):
+    """The link-bound model at scale, on links of `rate`: ring, tree (libina's double binary
+    tree) or hier (a tree of aggregators of fan-in k, levels pipelined: L x0 + ki (8/R) p F +
+    k p c). c_pkt overrides the fitted aggregator cost (e.g. a hardware pipeline's)."""
+    lb = _linkbound()
+    per_byte = 8 / rate
+    if alg in ("ring", "tree"):
+        a, k = fit["host"]
+        host_bytes = d * lb.host_wire_factor(dtype) / lb.TCP_EFFICIENCY
+        if alg == "ring":
+            return 2 * (n - 1) * a + k * per_byte * 2 * (n - 1) / n * host_bytes
+        return 2 * math.ceil(math.log2(n)) * a + k * per_byte * _tree_traffic(n) * host_bytes
+    if alg == "hier":
+        x0, ki, c = fit["inc"]
+        c = c if c_pkt is None else c_pkt
+        user, frame = lb.ina_framing(dtype)
+        p = max(1, math.ceil(d / user))
+        k = min(fan_in, max(n, 2))
+        levels = max(1, math.ceil(math.log(n, k) - 1e-12)) if n > 1 else 1
+        return levels * x0 + ki * per_byte * p * frame + k * p * c
+    raise ValueError(f"algorithm {alg!r}: expected ring, tree or hier")
+
+
 # ---- crossover ----
 
 def sizes(lo=8, hi=1 << 30, factor=4):
