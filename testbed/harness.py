@@ -9,13 +9,15 @@ loss, an nft `numgen random` rule drops that percent of the packets it receives)
 bridge, the loss on every host's input). Without root, runs use the machine's loopback and the
 lossy rows are skipped with a note.
 
-Writes testbed/results/compare-<UTC stamp>/:
+Writes --out DIR (default testbed/results/compare-<UTC stamp>/), and nothing outside it:
   machine.txt   CPU model, cores, kernel, load, date, git rev, the command line
   results.csv   variant,coll,ranks,loss_pct,bytes,count,dtype,op,time_us,algbw,busbw,wrong
   runs.csv      one row per run: variant,coll,ranks,loss_pct,status,seconds,note
   tables.txt    every tool's nccl-tests table, as printed
   summary.md    one nccl-tests style table per variant and N, lossless and lossy
-then runs testbed/report.py (plots, simulator calibration, results/REPORT.md) unless --no-report.
+then runs testbed/report.py (plots, simulator calibration, DIR/REPORT.md) unless --no-report.
+--link-rate R[,R...]: every peer across namespaces on worker links shaped to R (linksweep.py;
+ratecheck.csv too); a start at a load above the core count is refused unless --force.
 
 usage: testbed/harness.py [--quick] [-N 2,4,8] [-b 8] [-e 64M] [-f 2] [--loss 0,0.1,1]
                           [--loss-stepfactor 8] [--variants LIST] [--backends kernel]
