@@ -116,6 +116,34 @@ class Bounds(unittest.TestCase):
         self.assertAlmostEqual(linkbound.bound_algbw("ina", 4, r, "bfloat16"), ina / 2)
 
 
+class LoadCheck(unittest.TestCase):
+    def test_refused_above_the_cores_unless_forced(self):
+        import harness
+        real = os.getloadavg
+        try:
+            os.getloadavg = lambda: (os.cpu_count() + 0.5, 0.0, 0.0)
+            ok, line = harness.load_check(False)
+            self.assertFalse(ok)
+            self.assertIn("refused", line)
+            ok, line = harness.load_check(True)
+            self.assertTrue(ok)
+            self.assertIn("FORCED", line)
+            os.getloadavg = lambda: (os.cpu_count() - 0.5, 0.0, 0.0)
+            ok, line = harness.load_check(False)
+            self.assertTrue(ok)
+            self.assertNotIn("FORCED", line)
+        finally:
+            os.getloadavg = real
+        if os.getloadavg()[0] > os.cpu_count() + 0.5:  # the real thing, when the machine is busy
+            with tempfile.TemporaryDirectory() as out:
+                r = subprocess.run([sys.executable, HARNESS, "--link-rate", RATE, "-N", "2",
+                                    "--build-dir", BUILD, "--out", out], capture_output=True,
+                                   text=True, timeout=60)
+                self.assertEqual(r.returncode, 3, r.stdout + r.stderr)
+                self.assertIn("run refused", r.stdout)
+                self.assertEqual(os.listdir(out), [])
+
+
 @unittest.skipUnless(exe("testbed", "ina-bench") and exe("aggregator", "ina-aggregator"),
                      "ina-bench and ina-aggregator are needed")
 class LinkSweep(unittest.TestCase):
