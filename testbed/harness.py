@@ -233,6 +233,7 @@ class Harness:
         env = {k: v for k, v in os.environ.items()
                if k not in ("INA_TRANSPORT", "INA_STORE", "INA_ALGO", "INA_FALLBACK",
                             "INA_AGGREGATOR", "INA_RANK", "INA_WORLD_SIZE")}
+        env["TMPDIR"] = self.tmpdir  # Gloo's FileStore: under the output directory too
         self.port += 1
         if variant == "ina":
             argv = [self.bin["ina"], "--workers", str(n)] + common
@@ -375,6 +376,15 @@ class Harness:
             print(f"# note: {n}", flush=True)
         results = os.path.join(self.out, "results.csv")
         runs_path = os.path.join(self.out, "runs.csv")
+        self.tmpdir = os.path.join(self.out, ".tmp")
+        os.makedirs(self.tmpdir, exist_ok=True)
+        try:
+            return self._run_loopback(plan, skipped, results, runs_path)
+        finally:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    def _run_loopback(self, plan, skipped, results, runs_path):
+        a = self.a
         t0 = time.time()
         with open(results, "w", newline="") as rf, open(runs_path, "w", newline="") as uf, \
                 open(os.path.join(self.out, "tables.txt"), "w") as tables:

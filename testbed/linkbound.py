@@ -26,12 +26,10 @@ The framing constants live in `ina_framing()` only (wire.h's kHeaderSize is read
 source tree, so a new wire version updates the header by itself; the bytes per element on the
 wire are in WIRE_ELEM_BYTES).
 """
-import math
 import os
 import re
 import subprocess
 import sys
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -366,7 +364,7 @@ def headline_table(rows):
                          if r and r["pct"] is not None else "-")
         ratio = bratio = "-"
         rel = "-"
-        if "ina" in at and "host-ring" in at:
+        if "ina" in at and "host-ring" in at and at["host-ring"]["algbw"] > 0:
             m = at["ina"]["algbw"] / at["host-ring"]["algbw"]
             b = at["ina"]["bound"] / at["host-ring"]["bound"]
             ratio, bratio, rel = f"{m:.2f}", f"{b:.2f}", f"{m / b:.2f}"
@@ -425,8 +423,9 @@ def size_tables(rows, min_bytes=1 << 20):
             ratio = "-"
             if "ina" in at and "host-ring" in at:
                 if s == sizes[0] and s < min_bytes:
-                    ratio = f"{at['host-ring']['time_us'] / at['ina']['time_us']:.2f} (time)"
-                else:
+                    if at["ina"]["time_us"] > 0:
+                        ratio = f"{at['host-ring']['time_us'] / at['ina']['time_us']:.2f} (time)"
+                elif at["host-ring"]["algbw"] > 0:
                     ratio = f"{at['ina']['algbw'] / at['host-ring']['algbw']:.2f}"
             out.append(f"| {_human(s)} | " + " | ".join(cells) + f" | {ratio} | |")
         out.append("")

@@ -285,6 +285,12 @@ class LinkSweep:
                     csum_off = False
                     for (_, _, dt, v) in items:
                         i += 1
+                        if self.a.budget_min > 0 and time.time() - t0 > self.a.budget_min * 60:
+                            why = (f"not started: the sweep's budget of {self.a.budget_min:g} "
+                                   "min was spent")
+                            uw.writerow([v, "allreduce", n, 0, "skipped", 0, why, rate, dt])
+                            print(f"[{i}/{len(plan)}] {v:10s} N={n} skipped ({why})", flush=True)
+                            continue
                         if v == "ina-dpdk" and not csum_off:
                             for w in t.workers():
                                 t._ns(w.ns, sys.executable,

@@ -168,16 +168,21 @@ def link_sim_section(rdirs):
         fit = inasim.calibrate_link(rows)
     except (ValueError, ImportError) as e:
         return md + [f"Not calibrated: {e}", ""]
-    a, k = fit["host"]
-    md += [f"Fitted (non-negative least squares, weights 1/time) on `{fit['host_variant']}`: "
-           f"per-step latency a = {a * 1e6:.1f} us, link factor k = {k:.3f} (1 = exactly the "
-           "link rate)" + (f"; on `{fit['inc_variant']}`: x0 = 2(ai + c) = "
-                           f"{fit['inc'][0] * 1e6:.1f} us, ki = {fit['inc'][1]:.3f}, aggregator "
-                           f"c = {fit['inc'][2] * 1e9:.0f} ns per packet (serial over N p)"
-                           if fit["inc"] else "") +
-           f". Link-bound rows: sizes >= {inasim.human(inasim.LINK_MIN_BYTES)}; the smallest "
-           "size fits the latency and its error is shown apart.", "",
-           "| variant | model | link-bound rows | mean rel. error | max rel. error | target | "
+    md += [f"Fitted per link rate (non-negative least squares, weights 1/time; each rate is a "
+           f"network of its own) on `{fit['host_variant']}` (a: per-step latency, k: link "
+           "factor, 1 = exactly the link rate)" +
+           (f" and `{fit['inc_variant']}` (x0 = 2(ai + c), ki, c: the aggregator's cost per "
+            "packet, serial over N p)" if fit["inc_variant"] else "") +
+           f", on the link-bound sizes (>= {inasim.human(inasim.LINK_MIN_BYTES)}) and the "
+           "smallest size (the latency; its error is shown apart):", "",
+           "| link | a | k | x0 | ki | c |", "|---|---|---|---|---|---|"]
+    for rate, f in sorted(fit["by_rate"].items()):
+        a, k = f["host"]
+        inc = f["inc"]
+        md.append(f"| {linkbound.rate_name(int(rate))} | {a * 1e6:.1f} us | {k:.3f} | " +
+                  (f"{inc[0] * 1e6:.1f} us | {inc[1]:.3f} | {inc[2] * 1e9:.0f} ns |" if inc
+                   else "- | - | - |"))
+    md += ["", "| variant | model | link-bound rows | mean rel. error | max rel. error | target | "
            "smallest-size rows | mean rel. error |", "|---|---|---|---|---|---|---|---|"]
     val = inasim.validate_link(rows, fit)
     for v in sorted(val, key=lambda x: (x not in VALIDATED, x)):
@@ -196,7 +201,8 @@ def link_sim_section(rdirs):
     if fit["inc"]:
         rate = max(r["rate"] for r in rows)
         md += [f"Predictions to 16384 workers on {linkbound.rate_name(int(rate))} links. "
-               "Measured (fitted above): a, k, x0, ki and the software aggregator's c. Assumed: "
+               f"Measured (fitted above at {linkbound.rate_name(int(rate))}): a, k, x0, ki and "
+               "the software aggregator's c. Assumed: "
                "fan-in 32 per aggregator for `hier` (a tree of aggregators, levels pipelined), "
                "every level's latency x0, no congestion above the first level; `hier (hw)` "
                "assumes c = 10 ns per packet (a switch pipeline) instead of the fitted c. Ring and "

@@ -287,34 +287,43 @@ def read_link_csv(path):
 
 
 def calibrate_link(rows, host_variant="host-ring", inc_variant="ina"):
-    """Fits the link-bound model: (alpha, k) on host_variant's rows, (x0, ki, c) on
-    inc_variant's, each on its link-bound sizes plus its smallest size per (N, rate, dtype).
-    Returns {"host": [a, k], "inc": [x0, ki, c], "host_variant", "inc_variant"}."""
-    def fit_rows(v):
-        sub = [r for r in rows if r["variant"] == v]
+    """Fits the link-bound model per link rate (each rate is a network of its own, with its own
+    per-byte factors; the latencies are fitted with them): (a, k) on host_variant's rows,
+    (x0, ki, c) on inc_variant's, each on its link-bound sizes plus its smallest size per
+    (N, dtype). Returns {"by_rate": {rate: {"host": [a, k], "inc": [x0, ki, c] or None}},
+    "host": ..., "inc": ... (those of the highest rate), "host_variant", "inc_variant"}."""
+    def fit_rows(v, rate):
+        sub = [r for r in rows if r["variant"] == v and r["rate"] == rate]
         smallest = {}
         for r in sub:
-            key = (r["n"], r["rate"], r["dtype"])
+            key = (r["n"], r["dtype"])
             smallest[key] = min(smallest.get(key, r["d"]), r["d"])
         return [r for r in sub if r["d"] >= LINK_MIN_BYTES or
-                r["d"] == smallest[(r["n"], r["rate"], r["dtype"])]]
-    host = fit_rows(host_variant)
-    if len(host) < 2:
-        raise ValueError(f"link-bound calibration needs {host_variant} rows (>= 2)")
-    hx = lstsq([link_features(r["variant"], r["n"], r["d"], r["rate"], r["dtype"]) for r in host],
-               [r["t"] for r in host])
-    inc = fit_rows(inc_variant)
-    ix = None
-    if len(inc) >= 3:
-        ix = lstsq([link_features(r["variant"], r["n"], r["d"], r["rate"], r["dtype"])
-                    for r in inc], [r["t"] for r in inc])
-    return {"host": hx, "inc": ix, "host_variant": host_variant,
-            "inc_variant": inc_variant if ix else None}
+                r["d"] == smallest[(r["n"], r["dtype"])]]
+
+    def solve(sub):
+        return lstsq([link_features(r["variant"], r["n"], r["d"], r["rate"], r["dtype"])
+                      for r in sub], [r["t"] for r in sub])
+    by_rate = {}
+    for rate in sorted({r["rate"] for r in rows}):
+        host = fit_rows(host_variant, rate)
+        if len(host) < 2:
+            continue
+        inc = fit_rows(inc_variant, rate)
+        by_rate[rate] = {"host": solve(host), "inc": solve(inc) if len(inc) >= 3 else None}
+    if not by_rate:
+        raise ValueError(f"link-bound calibration needs {host_variant} rows (>= 2 at a rate)")
+    top = by_rate[max(by_rate)]
+    return {"by_rate": by_rate, "host": top["host"], "inc": top["inc"],
+            "host_variant": host_variant,
+            "inc_variant": inc_variant if any(f["inc"] for f in by_rate.values()) else None}
 
 
 def predict_link(fit, variant, n, d, rate, dtype):
+    """The fitted model's time of one row (the fit of that link rate when there is one)."""
     f = link_features(variant, n, d, rate, dtype)
-    x = fit["inc"] if variant in LINK_INC else fit["host"]
+    sel = fit.get("by_rate", {}).get(rate, fit)
+    x = sel["inc"] if variant in LINK_INC else sel["host"]
     if x is None:
         return None
     return sum(a * b for a, b in zip(f, x))
