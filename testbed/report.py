@@ -117,7 +117,12 @@ def link_section(rdirs, outdir, rel):
           "host algorithms over its TCP mesh; `gloo` Gloo's ring (ina-gloo-bench external "
           "ranks); `mpi` Open MPI's MPI_Allreduce as its tuned component chooses (mpirun in the "
           "aggregator's namespace, each rank exec'd into its worker's); `mpi-ring` Open MPI with "
-          "the ring forced (coll_tuned_allreduce_algorithm 4).", "",
+          "the ring forced (coll_tuned_allreduce_algorithm 4). Which algorithm Open MPI 4.1's "
+          "default picks: at 16 MiB and N = 4 and 8 on 500 Mbit/s links its time matched the "
+          "forced Rabenseifner (algorithm 6: recursive-halving reduce-scatter + "
+          "recursive-doubling allgather) within 5%, not recursive doubling (3) or the ring (4) "
+          "(testbed/README.md). Sizes below ~1 MiB ride tbf's burst (128 KiB at the veth's "
+          "speed) and can exceed their bound: the % of bound means something from 1 MiB.", "",
           f"Bounds (algbw, `testbed/linkbound.py`): INA = R/8 x {user}/{frame} (float32; "
           "each worker sends and receives its data once; payload/frame from `ina_framing()`); "
           f"ring = R/8 x N/(2(N-1)) x {linkbound.TCP_PAYLOAD}/{linkbound.TCP_FRAME} (TCP); "
