@@ -93,6 +93,11 @@ class RateCheck(unittest.TestCase):
             self.assertIn("tbf", qd[t.host("w0").ns])
             self.assertIn("tbf", qd[t.switch_ns])
             self.assertNotIn("tbf", qd[t.host("agg0").ns])  # the aggregator's link: unshaped
+        with topo.Topology(4, 1, "leafspine", leaves=2, link_rate=bps, prefix="inatbrc") as t:
+            sw = t.qdiscs()[t.switch_ns]
+            for dev in ("l0up", "s0down", "l1up", "s1down", "pw0", "pw3"):  # leaf-spine, ports
+                self.assertRegex(sw, rf"tbf \S+ dev {dev} root .*rate 200Mbit", dev)
+            self.assertNotRegex(sw, r"tbf \S+ dev pagg0 ")
         with topo.Topology(2, 1, link_rate=None, prefix="inatbrc") as t:
             ok, rows = t.rate_check(bps)
             print(linkbound.describe_check(bps, rows))
