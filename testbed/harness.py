@@ -192,7 +192,7 @@ class Harness:
         self.ina_coll_flag = "--coll" in ina_help
         self.agg_help = help_text([self.bin["agg"]]) if os.access(self.bin["agg"], os.X_OK) else ""
         self.mpi_coll_flag = "--coll" in mpi_help
-        self.out = a.out or os.path.join(HERE, "results",
+        self.out = os.path.abspath(a.out) if a.out else os.path.join(HERE, "results",
                                          "compare-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
         self.notes = []
         self.port = 29500 + os.getpid() % 2000
