@@ -110,8 +110,13 @@ class Bounds(unittest.TestCase):
         user, frame = linkbound.ina_framing("float32")
         self.assertEqual(user, 1024)
         self.assertEqual(frame, 14 + 20 + 8 + linkbound.ina_header_bytes() + 1024)
-        self.assertEqual(linkbound.ina_header_bytes(), linkbound.ina_header_bytes(
-            os.path.join(ROOT, "protocol", "include", "ina", "protocol", "wire.h")))
+        # the header size comes from wire.h itself (a renamed constant would silently fall
+        # back to the default: caught here)
+        import re
+        with open(linkbound.WIRE_H) as f:
+            m = re.search(r"kHeaderSize\s*=\s*(\d+)", f.read())
+        self.assertIsNotNone(m, "wire.h no longer defines kHeaderSize: update ina_header_bytes()")
+        self.assertEqual(linkbound.ina_header_bytes(), int(m.group(1)))
         r = 500e6
         ina, ring = linkbound.bound_algbw("ina", 4, r), linkbound.bound_algbw("host-ring", 4, r)
         self.assertAlmostEqual(ina, r / 8 * user / frame)
