@@ -1,9 +1,17 @@
 // ina-gloo-bench: Gloo's ring AllReduce over its TCP transport on 127.0.0.1, with the sweep,
 // data, check and table of ina-bench. Forks --ranks processes (before any thread) which meet
-// through a gloo::rendezvous::FileStore in a fresh temporary directory, removed as soon as every
-// rank is connected (and at the end, whatever happened).
+// through a gloo::rendezvous::FileStore in a fresh temporary directory ($TMPDIR or /tmp), removed
+// as soon as every rank is connected (and at the end, whatever happened).
 //
 //   build/testbed/ina-gloo-bench -b 8 -e 64M --ranks 4
+//
+// External ranks (one process per rank, e.g. one per network namespace): --rank R
+// --world-size N --store-dir DIR --bind ADDR. DIR is a fresh directory every rank can reach
+// (the file system is shared across network namespaces) and ADDR the rank's own address; the
+// time (MAX) and #wrong (SUM) of each size are reduced over the ranks with Gloo itself, and rank
+// 0 prints the table and writes the CSV.
+//
+//   ina-gloo-bench --rank 0 --world-size 2 --store-dir /run/x --bind 10.77.1.1 -e 16M   # and 1
 //
 // time = max over ranks of the average time of one call; #wrong = sum over ranks (the inputs
 // have few significant bits, so the float sum is exact in any order; one ulp is allowed anyway).
@@ -25,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <exception>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -48,6 +57,9 @@ struct Options {
   uint32_t timeout_ms = 30000;
   std::string csv;
   std::string max_bytes_per_size = "0";
+  int rank = -1;          // >= 0: external mode, this process is that rank
+  std::string store_dir;  // external mode: the FileStore's directory
+  std::string bind = "127.0.0.1";
   bool is_int = false;
   int opcode = 0;  // 0 sum, 1 min, 2 max
   size_t min_b = 0, max_b = 0, cap_b = 0;
@@ -132,16 +144,37 @@ void fill(const Options& o, int rank, void* buf, size_t count, double scale) {
   }
 }
 
+// What a rank does with its result of one size: fork mode sends it to the parent through the
+// pipe; external mode reduces it over the ranks (MAX time, SUM wrong) and rank 0 prints it.
+struct Sink {
+  std::function<void()> ready;
+  std::function<void(int k, double time_us, int64_t wrong)> size;
+};
+
+// Reduces one double over the ranks with Gloo (the external mode's table).
+double reduce_one(const std::shared_ptr<gloo::Context>& ctx, double v, bool max) {
+  gloo::AllreduceOptions opts(ctx);
+  opts.setInput(&v, 1);
+  opts.setOutput(&v, 1);
+  opts.setReduceFunction(max ? static_cast<ReduceFn>(&gloo::max<double>)
+                             : static_cast<ReduceFn>(&gloo::sum<double>));
+  opts.setTag(0x7fff0000u);
+  gloo::allreduce(opts);
+  return v;
+}
+
 int child_main(const Options& o, const std::vector<size_t>& sizes, const std::string& dir, int rank,
-               int fd) {
+               const std::function<Sink(std::shared_ptr<gloo::Context>)>& make_sink,
+               const std::function<void(const std::string&)>& fail) {
   try {
-    gloo::transport::tcp::attr attr("127.0.0.1");
+    gloo::transport::tcp::attr attr(o.bind.c_str());
     auto dev = gloo::transport::tcp::CreateDevice(attr);
     gloo::rendezvous::FileStore store(dir);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, o.ranks);
     ctx->setTimeout(std::chrono::milliseconds(o.timeout_ms));
     ctx->connectFullMesh(store, dev);
-    bench::report_ready(fd, rank);  // the parent removes the store once every rank is here
+    Sink sink = make_sink(ctx);
+    sink.ready();  // fork mode: the parent removes the store once every rank is here
 
     const size_t esize = 4;
     std::vector<uint64_t> send_store(sizes.back() / 8 + 8);
@@ -176,13 +209,13 @@ int child_main(const Options& o, const std::vector<size_t>& sizes, const std::st
       int64_t wrong =
           o.check ? check_output(o, rank, o.ranks, recv_store.data(), count, scale) : -1;
       if (wrong > 0) all_ok = false;
-      bench::report_size(fd, rank, static_cast<int>(k), t, wrong, true, "");
+      sink.size(static_cast<int>(k), t, wrong);
     }
     return all_ok ? 0 : 1;
   } catch (const std::exception& e) {
     std::string msg = std::string("gloo: ") + e.what();
     std::fprintf(stderr, "# rank %d: %s\n", rank, msg.c_str());
-    bench::report_failure(fd, rank, msg);
+    fail(msg);
     return 1;
   }
 }
@@ -212,9 +245,25 @@ int main(int argc, char** argv) {
   CLI::App app{
       "ina-gloo-bench: Gloo ring AllReduce over TCP on 127.0.0.1 (nccl-tests style table)"};
   ina::bench::add_sweep_options(app, o, "float32|int32 (or float|int)");
-  app.add_option("--ranks,--workers", o.ranks, "forked ranks")->capture_default_str();
+  app.add_option("--ranks,--workers,--world-size", o.ranks,
+                 "ranks (forked; with --rank: the job's world size)")
+      ->capture_default_str();
   app.add_option("--timeout-ms", o.timeout_ms, "Gloo's timeout")->capture_default_str();
+  app.add_option("--rank", o.rank,
+                 "external mode: this process is that rank of --world-size (one process per "
+                 "rank; needs --store-dir)");
+  app.add_option("--store-dir", o.store_dir,
+                 "external mode: the FileStore directory every rank reaches (fresh per job)");
+  app.add_option("--bind", o.bind, "the TCP transport's address (external mode: this rank's)")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  if (o.rank >= 0 && (o.rank >= o.ranks || o.store_dir.empty())) {
+    std::fprintf(stderr,
+                 "ina-gloo-bench: --rank %d: needs 0 <= rank < --world-size (%d) and "
+                 "--store-dir DIR (a fresh directory every rank reaches)\n",
+                 o.rank, o.ranks);
+    return 1;
+  }
 
   if (bench_parse_size(o.minbytes.c_str(), &o.min_b) != 0 ||
       bench_parse_size(o.maxbytes.c_str(), &o.max_b) != 0 ||
@@ -255,70 +304,117 @@ int main(int argc, char** argv) {
   sizes.resize(static_cast<size_t>(n));
   const char* type_name = o.is_int ? "int32" : "float32";
 
-  char tmpl[] = "/tmp/ina-gloo-bench-XXXXXX";
-  if (mkdtemp(tmpl) == nullptr) {
-    std::perror("mkdtemp");
-    return 1;
-  }
-  const std::string dir = tmpl;
-
-  bench_print_preamble(stdout, "ina-gloo-bench: Gloo AllReduce (ring), TCP transport on 127.0.0.1");
-  std::printf("# ranks %d, dtype %s, op %s, iters %d, warmup %d, check %d", o.ranks, type_name,
-              o.op.c_str(), o.iters, o.warmup, o.check);
-  if (o.cap_b > 0) {
-    char cap[64];
-    bench_format_size(o.cap_b, cap, sizeof cap);
-    std::printf(", iterations capped at %s per size", cap);
-  }
-  std::printf("\n");
-  bench_print_table_header(stdout);
-
-  std::vector<pid_t> pids;
-  int read_fd = -1;
-  if (!bench::spawn_ranks(
-          o.ranks, [&](int rank, int fd) { return child_main(o, sizes, dir, rank, fd); }, &pids,
-          &read_fd)) {
-    remove_dir(dir);
-    return 1;
-  }
+  auto print_header = [&](const char* where) {
+    std::string title = std::string("ina-gloo-bench: Gloo AllReduce (ring), TCP transport on ") + where;
+    bench_print_preamble(stdout, title.c_str());
+    std::printf("# ranks %d, dtype %s, op %s, iters %d, warmup %d, check %d", o.ranks, type_name,
+                o.op.c_str(), o.iters, o.warmup, o.check);
+    if (o.cap_b > 0) {
+      char cap[64];
+      bench_format_size(o.cap_b, cap, sizeof cap);
+      std::printf(", iterations capped at %s per size", cap);
+    }
+    std::printf("\n");
+    bench_print_table_header(stdout);
+  };
   double busbw_sum = 0;
   int rows = 0;
   long long wrong_total = 0;
   bool all_ok = true;
+  // One row of the table (and the CSV), from the time (MAX) and #wrong (SUM) over the ranks.
+  auto emit = [&](size_t bytes, double time_us, long long wrong, bool counted) {
+    size_t count = bytes / 4;
+    double algbw = 0;
+    double busbw = 0;
+    bench_bandwidth(bytes, time_us, o.ranks, &algbw, &busbw);
+    bench_print_row(stdout, bytes, count, type_name, o.op.c_str(), time_us, algbw, busbw, wrong);
+    if (counted) {
+      busbw_sum += busbw;
+      rows++;
+    }
+    if (wrong > 0) {
+      wrong_total += wrong;
+      all_ok = false;
+    }
+    if (!o.csv.empty() &&
+        bench_csv_append(o.csv.c_str(), "gloo", o.ranks, bytes, count, type_name, o.op.c_str(),
+                         time_us, algbw, busbw, wrong) != 0)
+      std::fprintf(stderr, "ina-gloo-bench: cannot append to %s: %s\n", o.csv.c_str(),
+                   std::strerror(errno));
+  };
+
+  if (o.rank >= 0) {  // external mode: this process is one rank
+    if (o.rank == 0) print_header(o.bind.c_str());
+    int rc = child_main(
+        o, sizes, o.store_dir, o.rank,
+        [&](std::shared_ptr<gloo::Context> ctx) {
+          Sink sink;
+          sink.ready = [] {};
+          sink.size = [&, ctx](int k, double t, int64_t wrong) {
+            double tmax = reduce_one(ctx, t, true);
+            double wsum = reduce_one(ctx, wrong < 0 ? 0.0 : static_cast<double>(wrong), false);
+            if (o.rank != 0) return;
+            emit(sizes[static_cast<size_t>(k)], tmax, o.check ? static_cast<long long>(wsum) : -1,
+                 true);
+            std::fflush(stdout);
+          };
+          return sink;
+        },
+        [](const std::string&) {});
+    if (o.rank == 0) bench_print_footer(stdout, busbw_sum, rows, wrong_total, o.check);
+    return rc == 0 && all_ok ? 0 : 1;
+  }
+
+  const char* tmpbase = std::getenv("TMPDIR");
+  std::string tmpl_s = std::string(tmpbase != nullptr && *tmpbase ? tmpbase : "/tmp") +
+                       "/ina-gloo-bench-XXXXXX";
+  std::vector<char> tmpl(tmpl_s.begin(), tmpl_s.end());
+  tmpl.push_back('\0');
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+  const std::string dir = tmpl.data();
+
+  print_header(o.bind.c_str());
+
+  std::vector<pid_t> pids;
+  int read_fd = -1;
+  if (!bench::spawn_ranks(
+          o.ranks,
+          [&](int rank, int fd) {
+            return child_main(
+                o, sizes, dir, rank,
+                [rank, fd](std::shared_ptr<gloo::Context>) {
+                  Sink sink;
+                  sink.ready = [rank, fd] { bench::report_ready(fd, rank); };
+                  sink.size = [rank, fd](int k, double t, int64_t wrong) {
+                    bench::report_size(fd, rank, k, t, wrong, true, "");
+                  };
+                  return sink;
+                },
+                [rank, fd](const std::string& msg) { bench::report_failure(fd, rank, msg); });
+          },
+          &pids, &read_fd)) {
+    remove_dir(dir);
+    return 1;
+  }
   bench::Collected col;
   bench::collect(
       read_fd, o.ranks, n,
       [&](int k, const bench::SizeRow& row) {
         size_t bytes = sizes[static_cast<size_t>(k)];
-        size_t count = bytes / 4;
         if (!row.ok) {
           std::printf("%12zu  FAILED (see below)\n", bytes);
           all_ok = false;
           return;
         }
-        double algbw = 0;
-        double busbw = 0;
-        bench_bandwidth(bytes, row.time_us, o.ranks, &algbw, &busbw);
-        long long wrong = static_cast<long long>(row.wrong);
-        bench_print_row(stdout, bytes, count, type_name, o.op.c_str(), row.time_us, algbw, busbw,
-                        wrong);
         bool complete = row.reports == o.ranks && row.ok;
-        if (complete) {
-          busbw_sum += busbw;
-          rows++;
-        } else {
+        emit(bytes, row.time_us, static_cast<long long>(row.wrong), complete);
+        if (!complete) {
           std::printf("# (size %zu: not every rank completed it)\n", bytes);
           all_ok = false;
         }
-        if (wrong > 0) {
-          wrong_total += wrong;
-          all_ok = false;
-        }
-        if (!o.csv.empty() &&
-            bench_csv_append(o.csv.c_str(), "gloo", o.ranks, bytes, count, type_name, o.op.c_str(),
-                             row.time_us, algbw, busbw, wrong) != 0)
-          std::fprintf(stderr, "ina-gloo-bench: cannot append to %s: %s\n", o.csv.c_str(),
-                       std::strerror(errno));
       },
       &col, [&] { remove_dir(dir); });
   std::vector<std::string> failures = col.failures;

@@ -9,13 +9,15 @@ loss, an nft `numgen random` rule drops that percent of the packets it receives)
 bridge, the loss on every host's input). Without root, runs use the machine's loopback and the
 lossy rows are skipped with a note.
 
-Writes testbed/results/compare-<UTC stamp>/:
+Writes --out DIR (default testbed/results/compare-<UTC stamp>/), and nothing outside it:
   machine.txt   CPU model, cores, kernel, load, date, git rev, the command line
   results.csv   variant,coll,ranks,loss_pct,bytes,count,dtype,op,time_us,algbw,busbw,wrong
   runs.csv      one row per run: variant,coll,ranks,loss_pct,status,seconds,note
   tables.txt    every tool's nccl-tests table, as printed
   summary.md    one nccl-tests style table per variant and N, lossless and lossy
-then runs testbed/report.py (plots, simulator calibration, results/REPORT.md) unless --no-report.
+then runs testbed/report.py (plots, simulator calibration, DIR/REPORT.md) unless --no-report.
+--link-rate R[,R...]: every peer across namespaces on worker links shaped to R (linksweep.py;
+ratecheck.csv too); a start at a load above the core count is refused unless --force.
 
 usage: testbed/harness.py [--quick] [-N 2,4,8] [-b 8] [-e 64M] [-f 2] [--loss 0,0.1,1]
                           [--loss-stepfactor 8] [--variants LIST] [--backends kernel]
@@ -43,10 +45,16 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import topo  # noqa: E402
 
+import linkbound  # noqa: E402
+import linksweep  # noqa: E402
+
 ALL_VARIANTS = ["ina", "ina-veth", "host-ring", "host-tree", "host-hd", "mpi", "gloo",
                 "host-alltoall", "mpi-alltoall"]
+LINK_VARIANTS = linksweep.LINK_VARIANTS
 CSV_FIELDS = ["variant", "coll", "ranks", "loss_pct", "bytes", "count", "dtype", "op", "time_us",
-              "algbw", "busbw", "wrong"]
+              "algbw", "busbw", "wrong", "link_rate"]
+RUNS_FIELDS = ["variant", "coll", "ranks", "loss_pct", "status", "seconds", "note", "link_rate",
+               "dtype"]
 
 
 def parse_size(s):
@@ -62,8 +70,9 @@ def parse_list(kind, conv):
     def p(s):
         try:
             return [conv(x) for x in s.split(",") if x]
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{kind} {s!r}: expected a comma-separated list")
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(f"{kind} {s!r}: expected a comma-separated list "
+                                             f"({e})")
     return p
 
 
@@ -75,7 +84,21 @@ def help_text(argv):
         return ""
 
 
-def machine_description(argv):
+def load_check(force):
+    """(ok, line): refuses a start at a 1-minute load above the core count unless forced."""
+    load1 = os.getloadavg()[0]
+    cores = os.cpu_count() or 1
+    if load1 <= cores:
+        return True, f"load check: {load1:.2f} <= {cores} cores: ok"
+    if force:
+        return True, (f"load check: FORCED: started at load {load1:.2f} above the {cores} cores "
+                      "(--force); figures are not from an idle machine")
+    return False, (f"load check: load average {load1:.2f} is above the {cores} cores: the "
+                   "figures would measure the other jobs; run refused (wait, or --force to run "
+                   "anyway, marked as forced)")
+
+
+def machine_description(argv, load_line=""):
     cpu = "unknown CPU"
     try:
         with open("/proc/cpuinfo") as f:
@@ -98,7 +121,7 @@ def machine_description(argv):
         f"git: {rev}{' (with local changes)' if dirty else ''}",
         f"load average at start: {' '.join(load)}",
         f"command: {' '.join(argv)}",
-    ]) + "\n"
+    ] + ([load_line] if load_line else [])) + "\n"
 
 
 def run_child(argv, env, timeout):
@@ -167,8 +190,9 @@ class Harness:
         mpi_help = help_text([self.bin["mpi"]]) if os.access(self.bin["mpi"], os.X_OK) else ""
         self.ina_transport_flag = "--transport" in ina_help and "--algo" in ina_help
         self.ina_coll_flag = "--coll" in ina_help
+        self.agg_help = help_text([self.bin["agg"]]) if os.access(self.bin["agg"], os.X_OK) else ""
         self.mpi_coll_flag = "--coll" in mpi_help
-        self.out = a.out or os.path.join(HERE, "results",
+        self.out = os.path.abspath(a.out) if a.out else os.path.join(HERE, "results",
                                          "compare-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
         self.notes = []
         self.port = 29500 + os.getpid() % 2000
@@ -209,6 +233,7 @@ class Harness:
         env = {k: v for k, v in os.environ.items()
                if k not in ("INA_TRANSPORT", "INA_STORE", "INA_ALGO", "INA_FALLBACK",
                             "INA_AGGREGATOR", "INA_RANK", "INA_WORLD_SIZE")}
+        env["TMPDIR"] = self.tmpdir  # Gloo's FileStore: under the output directory too
         self.port += 1
         if variant == "ina":
             argv = [self.bin["ina"], "--workers", str(n)] + common
@@ -230,7 +255,7 @@ class Harness:
             return argv, env
         if variant.startswith("mpi"):
             flags = ["-np", str(n), "--oversubscribe", "--mca", "btl", "tcp,self",
-                     "--mca", "btl_tcp_if_include", "lo"]
+                     "--mca", "btl_tcp_if_include", "lo", "--mca", "orte_tmpdir_base", self.out]
             if os.geteuid() == 0:
                 flags = ["--allow-run-as-root"] + flags
             extra = ["--coll", "alltoall"] if variant == "mpi-alltoall" else []
@@ -278,11 +303,48 @@ class Harness:
             note = f"exit {rc}{' (timeout)' if rc == 124 else ''}: {last[0][:160]}"
         return ("ok" if rc == 0 else "failed"), rows, note
 
+    def run_link(self):
+        """--link-rate: every variant across namespaces on shaped links (linksweep)."""
+        a = self.a
+        sweep = linksweep.LinkSweep(self)
+        skipped = []
+        for v in a.variants:
+            why = sweep.unavailable(v)
+            if why:
+                skipped.append((v, why))
+        runnable = [v for v in a.variants if v not in dict(skipped)]
+        plan = sweep.plan(runnable, a.dtypes)
+        for v, why in skipped:
+            print(f"# skipped {v}: {why}", flush=True)
+        t0 = time.time()
+        with open(os.path.join(self.out, "results.csv"), "w", newline="") as rf, \
+                open(os.path.join(self.out, "runs.csv"), "w", newline="") as uf, \
+                open(os.path.join(self.out, "ratecheck.csv"), "w", newline="") as cf, \
+                open(os.path.join(self.out, "tables.txt"), "w") as tables:
+            rw = csv.DictWriter(rf, CSV_FIELDS)
+            rw.writeheader()
+            uw = csv.writer(uf)
+            uw.writerow(RUNS_FIELDS)
+            cw = csv.writer(cf)
+            cw.writerow(["link_rate", "ranks", "src", "dst", "expected_Bps", "measured_Bps",
+                         "ratio", "status"])
+            for v, why in skipped:
+                uw.writerow([v, "", "", "", "skipped", 0, why, "", ""])
+            done, refused = sweep.run(plan, tables, rw, uw, cw, t0, CSV_FIELDS)
+        with open(os.path.join(self.out, "summary.md"), "w") as f:
+            f.write(link_summary_markdown(os.path.join(self.out, "results.csv"), skipped))
+        print(f"# {done} runs in {time.time() - t0:.0f}s; results in {self.out}", flush=True)
+        with open(os.path.join(self.out, "machine.txt"), "a") as f:
+            f.write(f"load average at end: {' '.join(open('/proc/loadavg').read().split()[:3])}\n")
+        return 2 if refused else 0
+
     def run(self):
         a = self.a
         os.makedirs(self.out, exist_ok=True)
         with open(os.path.join(self.out, "machine.txt"), "w") as f:
-            f.write(machine_description(sys.argv))
+            f.write(machine_description(sys.argv, self.load_line))
+        if a.link_rate:
+            return self.run_link()
         variants = [v for v in a.variants]
         for b in a.backends:
             if b != "kernel":
@@ -314,21 +376,30 @@ class Harness:
             print(f"# note: {n}", flush=True)
         results = os.path.join(self.out, "results.csv")
         runs_path = os.path.join(self.out, "runs.csv")
+        self.tmpdir = os.path.join(self.out, ".tmp")
+        os.makedirs(self.tmpdir, exist_ok=True)
+        try:
+            return self._run_loopback(plan, skipped, results, runs_path)
+        finally:
+            shutil.rmtree(self.tmpdir, ignore_errors=True)
+
+    def _run_loopback(self, plan, skipped, results, runs_path):
+        a = self.a
         t0 = time.time()
         with open(results, "w", newline="") as rf, open(runs_path, "w", newline="") as uf, \
                 open(os.path.join(self.out, "tables.txt"), "w") as tables:
             rw = csv.DictWriter(rf, CSV_FIELDS)
             rw.writeheader()
             uw = csv.writer(uf)
-            uw.writerow(["variant", "coll", "ranks", "loss_pct", "status", "seconds", "note"])
+            uw.writerow(RUNS_FIELDS)
             for v, why in skipped:
-                uw.writerow([v, "", "", "", "skipped", 0, why])
+                uw.writerow([v, "", "", "", "skipped", 0, why, "", ""])
             for i, (v, n, loss) in enumerate(plan):
                 if a.budget_min > 0 and time.time() - t0 > a.budget_min * 60:
                     note = f"not started: the sweep's budget of {a.budget_min:g} min was spent"
                     print(f"[{i + 1}/{len(plan)}] {v:13s} N={n} loss={loss:<4g}% skipped "
                           f"({note})", flush=True)
-                    uw.writerow([v, "", n, loss, "skipped", 0, note])
+                    uw.writerow([v, "", n, loss, "skipped", 0, note, "", ""])
                     continue
                 s0 = time.time()
                 status, rows, note = self.run_one(v, n, loss, tables)
@@ -337,7 +408,7 @@ class Harness:
                     rw.writerow(r)
                 rf.flush()
                 uw.writerow([v, "alltoall" if v.endswith("alltoall") else "allreduce", n, loss,
-                             status, f"{dt:.1f}", note])
+                             status, f"{dt:.1f}", note, "", ""])
                 uf.flush()
                 done = time.time() - t0
                 eta = done / (i + 1) * (len(plan) - i - 1)
@@ -377,6 +448,16 @@ def summary_markdown(results_csv, notes, skipped):
     return out.getvalue()
 
 
+def link_summary_markdown(results_csv, skipped):
+    with open(results_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = [f"* skipped {v}: {why}" for v, why in skipped]
+    out += ["", "Each variant's algbw (MB/s of the user's buffer) and its % of the bound "
+            "(testbed/linkbound.py); the smallest size shows the time of one AllReduce.", "",
+            linkbound.headline_table(rows), "", linkbound.size_tables(rows, min_bytes=1), ""]
+    return "\n".join(out)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true",
@@ -389,13 +470,16 @@ def main(argv=None):
                     help="loss percents (0 = none), e.g. 0,0.1,1")
     ap.add_argument("--loss-stepfactor", type=int, default=None,
                     help="size step of the lossy runs (fewer sizes)")
-    ap.add_argument("--variants", type=parse_list("variants", str), default=ALL_VARIANTS)
+    ap.add_argument("--variants", type=parse_list("variants", str), default=None,
+                    help=f"loopback: {','.join(ALL_VARIANTS)}; --link-rate: "
+                         f"{','.join(LINK_VARIANTS)}")
     ap.add_argument("--backends", type=parse_list("backends", str), default=["kernel"],
                     help="aggregator backends (kernel; dpdk when it lands)")
     ap.add_argument("-n", "--iters", type=int, default=None)
     ap.add_argument("-w", "--warmup", type=int, default=None)
-    ap.add_argument("-B", "--cap", type=parse_size, default=256 << 20,
-                    help="max bytes moved per size (iterations capped; default 256M)")
+    ap.add_argument("-B", "--cap", type=parse_size, default=None,
+                    help="max bytes moved per size (iterations capped; default 256M, "
+                         "--link-rate 32M)")
     ap.add_argument("--budget-min", type=float, default=None,
                     help="start no run after this many minutes (full: 20, quick: 5; 0: none)")
     ap.add_argument("--timeout", type=float, default=None,
@@ -403,27 +487,68 @@ def main(argv=None):
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
     ap.add_argument("--out", help="output directory (default results/compare-<stamp>)")
     ap.add_argument("--no-report", action="store_true", help="do not run report.py afterwards")
+    ap.add_argument("--link-rate", type=parse_list("link rate", linkbound.parse_rate),
+                    default=None,
+                    help="link-bound sweep: every variant across namespaces on worker links "
+                         "shaped to each rate (tbf both ends), e.g. 500mbit,1gbit; the links are "
+                         "checked first")
+    ap.add_argument("-d", "--dtypes", type=parse_list("dtypes", str), default=None,
+                    help="link-bound sweep: float32,bfloat16 (Gloo and Open MPI: float32 only)")
+    ap.add_argument("--force", action="store_true",
+                    help="run even at a load above the core count (the output says so)")
+    ap.add_argument("--ns-prefix", default="inatb",
+                    help="first part of the names of the sweep's namespaces")
     a = ap.parse_args(argv)
     quick = dict(ranks=[2, 4], minbytes=8, maxbytes=256 << 10, stepfactor=8, loss=[0.0, 1.0],
                  loss_stepfactor=8, iters=3, warmup=1, timeout=60, budget_min=5)
     full = dict(ranks=[2, 4, 8], minbytes=8, maxbytes=64 << 20, stepfactor=2,
                 loss=[0.0, 0.1, 1.0], loss_stepfactor=8, iters=20, warmup=5, timeout=180,
                 budget_min=20)
-    for k, v in (quick if a.quick else full).items():
-        if getattr(a, k) is None:
+    link = dict(ranks=[4, 8], minbytes=8, maxbytes=64 << 20, stepfactor=2, loss=[0.0],
+                loss_stepfactor=8, iters=10, warmup=2, timeout=180, budget_min=20,
+                dtypes=["float32", "bfloat16"])
+    if a.link_rate:
+        if a.variants is None:
+            a.variants = list(LINK_VARIANTS)
+        if a.cap is None:
+            a.cap = 32 << 20
+        defaults = link
+    else:
+        if a.variants is None:
+            a.variants = list(ALL_VARIANTS)
+        if a.cap is None:
+            a.cap = 256 << 20
+        defaults = quick if a.quick else full
+    for k, v in defaults.items():
+        if getattr(a, k, None) is None:
             setattr(a, k, v)
+    if a.dtypes is None:
+        a.dtypes = ["float32"]
+    known = LINK_VARIANTS if a.link_rate else ALL_VARIANTS
     for v in a.variants:
-        if v not in ALL_VARIANTS:
-            ap.error(f"--variants: unknown {v!r} (expected some of {','.join(ALL_VARIANTS)})")
+        if v not in known:
+            ap.error(f"--variants: unknown {v!r} (expected some of {','.join(known)})")
+    for d in a.dtypes:
+        if d not in linkbound.DTYPE_BYTES:
+            ap.error(f"--dtypes: unknown {d!r} (expected float32, bfloat16, float16 or int32)")
+    if a.link_rate and any(x > 0 for x in a.loss):
+        ap.error("--loss: the link-bound sweep (--link-rate) runs without loss")
     if any(not 0 <= x <= 100 for x in a.loss):
         ap.error("--loss: each percent must be in [0, 100]")
     if any(n < 1 for n in a.ranks):
         ap.error("-N: rank counts must be >= 1")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # unwinds: namespaces deleted
+    ok, load_line = load_check(a.force)
+    print(f"# {load_line}", flush=True)
+    if not ok:
+        return 3
     h = Harness(a)
+    h.load_line = load_line
     rc = h.run()
     if not a.no_report:
-        rc |= subprocess.run([sys.executable, os.path.join(HERE, "report.py"), h.out]).returncode
+        # The report goes into the output directory: --out DIR writes nowhere else.
+        rc |= subprocess.run([sys.executable, os.path.join(HERE, "report.py"), h.out,
+                              "--report", os.path.join(h.out, "REPORT.md")]).returncode
     return rc
 
 

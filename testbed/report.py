@@ -20,6 +20,11 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "sim"))
 import inasim  # noqa: E402
 
+sys.path.insert(0, HERE)
+import linkbound  # noqa: E402
+
+VALIDATED = ("ina", "host-ring", "host-tree", "host-hd")  # the simulator's target: <= 25% / 50%
+
 
 def latest_results():
     dirs = sorted(d for d in glob.glob(os.path.join(HERE, "results", "compare-*"))
@@ -31,8 +36,10 @@ def latest_results():
 
 
 def load(results_dir):
+    """The loopback rows (CPU-cost measurements) and runs of a harness directory; link-bound
+    rows (link_rate set) are left to link_section."""
     with open(os.path.join(results_dir, "results.csv"), newline="") as f:
-        rows = list(csv.DictReader(f))
+        rows = [r for r in csv.DictReader(f) if not r.get("link_rate")]
     for r in rows:
         r["ranks"], r["bytes"] = int(r["ranks"]), int(r["bytes"])
         r["loss_pct"] = float(r["loss_pct"])
@@ -42,8 +49,181 @@ def load(results_dir):
     p = os.path.join(results_dir, "runs.csv")
     if os.path.exists(p):
         with open(p, newline="") as f:
-            runs = list(csv.DictReader(f))
+            runs = [r for r in csv.DictReader(f) if not r.get("link_rate")]
     return rows, runs
+
+
+def raw_link_rows(rdirs):
+    """Link-bound rows of the directories, a later directory's row replacing an earlier one's
+    for the same (variant, N, rate, dtype, size)."""
+    merged = {}
+    for d in rdirs:
+        with open(os.path.join(d, "results.csv"), newline="") as f:
+            for r in csv.DictReader(f):
+                if r.get("link_rate"):
+                    merged[(r["variant"], r["ranks"], r["link_rate"], r["dtype"], r["bytes"])] = r
+    return list(merged.values())
+
+
+def link_plots(lr, outdir):
+    """algbw vs size per (rate, N, dtype), each variant with its bound (dashed)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    made = {}
+    groups = sorted({(r["link_rate"], r["ranks"], r["dtype"]) for r in lr},
+                    key=lambda k: (k[2] != "float32", k[2], k[0], k[1]))
+    for rate, n, dt in groups:
+        sub = [r for r in lr if (r["link_rate"], r["ranks"], r["dtype"]) == (rate, n, dt)]
+        fig, ax = plt.subplots(figsize=(6.5, 4))
+        for k, v in enumerate(linkbound._variants(sub)):
+            pts = sorted((r["bytes"], r["algbw"] * 1e3) for r in sub if r["variant"] == v)
+            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=v)
+            b = linkbound.bound_algbw(v, n, rate, dt)
+            if b and v in ("ina", "host-ring", "host-tree"):
+                ax.axhline(b / 1e6, color=line.get_color(), linestyle="--", linewidth=0.8)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("bytes per rank")
+        ax.set_ylabel("algbw (MB/s)")
+        top = max(linkbound.bound_algbw("ina", n, rate, dt) / 1e6 * 1.3, 1)
+        ax.set_ylim(0, top)
+        ax.set_title(f"{linkbound.rate_name(rate)} links, N = {n}, {dt} (dashed: bounds)")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        f = f"link-algbw-{linkbound.rate_name(rate)}-N{n}-{dt}.png"
+        fig.savefig(os.path.join(outdir, f), dpi=90)
+        plt.close(fig)
+        made[f"{linkbound.rate_name(rate)}, N = {n}, {dt}"] = f
+    return made
+
+
+def link_section(rdirs, outdir, rel):
+    """The link-bound comparison: markdown lines, or [] when no directory has link rows."""
+    raw = raw_link_rows(rdirs)
+    if not raw:
+        return []
+    lr = linkbound.link_rows(raw)
+    rates = sorted({r["link_rate"] for r in lr})
+    user, frame = linkbound.ina_framing("float32")
+    md = ["## Link-bound comparison (every peer across namespaces on shaped links)", "",
+          "Every rank in a network namespace of its own on a star (one bridge); tbf of the "
+          f"link rate ({', '.join(linkbound.rate_name(r) for r in rates)}; burst "
+          f"{linkbound.TBF_BURST}, limit {linkbound.TBF_LIMIT}) on both ends of every worker "
+          "link; the aggregators' links unshaped (the aggregator plays the switch). Variants: "
+          "`ina` ina-bench ranks (kernel UDP) to ina-aggregator (kernel UDP); `ina-dpdk` the same "
+          "ranks to ina-aggregator's DPDK backend (net_af_packet on its namespace's veth, "
+          "--no-huge, one busy-polling lcore); `host-ring`, `host-hd`, `host-tree` libina's "
+          "host algorithms over its TCP mesh; `gloo` Gloo's ring (ina-gloo-bench external "
+          "ranks); `mpi` Open MPI's MPI_Allreduce as its tuned component chooses (mpirun in the "
+          "aggregator's namespace, each rank exec'd into its worker's); `mpi-ring` Open MPI with "
+          "the ring forced (coll_tuned_allreduce_algorithm 4). Which algorithm Open MPI 4.1's "
+          "default picks: at 16 MiB and N = 4 and 8 on 500 Mbit/s links its time matched the "
+          "forced Rabenseifner (algorithm 6: recursive-halving reduce-scatter + "
+          "recursive-doubling allgather) within 5%, not recursive doubling (3) or the ring (4) "
+          "(testbed/README.md). Sizes below ~1 MiB ride tbf's burst (128 KiB at the veth's "
+          "speed) and can exceed their bound: the % of bound means something from 1 MiB.", "",
+          f"Bounds (algbw, `testbed/linkbound.py`): INA = R/8 x {user}/{frame} (float32; "
+          "each worker sends and receives its data once; payload/frame from `ina_framing()`); "
+          f"ring = R/8 x N/(2(N-1)) x {linkbound.TCP_PAYLOAD}/{linkbound.TCP_FRAME} (TCP); "
+          "halving-doubling as the ring at powers of two; double binary tree = R/8 x "
+          "1448/1514 / T(N), T the most a rank sends in libina's two trees (1 at N = 2, 2 "
+          "from 4); bfloat16 halves INA's bound on today's wire (4 bytes per element) and the "
+          "host path's (float32 words). Open MPI's bound is the ring's.", ""]
+    checks = []
+    for d in rdirs:
+        p = os.path.join(d, "ratecheck.csv")
+        if os.path.exists(p):
+            with open(p, newline="") as f:
+                checks += list(csv.DictReader(f))
+    if checks:
+        md += ["Rate check before each topology (TCP goodput over every worker link, both ways, "
+               "against R x 1448/1514; a link outside 85-108% refuses the sweep):", "",
+               "| link | N | streams | goodput / expected (min .. max) | status |",
+               "|---|---|---|---|---|"]
+        seen = []
+        for c in checks:
+            k = (c["link_rate"], c["ranks"])
+            if k in seen:
+                continue
+            seen.append(k)
+            sub = [x for x in checks if (x["link_rate"], x["ranks"]) == k]
+            ratios = [float(x["ratio"]) for x in sub]
+            md.append(f"| {linkbound.rate_name(int(float(k[0])))} | {k[1]} | {len(sub)} | "
+                      f"{min(ratios) * 100:.1f}% .. {max(ratios) * 100:.1f}% | "
+                      f"{'ok' if all(x['status'] == 'ok' for x in sub) else 'FAILED'} |")
+        md.append("")
+    md += ["### At the largest size: % of each bound, INA/ring beside the bounds' ratio", "",
+           linkbound.headline_table(raw), "",
+           "### Latency (the smallest size)", "", linkbound.latency_table(raw), ""]
+    made = link_plots(lr, outdir)
+    md += ["### Plots", ""] + [f"![{t}]({rel}/{f})" for t, f in made.items()] + [""]
+    md += ["### Per size (algbw MB/s and % of bound; the smallest size: time)", "",
+           linkbound.size_tables(raw), ""]
+    md += link_sim_section(rdirs)
+    return md
+
+
+def link_sim_section(rdirs):
+    rows = []
+    for d in rdirs:
+        rows += inasim.read_link_csv(os.path.join(d, "results.csv"))
+    md = ["## Simulator on the link-bound rows (testbed/sim/inasim.py)", ""]
+    try:
+        fit = inasim.calibrate_link(rows)
+    except (ValueError, ImportError) as e:
+        return md + [f"Not calibrated: {e}", ""]
+    md += [f"Fitted per link rate (non-negative least squares, weights 1/time; each rate is a "
+           f"network of its own) on `{fit['host_variant']}` (a: per-step latency, k: link "
+           "factor, 1 = exactly the link rate)" +
+           (f" and `{fit['inc_variant']}` (x0 = 2(ai + c), ki, c: the aggregator's cost per "
+            "packet, serial over N p)" if fit["inc_variant"] else "") +
+           f", on the link-bound sizes (>= {inasim.human(inasim.LINK_MIN_BYTES)}) and the "
+           "smallest size (the latency; its error is shown apart):", "",
+           "| link | a | k | x0 | ki | c |", "|---|---|---|---|---|---|"]
+    for rate, f in sorted(fit["by_rate"].items()):
+        a, k = f["host"]
+        inc = f["inc"]
+        md.append(f"| {linkbound.rate_name(int(rate))} | {a * 1e6:.1f} us | {k:.3f} | " +
+                  (f"{inc[0] * 1e6:.1f} us | {inc[1]:.3f} | {inc[2] * 1e9:.0f} ns |" if inc
+                   else "- | - | - |"))
+    md += ["", "| variant | model | link-bound rows | mean rel. error | max rel. error | target | "
+           "smallest-size rows | mean rel. error |", "|---|---|---|---|---|---|---|---|"]
+    val = inasim.validate_link(rows, fit)
+    for v in sorted(val, key=lambda x: (x not in VALIDATED, x)):
+        e = val[v]
+        target = ""
+        if v in VALIDATED:
+            met = e["mean_rel_err"] <= 0.25 and e["max_rel_err"] <= 0.5
+            target = "met" if met else "**not met**"
+        small = (f"{e['small_mean_rel_err'] * 100:.0f}%" if e["small_mean_rel_err"] is not None
+                 else "-")
+        md.append(f"| {v} | {e['model']} | {e['rows']} | {e['mean_rel_err'] * 100:.0f}% | "
+                  f"{e['max_rel_err'] * 100:.0f}% | {target} | {e['small_rows']} | {small} |")
+    md += ["", "Target: <= 25% mean and <= 50% max for ina, host-ring, host-tree and host-hd at "
+           "the measured N. `ina-dpdk`, `gloo` and `mpi-ring` are predicted with the INA and "
+           "ring models fitted on `ina` and `host-ring` (not their own rows).", ""]
+    if fit["inc"]:
+        rate = max(r["rate"] for r in rows)
+        md += [f"Predictions to 16384 workers on {linkbound.rate_name(int(rate))} links. "
+               f"Measured (fitted above at {linkbound.rate_name(int(rate))}): a, k, x0, ki and "
+               "the software aggregator's c. Assumed: "
+               "fan-in 32 per aggregator for `hier` (a tree of aggregators, levels pipelined), "
+               "every level's latency x0, no congestion above the first level; `hier (hw)` "
+               "assumes c = 10 ns per packet (a switch pipeline) instead of the fitted c. Ring and "
+               "double binary tree: a per step, k x the link rate, TCP framing.", "",
+               "| N | size | ring | double binary tree | hier | hier (hw) | ring / hier (hw) |",
+               "|---|---|---|---|---|---|---|"]
+        for n in (8, 64, 512, 4096, 16384):
+            for d in (8, 1 << 30):
+                t = {alg: inasim.predict_link_scale(fit, alg, n, d, rate)
+                     for alg in ("ring", "tree", "hier")}
+                hw = inasim.predict_link_scale(fit, "hier", n, d, rate, c_pkt=10e-9)
+                fmt = lambda x: f"{x * 1e3:.3f} ms" if x < 10 else f"{x:.1f} s"  # noqa: E731
+                md.append(f"| {n} | {inasim.human(d)} | {fmt(t['ring'])} | {fmt(t['tree'])} | "
+                          f"{fmt(t['hier'])} | {fmt(hw)} | {t['ring'] / hw:.2f}x |")
+        md.append("")
+    return md
 
 
 def variants_of(rows):
@@ -162,29 +342,55 @@ def main(argv=None):
     ap.add_argument("--report", default=os.path.join(HERE, "results", "REPORT.md"))
     a = ap.parse_args(argv)
     rdirs = [os.path.abspath(d) for d in (a.results_dir or [latest_results()])]
-    rdir = rdirs[-1]  # plots and parameters go here
+    link_dirs = [d for d in rdirs if raw_link_rows([d])]
+    loop_dirs = [d for d in rdirs if d not in link_dirs]
     merged, runs = {}, []
-    for d in rdirs:
+    for d in loop_dirs:
         r_, u_ = load(d)
         for r in r_:
             merged[(r["variant"], r["coll"], r["ranks"], r["loss_pct"], r["bytes"])] = r
         runs += u_
     rows = list(merged.values())
-    if not rows:
+    if not rows and not link_dirs:
         raise SystemExit(f"report.py: no rows in {', '.join(d + '/results.csv' for d in rdirs)}")
     srcs = ", ".join(f"`{os.path.relpath(d, os.path.dirname(HERE))}`" for d in rdirs)
-    rel = os.path.relpath(rdir, os.path.dirname(os.path.abspath(a.report)))
-    made = plots(rows, rdir)
+    report_dir = os.path.dirname(os.path.abspath(a.report))
     md = ["# INA testbed report", "",
           f"Generated by `testbed/report.py {' '.join(os.path.relpath(d, os.path.dirname(HERE)) for d in rdirs)}` "
-          f"(that command regenerates it) from {srcs}"
-          " (written by `testbed/harness.py`). Numbers from one shared machine: every rank, the "
-          "aggregator and the peers share its cores, so they compare software costs and are "
-          "indicative only.", "", "## Machine", "", "```"]
-    for i, d in enumerate(rdirs):
+          f"(that command regenerates it) from {srcs} (written by `testbed/harness.py`).", ""]
+    machines = []
+    for d in rdirs:
         with open(os.path.join(d, "machine.txt")) as f:
-            md.append(("\n" if i else "") + f"# {os.path.basename(d)}\n" + f.read().rstrip())
-    md += ["```", "", "## Runs", ""]
+            machines.append((d, f.read().rstrip()))
+    forced = [d for d, text in machines if "FORCED" in text]
+    if forced:
+        md += ["**Forced runs**: " + ", ".join(f"`{os.path.basename(d)}`" for d in forced) +
+               " started at a load above the core count (`--force`); their figures are not from "
+               "an idle machine.", ""]
+    md += ["## Machine", "", "```"]
+    for i, (d, text) in enumerate(machines):
+        md.append(("\n" if i else "") + f"# {os.path.basename(d)}\n" + text)
+    md += ["```", ""]
+    if link_dirs:
+        ldir = link_dirs[-1]
+        md += link_section(link_dirs, ldir, os.path.relpath(ldir, report_dir))
+        md += [f"Raw data: [{os.path.relpath(ldir, report_dir)}/results.csv]"
+               f"({os.path.relpath(ldir, report_dir)}/results.csv), every tool's output in "
+               f"[tables.txt]({os.path.relpath(ldir, report_dir)}/tables.txt), runs in "
+               f"[runs.csv]({os.path.relpath(ldir, report_dir)}/runs.csv).", ""]
+    if not rows:
+        with open(a.report, "w") as f:
+            f.write("\n".join(md))
+        print(f"wrote {os.path.relpath(a.report)} (link-bound from {', '.join(link_dirs)})")
+        return 0
+    rdir = loop_dirs[-1]  # plots and parameters go here
+    rel = os.path.relpath(rdir, report_dir)
+    made = plots(rows, rdir)
+    md += ["## Loopback runs: CPU-cost measurements", "",
+           "The runs below put every rank, the aggregator and the peers on one machine's "
+           "loopback (or one bridge without shaping): every byte crosses the same CPUs several "
+           "times, so they compare software costs (per-packet work, quantization, system calls, "
+           "scheduling), not networks, and are indicative only.", "", "### Runs", ""]
     ok = [r for r in runs if r["status"] == "ok"]
     bad = [r for r in runs if r["status"] == "failed"]
     skipped = [r for r in runs if r["status"] == "skipped"]
@@ -205,15 +411,15 @@ def main(argv=None):
     hn = 4 if pick(rows, ranks=4) else max(r["ranks"] for r in rows)
     h = headline(rows, hn)
     if h:
-        md += [f"## Headline (N = {hn}, no loss)", "", h, ""]
-    md += ["## Plots", ""]
+        md += [f"### Headline (N = {hn}, no loss)", "", h, ""]
+    md += ["### Plots", ""]
     for title, f in made.items():
         md.append(f"![{title}]({rel}/{f})")
-    md += ["", "## Tables", "", f"nccl-tests style tables per variant, N and loss: "
+    md += ["", "### Tables", "", f"nccl-tests style tables per variant, N and loss: "
            f"[{rel}/summary.md]({rel}/summary.md); raw tool output: [{rel}/tables.txt]"
            f"({rel}/tables.txt); all rows: [{rel}/results.csv]({rel}/results.csv).", ""]
     # simulator
-    md += ["## Simulator (testbed/sim/inasim.py)", ""]
+    md += ["### Simulator on the loopback rows (testbed/sim/inasim.py)", ""]
     try:
         sim_merged = {}
         for d in rdirs:

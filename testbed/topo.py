@@ -30,6 +30,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import linkbound  # noqa: E402
+
 NFT_TABLE = "inatb_loss"
 
 
@@ -86,7 +89,11 @@ class Topology:
     """N workers + M aggregators. kind: 'bridge' (one bridge) or 'leafspine' (hosts spread
     round-robin over `leaves` leaf bridges, each joined to one spine bridge)."""
 
-    def __init__(self, workers, aggregators=1, kind="bridge", leaves=2, run_id=None):
+    def __init__(self, workers, aggregators=1, kind="bridge", leaves=2, run_id=None,
+                 link_rate=None, prefix="inatb"):
+        """link_rate: bits/s of tbf on both ends of every worker link and on every leaf-spine
+        link (None: unshaped); the aggregators' links stay unshaped (the aggregator plays the
+        switch). prefix: the first part of every namespace's name."""
         if workers < 1 or aggregators < 0 or workers + aggregators > 250:
             raise ValueError(f"workers {workers}, aggregators {aggregators}: need 1..250 hosts")
         if kind not in ("bridge", "leafspine"):
@@ -94,8 +101,9 @@ class Topology:
         if kind == "leafspine" and leaves < 1:
             raise ValueError(f"leaves {leaves}: must be >= 1")
         self.run_id = run_id or f"{os.getpid() % 100000}{secrets.token_hex(2)}"
-        self.prefix = f"inatb-{self.run_id}"
+        self.prefix = f"{prefix}-{self.run_id}"
         self.kind, self.leaves = kind, leaves
+        self.link_rate = link_rate
         self.switch_ns = f"{self.prefix}-sw"
         self.hosts = []
         for i in range(workers):
@@ -146,6 +154,9 @@ class Topology:
                              f"s{l}down")
                     self._ns(sw, "ip", "link", "set", f"l{l}up", "master", f"leaf{l}", "up")
                     self._ns(sw, "ip", "link", "set", f"s{l}down", "master", "spine", "up")
+                    if self.link_rate:
+                        linkbound.shape(sw, f"l{l}up", self.link_rate)
+                        linkbound.shape(sw, f"s{l}down", self.link_rate)
             for k, h in enumerate(self.hosts):
                 self._add_ns(h.ns)
                 port = f"p{h.name}"
@@ -155,10 +166,23 @@ class Topology:
                 self._ns(sw, "ip", "link", "set", port, "master", bridge, "up")
                 self._ns(h.ns, "ip", "addr", "add", f"{h.ip}/16", "dev", "eth0")
                 self._ns(h.ns, "ip", "link", "set", "eth0", "up")
+                if self.link_rate and h.role == "worker":  # both ends of the worker's link
+                    linkbound.shape(h.ns, "eth0", self.link_rate)
+                    linkbound.shape(sw, port, self.link_rate)
         except BaseException:
             self.down()
             raise
         return self
+
+    def rate_check(self, bps=None):
+        """(ok, rows): TCP streams over every worker link, both ways, against the link rate
+        (linkbound.rate_check)."""
+        return linkbound.rate_check(self, bps or self.link_rate)
+
+    def qdiscs(self):
+        """{namespace: `tc qdisc show` output} of this run's namespaces."""
+        return {ns: self._ns(ns, "tc", "qdisc", "show", check=False).stdout
+                for ns in self.namespaces}
 
     def leaf_of(self, host):
         if self.kind != "leafspine":
@@ -266,7 +290,10 @@ class Topology:
         return r.returncode == 0
 
     def describe(self):
-        lines = [f"topology {self.kind} run {self.run_id}: switch namespace {self.switch_ns}"]
+        lines = [f"topology {self.kind} run {self.run_id}: switch namespace {self.switch_ns}" +
+                 (f", worker links shaped to {linkbound.rate_name(self.link_rate)} (tbf burst "
+                  f"{linkbound.TBF_BURST} limit {linkbound.TBF_LIMIT}, both ends)"
+                  if self.link_rate else "")]
         for h in self.hosts:
             leaf = self.leaf_of(h)
             lines.append(f"  {h.name:6s} {h.ns:24s} {h.ip:12s}" +
@@ -311,7 +338,8 @@ def run_ina(args, bench_args):
     for b in (agg_bin, bench):
         if not os.access(b, os.X_OK):
             raise SystemExit(f"topo.py: {b} is not built (ninja -C {args.build_dir})")
-    topo = Topology(args.workers, max(1, args.aggregators), args.kind, args.leaves)
+    topo = Topology(args.workers, max(1, args.aggregators), args.kind, args.leaves,
+                    link_rate=args.link_rate)
     install_signal_teardown(topo)
     loss = parse_assignments(args.loss, "--loss", float)
     delay = parse_assignments(args.delay, "--delay", int)
@@ -323,6 +351,12 @@ def run_ina(args, bench_args):
     straggle = parse_assignments(args.straggle, "--straggle", straggle_form)
     with topo:
         print(topo.describe(), flush=True)
+        if args.link_rate:
+            ok, rows = topo.rate_check()
+            print(linkbound.describe_check(args.link_rate, rows), flush=True)
+            if not ok:
+                print("topo.py: the links do not hold their rate: run refused", flush=True)
+                return 2
         for name, pct in loss.items():
             topo.set_loss(topo.host(name), pct, args.loss_direction)
         agg = topo.aggregators()[0]
@@ -368,6 +402,13 @@ def run_ina(args, bench_args):
     return worst
 
 
+def rate_arg(text):
+    try:
+        return linkbound.parse_rate(text)
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e))
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -381,6 +422,9 @@ def main(argv=None):
         p.add_argument("--loss", default="", help="HOST=PERCENT,... (w0, agg0, ...)")
         p.add_argument("--loss-direction", default="in", choices=["in", "out", "both"])
         p.add_argument("--link-loss", default="", help="leafspine: LEAF=PERCENT,...")
+        p.add_argument("--link-rate", type=rate_arg, default=None,
+                       help="tbf on both ends of every worker link (and leaf-spine link), e.g. "
+                            "500mbit; run-ina checks it holds first")
         if name == "run-ina":
             p.add_argument("--delay", default="", help="RANK=US,...: INA_TEST_DELAY_US")
             p.add_argument("--straggle", default="",
@@ -409,7 +453,8 @@ def main(argv=None):
     if args.cmd == "run-ina":
         bench_args = args.bench_args[1:] if args.bench_args[:1] == ["--"] else args.bench_args
         return run_ina(args, bench_args)
-    topo = Topology(args.workers, args.aggregators, args.kind, args.leaves)
+    topo = Topology(args.workers, args.aggregators, args.kind, args.leaves,
+                    link_rate=args.link_rate)
     install_signal_teardown(topo)
     with topo:
         for name, pct in parse_assignments(args.loss, "--loss", float).items():

@@ -224,6 +224,171 @@ def validate(rows, p):
                 "max_rel_err": max(e)} for v, e in errs.items()}
 
 
+# ---- link-bound calibration (rows of harness.py --link-rate) ----
+#
+# Where a shaped link is the bottleneck, each algorithm's time is its per-step latency plus the
+# bytes it puts on its busiest link over the link rate R (bytes counted as tbf counts them):
+#   ring  2(N-1) a + k (8/R) 2(N-1)/N D W / E
+#   hd    2 log2(N') a + k (8/R) H(N) D W / E            H: linkbound.hd_traffic
+#   tree  2 ceil(log2 N) a + k (8/R) T(N) D W / E        T: linkbound.tree_traffic (libina's trees)
+#   ina   x0 + ki (8/R) p F + c N p                      p packets of F bytes per worker
+# with E = 1448/1514 (TCP), W the host path's wire bytes per user byte, F and p from
+# linkbound.ina_framing. k and ki are ~1 when the link is the limit; a, x0 (= 2 (ai + c)) and
+# c (the aggregator's per-packet cost, serial over the N p packets) are fitted. Link-bound rows
+# are the sizes >= LINK_MIN_BYTES (8 x tbf's 128 KiB burst); the smallest size fits the latency.
+
+LINK_MIN_BYTES = 1 << 20
+LINK_HOST = {"host-ring": "ring", "host-hd": "hd", "host-tree": "tree", "gloo": "ring",
+             "mpi-ring": "ring"}
+LINK_INC = ("ina", "ina-dpdk")
+
+
+def _linkbound():
+    import os
+    here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import linkbound
+    return linkbound
+
+
+def link_features(variant, n, d, rate, dtype):
+    """The model's columns for one row: host [steps, link seconds at k = 1], INA [1, link
+    seconds at ki = 1, N p]."""
+    lb = _linkbound()
+    per_byte = 8 / rate
+    if variant in LINK_INC:
+        user, frame = lb.ina_framing(dtype)
+        p = max(1, math.ceil(d / user))
+        return [1.0, p * frame * per_byte, n * p]
+    kind = LINK_HOST[variant]
+    traffic = {"ring": 2 * (n - 1) / n, "hd": lb.hd_traffic(n), "tree": lb.tree_traffic(n)}[kind]
+    n2 = 1 << (n.bit_length() - 1)
+    steps = {"ring": 2 * (n - 1), "hd": 2 * math.log2(n2) + (2 if n2 != n else 0),
+             "tree": 2 * math.ceil(math.log2(n))}[kind]
+    return [steps, traffic * d * lb.host_wire_factor(dtype) / lb.TCP_EFFICIENCY * per_byte]
+
+
+def read_link_csv(path):
+    """Link-bound rows of a harness results.csv: dicts variant, n, d, t, rate, dtype."""
+    import csv
+    out = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            try:
+                rate = float(r.get("link_rate") or 0)
+                if rate <= 0 or (r.get("coll") or "allreduce") != "allreduce":
+                    continue
+                out.append(dict(variant=r["variant"], n=int(r["ranks"]), d=int(r["bytes"]),
+                                t=float(r["time_us"]) * 1e-6, rate=rate, dtype=r["dtype"]))
+            except (KeyError, ValueError):
+                continue
+    return [r for r in out if r["t"] > 0]
+
+
+def calibrate_link(rows, host_variant="host-ring", inc_variant="ina"):
+    """Fits the link-bound model per link rate (each rate is a network of its own, with its own
+    per-byte factors; the latencies are fitted with them): (a, k) on host_variant's rows,
+    (x0, ki, c) on inc_variant's, each on its link-bound sizes plus its smallest size per
+    (N, dtype). Returns {"by_rate": {rate: {"host": [a, k], "inc": [x0, ki, c] or None}},
+    "host": ..., "inc": ... (those of the highest rate), "host_variant", "inc_variant"}."""
+    def fit_rows(v, rate):
+        sub = [r for r in rows if r["variant"] == v and r["rate"] == rate]
+        smallest = {}
+        for r in sub:
+            key = (r["n"], r["dtype"])
+            smallest[key] = min(smallest.get(key, r["d"]), r["d"])
+        return [r for r in sub if r["d"] >= LINK_MIN_BYTES or
+                r["d"] == smallest[(r["n"], r["dtype"])]]
+
+    def solve(sub):
+        return lstsq([link_features(r["variant"], r["n"], r["d"], r["rate"], r["dtype"])
+                      for r in sub], [r["t"] for r in sub])
+    by_rate = {}
+    for rate in sorted({r["rate"] for r in rows}):
+        host = fit_rows(host_variant, rate)
+        if len(host) < 2:
+            continue
+        inc = fit_rows(inc_variant, rate)
+        by_rate[rate] = {"host": solve(host), "inc": solve(inc) if len(inc) >= 3 else None}
+    if not by_rate:
+        raise ValueError(f"link-bound calibration needs {host_variant} rows (>= 2 at a rate)")
+    top = by_rate[max(by_rate)]
+    return {"by_rate": by_rate, "host": top["host"], "inc": top["inc"],
+            "host_variant": host_variant,
+            "inc_variant": inc_variant if any(f["inc"] for f in by_rate.values()) else None}
+
+
+def predict_link(fit, variant, n, d, rate, dtype):
+    """The fitted model's time of one row (the fit of that link rate when there is one)."""
+    f = link_features(variant, n, d, rate, dtype)
+    sel = fit.get("by_rate", {}).get(rate, fit)
+    x = sel["inc"] if variant in LINK_INC else sel["host"]
+    if x is None:
+        return None
+    return sum(a * b for a, b in zip(f, x))
+
+
+def validate_link(rows, fit, min_bytes=LINK_MIN_BYTES):
+    """{variant: {rows, mean_rel_err, max_rel_err, small: (rows, mean)}}: the link-bound sizes
+    (>= min_bytes), and apart from them the smallest size's (latency) error."""
+    big, small = {}, {}
+    smallest = {}
+    for r in rows:
+        key = (r["variant"], r["n"], r["rate"], r["dtype"])
+        smallest[key] = min(smallest.get(key, r["d"]), r["d"])
+    for r in rows:
+        if r["variant"] not in LINK_HOST and r["variant"] not in LINK_INC:
+            continue
+        t = predict_link(fit, r["variant"], r["n"], r["d"], r["rate"], r["dtype"])
+        if t is None:
+            continue
+        e = abs(t - r["t"]) / r["t"]
+        if r["d"] >= min_bytes:
+            big.setdefault(r["variant"], []).append(e)
+        elif r["d"] == smallest[(r["variant"], r["n"], r["rate"], r["dtype"])]:
+            small.setdefault(r["variant"], []).append(e)
+    out = {}
+    for v, e in big.items():
+        s = small.get(v, [])
+        out[v] = {"model": "ina" if v in LINK_INC else LINK_HOST[v], "rows": len(e),
+                  "mean_rel_err": sum(e) / len(e), "max_rel_err": max(e),
+                  "small_rows": len(s), "small_mean_rel_err": sum(s) / len(s) if s else None}
+    return out
+
+
+_TREE_CACHE = {}
+
+
+def _tree_traffic(n):
+    if n not in _TREE_CACHE:
+        _TREE_CACHE[n] = _linkbound().tree_traffic(n)
+    return _TREE_CACHE[n]
+
+
+def predict_link_scale(fit, alg, n, d, rate, dtype="float32", fan_in=32, c_pkt=None):
+    """The link-bound model at scale, on links of `rate`: ring, tree (libina's double binary
+    tree) or hier (a tree of aggregators of fan-in k, levels pipelined: L x0 + ki (8/R) p F +
+    k p c). c_pkt overrides the fitted aggregator cost (e.g. a hardware pipeline's)."""
+    lb = _linkbound()
+    per_byte = 8 / rate
+    if alg in ("ring", "tree"):
+        a, k = fit["host"]
+        host_bytes = d * lb.host_wire_factor(dtype) / lb.TCP_EFFICIENCY
+        if alg == "ring":
+            return 2 * (n - 1) * a + k * per_byte * 2 * (n - 1) / n * host_bytes
+        return 2 * math.ceil(math.log2(n)) * a + k * per_byte * _tree_traffic(n) * host_bytes
+    if alg == "hier":
+        x0, ki, c = fit["inc"]
+        c = c if c_pkt is None else c_pkt
+        user, frame = lb.ina_framing(dtype)
+        p = max(1, math.ceil(d / user))
+        k = min(fan_in, max(n, 2))
+        levels = max(1, math.ceil(math.log(n, k) - 1e-12)) if n > 1 else 1
+        return levels * x0 + ki * per_byte * p * frame + k * p * c
+    raise ValueError(f"algorithm {alg!r}: expected ring, tree or hier")
+
+
 # ---- crossover ----
 
 def sizes(lo=8, hi=1 << 30, factor=4):

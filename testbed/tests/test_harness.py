@@ -45,7 +45,7 @@ class HarnessSmoke(unittest.TestCase):
             r = subprocess.run([sys.executable, os.path.join(TESTBED, "harness.py"), "--quick",
                                 "-N", "2", "-b", "8", "-e", "64K", "-f", "64", "--loss-stepfactor", "64",
                                 "--loss", ",".join(losses), "--variants", ",".join(variants),
-                                "--build-dir", BUILD, "--out", out, "--no-report"],
+                                "--build-dir", BUILD, "--out", out, "--no-report", "--force"],
                                capture_output=True, text=True, timeout=120)
             print(r.stdout[-3000:], r.stderr[-2000:])
             self.assertEqual(r.returncode, 0)

@@ -106,6 +106,30 @@ class Calibration(unittest.TestCase):
             inasim.calibrate([dict(variant="ina", n=2, d=8, t=1e-4, loss=0.0, coll="allreduce")])
 
 
+class LinkCalibration(unittest.TestCase):
+    def test_recovers_link_model_parameters(self):
+        """Rows made from the link-bound model (ring and INA at 200 Mbit/s and 1 Gbit/s,
+        N = 2..8) with 3% noise: calibrate_link recovers a, k, x0, ki within 10% and the
+        validation error stays near the noise."""
+        truth = {"host": [30e-6, 1.02], "inc": [80e-6, 1.01, 2e-8]}
+        rng = random.Random(7)
+        rows = []
+        for rate in (200e6, 1e9):
+            for n in (2, 4, 8):
+                for d in [8] + [1 << k for k in range(20, 27)]:
+                    for v in ("host-ring", "ina", "host-tree", "host-hd"):
+                        t = inasim.predict_link(truth, v, n, d, rate, "float32")
+                        rows.append(dict(variant=v, n=n, d=d, rate=rate, dtype="float32",
+                                         t=t * (1 + rng.uniform(-0.03, 0.03))))
+        fit = inasim.calibrate_link(rows)
+        for got, want in zip(fit["host"] + fit["inc"][:2], truth["host"] + truth["inc"][:2]):
+            self.assertAlmostEqual(got / want, 1, delta=0.1)
+        for v, e in inasim.validate_link(rows, fit).items():
+            self.assertLess(e["mean_rel_err"], 0.05, v)
+        t = inasim.predict_link_scale(fit, "ring", 16384, 1 << 30, 1e9)
+        self.assertGreater(t, 2 * (1 << 30) * 8 / 1e9)  # at least the ring's bytes at 1 Gbit/s
+
+
 if __name__ == "__main__":
     try:
         import numpy  # noqa: F401
