@@ -335,7 +335,9 @@ INSTANTIATE_TEST_SUITE_P(World, HostCollectives, ::testing::Values(1, 2, 3, 4, 5
                          });
 
 // 1,000,003 elements of every dtype and op, default pipelining chunk: several pieces per segment
-// and messages far beyond the socket buffers.
+// and messages far beyond the socket buffers. (float8 is left to the smaller cases above, whose
+// 256-byte chunks already split its 1-byte elements across pieces: the test's time is mostly its
+// reference, and 12 more million-element runs would take it near its timeout on a loaded host.)
 class HostAllreduceLarge : public ::testing::TestWithParam<std::tuple<int, AllreduceAlgorithm>> {};
 
 TEST_P(HostAllreduceLarge, MillionElements) {
@@ -343,7 +345,7 @@ TEST_P(HostAllreduceLarge, MillionElements) {
   constexpr size_t kCount = 1000003;
   test::run_ranks(world, [algo = algo](Context& ctx) {
     uint64_t seed = 900;
-    for (DType t : kDTypes)
+    for (DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kInt32})
       for (ReduceOp op : kOps) {
         ++seed;
         std::vector<uint8_t> in = make_input(t, ctx.rank(), kCount, seed);
