@@ -12,6 +12,10 @@
 #include <random>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
 #include "ina/protocol/fp8.h"
 #include "ina/protocol/fp_narrow.h"
 #include "ina/protocol/half.h"
@@ -325,6 +329,37 @@ TEST(FpNarrow, MatchesTheSearchReferenceOnRandomDoubles) {
     ASSERT_EQ(fp_detail::narrow_double(xf, fp_detail::kToFloat32), ref_float_bits(xf))
         << std::hexfloat << xf;
   }
+}
+
+// The subnormal path is a double addition: flush-to-zero and denormals-are-zero (as some
+// processes run, e.g. with -ffast-math's crtfastmath) must not change a result.
+TEST(FpNarrow, SameResultsUnderDenormalsAreZero) {
+#if defined(__SSE2__)
+  std::mt19937_64 g(99);
+  std::vector<double> xs;
+  std::vector<uint32_t> want;
+  for (int i = 0; i < 20000; ++i) {
+    const double x = random_double(g, -20, 8);
+    xs.push_back(x);
+    want.push_back(static_cast<uint32_t>(double_to_e4m3(x)) | (uint32_t{double_to_e5m2(x)} << 8) |
+                   (uint32_t{double_to_half(x)} << 16));
+  }
+  xs.push_back(0x1p-1074);  // double subnormals
+  want.push_back(0);
+  xs.push_back(-0x1p-1040);
+  want.push_back(0x80u | (0x80u << 8) | (0x8000u << 16));
+  const unsigned saved = _mm_getcsr();
+  _mm_setcsr(saved | 0x8040);  // FTZ | DAZ
+  std::vector<uint32_t> got;
+  for (const double x : xs) {
+    got.push_back(static_cast<uint32_t>(double_to_e4m3(x)) | (uint32_t{double_to_e5m2(x)} << 8) |
+                  (uint32_t{double_to_half(x)} << 16));
+  }
+  _mm_setcsr(saved);
+  for (size_t i = 0; i < xs.size(); ++i) ASSERT_EQ(got[i], want[i]) << std::hexfloat << xs[i];
+#else
+  GTEST_SKIP() << "no SSE control register on this target";
+#endif
 }
 
 TEST(FpNarrow, AgreesWithHalfHFromFloat) {

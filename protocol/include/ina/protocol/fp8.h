@@ -22,8 +22,7 @@
 // So every code round-trips (narrow(widen(c)) == c) except the two signalling e5m2 NaNs 0x7D and
 // 0xFD, which come back quiet (0x7F, 0xFF).
 //
-// The conversions are integer code (fp_narrow.h for the rounding), independent of the FPU's
-// rounding mode and of denormals-are-zero.
+// The rounding is fp_narrow.h's (branch-free; the default rounding mode assumed, as half.h).
 #pragma once
 
 #include <bit>

@@ -13,9 +13,11 @@
 // the sign and the top payload bits kept and the quiet bit set (as half.h does from float32, so
 // double_to_half(double(f)) == float_to_half(f) for every float f, NaNs included).
 //
-// The rounding is integer arithmetic on the double's bits: independent of the FPU's rounding
-// mode and of denormals-are-zero. double_to_float is the exception: the hardware conversion
-// (cvtsd2ss), correctly rounded in the default rounding mode, which every INA process runs in.
+// The rounding is integer arithmetic on the double's bits plus, below the format's normal range,
+// one double addition, with branch-free selects (loops over it can vectorize); like half.h it
+// relies on the default rounding mode (to nearest even), which every INA process runs in, and
+// gives the same results with denormals-are-zero. double_to_float is the hardware conversion
+// (cvtsd2ss), correctly rounded in that mode.
 #pragma once
 
 #include <bit>
@@ -35,39 +37,41 @@ struct Narrow {
   int sign_shift;       // position of the sign bit
 };
 
-// |x| (the bits of a finite double, sign cleared) rounded to nearest even in format f, as a
-// magnitude pattern. The result's quantum is 2^(max(e, emin) - mant), e = floor(log2 |x|); n =
-// |x| / quantum rounded to an integer; the pattern is ((max(e, emin) - emin) << mant) + n, which
-// is also right when n carries to 2^(mant+1) (the next binade) and for subnormals (n < 2^mant).
-inline uint32_t round_magnitude(uint64_t a, const Narrow& f) {
-  const int field = static_cast<int>(a >> 52);
-  const uint64_t sig = (a & ((uint64_t{1} << 52) - 1)) | (field != 0 ? uint64_t{1} << 52 : 0);
-  const int ed = (field != 0 ? field : 1) - 1023;  // |x| = sig * 2^(ed - 52)
-  const int e = ed < f.emin ? f.emin : ed;
-  int shift = (e - f.mant) - (ed - 52);  // bits of sig below the quantum: >= 52 - mant > 0
-  // sig < 2^53: with 54 or more bits dropped the value is below half a quantum and rounds to 0,
-  // as it does with any larger shift; the cap keeps the shifts defined.
-  if (shift > 60) shift = 60;
-  const uint64_t n0 = sig >> shift;
-  const uint64_t rem = sig & ((uint64_t{1} << shift) - 1);
-  const uint64_t half = uint64_t{1} << (shift - 1);
-  const uint64_t n = n0 + ((rem > half || (rem == half && (n0 & 1) != 0)) ? 1 : 0);
-  const uint64_t pattern = (static_cast<uint64_t>(e - f.emin) << f.mant) + n;
-  return pattern > f.max_finite ? f.overflow : static_cast<uint32_t>(pattern);
+// c ? a : b as mask arithmetic (half.h's select, 64 bits wide): both operands are computed, so
+// loops over the conversions stay branch-free.
+inline uint64_t select64(bool c, uint64_t a, uint64_t b) {
+  return b ^ ((a ^ b) & (0 - static_cast<uint64_t>(c)));
 }
 
-// The whole conversion: sign, NaN (payload: the double's top mant bits, quiet bit forced), Inf.
+// x rounded to nearest even in format f, as a bit pattern (sign included). Three candidates, one
+// selected (as half.h's float_to_half does from float):
+//   * normal range (|x| >= 2^emin): round the double's bits at the format's mantissa width by
+//     adding half an ulp minus one plus the lowest kept bit, then re-bias the exponent field
+//     (1023 -> 1 - emin); a carry out of the mantissa correctly bumps the exponent. A pattern
+//     above max_finite (a finite value rounding past the largest one, or Inf) is f.overflow.
+//   * subnormal range (|x| < 2^emin): adding C = 2^(emin - mant + 52), whose ulp is the
+//     format's subnormal spacing 2^(emin - mant), makes the FPU round |x| to nearest even at
+//     that spacing (the default rounding mode, which every INA process runs in); the low bits of
+//     the sum are the subnormal mantissa (2^mant, the smallest normal, when it rounds up).
+//     A double subnormal (or one a denormals-are-zero FPU reads as 0) rounds to 0 either way.
+//   * NaN: the double's top mant payload bits, the quiet bit forced (so never the Inf pattern).
 inline uint32_t narrow_double(double x, const Narrow& f) {
   const uint64_t b = std::bit_cast<uint64_t>(x);
-  const uint32_t sign = static_cast<uint32_t>(b >> 63) << f.sign_shift;
   const uint64_t a = b & 0x7FFFFFFFFFFFFFFFull;
+  const uint64_t sign = (b >> 63) << f.sign_shift;
   constexpr uint64_t kInf = 0x7FF0000000000000ull;
-  if (a > kInf) {
-    const uint32_t payload = static_cast<uint32_t>(a >> (52 - f.mant)) & ((1u << f.mant) - 1);
-    return sign | f.nan | payload;
-  }
-  if (a == kInf) return sign | f.inf;
-  return sign | round_magnitude(a, f);
+  const int sh = 52 - f.mant;
+  const uint64_t rounded = (a + ((uint64_t{1} << (sh - 1)) - 1) + ((a >> sh) & 1)) >> sh;
+  const uint64_t normal = rounded - (static_cast<uint64_t>(1022 + f.emin) << f.mant);
+  const uint64_t c_bits = static_cast<uint64_t>(f.emin - f.mant + 52 + 1023) << 52;
+  const uint64_t subnormal =
+      std::bit_cast<uint64_t>(std::bit_cast<double>(a) + std::bit_cast<double>(c_bits)) - c_bits;
+  const uint64_t min_normal = static_cast<uint64_t>(f.emin + 1023) << 52;
+  const bool is_normal = a >= min_normal;
+  const uint64_t finite = select64(is_normal, normal, subnormal);
+  const uint64_t mag = select64(is_normal && normal > f.max_finite, f.overflow, finite);
+  const uint64_t nan = f.nan | ((a >> sh) & ((uint64_t{1} << f.mant) - 1));
+  return static_cast<uint32_t>(sign | select64(a > kInf, nan, mag));
 }
 
 inline constexpr Narrow kToFloat32{23, -126, 0x7F7FFFFFu, 0x7F800000u, 0x7F800000u, 0x7FC00000u, 31};
