@@ -54,7 +54,8 @@ constexpr uint32_t kMaxWorld = 65535;
 constexpr uint32_t kMaxSlots = 32768;  // the wire's 15-bit slot index
 constexpr uint32_t kMaxBlock = 16384;
 constexpr uint32_t kMaxShards = 256;
-const char* const kDTypes[] = {"int32", "float32", "float16", "bfloat16"};
+const char* const kDTypes[] = {"int32",    "float32",     "float16",
+                               "bfloat16", "float8_e4m3", "float8_e5m2"};
 
 // Leaf i of n over `world` ranks serves [floor(i*world/n), floor((i+1)*world/n)).
 uint32_t leaf_rank_base(uint32_t i, uint32_t n, uint32_t world) {
@@ -268,7 +269,9 @@ Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
   if (req.shards > kMaxShards) return invalid_argument("admit: shards must be in 1..256");
   for (const std::string& d : req.dtypes) {
     if (std::find(std::begin(kDTypes), std::end(kDTypes), d) == std::end(kDTypes)) {
-      return invalid_argument("admit: dtype '" + d + "' is not one of int32, float32, float16, bfloat16");
+      return invalid_argument("admit: dtype '" + d +
+                              "' is not one of int32, float32, float16, bfloat16, float8_e4m3, "
+                              "float8_e5m2");
     }
   }
   if (auto it = by_name_.find(req.name); it != by_name_.end()) {

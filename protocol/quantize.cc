@@ -1,14 +1,16 @@
 // The fixed-point quantizer reference (semantics: quantize.h; derivation: QUANTIZATION.md).
 //
 // This file is what kernels/ copies bit for bit, so every step is spelled out:
-//   * 16-bit inputs are widened to float32 exactly (half.h); everything below works on float32.
+//   * 16-bit and 8-bit inputs are widened to float32 exactly (half.h, fp8.h); everything below
+//     works on float32.
 //   * Scan: integer max-reductions over the elements' magnitude bits; the exponent is computed
 //     from the largest finite one's bits (equal to std::frexp's).
 //   * SUM encode: v = x * 2^(B - exp) in double (exact: a power-of-two scale of a float32 cannot
 //     round in double's range), clamped to [-2^B, 2^B], then rounded to the nearest integer, ties
 //     to even (the value std::nearbyint gives in the default rounding mode). Non-finite x gives 0.
 //   * SUM decode: (float)(q * 2^(exp - B)), the product exact in double, one rounding to float32,
-//     then (16-bit types) one rounding from float32 to the output type, both to nearest even.
+//     then (16-bit types) one rounding from float32 to the output type, both to nearest even;
+//     float8 rounds once, from the double (fp8.h).
 //   * MIN/MAX: the order-preserving bijection between float32 bit patterns and int32.
 //
 // The per-packet loops take every decision (dtype, op, scale) before the loop; inside, every
@@ -25,6 +27,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "ina/protocol/fp8.h"
 #include "ina/protocol/half.h"
 
 // round_half_even below relies on IEEE double arithmetic with no excess precision and no
@@ -83,18 +86,42 @@ struct LoadBF16 {
     return bf16_to_float(static_cast<const uint16_t*>(src)[i]);
   }
 };
+struct LoadE4M3 {
+  static float load(const void* src, size_t i) {
+    return e4m3_to_float(static_cast<const uint8_t*>(src)[i]);
+  }
+};
+struct LoadE5M2 {
+  static float load(const void* src, size_t i) {
+    return e5m2_to_float(static_cast<const uint8_t*>(src)[i]);
+  }
+};
 
+// Stores take the decoded value as a double (exact: q * 2^k); the 32- and 16-bit types round it
+// to float32 first (the v1 codec's two roundings), float8 rounds it once.
 struct StoreF32 {
-  static void store(void* dst, size_t i, float v) { static_cast<float*>(dst)[i] = v; }
+  static void store(void* dst, size_t i, double v) {
+    static_cast<float*>(dst)[i] = static_cast<float>(v);
+  }
 };
 struct StoreF16 {
-  static void store(void* dst, size_t i, float v) {
-    static_cast<uint16_t*>(dst)[i] = float_to_half(v);
+  static void store(void* dst, size_t i, double v) {
+    static_cast<uint16_t*>(dst)[i] = float_to_half(static_cast<float>(v));
   }
 };
 struct StoreBF16 {
-  static void store(void* dst, size_t i, float v) {
-    static_cast<uint16_t*>(dst)[i] = float_to_bf16(v);
+  static void store(void* dst, size_t i, double v) {
+    static_cast<uint16_t*>(dst)[i] = float_to_bf16(static_cast<float>(v));
+  }
+};
+struct StoreE4M3 {
+  static void store(void* dst, size_t i, double v) {
+    static_cast<uint8_t*>(dst)[i] = double_to_e4m3(v);
+  }
+};
+struct StoreE5M2 {
+  static void store(void* dst, size_t i, double v) {
+    static_cast<uint8_t*>(dst)[i] = double_to_e5m2(v);
   }
 };
 
@@ -103,6 +130,19 @@ struct StoreBF16 {
 struct Abs16 {
   static int32_t abs_bits(const void* src, size_t i) {
     return static_cast<const uint16_t*>(src)[i] & 0x7FFF;
+  }
+};
+// e4m3 has no Inf: its NaN pattern 0x7F is moved above the (unused) "Inf" pattern 0x7F, to 0x80,
+// so that the scan below sees every other pattern as finite and a NaN as a NaN.
+struct Abs8E4M3 {
+  static int32_t abs_bits(const void* src, size_t i) {
+    const int32_t a = static_cast<const uint8_t*>(src)[i] & 0x7F;
+    return a + (a == 0x7F ? 1 : 0);
+  }
+};
+struct Abs8 {
+  static int32_t abs_bits(const void* src, size_t i) {
+    return static_cast<const uint8_t*>(src)[i] & 0x7F;
   }
 };
 struct Abs32 {
@@ -121,6 +161,8 @@ struct Format {
 constexpr Format kF32{0x7F800000, 23, 127};
 constexpr Format kF16{0x7C00, 10, 15};
 constexpr Format kBF16{0x7F80, 7, 127};
+constexpr Format kE4M3{0x7F, 3, 7};  // with Abs8E4M3: 0x7F is never seen, NaN reads 0x80
+constexpr Format kE5M2{0x7C, 2, 15};
 
 // frexp's exponent of the finite non-zero value with magnitude bits `a` (a in (0, inf_bits)),
 // computed from the bits: |x| < 2^e and 2^(e-1) <= |x|. Normal: |x| = 1.m * 2^(field - bias), so
@@ -194,7 +236,7 @@ void decode_sum(const int32_t* q, size_t n, int16_t exp, uint32_t world_size, vo
   const double scale =
       exp == kNoExponent ? 0.0 : pow2_clamped(exp - magnitude_bits(world_size));
   for (size_t i = 0; i < n; ++i) {
-    Store::store(dst, i, static_cast<float>(static_cast<double>(q[i]) * scale));
+    Store::store(dst, i, static_cast<double>(q[i]) * scale);
   }
 }
 
@@ -240,6 +282,10 @@ BlockScan scan_block(const void* src, size_t n, DType t, ReduceOp op) {
       return scan_float<Abs16>(src, n, kF16, op);
     case DType::kBFloat16:
       return scan_float<Abs16>(src, n, kBF16, op);
+    case DType::kFloat8E4M3:
+      return scan_float<Abs8E4M3>(src, n, kE4M3, op);
+    case DType::kFloat8E5M2:
+      return scan_float<Abs8>(src, n, kE5M2, op);
     case DType::kInt32:
       break;
   }
@@ -255,6 +301,10 @@ void encode(const void* src, size_t n, DType t, ReduceOp op, int16_t exp, uint32
       return encode_float<LoadF16>(src, n, op, exp, world_size, q);
     case DType::kBFloat16:
       return encode_float<LoadBF16>(src, n, op, exp, world_size, q);
+    case DType::kFloat8E4M3:
+      return encode_float<LoadE4M3>(src, n, op, exp, world_size, q);
+    case DType::kFloat8E5M2:
+      return encode_float<LoadE5M2>(src, n, op, exp, world_size, q);
     case DType::kInt32:
       std::memcpy(q, src, n * sizeof *q);  // SUM wraps in the aggregator; MIN/MAX are exact
       return;
@@ -270,6 +320,10 @@ void decode(const int32_t* q, size_t n, DType t, ReduceOp op, int16_t exp, uint3
       return decode_float<StoreF16>(q, n, op, exp, world_size, dst);
     case DType::kBFloat16:
       return decode_float<StoreBF16>(q, n, op, exp, world_size, dst);
+    case DType::kFloat8E4M3:
+      return decode_float<StoreE4M3>(q, n, op, exp, world_size, dst);
+    case DType::kFloat8E5M2:
+      return decode_float<StoreE5M2>(q, n, op, exp, world_size, dst);
     case DType::kInt32:
       std::memcpy(dst, q, n * sizeof *q);
       return;
@@ -292,6 +346,10 @@ void fill_nan(void* dst, size_t n, DType t) {
       for (size_t i = 0; i < n; ++i) d[i] = nan;
       return;
     }
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+      std::memset(dst, t == DType::kFloat8E4M3 ? kE4M3NaN : kE5M2NaN, n);
+      return;
     case DType::kInt32:
       return;  // int32 has no NaN and is never flagged NONFINITE; dst is left as it is
   }
@@ -310,6 +368,12 @@ double output_ulp(DType t, double a) {
     min_exp = -14;
   } else if (t == DType::kBFloat16) {
     mant_bits = 7;
+  } else if (t == DType::kFloat8E4M3) {
+    mant_bits = 3;
+    min_exp = -6;
+  } else if (t == DType::kFloat8E5M2) {
+    mant_bits = 2;
+    min_exp = -14;
   }
   a = std::fabs(a);
   const int e = (a > 0 && std::isfinite(a)) ? std::max(std::ilogb(a), min_exp) : min_exp;

@@ -8,6 +8,8 @@ std::string_view dtype_name(DType t) {
     case DType::kFloat32: return "float32";
     case DType::kFloat16: return "float16";
     case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat8E4M3: return "float8_e4m3";
+    case DType::kFloat8E5M2: return "float8_e5m2";
   }
   return "?";
 }
@@ -26,6 +28,12 @@ std::optional<DType> parse_dtype(std::string_view s) {
   if (s == "float32" || s == "float" || s == "f32" || s == "fp32") return DType::kFloat32;
   if (s == "float16" || s == "half" || s == "f16" || s == "fp16") return DType::kFloat16;
   if (s == "bfloat16" || s == "bf16") return DType::kBFloat16;
+  if (s == "float8_e4m3" || s == "e4m3" || s == "fp8_e4m3" || s == "f8e4m3") {
+    return DType::kFloat8E4M3;  // f8e4m3: the nccl-tests spelling
+  }
+  if (s == "float8_e5m2" || s == "e5m2" || s == "fp8_e5m2" || s == "f8e5m2") {
+    return DType::kFloat8E5M2;
+  }
   return std::nullopt;
 }
 

@@ -17,13 +17,19 @@
 // rendezvous store on a free 127.0.0.1 port (INA_STORE if set) and the host path reduces in float
 // (INA_FALLBACK=float unless set). --algo ring|tree|hd sets INA_ALGO for the ranks; auto leaves
 // the choice to the cost model. AllToAll always runs on the host mesh (no aggregator does it), so
-// --coll alltoall gives local mode a store with either transport.
+// --coll alltoall gives local mode a store with either transport; so does -d float8_* (the
+// in-network path does not carry float8 yet: each such AllReduce runs on the mesh).
 //
 // Every size: fill the send buffer (rank r, element i: bench_float_value / bench_int_value),
 // run the warmup and the timed iterations out of place, then check every element of the last
 // output against the exact reduction of all ranks' inputs, computed in double (int32: wrapping):
 //   float SUM: |out - s| <= quant::sum_error_bound(dtype, M, N, s) (quantize.h), M the block's
 //              largest |x| over ranks (blocks of --block-elems elements);
+//   float8 SUM (the host path only, until wire v2 carries it): |out - s| <= e + ulp8(|s| + e),
+//              e = max(qb, (N - 1) * 2^-24 * N * M): the larger of the exact mode's quantization
+//              bound qb = N * M * 2^-B and the float mode's float32 chain (N - 1 additions, each
+//              rounding a partial sum of at most N * M by at most half its float32 ulp), plus
+//              one rounding to float8 (ulp8: its spacing, quantize.h's output_ulp);
 //   MIN, MAX and int32: exact.
 // AllToAll: rank r's block from rank j must equal, exactly, rank j's input for r.
 #include <fcntl.h>
@@ -53,6 +59,7 @@
 #include "bench_common.h"
 #include "bench_ranks.h"
 #include "ina/ina.hpp"
+#include "ina/protocol/fp8.h"
 #include "ina/protocol/half.h"
 #include "ina/protocol/quantize.h"
 #include "ina/protocol/status.h"
@@ -116,7 +123,10 @@ struct DataSpec {
 };
 
 DataSpec make_spec(const Options& o, int ranks, size_t block) {
-  double limit = o.dtype == DType::kFloat16 ? 65504.0 : 3.0e38;
+  double limit = o.dtype == DType::kFloat16      ? 65504.0
+                 : o.dtype == DType::kFloat8E4M3 ? 448.0
+                 : o.dtype == DType::kFloat8E5M2 ? 57344.0
+                                                 : 3.0e38;
   return DataSpec{o.dtype, o.rop, ranks, block, bench_float_scale(ranks, limit)};
 }
 
@@ -128,6 +138,8 @@ double input_value(const DataSpec& d, size_t i, int r) {
     case DType::kFloat32: return static_cast<float>(v);
     case DType::kFloat16: return ina::half_to_float(ina::float_to_half(static_cast<float>(v)));
     case DType::kBFloat16: return ina::bf16_to_float(ina::float_to_bf16(static_cast<float>(v)));
+    case DType::kFloat8E4M3: return ina::e4m3_to_float(ina::double_to_e4m3(v));
+    case DType::kFloat8E5M2: return ina::e5m2_to_float(ina::double_to_e5m2(v));
     case DType::kInt32: break;
   }
   return 0;
@@ -153,6 +165,18 @@ void fill_input(const DataSpec& d, int rank, void* buf, size_t count) {
         p[i] = ina::float_to_bf16(static_cast<float>(bench_float_value(i, rank, d.block, d.scale)));
       break;
     }
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2: {
+      // Rounded to the type (bench_float_value's 6 bits are more than float8's 4 or 3): the
+      // checks below use the rounded inputs (input_value).
+      const bool e4m3 = d.dtype == DType::kFloat8E4M3;
+      auto* p = static_cast<uint8_t*>(buf);
+      for (size_t i = 0; i < count; ++i) {
+        const double v = bench_float_value(i, rank, d.block, d.scale);
+        p[i] = e4m3 ? ina::double_to_e4m3(v) : ina::double_to_e5m2(v);
+      }
+      break;
+    }
     case DType::kInt32: {
       auto* p = static_cast<int32_t*>(buf);
       for (size_t i = 0; i < count; ++i) p[i] = bench_int_value(i, rank);
@@ -166,9 +190,21 @@ double output_value(DType t, const void* buf, size_t i) {
     case DType::kFloat32: return static_cast<const float*>(buf)[i];
     case DType::kFloat16: return ina::half_to_float(static_cast<const uint16_t*>(buf)[i]);
     case DType::kBFloat16: return ina::bf16_to_float(static_cast<const uint16_t*>(buf)[i]);
+    case DType::kFloat8E4M3: return ina::e4m3_to_float(static_cast<const uint8_t*>(buf)[i]);
+    case DType::kFloat8E5M2: return ina::e5m2_to_float(static_cast<const uint8_t*>(buf)[i]);
     case DType::kInt32: return static_cast<const int32_t*>(buf)[i];
   }
   return 0;
+}
+
+// The float8 SUM bound (the header's): the host path's reduction error e, the larger of exact
+// mode's quantization and float mode's float32 chain, plus one rounding to float8.
+double float8_sum_bound(DType t, double block_max_abs, int ranks, double exact) {
+  const auto n = static_cast<uint32_t>(ranks);
+  const double qb = ina::quant::sum_quantization_bound(block_max_abs, n);
+  const double chain = (ranks - 1) * std::ldexp(1.0, -24) * ranks * block_max_abs;
+  const double e = std::max(qb, chain);
+  return e + ina::quant::output_ulp(t, std::fabs(exact) + e);
 }
 
 // Counts the elements of `out` outside the documented bound; describes the first few on stderr.
@@ -235,7 +271,9 @@ int64_t check_output(const DataSpec& d, int rank, const void* out, size_t count,
     }
     for (size_t j = 0; j < n; ++j) {
       double ref = sums[j];
-      double tol = ina::quant::sum_error_bound(d.dtype, m, static_cast<uint32_t>(d.ranks), ref);
+      double tol = ina::is_float8(d.dtype)
+                       ? float8_sum_bound(d.dtype, m, d.ranks, ref)
+                       : ina::quant::sum_error_bound(d.dtype, m, static_cast<uint32_t>(d.ranks), ref);
       double got = output_value(d.dtype, out, b0 + j);
       if (!(std::fabs(got - ref) <= tol)) {
         wrong++;
@@ -557,8 +595,9 @@ int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vect
 int run_local(const Options& o, const std::vector<size_t>& sizes) {
   // Flags and the environment were merged into o.env by main().
   ina::Config env_cfg = o.env;
-  // A rendezvous store for the host mesh (the host transport, and AllToAll).
-  if ((o.host || o.alltoall) && env_cfg.store.empty()) {
+  // A rendezvous store for the host mesh (the host transport, AllToAll, and float8, which the
+  // in-network path does not carry yet).
+  if ((o.host || o.alltoall || ina::is_float8(o.dtype)) && env_cfg.store.empty()) {
     ina::Result<uint16_t> p = ina::host::free_tcp_port("127.0.0.1");
     if (!p.ok()) {
       std::fprintf(stderr, "ina-bench: %s\n", p.status().to_string().c_str());
@@ -825,7 +864,8 @@ int main(int argc, char** argv) {
   CLI::App app{"ina-bench: AllReduce through an INA aggregator (nccl-tests style table)"};
   app.set_version_flag("--version", "ina-bench " INA_VERSION);
   ina::bench::add_sweep_options(app, o,
-                                "float32|float16|bfloat16|int32 (or float|half|int)");
+                                "float32|float16|bfloat16|int32|float8_e4m3|float8_e5m2 (or "
+                                "float|half|int|e4m3|e5m2)");
   auto* workers_opt = app.add_option("--workers", o.workers, "ranks (local mode: forked processes)")
                           ->capture_default_str();
   auto* block_opt = app.add_option("--block-elems", o.block_elems, "elements per packet (1..16384)")

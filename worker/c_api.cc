@@ -101,9 +101,10 @@ ina_result_t guarded(std::string& err, F&& body) noexcept {
 // Range-checks a C enum as an int: a cast to the 8-bit C++ enum would wrap 257 to 1.
 bool c_dtype(std::string& err, const char* fn, ina_dtype_t dtype, ina::DType* out) {
   const int d = static_cast<int>(dtype);
-  if (!(d >= 1 && d <= 4)) {
+  if (!(d >= 1 && d <= 6)) {
     set_message(err, std::string(fn) + ": unknown dtype " + std::to_string(d) +
-                         " (INA_INT32, INA_FLOAT32, INA_FLOAT16, INA_BFLOAT16)");
+                         " (INA_INT32, INA_FLOAT32, INA_FLOAT16, INA_BFLOAT16, INA_FLOAT8_E4M3, "
+                         "INA_FLOAT8_E5M2)");
     return false;
   }
   *out = static_cast<ina::DType>(d);

@@ -14,6 +14,7 @@
 
 #include "ina/ina.hpp"
 #include "ina/kernels/cpu_quant.h"
+#include "ina/protocol/fp8.h"
 #include "ina/protocol/half.h"
 #include "ina/protocol/log.h"
 #include "ina/protocol/quantize.h"
@@ -71,7 +72,8 @@ Status check_dtype(const char* what, DType dtype) {
   if (!is_valid_dtype(static_cast<uint8_t>(dtype))) {
     return invalid_argument(std::string(what) + ": unknown dtype " +
                             std::to_string(static_cast<int>(dtype)) +
-                            " (int32=1, float32=2, float16=3, bfloat16=4)");
+                            " (int32=1, float32=2, float16=3, bfloat16=4, float8_e4m3=5, "
+                            "float8_e5m2=6)");
   }
   return ok_status();
 }
@@ -84,27 +86,41 @@ Status check_op(const char* what, ReduceOp op) {
   return ok_status();
 }
 
-bool is_16bit_float(DType t) { return t == DType::kFloat16 || t == DType::kBFloat16; }
+// The float types narrower than float32 (16- and 8-bit), which the host path reduces in float32.
+bool is_narrow_float(DType t) {
+  return t == DType::kFloat16 || t == DType::kBFloat16 || is_float8(t);
+}
 
-// n float16/bfloat16 elements of `in` as float32 (exact) in *out.
+// n float16/bfloat16/float8 elements of `in` as float32 (exact) in *out.
 void widen(const void* in, size_t n, DType t, std::vector<float>* out) {
   out->resize(n);
   const auto* h = static_cast<const uint16_t*>(in);
+  const auto* b = static_cast<const uint8_t*>(in);
   float* f = out->data();
   if (t == DType::kFloat16) {
     for (size_t i = 0; i < n; ++i) f[i] = half_to_float(h[i]);
-  } else {
+  } else if (t == DType::kBFloat16) {
     for (size_t i = 0; i < n; ++i) f[i] = bf16_to_float(h[i]);
+  } else if (t == DType::kFloat8E4M3) {
+    for (size_t i = 0; i < n; ++i) f[i] = e4m3_to_float(b[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) f[i] = e5m2_to_float(b[i]);
   }
 }
 
-// n float32 rounded to float16/bfloat16 (to nearest even) into `out`.
+// n float32 rounded to float16/bfloat16/float8 (to nearest even; e4m3 saturates, fp8.h) into
+// `out`.
 void narrow(const float* in, size_t n, DType t, void* out) {
   auto* h = static_cast<uint16_t*>(out);
+  auto* b = static_cast<uint8_t*>(out);
   if (t == DType::kFloat16) {
     for (size_t i = 0; i < n; ++i) h[i] = float_to_half(in[i]);
-  } else {
+  } else if (t == DType::kBFloat16) {
     for (size_t i = 0; i < n; ++i) h[i] = float_to_bf16(in[i]);
+  } else if (t == DType::kFloat8E4M3) {
+    for (size_t i = 0; i < n; ++i) b[i] = float_to_e4m3(in[i]);
+  } else {
+    for (size_t i = 0; i < n; ++i) b[i] = float_to_e5m2(in[i]);
   }
 }
 
@@ -245,6 +261,15 @@ class CommunicatorImpl final : public Communicator {
         return host_allreduce(send, recv, count, dtype, op);
       }
     }
+    if (const Status sup = ShardedEngine::supports(dtype); !sup.ok()) {
+      // A dtype the in-network path does not carry (float8, until wire v2): this collective on
+      // the mesh, the in-network path kept for the next (every rank decides alike: the same
+      // dtype). Without a mesh, the engine's kUnimplemented.
+      if (!mesh_) return sup;
+      ++host_stats_.collectives;
+      ++host_stats_.host_collectives;
+      return host_allreduce(send, recv, count, dtype, op);
+    }
     if (!mesh_) return engine_->allreduce(send, recv, count, dtype, op);
 
     // Keep the input of an in-place call: a failed attempt may have overwritten part of it.
@@ -293,7 +318,7 @@ class CommunicatorImpl final : public Communicator {
     INA_RETURN_IF_ERROR(
         check_count("reduce_scatter", count, static_cast<size_t>(cfg_.world_size), dtype));
     count_host();
-    if (is_16bit_float(dtype) && count > 0) {
+    if (is_narrow_float(dtype) && count > 0) {
       // As float mode's AllReduce: in float32, one rounding at the end.
       if (send == nullptr || recv == nullptr) {
         return invalid_argument("reduce_scatter: null buffer");
@@ -487,11 +512,13 @@ class CommunicatorImpl final : public Communicator {
   // AllReduce on the mesh. Exact mode reduces the in-network path's quantized words.
   Status host_allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
     if (count == 0) return ok_status();
-    if (cfg_.fallback == FallbackMode::kFloat && is_16bit_float(dtype)) {
-      // Float mode, 16-bit types: widen to float32, reduce in float32, round once at the end.
+    if (cfg_.fallback == FallbackMode::kFloat && is_narrow_float(dtype)) {
+      // Float mode, 16- and 8-bit types: widen to float32, reduce in float32, round once at the
+      // end.
       // Reduced at their own width, every step would round the partial sum to 16 bits (up to
       // world_size - 1 roundings, each up to half an ulp of a partial sum that may be far larger
-      // than the result). The cost: float32 words on the wire, twice the bytes.
+      // than the result). The cost: float32 words on the wire, twice (float8: four times) the
+      // bytes.
       widen(send, count, dtype, &wide_);
       INA_RETURN_IF_ERROR(host::allreduce(*mesh_, wide_.data(), wide_.data(), count,
                                           DType::kFloat32, op, algo(count * 4)));

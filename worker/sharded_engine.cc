@@ -2,6 +2,7 @@
 #include "worker/sharded_engine.h"
 
 #include <algorithm>
+#include <string>
 #include <utility>
 
 #include "worker/shard_split.h"
@@ -105,8 +106,18 @@ Status ShardedEngine::join(std::chrono::milliseconds timeout) {
   return ok_status();
 }
 
+Status ShardedEngine::supports(DType dtype) {
+  if (is_float8(dtype)) {
+    return unimplemented("allreduce: " + std::string(dtype_name(dtype)) +
+                         " is not carried in-network yet (wire v1): it needs the host mesh "
+                         "(INA_STORE or MASTER_ADDR/MASTER_PORT), where it is reduced in float32");
+  }
+  return ok_status();
+}
+
 Status ShardedEngine::allreduce(const void* send, void* recv, size_t count, DType dtype,
                                 ReduceOp op) {
+  INA_RETURN_IF_ERROR(supports(dtype));
   if (engines_.size() == 1) {
     ++collectives_;
     return engines_[0]->allreduce(send, recv, count, dtype, op);

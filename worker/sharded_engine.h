@@ -43,6 +43,11 @@ class ShardedEngine {
   // error, its message prefixed with the shard and aggregator.
   Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
 
+  // Whether the in-network path carries `dtype`: kUnimplemented, naming it, for float8 (the
+  // v1 wire and IncEngine do not carry it yet; the communicator runs such a collective on the host
+  // mesh instead). allreduce refuses what this refuses, before any packet is sent.
+  static Status supports(DType dtype);
+
   size_t shards() const { return engines_.size(); }
   uint32_t block_elems() const { return block_elems_; }  // agreed at join
   // The engines' counters summed (collectives: the sharded collectives; rto_us: the largest).

@@ -160,7 +160,7 @@ bool map_call(MPI_Datatype datatype, MPI_Op mpi_op, bool exact_only, ina::DType*
   }
   if (datatype == MPI_INT || datatype == MPI_INT32_T) {
     *dtype = ina::DType::kInt32;
-  } else if (datatype == MPI_FLOAT) {
+  } else if (datatype == MPI_FLOAT) {  // (MPI has no float8 type: libina's fp8 has no mapping)
     if (exact_only && *op == ina::ReduceOp::kSum) return false;
     *dtype = ina::DType::kFloat32;
   } else {

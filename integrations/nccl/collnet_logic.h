@@ -11,17 +11,25 @@
 
 namespace ina::nccl {
 
-// The NCCL datatypes INA carries: int32 (exact), float32, float16, bfloat16 (SUM quantized as in
-// protocol/QUANTIZATION.md; MIN/MAX exact). Others (8/64-bit, unsigned, fp8) are refused.
+// The NCCL datatypes libina has: int32 (exact), float32, float16, bfloat16 (SUM quantized as in
+// protocol/QUANTIZATION.md; MIN/MAX exact), and NCCL 2.28's fp8 (ncclFloat8e4m3, ncclFloat8e5m2:
+// ina/protocol/fp8.h). Others (8/64-bit integers, unsigned, float64) are refused.
 inline bool map_dtype(ncclDataType_t t, DType* out) {
   switch (t) {
     case ncclInt32: *out = DType::kInt32; return true;
     case ncclFloat32: *out = DType::kFloat32; return true;
     case ncclFloat16: *out = DType::kFloat16; return true;
     case ncclBfloat16: *out = DType::kBFloat16; return true;
+    case ncclFloat8e4m3: *out = DType::kFloat8E4M3; return true;
+    case ncclFloat8e5m2: *out = DType::kFloat8E5M2; return true;
     default: return false;
   }
 }
+
+// Whether the in-network path carries the mapped type (the same rule as the worker's
+// ShardedEngine::supports): float8 not yet (wire v1), so reduceSupport declines it and NCCL
+// reduces fp8 with its own algorithms instead of sending it to libina's host mesh.
+inline bool in_network(DType d) { return !is_float8(d); }
 
 // SUM, MIN, MAX; PROD and AVG (and user-defined ops) are refused.
 inline bool map_op(ncclRedOp_t op, ReduceOp* out) {
@@ -36,7 +44,7 @@ inline bool map_op(ncclRedOp_t op, ReduceOp* out) {
 inline bool supported(ncclDataType_t t, ncclRedOp_t op) {
   DType d;
   ReduceOp o;
-  return map_dtype(t, &d) && map_op(op, &o);
+  return map_dtype(t, &d) && map_op(op, &o) && in_network(d);
 }
 
 // The part of a window that lies in one rank's slice.

@@ -32,6 +32,7 @@ std::atomic<Isa>& isa_slot() {
   return slot;
 }
 
+// float8 has no AVX2 loops (yet): the reference serves it on every ISA.
 inline bool use_avx2() { return isa_slot().load(std::memory_order_relaxed) == Isa::kAvx2; }
 
 }  // namespace
@@ -52,18 +53,19 @@ bool force_isa(Isa isa) {
 }
 
 quant::BlockScan scan_block(const void* src, size_t n, DType t, ReduceOp op) {
-  return use_avx2() ? avx2::scan_block(src, n, t, op) : quant::scan_block(src, n, t, op);
+  return use_avx2() && !is_float8(t) ? avx2::scan_block(src, n, t, op)
+                                     : quant::scan_block(src, n, t, op);
 }
 
 void encode(const void* src, size_t n, DType t, ReduceOp op, int16_t exp, uint32_t world_size,
             int32_t* q) {
-  if (use_avx2()) return avx2::encode(src, n, t, op, exp, world_size, q);
+  if (use_avx2() && !is_float8(t)) return avx2::encode(src, n, t, op, exp, world_size, q);
   quant::encode(src, n, t, op, exp, world_size, q);
 }
 
 void decode(const int32_t* q, size_t n, DType t, ReduceOp op, int16_t exp, uint32_t world_size,
             void* dst) {
-  if (use_avx2()) return avx2::decode(q, n, t, op, exp, world_size, dst);
+  if (use_avx2() && !is_float8(t)) return avx2::decode(q, n, t, op, exp, world_size, dst);
   quant::decode(q, n, t, op, exp, world_size, dst);
 }
 
@@ -72,7 +74,7 @@ void fill_nan(void* dst, size_t n, DType t) { quant::fill_nan(dst, n, t); }
 // The reference path of the fused variants: the reference in chunks through a stack buffer.
 void encode_wire(const void* src, size_t n, DType t, ReduceOp op, int16_t exp,
                  uint32_t world_size, uint8_t* dst) {
-  if (use_avx2()) return avx2::encode_wire(src, n, t, op, exp, world_size, dst);
+  if (use_avx2() && !is_float8(t)) return avx2::encode_wire(src, n, t, op, exp, world_size, dst);
   constexpr size_t kChunk = 256;
   int32_t tmp[kChunk];
   const size_t elem = dtype_size(t);
@@ -85,7 +87,7 @@ void encode_wire(const void* src, size_t n, DType t, ReduceOp op, int16_t exp,
 
 void decode_wire(const uint8_t* src, size_t n, DType t, ReduceOp op, int16_t exp,
                  uint32_t world_size, void* dst) {
-  if (use_avx2()) return avx2::decode_wire(src, n, t, op, exp, world_size, dst);
+  if (use_avx2() && !is_float8(t)) return avx2::decode_wire(src, n, t, op, exp, world_size, dst);
   constexpr size_t kChunk = 256;
   int32_t tmp[kChunk];
   const size_t elem = dtype_size(t);

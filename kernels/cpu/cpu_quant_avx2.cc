@@ -352,6 +352,9 @@ INA_AVX2 void encode_any(const void* src, size_t n, DType t, ReduceOp op, int16_
                  : encode_ordered<BF16, W>(src, n, op, out);
     case DType::kInt32:
       return copy_words_in<W>(static_cast<const int32_t*>(src), n, out);
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+      return;  // not reached: cpu_quant.cc gives float8 to the reference
   }
 }
 
@@ -413,6 +416,9 @@ INA_AVX2 void decode_any(typename W::CPtr in, size_t n, DType t, ReduceOp op, in
                  : decode_ordered<BF16, W>(in, n, op, dst);
     case DType::kInt32:
       return copy_words_out<W>(in, n, static_cast<int32_t*>(dst));
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+      return;  // not reached: cpu_quant.cc gives float8 to the reference
   }
 }
 
@@ -428,6 +434,9 @@ quant::BlockScan scan_block(const void* src, size_t n, DType t, ReduceOp op) {
       return scan_16(static_cast<const uint16_t*>(src), n, kF16, op);
     case DType::kBFloat16:
       return scan_16(static_cast<const uint16_t*>(src), n, kBF16, op);
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+      return quant::scan_block(src, n, t, op);
     case DType::kInt32:
       break;
   }

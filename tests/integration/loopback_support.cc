@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 
+#include "ina/protocol/fp8.h"
 #include "ina/protocol/half.h"
 #include "ina/protocol/quantize.h"
 
@@ -135,6 +136,8 @@ void fill_input(std::vector<uint8_t>& buf, const Case& c, int rank, int case_ind
         std::memcpy(&buf[i * 2], &x, 2);
         break;
       }
+      case DType::kFloat8E4M3: buf[i] = double_to_e4m3(v); break;
+      case DType::kFloat8E5M2: buf[i] = double_to_e5m2(v); break;
     }
   }
 }

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
+#include "ina/protocol/fp8.h"
 #include "ina/protocol/half.h"
 #include "ina/protocol/quantize.h"
 #include "tests/integration/loopback_support.h"
@@ -68,6 +69,8 @@ double element_as_double(const uint8_t* p, ina::DType t) {
       std::memcpy(&x, p, 2);
       return ina::bf16_to_float(x);
     }
+    case ina::DType::kFloat8E4M3: return ina::e4m3_to_float(*p);
+    case ina::DType::kFloat8E5M2: return ina::e5m2_to_float(*p);
   }
   return 0;
 }

@@ -28,6 +28,17 @@ TEST(CollNetLogic, SupportedPairsAreTheTwelveInaReduces) {
   EXPECT_FALSE(supported(ncclInt32, static_cast<ncclRedOp_t>(ncclNumOps)));  // a user op
 }
 
+TEST(CollNetLogic, Fp8IsMappedButNotOfferedUntilCarriedInNetwork) {
+  DType d;
+  ASSERT_TRUE(map_dtype(ncclFloat8e4m3, &d));
+  EXPECT_EQ(d, DType::kFloat8E4M3);
+  ASSERT_TRUE(map_dtype(ncclFloat8e5m2, &d));
+  EXPECT_EQ(d, DType::kFloat8E5M2);
+  EXPECT_EQ(dtype_size(d), 1u);
+  EXPECT_FALSE(supported(ncclFloat8e4m3, ncclSum));
+  EXPECT_FALSE(supported(ncclFloat8e5m2, ncclMax));
+}
+
 TEST(CollNetLogic, WindowInsideOneSlice) {
   std::vector<Segment> s;
   ASSERT_TRUE(split_window(100, 130, 20, 4, &s));

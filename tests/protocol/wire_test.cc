@@ -249,7 +249,7 @@ TEST(WireDecode, EveryErrorKindIsDetectedAndCounted) {
     b[kOffFlags] |= flag;
     check(b, DecodeError::kUnknownFlags, "flag " + std::to_string(flag));
   }
-  for (const uint8_t dtype : {0, 5, 0xFF}) {
+  for (const uint8_t dtype : {0, 7, 0xFF}) {
     std::vector<uint8_t> b = good;
     b[kOffDtype] = dtype;
     check(b, DecodeError::kUnknownDtype, "dtype " + std::to_string(dtype));

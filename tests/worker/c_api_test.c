@@ -337,6 +337,13 @@ static void test_collectives(ina_comm_t* comm) {
     }
   }
 
+  /* float8: not carried in-network yet; without a store the call says so. */
+  {
+    uint8_t q8[4] = {0x38, 0x40, 0x44, 0x4C}, r8[4];
+    CHECK(ina_allreduce(comm, q8, r8, 4, INA_FLOAT8_E4M3, INA_SUM) == INA_NOT_SUPPORTED);
+    CHECK_CONTAINS(ina_comm_last_error(comm), "float8_e4m3");
+  }
+
   /* No store configured: in-network only, and the host collectives say what is missing. */
   CHECK(ina_comm_on_host_path(comm) == 0);
   CHECK(ina_barrier(comm) == INA_INVALID_ARGUMENT);
@@ -469,6 +476,18 @@ static void* host_rank_main(void* p) {
   for (int i = 0; i < 600; ++i) f[i] = (float)((i % 7) * (r + 1));
   HCHECK(a, ina_allreduce(comm, f, f, 600, INA_FLOAT32, INA_SUM) == INA_SUCCESS);
   for (int i = 0; i < 600; ++i) HCHECK(a, f[i] == (float)((i % 7) * 6));
+
+  /* float8 e4m3 on the host path: (r + 1) on rank r sums to 6 (codes 1.0 0x38, 2.0 0x40, 3.0 0x44,
+     6.0 0x4C); e5m2 MAX (1.0 0x3C, 2.0 0x40, 3.0 0x42) */
+  const uint8_t e4m3_of[3] = {0x38, 0x40, 0x44}, e5m2_of[3] = {0x3C, 0x40, 0x42};
+  uint8_t q8[5], m8[5];
+  for (int i = 0; i < 5; ++i) {
+    q8[i] = e4m3_of[r];
+    m8[i] = e5m2_of[r];
+  }
+  HCHECK(a, ina_allreduce(comm, q8, q8, 5, INA_FLOAT8_E4M3, INA_SUM) == INA_SUCCESS);
+  HCHECK(a, ina_allreduce(comm, m8, m8, 5, INA_FLOAT8_E5M2, INA_MAX) == INA_SUCCESS);
+  for (int i = 0; i < 5; ++i) HCHECK(a, q8[i] == 0x4C && m8[i] == 0x42);
 
   /* bad arguments */
   HCHECK(a, ina_broadcast(comm, b, 5, INA_INT32, 5) == INA_INVALID_ARGUMENT);

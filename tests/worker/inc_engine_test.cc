@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
+#include "ina/protocol/fp8.h"
 #include "ina/protocol/half.h"
 #include "ina/protocol/quantize.h"
 #include "tests/worker/mem_network.h"
@@ -111,6 +112,12 @@ void store(DType t, void* buf, size_t i, double v) {
       std::memcpy(static_cast<uint8_t*>(buf) + 2 * i, &h, 2);
       break;
     }
+    case DType::kFloat8E4M3:  // not carried in-network (ShardedEngine::supports)
+      static_cast<uint8_t*>(buf)[i] = double_to_e4m3(v);
+      break;
+    case DType::kFloat8E5M2:
+      static_cast<uint8_t*>(buf)[i] = double_to_e5m2(v);
+      break;
   }
 }
 
@@ -137,6 +144,8 @@ double load(DType t, const void* buf, size_t i) {
       std::memcpy(&h, p + 2 * i, 2);
       return bf16_to_float(h);
     }
+    case DType::kFloat8E4M3: return e4m3_to_float(p[i]);
+    case DType::kFloat8E5M2: return e5m2_to_float(p[i]);
   }
   return 0;
 }

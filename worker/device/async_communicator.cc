@@ -92,7 +92,7 @@ Status check_args(const char* what, const void* send, const void* recv, size_t c
   if (!is_valid_dtype(static_cast<uint8_t>(dtype))) {
     return invalid_argument(std::string(what) + ": unknown dtype " +
                             std::to_string(static_cast<int>(dtype)) +
-                            " (int32, float32, float16, bfloat16)");
+                            " (int32, float32, float16, bfloat16, float8_e4m3, float8_e5m2)");
   }
   if (!is_valid_op(static_cast<uint8_t>(op))) {
     return invalid_argument(std::string(what) + ": unknown op " +

@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "ina/protocol/fp8.h"
 #include "ina/protocol/half.h"
 
 namespace ina::host {
@@ -101,6 +102,11 @@ void reduce_16(uint16_t* acc, const uint16_t* in, size_t n) {
   for (size_t i = 0; i < n; ++i) acc[i] = kNarrow(combine(kWiden(acc[i]), kWiden(in[i]), kOp));
 }
 
+template <ReduceOp kOp, float (*kWiden)(uint8_t), uint8_t (*kNarrow)(float)>
+void reduce_8(uint8_t* acc, const uint8_t* in, size_t n) {
+  for (size_t i = 0; i < n; ++i) acc[i] = kNarrow(combine(kWiden(acc[i]), kWiden(in[i]), kOp));
+}
+
 template <ReduceOp kOp>
 void reduce_typed(void* acc, const void* in, size_t n, DType t) {
   switch (t) {
@@ -117,6 +123,14 @@ void reduce_typed(void* acc, const void* in, size_t n, DType t) {
     case DType::kBFloat16:
       reduce_16<kOp, bf16_to_float, float_to_bf16>(static_cast<uint16_t*>(acc),
                                                    static_cast<const uint16_t*>(in), n);
+      return;
+    case DType::kFloat8E4M3:
+      reduce_8<kOp, e4m3_to_float, float_to_e4m3>(static_cast<uint8_t*>(acc),
+                                                  static_cast<const uint8_t*>(in), n);
+      return;
+    case DType::kFloat8E5M2:
+      reduce_8<kOp, e5m2_to_float, float_to_e5m2>(static_cast<uint8_t*>(acc),
+                                                  static_cast<const uint8_t*>(in), n);
       return;
   }
 }

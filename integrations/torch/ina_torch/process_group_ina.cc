@@ -105,7 +105,8 @@ class InaWork final : public c10d::Work {
   c10::intrusive_ptr<c10::ivalue::Future> future_;
 };
 
-// dtype of a reduction; a clear error for the others.
+// dtype of a reduction; a clear error for the others. (libina's float8 types have no torch 1.13
+// counterpart: at::kFloat8_e4m3fn / kFloat8_e5m2 came with torch 2.1; see README.md.)
 DType reduce_dtype(const at::Tensor& t, const char* what) {
   switch (t.scalar_type()) {
     case at::kFloat: return DType::kFloat32;

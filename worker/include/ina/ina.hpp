@@ -44,8 +44,8 @@ struct FaultInjection {
 //           the output is bitwise identical to the in-network one. Costs an extra small
 //           AllReduce of per-block exponents and flags, and int32 scratch of the buffer's count.
 //   kFloat  the host reduces the floats themselves in IEEE float32 arithmetic along its
-//           algorithm's chain (float16/bfloat16 widened to float32 and rounded once at the end:
-//           float32 words on the wire). Not bitwise identical, and not more precise in general:
+//           algorithm's chain (float16/bfloat16/float8 widened to float32 and rounded once at
+//           the end: float32 words on the wire). Not bitwise identical, and not more precise in general:
 //           when ranks cancel, float32's partial-sum roundings can exceed the in-network bound
 //           (README, INA_FALLBACK).
 // int32 is reduced the same way in both.
@@ -189,7 +189,9 @@ class Communicator {
 
   static Result<std::unique_ptr<Communicator>> create(const Config& cfg);
 
-  // recv may equal send. Any count (0 allowed). float32/float16/bfloat16/int32; sum/min/max.
+  // recv may equal send. Any count (0 allowed). float32/float16/bfloat16/int32 and float8
+  // e4m3/e5m2 (ina/protocol/fp8.h; e4m3 results saturate at +-448); sum/min/max. float8 is not
+  // carried in-network yet: it runs on the host mesh (kUnimplemented without one).
   virtual Status allreduce(const void* send, void* recv, size_t count, DType dtype,
                            ReduceOp op) = 0;
 

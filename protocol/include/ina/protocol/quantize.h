@@ -1,4 +1,5 @@
-// Fixed-point quantizer reference: float32, float16 and bfloat16 blocks to int32 and back.
+// Fixed-point quantizer reference: float32, float16, bfloat16 and float8 (e4m3, e5m2) blocks to
+// int32 and back.
 //
 // This file is the specification; SIMD and CUDA kernels (kernels/) must produce bitwise identical
 // integers and outputs.
@@ -11,7 +12,10 @@
 //   * With B = magnitude_bits(N) = 30 - ceil(log2 N), q = rint(x * 2^(B-E)) (round half to even),
 //     so |q| <= 2^B and the sum over N ranks satisfies |sum| <= N * 2^B <= 2^30: no overflow.
 //   * The result is sum * 2^(E-B), computed exactly in double, then rounded to float32 and, for the
-//     16-bit types, from float32 to the output type (round to nearest even).
+//     16-bit types, from float32 to the output type (round to nearest even); float8 is rounded
+//     once, from the double, to nearest even (e4m3 saturating at +-448: fp8.h). e4m3 values are
+//     multiples of 2^-9 below 2^9, so with E <= 9 they quantize exactly when B >= 18, i.e. up
+//     to 4096 ranks: the output is then the exact sum rounded once.
 //   Error bound (documented in protocol/QUANTIZATION.md and asserted by the tests): for an element
 //   whose exact sum over ranks is s, and M the largest |x| of the block over all ranks,
 //       |out - s| <= qb + ulp_out(|s| + qb),   qb = N * 2^(E-B-1) <= N * M * 2^(-B),

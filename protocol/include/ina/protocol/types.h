@@ -23,6 +23,8 @@ enum class DType : uint8_t {
   kFloat32 = 2,
   kFloat16 = 3,
   kBFloat16 = 4,
+  kFloat8E4M3 = 5,  // OCP FP8 E4M3FN (fp8.h): no Inf, saturating conversions
+  kFloat8E5M2 = 6,  // OCP FP8 E5M2 (fp8.h): IEEE-like, with Inf
 };
 
 enum class ReduceOp : uint8_t {
@@ -31,7 +33,11 @@ enum class ReduceOp : uint8_t {
   kMax = 3,
 };
 
-inline constexpr bool is_valid_dtype(uint8_t v) { return v >= 1 && v <= 4; }
+inline constexpr bool is_valid_dtype(uint8_t v) { return v >= 1 && v <= 6; }
+
+inline constexpr bool is_float8(DType t) {
+  return t == DType::kFloat8E4M3 || t == DType::kFloat8E5M2;
+}
 inline constexpr bool is_valid_op(uint8_t v) { return v >= 1 && v <= 3; }
 
 // Bytes per element in the user's buffer.
@@ -43,14 +49,19 @@ inline constexpr size_t dtype_size(DType t) {
     case DType::kFloat16:
     case DType::kBFloat16:
       return 2;
+    case DType::kFloat8E4M3:
+    case DType::kFloat8E5M2:
+      return 1;
   }
   return 0;
 }
 
 // Views of string literals: .data() is NUL-terminated.
-std::string_view dtype_name(DType t);  // "int32", "float32", "float16", "bfloat16"
+// "int32", "float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2"
+std::string_view dtype_name(DType t);
 std::string_view op_name(ReduceOp op); // "sum", "min", "max"
-// Accepts the names above and the nccl-tests spellings ("float", "half", "bfloat16", "int").
+// Accepts the names above, the nccl-tests spellings ("float", "half", "bfloat16", "int") and
+// "e4m3", "e5m2", "fp8_e4m3", "fp8_e5m2" (and nccl-tests' "f8e4m3", "f8e5m2").
 std::optional<DType> parse_dtype(std::string_view s);
 std::optional<ReduceOp> parse_op(std::string_view s);
 
