@@ -264,6 +264,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
     return invalid_argument("allreduce: unknown dtype or op");
   }
   ++stats_.collectives;
+  coll_.blocks = 0;  // block_received: nothing of this collective until it is set up
   if (count == 0) return ok_status();
   if (send == nullptr || recv == nullptr) {
     return invalid_argument("allreduce: null buffer with count " + std::to_string(count));
@@ -296,6 +297,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
     Slot& sl = slots_[s];
     sl.first_use = use_[s];
     sl.rounds = 0;
+    sl.results = 0;
     sl.active = false;
     sl.queued = false;
     const uint64_t blocks_on_slot = (c.blocks - s + c.width - 1) / c.width;
@@ -541,6 +543,7 @@ Status IncEngine::on_result(const wire::PacketView& pv) {
     return ok_status();
   }
   const uint64_t block = sl.block;
+  ++sl.results;
   uint8_t* out = block_out(block);
   if (h.has(wire::kFlagNonFinite) && c.dtype != DType::kInt32) {
     kernels::cpu::fill_nan(out, sl.count, c.dtype);

@@ -64,6 +64,14 @@ class IncEngine {
   // collective.
   void lower_block_elems(uint32_t elems);
 
+  // After allreduce returned (OK or not): whether the result of `block` of that collective is in
+  // its recv buffer. In place, a block without its result still holds its input (see
+  // inc_engine.cc), so the host path can redo exactly those blocks (path_policy.cc).
+  bool block_received(uint64_t block) const {
+    if (block >= coll_.blocks || coll_.width == 0) return false;
+    return block / coll_.width < slots_[block % coll_.width].results;
+  }
+
   bool joined() const { return joined_; }
   uint32_t block_elems() const { return block_elems_; }  // adopted at join
   uint32_t window() const { return window_; }            // adopted at join
@@ -80,6 +88,7 @@ class IncEngine {
     uint64_t block = 0;  // block of the outstanding round (kPriming: the priming round)
     BlockSeq seq = 0;
     uint32_t rounds = 0;           // rounds sent on this slot in this collective
+    uint32_t results = 0;          // block results received on this slot in this collective
     uint32_t first_use = 0;        // the slot's use counter u[s] when the collective began
     uint16_t count = 0;            // payload elements of the outstanding round
     int16_t exp = kNoExponent;     // exponent the outstanding block was quantized with
