@@ -126,7 +126,8 @@ void CongestionControl::end_interval(TimePoint now) {
   const bool idle = elapsed > kIdleIntervals * srtt_;
   if (!idle && elapsed > Duration::zero()) {
     const double rate = interval_results_ / seconds(elapsed);
-    delivery_rate_ = delivery_rate_ == 0 ? rate : (1 - kRateGain) * delivery_rate_ + kRateGain * rate;
+    delivery_rate_ =
+        delivery_rate_ == 0 ? rate : (1 - kRateGain) * delivery_rate_ + kRateGain * rate;
   }
   if (!idle && interval_min_ != Duration::max()) {
     standing_ = interval_min_ - base_rtt();

@@ -23,10 +23,10 @@
 //   slot carries block i + W' only after block i's result arrived (inc_engine.cc), a rank that sent
 //   every block lacks at most the last W' blocks of each shard's range. So each rank keeps, of each
 //   in-network AllReduce it completes, the result bytes of that tail only (Kept: W' x block x
-//   element size per shard, 128 KiB at the defaults, the whole result of a small collective) instead
-//   of a copy of the input or the output. In place, a block whose result has not arrived still
-//   holds its input (the engine writes a block's output when its result arrives), so no copy of the
-//   input is kept either: the host redoes those blocks from it.
+//   element size per shard, 128 KiB at the defaults, the whole result of a small collective)
+//   instead of a copy of the input or the output. In place, a block whose result has not arrived
+//   still holds its input (the engine writes a block's output when its result arrives), so no
+//   copy of the input is kept either: the host redoes those blocks from it.
 //
 //   The recovery of f: a MAX over the ranks of three flags per block (someone has its result,
 //   someone lacks it, someone lacks its input). Blocks some ranks have and others lack: one int32
@@ -197,8 +197,8 @@ Status PathPolicy::before_host_collective() {
     View kept = kept_view();
     INA_RETURN_IF_ERROR(recover(kept));
   } else if (a == Agreed::kRecoverMine) {
-    return internal_error("a host collective met ranks in a failed in-network allreduce at the same "
-                          "point: ranks called different collectives");
+    return internal_error("a host collective met ranks in a failed in-network allreduce at the "
+                          "same point: ranks called different collectives");
   }
   return ok_status();
 }

@@ -73,6 +73,33 @@ class Link {
   std::deque<TimePoint> departures_;
 };
 
+// The engine's rules before the controller: every slot in flight (the window is the slots), and
+// the RFC 6298 timeout clamped to [Config::retransmit, 64 x it].
+class FixedWindow {
+ public:
+  explicit FixedWindow(const CongestionControl::Options& o) : o_(o), rto_(o.rto_floor) {}
+  void on_result(TimePoint, Duration rtt, uint32_t) {
+    if (rtt <= Duration::zero()) return;
+    if (srtt_ == Duration::zero()) {
+      srtt_ = rtt;
+      rttvar_ = rtt / 2;
+    } else {
+      const Duration err = srtt_ > rtt ? srtt_ - rtt : rtt - srtt_;
+      rttvar_ = (3 * rttvar_ + err) / 4;
+      srtt_ = (7 * srtt_ + rtt) / 8;
+    }
+    rto_ = std::clamp(srtt_ + 4 * rttvar_, o_.rto_floor, o_.rto_ceiling);
+  }
+  void on_timeout(TimePoint) {}
+  uint32_t window() const { return o_.max_window; }
+  Duration rto() const { return rto_; }
+
+ private:
+  CongestionControl::Options o_;
+  Duration srtt_{}, rttvar_{}, rto_;
+};
+
+template <typename Control = CongestionControl>
 Outcome simulate(const Model& m) {
   enum Kind { kAtAggregator, kResult, kTimer };
   struct Event {
@@ -109,7 +136,7 @@ Outcome simulate(const Model& m) {
     uint64_t gen = 0;
   };
   struct Rank {
-    std::unique_ptr<CongestionControl> cc;
+    std::unique_ptr<Control> cc;
     std::vector<Slot> slots;
     std::deque<uint32_t> ready;  // slots whose next block waits for the window
     std::vector<uint64_t> next;  // the next block of each slot
@@ -123,7 +150,7 @@ Outcome simulate(const Model& m) {
     o.max_window = width;
     o.rto_floor = m.rto_floor;
     o.rto_ceiling = m.rto_floor * 64;
-    rk.cc = std::make_unique<CongestionControl>(o);
+    rk.cc = std::make_unique<Control>(o);
     rk.slots.resize(width);
     rk.next.resize(width);
     for (uint32_t s = 0; s < width; ++s) {
@@ -261,6 +288,22 @@ TEST(CongestionModel, ConvergesToTheBottleneckRateWithoutSpuriousResends) {
       EXPECT_LT(o.window_end, 128u);
     }
   }
+}
+
+// The same model under the engine's former rules (the window is every slot, the RFC 6298 timeout
+// with its 2 ms floor): 128 packets of queue are 2.25 ms at 500 Mbit/s, and the timer fires on
+// queueing delay. What the test above guards against.
+TEST(CongestionModel, TheFormerFixedWindowResendsOnQueueingDelay) {
+  Model m;
+  m.ranks = 8;
+  const Outcome o = simulate<FixedWindow>(m);
+  std::printf("former rules, 8 ranks, 500 Mbit/s: %.1f%% of the rate, %llu resends of %llu "
+              "packets, worst queueing delay %.0f us\n",
+              100 * o.goodput_fraction, static_cast<unsigned long long>(o.resends),
+              static_cast<unsigned long long>(o.packets),
+              std::chrono::duration<double, std::micro>(o.max_queue_delay).count());
+  EXPECT_GT(o.resends, 0u);
+  EXPECT_GT(o.max_queue_delay, microseconds(2000));
 }
 
 TEST(CongestionModel, AShallowQueueLosesLittleAndStaysNearTheRate) {
