@@ -314,7 +314,6 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   }
   inflight_ = 0;
   ready_.clear();
-  ready_head_ = 0;
   missing_.valid = false;
   heard_ = false;
   refusals_at_start_ = transport_->refusals();
@@ -578,19 +577,31 @@ void IncEngine::start_or_defer(uint32_t s, uint64_t block, int16_t exp, Clock::t
   sl.next_block = block;
   sl.next_exp = exp;
   ready_.push_back(s);
+  std::push_heap(ready_.begin(), ready_.end(), ReadyLater{&slots_});
   launch_ready(now);
 }
 
+// Ready blocks go out lowest block first, and the lowest block this rank has not completed goes
+// out even when the window is full. Without that, ranks could deadlock: a block completes only
+// when every rank sent it, and a rank whose window is full of blocks another rank has not sent
+// would wait for that rank, whose own full window waits for this one. With it, the lowest block
+// no rank has completed is always sent by every rank (at each, every lower block is done, or
+// outstanding and recovered by retransmission), so it completes.
 void IncEngine::launch_ready(Clock::time_point now) {
   const uint32_t window = cc_.window();
-  while (ready_head_ < ready_.size() && inflight_ < window) {
-    const uint32_t s = ready_[ready_head_++];
-    start_block(s, slots_[s].next_block, slots_[s].next_exp);
+  while (!ready_.empty()) {
+    const uint32_t s = ready_.front();
+    const uint64_t block = slots_[s].next_block;
+    if (inflight_ >= window) {
+      for (uint32_t t = 0; t < coll_.width; ++t) {
+        const Slot& o = slots_[t];
+        if (o.active && o.block != kPriming && o.block < block) return;  // a lower one is out
+      }
+    }
+    std::pop_heap(ready_.begin(), ready_.end(), ReadyLater{&slots_});
+    ready_.pop_back();
+    start_block(s, block, slots_[s].next_exp);
     queue(s, now);
-  }
-  if (ready_head_ == ready_.size()) {
-    ready_.clear();
-    ready_head_ = 0;
   }
 }
 

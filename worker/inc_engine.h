@@ -154,7 +154,8 @@ class IncEngine {
   // Feeds a round's result to the window/timer controller (congestion.h).
   void rtt_sample(Clock::time_point now, Clock::duration rtt);
   // The next block of slot s waits for the window (cwnd rounds outstanding at most): started now
-  // when the window allows, else when a result frees it (launch_ready).
+  // when the window allows, else when a result frees it (launch_ready: lowest block first, and
+  // the lowest incomplete one regardless of the window).
   void start_or_defer(uint32_t s, uint64_t block, int16_t exp, Clock::time_point now);
   void launch_ready(Clock::time_point now);
 
@@ -184,8 +185,14 @@ class IncEngine {
   // join.
   CongestionControl cc_;
   uint32_t inflight_ = 0;           // rounds outstanding
-  std::vector<uint32_t> ready_;     // slots whose next block waits for the window, FIFO from
-  size_t ready_head_ = 0;           // ready_head_
+  // Slots whose next block waits for the window: a min-heap on the block (launch_ready).
+  std::vector<uint32_t> ready_;
+  struct ReadyLater {
+    const std::vector<Slot>* slots;
+    bool operator()(uint32_t a, uint32_t b) const {
+      return (*slots)[a].next_block > (*slots)[b].next_block;
+    }
+  };
   uint64_t straggle_state_ = 0;  // draws of the intermittent-straggler test hook
   std::vector<uint32_t> use_;  // u[s]: rounds ever sent on slot s (shadow = u & 1)
 
