@@ -21,7 +21,7 @@ class CongestionControl {
     Duration rto_ceiling = std::chrono::microseconds(128000);
     // The standing queue a rank may keep at the bottleneck: max(target_queue, base RTT x
     // target_queue_factor).
-    Duration target_queue = std::chrono::microseconds(250);
+    Duration target_queue = std::chrono::microseconds(500);
     double target_queue_factor = 1.0;
     // The base (propagation) RTT is the minimum over the last one or two epochs of this length.
     Duration base_epoch = std::chrono::seconds(10);
