@@ -929,8 +929,10 @@ int main(int argc, char** argv) {
   // The ranks read INA_ALGO when their communicator starts (forked children inherit it).
   if (o.algo == "auto") {
     unsetenv("INA_ALGO");
+    o.env.host_algorithm.clear();
   } else if (!o.algo.empty()) {
-    setenv("INA_ALGO", o.algo.c_str(), 1);
+    setenv("INA_ALGO", o.algo.c_str(), 1);  // print_config_line shows it
+    o.env.host_algorithm = o.algo;
   }
   if (block_opt->count() > 0)
     o.env.block_elems = o.block_elems;

@@ -155,8 +155,7 @@ ina::Result<ina::Config> merge_config(const ina_config_t* c, bool own_store) {
         ina::worker::parse_aggregator_list(c->aggregator, "config.aggregator", &list));
     ina::worker::set_aggregators(&cfg, std::move(list));
     // An aggregator named here: only INA_TRANSPORT=host keeps the job off it.
-    const char* t = std::getenv("INA_TRANSPORT");
-    cfg.host_only = t != nullptr && std::strcmp(t, "host") == 0;
+    cfg.host_only = cfg.transport == ina::AggregatorTransport::kHost;
   }
   if (c->job != 0) cfg.job = c->job;
   if (c->job_key != 0) cfg.job_key = c->job_key;

@@ -1,5 +1,6 @@
-// ina::Communicator: validates arguments at the API boundary, then runs the in-network engine,
-// or the host collectives on a TCP or RDMA verbs mesh (INA_HOST_TRANSPORT; host only, the fallback of a lost aggregator, and the
+// ina::Communicator: validates arguments at the API boundary, then runs each AllReduce on the path
+// the path policy (path_policy.h: in-network, or the host path after a failure), and the host
+// collectives on a TCP or RDMA verbs mesh (INA_HOST_TRANSPORT; host only, the fallback of a lost aggregator, and the
 // collectives no aggregator does: allgather, reduce_scatter, broadcast, barrier, alltoall(v)).
 #include <algorithm>
 #include <chrono>
@@ -33,6 +34,7 @@
 #include "worker/host/store.h"
 #include "worker/host/tcp_mesh.h"
 #include "worker/inc_engine.h"
+#include "worker/path_policy.h"
 #include "worker/sharded_engine.h"
 #include "ina/protocol/features.h"
 #include "ina_config.h"
@@ -51,21 +53,10 @@ bool overlap_partially(const void* a, const void* b, size_t bytes) {
   return x < y ? y - x < bytes : x - y < bytes;
 }
 
-using Clock = std::chrono::steady_clock;
-
-constexpr std::chrono::milliseconds kFirstProbe{1000};
-constexpr std::chrono::milliseconds kMaxProbe{60000};
-constexpr std::chrono::milliseconds kMaxProbeJoin{5000};
-
 Status no_mesh(const char* what) {
   return failed_precondition(std::string(what) +
                              ": host collectives need the host mesh: set INA_STORE=host:port or "
                              "MASTER_ADDR and MASTER_PORT (Config::store)");
-}
-
-// An in-network failure that the host path can absorb: the aggregator is gone or too slow.
-bool fallbackable(const Status& s) {
-  return s.code() == StatusCode::kUnavailable || s.code() == StatusCode::kDeadlineExceeded;
 }
 
 Status check_dtype(const char* what, DType dtype) {
@@ -133,29 +124,8 @@ Status check_count(const char* what, size_t count, size_t blocks, DType dtype) {
   return ok_status();
 }
 
-// The communicator: the in-network engine (unless host only) and, when a store is configured, the
-// host TCP mesh.
-//
-// Path agreement. Every rank must run each collective on the same path. After each in-network
-// AllReduce (when a mesh exists) the ranks take the MAX of a failure flag over the mesh: one
-// 4-byte host AllReduce per collective (recursive doubling: log2(N) message steps, plus two when
-// N is not a power of two; one sendmsg/recvmsg pair per step). Still a cost on every in-network
-// AllReduce; piggybacking it or agreeing every k collectives is left to do. A rank that failed in-network may see others that got
-// every result; the flag makes all of them redo the collective on the host path, from the
-// original input. In place, that input is kept in a scratch copy taken before the in-network
-// attempt (one extra buffer of the collective's size, only when a mesh exists).
-//
-// Probing. On the host path, rank 0 decides before each AllReduce whether to probe the
-// aggregator (after 1 s, then 2 s, 4 s, ... up to 60 s of wall time since the last attempt) and
-// broadcasts the decision (one more small host message per collective on the host path); then
-// every rank re-joins (a barrier at the aggregator, with a deadline of min(timeout, 5 s)) and
-// the ranks take the MIN of their success over the mesh: all joined, back in-network. Admitted
-// through a controller (UDP transport), each rank first asks the controller again: when it has
-// re-placed the job (its aggregator stopped heartbeating), the engine is rebuilt towards the new
-// aggregator before the re-join. The admission is sticky per job name, so every rank gets the same
-// placement; a rank that still gets the old one fails the join and the MIN keeps all on the host.
-// One kernel UDP socket per aggregator (shard) of `list`, for rank `rank`; with several, an error
-// names the shard.
+}  // namespace
+
 Result<std::vector<std::unique_ptr<Transport>>> udp_transports(
     int rank, const std::vector<AggregatorAddress>& list) {
   std::vector<std::unique_ptr<Transport>> transports;
@@ -177,6 +147,10 @@ Result<std::vector<std::unique_ptr<Transport>>> udp_transports(
   return transports;
 }
 
+namespace {
+
+// The communicator: argument checks, the host collectives, and the path policy (path_policy.h)
+// that runs each AllReduce in-network or on the host mesh.
 class CommunicatorImpl final : public Communicator {
  public:
   // `transports`: one per aggregator of the job in shard order (empty: host only).
@@ -185,13 +159,14 @@ class CommunicatorImpl final : public Communicator {
       : cfg_(cfg),
         store_(std::move(store)),
         mesh_(std::move(mesh)),
-        engine_cfg_(cfg),
-        block_elems_(cfg.block_elems) {
-    if (!transports.empty()) {
-      engine_ = std::make_unique<ShardedEngine>(cfg, std::move(transports));
-    }
-    if (const char* a = std::getenv("INA_ALGO"); a != nullptr) algo_override_ = a;
-  }
+        policy_(cfg,
+                transports.empty() ? nullptr
+                                   : std::make_unique<ShardedEngine>(cfg, std::move(transports)),
+                mesh_.get(),
+                [this](const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+                  return host_allreduce(send, recv, count, dtype, op);
+                },
+                [this](size_t bytes) { return algo(bytes); }) {}
 
   ~CommunicatorImpl() override {
     worker::release(cfg_);  // best effort: frees the job's slots once every rank is done
@@ -205,35 +180,10 @@ class CommunicatorImpl final : public Communicator {
               s.duplicate_results, s.malformed, s.error_reports, s.host_collectives, s.fallbacks);
   }
 
-  // Joins the aggregator (unless host only); with a mesh, a join that fails for want of an
-  // aggregator (unavailable, deadline) puts every rank on the host path instead.
+  // Measures the host cost model, then joins the aggregator (path_policy.h).
   Status start() {
     INA_RETURN_IF_ERROR(setup_cost_model());
-    if (!engine_) {
-      host_path_ = true;
-      if (mesh_ && !cfg_.controller_host.empty()) {
-        // Admission failed here (refused, or the controller unreachable from this rank): ranks
-        // that were admitted wait in the agreement below, and this vote sends them to the host
-        // path too, so all ranks agree.
-        INA_ASSIGN_OR_RETURN(int32_t worst, agree_max(1, 2 * cfg_.timeout));
-        if (worst == 2) return aborted("joining the job: another rank failed to join (see its log)");
-      }
-      return ok_status();
-    }
-    const Status s = engine_->join();
-    if (s.ok()) block_elems_ = engine_->block_elems();
-    if (!mesh_) return s;
-    const int32_t flag = s.ok() ? 0 : fallbackable(s) ? 1 : 2;
-    INA_ASSIGN_OR_RETURN(int32_t worst, agree_max(flag, 2 * cfg_.timeout));
-    if (flag == 2) return s;
-    if (worst == 2) return aborted("joining the job: another rank failed to join (see its log)");
-    if (worst == 1) {
-      INA_INFO("worker", "rank %d: no aggregator for job %u (%s): running on the host path",
-               cfg_.rank, cfg_.job,
-               s.ok() ? "another rank could not join" : s.message().c_str());
-      enter_host_path();
-    }
-    return ok_status();
+    return policy_.start();
   }
 
   Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
@@ -249,48 +199,7 @@ class CommunicatorImpl final : public Communicator {
       return invalid_argument(
           "allreduce: send and recv overlap without being equal (in place needs send == recv)");
     }
-    if (host_path_) {
-      INA_RETURN_IF_ERROR(maybe_probe());
-      if (host_path_) {
-        ++host_stats_.collectives;
-        ++host_stats_.host_collectives;
-        // The straggler test hooks (the engine applies them on the in-network path).
-        if (const uint64_t us = collective_delay_us(cfg_.fault, &straggle_state_); us > 0) {
-          std::this_thread::sleep_for(std::chrono::microseconds(us));
-        }
-        return host_allreduce(send, recv, count, dtype, op);
-      }
-    }
-    if (const Status sup = ShardedEngine::supports(dtype); !sup.ok()) {
-      // A dtype the in-network path does not carry (float8, until wire v2): this collective on
-      // the mesh, the in-network path kept for the next (every rank decides alike: the same
-      // dtype). Without a mesh, the engine's kUnimplemented.
-      if (!mesh_) return sup;
-      ++host_stats_.collectives;
-      ++host_stats_.host_collectives;
-      return host_allreduce(send, recv, count, dtype, op);
-    }
-    if (!mesh_) return engine_->allreduce(send, recv, count, dtype, op);
-
-    // Keep the input of an in-place call: a failed attempt may have overwritten part of it.
-    const void* input = send;
-    if (send == recv && count > 0) {
-      scratch_.resize(bytes);
-      std::memcpy(scratch_.data(), send, bytes);
-      input = scratch_.data();
-    }
-    const Status s = engine_->allreduce(send, recv, count, dtype, op);
-    const int32_t flag = s.ok() ? 0 : fallbackable(s) ? 1 : 2;
-    INA_ASSIGN_OR_RETURN(int32_t worst, agree_max(flag, 2 * cfg_.timeout));
-    if (flag == 2) return s;
-    if (worst == 2) return aborted("allreduce: failed on another rank (see its log)");
-    if (worst == 0) return s;
-    INA_INFO("worker", "rank %d: in-network allreduce failed (%s): redone on the host path",
-             cfg_.rank, s.ok() ? "on another rank" : s.message().c_str());
-    enter_host_path();
-    ++host_stats_.fallbacks;
-    ++host_stats_.host_collectives;
-    return host_allreduce(input, recv, count, dtype, op);
+    return policy_.allreduce(send, recv, count, dtype, op);
   }
 
   // The asynchronous form lives in the wrapper every communicator comes in
@@ -300,13 +209,13 @@ class CommunicatorImpl final : public Communicator {
     return internal_error("allreduce_async reached the host communicator without its wrapper");
   }
 
-  uint32_t block_elems() const override { return block_elems_; }
+  uint32_t block_elems() const override { return policy_.block_elems(); }
 
   Status allgather(const void* send, void* recv, size_t count, DType dtype) override {
     if (!mesh_) return no_mesh("allgather");
     INA_RETURN_IF_ERROR(check_dtype("allgather", dtype));
     INA_RETURN_IF_ERROR(check_count("allgather", count, static_cast<size_t>(cfg_.world_size), dtype));
-    count_host();
+    INA_RETURN_IF_ERROR(count_host());
     return host::allgather(*mesh_, send, recv, count, dtype);
   }
 
@@ -317,7 +226,7 @@ class CommunicatorImpl final : public Communicator {
     INA_RETURN_IF_ERROR(check_op("reduce_scatter", op));
     INA_RETURN_IF_ERROR(
         check_count("reduce_scatter", count, static_cast<size_t>(cfg_.world_size), dtype));
-    count_host();
+    INA_RETURN_IF_ERROR(count_host());
     if (is_narrow_float(dtype) && count > 0) {
       // As float mode's AllReduce: in float32, one rounding at the end.
       if (send == nullptr || recv == nullptr) {
@@ -342,7 +251,7 @@ class CommunicatorImpl final : public Communicator {
                               std::to_string(cfg_.world_size) + ")");
     }
     if (count > 0 && buf == nullptr) return invalid_argument("broadcast: buf is null");
-    count_host();
+    INA_RETURN_IF_ERROR(count_host());
     host::BroadcastOptions o;
     o.root = root;
     return host::broadcast(*mesh_, buf, count, dtype, o);
@@ -350,7 +259,7 @@ class CommunicatorImpl final : public Communicator {
 
   Status barrier() override {
     if (!mesh_) return no_mesh("barrier");
-    count_host();
+    INA_RETURN_IF_ERROR(count_host());
     return host::barrier(*mesh_);
   }
 
@@ -358,7 +267,7 @@ class CommunicatorImpl final : public Communicator {
     if (!mesh_) return no_mesh("alltoall");
     INA_RETURN_IF_ERROR(check_dtype("alltoall", dtype));
     INA_RETURN_IF_ERROR(check_count("alltoall", count, static_cast<size_t>(cfg_.world_size), dtype));
-    count_host();
+    INA_RETURN_IF_ERROR(count_host());
     return host::alltoall(*mesh_, send, recv, count, dtype);
   }
 
@@ -372,34 +281,26 @@ class CommunicatorImpl final : public Communicator {
       return invalid_argument("alltoallv: counts and displacements must not be null");
     }
     const auto n = static_cast<size_t>(cfg_.world_size);
-    count_host();
+    INA_RETURN_IF_ERROR(count_host());
     return host::alltoallv(*mesh_, send, {send_counts, n}, {send_displs, n}, recv,
                            {recv_counts, n}, {recv_displs, n}, dtype);
   }
 
-  bool on_host_path() const override { return host_path_; }
+  bool on_host_path() const override { return policy_.on_host_path(); }
   int rank() const override { return cfg_.rank; }
   int size() const override { return cfg_.world_size; }
   const CommStats& stats() const override {
-    stats_ = engine_ ? engine_->stats() : CommStats{};
-    add_engine_counters(retired_, &stats_);
-    stats_.collectives += host_stats_.collectives;
-    stats_.host_collectives = host_stats_.host_collectives;
-    stats_.fallbacks = host_stats_.fallbacks;
-    stats_.probes = host_stats_.probes;
+    stats_ = policy_.stats(host_stats_);
     return stats_;
   }
 
  private:
-  void count_host() {
+  // A host collective: first settles the path (a rank may be redoing an in-network AllReduce).
+  Status count_host() {
+    INA_RETURN_IF_ERROR(policy_.before_host_collective());
     ++host_stats_.collectives;
-    ++host_stats_.host_collectives;
-  }
-
-  void enter_host_path() {
-    host_path_ = true;
-    probe_backoff_ = kFirstProbe;
-    next_probe_ = Clock::now() + probe_backoff_;
+    policy_.count_host_collective();
+    return ok_status();
   }
 
   // The host algorithms' cost model: Config::cost_model (INA_COST_MODEL) when given, else
@@ -430,83 +331,9 @@ class CommunicatorImpl final : public Communicator {
   host::AllreduceOptions algo(size_t bytes) const {
     host::AllreduceOptions o;
     Result<host::AllreduceAlgorithm> a =
-        host::select_allreduce(cost_model_, bytes, cfg_.world_size, algo_override_);
-    if (a.ok()) o.algorithm = *a;  // a bad INA_ALGO: the model's choice (the override is a hint)
+        host::select_allreduce(cost_model_, bytes, cfg_.world_size, cfg_.host_algorithm);
+    if (a.ok()) o.algorithm = *a;  // Config::validate checked host_algorithm
     return o;
-  }
-
-  // MAX of one int32 over the mesh, waiting up to `wait` (a rank still in its in-network
-  // deadline may arrive that much later).
-  Result<int32_t> agree_max(int32_t v, std::chrono::milliseconds wait) {
-    mesh_->set_timeout(std::max(wait, cfg_.timeout));
-    const Status s = host::allreduce(*mesh_, &v, &v, 1, DType::kInt32, ReduceOp::kMax, algo(4));
-    mesh_->set_timeout(cfg_.timeout);
-    if (!s.ok()) return s;
-    return v;
-  }
-
-  // On the host path with an aggregator configured: probe it when rank 0's backoff says so.
-  Status maybe_probe() {
-    if (!engine_ || !mesh_) return ok_status();
-    int32_t probe = 0;
-    if (cfg_.rank == 0) probe = Clock::now() >= next_probe_ ? 1 : 0;
-    if (cfg_.world_size > 1) {
-      host::BroadcastOptions o;
-      o.root = 0;
-      INA_RETURN_IF_ERROR(host::broadcast(*mesh_, &probe, 1, DType::kInt32, o));
-    }
-    if (probe == 0) return ok_status();
-    ++host_stats_.probes;
-    follow_replacement();
-    const Status s = engine_->join(std::min(cfg_.timeout, kMaxProbeJoin));
-    INA_ASSIGN_OR_RETURN(int32_t worst, agree_max(s.ok() ? 0 : 1, 2 * cfg_.timeout));
-    if (worst == 0) {
-      INA_INFO("worker", "rank %d: the aggregator%s back: in-network again", cfg_.rank,
-               engine_->shards() > 1 ? "s are" : " is");
-      block_elems_ = engine_->block_elems();
-      host_path_ = false;
-      return ok_status();
-    }
-    INA_DEBUG("worker", "rank %d: aggregator probe failed (%s); next in %lld ms", cfg_.rank,
-              s.ok() ? "another rank could not join" : s.message().c_str(),
-              static_cast<long long>(std::min(probe_backoff_ * 2, kMaxProbe).count()));
-    probe_backoff_ = std::min(probe_backoff_ * 2, kMaxProbe);
-    next_probe_ = Clock::now() + probe_backoff_;
-    return ok_status();
-  }
-
-  // Admitted through a controller on the UDP transport: asks it again and, when the answer names
-  // another aggregator, job or key (the job was re-placed, or expired and admitted anew), rebuilds
-  // the engine towards it. Any failure keeps the current engine (the probe's join then decides).
-  void follow_replacement() {
-    if (cfg_.controller_host.empty() || std::getenv("INA_TRANSPORT") != nullptr) return;
-    Config c = engine_cfg_;
-    if (!worker::admit(&c, std::min(cfg_.timeout, kMaxProbeJoin)).ok() || c.host_only) return;
-    const std::vector<AggregatorAddress> now = aggregator_list(c);
-    const std::vector<AggregatorAddress> was = aggregator_list(engine_cfg_);
-    const auto same_address = [](const AggregatorAddress& a, const AggregatorAddress& b) {
-      return a.host == b.host && a.port == b.port;
-    };
-    if (std::equal(now.begin(), now.end(), was.begin(), was.end(), same_address) &&
-        c.job == engine_cfg_.job && c.job_key == engine_cfg_.job_key) {
-      return;
-    }
-    Result<std::vector<std::unique_ptr<Transport>>> made = udp_transports(cfg_.rank, now);
-    if (!made.ok()) return;
-    std::vector<std::unique_ptr<Transport>> transports = std::move(made).value();
-    wrap_fault_injection(c, &transports);
-    INA_INFO("worker", "rank %d: the controller re-placed job %u: now job %u on %s:%u%s",
-             cfg_.rank, engine_cfg_.job, c.job, now[0].host.c_str(), unsigned{now[0].port},
-             now.size() > 1 ? " and more (sharded)" : "");
-    add_engine_counters(engine_->stats(), &retired_);
-    engine_ = std::make_unique<ShardedEngine>(c, std::move(transports));
-    engine_cfg_ = c;
-  }
-
-  // The engine's own counters (not the communicator's host-path ones), summed.
-  static void add_engine_counters(const CommStats& from, CommStats* to) {
-    to->collectives += from.collectives;
-    add_packet_counters(from, to);
   }
 
   // AllReduce on the mesh. Exact mode reduces the in-network path's quantized words.
@@ -532,7 +359,7 @@ class CommunicatorImpl final : public Communicator {
     // Per block of K elements, as the engine does (inc_engine.cc): the MAX of the ranks'
     // exponents (float SUM) and the OR of their NONFINITE flags, then encode, reduce the int32
     // words (SUM wraps as the aggregator's does), decode.
-    const size_t k = block_elems_;
+    const size_t k = policy_.block_elems();
     const size_t nb = (count + k - 1) / k;
     const size_t es = dtype_size(dtype);
     const bool with_exp = quant::needs_exponent(dtype, op);
@@ -569,24 +396,12 @@ class CommunicatorImpl final : public Communicator {
   }
 
   const Config cfg_;
-  // The in-network path: one engine per aggregator (several: the job is sharded, each AllReduce
-  // split over them; a failure of any shard sends the collective to the host path like the loss
-  // of the one aggregator). Null: host only.
-  std::unique_ptr<ShardedEngine> engine_;
-  std::unique_ptr<host::TcpStore> store_;      // rank 0 serves the rendezvous while it lives
-  std::unique_ptr<host::Context> mesh_;        // TcpMesh or VerbsMesh; null: no store configured
-  Config engine_cfg_;                          // the engine's placement (follow_replacement)
-  CommStats retired_;                          // counters of engines replaced since
-  bool host_path_ = false;
-  uint64_t straggle_state_ = effective_fault_seed(cfg_) ^ 0x484f5354ull;  // host-path stragglers
-  uint32_t block_elems_;                       // the engine's adopted block size (exact mode)
-  std::string algo_override_;                  // INA_ALGO
-  host::CostModel cost_model_;                 // agreed by every rank (setup_cost_model)
-  Clock::time_point next_probe_{};
-  std::chrono::milliseconds probe_backoff_{kFirstProbe};
-  CommStats host_stats_;                       // what ran on the mesh
-  mutable CommStats stats_;                    // engine's + host_stats_
-  std::vector<uint8_t> scratch_;               // the input of an in-place in-network attempt
+  std::unique_ptr<host::TcpStore> store_;  // rank 0 serves the rendezvous while it lives
+  std::unique_ptr<host::Context> mesh_;    // TcpMesh or VerbsMesh; null: no store configured
+  host::CostModel cost_model_;             // agreed by every rank (setup_cost_model)
+  PathPolicy policy_;                      // the in-network engine and the path of each AllReduce
+  CommStats host_stats_;                   // collectives the communicator ran on the mesh
+  mutable CommStats stats_;                // the policy's + host_stats_
   std::vector<int32_t> meta_;                  // exact mode: per-block flags and exponents
   std::vector<int32_t> q_;                     // exact mode: the quantized words
   std::vector<float> wide_;      // float mode, reduce_scatter: 16-bit elements widened to float32
@@ -646,12 +461,11 @@ Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
             rdma_probe.detail.c_str());
   if (transport == HostTransport::kVerbs) {  // libina-verbs.so (plugin_loader.h)
     INA_ASSIGN_OR_RETURN(rdma::VerbsSelection sel,
-                         rdma::parse_verbs_selection(std::getenv("INA_VERBS_DEVICE"),
-                                                     std::getenv("INA_VERBS_GID_INDEX")));
+                         rdma::parse_verbs_selection(cfg.verbs_device.c_str(), nullptr));
     rdma::VerbsMeshOptions vo;
     vo.device = sel.device;
     vo.port = sel.port;
-    vo.gid_index = sel.gid_index;
+    vo.gid_index = cfg.verbs_gid_index;
     vo.timeout = cfg.timeout;
     return connect_verbs_mesh(prefixed, cfg.rank, cfg.world_size, vo);
   }
@@ -739,11 +553,11 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) 
   }
   INA_RETURN_IF_ERROR(cfg.validate());
   if (cfg.host_only) return worker::create_communicator(cfg, nullptr);
-  // Kernel-bypass transports are chosen by the environment only (INA_TRANSPORT=dpdk|xdp), so that
-  // a Config built in code never starts DPDK or binds AF_XDP by surprise.
-  const char* kind = std::getenv("INA_TRANSPORT");
-  const bool want_dpdk = kind != nullptr && std::strcmp(kind, "dpdk") == 0;
-  const bool want_xdp = kind != nullptr && std::strcmp(kind, "xdp") == 0;
+  // Kernel-bypass transports are chosen by Config::transport (INA_TRANSPORT=dpdk|xdp) only: a
+  // Config built in code keeps kAuto and never starts DPDK or binds AF_XDP by surprise.
+  const bool want_dpdk = cfg.transport == AggregatorTransport::kDpdk;
+  const bool want_xdp = cfg.transport == AggregatorTransport::kXdp;
+  const char* kind = want_dpdk ? "dpdk" : "xdp";
   const std::vector<AggregatorAddress> aggregators = worker::aggregator_list(cfg);
   if ((want_dpdk || want_xdp) && aggregators.size() > 1) {
     // One kernel-bypass port (EAL, XSK) per process serves one aggregator today.

@@ -30,6 +30,11 @@ Result<std::unique_ptr<Communicator>> create_communicator(
     const Config& cfg, std::vector<std::unique_ptr<Transport>> transports,
     std::unique_ptr<DeviceOps> device_ops);
 
+// One kernel UDP socket per aggregator (shard) of `list`, for rank `rank`; with several, an error
+// names the shard.
+Result<std::vector<std::unique_ptr<Transport>>> udp_transports(
+    int rank, const std::vector<AggregatorAddress>& list);
+
 // The seed FaultInjection uses: cfg.fault.seed, or one derived from the rank when it is 0.
 uint64_t effective_fault_seed(const Config& cfg);
 // Wraps each shard's transport in a FaultInjectingTransport when cfg.fault asks for one (shard 0

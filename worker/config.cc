@@ -13,7 +13,9 @@
 #include "ina/ina.hpp"
 #include "ina/protocol/wire.h"
 #include "worker/config_internal.h"
+#include "worker/host/allreduce.h"
 #include "worker/host/select.h"
+#include "worker/rdma/verbs_proto.h"
 
 namespace ina {
 namespace {
@@ -363,15 +365,35 @@ Result<Config> config_from_env(bool own_store) {
   }
   std::string_view transport;
   if (get_env("INA_TRANSPORT", &transport)) {
-    if (transport == "host") {
+    // dpdk, xdp: the kernel-bypass transports, configured by their own variables
+    // (bypass_endpoint.cc) when Communicator::create() builds the transport.
+    if (transport == "auto") {
+      c.transport = AggregatorTransport::kAuto;
+    } else if (transport == "udp") {
+      c.transport = AggregatorTransport::kUdp;
+    } else if (transport == "dpdk") {
+      c.transport = AggregatorTransport::kDpdk;
+    } else if (transport == "xdp") {
+      c.transport = AggregatorTransport::kXdp;
+    } else if (transport == "host") {
+      c.transport = AggregatorTransport::kHost;
       c.host_only = true;
-    } else if (transport != "udp" && transport != "auto" && transport != "dpdk" &&
-               transport != "xdp") {
-      // dpdk, xdp: the kernel-bypass transports, configured by their own variables
-      // (dpdk_transport.h, xdp_transport.h) when Communicator::create() reads INA_TRANSPORT.
+    } else {
       return bad_value("INA_TRANSPORT", transport, "auto, udp, dpdk, xdp or host");
     }
   }
+  std::string_view algo;
+  if (get_env("INA_ALGO", &algo)) {
+    if (!host::parse_algorithm(algo)) return bad_value("INA_ALGO", algo, "ring, hd or tree");
+    c.host_algorithm = std::string(algo);
+  }
+  std::string_view verbs_device;
+  if (get_env("INA_VERBS_DEVICE", &verbs_device)) {
+    const std::string d(verbs_device);
+    INA_RETURN_IF_ERROR(rdma::parse_verbs_selection(d.c_str(), nullptr).status());
+    c.verbs_device = d;
+  }
+  INA_RETURN_IF_ERROR(env_unsigned("INA_VERBS_GID_INDEX", 0, 255, false, &c.verbs_gid_index));
   std::string_view host_transport;
   if (get_env("INA_HOST_TRANSPORT", &host_transport)) {
     if (host_transport == "auto") {
@@ -436,7 +458,7 @@ Result<Config> Config::from_env_with_store() { return config_from_env(true); }
 std::string host_only_reason(const Config& cfg) {
   if (!cfg.host_only) return {};
   std::string_view v;
-  if (get_env("INA_TRANSPORT", &v) && v == "host") return "INA_TRANSPORT=host";
+  if (cfg.transport == AggregatorTransport::kHost) return "INA_TRANSPORT=host";
   if (!get_env("INA_AGGREGATOR", &v) && !get_env("INA_CONTROLLER", &v)) {
     return "neither INA_AGGREGATOR nor INA_CONTROLLER is set (nothing places the job "
            "in-network)";
@@ -525,6 +547,26 @@ Status Config::validate() const {
   }
   if (!cost_model.empty())
     INA_RETURN_IF_ERROR(host::parse_cost_model(cost_model, "cost_model (INA_COST_MODEL)").status());
+  if (transport > AggregatorTransport::kHost) {
+    return invalid_argument("invalid transport " + std::to_string(static_cast<int>(transport)) +
+                            ": must be auto, udp, dpdk, xdp or host (INA_TRANSPORT)");
+  }
+  if (!host_algorithm.empty() && !host::parse_algorithm(host_algorithm)) {
+    return invalid_argument("invalid host_algorithm \"" + host_algorithm +
+                            "\": must be ring, hd or tree, or empty for the cost model (INA_ALGO)");
+  }
+  if (!verbs_device.empty()) {
+    Result<rdma::VerbsSelection> sel = rdma::parse_verbs_selection(verbs_device.c_str(), nullptr);
+    if (!sel.ok()) {
+      return invalid_argument("invalid verbs_device \"" + verbs_device +
+                              "\": must be an RDMA device name, optionally with :port (1 .. 255), "
+                              "e.g. mlx5_0 or mlx5_0:1 (INA_VERBS_DEVICE)");
+    }
+  }
+  if (verbs_gid_index < 0 || verbs_gid_index > 255) {
+    return invalid_argument(range_error("verbs_gid_index", "INA_VERBS_GID_INDEX",
+                                        std::to_string(verbs_gid_index), "[0, 255]"));
+  }
   struct Pct {
     const char* field;
     const char* env;

@@ -51,8 +51,10 @@
 //
 // Loss: each outstanding round has a retransmission timer; when it fires the kept packet goes out
 // again flagged RETRANSMIT and the timer doubles (up to kMaxBackoff times the configured one).
-// A new round's timer starts from an adaptive timeout, max(configured, SRTT + 4 RTTVAR) over the
-// send-to-result times of rounds that were not resent (RFC 6298, Karn's rule). The
+// A new round's timer starts from the controller's timeout (congestion.cc: above SRTT + 4 RTTVAR
+// and above the time the window takes to drain, so queueing delay does not fire it; Karn's rule).
+// The window: at most cwnd rounds are outstanding (congestion.cc, delay-based); a slot whose next
+// block is ready waits in a FIFO until a result frees the window. The
 // aggregator answers a retransmission to an incomplete copy with its contributor bitmap, which
 // names the ranks that have not contributed if the deadline passes. Results are matched by
 // (slot, shadow, seq); anything else is a duplicate or stale and is counted and ignored.
@@ -101,7 +103,7 @@ IncEngine::IncEngine(const Config& cfg, std::unique_ptr<Transport> transport)
     : cfg_(cfg),
       transport_(std::move(transport)),
       world_(static_cast<uint32_t>(cfg.world_size)),
-      rto_(cfg.retransmit),
+      cc_(CongestionControl::Options{}),
       straggle_state_(effective_fault_seed(cfg) ^ 0x5354524147474c45ull) {  // "STRAGGLE"
   stats_.rto_us = static_cast<uint64_t>(cfg.retransmit.count());
 }
@@ -210,6 +212,13 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
         tx_slots_.clear();
         tx_slots_.reserve(window_);
         joined_ = true;
+        CongestionControl::Options cco;
+        cco.max_window = window_;
+        cco.initial_window = std::min<uint32_t>(window_, 16);
+        cco.min_window = std::min<uint32_t>(window_, 8);
+        cco.rto_floor = cfg_.retransmit;
+        cco.rto_ceiling = cfg_.retransmit * kMaxBackoff;
+        cc_ = CongestionControl(cco);
         INA_DEBUG("worker",
                   "rank %d joined job %u at %s in %.1f ms: block %u elems, window %u "
                   "(aggregator offers %u slots, %u elems)",
@@ -264,6 +273,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
     return invalid_argument("allreduce: unknown dtype or op");
   }
   ++stats_.collectives;
+  coll_.blocks = 0;  // block_received: nothing of this collective until it is set up
   if (count == 0) return ok_status();
   if (send == nullptr || recv == nullptr) {
     return invalid_argument("allreduce: null buffer with count " + std::to_string(count));
@@ -296,11 +306,14 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
     Slot& sl = slots_[s];
     sl.first_use = use_[s];
     sl.rounds = 0;
+    sl.results = 0;
     sl.active = false;
     sl.queued = false;
     const uint64_t blocks_on_slot = (c.blocks - s + c.width - 1) / c.width;
     use_[s] += static_cast<uint32_t>(blocks_on_slot + (c.priming ? 1 : 0));
   }
+  inflight_ = 0;
+  ready_.clear();
   missing_.valid = false;
   heard_ = false;
   refusals_at_start_ = transport_->refusals();
@@ -311,11 +324,11 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   next_due_ = Clock::time_point::max();
   for (uint32_t s = 0; s < c.width; ++s) {
     if (c.priming) {
-      start_priming(s);
+      start_priming(s);  // header only: not held back by the window
+      queue(s, start);
     } else {
-      start_block(s, s, kNoExponent);
+      start_or_defer(s, s, kNoExponent, start);
     }
-    queue(s, start);
   }
   INA_RETURN_IF_ERROR(flush());
 
@@ -345,7 +358,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
             "rank %d: %s done in %.3f ms: %" PRIu64 " blocks of %u, window %u, %" PRIu64
             " packets sent, %" PRIu64 " retransmits, %" PRIu64 " duplicate results",
             cfg_.rank, describe_collective().c_str(), ms_since(start), c.blocks, block_elems_,
-            c.width, stats_.packets_sent - before.packets_sent,
+            cc_.window(), stats_.packets_sent - before.packets_sent,
             stats_.retransmits - before.retransmits,
             stats_.duplicate_results - before.duplicate_results);
   return ok_status();
@@ -446,7 +459,8 @@ void IncEngine::queue(uint32_t s, Clock::time_point now) {
   sl.active = true;
   sl.retransmitted = false;
   sl.sent_at = now;
-  sl.rto = rto_;
+  sl.rto = cc_.rto();
+  ++inflight_;
   sl.due = now + sl.rto;
   next_due_ = std::min(next_due_, sl.due);
   if (!sl.queued) {
@@ -483,6 +497,7 @@ void IncEngine::retransmit_due(Clock::time_point now) {
       sl.queued = true;
       tx_slots_.push_back(s);
       ++stats_.retransmits;
+      cc_.on_timeout(now);
     }
     next_due_ = std::min(next_due_, sl.due);
   }
@@ -530,17 +545,20 @@ Status IncEngine::on_result(const wire::PacketView& pv) {
   // the resend was spurious, and leaving out exactly these slow rounds would bias the
   // estimate low and cause more spurious resends.
   if (!sl.retransmitted) {
-    rtt_sample(now - sl.sent_at);
+    rtt_sample(now, now - sl.sent_at);
   } else if (!h.has(wire::kFlagRetransmit)) {
     ++stats_.spurious_retransmits;
-    rtt_sample(now - sl.sent_at);
+    rtt_sample(now, now - sl.sent_at);
+  } else {
+    rtt_sample(now, Clock::duration::zero());  // a delivery, no sample (Karn)
   }
+  --inflight_;
   if (sl.block == kPriming) {
-    start_block(s, s, h.next_exp);
-    queue(s, now);
+    start_or_defer(s, s, h.next_exp, now);
     return ok_status();
   }
   const uint64_t block = sl.block;
+  ++sl.results;
   uint8_t* out = block_out(block);
   if (h.has(wire::kFlagNonFinite) && c.dtype != DType::kInt32) {
     kernels::cpu::fill_nan(out, sl.count, c.dtype);
@@ -549,29 +567,49 @@ Status IncEngine::on_result(const wire::PacketView& pv) {
     kernels::cpu::decode_wire(pv.payload, sl.count, c.dtype, c.op, sl.exp, world_, out);
   }
   const uint64_t next = block + c.width;
-  if (next < c.blocks) {
-    start_block(s, next, h.next_exp);
-    queue(s, now);
-  }
+  if (next < c.blocks) start_or_defer(s, next, h.next_exp, now);
+  launch_ready(now);
   return ok_status();
 }
 
-void IncEngine::rtt_sample(Clock::duration rtt) {
-  // RFC 6298 with its gains (1/8, 1/4); the configured timeout is the floor, so the default
-  // behaviour on an idle network is unchanged, and 64 times it the ceiling.
-  if (srtt_ == Clock::duration::zero()) {
-    srtt_ = rtt;
-    rttvar_ = rtt / 2;
-  } else {
-    const Clock::duration err = srtt_ > rtt ? srtt_ - rtt : rtt - srtt_;
-    rttvar_ = (3 * rttvar_ + err) / 4;
-    srtt_ = (7 * srtt_ + rtt) / 8;
+void IncEngine::start_or_defer(uint32_t s, uint64_t block, int16_t exp, Clock::time_point now) {
+  Slot& sl = slots_[s];
+  sl.next_block = block;
+  sl.next_exp = exp;
+  ready_.push_back(s);
+  std::push_heap(ready_.begin(), ready_.end(), ReadyLater{&slots_});
+  launch_ready(now);
+}
+
+// Ready blocks go out lowest block first, and the lowest block this rank has not completed goes
+// out even when the window is full. Without that, ranks could deadlock: a block completes only
+// when every rank sent it, and a rank whose window is full of blocks another rank has not sent
+// would wait for that rank, whose own full window waits for this one. With it, the lowest block
+// no rank has completed is always sent by every rank (at each, every lower block is done, or
+// outstanding and recovered by retransmission), so it completes.
+void IncEngine::launch_ready(Clock::time_point now) {
+  const uint32_t window = cc_.window();
+  while (!ready_.empty()) {
+    const uint32_t s = ready_.front();
+    const uint64_t block = slots_[s].next_block;
+    if (inflight_ >= window) {
+      for (uint32_t t = 0; t < coll_.width; ++t) {
+        const Slot& o = slots_[t];
+        if (o.active && o.block != kPriming && o.block < block) return;  // a lower one is out
+      }
+    }
+    std::pop_heap(ready_.begin(), ready_.end(), ReadyLater{&slots_});
+    ready_.pop_back();
+    start_block(s, block, slots_[s].next_exp);
+    queue(s, now);
   }
-  const Clock::duration floor = cfg_.retransmit;
-  const Clock::duration ceiling = cfg_.retransmit * kMaxBackoff;
-  rto_ = std::clamp<Clock::duration>(srtt_ + 4 * rttvar_, floor, ceiling);
+}
+
+void IncEngine::rtt_sample(Clock::time_point now, Clock::duration rtt) {
+  // `inflight_` still counts the round this result retires.
+  cc_.on_result(now, rtt, inflight_);
   stats_.rto_us = static_cast<uint64_t>(
-      std::chrono::duration_cast<std::chrono::microseconds>(rto_).count());
+      std::chrono::duration_cast<std::chrono::microseconds>(cc_.rto()).count());
 }
 
 Status IncEngine::on_error(const wire::PacketView& pv) {

@@ -15,6 +15,7 @@
 #include "ina/protocol/status.h"
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
+#include "worker/congestion.h"
 #include "worker/transport.h"
 
 namespace ina::worker {
@@ -64,6 +65,14 @@ class IncEngine {
   // collective.
   void lower_block_elems(uint32_t elems);
 
+  // After allreduce returned (OK or not): whether the result of `block` of that collective is in
+  // its recv buffer. In place, a block without its result still holds its input (see
+  // inc_engine.cc), so the host path can redo exactly those blocks (path_policy.cc).
+  bool block_received(uint64_t block) const {
+    if (block >= coll_.blocks || coll_.width == 0) return false;
+    return block / coll_.width < slots_[block % coll_.width].results;
+  }
+
   bool joined() const { return joined_; }
   uint32_t block_elems() const { return block_elems_; }  // adopted at join
   uint32_t window() const { return window_; }            // adopted at join
@@ -80,6 +89,9 @@ class IncEngine {
     uint64_t block = 0;  // block of the outstanding round (kPriming: the priming round)
     BlockSeq seq = 0;
     uint32_t rounds = 0;           // rounds sent on this slot in this collective
+    uint32_t results = 0;          // block results received on this slot in this collective
+    uint64_t next_block = 0;       // waiting for the window (ready_): the block and its exponent
+    int16_t next_exp = kNoExponent;
     uint32_t first_use = 0;        // the slot's use counter u[s] when the collective began
     uint16_t count = 0;            // payload elements of the outstanding round
     int16_t exp = kNoExponent;     // exponent the outstanding block was quantized with
@@ -139,8 +151,13 @@ class IncEngine {
   Status on_result(const wire::PacketView& pv);
   Status on_error(const wire::PacketView& pv);
   void retransmit_due(Clock::time_point now);
-  // Folds one round-trip sample into the smoothed RTT and sets rto_ (RFC 6298).
-  void rtt_sample(Clock::duration rtt);
+  // Feeds a round's result to the window/timer controller (congestion.h).
+  void rtt_sample(Clock::time_point now, Clock::duration rtt);
+  // The next block of slot s waits for the window (cwnd rounds outstanding at most): started now
+  // when the window allows, else when a result frees it (launch_ready: lowest block first, and
+  // the lowest incomplete one regardless of the window).
+  void start_or_defer(uint32_t s, uint64_t block, int16_t exp, Clock::time_point now);
+  void launch_ready(Clock::time_point now);
 
   // Messages.
   std::string describe_collective() const;
@@ -164,9 +181,18 @@ class IncEngine {
   // Adaptive retransmission timeout: a round's "RTT" is send-to-result, which includes waiting
   // for the slowest rank and the queue of the rest of the window, so it varies with load; a fixed
   // timeout below it resends every block (and adds to the load). Kept across collectives.
-  Clock::duration srtt_{};
-  Clock::duration rttvar_{};
-  Clock::duration rto_{};      // base timeout of a new round: max(cfg.retransmit, srtt + 4 rttvar)
+  // The window and the timeout of a new round (congestion.h), kept across collectives, reset at
+  // join.
+  CongestionControl cc_;
+  uint32_t inflight_ = 0;           // rounds outstanding
+  // Slots whose next block waits for the window: a min-heap on the block (launch_ready).
+  std::vector<uint32_t> ready_;
+  struct ReadyLater {
+    const std::vector<Slot>* slots;
+    bool operator()(uint32_t a, uint32_t b) const {
+      return (*slots)[a].next_block > (*slots)[b].next_block;
+    }
+  };
   uint64_t straggle_state_ = 0;  // draws of the intermittent-straggler test hook
   std::vector<uint32_t> use_;  // u[s]: rounds ever sent on slot s (shadow = u & 1)
 

@@ -120,7 +120,8 @@ Status ShardedEngine::allreduce(const void* send, void* recv, size_t count, DTyp
   INA_RETURN_IF_ERROR(supports(dtype));
   if (engines_.size() == 1) {
     ++collectives_;
-    return engines_[0]->allreduce(send, recv, count, dtype, op);
+    last_single_ = engines_[0]->allreduce(send, recv, count, dtype, op);
+    return last_single_;
   }
   for (const auto& e : engines_) {
     if (!e->joined()) return failed_precondition("allreduce before the communicator joined its job");
@@ -147,6 +148,32 @@ Status ShardedEngine::allreduce(const void* send, void* recv, size_t count, DTyp
     run_all(range);
   }
   return combined("sharded allreduce");
+}
+
+void ShardedEngine::received_blocks(size_t count, std::vector<uint8_t>* has) const {
+  const uint64_t n = (count + block_elems_ - 1) / block_elems_;
+  has->assign(n, 0);
+  const size_t shards = engines_.size();
+  for (size_t k = 0; k < shards; ++k) {
+    const BlockRange r = shards == 1 ? BlockRange{0, n} : shard_range(n, k, shards);
+    const bool ok = shards == 1 ? last_single_.ok() : results_[k].ok();
+    for (uint64_t b = r.first; b < r.end; ++b) {
+      (*has)[b] = ok || engines_[k]->block_received(b - r.first) ? 1 : 0;
+    }
+  }
+}
+
+std::vector<BlockRange> ShardedEngine::tail_blocks(size_t count) const {
+  const uint64_t n = (count + block_elems_ - 1) / block_elems_;
+  std::vector<BlockRange> tail;
+  const size_t shards = engines_.size();
+  for (size_t k = 0; k < shards; ++k) {
+    const BlockRange r = shards == 1 ? BlockRange{0, n} : shard_range(n, k, shards);
+    if (r.empty()) continue;
+    const uint64_t w = std::min<uint64_t>(engines_[k]->window(), r.size());
+    tail.push_back(BlockRange{r.end - w, r.end});
+  }
+  return tail;
 }
 
 CommStats ShardedEngine::stats() const {

@@ -19,6 +19,7 @@
 #include "ina/ina.hpp"
 #include "ina/protocol/status.h"
 #include "worker/inc_engine.h"
+#include "worker/shard_split.h"
 #include "worker/transport.h"
 
 namespace ina::worker {
@@ -48,6 +49,14 @@ class ShardedEngine {
   // mesh instead). allreduce refuses what this refuses, before any packet is sent.
   static Status supports(DType dtype);
 
+  // After allreduce(count) returned: has[b] = 1 for each block b of the collective whose result is
+  // in recv (every block of a shard that succeeded), else 0.
+  void received_blocks(size_t count, std::vector<uint8_t>* has) const;
+  // The blocks of a collective of `count` elements whose result another rank may lack when this
+  // one has them all: per shard, the last min(window, range) blocks of its range (a rank sends
+  // block i + W' of a slot only after it received block i's result; inc_engine.cc).
+  std::vector<BlockRange> tail_blocks(size_t count) const;
+
   size_t shards() const { return engines_.size(); }
   uint32_t block_elems() const { return block_elems_; }  // agreed at join
   // The engines' counters summed (collectives: the sharded collectives; rto_us: the largest).
@@ -65,6 +74,7 @@ class ShardedEngine {
   std::vector<std::string> peers_;  // the aggregators' names, for messages
   uint32_t block_elems_ = 0;
   uint64_t collectives_ = 0;
+  Status last_single_;  // one shard: the last allreduce's Status (results_ holds the others')
 
   // The shard threads' hand-off: a generation counter, the task and one Status per shard.
   std::mutex mu_;

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <chrono>
 #include <ctime>
+#include <thread>
 
 #include "ina/protocol/log.h"
 
@@ -316,6 +318,30 @@ size_t UdpTransport::drain(std::span<Datagram> out) {
   return produced;
 }
 
+int UdpTransport::read_now() {
+  for (size_t i = 0; i < batch_; ++i) {
+    msghdr& h = rx_msgs_[i].msg_hdr;
+    h.msg_control = &rx_ctrl_[i * rx_ctrl_words_];
+    h.msg_controllen = rx_ctrl_words_ * sizeof(uint64_t);
+    h.msg_flags = 0;
+    rx_msgs_[i].msg_len = 0;
+  }
+  const int got = ::recvmmsg(fd_, rx_msgs_.data(), batch_, MSG_DONTWAIT, nullptr);
+  if (got >= 0) return got;
+  switch (errno) {
+    case EAGAIN:
+    case EINTR:
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+      return 0;
+    case ECONNREFUSED:
+      ++counters_.refusals;
+      return 0;
+    default:
+      return -errno;
+  }
+}
+
 Result<size_t> UdpTransport::recv_batch(std::span<Datagram> out,
                                         std::chrono::microseconds timeout) {
   if (out.empty()) return size_t{0};
@@ -325,39 +351,34 @@ Result<size_t> UdpTransport::recv_batch(std::span<Datagram> out,
     const size_t n = drain(out);
     if (n > 0) return n;
   }
-  pollfd pfd{fd_, POLLIN, 0};
-  const auto us = std::max<int64_t>(0, timeout.count());
-  timespec ts{static_cast<time_t>(us / 1000000), static_cast<long>((us % 1000000) * 1000)};
-  const int pr = ::ppoll(&pfd, 1, &ts, nullptr);
-  if (pr < 0) {
-    if (errno == EINTR) return size_t{0};
-    return errno_status("poll on the socket to aggregator " + peer_name_, errno);
-  }
-  if (pr == 0) return size_t{0};
-
-  for (size_t i = 0; i < batch_; ++i) {
-    msghdr& h = rx_msgs_[i].msg_hdr;
-    h.msg_control = &rx_ctrl_[i * rx_ctrl_words_];
-    h.msg_controllen = rx_ctrl_words_ * sizeof(uint64_t);
-    h.msg_flags = 0;
-    rx_msgs_[i].msg_len = 0;
-  }
-  const int got = ::recvmmsg(fd_, rx_msgs_.data(), batch_, MSG_DONTWAIT, nullptr);
-  if (got < 0) {
-    switch (errno) {
-      case EAGAIN:
-      case EINTR:
-        return size_t{0};
-      case ECONNREFUSED:
-        ++counters_.refusals;
-        return size_t{0};
-      case EHOSTUNREACH:
-      case ENETUNREACH:
-        return size_t{0};
-      default:
-        return errno_status("recvmmsg from aggregator " + peer_name_, errno);
+  // Latency: a blocking wait costs a wake-up (a context switch, tens of microseconds on a loaded
+  // machine) after the datagram arrived. So read first without waiting (in a stream the results
+  // are usually there already: no ppoll at all), then, on a machine with cores to spare, spin on
+  // the socket for up to spin_us_ before blocking, as the progress engines of MPI and NCCL do;
+  // with few cores the spin would take the CPU the aggregator and the other ranks need.
+  int got = read_now();
+  if (got == 0) {
+    const auto us = std::max<int64_t>(0, timeout.count());
+    const auto spin = std::min<int64_t>(us, spin_us_);
+    if (spin > 0) {
+      const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin);
+      while (got == 0 && std::chrono::steady_clock::now() < until) got = read_now();
+    }
+    if (got == 0) {
+      pollfd pfd{fd_, POLLIN, 0};
+      const int64_t left = us - spin;
+      timespec ts{static_cast<time_t>(left / 1000000), static_cast<long>((left % 1000000) * 1000)};
+      const int pr = ::ppoll(&pfd, 1, &ts, nullptr);
+      if (pr < 0) {
+        if (errno == EINTR) return size_t{0};
+        return errno_status("poll on the socket to aggregator " + peer_name_, errno);
+      }
+      if (pr == 0) return size_t{0};
+      got = read_now();
     }
   }
+  if (got < 0) return errno_status("recvmmsg from aggregator " + peer_name_, -got);
+  if (got == 0) return size_t{0};
   rx_received_ = static_cast<size_t>(got);
   rx_next_msg_ = 0;
   rx_next_off_ = 0;

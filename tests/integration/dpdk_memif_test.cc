@@ -137,6 +137,7 @@ int main(int argc, char** argv) {
 
   ina::testing::ThreadRanks ranks = ina::testing::create_thread_ranks(world, [&](int r) {
     ina::Config c;
+    c.transport = ina::AggregatorTransport::kDpdk;  // INA_TRANSPORT=dpdk through Config::from_env
     c.rank = r;
     c.world_size = world;
     c.aggregator_host = kAggIp;

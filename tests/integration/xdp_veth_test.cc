@@ -96,6 +96,7 @@ int run_rank(int k, int world) {
   setenv("INA_LOCAL_IP", ip.c_str(), 1);
   unsetenv("INA_AGGREGATOR_MAC");
   ina::Config c;
+  c.transport = ina::AggregatorTransport::kXdp;  // INA_TRANSPORT=xdp through Config::from_env
   c.rank = k;
   c.world_size = world;
   c.aggregator_host = "10.78.0.1";

@@ -117,8 +117,9 @@ TEST_F(Env, XdpOptionsAreParsedStrictly) {
   EXPECT_TRUE(o->force_copy);
   EXPECT_EQ(o->local_port, 47502);
   // The interface is checked when the transport is created: a clear error, before any bind.
-  setenv("INA_TRANSPORT", "xdp", 1);
-  auto comm = Communicator::create(cfg(2));
+  Config x = cfg(2);
+  x.transport = AggregatorTransport::kXdp;  // what INA_TRANSPORT=xdp gives through from_env
+  auto comm = Communicator::create(x);
   ASSERT_FALSE(comm.ok());
   expect_error(comm.status(), "INA_XDP_IFACE");
 }

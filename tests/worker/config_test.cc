@@ -20,6 +20,7 @@ const char* const kAllVars[] = {
     "INA_DEVICE_CHUNK_ELEMS", "INA_DEVICE_BUFFERS", "INA_COST_MODEL",
     "RANK",              "WORLD_SIZE",            "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
     "SLURM_PROCID",      "SLURM_NTASKS",          "INA_CONTROLLER",       "INA_JOB_NAME",
+    "INA_ALGO",          "INA_VERBS_DEVICE",      "INA_VERBS_GID_INDEX",
 };
 
 class ConfigEnvTest : public ::testing::Test {
@@ -147,6 +148,73 @@ TEST_F(ConfigEnvTest, HostPathVariables) {
   unsetenv("MASTER_ADDR");
   unsetenv("MASTER_PORT");
   expect_rejected("INA_STORE", "bogus");
+}
+
+// The variables the communicator and the host mesh used to read themselves (INA_TRANSPORT's kind,
+// INA_ALGO, INA_VERBS_*): parsed into Config once, strictly. INA_ALGO=bogus was ignored before
+// (the cost model's choice ran instead).
+TEST_F(ConfigEnvTest, TransportAlgorithmAndVerbsAreParsedStrictly) {
+  Config c = parse_ok();
+  EXPECT_EQ(c.transport, AggregatorTransport::kAuto);
+  EXPECT_EQ(c.host_algorithm, "");
+  EXPECT_EQ(c.verbs_device, "");
+  EXPECT_EQ(c.verbs_gid_index, 0);
+  const std::pair<const char*, AggregatorTransport> kinds[] = {
+      {"auto", AggregatorTransport::kAuto}, {"udp", AggregatorTransport::kUdp},
+      {"dpdk", AggregatorTransport::kDpdk}, {"xdp", AggregatorTransport::kXdp},
+      {"host", AggregatorTransport::kHost}};
+  for (const auto& [name, kind] : kinds) {
+    setenv("INA_TRANSPORT", name, 1);
+    c = parse_ok();
+    EXPECT_EQ(c.transport, kind) << name;
+    EXPECT_EQ(c.host_only, kind == AggregatorTransport::kHost) << name;
+  }
+  unsetenv("INA_TRANSPORT");
+  for (const char* a : {"ring", "hd", "tree"}) {
+    setenv("INA_ALGO", a, 1);
+    EXPECT_EQ(parse_ok().host_algorithm, a);
+  }
+  setenv("INA_VERBS_DEVICE", "mlx5_0:1", 1);
+  setenv("INA_VERBS_GID_INDEX", "3", 1);
+  c = parse_ok();
+  EXPECT_EQ(c.verbs_device, "mlx5_0:1");
+  EXPECT_EQ(c.verbs_gid_index, 3);
+  unsetenv("INA_VERBS_DEVICE");
+  unsetenv("INA_VERBS_GID_INDEX");
+  unsetenv("INA_ALGO");
+
+  expect_rejected("INA_ALGO", "bogus");
+  {
+    setenv("INA_ALGO", "bogus", 1);
+    Result<Config> r = Config::from_env();
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("ring, hd or tree"), std::string::npos)
+        << r.status().message();
+    unsetenv("INA_ALGO");
+  }
+  expect_rejected("INA_ALGO", "Ring");
+  expect_rejected("INA_TRANSPORT", "bogus");
+  expect_rejected("INA_VERBS_DEVICE", "mlx5_0:0");
+  expect_rejected("INA_VERBS_DEVICE", "a/b");
+  expect_rejected("INA_VERBS_GID_INDEX", "256");
+  expect_rejected("INA_VERBS_GID_INDEX", "1x");
+
+  // The same fields set in code are checked by validate, naming the field and the variable.
+  Config v;
+  v.rank = 0;
+  v.world_size = 1;
+  v.host_algorithm = "bogus";
+  EXPECT_NE(v.validate().message().find("INA_ALGO"), std::string::npos) << v.validate().message();
+  v.host_algorithm = "hd";
+  EXPECT_TRUE(v.validate().ok()) << v.validate().to_string();
+  v.verbs_gid_index = -1;
+  EXPECT_NE(v.validate().message().find("verbs_gid_index"), std::string::npos);
+  v.verbs_gid_index = 0;
+  v.verbs_device = "x y";
+  EXPECT_NE(v.validate().message().find("INA_VERBS_DEVICE"), std::string::npos);
+  v.verbs_device.clear();
+  v.transport = static_cast<AggregatorTransport>(9);
+  EXPECT_NE(v.validate().message().find("INA_TRANSPORT"), std::string::npos);
 }
 
 // from_env_with_store: the application's store (PyTorch's, the MPI shim's) counts as a store for

@@ -826,25 +826,136 @@ TEST(CommunicatorTest, OneRankLosesItsResultsAndEveryRankTakesTheHostPath) {
                              ReduceOp::kSum).ok());
     EXPECT_FALSE(cm.on_host_path());
     // 2. int32, 4 blocks on 4 slots in one batch: rank 2 sends all of them, then hears nothing;
-    // ranks 0 and 1 get every result, rank 2 misses its deadline. All redo it on the host path.
+    // ranks 0 and 1 get every result and return (no agreement when nothing failed), rank 2 misses
+    // its deadline and calls the agreement.
     std::vector<int32_t> v(512);
     for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(i) * (r + 1);
     if (r == 2) deaf.store(true);
     const Status s = cm.allreduce(v.data(), v.data(), v.size(), DType::kInt32, ReduceOp::kSum);
     ASSERT_TRUE(s.ok()) << s.to_string();
-    EXPECT_TRUE(cm.on_host_path());
-    EXPECT_EQ(cm.stats().fallbacks, 1u);
     for (size_t i = 0; i < v.size(); ++i) ASSERT_EQ(v[i], static_cast<int32_t>(i) * 6) << i;
-    // 3. The first collective again, now on the host path (exact mode): the same bytes.
+    // 3. The first collective again: ranks 0 and 1 try it in-network, where rank 2 never
+    // contributes; at their deadline they meet rank 2 in the agreement, give it the results of
+    // collective 2 it lacks, and redo this one on the host path (exact mode): the same bytes.
     host[r] = x;
     ASSERT_TRUE(cm.allreduce(host[r].data(), host[r].data(), x.size(), DType::kFloat32,
                              ReduceOp::kSum).ok());
     EXPECT_TRUE(cm.on_host_path());
+    EXPECT_EQ(cm.stats().fallbacks, 1u);
   });
   for (int r = 0; r < world; ++r) {
     EXPECT_EQ(std::memcmp(in_network[r].data(), host[r].data(), host[r].size() * 4), 0)
         << "rank " << r;
     EXPECT_EQ(std::memcmp(in_network[r].data(), in_network[0].data(), host[r].size() * 4), 0);
+  }
+}
+
+// ---- path agreement only on failure: the aggregator dies in a collective's last rounds ----
+
+struct KillRun {
+  std::vector<std::vector<uint8_t>> out;  // per rank: collective 2's output
+  std::vector<Status> status;             // per rank: collective 2's Status
+  std::vector<int> next_ok;               // per rank: collective 3 returned the right sum
+  std::vector<int> host_path;             // per rank: on the host path after collective 3
+  uint64_t replies_before = 0;            // replies when every rank finished collective 1
+  uint64_t replies_after = 0;             // ... collective 2 (calibration only)
+};
+
+// 4 ranks, 4 slots of 64 elements: collective 1 (float32 SUM 1000), a barrier of the threads, then
+// collective 2 (float32 SUM 1000: 4 priming rounds + 16 blocks = 80 replies; in place on ranks 1
+// and 3) and collective 3 (int32 SUM). `kill`: the reply number the aggregator dies before (0:
+// never; then the threads also wait for each other after collective 2, to count its replies).
+KillRun run_kill(uint64_t kill) {
+  constexpr int kWorld = 4;
+  MemNetwork net(kWorld, job_config(kWorld, /*slots=*/4, /*max_elems=*/64));
+  net.kill_before_reply(kill);
+  const uint16_t port = ina::testing::free_loopback_port();
+  KillRun run;
+  run.out.resize(kWorld);
+  run.status.resize(kWorld);
+  run.next_ok.assign(kWorld, 0);
+  run.host_path.assign(kWorld, 0);
+  std::barrier sync(kWorld, [&]() noexcept {
+    if (run.replies_before == 0) {
+      run.replies_before = net.replies();
+    } else {
+      run.replies_after = net.replies();
+    }
+  });
+  run_ranks(kWorld, [&](int r) {
+    Config c = rank_config(r, kWorld, milliseconds(5000));
+    c.block_elems = 64;
+    c.retransmit = milliseconds(500);  // no spurious resend shifts the reply count
+    c.store = "127.0.0.1:" + std::to_string(port);
+    Result<std::unique_ptr<Communicator>> comm = create_communicator(c, net.transport(r));
+    if (!comm.ok()) {
+      ADD_FAILURE() << comm.status().to_string();
+      sync.arrive_and_drop();
+      return;
+    }
+    Communicator& cm = *comm.value();
+    std::vector<float> a(1000), b(1000);
+    for (size_t i = 0; i < a.size(); ++i) {
+      a[i] = static_cast<float>(std::sin(0.11 * static_cast<double>(i) + r) *
+                                std::pow(10.0, static_cast<double>(i % 7) - 3));
+      b[i] = static_cast<float>(std::cos(0.29 * static_cast<double>(i) * (r + 1)) *
+                                std::pow(10.0, static_cast<double>((i / 64) % 5) - 2));
+    }
+    std::vector<float> first(a.size());
+    EXPECT_TRUE(cm.allreduce(a.data(), first.data(), a.size(), DType::kFloat32, ReduceOp::kSum)
+                    .ok());
+    sync.arrive_and_wait();
+    std::vector<float> out(b.size());
+    if (r % 2 == 1) {
+      out = b;
+      run.status[r] = cm.allreduce(out.data(), out.data(), out.size(), DType::kFloat32,
+                                   ReduceOp::kSum);
+    } else {
+      run.status[r] = cm.allreduce(b.data(), out.data(), out.size(), DType::kFloat32,
+                                   ReduceOp::kSum);
+    }
+    run.out[r].assign(reinterpret_cast<const uint8_t*>(out.data()),
+                      reinterpret_cast<const uint8_t*>(out.data() + out.size()));
+    if (kill == 0) sync.arrive_and_wait();
+    std::vector<int32_t> v(300);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = static_cast<int32_t>(i) + r;
+    const Status s = cm.allreduce(v.data(), v.data(), v.size(), DType::kInt32, ReduceOp::kSum);
+    bool right = s.ok();
+    for (size_t i = 0; i < v.size() && right; ++i) right = v[i] == 4 * static_cast<int32_t>(i) + 6;
+    EXPECT_TRUE(s.ok()) << "rank " << r << ": " << s.to_string();
+    run.next_ok[r] = right ? 1 : 0;
+    run.host_path[r] = cm.on_host_path() ? 1 : 0;
+  });
+  return run;
+}
+
+TEST(PathAgreement, AggregatorKilledInTheLastRoundsEveryRankReturnsTheSameBits) {
+  const KillRun calib = run_kill(0);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_TRUE(calib.status[r].ok()) << calib.status[r].to_string();
+    ASSERT_EQ(calib.out[r], calib.out[0]) << "rank " << r;
+    EXPECT_EQ(calib.host_path[r], 0) << "rank " << r;
+  }
+  const uint64_t first = calib.replies_before;
+  const uint64_t last = calib.replies_after;  // collective 2's last reply is number `last`
+  // 4 priming rounds and 16 blocks, 4 copies of each result; more when a rank stalled past its
+  // timeout (a loaded machine) and a resend was answered. Then the kill points below shift a
+  // little, and every rank must still return the same bits.
+  ASSERT_GE(last - first, 80u);
+  // Dies before reply k: the last round's results reach some ranks and not others (last - 3 ..
+  // last), the last two rounds (last - 7 ..), half the collective, or none of it (first + 1).
+  for (const uint64_t k : {last, last - 1, last - 2, last - 3, last - 5, last - 7, first + 41,
+                           first + 1}) {
+    SCOPED_TRACE("the aggregator dies before reply " + std::to_string(k) + " (collective 2: " +
+                 std::to_string(first + 1) + " .. " + std::to_string(last) + ")");
+    const KillRun run = run_kill(k);
+    EXPECT_EQ(run.replies_before, first);
+    for (int r = 0; r < 4; ++r) {
+      EXPECT_TRUE(run.status[r].ok()) << "rank " << r << ": " << run.status[r].to_string();
+      EXPECT_EQ(run.out[r], calib.out[0]) << "rank " << r << ": not the in-network bits";
+      EXPECT_EQ(run.next_ok[r], 1) << "rank " << r;
+      EXPECT_EQ(run.host_path[r], 1) << "rank " << r;
+    }
   }
 }
 

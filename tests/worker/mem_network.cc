@@ -90,6 +90,18 @@ void MemNetwork::push(Queue& box, size_t src, std::span<const uint8_t> bytes) {
   box.cv.notify_one();
 }
 
+void MemNetwork::reply(size_t e, std::span<const uint8_t> bytes) {
+  if (!alive_) return;
+  const uint64_t n = replies_.load() + 1;
+  if (kill_at_ != 0 && n >= kill_at_) {
+    refuse_ = true;
+    alive_ = false;
+    return;
+  }
+  replies_ = n;
+  push(*inbox_[e], e, bytes);
+}
+
 void MemNetwork::aggregator_loop() {
   std::vector<uint8_t> out;
   while (!stop_) {
@@ -115,10 +127,10 @@ void MemNetwork::aggregator_loop() {
     wire::encode_header(r.hdr, out.data());
     wire::store_payload(out.data() + wire::kHeaderSize, r.payload, r.hdr.count);
     if (r.target == agg::Reply::Target::kSender) {
-      push(*inbox_[p.src], p.src, out);
+      reply(p.src, out);
     } else {
       for (const int64_t e : rank_endpoint_) {
-        if (e >= 0) push(*inbox_[static_cast<size_t>(e)], static_cast<size_t>(e), out);
+        if (e >= 0) reply(static_cast<size_t>(e), out);
       }
     }
   }

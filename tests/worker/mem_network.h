@@ -44,6 +44,13 @@ class MemNetwork {
   // The transport of endpoint `i` (call once per endpoint).
   std::unique_ptr<Transport> transport(size_t i);
 
+  // The aggregator dies (answers nothing, every datagram refused) just before its reply datagram
+  // number `n` (counted from 1 over every datagram it sends to a worker, each copy of a
+  // multicast apart) would go out; 0 disarms. Set it before the workers start.
+  void kill_before_reply(uint64_t n) { kill_at_ = n; }
+  // Reply datagrams sent to workers so far.
+  uint64_t replies() const { return replies_.load(); }
+
   // Stops the aggregator thread; then engine() may be inspected.
   void stop();
   const agg::Engine& engine() const { return engine_; }
@@ -68,8 +75,12 @@ class MemNetwork {
   void aggregator_loop();
 
   NetFaults faults_;
-  bool alive_;
-  bool refuse_;
+  std::atomic<bool> alive_;
+  std::atomic<bool> refuse_;
+  std::atomic<uint64_t> kill_at_{0};
+  std::atomic<uint64_t> replies_{0};
+  // Delivers one reply to endpoint `e` unless the kill point is reached (then dies).
+  void reply(size_t e, std::span<const uint8_t> bytes);
   agg::Engine engine_;
   Queue to_agg_;
   std::vector<std::unique_ptr<Queue>> inbox_;

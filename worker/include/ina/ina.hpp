@@ -74,6 +74,14 @@ class ExternalStore {
 //           when the feature is not built or no device exists.
 enum class HostTransport : uint8_t { kAuto = 0, kTcp = 1, kVerbs = 2 };
 
+// The in-network path's transport (INA_TRANSPORT=auto|udp|dpdk|xdp|host):
+//   kAuto, kUdp  kernel UDP sockets, one per aggregator (auto is udp today).
+//   kDpdk, kXdp  the kernel-bypass transports (libina-dpdk.so, libina-xdp.so), configured by their
+//                own variables (INA_DPDK_*, INA_XDP_*, INA_LOCAL_*); one aggregator per process.
+//   kHost        no aggregator: every collective on the host mesh (sets Config::host_only).
+// A Config built in code keeps kAuto, so it never starts DPDK or binds AF_XDP by surprise.
+enum class AggregatorTransport : uint8_t { kAuto = 0, kUdp = 1, kDpdk = 2, kXdp = 3, kHost = 4 };
+
 // One aggregator's data-plane address (Config::aggregators).
 struct AggregatorAddress {
   std::string host;
@@ -135,6 +143,14 @@ struct Config {
   // aggregator. Empty: the job's one aggregator is aggregator_host:aggregator_port (a single
   // entry is used instead of them). The last field, so the others keep their offsets.
   std::vector<AggregatorAddress> aggregators;
+
+  // Read by from_env like every other field (and checked by validate), so that a bad value is an
+  // error naming the variable instead of a silent default. After `aggregators`, so the fields
+  // above keep their offsets.
+  AggregatorTransport transport = AggregatorTransport::kAuto;  // INA_TRANSPORT
+  std::string host_algorithm;  // INA_ALGO=ring|hd|tree: the host AllReduce; empty: cost model
+  std::string verbs_device;    // INA_VERBS_DEVICE=name[:port]; empty: the first active port
+  int verbs_gid_index = 0;     // INA_VERBS_GID_INDEX, 0 .. 255
 
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
