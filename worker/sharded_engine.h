@@ -44,7 +44,12 @@ class ShardedEngine {
   Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
 
   size_t shards() const { return engines_.size(); }
-  uint32_t block_elems() const { return block_elems_; }  // agreed at join
+  // The block agreed at join, in bytes, in 4-byte elements and in elements of each type.
+  uint32_t payload_bytes() const { return payload_bytes_; }
+  uint32_t block_elems() const { return payload_bytes_ / 4; }
+  uint32_t block_elems(DType t) const {
+    return payload_bytes_ / static_cast<uint32_t>(dtype_size(t));
+  }
   // The engines' counters summed (collectives: the sharded collectives; rto_us: the largest).
   CommStats stats() const;
 
@@ -58,7 +63,7 @@ class ShardedEngine {
   const Config cfg_;
   std::vector<std::unique_ptr<IncEngine>> engines_;
   std::vector<std::string> peers_;  // the aggregators' names, for messages
-  uint32_t block_elems_ = 0;
+  uint32_t payload_bytes_ = 0;
   uint64_t collectives_ = 0;
 
   // The shard threads' hand-off: a generation counter, the task and one Status per shard.

@@ -243,6 +243,26 @@ inline size_t packet_size(const Header& h) {
   return kHeaderSize + size_t{h.count} * payload_width(h.flags, h.dtype);
 }
 inline size_t packet_size(uint16_t count, size_t width) { return kHeaderSize + count * width; }
+// A HELLO, WELCOME or ERROR packet of `count` u32 words.
+inline constexpr size_t control_packet_size(size_t count) {
+  return kHeaderSize + count * kControlWordSize;
+}
+// PARTIAL words are at most this many times wider than the elements they stand for (int32 words
+// of float8 elements; int64 of float32 and int32 of 16-bit elements are 2x).
+inline constexpr size_t kMaxPartialGrowth = 4;
+// The largest DATA/RESULT packet of a job whose block is `payload_bytes`, or the largest control
+// packet of a world of 65535 ranks (an ERROR with the bitmap and a tree note), if larger.
+inline constexpr size_t max_data_packet_size(size_t payload_bytes) {
+  const size_t data = kHeaderSize + payload_bytes;
+  const size_t control = control_packet_size(1 + 65535 / 32 + 1 + kTreeNoteWords);
+  return data > control ? data : control;
+}
+// The same with a tree's PARTIAL words (up to kMaxPartialGrowth times the block).
+inline constexpr size_t max_packet_size(size_t payload_bytes) {
+  const size_t partial = kHeaderSize + payload_bytes * kMaxPartialGrowth;
+  const size_t data = max_data_packet_size(payload_bytes);
+  return partial > data ? partial : data;
+}
 
 // Control payloads (HELLO, WELCOME, ERROR): u32 words, little-endian.
 inline void store_words(uint8_t* dst, const int32_t* src, size_t n) {
