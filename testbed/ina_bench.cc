@@ -574,10 +574,9 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
   uo.drop_percent = o.agg_drop_percent;
   ina::agg::JobConfig job;
   job.job = kJob;
-  job.key = kJobKey;
   job.slots.world_size = static_cast<uint32_t>(o.workers);
   job.slots.num_slots = std::max<uint32_t>(o.window, 1);
-  job.slots.max_elems = static_cast<uint16_t>(o.block_elems);
+  job.slots.max_payload_bytes = static_cast<uint32_t>(static_cast<uint16_t>(o.block_elems)) * 4;
   // --aggregators N: N embedded aggregators serving the same job (id, key), one thread each; the
   // ranks shard every AllReduce over them.
   std::vector<std::unique_ptr<ina::agg::UdpAggregator>> aggregators;

@@ -27,6 +27,13 @@ inline std::vector<uint8_t> encode_packet(const wire::Header& h, const int32_t* 
   if (h.count > 0) store_test_words(b.data() + wire::kHeaderSize, h, payload, h.count);
   return b;
 }
+// The same with payload bytes already in wire order (a Reply's payload: payload_width bytes each).
+inline std::vector<uint8_t> encode_packet(const wire::Header& h, const uint8_t* payload) {
+  std::vector<uint8_t> b(wire::packet_size(h));
+  wire::encode_header(h, b.data());
+  if (h.count > 0) std::memcpy(b.data() + wire::kHeaderSize, payload, b.size() - wire::kHeaderSize);
+  return b;
+}
 inline std::vector<uint8_t> encode_packet(const wire::Header& h,
                                           const std::vector<int32_t>& payload) {
   wire::Header hh = h;

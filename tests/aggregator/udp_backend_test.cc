@@ -126,10 +126,9 @@ class UdpAggregatorTest : public ::testing::Test {
     opts.port = 0;
     JobConfig job;
     job.job = kJob;
-    job.key = kKey;
     job.slots.world_size = world;
     job.slots.num_slots = slots;
-    job.slots.max_elems = elems;
+    job.slots.max_payload_bytes = static_cast<uint32_t>(elems) * 4;
     auto a = UdpAggregator::create(opts, {job});
     ASSERT_TRUE(a.ok()) << a.status().to_string();
     agg_ = std::move(a).value();
@@ -160,7 +159,6 @@ class UdpAggregatorTest : public ::testing::Test {
   std::vector<uint8_t> hello_packet(uint16_t rank, uint32_t world, bool retransmit = false) {
     wire::Header h;
     h.job = kJob;
-    h.key = kKey;
     h.rank = rank;
     h.seq = 0xC0FFEE00u + rank;
     h.flags = static_cast<uint8_t>(wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : 0));
@@ -185,8 +183,7 @@ class UdpAggregatorTest : public ::testing::Test {
       ASSERT_TRUE(p.has_value()) << "rank " << r << " got no WELCOME";
       EXPECT_EQ(p->hdr.flags, wire::kFlagHello | wire::kFlagResult);
       EXPECT_EQ(p->hdr.job, kJob);
-      EXPECT_EQ(p->hdr.key, kKey);
-      EXPECT_EQ(p->payload, (std::vector<int32_t>{8, 16}));
+      EXPECT_EQ(p->payload, (std::vector<int32_t>{8, 64}));  // num_slots, max_payload_bytes
     }
   }
 
@@ -417,7 +414,7 @@ class JoblessAggregator {
     opts.bind_host = "127.0.0.1";
     opts.port = 0;
     opts.slot_capacity = slot_capacity;
-    opts.max_block_elems = 16;
+    opts.max_payload_bytes = static_cast<uint32_t>(16) * 4;
     opts.snapshot_interval = 10ms;
     auto created = UdpAggregator::create(opts, {});
     EXPECT_TRUE(created.ok()) << created.status().to_string();
@@ -454,7 +451,7 @@ TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
     j.key = key;
     j.slots.world_size = 2;
     j.slots.num_slots = slots;
-    j.slots.max_elems = 16;
+    j.slots.max_payload_bytes = static_cast<uint32_t>(16) * 4;
     j.slot_base = base;
     return j;
   };
@@ -540,12 +537,12 @@ TEST(UdpAggregatorCreateTest, RejectsBadOptions) {
   EXPECT_NE(a.status().message().find("no-such-host.invalid"), std::string::npos);
 
   o.bind_host = "127.0.0.1";
-  job.slots.max_elems = 16369;  // 32 + 4 * 16369 bytes do not fit in one UDP datagram
+  job.slots.max_payload_bytes = static_cast<uint32_t>(16369) * 4;  // 32 + 4 * 16369 bytes do not fit in one UDP datagram
   a = UdpAggregator::create(o, {job});
   ASSERT_FALSE(a.ok());
   EXPECT_NE(a.status().message().find("16368"), std::string::npos) << a.status().message();
 
-  job.slots.max_elems = 256;
+  job.slots.max_payload_bytes = static_cast<uint32_t>(256) * 4;
   job.slots.world_size = 0;
   a = UdpAggregator::create(o, {job});
   ASSERT_FALSE(a.ok());
@@ -595,10 +592,9 @@ TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
   auto leaf = [&](JobId id, const std::string& where) {
     JobConfig j;
     j.job = id;
-    j.key = kKey;
     j.slots.world_size = 4;
     j.slots.num_slots = 4;
-    j.slots.max_elems = 16;
+    j.slots.max_payload_bytes = static_cast<uint32_t>(16) * 4;
     j.tree.role = TreeRole::kLeaf;
     j.tree.rank_base = 2;
     j.tree.local_ranks = 2;
@@ -629,7 +625,6 @@ TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
   EXPECT_FALSE(r2.recv(100ms).has_value());            // not welcomed before the parent says so
   wire::Header w;
   w.job = kJob;
-  w.key = kKey;
   w.flags = wire::kFlagHello | wire::kFlagResult;
   parent.send(encode_packet(w, std::vector<int32_t>{4, 16}));
   for (Client* c : {&r2, &r3}) {
