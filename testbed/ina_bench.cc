@@ -369,8 +369,8 @@ void print_summary(const Options& o, const std::array<uint64_t, BENCH_STATS>& w,
   const double elements = static_cast<double>(w[kElements]);
   const double sent = static_cast<double>(w[kSent]);
   std::printf("# summary: %d ranks, %.4g %s elements reduced per rank; on the wire to the "
-              "aggregator %.2f B per element (the data: %zu B; the wire's words are 32-bit, plus "
-              "headers), %.2f%% of packets resent, %llu fallbacks to the host path\n",
+              "aggregator %.2f B per element (the data: %zu B; the wire's words are the data's width, "
+              "plus headers), %.2f%% of packets resent, %llu fallbacks to the host path\n",
               ranks, elements / std::max(ranks, 1), type.c_str(),
               elements > 0 ? static_cast<double>(bytes_in) / elements : 0.0,
               ina::dtype_size(o.dtype),

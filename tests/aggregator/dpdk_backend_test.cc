@@ -223,7 +223,7 @@ void join(Running& run, uint32_t world, uint32_t slots, uint16_t elems) {
     Decoded d;
     ASSERT_TRUE(decode_reply(rx, world, &d));
     EXPECT_EQ(d.pkt.hdr.flags, wire::kFlagHello | wire::kFlagResult);
-    EXPECT_EQ(d.words, (std::vector<int32_t>{static_cast<int32_t>(slots), elems}));
+    EXPECT_EQ(d.words, (std::vector<int32_t>{static_cast<int32_t>(slots), elems * 4}));  // bytes
     seen[d.rank] = true;
   }
   EXPECT_EQ(std::count(seen.begin(), seen.end(), true), static_cast<long>(world));

@@ -260,7 +260,7 @@ TEST_F(DpdkMultiQueue, TwoQueuesTwoLcoresExactSums) {
   h.port = std::make_unique<MultiRingPort>(2);
   JobConfig j;
   j.job = kJob;
-  j.slots = SlotTableConfig{kSlots, kElems, kWorld};
+  j.slots = SlotTableConfig{kSlots, uint32_t{kElems} * 4, kWorld};
   auto a = DpdkAggregator::create(options(h.port->name()), {j});
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   h.agg = std::move(*a);
@@ -310,7 +310,7 @@ TEST_F(DpdkMultiQueue, JobsChangedWhileRunning) {
 
   JobConfig ja;
   ja.job = 21;
-  ja.slots = SlotTableConfig{kSlots, kElems, kWorld};
+  ja.slots = SlotTableConfig{kSlots, uint32_t{kElems} * 4, kWorld};
   ja.slot_base = 0;
   JobConfig too_big = ja;
   too_big.job = 22;
