@@ -265,11 +265,14 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
   // Largest frame: headers + the largest packet of any job (control replies are smaller), or
   // of the largest block set_jobs may bring.
   // (DATA, RESULT and control packets; a tree root's PARTIAL words are larger, see DpdkOptions.)
+  // Jobs from set_jobs: their control replies for worlds up to 65535 ranks are sent from fresh
+  // mbufs when they outgrow the block (send path), as in v1.
   size_t max_packet = opts.max_payload_bytes == 0
                           ? wire::control_packet_size(2)
-                          : wire::max_data_packet_size(opts.max_payload_bytes);
+                          : wire::max_data_packet_size(opts.max_payload_bytes, 1);
   for (const JobConfig& j : jobs) {
-    max_packet = std::max(max_packet, wire::max_data_packet_size(j.slots.max_payload_bytes));
+    max_packet = std::max(max_packet, wire::max_data_packet_size(j.slots.max_payload_bytes,
+                                                                 j.slots.world_size));
   }
   a->max_packet_ = max_packet;
   const size_t max_frame = a->max_frame();
@@ -898,7 +901,7 @@ void DpdkAggregator::Lcore::apply_jobs(const std::vector<JobConfig>& desired) {
   for (const JobConfig& j : desired) {
     if (engine->world_size(j.job) != 0) continue;  // served, unchanged
     Status st = ok_status();
-    if (wire::max_data_packet_size(j.slots.max_payload_bytes) > self->max_packet_) {
+    if (wire::max_data_packet_size(j.slots.max_payload_bytes, 1) > self->max_packet_) {
       st = invalid_argument("block of " + std::to_string(j.slots.max_payload_bytes) +
                             " bytes exceeds this aggregator's mbufs (max_payload_bytes)");
     } else if (j.is_leaf()) {

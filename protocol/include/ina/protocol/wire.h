@@ -250,17 +250,17 @@ inline constexpr size_t control_packet_size(size_t count) {
 // PARTIAL words are at most this many times wider than the elements they stand for (int32 words
 // of float8 elements; int64 of float32 and int32 of 16-bit elements are 2x).
 inline constexpr size_t kMaxPartialGrowth = 4;
-// The largest DATA/RESULT packet of a job whose block is `payload_bytes`, or the largest control
-// packet of a world of 65535 ranks (an ERROR with the bitmap and a tree note), if larger.
-inline constexpr size_t max_data_packet_size(size_t payload_bytes) {
+// The largest DATA/RESULT packet of a job whose block is `payload_bytes`, or its largest control
+// packet (an ERROR with the bitmap of `world` ranks and a tree note), if larger.
+inline constexpr size_t max_data_packet_size(size_t payload_bytes, size_t world = 65535) {
   const size_t data = kHeaderSize + payload_bytes;
-  const size_t control = control_packet_size(1 + 65535 / 32 + 1 + kTreeNoteWords);
+  const size_t control = control_packet_size(1 + (world + 31) / 32 + kTreeNoteWords);
   return data > control ? data : control;
 }
 // The same with a tree's PARTIAL words (up to kMaxPartialGrowth times the block).
-inline constexpr size_t max_packet_size(size_t payload_bytes) {
+inline constexpr size_t max_packet_size(size_t payload_bytes, size_t world = 65535) {
   const size_t partial = kHeaderSize + payload_bytes * kMaxPartialGrowth;
-  const size_t data = max_data_packet_size(payload_bytes);
+  const size_t data = max_data_packet_size(payload_bytes, world);
   return partial > data ? partial : data;
 }
 
