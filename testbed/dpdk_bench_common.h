@@ -82,7 +82,7 @@ struct FrameTemplates {
       const size_t hl = wire::packet_size(1, 4);
       std::vector<uint8_t> f(frame::kUdpHeadroom + hl);
       wire::encode_header(h, f.data() + frame::kUdpHeadroom);
-      wire::put_u32(f.data() + frame::kUdpHeadroom + wire::kHeaderSize, world);
+      wire::put_le32(f.data() + frame::kUdpHeadroom + wire::kHeaderSize, world);  // control words: LE
       frame::write_udp_headers(f.data(), rank_endpoint(r), agg, hl,
                                frame::sum16(f.data() + frame::kUdpHeadroom, hl), 1);
       hellos.push_back(std::move(f));
