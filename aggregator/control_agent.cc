@@ -159,7 +159,8 @@ Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body) {
     c.key = key;
     c.slots.world_size = static_cast<uint32_t>(world);
     c.slots.num_slots = static_cast<uint32_t>(slots);
-    c.slots.max_elems = static_cast<uint16_t>(block);
+    // block_elems counts 4-byte elements: the block is 4 x block_elems bytes (wire v2).
+    c.slots.max_payload_bytes = static_cast<uint32_t>(block) * 4;
     c.slot_base = static_cast<uint32_t>(base);
     // Aggregation trees (issue 5's contract): "role" flat (the default), leaf or root.
     if (x.contains("role")) {

@@ -203,9 +203,9 @@ void dpdk_eal_cleanup() { rte_eal_cleanup(); }
 
 Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions& opts,
                                                                const std::vector<JobConfig>& jobs) {
-  if (jobs.empty() && opts.max_block_elems == 0) {
+  if (jobs.empty() && opts.max_payload_bytes == 0) {
     return invalid_argument(
-        "dpdk: at least one job is required (or max_block_elems, for jobs from set_jobs)");
+        "dpdk: at least one job is required (or max_payload_bytes, for jobs from set_jobs)");
   }
   for (const JobConfig& j : jobs) {
     // A leaf forwards partials to its parent (Reply::Target::kParent): the DPDK loop has no
@@ -264,11 +264,15 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
 
   // Largest frame: headers + the largest packet of any job (control replies are smaller), or
   // of the largest block set_jobs may bring.
-  size_t max_packet = std::max(wire::packet_size(2), wire::packet_size(opts.max_block_elems));
+  // (DATA, RESULT and control packets; a tree root's PARTIAL words are larger, see DpdkOptions.)
+  // Jobs from set_jobs: their control replies for worlds up to 65535 ranks are sent from fresh
+  // mbufs when they outgrow the block (send path), as in v1.
+  size_t max_packet = opts.max_payload_bytes == 0
+                          ? wire::control_packet_size(2)
+                          : wire::max_data_packet_size(opts.max_payload_bytes, 1);
   for (const JobConfig& j : jobs) {
-    max_packet = std::max(max_packet, wire::packet_size(j.slots.max_elems));
-    max_packet = std::max(max_packet, wire::packet_size(static_cast<uint16_t>(
-                                          1 + (j.slots.world_size + 31) / 32)));
+    max_packet = std::max(max_packet, wire::max_data_packet_size(j.slots.max_payload_bytes,
+                                                                 j.slots.world_size));
   }
   a->max_packet_ = max_packet;
   const size_t max_frame = a->max_frame();
@@ -682,7 +686,7 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
     recycle(m);
     return;
   }
-  const size_t len = wire::packet_size(r.hdr.count);
+  const size_t len = r.packet_size();
   const size_t flen = frame::kUdpHeadroom + len;
   if (rte_mbuf_refcnt_read(m) != 1 || RTE_MBUF_CLONED(m) ||
       flen > static_cast<size_t>(m->buf_len - m->data_off)) [[unlikely]] {
@@ -700,11 +704,13 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
   uint8_t* dg = data + frame::kUdpHeadroom;
   wire::encode_header(r.hdr, dg);
-  // The payload is encoded and summed for the UDP checksum in one pass (frame.h).
+  // Issue 19 seals the tag over dg[0, len) here (aggregator send), before the checksum.
+  // The payload is copied and summed for the UDP checksum in one pass (frame.h).
   const uint32_t sum = frame::sum16(
       dg, wire::kHeaderSize,
-      r.hdr.count > 0 ? frame::store_payload_sum16(dg + wire::kHeaderSize, r.payload, r.hdr.count)
-                      : 0);
+      r.payload_bytes() > 0
+          ? frame::copy_sum16(dg + wire::kHeaderSize, r.payload, r.payload_bytes())
+          : 0);
 
   if (r.target == Reply::Target::kSender) {
     set_len(m, frame::udp_reply(data, p, a.local_, len, sum, ip_id++));
@@ -895,9 +901,9 @@ void DpdkAggregator::Lcore::apply_jobs(const std::vector<JobConfig>& desired) {
   for (const JobConfig& j : desired) {
     if (engine->world_size(j.job) != 0) continue;  // served, unchanged
     Status st = ok_status();
-    if (wire::packet_size(j.slots.max_elems) > self->max_packet_) {
-      st = invalid_argument("block of " + std::to_string(j.slots.max_elems) +
-                            " elements exceeds this aggregator's mbufs (max_block_elems)");
+    if (wire::max_data_packet_size(j.slots.max_payload_bytes, 1) > self->max_packet_) {
+      st = invalid_argument("block of " + std::to_string(j.slots.max_payload_bytes) +
+                            " bytes exceeds this aggregator's mbufs (max_payload_bytes)");
     } else if (j.is_leaf()) {
       st = invalid_argument("a tree leaf (parent " + j.tree.parent +
                             ") needs --backend udp: the DPDK loop has no route to a parent");
@@ -994,8 +1000,8 @@ void DpdkAggregator::publish(std::vector<AggregatorSnapshot> parts, bool log_cha
                                    [&](const JobSnapshot& o) { return o.cfg.job == j.cfg.job; });
     if (!known) {
       INA_INFO(kComponent, "job %" PRIu32 " served: world %" PRIu32 " slots [%" PRIu32 ", %" PRIu32
-               ") block %u on %zu lcores", j.cfg.job, j.cfg.slots.world_size, j.cfg.slot_base,
-               j.cfg.slot_base + j.cfg.slots.num_slots, unsigned{j.cfg.slots.max_elems},
+               ") block %u bytes on %zu lcores", j.cfg.job, j.cfg.slots.world_size, j.cfg.slot_base,
+               j.cfg.slot_base + j.cfg.slots.num_slots, unsigned{j.cfg.slots.max_payload_bytes},
                lcores_.size());
     }
   }

@@ -89,10 +89,11 @@ struct DpdkOptions {
   // The lcores beyond the rx queues only transmit and take handed-over frames.
   uint16_t rx_queues = 0;
   // Jobs added at run time (set_jobs): the slot memory shared by all jobs (0: unchecked) and the
-  // largest block a job may have (sizes the mbufs and the MTU; 0: the largest of the jobs given to
+  // largest block (in bytes) a job may have (sizes the mbufs and the MTU for DATA and RESULT; a
+  // tree root's PARTIAL words are twice a block or more and need frames that large; 0: the largest of the jobs given to
   // create(), which may then be empty only if this is set).
   uint32_t slot_capacity = 0;
-  uint16_t max_block_elems = 0;
+  uint32_t max_payload_bytes = 0;
   // Telemetry (lag histograms, stalled-slot ages): read CLOCK_MONOTONIC once per loop pass that
   // has INA frames, and report rounds older than stall_after as stalled.
   bool telemetry = false;
@@ -130,7 +131,7 @@ class DpdkAggregator {
 
   // Needs the EAL and at least one worker lcore. Sets up the port (unless configure_port is
   // false), the pool, the handoff rings and one Engine per worker lcore with every job (none
-  // when opts.max_block_elems is set: jobs come from set_jobs).
+  // when opts.max_payload_bytes is set: jobs come from set_jobs).
   static Result<std::unique_ptr<DpdkAggregator>> create(const DpdkOptions& opts,
                                                         const std::vector<JobConfig>& jobs);
 

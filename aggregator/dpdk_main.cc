@@ -18,7 +18,7 @@ int run_dpdk_aggregator(const DpdkCliOptions& o, const std::atomic<bool>& stop) 
   d.burst = o.burst;
   d.rx_queues = o.rx_queues;
   d.slot_capacity = o.slot_capacity;
-  d.max_block_elems = o.max_block_elems;
+  d.max_payload_bytes = o.max_payload_bytes;
   // Snapshots every 100 ms for the agent (heartbeats, /metrics); none without one.
   std::chrono::milliseconds snapshot_every{0};
 #if INA_HAVE_CONTROLLER
@@ -93,7 +93,7 @@ int run_dpdk_aggregator(const DpdkCliOptions& o, const std::atomic<bool>& stop) 
                     "lcores %u rx queues %u\n",
                     unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
                     frame::format_ipv4(a.local().ip).c_str(), unsigned{a.local().udp_port},
-                    unsigned{o.max_block_elems}, a.lcores(), unsigned{a.rx_queues()});
+                    unsigned{o.max_payload_bytes / 4}, a.lcores(), unsigned{a.rx_queues()});
       } else {
         const JobConfig& job = o.jobs.front();
         std::printf("ina-aggregator (dpdk) on port %u %s %s:%u job %u world %u slots %u block %u "
@@ -101,7 +101,7 @@ int run_dpdk_aggregator(const DpdkCliOptions& o, const std::atomic<bool>& stop) 
                     unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
                     frame::format_ipv4(a.local().ip).c_str(), unsigned{a.local().udp_port},
                     unsigned{job.job}, job.slots.world_size, job.slots.num_slots,
-                    unsigned{job.slots.max_elems}, a.lcores(), unsigned{a.rx_queues()});
+                    unsigned{job.slots.max_payload_bytes / 4}, a.lcores(), unsigned{a.rx_queues()});
       }
       std::fflush(stdout);
       using Clock = std::chrono::steady_clock;

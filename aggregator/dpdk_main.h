@@ -30,7 +30,7 @@ struct DpdkCliOptions {
   std::vector<JobConfig> jobs;          // served from the start (may be empty with an agent)
   // Jobs from the controller: slot memory shared by all jobs and the largest block.
   uint32_t slot_capacity = 0;
-  uint16_t max_block_elems = 0;
+  uint32_t max_payload_bytes = 0;  // the largest block in bytes (jobs from the controller)
 #if INA_HAVE_CONTROLLER
   // Started once the port runs (controller heartbeats and/or the HTTP endpoint); its data_port
   // is set to udp_port, its advertise_host defaults to --ip.

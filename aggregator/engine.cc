@@ -1,7 +1,8 @@
 // The aggregator's packet logic (see engine.h). Order of checks for every datagram:
 //   1. wire::decode: a datagram that is not a well-formed INA packet is counted by reason.
-//   2. job lookup, then key: a packet for a job this engine does not serve, or with the wrong key,
-//      is counted and never answered, so a stray or hostile sender learns nothing and cannot make
+//   2. job lookup, then tag (issue 19; verify_tag() is where it goes, nothing is checked yet): a
+//      packet for a job this engine does not serve, or with a wrong tag, is counted and never
+//      answered, so a stray or hostile sender learns nothing and cannot make
 //      the aggregator send traffic anywhere (isolation between jobs).
 //   3. kind: workers send only DATA and HELLO; RESULT/ERROR/WELCOME flags from them are malformed,
 //      except for a leaf job, where they are its parent's answers (handle_parent).
@@ -11,7 +12,9 @@
 // bitmaps name global ranks. Its join barrier has two stages (its local ranks, then its own HELLO
 // to the parent as rank child_index, with a nonce mixed from its ranks' nonces so that a new
 // worker incarnation is a new leaf incarnation at the root); its completed copies go to the parent
-// (Reply::Target::kParent) and wait there, per copy, for the parent's RESULT, which replaces the
+// (Reply::Target::kParent; float SUM first as a PARTIAL exponent request, whose answer the leaf
+// quantizes its ranks' words with before it sends them: WIRE.md) and wait there, per copy, for
+// the parent's RESULT, which replaces the
 // partial in the slot table and is multicast to the local ranks. A worker's retransmission for a
 // copy still waiting re-forwards the partial (once per wave of timeouts: see reforward_rank), so
 // every loss is repaired by the workers' timers.
@@ -22,6 +25,8 @@
 
 #include <algorithm>
 #include <string>
+
+#include "ina/protocol/codec.h"
 
 namespace ina::agg {
 
@@ -36,7 +41,7 @@ struct Engine::Job {
   bool ready = false;                  // every rank joined this incarnation
   std::vector<RankCounters> ranks;
   JobCounters counters;
-  // Telemetry: time of each copy's first contribution (index slot * 2 + shadow; 0: none).
+  // Telemetry: time of each copy's first contribution (index copy_index(slot, shadow); 0: none).
   std::vector<uint64_t> first_ns;
   std::vector<RankTelemetry> tele;
   // Lost time (straggler.h): per copy the next-to-last contribution's time and whether its round
@@ -51,12 +56,12 @@ struct Engine::Job {
   bool leaf = false;
   // WELCOME payload: the job's slots and block, for a leaf at most the parent's.
   uint32_t welcome_slots = 0;
-  uint32_t welcome_elems = 0;
+  uint32_t welcome_bytes = 0;  // max_payload_bytes
   // Leaf only. Every local rank joined this incarnation: joined == nranks; the parent WELCOMEd
   // it: ready (a leaf is ready only then).
   uint32_t parent_world = 0;        // sent in the HELLO to the parent
   BlockSeq parent_nonce = 0;        // this leaf incarnation's nonce at the parent
-  std::vector<uint8_t> tree_state;  // per copy (slot * 2 + shadow): kTree* of its completed round
+  std::vector<uint8_t> tree_state;  // per copy (copy_index): kTree* of its completed round
   // Per copy: the served rank whose retransmission last re-forwarded the partial (kNoRank: none
   // yet). Only that rank's next retransmission re-forwards again, so one wave of timeouts at the
   // local ranks sends the partial once, not once per rank.
@@ -77,6 +82,7 @@ namespace {
 constexpr uint8_t kTreeNone = 0;
 constexpr uint8_t kTreeForwarded = 1;   // the partial went to the parent; its result is awaited
 constexpr uint8_t kTreeHaveResult = 2;  // the parent's result replaced the partial
+constexpr uint8_t kTreeExpSent = 3;     // float SUM: the exponent request went up; E is awaited
 constexpr uint16_t kNoRank = 0xFFFF;     // served ranks are below 65535
 
 uint64_t mix64(uint64_t z) {
@@ -89,32 +95,43 @@ bool test_bit(std::span<const uint64_t> bm, uint32_t r) {
   return (bm[r / 64] >> (r % 64)) & 1;
 }
 
-// A slot copy's round in a reply: its sequence, shape, exponents and reduced values.
+// A slot copy's round in a reply: its sequence, shape and result (the user's type).
 void set_round(Reply* r, const CopyView& c) {
   r->hdr.seq = c.seq;
   r->hdr.count = c.count;
   r->hdr.dtype = c.dtype;
   r->hdr.op = c.op;
-  r->hdr.exp = c.exp;
-  r->hdr.next_exp = c.next_exp;
-  r->payload = c.data;
+  r->hdr.elems = c.elems;
+  r->hdr.root = c.root;
+  r->hdr.exp = kNoExponent;
+  r->payload = c.result;
 }
 
-// Header fields shared by every reply about `pkt`'s job and slot.
+// Header fields shared by every reply about `pkt`'s job and slot (the collective id echoed).
 wire::Header reply_header(const JobConfig& cfg, const wire::Header& in, uint8_t flags) {
   wire::Header h;
   h.flags = flags;
   h.job = cfg.job;
-  h.key = cfg.key;
   h.seq = in.seq;
   h.rank = 0;  // from the aggregator
   h.slot = in.slot;
   h.shadow = in.shadow;
   h.dtype = DType::kInt32;
   h.op = ReduceOp::kSum;
+  h.coll = in.coll;
+  h.elems = in.elems;
   h.exp = kNoExponent;
-  h.next_exp = kNoExponent;
+  h.root = in.root;
+  h.tag = 0;  // sealed by the backend (issue 19)
   return h;
+}
+
+// Issue 19: the MAC over header and payload, with the job's key, is verified here. Until that
+// lands every packet passes (senders write tag 0).
+bool verify_tag(const JobConfig& /*cfg*/, std::span<const uint8_t> /*datagram*/) { return true; }
+
+const uint8_t* bytes_of(const std::vector<int32_t>& words) {
+  return reinterpret_cast<const uint8_t*>(words.data());  // little-endian: wire order (wire.h)
 }
 
 }  // namespace
@@ -196,6 +213,11 @@ Status Engine::add_job(const JobConfig& cfg) {
   }
   SlotTableConfig table_cfg = cfg.slots;
   table_cfg.world_size = cfg.served_ranks();
+  if (cfg.is_leaf()) {
+    // A leaf's float SUM waits for the root's exponent and quantizes for the global world.
+    table_cfg.defer_float_sum = true;
+    table_cfg.quant_world = cfg.slots.world_size;
+  }
   INA_ASSIGN_OR_RETURN(std::unique_ptr<SlotTable> table, SlotTable::create(table_cfg));
   if (slot_capacity_ != 0) {
     // Ranges are half-open; computed in 64 bits so base + count cannot wrap.
@@ -225,7 +247,7 @@ Status Engine::add_job(const JobConfig& cfg) {
   job->rank_base = cfg.first_rank();
   job->leaf = cfg.is_leaf();
   job->welcome_slots = cfg.slots.num_slots;
-  job->welcome_elems = cfg.slots.max_elems;
+  job->welcome_bytes = cfg.slots.max_payload_bytes;
   if (job->leaf) {
     job->parent_world =
         cfg.tree.parent_world != 0       ? cfg.tree.parent_world
@@ -304,14 +326,14 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
     last_job_ = it->second.get();
   }
   Job& job = *last_job_;
-  if (opts_.check_key && h.key != job.cfg.key) [[unlikely]] {
+  if (opts_.check_key && !verify_tag(job.cfg, datagram)) [[unlikely]] {
     counters_.bad_key += one;
     job.counters.bad_key += one;
     return {};
   }
   job.counters.packets += one;
   if (h.has(wire::kFlagResult) || h.has(wire::kFlagError)) [[unlikely]] {
-    // A leaf's parent answers with RESULT, WELCOME and ERROR (key checked above).
+    // A leaf's parent answers with RESULT, WELCOME, ERROR and exponent answers (tag checked).
     if (job.leaf) return handle_parent(job, pkt);
     // Only the aggregator sends RESULT, WELCOME and ERROR: a worker (or a loop in the network)
     // sending one is broken, and it must never be added to a slot.
@@ -387,8 +409,8 @@ Reply Engine::welcome_reply(const Job& job, const wire::Header& h, Reply::Target
   r.hdr.shadow = false;
   r.hdr.count = 2;
   scratch_[0] = static_cast<int32_t>(job.welcome_slots);
-  scratch_[1] = static_cast<int32_t>(job.welcome_elems);
-  r.payload = scratch_.data();
+  scratch_[1] = static_cast<int32_t>(job.welcome_bytes);
+  r.payload = bytes_of(scratch_);
   counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
   return r;
 }
@@ -456,7 +478,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
   ++counters_.by_verdict[static_cast<size_t>(v)];
   if ((v == Verdict::kAdded || v == Verdict::kCompleted) && opts_.telemetry && now_ns != 0) {
     // The lag behind the round's first contribution; the first one starts the clock.
-    const size_t copy = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
+    const size_t copy = copy_index(h.slot, h.shadow);
     uint64_t& first = job.first_ns[copy];
     const uint32_t n = job.table->contributors(h.slot, h.shadow);
     uint64_t lag = 0;
@@ -489,7 +511,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
     job.loss.on_resent_completed(h.rank, now_ns);
   }
 
-  const size_t k = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
+  const size_t k = copy_index(h.slot, h.shadow);
 
   switch (v) {
     case Verdict::kAdded:
@@ -498,8 +520,11 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
       ++counters_.completed;
       ++job.counters.completed;
       if (job.leaf) {
-        // The partial goes up; the result comes back in handle_parent().
-        job.tree_state[k] = kTreeForwarded;
+        // The partial goes up (float SUM: its exponent first); the result comes back in
+        // handle_parent().
+        job.tree_state[k] = job.table->copy(h.slot, h.shadow).mode == CopyMode::kRaw
+                                ? kTreeExpSent
+                                : kTreeForwarded;
         job.reforward_rank[k] = kNoRank;
         job.pm_valid[k] = 0;
         ++counters_.forwarded;
@@ -508,6 +533,13 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
       }
       return result_reply(job, h, Reply::Target::kAllRanks, 0);
     }
+    case Verdict::kExpCompleted:
+      // Root: every leaf's exponent request is in: E = MAX goes to every leaf.
+      return exp_answer(job, h, Reply::Target::kAllRanks, 0);
+    case Verdict::kResendExp:
+      ++counters_.duplicates;
+      ++rc.duplicates;
+      return exp_answer(job, h, Reply::Target::kSender, wire::kFlagRetransmit);
     case Verdict::kResendResult: {
       ++counters_.duplicates;
       ++rc.duplicates;
@@ -601,7 +633,7 @@ Reply Engine::error_reply(const Job& job, const wire::PacketView& pkt, wire::Err
   r.hdr = reply_header(job.cfg, pkt.hdr, wire::kFlagError);
   r.hdr.rank = static_cast<uint16_t>(pkt.hdr.rank + job.rank_base);  // the (global) rank it answers
   r.hdr.count = n;
-  r.payload = scratch_.data();
+  r.payload = bytes_of(scratch_);
   ++counters_.replies_out;
   return r;
 }
@@ -616,27 +648,62 @@ Reply Engine::parent_hello(Job& job, bool retransmit) {
   r.hdr.rank = static_cast<uint16_t>(job.cfg.tree.child_index);
   r.hdr.count = 1;
   scratch_[0] = static_cast<int32_t>(job.parent_world);
-  r.payload = scratch_.data();
+  r.payload = bytes_of(scratch_);
   ++counters_.parent_hellos;
   ++counters_.replies_out;
   return r;
 }
 
-// A leaf's completed copy as a DATA packet of rank child_index to the parent: the same round
-// (seq, slot, copy, exponent), the next-exponent proposal (MAX over the local ranks) and the
-// non-finite mark (OR over them), so the parent reduces it as one more rank.
+// A leaf's completed copy to the parent as rank child_index, so the parent reduces it as one more
+// rank: int32 and MIN/MAX as a DATA packet of the reduced block; float SUM first as a PARTIAL
+// exponent request (count 0, exp = MAX over the local ranks, NONFINITE ORed) and, once the root
+// answered, as PARTIAL fixed-point words (exp = E - B, the unit's exponent). Which one: the copy's
+// tree state.
 Reply Engine::forward_partial(Job& job, uint16_t slot, bool shadow, bool retransmit) {
   const CopyView c = job.table->copy(slot, shadow);
+  const uint8_t state = job.tree_state[copy_index(slot, shadow)];
   Reply r;
   r.target = Reply::Target::kParent;
-  r.hdr = reply_header(job.cfg, wire::Header{},
-                       (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}) |
-                           (retransmit ? wire::kFlagRetransmit : uint8_t{0}));
+  wire::Header in;
+  in.coll = c.coll;
+  uint8_t flags = (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}) |
+                  (retransmit ? wire::kFlagRetransmit : uint8_t{0});
+  if (c.mode == CopyMode::kRaw) flags |= wire::kFlagPartial;
+  r.hdr = reply_header(job.cfg, in, flags);
   set_round(&r, c);
+  if (c.mode == CopyMode::kRaw) {
+    if (state == kTreeExpSent) {
+      r.hdr.count = 0;
+      r.hdr.exp = c.exp;
+      r.payload = nullptr;
+    } else {
+      const int scale = codec::scale_exponent(c.dtype, c.answer_exp, job.world);
+      r.hdr.exp = scale == codec::kNoScale ? kNoExponent : static_cast<int16_t>(scale);
+      r.payload = c.partial;
+    }
+  }
   r.hdr.rank = static_cast<uint16_t>(job.cfg.tree.child_index);
   r.hdr.slot = slot;
   r.hdr.shadow = shadow;
   ++counters_.replies_out;
+  return r;
+}
+
+// Root: the exponent answer of a float SUM round to the leaves (PARTIAL | RESULT, count 0, exp =
+// the MAX over the leaves' requests, NONFINITE ORed), to all of them or one.
+Reply Engine::exp_answer(const Job& job, const wire::Header& h, Reply::Target target,
+                         uint8_t extra_flags) {
+  const CopyView c = job.table->copy(h.slot, h.shadow);
+  Reply r;
+  r.target = target;
+  r.hdr = reply_header(job.cfg, h,
+                       wire::kFlagPartial | wire::kFlagResult |
+                           (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}) | extra_flags);
+  set_round(&r, c);
+  r.hdr.count = 0;
+  r.hdr.exp = c.answer_exp;
+  r.payload = nullptr;
+  counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
   return r;
 }
 
@@ -650,9 +717,10 @@ Reply Engine::on_parent_missing(Job& job, const wire::PacketView& pkt) {
     ++counters_.parent_stale;
     return {};
   }
-  const size_t k = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
+  const size_t k = copy_index(h.slot, h.shadow);
   const CopyView c = job.table->copy(h.slot, h.shadow);
-  if (job.tree_state[k] != kTreeForwarded || !c.complete || c.seq != h.seq) {
+  if ((job.tree_state[k] != kTreeForwarded && job.tree_state[k] != kTreeExpSent) || !c.complete ||
+      c.seq != h.seq) {
     ++counters_.parent_stale;
     return {};
   }
@@ -713,7 +781,7 @@ Reply Engine::parent_missing_reply(Job& job, size_t k, Reply::Target target, uin
   r.hdr.shadow = (k % 2) != 0;
   r.hdr.rank = static_cast<uint16_t>(rank);
   r.hdr.count = static_cast<uint16_t>(1 + n);
-  r.payload = scratch_.data();
+  r.payload = bytes_of(scratch_);
   counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
   return r;
 }
@@ -750,12 +818,26 @@ Reply Engine::handle_parent(Job& job, const wire::PacketView& pkt) {
     job.ready = true;
     // The ranks use at most what both levels hold.
     job.welcome_slots = std::min(job.cfg.slots.num_slots, static_cast<uint32_t>(pkt.word(0)));
-    job.welcome_elems =
-        std::min<uint32_t>(job.cfg.slots.max_elems, static_cast<uint32_t>(pkt.word(1)));
+    job.welcome_bytes =
+        std::min<uint32_t>(job.cfg.slots.max_payload_bytes, static_cast<uint32_t>(pkt.word(1)));
     return welcome_reply(job, h, Reply::Target::kAllRanks);
   }
+  if (h.has(wire::kFlagPartial)) {
+    // The root's exponent for a float SUM round this leaf asked about: quantize the local ranks'
+    // words with it and send them up.
+    const size_t k = copy_index(h.slot, h.shadow);
+    if (!job.ready || h.slot >= job.cfg.slots.num_slots || h.count != 0 ||
+        job.tree_state[k] != kTreeExpSent ||
+        !job.table->quantize_partial(h.slot, h.shadow, h.seq, h.exp,
+                                     h.has(wire::kFlagNonFinite))) {
+      ++counters_.parent_stale;
+      return {};
+    }
+    job.tree_state[k] = kTreeForwarded;
+    return forward_partial(job, h.slot, h.shadow, false);
+  }
   // RESULT of a copy this leaf forwarded and still waits for (the slot table checks the round).
-  const size_t k = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
+  const size_t k = copy_index(h.slot, h.shadow);
   if (!job.ready || h.slot >= job.cfg.slots.num_slots || job.tree_state[k] != kTreeForwarded ||
       !job.table->store_result(pkt)) {
     ++counters_.parent_stale;
@@ -845,12 +927,14 @@ std::vector<StalledSlot> Engine::stalled_slots(JobId job, uint64_t now_ns, uint6
   const Job& j = *it->second;
   for (uint32_t slot = 0; slot < j.cfg.slots.num_slots; ++slot) {
     for (bool shadow : {false, true}) {
-      const uint64_t first = j.first_ns[size_t{slot} * 2 + (shadow ? 1 : 0)];
+      const uint64_t first = j.first_ns[copy_index(static_cast<uint16_t>(slot), shadow)];
       if (first == 0 || now_ns < first || now_ns - first < min_age_ns) continue;
       const CopyView c = j.table->copy(static_cast<uint16_t>(slot), shadow);
       if (!c.used) continue;
+      const uint8_t tree = j.leaf ? j.tree_state[copy_index(static_cast<uint16_t>(slot), shadow)]
+                                  : kTreeNone;
       const bool waiting_parent =
-          c.complete && j.leaf && j.tree_state[size_t{slot} * 2 + (shadow ? 1 : 0)] == kTreeForwarded;
+          c.complete && (tree == kTreeForwarded || tree == kTreeExpSent);
       if (c.complete && !waiting_parent) continue;
       StalledSlot s;
       s.waiting_parent = waiting_parent;
@@ -862,7 +946,7 @@ std::vector<StalledSlot> Engine::stalled_slots(JobId job, uint64_t now_ns, uint6
       for (uint32_t r = 0; r < j.nranks; ++r) {
         if (((c.bitmap[r / 64] >> (r % 64)) & 1) == 0) s.missing.push_back(j.rank_base + r);
       }
-      const size_t k = size_t{slot} * 2 + (shadow ? 1 : 0);
+      const size_t k = copy_index(static_cast<uint16_t>(slot), shadow);
       if (waiting_parent && j.pm_valid[k] != 0 && j.pm_seq[k] == c.seq) {
         // The root's last report, in global ranks: the ranks behind the other leaves it lacks.
         const int32_t* bits = j.pm.data() + k * (j.pm_words + wire::kTreeNoteWords);

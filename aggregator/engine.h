@@ -1,5 +1,5 @@
 // The aggregator's packet logic, shared by every I/O backend (kernel UDP now, DPDK later): decode
-// and validate, find the job, check its key, run the join barrier (HELLO/WELCOME) and the slot
+// and validate, find the job, verify its tag (issue 19; not yet: verify_tag), run the join barrier (HELLO/WELCOME) and the slot
 // table, and say what to send back. Pure logic: no sockets, no clock, no logging; one instance per
 // thread (lcore), so no locks.
 #pragma once
@@ -21,8 +21,9 @@ namespace ina::agg {
 
 // A job's place in a two-level aggregation tree (issue 5). kFlat: the aggregator serves every rank.
 // kLeaf: it serves global ranks [rank_base, rank_base + local_ranks), forwards each completed
-// slot copy's partial to its parent as a DATA packet from rank child_index, and multicasts the
-// parent's RESULT to its ranks. kRoot: an ordinary job whose ranks are the leaves (by child_index),
+// slot copy's partial to its parent as rank child_index (int32 and MIN/MAX: a DATA packet of the
+// reduced block; float SUM: a PARTIAL exponent request, then, with the root's exponent, PARTIAL
+// fixed-point words: WIRE.md), and multicasts the parent's RESULT to its ranks. kRoot: an ordinary job whose ranks are the leaves (by child_index),
 // so slots.world_size is the number of leaves; the engine treats it exactly like kFlat.
 enum class TreeRole : uint8_t { kFlat, kLeaf, kRoot };
 const char* tree_role_name(TreeRole r);
@@ -49,7 +50,7 @@ struct TreeConfig {
 
 struct JobConfig {
   JobId job = 1;
-  uint64_t key = 0;
+  uint64_t key = 0;  // the job's secret (issue 19 derives the tag's key from it; not on the wire)
   // world size (the job's global world, what HELLOs carry; for a root: the number of leaves),
   // slot count, block size
   SlotTableConfig slots;
@@ -83,8 +84,10 @@ struct JobCounters {
   bool parent_joined = false;  // the root has WELCOMEd this leaf's current incarnation
 };
 
-// What the backend must send after a packet. `hdr` plus `payload` (host order, `hdr.count` words)
-// describe the packet; payload points into the engine and is valid until the next on_packet().
+// What the backend must send after a packet. `hdr` plus `payload` (`payload_bytes()` bytes in wire
+// order: little-endian words) describe the packet; payload points into the engine and is valid
+// until the next on_packet(). The backend writes the header (wire::encode_header) and copies the
+// payload behind it; the tag (issue 19) is sealed there.
 struct Reply {
   enum class Target : uint8_t {
     kNone,      // send nothing
@@ -94,7 +97,9 @@ struct Reply {
   };
   Target target = Target::kNone;
   wire::Header hdr;
-  const int32_t* payload = nullptr;
+  const uint8_t* payload = nullptr;
+  size_t payload_bytes() const { return size_t{hdr.count} * wire::payload_width(hdr.flags, hdr.dtype); }
+  size_t packet_size() const { return wire::kHeaderSize + payload_bytes(); }
 };
 
 // Counters of one engine (one writer). Per-rank vectors are indexed by rank of the single job;
@@ -215,8 +220,9 @@ struct StalledSlot {
 struct EngineOptions {
   bool telemetry = true;   // lag histograms, lost time and stalled-slot times (timed on_packet)
   StragglerOptions straggler;  // the lost-time window and test (straggler.h)
-  // Benchmark only: skip the per-job key comparison, to measure what it costs. Never off in a
-  // served aggregator (the CLI has no switch for it).
+  // Benchmark only: skip the per-job tag verification, to measure what it costs. Never off in a
+  // served aggregator (the CLI has no switch for it). (The tag is issue 19's; until then nothing
+  // is verified.)
   bool check_key = true;
 };
 
@@ -296,6 +302,7 @@ class Engine {
   Reply handle_parent(Job& job, const wire::PacketView& pkt);
   Reply parent_hello(Job& job, bool retransmit);
   Reply forward_partial(Job& job, uint16_t slot, bool shadow, bool retransmit);
+  Reply exp_answer(const Job& job, const wire::Header& h, Reply::Target target, uint8_t extra_flags);
   Reply error_reply(const Job& job, const wire::PacketView& pkt, wire::ErrorReason reason,
                     std::span<const uint64_t> bitmap, uint32_t extra);
   Reply on_parent_missing(Job& job, const wire::PacketView& pkt);

@@ -135,7 +135,8 @@ int main(int argc, char** argv) {
   app.add_option("--slots", slots, "slots of the job (each with two copies)")
       ->check(CLI::Range(int64_t{1}, int64_t{ina::wire::kMaxSlot} + 1))
       ->capture_default_str();
-  app.add_option("--block-elems", block, "largest block (int32 elements per packet)")
+  app.add_option("--block-elems", block, "largest block, in 4-byte elements: a block is 4 x this many bytes (that many float32/int32 "
+                 "elements per packet, twice as many 16-bit ones)")
       ->check(CLI::Range(int64_t{1}, int64_t{16368}))
       ->capture_default_str();
   app.add_option("--job", job.job, "job id")
@@ -291,7 +292,7 @@ int main(int argc, char** argv) {
   (void)parse_key(key_text, &job.key);  // validated by the option's check
   job.slots.world_size = world;
   job.slots.num_slots = slots;
-  job.slots.max_elems = static_cast<uint16_t>(block);
+  job.slots.max_payload_bytes = block * 4;
   opts.gro = !no_gro;
   opts.gso = !no_gso;
   opts.stats_interval = std::chrono::milliseconds(stats_ms);
@@ -333,7 +334,7 @@ int main(int argc, char** argv) {
       agent.http_bind = "127.0.0.1";  // the HTTP endpoint is on the kernel's loopback
       if (managed) {
         d.slot_capacity = agent.slot_capacity;
-        d.max_block_elems = static_cast<uint16_t>(block);
+        d.max_payload_bytes = block * 4;
       }
       d.agent = agent;
       d.http_port_file = http_port_file;
@@ -371,7 +372,7 @@ int main(int argc, char** argv) {
   }
   if (managed) {
     opts.slot_capacity = agent.slot_capacity;
-    opts.max_block_elems = static_cast<uint16_t>(block);
+    opts.max_payload_bytes = block * 4;
   }
 #endif
   if (check_config) {

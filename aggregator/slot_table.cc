@@ -1,8 +1,11 @@
 // The slot table: see slot_table.h for the round semantics.
 //
-// Layout: copy k (k = slot * 2 + shadow) owns acc_[k * max_elems, +max_elems) and
-// bitmaps_[k * bitmap_words_, +bitmap_words_). Everything is allocated once in create(); on_data()
-// touches only the one copy its packet names, so it never allocates, locks or logs.
+// Layout: copy k (k = copy_index(slot, shadow)) owns acc_[k * max_elems_, +max_elems_),
+// result_[k * max_payload_bytes, +max_payload_bytes), raw_[k * world * max_payload_bytes, +world *
+// max_payload_bytes) (rank r's words at r * max_payload_bytes) and bitmaps_[k * bitmap_words_,
+// +bitmap_words_). Everything is allocated once in create(); on_data() touches only the one copy
+// its packet names, so it never allocates, locks or logs. The reductions are the block codec's
+// (protocol/codec.h).
 #include "aggregator/slot_table.h"
 
 #include <algorithm>
@@ -10,180 +13,35 @@
 #include <new>
 #include <string>
 
-#include "ina/protocol/vec.h"
+#include "ina/protocol/codec.h"
 
 namespace ina::agg {
 
 struct SlotTable::Copy {
   BlockSeq seq = 0;
   uint32_t contributors = 0;
+  uint32_t elems = 0;
+  uint32_t coll = 0;
   uint16_t count = 0;
+  uint16_t root = wire::kNoRoot;
   DType dtype = DType::kInt32;
   ReduceOp op = ReduceOp::kSum;
+  CopyMode mode = CopyMode::kReduce;
   int16_t exp = kNoExponent;
-  int16_t next_exp = kNoExponent;
+  int16_t answer_exp = kNoExponent;
   bool used = false;
   bool complete = false;
   bool nonfinite = false;
+  bool partial_ready = false;
 };
 
 namespace {
 
 // Limits of the configuration (SlotTableConfig's comments; the wire's 15-bit slot index).
 constexpr uint32_t kMaxSlots = uint32_t{wire::kMaxSlot} + 1;
-constexpr uint32_t kMaxElems = 16384;
+constexpr uint32_t kMaxPayload = 16384;
 constexpr uint32_t kMaxWorld = 65535;
-
-// Payload reduction over big-endian words.
-//
-// GCC 12 at -O2 does not vectorize a loop over __builtin_bswap32 (baseline x86-64 has no byte
-// shuffle, and the cheap cost model refuses loops that need an epilogue), so the bulk is written
-// with GCC/Clang vector extensions: kBytes / 4 words at a time, byte swap as one constant byte
-// permutation where the target has a byte shuffle (pshufb with SSSE3, as in builds with DPDK's
-// -march=corei7; vpshufb with AVX2; NEON), else by shifts and masks (plain SSE2), then a scalar
-// tail. memcpy keeps the unaligned loads and stores well defined.
-//
-// Each loop is an always-inlined template (vector types and byte swap: ina/protocol/vec.h),
-// instantiated once for the build's target (16-byte vectors) and, on x86, once more inside an AVX2
-// function (32-byte vectors, twice the words per instruction) and, in builds for baseline x86, an
-// SSSE3 one; the table chooses once when it is created (the CPU's AVX2 and SSSE3 bits).
-using vec::kTargetShuffle;
-using vec::load_be;
-using vec::Vec;
-
-inline uint32_t load_be1(const uint8_t* p) { return wire::get_u32(p); }
-
-// acc = payload (the round's first contribution).
-template <size_t kBytes, bool kShuffle>
-[[gnu::always_inline]] inline void copy_impl(int32_t* __restrict acc,
-                                             const uint8_t* __restrict src, size_t n) {
-  constexpr size_t L = Vec<kBytes>::kLanes;
-  size_t i = 0;
-  for (; i + L <= n; i += L) {
-    typename Vec<kBytes>::U32 v;
-    load_be<kBytes, kShuffle>(src + i * wire::kElemSize, v);
-    std::memcpy(acc + i, &v, sizeof v);
-  }
-  for (; i < n; ++i) acc[i] = static_cast<int32_t>(load_be1(src + i * wire::kElemSize));
-}
-
-// acc += payload, wrapping modulo 2^32 (done in uint32: signed overflow would be UB).
-template <size_t kBytes, bool kShuffle>
-[[gnu::always_inline]] inline void add_impl(int32_t* __restrict acc,
-                                            const uint8_t* __restrict src, size_t n) {
-  constexpr size_t L = Vec<kBytes>::kLanes;
-  size_t i = 0;
-  for (; i + L <= n; i += L) {
-    typename Vec<kBytes>::U32 a, v;
-    std::memcpy(&a, acc + i, sizeof a);
-    load_be<kBytes, kShuffle>(src + i * wire::kElemSize, v);
-    a += v;
-    std::memcpy(acc + i, &a, sizeof a);
-  }
-  for (; i < n; ++i) {
-    acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) +
-                                  load_be1(src + i * wire::kElemSize));
-  }
-}
-
-// acc = min(acc, payload) or max(acc, payload), as signed int32 (the quantizer maps floats to
-// int32 by an order-preserving bijection, so this is also MIN/MAX of floats).
-template <size_t kBytes, bool kShuffle, bool kMax>
-[[gnu::always_inline]] inline void minmax_impl(int32_t* __restrict acc,
-                                               const uint8_t* __restrict src, size_t n) {
-  using I = typename Vec<kBytes>::I32;
-  constexpr size_t L = Vec<kBytes>::kLanes;
-  size_t i = 0;
-  for (; i + L <= n; i += L) {
-    I a;
-    std::memcpy(&a, acc + i, sizeof a);
-    typename Vec<kBytes>::U32 w;
-    load_be<kBytes, kShuffle>(src + i * wire::kElemSize, w);
-    const I v = reinterpret_cast<I>(w);
-    I take_v;  // lanes: -1 where v wins, else 0
-    if constexpr (kMax) {
-      take_v = v > a;
-    } else {
-      take_v = v < a;
-    }
-    a = (v & take_v) | (a & ~take_v);
-    std::memcpy(acc + i, &a, sizeof a);
-  }
-  for (; i < n; ++i) {
-    const int32_t v = static_cast<int32_t>(load_be1(src + i * wire::kElemSize));
-    acc[i] = kMax ? std::max(acc[i], v) : std::min(acc[i], v);
-  }
-}
-
-}  // namespace
-
-// One set of loops: the first contribution, SUM, MIN, MAX.
-struct SlotTable::Kernels {
-  void (*copy)(int32_t*, const uint8_t*, size_t);
-  void (*add)(int32_t*, const uint8_t*, size_t);
-  void (*min)(int32_t*, const uint8_t*, size_t);
-  void (*max)(int32_t*, const uint8_t*, size_t);
-};
-
-namespace {
-using Kernels = SlotTable::Kernels;
-
-void copy_base(int32_t* a, const uint8_t* s, size_t n) { copy_impl<16, kTargetShuffle>(a, s, n); }
-void add_base(int32_t* a, const uint8_t* s, size_t n) { add_impl<16, kTargetShuffle>(a, s, n); }
-void min_base(int32_t* a, const uint8_t* s, size_t n) {
-  minmax_impl<16, kTargetShuffle, false>(a, s, n);
-}
-void max_base(int32_t* a, const uint8_t* s, size_t n) {
-  minmax_impl<16, kTargetShuffle, true>(a, s, n);
-}
-constexpr Kernels kBaseKernels{copy_base, add_base, min_base, max_base};
-
-#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
-[[gnu::target("avx2,tune=haswell")]] void copy_avx2(int32_t* a, const uint8_t* s, size_t n) {
-  copy_impl<32, true>(a, s, n);
-}
-[[gnu::target("avx2,tune=haswell")]] void add_avx2(int32_t* a, const uint8_t* s, size_t n) {
-  add_impl<32, true>(a, s, n);
-}
-[[gnu::target("avx2,tune=haswell")]] void min_avx2(int32_t* a, const uint8_t* s, size_t n) {
-  minmax_impl<32, true, false>(a, s, n);
-}
-[[gnu::target("avx2,tune=haswell")]] void max_avx2(int32_t* a, const uint8_t* s, size_t n) {
-  minmax_impl<32, true, true>(a, s, n);
-}
-constexpr Kernels kAvx2Kernels{copy_avx2, add_avx2, min_avx2, max_avx2};
-#if !defined(__SSSE3__)
-// Built for baseline x86 (without DPDK's -march=corei7): the 16-byte loops with pshufb too, for
-// CPUs with SSSE3 but not AVX2, instead of the shift-and-mask byte swap.
-#define INA_SLOT_TABLE_SSSE3_DISPATCH 1
-[[gnu::target("ssse3")]] void copy_ssse3(int32_t* a, const uint8_t* s, size_t n) {
-  copy_impl<16, true>(a, s, n);
-}
-[[gnu::target("ssse3")]] void add_ssse3(int32_t* a, const uint8_t* s, size_t n) {
-  add_impl<16, true>(a, s, n);
-}
-[[gnu::target("ssse3")]] void min_ssse3(int32_t* a, const uint8_t* s, size_t n) {
-  minmax_impl<16, true, false>(a, s, n);
-}
-[[gnu::target("ssse3")]] void max_ssse3(int32_t* a, const uint8_t* s, size_t n) {
-  minmax_impl<16, true, true>(a, s, n);
-}
-constexpr Kernels kSsse3Kernels{copy_ssse3, add_ssse3, min_ssse3, max_ssse3};
-#endif
-#endif
-
-const Kernels& kernels(bool wide) {
-#ifdef __GNUC__
-#if defined(__x86_64__) || defined(__i386__)
-  if (wide && __builtin_cpu_supports("avx2")) return kAvx2Kernels;
-#ifdef INA_SLOT_TABLE_SSSE3_DISPATCH
-  if (__builtin_cpu_supports("ssse3")) return kSsse3Kernels;
-#endif
-#endif
-#endif
-  (void)wide;
-  return kBaseKernels;
-}
+constexpr uint32_t kMinWidth = 1;  // the narrowest element (float8): sizes the accumulators
 
 std::string range_error(const char* field, uint32_t lo, uint32_t hi, uint64_t got) {
   return std::string("slot table: ") + field + " must be in " + std::to_string(lo) + ".." +
@@ -196,6 +54,8 @@ const char* verdict_name(Verdict v) {
   switch (v) {
     case Verdict::kAdded: return "added";
     case Verdict::kCompleted: return "completed";
+    case Verdict::kExpCompleted: return "exp_completed";
+    case Verdict::kResendExp: return "resend_exp";
     case Verdict::kResendResult: return "resend_result";
     case Verdict::kDuplicate: return "duplicate";
     case Verdict::kReportMissing: return "report_missing";
@@ -213,31 +73,44 @@ Result<std::unique_ptr<SlotTable>> SlotTable::create(const SlotTableConfig& cfg)
   if (cfg.num_slots < 1 || cfg.num_slots > kMaxSlots) {
     return invalid_argument(range_error("num_slots", 1, kMaxSlots, cfg.num_slots));
   }
-  if (cfg.max_elems < 1 || cfg.max_elems > kMaxElems) {
-    return invalid_argument(range_error("max_elems", 1, kMaxElems, cfg.max_elems));
+  if (cfg.max_payload_bytes < 4 || cfg.max_payload_bytes > kMaxPayload ||
+      cfg.max_payload_bytes % 4 != 0) {
+    return invalid_argument(range_error("max_payload_bytes", 4, kMaxPayload,
+                                        cfg.max_payload_bytes) +
+                            " (bytes of a block, a multiple of 4)");
   }
   if (cfg.world_size < 1 || cfg.world_size > kMaxWorld) {
     return invalid_argument(range_error("world_size", 1, kMaxWorld, cfg.world_size));
   }
-  // The largest table (32768 slots x 16384 elements) is 4 GiB of accumulators: an allocation
-  // failure is a configuration the machine cannot hold, reported as such, not a crash.
+  if (cfg.quant_world > kMaxWorld) {
+    return invalid_argument(range_error("quant_world", 0, kMaxWorld, cfg.quant_world));
+  }
+  // Float SUM keeps every rank's words of a round: slots x 2 x world x max_payload_bytes. An
+  // allocation failure is a configuration the machine cannot hold, reported as such, not a crash.
   try {
     return std::unique_ptr<SlotTable>(new SlotTable(cfg));
   } catch (const std::bad_alloc&) {
-    const uint64_t bytes = uint64_t{cfg.num_slots} * 2 * cfg.max_elems * sizeof(int32_t);
+    const uint64_t copies = uint64_t{cfg.num_slots} * 2;
+    const uint64_t bytes = copies * cfg.max_payload_bytes *
+                           (uint64_t{cfg.world_size} + 1 + 8 / kMinWidth);
     return resource_exhausted("slot table: cannot allocate " + std::to_string(bytes) +
-                              " bytes of accumulators (num_slots " +
-                              std::to_string(cfg.num_slots) + ", max_elems " +
-                              std::to_string(cfg.max_elems) + ")");
+                              " bytes (num_slots " + std::to_string(cfg.num_slots) +
+                              " x 2 copies x max_payload_bytes " +
+                              std::to_string(cfg.max_payload_bytes) + " x (world_size " +
+                              std::to_string(cfg.world_size) +
+                              " for float SUM's raw words + result + accumulators))");
   }
 }
 
 SlotTable::SlotTable(const SlotTableConfig& cfg)
     : cfg_(cfg),
-      kernels_(&kernels(cfg.wide_vectors)),
+      quant_world_(cfg.quant_world != 0 ? cfg.quant_world : cfg.world_size),
+      max_elems_(cfg.max_payload_bytes / kMinWidth),
       bitmap_words_((cfg.world_size + 63) / 64),
       copies_(size_t{cfg.num_slots} * 2),
-      acc_(size_t{cfg.num_slots} * 2 * cfg.max_elems),
+      acc_(size_t{cfg.num_slots} * 2 * max_elems_),
+      result_(size_t{cfg.num_slots} * 2 * cfg.max_payload_bytes),
+      raw_(size_t{cfg.num_slots} * 2 * cfg.world_size * cfg.max_payload_bytes),
       bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_) {}
 
 SlotTable::~SlotTable() = default;
@@ -247,16 +120,65 @@ void SlotTable::reset() {
   std::fill(bitmaps_.begin(), bitmaps_.end(), uint64_t{0});
 }
 
+// The round of copy k is complete: its result in the user's type (or, deferred at a leaf, the
+// raw words wait for the root's exponent).
+void SlotTable::finish(size_t k) {
+  Copy& c = copies_[k];
+  int64_t* acc = acc_.data() + k * max_elems_;
+  uint8_t* out = result_.data() + k * cfg_.max_payload_bytes;
+  const bool is_float = c.dtype != DType::kInt32;
+  if (c.nonfinite && is_float) {
+    codec::fill_nan(out, c.count, c.dtype);
+    return;
+  }
+  switch (c.mode) {
+    case CopyMode::kReduce:
+      if (c.op == ReduceOp::kSum) {
+        codec::from_sum_int32(acc, c.count, out);
+      } else {
+        codec::from_keys(acc, c.count, c.dtype, out);
+      }
+      return;
+    case CopyMode::kRaw: {
+      if (cfg_.defer_float_sum) return;
+      std::fill_n(acc, c.count, int64_t{0});
+      const uint8_t* raw = raw_.data() + k * cfg_.world_size * cfg_.max_payload_bytes;
+      for (uint32_t r = 0; r < cfg_.world_size; ++r) {
+        codec::quantize_add(raw + size_t{r} * cfg_.max_payload_bytes, c.count, c.dtype, c.exp,
+                            quant_world_, acc);
+      }
+      codec::dequantize(acc, c.count, c.dtype,
+                        codec::scale_exponent(c.dtype, c.exp, quant_world_), out);
+      return;
+    }
+    case CopyMode::kExp:
+      c.answer_exp = c.exp;
+      return;
+    case CopyMode::kPartial:
+      codec::dequantize(acc, c.count, c.dtype, c.exp == kNoExponent ? codec::kNoScale : c.exp,
+                        out);
+      return;
+  }
+}
+
 Verdict SlotTable::on_data(const wire::PacketView& pkt) {
   const wire::Header& h = pkt.hdr;
   if (h.slot >= cfg_.num_slots) [[unlikely]] return Verdict::kBadSlot;
   if (h.rank >= cfg_.world_size) [[unlikely]] return Verdict::kBadRank;
-  if (h.count > cfg_.max_elems) [[unlikely]] return Verdict::kTooLarge;
+  const bool partial = h.has(wire::kFlagPartial);
+  // A block of the user's type fits max_payload_bytes; PARTIAL words are wider, their count is
+  // still at most a block's elements.
+  if (size_t{h.count} * dtype_size(h.dtype) > cfg_.max_payload_bytes) [[unlikely]] {
+    return Verdict::kTooLarge;
+  }
+  const CopyMode mode = partial ? (h.count == 0 ? CopyMode::kExp : CopyMode::kPartial)
+                        : codec::needs_exponent(h.dtype, h.op) ? CopyMode::kRaw
+                                                               : CopyMode::kReduce;
 
-  const size_t k = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
+  const size_t k = copy_index(h.slot, h.shadow);
   Copy& c = copies_[k];
   uint64_t* bitmap = bitmaps_.data() + k * bitmap_words_;
-  int32_t* acc = acc_.data() + k * cfg_.max_elems;
+  int64_t* acc = acc_.data() + k * max_elems_;
 
   if (c.used) {
     // Serial-number arithmetic: the sequence wraps after 2^32 blocks, and a copy is reused every
@@ -270,60 +192,129 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt) {
     c.used = true;
     c.seq = h.seq;
     std::fill_n(bitmap, bitmap_words_, uint64_t{0});
+  } else if (c.mode == CopyMode::kExp && mode == CopyMode::kPartial && c.complete) {
+    // Root: the first leaf's words after the exponent round: the words stage of the same round
+    // (the exponent and the non-finite mark stay).
+    c.contributors = 0;
+    c.complete = false;
+    c.mode = CopyMode::kPartial;
+    c.count = h.count;
+    c.exp = h.exp;
+    std::fill_n(bitmap, bitmap_words_, uint64_t{0});
+    std::fill_n(acc, h.count, int64_t{0});
+  } else if (mode == CopyMode::kExp && c.mode == CopyMode::kPartial) {
+    return Verdict::kResendExp;  // a leaf that lost the answer asks again
   }
 
   const uint64_t bit = uint64_t{1} << (h.rank % 64);
   uint64_t& word = bitmap[h.rank / 64];
   if ((word & bit) != 0) {
-    if (c.complete) return Verdict::kResendResult;
+    if (c.complete) return c.mode == CopyMode::kExp ? Verdict::kResendExp : Verdict::kResendResult;
     return h.has(wire::kFlagRetransmit) ? Verdict::kReportMissing : Verdict::kDuplicate;
   }
 
-  if (c.contributors == 0) {
-    // The round's first contributor defines its shape and starts the accumulator.
+  if (c.contributors == 0 && c.mode != CopyMode::kPartial) {
+    // Words without the exponent round before them: a broken or confused leaf.
+    if (mode == CopyMode::kPartial) return Verdict::kMismatch;
+    // The round's first contributor defines its shape.
     c.count = h.count;
     c.dtype = h.dtype;
     c.op = h.op;
-    c.exp = h.exp;
-    kernels_->copy(acc, pkt.payload, h.count);
-  } else {
-    if (h.count != c.count || h.dtype != c.dtype || h.op != c.op || h.exp != c.exp) {
-      return Verdict::kMismatch;
+    c.elems = h.elems;
+    c.coll = h.coll;
+    c.root = h.root;
+    c.mode = mode;
+    c.exp = kNoExponent;
+    if (mode == CopyMode::kReduce) {
+      const int64_t init = h.op == ReduceOp::kMin ? INT64_MAX
+                           : h.op == ReduceOp::kMax ? INT64_MIN
+                                                    : 0;
+      std::fill_n(acc, h.count, init);
     }
-    switch (c.op) {
-      case ReduceOp::kSum: kernels_->add(acc, pkt.payload, h.count); break;
-      case ReduceOp::kMin: kernels_->min(acc, pkt.payload, h.count); break;
-      case ReduceOp::kMax: kernels_->max(acc, pkt.payload, h.count); break;
+  } else if (h.count != c.count || h.dtype != c.dtype || h.op != c.op || h.elems != c.elems ||
+             h.root != c.root || mode != c.mode ||
+             (mode == CopyMode::kPartial && h.exp != c.exp)) {
+    return Verdict::kMismatch;
+  }
+
+  const uint8_t* src = pkt.payload;
+  switch (mode) {
+    case CopyMode::kReduce:
+      if (c.dtype != DType::kInt32) {
+        c.nonfinite = c.nonfinite || codec::scan(src, h.count, c.dtype, c.op).nonfinite;
+      }
+      if (c.op == ReduceOp::kSum) {
+        codec::add_int32(src, h.count, acc);
+      } else {
+        codec::keys_minmax(src, h.count, c.dtype, c.op, acc);
+      }
+      break;
+    case CopyMode::kRaw: {
+      const codec::Scan s = codec::scan(src, h.count, c.dtype, c.op);
+      c.exp = codec::max_exponent(c.exp, s.exp);
+      c.nonfinite = c.nonfinite || s.nonfinite;
+      std::memcpy(raw_.data() + (k * cfg_.world_size + h.rank) * cfg_.max_payload_bytes, src,
+                  pkt.payload_bytes);
+      break;
     }
+    case CopyMode::kExp:
+      c.exp = codec::max_exponent(c.exp, h.exp);
+      break;
+    case CopyMode::kPartial:
+      codec::add_acc(src, h.count, c.dtype, acc);
+      break;
   }
   word |= bit;
-  c.next_exp = std::max(c.next_exp, h.next_exp);  // kNoExponent (INT16_MIN) is the identity
   c.nonfinite = c.nonfinite || h.has(wire::kFlagNonFinite);
   if (++c.contributors == cfg_.world_size) {
     c.complete = true;
-    return Verdict::kCompleted;
+    finish(k);
+    return c.mode == CopyMode::kExp ? Verdict::kExpCompleted : Verdict::kCompleted;
   }
   return Verdict::kAdded;
+}
+
+bool SlotTable::quantize_partial(uint16_t slot, bool shadow, BlockSeq seq, int16_t exp,
+                                 bool nonfinite) {
+  if (slot >= cfg_.num_slots) return false;
+  const size_t k = copy_index(slot, shadow);
+  Copy& c = copies_[k];
+  if (!c.used || !c.complete || c.seq != seq || c.mode != CopyMode::kRaw) return false;
+  if (c.partial_ready) return true;
+  int64_t* acc = acc_.data() + k * max_elems_;
+  std::fill_n(acc, c.count, int64_t{0});
+  const uint8_t* raw = raw_.data() + k * cfg_.world_size * cfg_.max_payload_bytes;
+  for (uint32_t r = 0; r < cfg_.world_size; ++r) {
+    codec::quantize_add(raw + size_t{r} * cfg_.max_payload_bytes, c.count, c.dtype, exp,
+                        quant_world_, acc);
+  }
+  // The words replace the accumulators in place (a word is never wider than an int64, and
+  // word i is written after accumulator i was read).
+  uint8_t* words = reinterpret_cast<uint8_t*>(acc);
+  if (wire::acc_bytes(c.dtype) != sizeof(int64_t)) codec::store_acc(acc, c.count, c.dtype, words);
+  c.answer_exp = exp;
+  c.nonfinite = c.nonfinite || nonfinite;
+  c.partial_ready = true;
+  return true;
 }
 
 bool SlotTable::store_result(const wire::PacketView& pkt) {
   const wire::Header& h = pkt.hdr;
   if (h.slot >= cfg_.num_slots) return false;
-  const size_t k = size_t{h.slot} * 2 + (h.shadow ? 1 : 0);
+  const size_t k = copy_index(h.slot, h.shadow);
   Copy& c = copies_[k];
   if (!c.used || !c.complete || c.seq != h.seq || c.count != h.count || c.dtype != h.dtype ||
-      c.op != h.op || c.exp != h.exp) {
+      c.op != h.op || pkt.payload_bytes != size_t{h.count} * dtype_size(h.dtype)) {
     return false;
   }
-  kernels_->copy(acc_.data() + k * cfg_.max_elems, pkt.payload, h.count);
-  c.next_exp = h.next_exp;
+  std::memcpy(result_.data() + k * cfg_.max_payload_bytes, pkt.payload, pkt.payload_bytes);
   c.nonfinite = h.has(wire::kFlagNonFinite);
   return true;
 }
 
 uint32_t SlotTable::contributors(uint16_t slot, bool shadow) const {
   if (slot >= cfg_.num_slots) return 0;
-  return copies_[size_t{slot} * 2 + (shadow ? 1 : 0)].contributors;
+  return copies_[copy_index(slot, shadow)].contributors;
 }
 
 CopyView SlotTable::copy(uint16_t slot, bool shadow) const {
@@ -331,7 +322,7 @@ CopyView SlotTable::copy(uint16_t slot, bool shadow) const {
   v.slot = slot;
   v.shadow = shadow;
   if (slot >= cfg_.num_slots) return v;
-  const size_t k = size_t{slot} * 2 + (shadow ? 1 : 0);
+  const size_t k = copy_index(slot, shadow);
   const Copy& c = copies_[k];
   v.used = c.used;
   v.complete = c.complete;
@@ -339,11 +330,17 @@ CopyView SlotTable::copy(uint16_t slot, bool shadow) const {
   v.count = c.count;
   v.dtype = c.dtype;
   v.op = c.op;
+  v.elems = c.elems;
+  v.coll = c.coll;
+  v.root = c.root;
+  v.mode = c.mode;
   v.exp = c.exp;
-  v.next_exp = c.next_exp;
+  v.answer_exp = c.answer_exp;
   v.nonfinite = c.nonfinite;
+  v.partial_ready = c.partial_ready;
   v.contributors = c.contributors;
-  v.data = acc_.data() + k * cfg_.max_elems;
+  v.result = result_.data() + k * cfg_.max_payload_bytes;
+  v.partial = reinterpret_cast<const uint8_t*>(acc_.data() + k * max_elems_);
   v.bitmap = std::span<const uint64_t>(bitmaps_.data() + k * bitmap_words_, bitmap_words_);
   return v;
 }

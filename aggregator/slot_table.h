@@ -19,7 +19,16 @@
 //     incomplete older round (its collective was abandoned after a deadline);
 //   * older sequence: a stale duplicate delayed past its round; dropped. (SwitchML, which has no
 //     sequence, would add such a packet to the next round.)
-// Integer addition is associative, so the result is bitwise identical whatever the arrival order.
+// How a round reduces (wire v2, protocol/QUANTIZATION.md): int32 SUM and MIN/MAX as the
+// contributions arrive, in an int64 accumulator per element (MIN/MAX of floats through the
+// codec's order-preserving keys); a float SUM keeps every rank's raw words and block exponent and,
+// when the round completes, quantizes them all with E = MAX, adds them in integers and converts
+// the sum to the user's type once (codec.h). The result is kept in the user's width for RESULT.
+// Aggregation trees: a leaf table (defer_float_sum) stops a float SUM round at its exponent and
+// quantizes with the root's E on request (quantize_partial); a root table collects the leaves'
+// PARTIAL exponent requests in a round and then, in the same copy, their PARTIAL words.
+// Integer addition is associative and E is a MAX, so results are bitwise identical whatever the
+// arrival order, loss or duplication.
 #pragma once
 
 #include <cstddef>
@@ -34,13 +43,23 @@
 
 namespace ina::agg {
 
+// The copy index of (slot, shadow copy): copy 2 * slot + shadow. Every per-copy array of the
+// table and of the engine is indexed by it.
+inline constexpr size_t copy_index(uint16_t slot, bool shadow) {
+  return size_t{slot} * 2 + (shadow ? 1 : 0);
+}
+
 struct SlotTableConfig {
   uint32_t num_slots = 512;    // per job; at most wire::kMaxSlot + 1
-  uint16_t max_elems = 256;    // largest block (elements per packet)
-  uint32_t world_size = 1;     // 1 .. 65535
-  // The payload loops: AVX2 (32-byte vectors) where the CPU has it, else 16-byte vectors (with
-  // SSSE3's byte shuffle where the CPU has it). False keeps the 16-byte loops (tests compare both).
-  bool wide_vectors = true;
+  // The block in bytes (DATA/RESULT payload): max_payload_bytes / width elements per block.
+  uint32_t max_payload_bytes = wire::kDefaultPayloadBytes;  // 4 .. 16384, a multiple of 4
+  uint32_t world_size = 1;     // contributors per round, 1 .. 65535
+  // Tree leaf: a completed float SUM round waits for the root's exponent (quantize_partial)
+  // instead of being converted.
+  bool defer_float_sum = false;
+  // The N of B = magnitude_bits(dtype, N) for float SUM (a leaf: the job's global world, whose
+  // every rank the root's sum includes). 0: world_size.
+  uint32_t quant_world = 0;
 
   bool operator==(const SlotTableConfig&) const = default;
 };
@@ -48,17 +67,27 @@ struct SlotTableConfig {
 enum class Verdict : uint8_t {
   kAdded,          // contribution added; nothing to send
   kCompleted,      // this contribution completed the copy: send the result to every rank
+  kExpCompleted,   // root: the leaves' exponent requests are all in: answer every leaf
+  kResendExp,      // root: a leaf's request for an answered exponent: answer the sender
   kResendResult,   // duplicate of a completed copy: send the result to the sender
   kDuplicate,      // duplicate of an incomplete copy: nothing to send
   kReportMissing,  // retransmission to an incomplete copy: send the bitmap to the sender
   kStale,          // older round than the copy holds: dropped
-  kMismatch,       // disagrees with its round (count, dtype, op, exponent): dropped
+  kMismatch,       // disagrees with its round (count, dtype, op, elems, root, kind): dropped
   kBadSlot,        // slot index beyond the table: dropped
   kBadRank,        // rank >= world size: dropped
-  kTooLarge,       // count > max_elems: dropped
+  kTooLarge,       // payload beyond the job's block: dropped
   kCount_,
 };
 const char* verdict_name(Verdict v);
+
+// What a copy's round collects (from its first contribution).
+enum class CopyMode : uint8_t {
+  kReduce,   // int32 SUM, MIN/MAX: reduced as the contributions arrive
+  kRaw,      // float SUM: every rank's words kept until the round completes
+  kExp,      // root: the leaves' PARTIAL exponent requests
+  kPartial,  // root: the leaves' PARTIAL fixed-point words (after kExp, same copy)
+};
 
 // A view of one copy's state, valid until the next mutating call.
 struct CopyView {
@@ -70,12 +99,22 @@ struct CopyView {
   uint16_t count = 0;
   DType dtype = DType::kInt32;
   ReduceOp op = ReduceOp::kSum;
+  uint32_t elems = 0;
+  uint32_t coll = 0;  // the first contributor's (not compared)
+  uint16_t root = wire::kNoRoot;
+  CopyMode mode = CopyMode::kReduce;
+  // kRaw: MAX of the ranks' block exponents; kExp: MAX of the leaves' requests; kPartial: the
+  // words' scale exponent (E - B, from the packets).
   int16_t exp = kNoExponent;
-  int16_t next_exp = kNoExponent;   // MAX over contributors
-  bool nonfinite = false;           // OR over contributors
+  int16_t answer_exp = kNoExponent;  // root: the E it answered (kExp complete, kPartial)
+  bool nonfinite = false;            // OR over contributors (and, kPartial, the exponent round)
+  bool partial_ready = false;        // leaf: quantize_partial() ran for this round
   uint32_t contributors = 0;
-  const int32_t* data = nullptr;               // `count` reduced values, host order
-  std::span<const uint64_t> bitmap;            // contributor bitmap, bit r = rank r
+  // Complete copy: `count` elements of the user's type (little-endian, what RESULT carries).
+  const uint8_t* result = nullptr;
+  // Leaf, after quantize_partial: `count` words of wire::acc_bytes(dtype) bytes.
+  const uint8_t* partial = nullptr;
+  std::span<const uint64_t> bitmap;  // contributor bitmap, bit r = rank r
 };
 
 class SlotTable {
@@ -83,14 +122,18 @@ class SlotTable {
   static Result<std::unique_ptr<SlotTable>> create(const SlotTableConfig& cfg);
   ~SlotTable();  // out of line: Copy is complete only in slot_table.cc
 
-  // Processes a DATA packet already validated by wire::decode (any flags but RESULT/HELLO/ERROR).
+  // Processes a DATA or PARTIAL packet already validated by wire::decode (RESULT, HELLO and
+  // ERROR are the engine's business).
   Verdict on_data(const wire::PacketView& pkt);
 
   CopyView copy(uint16_t slot, bool shadow) const;
-  // Aggregation trees: replaces the reduced values of a complete copy with the final result its
-  // parent aggregator sent (same round: seq, count, dtype, op and exponent), with the parent's
-  // next-exponent and non-finite marks. False, and nothing changed, when the copy is not complete
-  // or the packet is not for its round.
+  // Tree leaf: quantizes a complete, deferred float SUM round (kRaw) with the root's exponent
+  // `exp` (and its non-finite mark) into PARTIAL words (CopyView::partial). False, and nothing
+  // changed, when the copy is not such a round of sequence `seq`.
+  bool quantize_partial(uint16_t slot, bool shadow, BlockSeq seq, int16_t exp, bool nonfinite);
+  // Aggregation trees: replaces the result of a complete copy with the final result its parent
+  // aggregator sent (same round: seq, count, dtype and op), with the parent's non-finite mark.
+  // False, and nothing changed, when the copy is not complete or the packet is not for its round.
   bool store_result(const wire::PacketView& result);
   // Contributors of a copy's current round (0 for a slot beyond the table); cheap.
   uint32_t contributors(uint16_t slot, bool shadow) const;
@@ -103,14 +146,16 @@ class SlotTable {
  private:
   explicit SlotTable(const SlotTableConfig& cfg);
   struct Copy;
- public:
-  struct Kernels;  // the payload loops chosen for this CPU (slot_table.cc)
- private:
+  void finish(size_t k);
+
   SlotTableConfig cfg_;
-  const Kernels* kernels_ = nullptr;
+  uint32_t quant_world_ = 1;
+  uint32_t max_elems_ = 0;             // elements of the narrowest type per block
   uint32_t bitmap_words_ = 0;          // uint64 words per bitmap
-  std::vector<Copy> copies_;           // 2 per slot: index slot*2 + shadow
-  std::vector<int32_t> acc_;           // accumulators, max_elems per copy
+  std::vector<Copy> copies_;           // 2 per slot: copy_index(slot, shadow)
+  std::vector<int64_t> acc_;           // accumulators, max_elems_ per copy
+  std::vector<uint8_t> result_;        // max_payload_bytes per copy
+  std::vector<uint8_t> raw_;           // float SUM: world_size * max_payload_bytes per copy
   std::vector<uint64_t> bitmaps_;      // bitmap_words_ per copy
 };
 

@@ -271,11 +271,12 @@ void UdpAggregator::Impl::enqueue(const Reply& r, const sockaddr_in& src) {
     }
     dest = &it->second;
   }
-  const size_t len = wire::packet_size(r.hdr.count);
+  const size_t len = r.packet_size();
   if (pending.size() == pending_cap || arena_used + len > arena.size()) flush();
   uint8_t* out = arena.data() + arena_used;
   wire::encode_header(r.hdr, out);
-  wire::store_payload(out + wire::kHeaderSize, r.payload, r.hdr.count);
+  if (r.payload != nullptr) std::memcpy(out + wire::kHeaderSize, r.payload, r.payload_bytes());
+  // Issue 19 seals the tag over out[0, len) here (aggregator send).
   Pending p;
   p.multicast = r.target == Reply::Target::kAllRanks;
   p.job = r.hdr.job;
@@ -425,12 +426,12 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
   if (!(opts.dup_percent >= 0 && opts.dup_percent <= 100)) {
     return invalid_argument("udp: dup_percent must be in 0..100");
   }
-  if (jobs.empty() && opts.max_block_elems == 0) {
-    return invalid_argument("udp: at least one job is required (or max_block_elems for jobs "
+  if (jobs.empty() && opts.max_payload_bytes == 0) {
+    return invalid_argument("udp: at least one job is required (or max_payload_bytes for jobs "
                             "added at run time)");
   }
-  if (wire::packet_size(opts.max_block_elems) > kMaxUdpPayload) {
-    return invalid_argument("udp: max_block_elems " + std::to_string(opts.max_block_elems) +
+  if (wire::max_packet_size(opts.max_payload_bytes) > kMaxUdpPayload) {
+    return invalid_argument("udp: max_payload_bytes " + std::to_string(opts.max_payload_bytes) +
                             " exceeds what one UDP datagram carries");
   }
 
@@ -441,20 +442,15 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
   a->engine_ = std::make_unique<Engine>(eo);
   a->engine_->set_slot_capacity(opts.slot_capacity);
   // Runtime jobs: bitmaps of up to 65535 ranks in control replies.
-  size_t max_packet = std::max(wire::packet_size(2),
-                               opts.max_block_elems == 0
-                                   ? size_t{0}
-                                   : std::max(wire::packet_size(opts.max_block_elems),
-                                              wire::packet_size(1 + 65535 / 32 + 1)));
+  size_t max_packet = opts.max_payload_bytes == 0 ? wire::control_packet_size(2)
+                                                  : wire::max_packet_size(opts.max_payload_bytes);
   for (const JobConfig& j : jobs) {
-    const size_t pkt = wire::packet_size(j.slots.max_elems);
+    const size_t pkt = wire::max_packet_size(j.slots.max_payload_bytes);
     if (pkt > kMaxUdpPayload) {
-      return invalid_argument("udp: job " + std::to_string(j.job) + ": max_elems " +
-                              std::to_string(j.slots.max_elems) + " makes " +
+      return invalid_argument("udp: job " + std::to_string(j.job) + ": max_payload_bytes " +
+                              std::to_string(j.slots.max_payload_bytes) + " makes " +
                               std::to_string(pkt) + "-byte packets; UDP carries at most " +
-                              std::to_string((kMaxUdpPayload - wire::kHeaderSize) /
-                                             wire::kElemSize) +
-                              " elements");
+                              std::to_string(kMaxUdpPayload) + " bytes");
     }
     if (j.is_leaf()) {
       INA_ASSIGN_OR_RETURN(sockaddr_in parent, resolve_parent(j));
@@ -463,9 +459,7 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
     INA_RETURN_IF_ERROR(a->engine_->add_job(j));
     max_packet = std::max(max_packet, pkt);
     // Control replies (bitmaps) can outgrow a small block.
-    max_packet = std::max(max_packet, wire::packet_size(static_cast<uint16_t>(
-                                          std::min<size_t>(1 + (j.slots.world_size + 31) / 32,
-                                                           UINT16_MAX))));
+
   }
 
   a->fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
@@ -571,9 +565,9 @@ void UdpAggregator::apply_jobs() {
     if (engine_->world_size(j.job) != 0) continue;  // served, unchanged
     Status st = ok_status();
     sockaddr_in parent{};
-    if (wire::packet_size(j.slots.max_elems) > m.max_packet) {
-      st = invalid_argument("block of " + std::to_string(j.slots.max_elems) +
-                            " elements exceeds this aggregator's buffers");
+    if (wire::max_packet_size(j.slots.max_payload_bytes) > m.max_packet) {
+      st = invalid_argument("block of " + std::to_string(j.slots.max_payload_bytes) +
+                            " bytes exceeds this aggregator's buffers");
     } else if (j.is_leaf()) {
       Result<sockaddr_in> p = resolve_parent(j);
       if (p.ok()) {

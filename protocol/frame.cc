@@ -227,6 +227,11 @@ uint32_t sum16_bulk(const uint8_t* p, size_t n, uint32_t acc) {
   return sum16(p + i, n - i, acc + folded);
 }
 
+uint32_t copy_sum16(uint8_t* dst, const uint8_t* src, size_t n) {
+  std::memcpy(dst, src, n);
+  return sum16_bulk(dst, n);
+}
+
 Verdict classify(std::span<const uint8_t> frame, const LocalConfig& local, RxOffload offload,
                  Parsed* out) {
   const uint8_t* f = frame.data();

@@ -13,6 +13,8 @@ std::string_view decode_error_name(DecodeError e) {
     case DecodeError::kUnknownOp: return "unknown_op";
     case DecodeError::kCountBeyondPayload: return "count_beyond_payload";
     case DecodeError::kTrailingBytes: return "trailing_bytes";
+    case DecodeError::kBadPartial: return "bad_partial";
+    case DecodeError::kBadExponent: return "bad_exponent";
     case DecodeError::kCount_: break;
   }
   return "?";

@@ -205,10 +205,9 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
   o.indirect_multicast = indirect;
   ina::agg::JobConfig job;
   job.job = kJob;
-  job.key = kKey;
   job.slots.world_size = world;
   job.slots.num_slots = slots;
-  job.slots.max_elems = elems;
+  job.slots.max_payload_bytes = static_cast<uint32_t>(elems) * 4;
   auto created = DpdkAggregator::create(o, {job});
   if (!created.ok()) {
     std::fprintf(stderr, "ina-dpdk-bench: %s\n", created.status().to_string().c_str());

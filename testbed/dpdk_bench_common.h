@@ -52,7 +52,7 @@ struct FrameTemplates {
 
   FrameTemplates(uint16_t e, uint32_t w, uint32_t s, const frame::Endpoint& agg)
       : elems(e), world(w), slots(s) {
-    dlen = wire::packet_size(elems);
+    dlen = wire::packet_size(elems, 4);
     flen = frame::kUdpHeadroom + dlen;
     data.resize(size_t{world} * slots * 2 * flen);
     std::vector<int32_t> pl(elems);
@@ -62,14 +62,13 @@ struct FrameTemplates {
           uint8_t* f = at(r, sl, sh);
           wire::Header h;
           h.job = kJob;
-          h.key = kKey;
           h.rank = static_cast<uint16_t>(r);
           h.slot = static_cast<uint16_t>(sl);
           h.shadow = sh != 0;
           h.count = elems;
           for (uint16_t i = 0; i < elems; ++i) pl[i] = static_cast<int32_t>(r * 1000 + i);
           wire::encode_header(h, f + frame::kUdpHeadroom);
-          wire::store_payload(f + frame::kUdpHeadroom + wire::kHeaderSize, pl.data(), elems);
+          wire::store_words(f + frame::kUdpHeadroom + wire::kHeaderSize, pl.data(), elems);
           frame::write_udp_headers(f, rank_endpoint(r), agg, dlen, 0, 1);
           f[40] = f[41] = 0;  // UDP checksum: none (the seq changes per send)
         }
@@ -77,14 +76,13 @@ struct FrameTemplates {
       wire::Header h;
       h.flags = wire::kFlagHello;
       h.job = kJob;
-      h.key = kKey;
       h.seq = 77 + r;
       h.rank = static_cast<uint16_t>(r);
       h.count = 1;
-      const size_t hl = wire::packet_size(1);
+      const size_t hl = wire::packet_size(1, 4);
       std::vector<uint8_t> f(frame::kUdpHeadroom + hl);
       wire::encode_header(h, f.data() + frame::kUdpHeadroom);
-      wire::put_u32(f.data() + frame::kUdpHeadroom + wire::kHeaderSize, world);
+      wire::put_le32(f.data() + frame::kUdpHeadroom + wire::kHeaderSize, world);  // control words: LE
       frame::write_udp_headers(f.data(), rank_endpoint(r), agg, hl,
                                frame::sum16(f.data() + frame::kUdpHeadroom, hl), 1);
       hellos.push_back(std::move(f));

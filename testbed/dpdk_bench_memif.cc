@@ -83,7 +83,7 @@ double testpmd_cycles_per_packet(const std::string& log) {
   return v;
 }
 
-size_t memif_frame_len(uint16_t elems) { return frame::kUdpHeadroom + wire::packet_size(elems); }
+size_t memif_frame_len(uint16_t elems) { return frame::kUdpHeadroom + wire::packet_size(elems, 4); }
 
 bool memif_gen_zero_copy(const MemifArgs& a) {
   std::string used;
@@ -262,10 +262,9 @@ int memif_aggregator(const MemifArgs& a) {
   o.indirect_multicast = a.indirect;
   agg::JobConfig job;
   job.job = kJob;
-  job.key = kKey;
   job.slots.world_size = a.world;
   job.slots.num_slots = a.slots;
-  job.slots.max_elems = a.elems;
+  job.slots.max_payload_bytes = static_cast<uint32_t>(a.elems) * 4;
   auto created = agg::DpdkAggregator::create(o, {job});
   if (!created.ok()) {
     std::printf("ERROR aggregator: %s\n", created.status().to_string().c_str());

@@ -7,35 +7,44 @@
 #include <cstdint>
 #include <vector>
 
+#include <cstring>
+
 #include "aggregator/engine.h"
 #include "ina/protocol/wire.h"
 
 namespace ina::bench {
 
 inline std::vector<uint8_t> encode_packet(const wire::Header& h, const int32_t* payload) {
-  std::vector<uint8_t> p(wire::packet_size(h.count));
+  std::vector<uint8_t> p(wire::packet_size(h.count, 4));
   wire::encode_header(h, p.data());
-  if (h.count > 0) wire::store_payload(p.data() + wire::kHeaderSize, payload, h.count);
+  if (h.count > 0) wire::store_words(p.data() + wire::kHeaderSize, payload, h.count);
+  return p;
+}
+// A reply's payload (wire-order bytes).
+inline std::vector<uint8_t> encode_packet(const wire::Header& h, const uint8_t* payload) {
+  std::vector<uint8_t> p(wire::packet_size(h));
+  wire::encode_header(h, p.data());
+  if (h.count > 0) std::memcpy(p.data() + wire::kHeaderSize, payload, p.size() - wire::kHeaderSize);
   return p;
 }
 
 // Job 1 with `key`: `world` ranks, `slots` slots of up to `elems` elements.
 inline agg::JobConfig job_config(uint32_t world, uint32_t slots, uint32_t elems, uint64_t key) {
+  (void)key;  // wire v2: no key on the wire (issue 19's tag)
   agg::JobConfig c;
   c.job = 1;
-  c.key = key;
   c.slots.world_size = world;
   c.slots.num_slots = slots;
-  c.slots.max_elems = static_cast<uint16_t>(elems);
+  c.slots.max_payload_bytes = static_cast<uint32_t>(static_cast<uint16_t>(elems)) * 4;
   return c;
 }
 
 // Rank `rank`'s HELLO to job 1 (incarnation nonce `seq`) for a job of `world` ranks.
 inline std::vector<uint8_t> hello_packet(uint16_t rank, uint32_t world, uint64_t key,
                                          BlockSeq seq) {
+  (void)key;
   wire::Header h;
   h.job = 1;
-  h.key = key;
   h.rank = rank;
   h.seq = seq;
   h.flags = wire::kFlagHello;
@@ -49,13 +58,13 @@ inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t w
                                                      uint32_t slots, uint32_t elems,
                                                      uint64_t key) {
   std::vector<std::vector<uint8_t>> pkts;
+  (void)key;
   pkts.reserve(size_t{rounds} * world);
   const std::vector<int32_t> payload(elems, 3);
   for (uint32_t b = 0; b < rounds; ++b) {
     for (uint32_t r = 0; r < world; ++r) {
       wire::Header h;
       h.job = 1;
-      h.key = key;
       h.rank = static_cast<uint16_t>(r);
       h.slot = static_cast<uint16_t>(b % slots);
       h.shadow = (b / slots) % 2 == 1;

@@ -407,8 +407,8 @@ void print_summary(const Options& o, const std::array<uint64_t, BENCH_STATS>& w,
   const double elements = static_cast<double>(w[kElements]);
   const double sent = static_cast<double>(w[kSent]);
   std::printf("# summary: %d ranks, %.4g %s elements reduced per rank; on the wire to the "
-              "aggregator %.2f B per element (the data: %zu B; the wire's words are 32-bit, plus "
-              "headers), %.2f%% of packets resent, %llu fallbacks to the host path\n",
+              "aggregator %.2f B per element (the data: %zu B; the wire's words are the data's width, "
+              "plus headers), %.2f%% of packets resent, %llu fallbacks to the host path\n",
               ranks, elements / std::max(ranks, 1), type.c_str(),
               elements > 0 ? static_cast<double>(bytes_in) / elements : 0.0,
               ina::dtype_size(o.dtype),
@@ -613,10 +613,9 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
   uo.drop_percent = o.agg_drop_percent;
   ina::agg::JobConfig job;
   job.job = kJob;
-  job.key = kJobKey;
   job.slots.world_size = static_cast<uint32_t>(o.workers);
   job.slots.num_slots = std::max<uint32_t>(o.window, 1);
-  job.slots.max_elems = static_cast<uint16_t>(o.block_elems);
+  job.slots.max_payload_bytes = static_cast<uint32_t>(static_cast<uint16_t>(o.block_elems)) * 4;
   // --aggregators N: N embedded aggregators serving the same job (id, key), one thread each; the
   // ranks shard every AllReduce over them.
   std::vector<std::unique_ptr<ina::agg::UdpAggregator>> aggregators;

@@ -28,10 +28,10 @@ constexpr uint32_t kPerLeaf = 4;
 
 // Encodes a reply into `buf` (reused: no allocation once it is large enough).
 std::span<const uint8_t> encode_into(const agg::Reply& r, std::vector<uint8_t>& buf) {
-  const size_t n = wire::packet_size(r.hdr.count);
+  const size_t n = r.packet_size();
   if (buf.size() < n) buf.resize(n);
   wire::encode_header(r.hdr, buf.data());
-  wire::store_payload(buf.data() + wire::kHeaderSize, r.payload, r.hdr.count);
+  if (r.payload != nullptr) std::memcpy(buf.data() + wire::kHeaderSize, r.payload, r.payload_bytes());
   return {buf.data(), n};
 }
 

@@ -14,11 +14,11 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "ina/kernels/cpu_quant.h"
 #include "ina/protocol/fp8.h"
 #include "ina/protocol/half.h"
 #include "ina/protocol/log.h"
-#include "ina/protocol/quantize.h"
+#include "ina/protocol/codec.h"
+#include "ina/protocol/wire.h"
 #include "worker/admission.h"
 #include "worker/communicator_impl.h"
 #include "worker/config_internal.h"
@@ -356,40 +356,77 @@ class CommunicatorImpl final : public Communicator {
       return host::allreduce(*mesh_, send, recv, count, dtype, op,
                              algo(count * dtype_size(dtype)));
     }
-    // Per block of K elements, as the engine does (inc_engine.cc): the MAX of the ranks'
-    // exponents (float SUM) and the OR of their NONFINITE flags, then encode, reduce the int32
-    // words (SUM wraps as the aggregator's does), decode.
-    const size_t k = policy_.block_elems();
-    const size_t nb = (count + k - 1) / k;
+    // Exact mode: per block, what the aggregator computes (protocol/codec.h, the one codec both
+    // use), so the host path returns the in-network path's bits. The block is the job's, in
+    // bytes, over the element width. First the OR of the ranks' NONFINITE marks and (SUM) the
+    // MAX of their block exponents, by one host MAX; then MIN/MAX reduce the order-preserving
+    // keys, and SUM the fixed-point words quantized with the agreed E, in integers: int32 words
+    // for the 16-bit types; float32's int64 words as four 16-bit limbs in int32 lanes (a limb
+    // sum stays below 65535 * 2^16 < 2^32, and the limbs recombine the int64 sum modulo 2^64,
+    // which is the exact sum since it fits); then one conversion, as the aggregator's.
     const size_t es = dtype_size(dtype);
-    const bool with_exp = quant::needs_exponent(dtype, op);
+    const size_t k = (size_t{policy_.block_elems()} * 4) / es;
+    const size_t nb = (count + k - 1) / k;
+    const bool sum = op == ReduceOp::kSum;
     const auto* in = static_cast<const uint8_t*>(send);
     auto* out = static_cast<uint8_t*>(recv);
-    meta_.assign(with_exp ? 2 * nb : nb, 0);
+    meta_.assign(sum ? 2 * nb : nb, 0);
     for (size_t b = 0; b < nb; ++b) {
       const size_t len = std::min(k, count - b * k);
-      const quant::BlockScan scan = kernels::cpu::scan_block(in + b * k * es, len, dtype, op);
+      const codec::Scan scan = codec::scan(in + b * k * es, len, dtype, op);
       meta_[b] = scan.nonfinite ? 1 : 0;
-      if (with_exp) meta_[nb + b] = scan.exp;
+      if (sum) meta_[nb + b] = scan.exp;
     }
     INA_RETURN_IF_ERROR(host::allreduce(*mesh_, meta_.data(), meta_.data(), meta_.size(),
                                         DType::kInt32, ReduceOp::kMax, algo(meta_.size() * 4)));
     const auto world = static_cast<uint32_t>(cfg_.world_size);
-    q_.resize(count);
-    for (size_t b = 0; b < nb; ++b) {
-      const size_t len = std::min(k, count - b * k);
-      const int16_t exp = with_exp ? static_cast<int16_t>(meta_[nb + b]) : kNoExponent;
-      kernels::cpu::encode(in + b * k * es, len, dtype, op, exp, world, q_.data() + b * k);
+    acc_.resize(count);
+    if (!sum) {
+      codec::keys(in, count, dtype, acc_.data());
+      q_.resize(count);
+      for (size_t i = 0; i < count; ++i) q_[i] = static_cast<int32_t>(acc_[i]);
+      INA_RETURN_IF_ERROR(host::allreduce(*mesh_, q_.data(), q_.data(), count, DType::kInt32, op,
+                                          algo(count * 4)));
+      for (size_t i = 0; i < count; ++i) acc_[i] = q_[i];
+    } else {
+      for (size_t b = 0; b < nb; ++b) {
+        const size_t len = std::min(k, count - b * k);
+        codec::quantize(in + b * k * es, len, dtype, static_cast<int16_t>(meta_[nb + b]), world,
+                        acc_.data() + b * k);
+      }
+      const size_t limbs = wire::acc_bytes(dtype) == 8 ? 4 : 1;
+      q_.resize(count * limbs);
+      for (size_t i = 0; i < count; ++i) {
+        const auto u = static_cast<uint64_t>(acc_[i]);
+        if (limbs == 1) {
+          q_[i] = static_cast<int32_t>(acc_[i]);
+        } else {
+          for (size_t l = 0; l < 4; ++l) q_[i * 4 + l] = static_cast<int32_t>((u >> (16 * l)) & 0xFFFF);
+        }
+      }
+      INA_RETURN_IF_ERROR(host::allreduce(*mesh_, q_.data(), q_.data(), q_.size(), DType::kInt32,
+                                          ReduceOp::kSum, algo(q_.size() * 4)));
+      for (size_t i = 0; i < count; ++i) {
+        if (limbs == 1) {
+          acc_[i] = q_[i];
+        } else {
+          uint64_t u = 0;
+          for (size_t l = 0; l < 4; ++l) u += uint64_t{static_cast<uint32_t>(q_[i * 4 + l])} << (16 * l);
+          acc_[i] = static_cast<int64_t>(u);
+        }
+      }
     }
-    INA_RETURN_IF_ERROR(host::allreduce(*mesh_, q_.data(), q_.data(), count, DType::kInt32, op,
-                                        algo(count * 4)));
     for (size_t b = 0; b < nb; ++b) {
       const size_t len = std::min(k, count - b * k);
+      uint8_t* o = out + b * k * es;
       if (meta_[b] != 0) {
-        kernels::cpu::fill_nan(out + b * k * es, len, dtype);
+        codec::fill_nan(o, len, dtype);
+      } else if (sum) {
+        codec::dequantize(acc_.data() + b * k, len, dtype,
+                          codec::scale_exponent(dtype, static_cast<int16_t>(meta_[nb + b]), world),
+                          o);
       } else {
-        const int16_t exp = with_exp ? static_cast<int16_t>(meta_[nb + b]) : kNoExponent;
-        kernels::cpu::decode(q_.data() + b * k, len, dtype, op, exp, world, out + b * k * es);
+        codec::from_keys(acc_.data() + b * k, len, dtype, o);
       }
     }
     return ok_status();
@@ -403,7 +440,8 @@ class CommunicatorImpl final : public Communicator {
   CommStats host_stats_;                   // collectives the communicator ran on the mesh
   mutable CommStats stats_;                // the policy's + host_stats_
   std::vector<int32_t> meta_;                  // exact mode: per-block flags and exponents
-  std::vector<int32_t> q_;                     // exact mode: the quantized words
+  std::vector<int32_t> q_;                     // exact mode: the words on the host path
+  std::vector<int64_t> acc_;                   // exact mode: fixed-point words or keys
   std::vector<float> wide_;      // float mode, reduce_scatter: 16-bit elements widened to float32
   std::vector<float> wide_out_;  // reduce_scatter of 16-bit elements: the float32 result
 };

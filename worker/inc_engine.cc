@@ -21,22 +21,18 @@
 // a rank whose result packet was lost retransmits and gets the stored result again (a duplicate
 // is never added twice).
 //
-// Float SUM needs a shared scale per block (quantize.h): every rank must quantize block i with the
-// same exponent E_i = MAX over ranks of each rank's own exponent of block i. The exponent of the
-// next block on a slot rides in the packet of the current one (next_exp), and the aggregator
-// returns the MAX in the result. So a collective starts with a priming round per slot (count 0,
-// next_exp = the local exponent of the slot's first block); each result then brings E for the
-// next block on that slot. With seq, the priming rounds take seq base .. base+W'-1 and block i
-// takes base + W' + i. int32 and MIN/MAX need no scale and skip the priming round.
+// Every block travels in the user's width (wire v2): DATA carries the raw elements, copied from
+// the input buffer, and RESULT the reduced elements, copied into the output. The aggregator does
+// the arithmetic (a float SUM is quantized there, late, once it has every rank's block:
+// protocol/QUANTIZATION.md), so every dtype and op takes one round trip per block from the first
+// block, and block i takes seq base + i. A block that held a NaN (or, for SUM, an Inf) comes back
+// flagged NONFINITE and all NaN, the signal AMP's loss scaler looks for.
 //
-// A block with a NaN (or, for SUM, an Inf) is sent flagged NONFINITE (its non-finite elements
-// quantize to 0); the aggregator ORs the flag and every rank fills that block of the result with
-// NaN, the signal AMP's loss scaler looks for.
+// The block is max_payload_bytes long (the smaller of the configured block_elems * 4 bytes, the
+// aggregator's WELCOME and the transport's datagram): 256 float32 or int32 elements, 512 16-bit.
 //
 // In place (send == recv) is safe: block i's output is written when its result arrives, and by
-// then block i has been quantized into its packet (kept for retransmission: never re-read); the
-// one-block-ahead exponent scan reads block i + W' while sending block i, before block i + W' was
-// sent, so before its output could be written.
+// then block i has been copied into its packet (kept for retransmission: never re-read).
 //
 // A dead aggregator: its host answers our datagrams with ICMP port unreachable, which the kernel
 // UDP transport counts as refusals. Refusals during a collective and no datagram from the
@@ -59,8 +55,7 @@
 // names the ranks that have not contributed if the deadline passes. Results are matched by
 // (slot, shadow, seq); anything else is a duplicate or stale and is counted and ignored.
 //
-// Cost per packet: one scan (float) and one fused encode + byte swap into the kept packet (the
-// SIMD kernels of kernels/, bit-identical to the quantizer reference), no allocation, no lock,
+// Cost per packet: two copies (into the kept packet, out of the result), no allocation, no lock,
 // no log. Sends of one loop iteration go out as one batch.
 #include "worker/inc_engine.h"
 
@@ -70,9 +65,7 @@
 #include <random>
 #include <thread>
 
-#include "ina/kernels/cpu_quant.h"
 #include "ina/protocol/log.h"
-#include "ina/protocol/quantize.h"
 #include "worker/communicator_impl.h"
 #include "worker/fault_transport.h"
 
@@ -83,6 +76,10 @@ constexpr size_t kRecvBatch = 64;
 
 // Serial-number distance: how far `seq` is past `base` (mod 2^32).
 uint32_t seq_offset(BlockSeq seq, BlockSeq base) { return static_cast<uint32_t>(seq - base); }
+
+// Issue 19: the worker's MAC over header and payload goes into the tag here, before a packet is
+// sent (DATA, HELLO; a retransmission re-seals, the RETRANSMIT flag being covered). Not yet: 0.
+void seal_tag(std::span<uint8_t> /*packet*/) {}
 
 uint32_t random_nonce() {
   std::random_device rd;
@@ -117,11 +114,10 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
   joined_ = false;
   const std::chrono::milliseconds limit_ms = timeout.count() > 0 ? timeout : cfg_.timeout;
   const uint32_t nonce = random_nonce();
-  std::array<uint8_t, wire::kHeaderSize + wire::kElemSize> hello{};
+  std::array<uint8_t, wire::control_packet_size(1)> hello{};
   wire::Header h;
   h.flags = wire::kFlagHello;
   h.job = cfg_.job;
-  h.key = cfg_.job_key;
   h.seq = nonce;
   h.rank = static_cast<uint16_t>(cfg_.rank);
   h.slot = 0;
@@ -130,7 +126,8 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
   h.op = ReduceOp::kSum;
   wire::encode_header(h, hello.data());
   const int32_t payload = static_cast<int32_t>(world_);
-  wire::store_payload(hello.data() + wire::kHeaderSize, &payload, 1);
+  wire::store_words(hello.data() + wire::kHeaderSize, &payload, 1);
+  seal_tag(hello);
   const std::span<const uint8_t> pkt[1] = {std::span<const uint8_t>(hello)};
 
   rx_.assign(kRecvBatch, Datagram());
@@ -162,8 +159,8 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
     for (size_t i = 0; i < n; ++i) {
       ++stats_.packets_received;
       wire::PacketView pv;
-      if (wire::decode(rx_[i], &pv) != wire::DecodeError::kOk || pv.hdr.job != cfg_.job ||
-          pv.hdr.key != cfg_.job_key) {
+      // Issue 19 verifies the tag here (worker receive).
+      if (wire::decode(rx_[i], &pv) != wire::DecodeError::kOk || pv.hdr.job != cfg_.job) {
         ++stats_.malformed;
         continue;
       }
@@ -195,18 +192,24 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
           continue;
         }
         const auto num_slots = static_cast<uint32_t>(pv.word(0));
-        const auto max_elems = static_cast<uint32_t>(pv.word(1));
-        const size_t transport_elems =
-            (transport_->max_datagram() - wire::kHeaderSize) / wire::kElemSize;
-        block_elems_ = std::min({cfg_.block_elems, max_elems,
-                                 static_cast<uint32_t>(std::min<size_t>(transport_elems, 0xFFFF))});
+        const auto max_bytes = static_cast<uint32_t>(pv.word(1));
+        const size_t transport_bytes = transport_->max_datagram() - wire::kHeaderSize;
+        // A multiple of 4 bytes, so that every element width divides it.
+        payload_bytes_ = std::min({cfg_.block_elems * 4, max_bytes,
+                                   static_cast<uint32_t>(std::min<size_t>(transport_bytes, 0xFFFF))});
+        payload_bytes_ &= ~uint32_t{3};
+        if (payload_bytes_ == 0) {
+          ++stats_.malformed;
+          continue;
+        }
         window_ = std::min({cfg_.window, num_slots, uint32_t{wire::kMaxSlot} + 1});
         // The aggregator reset the job's slot table when the barrier completed: start afresh.
         use_.assign(window_, 0);
         next_seq_ = 1;
+        next_coll_ = 1;
         slots_.clear();
         pkt_storage_.clear();
-        pkt_capacity_ = wire::packet_size(static_cast<uint16_t>(block_elems_));
+        pkt_capacity_ = wire::kHeaderSize + payload_bytes_;
         tx_.clear();
         tx_.reserve(window_);
         tx_slots_.clear();
@@ -220,10 +223,10 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
         cco.rto_ceiling = cfg_.retransmit * kMaxBackoff;
         cc_ = CongestionControl(cco);
         INA_DEBUG("worker",
-                  "rank %d joined job %u at %s in %.1f ms: block %u elems, window %u "
-                  "(aggregator offers %u slots, %u elems)",
+                  "rank %d joined job %u at %s in %.1f ms: block %u bytes, window %u "
+                  "(aggregator offers %u slots, %u bytes)",
                   cfg_.rank, cfg_.job, transport_->peer_name().c_str(), ms_since(start),
-                  block_elems_, window_, num_slots, max_elems);
+                  payload_bytes_, window_, num_slots, max_bytes);
         return ok_status();
       }
       // Anything else (a stale result) is of no interest before the barrier.
@@ -256,12 +259,13 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
                      " with this key?)" + refused_note(refusals0));
 }
 
-void IncEngine::lower_block_elems(uint32_t elems) {
-  if (elems == 0 || elems >= block_elems_) return;
-  block_elems_ = elems;
+void IncEngine::lower_payload_bytes(uint32_t bytes) {
+  bytes &= ~uint32_t{3};
+  if (bytes == 0 || bytes >= payload_bytes_) return;
+  payload_bytes_ = bytes;
   slots_.clear();
   pkt_storage_.clear();
-  pkt_capacity_ = wire::packet_size(static_cast<uint16_t>(block_elems_));
+  pkt_capacity_ = wire::kHeaderSize + payload_bytes_;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -290,12 +294,12 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   c.dtype = dtype;
   c.op = op;
   c.elem_size = dtype_size(dtype);
-  c.blocks = (count + block_elems_ - 1) / block_elems_;
+  c.block_elems = payload_bytes_ / static_cast<uint32_t>(c.elem_size);
+  c.blocks = (count + c.block_elems - 1) / c.block_elems;
   c.width = static_cast<uint32_t>(std::min<uint64_t>(window_, c.blocks));
-  c.priming = quant::needs_exponent(dtype, op);
   c.base_seq = next_seq_;
-  c.block_seq0 = c.base_seq + (c.priming ? c.width : 0);
-  c.rounds_total = c.blocks + (c.priming ? c.width : 0);
+  c.coll = next_coll_++;
+  c.rounds_total = c.blocks;
   c.rounds_left = c.rounds_total;
   // Advance the communicator's counters for the whole collective now, so that a collective that
   // fails part-way leaves every rank's counters where the others' are.
@@ -310,7 +314,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
     sl.active = false;
     sl.queued = false;
     const uint64_t blocks_on_slot = (c.blocks - s + c.width - 1) / c.width;
-    use_[s] += static_cast<uint32_t>(blocks_on_slot + (c.priming ? 1 : 0));
+    use_[s] += static_cast<uint32_t>(blocks_on_slot);
   }
   inflight_ = 0;
   ready_.clear();
@@ -323,12 +327,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   const Clock::time_point deadline = start + cfg_.timeout;
   next_due_ = Clock::time_point::max();
   for (uint32_t s = 0; s < c.width; ++s) {
-    if (c.priming) {
-      start_priming(s);  // header only: not held back by the window
-      queue(s, start);
-    } else {
-      start_or_defer(s, s, kNoExponent, start);
-    }
+    start_or_defer(s, s, start);
   }
   INA_RETURN_IF_ERROR(flush());
 
@@ -357,7 +356,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   INA_DEBUG("worker",
             "rank %d: %s done in %.3f ms: %" PRIu64 " blocks of %u, window %u, %" PRIu64
             " packets sent, %" PRIu64 " retransmits, %" PRIu64 " duplicate results",
-            cfg_.rank, describe_collective().c_str(), ms_since(start), c.blocks, block_elems_,
+            cfg_.rank, describe_collective().c_str(), ms_since(start), c.blocks, c.block_elems,
             cc_.window(), stats_.packets_sent - before.packets_sent,
             stats_.retransmits - before.retransmits,
             stats_.duplicate_results - before.duplicate_results);
@@ -376,24 +375,22 @@ void IncEngine::ensure_slot_buffers(uint32_t width) {
 }
 
 size_t IncEngine::block_len(uint64_t block) const {
-  const uint64_t first = block * block_elems_;
-  return static_cast<size_t>(std::min<uint64_t>(block_elems_, coll_.count - first));
+  const uint64_t first = block * coll_.block_elems;
+  return static_cast<size_t>(std::min<uint64_t>(coll_.block_elems, coll_.count - first));
 }
 
 const uint8_t* IncEngine::block_in(uint64_t block) const {
-  return coll_.send + block * block_elems_ * coll_.elem_size;
+  return coll_.send + block * coll_.block_elems * coll_.elem_size;
 }
 
 uint8_t* IncEngine::block_out(uint64_t block) const {
-  return coll_.recv + block * block_elems_ * coll_.elem_size;
+  return coll_.recv + block * coll_.block_elems * coll_.elem_size;
 }
 
-void IncEngine::finish_header(Slot& sl, uint8_t flags, uint16_t count, int16_t exp,
-                              int16_t next_exp) {
+void IncEngine::finish_header(Slot& sl, uint8_t flags, uint16_t count) {
   wire::Header h;
   h.flags = flags;
   h.job = cfg_.job;
-  h.key = cfg_.job_key;
   h.seq = sl.seq;
   h.rank = static_cast<uint16_t>(cfg_.rank);
   h.slot = static_cast<uint16_t>(&sl - slots_.data());
@@ -401,62 +398,32 @@ void IncEngine::finish_header(Slot& sl, uint8_t flags, uint16_t count, int16_t e
   h.count = count;
   h.dtype = coll_.dtype;
   h.op = coll_.op;
-  h.exp = exp;
-  h.next_exp = next_exp;
+  h.coll = coll_.coll;
+  h.elems = static_cast<uint32_t>(coll_.count);
+  h.exp = kNoExponent;
+  h.root = wire::kNoRoot;
   wire::encode_header(h, sl.pkt);
-  sl.pkt_len = static_cast<uint32_t>(wire::packet_size(count));
+  sl.pkt_len = static_cast<uint32_t>(wire::kHeaderSize + count * coll_.elem_size);
   sl.count = count;
 }
 
-void IncEngine::start_priming(uint32_t s) {
-  Slot& sl = slots_[s];
-  // The slot's first block is block s: its exponent goes out now, its NONFINITE flag later.
-  const quant::BlockScan scan =
-      kernels::cpu::scan_block(block_in(s), block_len(s), coll_.dtype, coll_.op);
-  sl.ahead_nonfinite = scan.nonfinite;
-  sl.block = kPriming;
-  sl.seq = static_cast<BlockSeq>(coll_.base_seq + s);
-  sl.exp = kNoExponent;
-  sl.shadow = ((sl.first_use + sl.rounds) & 1) != 0;
-  ++sl.rounds;
-  finish_header(sl, 0, 0, kNoExponent, scan.exp);
-}
-
-void IncEngine::start_block(uint32_t s, uint64_t block, int16_t exp) {
+void IncEngine::start_block(uint32_t s, uint64_t block) {
   Slot& sl = slots_[s];
   const Collective& c = coll_;
   const size_t len = block_len(block);
-  const uint8_t* in = block_in(block);
-  bool nonfinite = false;
-  int16_t next_exp = kNoExponent;
-  if (c.priming) {
-    nonfinite = sl.ahead_nonfinite;
-    const uint64_t next = block + c.width;
-    if (next < c.blocks) {
-      const quant::BlockScan scan =
-          kernels::cpu::scan_block(block_in(next), block_len(next), c.dtype, c.op);
-      next_exp = scan.exp;
-      sl.ahead_nonfinite = scan.nonfinite;
-    }
-  } else {
-    exp = kNoExponent;
-    if (c.dtype != DType::kInt32) {
-      nonfinite = kernels::cpu::scan_block(in, len, c.dtype, c.op).nonfinite;
-    }
-  }
-  kernels::cpu::encode_wire(in, len, c.dtype, c.op, exp, world_, sl.pkt + wire::kHeaderSize);
+  // The raw elements: the payload is little-endian, as the user's buffer is (wire.h).
+  std::memcpy(sl.pkt + wire::kHeaderSize, block_in(block), len * c.elem_size);
   sl.block = block;
-  sl.seq = static_cast<BlockSeq>(c.block_seq0 + block);
-  sl.exp = exp;
+  sl.seq = static_cast<BlockSeq>(c.base_seq + block);
   sl.shadow = ((sl.first_use + sl.rounds) & 1) != 0;
   ++sl.rounds;
-  finish_header(sl, nonfinite ? wire::kFlagNonFinite : 0, static_cast<uint16_t>(len), exp,
-                next_exp);
+  finish_header(sl, 0, static_cast<uint16_t>(len));
 }
 
 void IncEngine::queue(uint32_t s, Clock::time_point now) {
   Slot& sl = slots_[s];
   sl.active = true;
+  sl.resealed = false;
   sl.retransmitted = false;
   sl.sent_at = now;
   sl.rto = cc_.rto();
@@ -476,6 +443,10 @@ Status IncEngine::flush() {
   for (uint32_t s : tx_slots_) {
     Slot& sl = slots_[s];
     sl.queued = false;
+    if (!sl.resealed) {
+      seal_tag(std::span<uint8_t>(sl.pkt, sl.pkt_len));
+      sl.resealed = true;
+    }
     tx_.emplace_back(sl.pkt, sl.pkt_len);
   }
   tx_slots_.clear();
@@ -491,6 +462,7 @@ void IncEngine::retransmit_due(Clock::time_point now) {
     if (!sl.active) continue;
     if (sl.due <= now && !sl.queued) {
       sl.pkt[wire::kOffFlags] |= wire::kFlagRetransmit;
+      sl.resealed = false;
       sl.retransmitted = true;
       sl.rto = std::min(sl.rto * 2, rto_max);
       sl.due = now + sl.rto;
@@ -506,8 +478,8 @@ void IncEngine::retransmit_due(Clock::time_point now) {
 Status IncEngine::on_datagram(Datagram d) {
   ++stats_.packets_received;
   wire::PacketView pv;
-  if (wire::decode(d, &pv) != wire::DecodeError::kOk || pv.hdr.job != cfg_.job ||
-      pv.hdr.key != cfg_.job_key) {
+  // Issue 19 verifies the tag here (worker receive).
+  if (wire::decode(d, &pv) != wire::DecodeError::kOk || pv.hdr.job != cfg_.job) {
     ++stats_.malformed;
     return ok_status();
   }
@@ -533,7 +505,7 @@ Status IncEngine::on_result(const wire::PacketView& pv) {
     ++stats_.duplicate_results;  // a result for a round already done (or of an older collective)
     return ok_status();
   }
-  if (h.count != sl.count || h.dtype != c.dtype || h.op != c.op) {
+  if (h.count != sl.count || h.dtype != c.dtype || h.op != c.op || h.has(wire::kFlagPartial)) {
     ++stats_.malformed;
     return ok_status();
   }
@@ -553,29 +525,20 @@ Status IncEngine::on_result(const wire::PacketView& pv) {
     rtt_sample(now, Clock::duration::zero());  // a delivery, no sample (Karn)
   }
   --inflight_;
-  if (sl.block == kPriming) {
-    start_or_defer(s, s, h.next_exp, now);
-    return ok_status();
-  }
   const uint64_t block = sl.block;
   ++sl.results;
-  uint8_t* out = block_out(block);
-  if (h.has(wire::kFlagNonFinite) && c.dtype != DType::kInt32) {
-    kernels::cpu::fill_nan(out, sl.count, c.dtype);
-    ++stats_.nonfinite_blocks;
-  } else {
-    kernels::cpu::decode_wire(pv.payload, sl.count, c.dtype, c.op, sl.exp, world_, out);
-  }
+  // The reduced elements in the user's type (a NONFINITE block: the aggregator's NaNs).
+  std::memcpy(block_out(block), pv.payload, pv.payload_bytes);
+  if (h.has(wire::kFlagNonFinite) && c.dtype != DType::kInt32) ++stats_.nonfinite_blocks;
   const uint64_t next = block + c.width;
-  if (next < c.blocks) start_or_defer(s, next, h.next_exp, now);
+  if (next < c.blocks) start_or_defer(s, next, now);
   launch_ready(now);
   return ok_status();
 }
 
-void IncEngine::start_or_defer(uint32_t s, uint64_t block, int16_t exp, Clock::time_point now) {
+void IncEngine::start_or_defer(uint32_t s, uint64_t block, Clock::time_point now) {
   Slot& sl = slots_[s];
   sl.next_block = block;
-  sl.next_exp = exp;
   ready_.push_back(s);
   std::push_heap(ready_.begin(), ready_.end(), ReadyLater{&slots_});
   launch_ready(now);
@@ -595,12 +558,12 @@ void IncEngine::launch_ready(Clock::time_point now) {
     if (inflight_ >= window) {
       for (uint32_t t = 0; t < coll_.width; ++t) {
         const Slot& o = slots_[t];
-        if (o.active && o.block != kPriming && o.block < block) return;  // a lower one is out
+        if (o.active && o.block < block) return;  // a lower one is out
       }
     }
     std::pop_heap(ready_.begin(), ready_.end(), ReadyLater{&slots_});
     ready_.pop_back();
-    start_block(s, block, slots_[s].next_exp);
+    start_block(s, block);
     queue(s, now);
   }
 }
@@ -756,9 +719,7 @@ Status IncEngine::deadline_status(std::chrono::milliseconds limit) const {
   std::string m =
       describe_collective() + ": deadline " + std::to_string(limit.count()) + " ms exceeded";
   if (oldest != nullptr) {
-    m += " waiting for ";
-    m += oldest->block == kPriming ? "the exponent round" : "block";
-    m += " seq " + std::to_string(oldest->seq) + " (slot " +
+    m += " waiting for block seq " + std::to_string(oldest->seq) + " (slot " +
          std::to_string(oldest - slots_.data()) + ")";
   }
   if (missing_.valid) {

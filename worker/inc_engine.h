@@ -60,10 +60,10 @@ class IncEngine {
   // ranks must call it with the same count, dtype and op, in the same order.
   Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
 
-  // Lowers the adopted block size to `elems` (no-op when it is not smaller): a sharded job uses
-  // one block size over all its aggregators (sharded_engine.h). Only between join and the first
-  // collective.
-  void lower_block_elems(uint32_t elems);
+  // Lowers the adopted block to `bytes` (rounded down to a multiple of 4; no-op when it is not
+  // smaller): a sharded job uses one block over all its aggregators (sharded_engine.h). Only
+  // between join and the first collective.
+  void lower_payload_bytes(uint32_t bytes);
 
   // After allreduce returned (OK or not): whether the result of `block` of that collective is in
   // its recv buffer. In place, a block without its result still holds its input (see
@@ -74,7 +74,12 @@ class IncEngine {
   }
 
   bool joined() const { return joined_; }
-  uint32_t block_elems() const { return block_elems_; }  // adopted at join
+  // The block in bytes (adopted at join) and in elements of each type.
+  uint32_t payload_bytes() const { return payload_bytes_; }
+  uint32_t block_elems(DType t) const {
+    return payload_bytes_ / static_cast<uint32_t>(dtype_size(t));
+  }
+  uint32_t block_elems() const { return payload_bytes_ / 4; }  // 4-byte elements
   uint32_t window() const { return window_; }            // adopted at join
   const CommStats& stats() const { return stats_; }
   Transport& transport() { return *transport_; }
@@ -86,17 +91,15 @@ class IncEngine {
   struct Slot {
     uint8_t* pkt = nullptr;  // the last packet sent on this slot (kept for retransmission)
     uint32_t pkt_len = 0;
-    uint64_t block = 0;  // block of the outstanding round (kPriming: the priming round)
+    uint64_t block = 0;  // block of the outstanding round
     BlockSeq seq = 0;
     uint32_t rounds = 0;           // rounds sent on this slot in this collective
     uint32_t results = 0;          // block results received on this slot in this collective
-    uint64_t next_block = 0;       // waiting for the window (ready_): the block and its exponent
-    int16_t next_exp = kNoExponent;
+    uint64_t next_block = 0;       // waiting for the window (ready_): the block
     uint32_t first_use = 0;        // the slot's use counter u[s] when the collective began
     uint16_t count = 0;            // payload elements of the outstanding round
-    int16_t exp = kNoExponent;     // exponent the outstanding block was quantized with
-    bool ahead_nonfinite = false;  // NONFINITE of the next block, scanned one block ahead
     bool shadow = false;
+    bool resealed = false;  // the tag covers the packet as it is now (issue 19)
     bool active = false;    // a round is outstanding
     bool queued = false;    // its packet is in the pending send batch
     bool retransmitted = false;  // the outstanding round was resent (no RTT sample: Karn)
@@ -113,11 +116,11 @@ class IncEngine {
     DType dtype = DType::kInt32;
     ReduceOp op = ReduceOp::kSum;
     size_t elem_size = 4;
+    uint32_t block_elems = 0; // K = payload bytes / elem_size
     uint64_t blocks = 0;      // n = ceil(count / K)
     uint32_t width = 0;       // W' = min(W, n)
-    bool priming = false;     // float SUM: one exponent round per slot first
-    BlockSeq base_seq = 0;    // seq of the first round (priming or block 0)
-    BlockSeq block_seq0 = 0;  // seq of block 0
+    BlockSeq base_seq = 0;    // seq of block 0
+    uint32_t coll = 0;        // collective id (the header's coll)
     uint64_t rounds_total = 0;
     uint64_t rounds_left = 0;
   };
@@ -132,17 +135,14 @@ class IncEngine {
     // kMissingRanks from a tree leaf: a note follows the world's words (tree_note_text).
   };
 
-  static constexpr uint64_t kPriming = ~uint64_t{0};
-
   void ensure_slot_buffers(uint32_t width);
   size_t block_len(uint64_t block) const;
   const uint8_t* block_in(uint64_t block) const;
   uint8_t* block_out(uint64_t block) const;
 
   // Build a round's packet in the slot's buffer and queue it for sending.
-  void start_priming(uint32_t s);
-  void start_block(uint32_t s, uint64_t block, int16_t exp);
-  void finish_header(Slot& sl, uint8_t flags, uint16_t count, int16_t exp, int16_t next_exp);
+  void start_block(uint32_t s, uint64_t block);
+  void finish_header(Slot& sl, uint8_t flags, uint16_t count);
   void queue(uint32_t s, Clock::time_point now);
   Status flush();
 
@@ -156,7 +156,7 @@ class IncEngine {
   // The next block of slot s waits for the window (cwnd rounds outstanding at most): started now
   // when the window allows, else when a result frees it (launch_ready: lowest block first, and
   // the lowest incomplete one regardless of the window).
-  void start_or_defer(uint32_t s, uint64_t block, int16_t exp, Clock::time_point now);
+  void start_or_defer(uint32_t s, uint64_t block, Clock::time_point now);
   void launch_ready(Clock::time_point now);
 
   // Messages.
@@ -174,10 +174,11 @@ class IncEngine {
   std::unique_ptr<Transport> transport_;
   CommStats stats_;
   bool joined_ = false;
-  uint32_t block_elems_ = 0;
+  uint32_t payload_bytes_ = 0;
   uint32_t window_ = 0;
   uint32_t world_ = 0;
   BlockSeq next_seq_ = 1;      // running block sequence of this communicator
+  uint32_t next_coll_ = 1;     // collective id of the next allreduce (every rank counts alike)
   // Adaptive retransmission timeout: a round's "RTT" is send-to-result, which includes waiting
   // for the slowest rank and the queue of the rest of the window, so it varies with load; a fixed
   // timeout below it resends every block (and adds to the load). Kept across collectives.

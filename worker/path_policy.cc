@@ -218,18 +218,18 @@ void PathPolicy::keep_tail(const void* recv, size_t count, DType dtype, ReduceOp
   kept_.count = count;
   kept_.dtype = dtype;
   kept_.op = op;
-  kept_.tail = engine_->tail_blocks(count);
+  kept_.tail = engine_->tail_blocks(count, dtype);
   const size_t es = dtype_size(dtype);
   size_t bytes = 0;
   for (const BlockRange& r : kept_.tail) {
-    bytes += (std::min(count, elem_offset(r.end)) - elem_offset(r.first)) * es;
+    bytes += (std::min(count, elem_offset(r.end, dtype)) - elem_offset(r.first, dtype)) * es;
   }
   kept_.bytes.resize(bytes);
   const auto* out = static_cast<const uint8_t*>(recv);
   size_t at = 0;
   for (const BlockRange& r : kept_.tail) {
-    const size_t n = (std::min(count, elem_offset(r.end)) - elem_offset(r.first)) * es;
-    std::memcpy(kept_.bytes.data() + at, out + elem_offset(r.first) * es, n);
+    const size_t n = (std::min(count, elem_offset(r.end, dtype)) - elem_offset(r.first, dtype)) * es;
+    std::memcpy(kept_.bytes.data() + at, out + elem_offset(r.first, dtype) * es, n);
     at += n;
   }
 }
@@ -242,7 +242,7 @@ PathPolicy::View PathPolicy::failed_view(const void* send, void* recv, size_t co
   v.op = op;
   v.input = static_cast<const uint8_t*>(send);
   v.output = static_cast<uint8_t*>(recv);
-  engine_->received_blocks(count, &v.has_result);
+  engine_->received_blocks(count, dtype, &v.has_result);
   v.has_input.resize(v.has_result.size());
   for (size_t b = 0; b < v.has_result.size(); ++b) {
     // In place, a block's input is gone once its result arrived; otherwise send is untouched.
@@ -250,7 +250,7 @@ PathPolicy::View PathPolicy::failed_view(const void* send, void* recv, size_t co
   }
   const size_t es = dtype_size(dtype);
   uint8_t* out = v.output;
-  v.result = [this, out, es](uint64_t b) -> const uint8_t* { return out + elem_offset(b) * es; };
+  v.result = [this, out, es, dtype](uint64_t b) -> const uint8_t* { return out + elem_offset(b, dtype) * es; };
   return v;
 }
 
@@ -259,7 +259,7 @@ PathPolicy::View PathPolicy::kept_view() {
   v.count = kept_.count;
   v.dtype = kept_.dtype;
   v.op = kept_.op;
-  const uint64_t n = (kept_.count + block_elems_ - 1) / block_elems_;
+  const uint64_t n = (kept_.count + block_elems(kept_.dtype) - 1) / block_elems(kept_.dtype);
   v.has_result.assign(n, 0);
   v.has_input.assign(n, 0);  // returned to the application: neither input nor output is ours
   const size_t es = dtype_size(kept_.dtype);
@@ -269,7 +269,7 @@ PathPolicy::View PathPolicy::kept_view() {
     for (uint64_t b = r.first; b < r.end; ++b) {
       v.has_result[b] = 1;
       at[b] = pos;
-      pos += (std::min(kept_.count, elem_offset(b + 1)) - elem_offset(b)) * es;
+      pos += (std::min(kept_.count, elem_offset(b + 1, kept_.dtype)) - elem_offset(b, kept_.dtype)) * es;
     }
   }
   v.result = [this, at = std::move(at)](uint64_t b) -> const uint8_t* {
@@ -320,7 +320,7 @@ Status PathPolicy::recover(View& v) {
   const uint64_t n = v.has_result.size();
   const size_t es = dtype_size(v.dtype);
   auto block_bytes = [&](uint64_t b) {
-    return (std::min(v.count, elem_offset(b + 1)) - elem_offset(b)) * es;
+    return (std::min(v.count, elem_offset(b + 1, v.dtype)) - elem_offset(b, v.dtype)) * es;
   };
   // Per block: someone has its result, someone lacks it, someone lacks its input.
   std::vector<int32_t> flags(3 * n);
@@ -367,7 +367,7 @@ Status PathPolicy::recover(View& v) {
     for (uint64_t b : shared) {
       const size_t len = block_bytes(b);
       if (v.has_result[b] == 0 && v.output != nullptr) {
-        std::memcpy(v.output + elem_offset(b) * es, pack.data() + at, len);
+        std::memcpy(v.output + elem_offset(b, v.dtype) * es, pack.data() + at, len);
       }
       at += (len + 3) / 4;
     }
@@ -381,8 +381,8 @@ Status PathPolicy::recover(View& v) {
     }
     uint64_t e = b;
     while (e < n && flags[e] == 0) ++e;
-    const size_t first = elem_offset(b);
-    const size_t elems = std::min(v.count, elem_offset(e)) - first;
+    const size_t first = elem_offset(b, v.dtype);
+    const size_t elems = std::min(v.count, elem_offset(e, v.dtype)) - first;
     if (v.input == nullptr || v.output == nullptr) {
       return internal_error("path recovery: a block nobody has on a rank without its input");
     }

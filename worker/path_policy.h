@@ -93,7 +93,11 @@ class PathPolicy {
   void enter_host_path();
   Status maybe_probe();
   void follow_replacement();
-  size_t elem_offset(uint64_t block) const { return static_cast<size_t>(block) * block_elems_; }
+  // Blocks are the job's payload bytes (block_elems_ 4-byte elements) over the element width.
+  size_t block_elems(DType t) const { return size_t{block_elems_} * 4 / dtype_size(t); }
+  size_t elem_offset(uint64_t block, DType t) const {
+    return static_cast<size_t>(block) * block_elems(t);
+  }
 
   const Config cfg_;
   std::unique_ptr<ShardedEngine> engine_;

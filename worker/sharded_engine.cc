@@ -22,7 +22,7 @@ ShardedEngine::ShardedEngine(const Config& cfg, std::vector<std::unique_ptr<Tran
     peers_.push_back(t->peer_name());
     engines_.push_back(std::make_unique<IncEngine>(cfg, std::move(t)));
   }
-  block_elems_ = cfg.block_elems;
+  payload_bytes_ = cfg.block_elems * 4;
   for (size_t k = 1; k < engines_.size(); ++k) threads_.emplace_back([this, k] { shard_thread(k); });
 }
 
@@ -99,10 +99,10 @@ Status ShardedEngine::combined(const char* what) const {
 Status ShardedEngine::join(std::chrono::milliseconds timeout) {
   run_all([&](size_t k) { return engines_[k]->join(timeout); });
   INA_RETURN_IF_ERROR(combined("joining a sharded job"));
-  uint32_t b = engines_[0]->block_elems();
-  for (const auto& e : engines_) b = std::min(b, e->block_elems());
-  for (const auto& e : engines_) e->lower_block_elems(b);
-  block_elems_ = b;
+  uint32_t b = engines_[0]->payload_bytes();
+  for (const auto& e : engines_) b = std::min(b, e->payload_bytes());
+  for (const auto& e : engines_) e->lower_payload_bytes(b);
+  payload_bytes_ = b;
   return ok_status();
 }
 
@@ -127,9 +127,9 @@ Status ShardedEngine::allreduce(const void* send, void* recv, size_t count, DTyp
     if (!e->joined()) return failed_precondition("allreduce before the communicator joined its job");
   }
   ++collectives_;
-  const uint64_t k_elems = block_elems_;
-  const uint64_t n = (count + k_elems - 1) / k_elems;
   const size_t es = dtype_size(dtype);
+  const uint64_t k_elems = payload_bytes_ / es;  // the block of this type, as every engine's
+  const uint64_t n = (count + k_elems - 1) / k_elems;
   const auto* in = static_cast<const uint8_t*>(send);
   auto* out = static_cast<uint8_t*>(recv);
   const size_t shards = engines_.size();
@@ -150,8 +150,9 @@ Status ShardedEngine::allreduce(const void* send, void* recv, size_t count, DTyp
   return combined("sharded allreduce");
 }
 
-void ShardedEngine::received_blocks(size_t count, std::vector<uint8_t>* has) const {
-  const uint64_t n = (count + block_elems_ - 1) / block_elems_;
+void ShardedEngine::received_blocks(size_t count, DType dtype, std::vector<uint8_t>* has) const {
+  const uint64_t k_elems = payload_bytes_ / dtype_size(dtype);
+  const uint64_t n = (count + k_elems - 1) / k_elems;
   has->assign(n, 0);
   const size_t shards = engines_.size();
   for (size_t k = 0; k < shards; ++k) {
@@ -163,8 +164,9 @@ void ShardedEngine::received_blocks(size_t count, std::vector<uint8_t>* has) con
   }
 }
 
-std::vector<BlockRange> ShardedEngine::tail_blocks(size_t count) const {
-  const uint64_t n = (count + block_elems_ - 1) / block_elems_;
+std::vector<BlockRange> ShardedEngine::tail_blocks(size_t count, DType dtype) const {
+  const uint64_t k_elems = payload_bytes_ / dtype_size(dtype);
+  const uint64_t n = (count + k_elems - 1) / k_elems;
   std::vector<BlockRange> tail;
   const size_t shards = engines_.size();
   for (size_t k = 0; k < shards; ++k) {

@@ -51,14 +51,19 @@ class ShardedEngine {
 
   // After allreduce(count) returned: has[b] = 1 for each block b of the collective whose result is
   // in recv (every block of a shard that succeeded), else 0.
-  void received_blocks(size_t count, std::vector<uint8_t>* has) const;
+  void received_blocks(size_t count, DType dtype, std::vector<uint8_t>* has) const;
   // The blocks of a collective of `count` elements whose result another rank may lack when this
   // one has them all: per shard, the last min(window, range) blocks of its range (a rank sends
   // block i + W' of a slot only after it received block i's result; inc_engine.cc).
-  std::vector<BlockRange> tail_blocks(size_t count) const;
+  std::vector<BlockRange> tail_blocks(size_t count, DType dtype) const;
 
   size_t shards() const { return engines_.size(); }
-  uint32_t block_elems() const { return block_elems_; }  // agreed at join
+  // The block agreed at join, in bytes, in 4-byte elements and in elements of each type.
+  uint32_t payload_bytes() const { return payload_bytes_; }
+  uint32_t block_elems() const { return payload_bytes_ / 4; }
+  uint32_t block_elems(DType t) const {
+    return payload_bytes_ / static_cast<uint32_t>(dtype_size(t));
+  }
   // The engines' counters summed (collectives: the sharded collectives; rto_us: the largest).
   CommStats stats() const;
 
@@ -72,7 +77,7 @@ class ShardedEngine {
   const Config cfg_;
   std::vector<std::unique_ptr<IncEngine>> engines_;
   std::vector<std::string> peers_;  // the aggregators' names, for messages
-  uint32_t block_elems_ = 0;
+  uint32_t payload_bytes_ = 0;
   uint64_t collectives_ = 0;
   Status last_single_;  // one shard: the last allreduce's Status (results_ holds the others')
 

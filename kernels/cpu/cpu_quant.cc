@@ -81,7 +81,7 @@ void encode_wire(const void* src, size_t n, DType t, ReduceOp op, int16_t exp,
   for (size_t i = 0; i < n; i += kChunk) {
     const size_t m = n - i < kChunk ? n - i : kChunk;
     quant::encode(static_cast<const char*>(src) + i * elem, m, t, op, exp, world_size, tmp);
-    wire::store_payload(dst + i * wire::kElemSize, tmp, m);
+    store_be_words(dst + i * kV1WordSize, tmp, m);
   }
 }
 
@@ -93,7 +93,7 @@ void decode_wire(const uint8_t* src, size_t n, DType t, ReduceOp op, int16_t exp
   const size_t elem = dtype_size(t);
   for (size_t i = 0; i < n; i += kChunk) {
     const size_t m = n - i < kChunk ? n - i : kChunk;
-    wire::load_payload(tmp, src + i * wire::kElemSize, m);
+    load_be_words(tmp, src + i * kV1WordSize, m);
     quant::decode(tmp, m, t, op, exp, world_size, static_cast<char*>(dst) + i * elem);
   }
 }

@@ -32,6 +32,7 @@
 
 #include <cstring>
 
+#include "ina/kernels/cpu_quant.h"
 #include "ina/protocol/wire.h"
 
 #if (defined(__x86_64__) || defined(__i386__)) && (defined(__GNUC__) || defined(__clang__))
@@ -138,16 +139,16 @@ struct WireWords {
   using Ptr = uint8_t*;
   using CPtr = const uint8_t*;
   INA_AVX2 static void store8(Ptr p, size_t i, __m256i v) {
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + i * wire::kElemSize), bswap32(v));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(p + i * kV1WordSize), bswap32(v));
   }
   INA_AVX2 static __m256i load8(CPtr p, size_t i) {
-    return bswap32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * wire::kElemSize)));
+    return bswap32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i * kV1WordSize)));
   }
   static void store_tail(Ptr p, size_t i, const int32_t* w, size_t n) {
-    wire::store_payload(p + i * wire::kElemSize, w, n);
+    store_be_words(p + i * kV1WordSize, w, n);
   }
   static void load_tail(CPtr p, size_t i, int32_t* w, size_t n) {
-    wire::load_payload(w, p + i * wire::kElemSize, n);
+    load_be_words(w, p + i * kV1WordSize, n);
   }
 };
 

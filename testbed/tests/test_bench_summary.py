@@ -40,9 +40,12 @@ def main():
         if m is None:
             fail(f"{dtype}: no summary line", out)
         elements, per_element, resent, fallbacks = (float(g) for g in m.groups())
-        # 32-bit words on the wire plus a header per packet of up to 256 elements.
-        if not 4.0 < per_element < 5.0:
-            fail(f"{dtype}: {per_element} B per element is not 4 B plus headers", out)
+        # Words of the data's width on the wire (wire v2) plus a 40-byte header per 1024-byte
+        # block; the count includes resent packets, taken out here.
+        first = per_element / (1 + resent / 100)
+        if not width < first < width * 1.25:  # resent packets are the larger ones under load
+            fail(f"{dtype}: {per_element} B per element ({first:.2f} without resends) is not "
+                 f"{width} B plus headers", out)
         if elements <= 0 or not 0 <= resent <= 100 or fallbacks != 0:
             fail(f"{dtype}: implausible summary {m.groups()}", out)
         for alarming in ("error reports", "retransmits", "# workers:", "# aggregator: packets in"):

@@ -42,7 +42,7 @@ def main():
     assert [r[0] for r in memif_rows] == ["64", "1024"], memif_rows
     assert [r[0] for r in ring_rows] == ["64", "1024"], ring_rows
     for r in memif_rows:
-        assert r[1] == str(42 + 32 + 4 * int(r[0])), f"frame length {r[1]} for {r[0]} elements"
+        assert r[1] == str(42 + 40 + 4 * int(r[0])), f"frame length {r[1]} for {r[0]} elements"
         assert float(r[4]) > 0, f"memif aggregator rate is 0 at {r[0]} elements"
         if testpmd != "none":
             assert float(r[11]) > 0, f"memif testpmd rate is 0 at {r[0]} elements"

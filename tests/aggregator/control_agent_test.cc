@@ -30,7 +30,7 @@ TEST(HeartbeatJobs, FlatLeafAndRoot) {
   EXPECT_EQ(flat.key, 99u);
   EXPECT_EQ(flat.slots.world_size, 8u);
   EXPECT_EQ(flat.slots.num_slots, 16u);
-  EXPECT_EQ(flat.slots.max_elems, 256);
+  EXPECT_EQ(flat.slots.max_payload_bytes, 1024u);  // block_elems 256 x 4 bytes
   EXPECT_EQ(flat.slot_base, 32u);
   const JobConfig& leaf = (*jobs)[1];
   EXPECT_EQ(leaf.tree.role, TreeRole::kLeaf);

@@ -158,7 +158,7 @@ bool decode_reply(const Rx& rx, uint32_t world, Decoded* out) {
     out->rank = r;
     out->words.resize(out->pkt.hdr.count);
     if (!out->words.empty()) {
-      wire::load_payload(out->words.data(), out->pkt.payload, out->words.size());
+      wire::load_words(out->words.data(), out->pkt.payload, out->words.size());
     }
     return true;
   }
@@ -192,10 +192,9 @@ std::unique_ptr<Running> start(unsigned lcores, uint32_t world, uint32_t slots, 
   o.indirect_multicast = indirect;
   JobConfig j;
   j.job = kJob;
-  j.key = kKey;
   j.slots.world_size = world;
   j.slots.num_slots = slots;
-  j.slots.max_elems = elems;
+  j.slots.max_payload_bytes = static_cast<uint32_t>(elems) * 4;
   auto a = DpdkAggregator::create(o, {j});
   if (!a.ok()) {
     ADD_FAILURE() << a.status().to_string();
@@ -224,7 +223,7 @@ void join(Running& run, uint32_t world, uint32_t slots, uint16_t elems) {
     Decoded d;
     ASSERT_TRUE(decode_reply(rx, world, &d));
     EXPECT_EQ(d.pkt.hdr.flags, wire::kFlagHello | wire::kFlagResult);
-    EXPECT_EQ(d.words, (std::vector<int32_t>{static_cast<int32_t>(slots), elems}));
+    EXPECT_EQ(d.words, (std::vector<int32_t>{static_cast<int32_t>(slots), elems * 4}));  // bytes
     seen[d.rank] = true;
   }
   EXPECT_EQ(std::count(seen.begin(), seen.end(), true), static_cast<long>(world));
@@ -257,7 +256,6 @@ TEST(DpdkCreate, RefusesATreeLeafJob) {
   o.udp_port = kAggPort;
   JobConfig j;
   j.job = kJob;
-  j.key = kKey;
   j.slots.world_size = 8;
   j.tree.role = TreeRole::kLeaf;
   j.tree.rank_base = 4;
@@ -312,7 +310,6 @@ TEST_P(DpdkLoop, ShuffledDuplicatedLossyTrafficGivesExactSums) {
       const uint16_t count = static_cast<uint16_t>(kElems - (p.block % 3) * 8);  // varied sizes
       wire::Header h;
       h.job = kJob;
-      h.key = kKey;
       h.rank = static_cast<uint16_t>(p.rank);
       h.slot = static_cast<uint16_t>(p.block % kSlots);
       h.shadow = ((p.block / kSlots) % 2) != 0;
@@ -395,7 +392,6 @@ TEST_P(DpdkLoop, MalformedFramesCountedArpAndPingAnswered) {
 
   wire::Header h;
   h.job = kJob;
-  h.key = kKey;
   h.count = 4;
   const std::vector<int32_t> pl{1, 2, 3, 4};
   const auto good = ina_frame(0, h, pl);

@@ -124,7 +124,7 @@ bool decode_reply(const std::vector<uint8_t>& bytes, uint32_t world, Reply1* out
     out->rank = r;
     out->hdr = pkt.hdr;
     out->words.resize(pkt.hdr.count);
-    if (!out->words.empty()) wire::load_payload(out->words.data(), pkt.payload, pkt.hdr.count);
+    if (!out->words.empty()) wire::load_words(out->words.data(), pkt.payload, pkt.hdr.count);
     return true;
   }
   return false;
@@ -184,6 +184,7 @@ struct Harness {
   // queue in a shuffled order; every rank must get every block's exact sum.
   void exact_round(JobId job, uint64_t key, uint32_t world, uint32_t slots, uint16_t elems,
                    uint32_t block0, uint32_t blocks, uint32_t seed) {
+    (void)key;
     std::mt19937 rng(seed);
     for (uint32_t w0 = block0; w0 < block0 + blocks; w0 += 2 * slots) {
       const uint32_t w1 = std::min(block0 + blocks, w0 + 2 * slots);
@@ -195,7 +196,6 @@ struct Harness {
       for (const auto& [r, b] : order) {
         wire::Header h;
         h.job = job;
-        h.key = key;
         h.rank = static_cast<uint16_t>(r);
         h.slot = static_cast<uint16_t>(b % slots);
         h.shadow = ((b / slots) % 2) != 0;
@@ -260,8 +260,7 @@ TEST_F(DpdkMultiQueue, TwoQueuesTwoLcoresExactSums) {
   h.port = std::make_unique<MultiRingPort>(2);
   JobConfig j;
   j.job = kJob;
-  j.key = kKey;
-  j.slots = SlotTableConfig{kSlots, kElems, kWorld};
+  j.slots = SlotTableConfig{kSlots, uint32_t{kElems} * 4, kWorld};
   auto a = DpdkAggregator::create(options(h.port->name()), {j});
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   h.agg = std::move(*a);
@@ -300,7 +299,7 @@ TEST_F(DpdkMultiQueue, JobsChangedWhileRunning) {
   Harness h;
   h.port = std::make_unique<MultiRingPort>(2);
   DpdkOptions o = options(h.port->name());
-  o.max_block_elems = 64;
+  o.max_payload_bytes = static_cast<uint32_t>(64) * 4;
   o.slot_capacity = 16;
   o.telemetry = true;
   auto a = DpdkAggregator::create(o, {});
@@ -311,13 +310,12 @@ TEST_F(DpdkMultiQueue, JobsChangedWhileRunning) {
 
   JobConfig ja;
   ja.job = 21;
-  ja.key = 0x1111;
-  ja.slots = SlotTableConfig{kSlots, kElems, kWorld};
+  ja.slots = SlotTableConfig{kSlots, uint32_t{kElems} * 4, kWorld};
   ja.slot_base = 0;
   JobConfig too_big = ja;
   too_big.job = 22;
   too_big.slot_base = 8;
-  too_big.slots.max_elems = 4096;  // beyond max_block_elems: the mbufs cannot hold it
+  too_big.slots.max_payload_bytes = static_cast<uint32_t>(4096) * 4;  // beyond max_block_elems: the mbufs cannot hold it
   h.agg->set_jobs({ja, too_big});
   ASSERT_TRUE(h.serve_until([](const AggregatorSnapshot& s) { return s.jobs.size() == 1; }));
   {
@@ -353,7 +351,6 @@ TEST_F(DpdkMultiQueue, JobsChangedWhileRunning) {
   // Job 21 replaced by job 23 on the same slots: 21's packets are now unknown, 23 is exact.
   JobConfig jb = ja;
   jb.job = 23;
-  jb.key = 0x2222;
   h.agg->set_jobs({jb});
   ASSERT_TRUE(h.serve_until([](const AggregatorSnapshot& s) {
     return s.jobs.size() == 1 && s.jobs[0].cfg.job == 23 && s.job_errors.empty();
@@ -362,7 +359,6 @@ TEST_F(DpdkMultiQueue, JobsChangedWhileRunning) {
   const uint64_t unknown0 = h.agg->snapshot().engine.unknown_job;
   wire::Header old;
   old.job = 21;
-  old.key = 0x1111;
   old.rank = 0;
   old.seq = 99;
   old.count = kElems;

@@ -3,6 +3,14 @@
 
 #include <gtest/gtest.h>
 
+#include <limits>
+
+#include <cstring>
+
+#include <cmath>
+
+#include <bit>
+
 #include <cstdint>
 #include <vector>
 
@@ -38,7 +46,7 @@ class EngineTest : public ::testing::Test {
     cfg.key = key;
     cfg.slots.world_size = world;
     cfg.slots.num_slots = slots;
-    cfg.slots.max_elems = elems;
+    cfg.slots.max_payload_bytes = uint32_t{elems} * 4;
     ASSERT_TRUE(engine_.add_job(cfg).ok());
   }
 
@@ -49,7 +57,12 @@ class EngineTest : public ::testing::Test {
     s.hdr = r.hdr;
     if (r.target != Reply::Target::kNone && r.hdr.count > 0) {
       EXPECT_NE(r.payload, nullptr);
-      s.payload.assign(r.payload, r.payload + r.hdr.count);
+      std::vector<uint8_t> b(r.packet_size());
+      wire::encode_header(r.hdr, b.data());
+      std::memcpy(b.data() + wire::kHeaderSize, r.payload, r.payload_bytes());
+      wire::PacketView pv;
+      EXPECT_EQ(wire::decode(b, &pv), wire::DecodeError::kOk);
+      s.payload = testing::payload_words(pv);
     }
     return s;
   }
@@ -57,8 +70,8 @@ class EngineTest : public ::testing::Test {
   Sent hello(uint16_t rank, BlockSeq nonce, bool retransmit = false, uint32_t world = 3,
              JobId job = kJob, uint64_t key = kKey) {
     wire::Header h;
+    (void)key;
     h.job = job;
-    h.key = key;
     h.rank = rank;
     h.seq = nonce;
     h.flags = static_cast<uint8_t>(wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : 0));
@@ -124,21 +137,19 @@ TEST_F(EngineTest, WelcomeOnlyAfterEveryRankJoined) {
   EXPECT_EQ(s.hdr.count, 2);  // reason + ceil(3/32) words
   EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{0, 2}));
   EXPECT_EQ(s.hdr.job, kJob);
-  EXPECT_EQ(s.hdr.key, kKey);
 
   s = hello(1, 22);
   EXPECT_TRUE(engine_.job_ready(kJob));
   EXPECT_EQ(s.target, Reply::Target::kAllRanks);
   EXPECT_EQ(s.hdr.flags, wire::kFlagHello | wire::kFlagResult);
   EXPECT_EQ(s.hdr.job, kJob);
-  EXPECT_EQ(s.hdr.key, kKey);
-  EXPECT_EQ(s.payload, (std::vector<int32_t>{4, 8}));  // num_slots, max_block_elems
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{4, 32}));  // num_slots, max_payload_bytes
 
   // The WELCOME to rank 2 was lost: its retransmitted HELLO gets one, to it alone.
   s = hello(2, 33, /*retransmit=*/true);
   EXPECT_EQ(s.target, Reply::Target::kSender);
   EXPECT_EQ(s.hdr.flags, wire::kFlagHello | wire::kFlagResult);
-  EXPECT_EQ(s.payload, (std::vector<int32_t>{4, 8}));
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{4, 32}));
   EXPECT_TRUE(engine_.job_ready(kJob));
   EXPECT_EQ(engine_.counters().hellos, 5u);
   EXPECT_EQ(engine_.rank_counters(kJob)[0].packets, 2u);
@@ -170,7 +181,6 @@ TEST_F(EngineTest, CopyCountedElsewhereJoinsWithoutCounting) {
   // A malformed copy (world mismatch) is answered but not counted either.
   wire::Header h;
   h.job = kJob;
-  h.key = kKey;
   h.rank = 0;
   h.flags = wire::kFlagHello;
   int32_t sender2 = -2;
@@ -249,37 +259,69 @@ TEST_F(EngineTest, DataBeforeBarrierIsDroppedAndExplainedOnRetransmit) {
 TEST_F(EngineTest, CompletedRoundGoesToEveryRank) {
   join_all();
   wire::Header h = data_header(kJob, kKey, 0, 3, true, 42, 0);
-  h.dtype = DType::kFloat32;
-  h.exp = 7;
-  h.next_exp = 2;
+  h.coll = 77;
+  h.elems = 1003;
   EXPECT_EQ(send_bytes(encode_packet(h, std::vector<int32_t>{1, -2, 3})).target,
             Reply::Target::kNone);
   h.rank = 1;
-  h.next_exp = 9;
-  h.flags = wire::kFlagNonFinite;
   EXPECT_EQ(send_bytes(encode_packet(h, std::vector<int32_t>{10, -20, 30})).target,
             Reply::Target::kNone);
   h.rank = 2;
-  h.next_exp = kNoExponent;
-  h.flags = 0;
   const Sent s = send_bytes(encode_packet(h, std::vector<int32_t>{100, -200, 300}));
   EXPECT_EQ(s.target, Reply::Target::kAllRanks);
-  EXPECT_EQ(s.hdr.flags, wire::kFlagResult | wire::kFlagNonFinite);
+  EXPECT_EQ(s.hdr.flags, wire::kFlagResult);
   EXPECT_EQ(s.hdr.job, kJob);
-  EXPECT_EQ(s.hdr.key, kKey);
   EXPECT_EQ(s.hdr.seq, 42u);
   EXPECT_EQ(s.hdr.slot, 3);
   EXPECT_TRUE(s.hdr.shadow);
   EXPECT_EQ(s.hdr.count, 3);
-  EXPECT_EQ(s.hdr.dtype, DType::kFloat32);
+  EXPECT_EQ(s.hdr.dtype, DType::kInt32);
   EXPECT_EQ(s.hdr.op, ReduceOp::kSum);
-  EXPECT_EQ(s.hdr.exp, 7);
-  EXPECT_EQ(s.hdr.next_exp, 9);
+  EXPECT_EQ(s.hdr.coll, 77u);
+  EXPECT_EQ(s.hdr.elems, 1003u);
+  EXPECT_EQ(s.hdr.root, wire::kNoRoot);
+  EXPECT_EQ(s.hdr.exp, kNoExponent);
   EXPECT_EQ(s.payload, (std::vector<int32_t>{111, -222, 333}));
   EXPECT_EQ(engine_.counters().completed, 1u);
-  EXPECT_EQ(engine_.counters().nonfinite_blocks, 1u);
   EXPECT_EQ(engine_.counters().by_verdict[static_cast<size_t>(Verdict::kAdded)], 2u);
   EXPECT_EQ(engine_.counters().by_verdict[static_cast<size_t>(Verdict::kCompleted)], 1u);
+}
+
+TEST_F(EngineTest, FloatSumRoundsOnceAndMarksNonFinite) {
+  join_all();
+  // float32 SUM: raw floats in, the correctly rounded sum out, in one round trip.
+  const float a[3][2] = {{1.5f, -0.25f}, {2.25f, 1e-3f}, {-0.75f, 0.5f}};
+  auto send_f = [&](uint16_t rank, BlockSeq seq, const float* v, uint8_t flags) {
+    wire::Header h = data_header(kJob, kKey, rank, 1, false, seq, 2);
+    h.dtype = DType::kFloat32;
+    h.flags = flags;
+    std::vector<uint8_t> b(wire::packet_size(h));
+    wire::encode_header(h, b.data());
+    std::memcpy(b.data() + wire::kHeaderSize, v, 8);
+    return send_bytes(b);
+  };
+  send_f(0, 5, a[0], 0);
+  send_f(1, 5, a[1], 0);
+  Sent s = send_f(2, 5, a[2], 0);
+  ASSERT_EQ(s.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(s.hdr.flags, wire::kFlagResult);
+  EXPECT_EQ(s.hdr.dtype, DType::kFloat32);
+  ASSERT_EQ(s.payload.size(), 2u);
+  EXPECT_EQ(std::bit_cast<float>(s.payload[0]), 3.0f);
+  EXPECT_EQ(std::bit_cast<float>(s.payload[1]), static_cast<float>(-0.25 + double{1e-3f} + 0.5));
+  // A NaN in one rank's block: NONFINITE, every element NaN.
+  const float nan_block[2] = {std::numeric_limits<float>::quiet_NaN(), 1.0f};
+  send_f(0, 7, a[0], 0);
+  send_f(1, 7, nan_block, 0);
+  s = send_f(2, 7, a[2], 0);
+  EXPECT_EQ(s.hdr.flags, wire::kFlagResult | wire::kFlagNonFinite);
+  EXPECT_TRUE(std::isnan(std::bit_cast<float>(s.payload[0])));
+  EXPECT_TRUE(std::isnan(std::bit_cast<float>(s.payload[1])));
+  EXPECT_EQ(engine_.counters().nonfinite_blocks, 1u);
+  // A worker's NONFINITE mark on DATA is ORed too.
+  send_f(0, 9, a[0], wire::kFlagNonFinite);
+  send_f(1, 9, a[1], 0);
+  EXPECT_EQ(send_f(2, 9, a[2], 0).hdr.flags, wire::kFlagResult | wire::kFlagNonFinite);
 
   // A finite round has no NONFINITE flag.
   data(0, 0, false, 43, {1});
@@ -345,24 +387,14 @@ TEST_F(EngineTest, RoundMismatchNamesTheExpectedCount) {
   EXPECT_EQ(engine_.slot_table(kJob)->copy(2, true).contributors, 1u);
 }
 
-TEST_F(EngineTest, WrongKeyAndUnknownJobAreDroppedSilently) {
+// Wire v2 carries no key: a wrong tag (issue 19) will be dropped like an unknown job.
+TEST_F(EngineTest, UnknownJobIsDroppedSilently) {
   join_all();
   data(0, 0, false, 1, {1, 1});
-  // A wrong key, with the same job, rank, slot and seq: no reply, no effect, address not learned.
-  Sent s = data(1, 0, false, 1, {1000, 1000}, 0, kJob, kKey ^ 1);
+  Sent s = data(1, 0, false, 1, {1000, 1000}, wire::kFlagRetransmit, kJob + 1, kKey);
   EXPECT_EQ(s.target, Reply::Target::kNone);
   EXPECT_EQ(s.sender_rank, -1);
-  s = data(1, 0, false, 1, {1000, 1000}, wire::kFlagRetransmit, kJob, 0);
-  EXPECT_EQ(s.target, Reply::Target::kNone);
-  // An unknown job, and a HELLO with a wrong key (which would otherwise restart the barrier).
-  s = data(1, 0, false, 1, {1000, 1000}, wire::kFlagRetransmit, kJob + 1, kKey);
-  EXPECT_EQ(s.target, Reply::Target::kNone);
-  EXPECT_EQ(s.sender_rank, -1);
-  s = hello(1, 999, true, 3, kJob, kKey + 1);
-  EXPECT_EQ(s.target, Reply::Target::kNone);
   EXPECT_TRUE(engine_.job_ready(kJob));
-
-  EXPECT_EQ(engine_.counters().bad_key, 3u);
   EXPECT_EQ(engine_.counters().unknown_job, 1u);
   EXPECT_EQ(engine_.slot_table(kJob)->copy(0, false).contributors, 1u);
   data(1, 0, false, 1, {2, 2});
@@ -381,7 +413,6 @@ TEST_F(EngineTest, JobsAreIsolated) {
   Sent s = data(1, 0, false, 1, {60}, 0, 8, 0x8888);
   EXPECT_EQ(s.target, Reply::Target::kAllRanks);
   EXPECT_EQ(s.hdr.job, 8u);
-  EXPECT_EQ(s.hdr.key, 0x8888u);
   EXPECT_EQ(s.payload, (std::vector<int32_t>{110}));
   EXPECT_EQ(engine_.slot_table(kJob)->copy(0, false).contributors, 1u);
 }
@@ -397,11 +428,10 @@ TEST_F(EngineTest, RemovedOrReplacedJobIsNotServedFromTheLastJobCache) {
   EXPECT_EQ(s.sender_rank, -1);
   EXPECT_EQ(engine_.counters().unknown_job, 1u);
 
-  // Same id, another key and world: the old key is refused, the new world completes with 2 ranks.
+  // Same id, another world: it completes with 2 ranks (before the join, DATA is not ready).
   add(kJob, kKey ^ 0xFF, 2);
   s = data(0, 0, false, 1, {1, 1}, 0, kJob, kKey);
-  EXPECT_EQ(s.sender_rank, -1);
-  EXPECT_EQ(engine_.counters().bad_key, 1u);
+  EXPECT_EQ(s.target, Reply::Target::kNone);
   join_all(2, kJob, kKey ^ 0xFF);
   data(0, 0, false, 1, {10, 20}, 0, kJob, kKey ^ 0xFF);
   s = data(1, 0, false, 1, {1, 2}, 0, kJob, kKey ^ 0xFF);
@@ -437,7 +467,9 @@ TEST_F(EngineTest, EveryMalformedKindIsCounted) {
       {std::vector<uint8_t>(good.begin(), good.begin() + 31), wire::DecodeError::kTruncated},
       {{}, wire::DecodeError::kTruncated},
       {mutate(wire::kOffMagic, 0x00), wire::DecodeError::kBadMagic},
-      {mutate(wire::kOffVersion, 2), wire::DecodeError::kBadVersion},
+      {mutate(wire::kOffVersion, 1), wire::DecodeError::kBadVersion},
+      {mutate(wire::kOffExp, 0x00), wire::DecodeError::kBadExponent},
+      {mutate(wire::kOffFlags, wire::kFlagPartial), wire::DecodeError::kBadPartial},
       {mutate(wire::kOffFlags, 0x80), wire::DecodeError::kUnknownFlags},
       {mutate(wire::kOffDtype, 9), wire::DecodeError::kUnknownDtype},
       {mutate(wire::kOffOp, 0), wire::DecodeError::kUnknownOp},
@@ -468,7 +500,6 @@ TEST_F(EngineTest, EveryMalformedKindIsCounted) {
   }
   wire::Header h0;
   h0.job = kJob;
-  h0.key = kKey;
   h0.flags = wire::kFlagHello;
   EXPECT_EQ(send_bytes(encode_packet(h0, std::vector<int32_t>{})).target,
             Reply::Target::kNone);  // HELLO without world size
@@ -478,7 +509,7 @@ TEST_F(EngineTest, EveryMalformedKindIsCounted) {
   EXPECT_EQ(data(0, 4, false, 1, {1}).target, Reply::Target::kNone);  // slot beyond the table
   EXPECT_EQ(data(3, 0, false, 1, {1}).target, Reply::Target::kNone);  // rank beyond world
   EXPECT_EQ(data(0, 0, false, 1, std::vector<int32_t>(9, 1)).target,
-            Reply::Target::kNone);  // more than max_elems
+            Reply::Target::kNone);  // more than max_payload_bytes
   const EngineCounters& c = engine_.counters();
   EXPECT_EQ(c.malformed - before, cases.size() + 4 + 3 + 3);
   EXPECT_EQ(c.by_verdict[static_cast<size_t>(Verdict::kBadSlot)], 1u);
@@ -495,8 +526,8 @@ TEST_F(EngineTest, PacketPathDoesNotAllocate) {
   std::vector<std::vector<uint8_t>> pkts;
   auto hello_pkt = [](JobId job, uint64_t key, uint16_t rank, uint32_t world, uint8_t flags) {
     wire::Header h;
+    (void)key;
     h.job = job;
-    h.key = key;
     h.rank = rank;
     h.seq = 5;
     h.flags = static_cast<uint8_t>(wire::kFlagHello | flags);
@@ -525,7 +556,8 @@ TEST_F(EngineTest, PacketPathDoesNotAllocate) {
                                  std::vector<int32_t>(8, seq)));  // resend result
   }
   pkts.push_back({1, 2, 3});                                                          // malformed
-  pkts.push_back(encode_packet(data_header(kJob, 1, 0, 0, false, 1, 1), {std::vector<int32_t>{1}}));  // bad key
+  pkts.push_back(encode_packet(data_header(kJob + 77, 1, 0, 0, false, 1, 1),
+                               {std::vector<int32_t>{1}}));  // unknown job
   size_t replies = 0;
   int32_t rank;
   JobId job;

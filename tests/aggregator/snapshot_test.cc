@@ -157,10 +157,9 @@ TEST(EngineSnapshot, ListsTheEnginesJobsWithTheirCounters) {
   Engine e;
   JobConfig c;
   c.job = 5;
-  c.key = 0x99;
   c.slots.world_size = 2;
   c.slots.num_slots = 2;
-  c.slots.max_elems = 4;
+  c.slots.max_payload_bytes = static_cast<uint32_t>(4) * 4;
   ASSERT_TRUE(e.add_job(c).ok());
   for (uint16_t r = 0; r < 2; ++r) {
     wire::Header h = testing::hello_header(5, 0x99, r, 1 + r);

@@ -24,10 +24,9 @@ class TelemetryTest : public ::testing::Test {
   void SetUp() override {
     JobConfig c;
     c.job = kJob;
-    c.key = kKey;
     c.slots.world_size = kWorld;
     c.slots.num_slots = 4;
-    c.slots.max_elems = 4;
+    c.slots.max_payload_bytes = static_cast<uint32_t>(4) * 4;
     ASSERT_TRUE(engine_.add_job(c).ok());
     for (uint16_t r = 0; r < kWorld; ++r) {
       wire::Header h = testing::hello_header(kJob, kKey, r, 9 + r);

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 #include <vector>
 
 #include "ina/protocol/frame.h"
@@ -9,11 +10,28 @@
 
 namespace ina::agg::testing {
 
+// Writes n words of `payload` at dst in the packet's word width (wire::payload_width): 4-byte
+// words as they are, 2-byte and 1-byte ones truncated, 8-byte ones sign-extended.
+inline void store_test_words(uint8_t* dst, const wire::Header& h, const int32_t* payload, size_t n) {
+  const size_t w = wire::payload_width(h.flags, h.dtype);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t v = payload[i];
+    std::memcpy(dst + i * w, &v, w);  // little-endian: the low bytes first
+  }
+}
+
 // Encodes header + payload (host-order words) exactly as a worker would.
 inline std::vector<uint8_t> encode_packet(const wire::Header& h, const int32_t* payload) {
-  std::vector<uint8_t> b(wire::packet_size(h.count));
+  std::vector<uint8_t> b(wire::packet_size(h));
   wire::encode_header(h, b.data());
-  if (h.count > 0) wire::store_payload(b.data() + wire::kHeaderSize, payload, h.count);
+  if (h.count > 0) store_test_words(b.data() + wire::kHeaderSize, h, payload, h.count);
+  return b;
+}
+// The same with payload bytes already in wire order (a Reply's payload: payload_width bytes each).
+inline std::vector<uint8_t> encode_packet(const wire::Header& h, const uint8_t* payload) {
+  std::vector<uint8_t> b(wire::packet_size(h));
+  wire::encode_header(h, b.data());
+  if (h.count > 0) std::memcpy(b.data() + wire::kHeaderSize, payload, b.size() - wire::kHeaderSize);
   return b;
 }
 inline std::vector<uint8_t> encode_packet(const wire::Header& h,
@@ -27,11 +45,11 @@ inline std::vector<uint8_t> encode_packet(const wire::Header& h,
 // filled, IP id 1) around the datagram of `h` with `payload` (h.count words; none given: zeros).
 inline std::vector<uint8_t> udp_frame(const frame::Endpoint& from, const frame::Endpoint& to,
                                       const wire::Header& h, const std::vector<int32_t>& payload) {
-  const size_t len = wire::packet_size(h.count);
+  const size_t len = wire::packet_size(h);
   std::vector<uint8_t> f(frame::kUdpHeadroom + len);
   uint8_t* dg = f.data() + frame::kUdpHeadroom;
   wire::encode_header(h, dg);
-  if (!payload.empty()) wire::store_payload(dg + wire::kHeaderSize, payload.data(), h.count);
+  if (!payload.empty()) store_test_words(dg + wire::kHeaderSize, h, payload.data(), h.count);
   frame::write_udp_headers(f.data(), from, to, len, frame::sum16(dg, len), 1);
   return f;
 }
@@ -40,8 +58,8 @@ inline std::vector<uint8_t> udp_frame(const frame::Endpoint& from, const frame::
 inline wire::Header data_header(JobId job, uint64_t key, uint16_t rank, uint16_t slot, bool shadow,
                                 BlockSeq seq, uint16_t count) {
   wire::Header h;
+  (void)key;  // v1's key field; wire v2 authenticates with a tag instead (issue 19)
   h.job = job;
-  h.key = key;
   h.rank = rank;
   h.slot = slot;
   h.shadow = shadow;
@@ -56,18 +74,24 @@ inline wire::Header data_header(JobId job, uint64_t key, uint16_t rank, uint16_t
 inline wire::Header hello_header(JobId job, uint64_t key, uint16_t rank, BlockSeq seq) {
   wire::Header h;
   h.flags = wire::kFlagHello;
+  (void)key;  // v1's key field; wire v2 authenticates with a tag instead (issue 19)
   h.job = job;
-  h.key = key;
   h.rank = rank;
   h.seq = seq;
   h.count = 1;
   return h;
 }
 
-// Host-order payload words of a decoded packet.
+// Payload words of a decoded packet (sign-extended from their width; 8-byte words truncated).
 inline std::vector<int32_t> payload_words(const wire::PacketView& p) {
   std::vector<int32_t> v(p.hdr.count);
-  if (!v.empty()) wire::load_payload(v.data(), p.payload, v.size());
+  const size_t w = wire::payload_width(p.hdr.flags, p.hdr.dtype);
+  for (size_t i = 0; i < v.size(); ++i) {
+    int64_t x = 0;
+    std::memcpy(&x, p.payload + i * w, w);
+    const unsigned shift = static_cast<unsigned>(64 - 8 * w);
+    v[i] = static_cast<int32_t>(static_cast<int64_t>(static_cast<uint64_t>(x) << shift) >> shift);
+  }
   return v;
 }
 

@@ -2,13 +2,16 @@
 // Engine wired in process (8 ranks, 4 per leaf) against a flat 8-rank Engine fed the same data,
 // on a simulated network that shuffles, duplicates and drops packets in every direction, with
 // simulated workers whose retransmission timer fires whenever the network goes quiet. Every rank's
-// result of every block must equal the flat run's bitwise (payload, next exponent, non-finite
-// mark) and the model (wrapping int32 SUM, MIN, MAX). Plus the leaf's join barrier, the parent's
+// result of every block must equal the flat run's bitwise (payload and non-finite mark; float SUM
+// goes through the PARTIAL exponent round, WIRE.md) and, for int32, the model (wrapping SUM, MIN,
+// MAX). Plus the leaf's join barrier, the parent's
 // packets it accepts or refuses, error bitmaps in global ranks (the root's missing leaves turned
 // into the other leaves' ranks) and the configuration checks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -39,10 +42,9 @@ constexpr int kFlatNode = 300;
 JobConfig flat_job(uint32_t world) {
   JobConfig c;
   c.job = kJob;
-  c.key = kKey;
   c.slots.world_size = world;
   c.slots.num_slots = kSlots;
-  c.slots.max_elems = kElems;
+  c.slots.max_payload_bytes = static_cast<uint32_t>(kElems) * 4;
   return c;
 }
 
@@ -61,19 +63,18 @@ JobConfig leaf_job(uint32_t child, uint32_t rank_base, uint32_t local, uint32_t 
 struct Block {
   DType dtype = DType::kInt32;
   ReduceOp op = ReduceOp::kSum;
-  int16_t exp = kNoExponent;
-  std::vector<std::vector<int32_t>> words;  // [rank][elem]
-  std::vector<int16_t> next_exp;            // [rank]
-  std::vector<bool> nonfinite;              // [rank]
+  std::vector<std::vector<int32_t>> words;  // [rank][elem] (4-byte dtypes: the element's bits)
+  std::vector<bool> nonfinite;              // [rank]: its block holds a NaN
 };
 
 // What a rank kept of a block's result.
 struct Got {
   bool have = false;
   std::vector<int32_t> words;
-  int16_t next_exp = 0;
   bool nonfinite = false;
 };
+
+const int32_t* W(const Reply& r) { return reinterpret_cast<const int32_t*>(r.payload); }
 
 struct Msg {
   int from = 0;
@@ -149,7 +150,6 @@ class Sim {
     wire::Header h;
     h.flags = wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : uint8_t{0});
     h.job = kJob;
-    h.key = kKey;
     h.seq = 0xA000 + r;  // the rank's incarnation nonce
     h.rank = static_cast<uint16_t>(r);
     send(static_cast<int>(r), aggregator_of(r), encode_packet(h, std::vector<int32_t>{kWorld}));
@@ -164,8 +164,6 @@ class Sim {
               (blk.nonfinite[r] ? wire::kFlagNonFinite : uint8_t{0});
     h.dtype = blk.dtype;
     h.op = blk.op;
-    h.exp = blk.exp;
-    h.next_exp = blk.next_exp[r];
     send(static_cast<int>(r), aggregator_of(r), encode_packet(h, blk.words[r]));
   }
 
@@ -179,7 +177,7 @@ class Sim {
     if (h.has(wire::kFlagHello)) {
       if (joined_[r]) return;
       EXPECT_EQ(p.word(0), kSlots);
-      EXPECT_EQ(p.word(1), kElems);
+      EXPECT_EQ(p.word(1), kElems * 4);
       joined_[r] = true;
       for (size_t b = 0; b < std::min<size_t>(kSlots, blocks_.size()); ++b) {
         send_data(r, b, false);
@@ -199,9 +197,7 @@ class Sim {
     }
     g.have = true;
     g.words = payload_words(p);
-    g.next_exp = h.next_exp;
     g.nonfinite = h.has(wire::kFlagNonFinite);
-    EXPECT_EQ(h.exp, blocks_[b].exp);
     EXPECT_EQ(h.dtype, blocks_[b].dtype);
     EXPECT_EQ(h.op, blocks_[b].op);
     // Blocks go out in order, each once the previous round on its slot is done.
@@ -267,8 +263,8 @@ class Sim {
   int timeouts_ = 0;
 };
 
-// Blocks of one dtype/op with random data; float SUM blocks get an exponent per block, random
-// next-exponent proposals per rank and one non-finite contribution.
+// Blocks of one dtype/op with random data (floats: finite values over many binades, one block
+// with a NaN from one rank).
 std::vector<Block> make_blocks(size_t n, DType dtype, ReduceOp op, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::vector<Block> out(n);
@@ -277,20 +273,24 @@ std::vector<Block> make_blocks(size_t n, DType dtype, ReduceOp op, uint64_t seed
     blk.dtype = dtype;
     blk.op = op;
     const bool fl = dtype != DType::kInt32;
-    blk.exp = fl && op == ReduceOp::kSum ? static_cast<int16_t>(-20 + static_cast<int>(b % 7))
-                                         : kNoExponent;
     const size_t count = b % 3 == 2 ? kElems - 3 : kElems;  // a short last block now and then
     blk.words.assign(kWorld, std::vector<int32_t>(count));
-    blk.next_exp.assign(kWorld, kNoExponent);
     blk.nonfinite.assign(kWorld, false);
     for (uint32_t r = 0; r < kWorld; ++r) {
       // Large values: the int32 sum wraps, which must not matter.
-      for (int32_t& w : blk.words[r]) w = static_cast<int32_t>(rng());
-      if (fl && op == ReduceOp::kSum) {
-        blk.next_exp[r] = static_cast<int16_t>(-30 + static_cast<int>(rng() % 20));
+      for (int32_t& w : blk.words[r]) {
+        w = static_cast<int32_t>(rng());
+        if (fl) {
+          const float f = std::ldexp(static_cast<float>(static_cast<int32_t>(rng()) >> 8),
+                                     static_cast<int>(rng() % 40) - 30);
+          w = std::bit_cast<int32_t>(f);
+        }
       }
     }
-    if (fl && b == 5) blk.nonfinite[6] = true;
+    if (fl && b == 5) {
+      blk.nonfinite[6] = true;
+      blk.words[6][0] = 0x7FC00000;  // NaN
+    }
   }
   return out;
 }
@@ -335,20 +335,16 @@ TEST_P(TreeVsFlat, EveryRankGetsTheFlatResultBitwise) {
     if (::testing::Test::HasFatalFailure()) return;
     for (size_t b = 0; b < blocks.size(); ++b) {
       const std::vector<int32_t> want = model(blocks[b]);
-      int16_t want_next = kNoExponent;
       bool want_nonfinite = false;
-      for (uint32_t r = 0; r < kWorld; ++r) {
-        want_next = std::max(want_next, blocks[b].next_exp[r]);
-        want_nonfinite = want_nonfinite || blocks[b].nonfinite[r];
-      }
+      for (uint32_t r = 0; r < kWorld; ++r) want_nonfinite = want_nonfinite || blocks[b].nonfinite[r];
       for (uint32_t r = 0; r < kWorld; ++r) {
         const Got& t = tree.got(r, b);
         const Got& f = flat.got(r, b);
         ASSERT_TRUE(t.have && f.have);
         EXPECT_EQ(t.words, f.words) << "rank " << r << " block " << b;
-        EXPECT_EQ(t.words, want) << "rank " << r << " block " << b;
-        EXPECT_EQ(t.next_exp, f.next_exp);
-        EXPECT_EQ(t.next_exp, want_next);
+        if (c.dtype == DType::kInt32) {
+          EXPECT_EQ(t.words, want) << "rank " << r << " block " << b;
+        }
         EXPECT_EQ(t.nonfinite, f.nonfinite);
         EXPECT_EQ(t.nonfinite, want_nonfinite);
       }
@@ -388,7 +384,8 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{DType::kFloat32, ReduceOp::kSum, 0, 0},
                       Case{DType::kFloat32, ReduceOp::kSum, 10, 5},
                       Case{DType::kInt32, ReduceOp::kMin, 10, 5},
-                      Case{DType::kFloat32, ReduceOp::kMax, 10, 5}),
+                      Case{DType::kFloat32, ReduceOp::kMax, 10, 5},
+                      Case{DType::kFloat32, ReduceOp::kMin, 0, 0}),
     [](const ::testing::TestParamInfo<Case>& i) {
       std::string s = i.param.dtype == DType::kInt32 ? "int32_" : "float32_";
       s += i.param.op == ReduceOp::kSum ? "sum" : i.param.op == ReduceOp::kMin ? "min" : "max";
@@ -421,14 +418,14 @@ TEST(TreeLeaf, LearnsTheParentWorldFromTheRoot) {
   ASSERT_EQ(up.target, Reply::Target::kParent);
   ASSERT_TRUE(up.hdr.has(wire::kFlagHello));
   EXPECT_EQ(up.hdr.rank, 0);
-  EXPECT_EQ(up.payload[0], 2);  // the guess
+  EXPECT_EQ(W(up)[0], 2);  // the guess
   const Reply err = root.on_packet(encode_packet(up.hdr, up.payload), &rank, &job);
   ASSERT_TRUE(err.hdr.has(wire::kFlagError));
-  EXPECT_EQ(err.payload[1], 3);
+  EXPECT_EQ(W(err)[1], 3);
   const Reply again = leaf.on_packet(encode_packet(err.hdr, err.payload), &rank, &job);
   EXPECT_EQ(rank, -1);  // the parent is not a rank of the leaf
   ASSERT_EQ(again.target, Reply::Target::kParent);
-  EXPECT_EQ(again.payload[0], 3);
+  EXPECT_EQ(W(again)[0], 3);
   EXPECT_EQ(leaf.counters().parent_errors, 1u);
   EXPECT_EQ(root.on_packet(encode_packet(again.hdr, again.payload), &rank, &job).target,
             Reply::Target::kNone);  // joined; the root waits for its other two leaves
@@ -446,7 +443,6 @@ class TreeLeafUnit : public ::testing::Test {
     wire::Header h;
     h.flags = wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : uint8_t{0});
     h.job = kJob;
-    h.key = kKey;
     h.seq = nonce;
     h.rank = global_rank;
     return send(h, {static_cast<int32_t>(kWorld)});
@@ -455,7 +451,6 @@ class TreeLeafUnit : public ::testing::Test {
     wire::Header h;
     h.flags = wire::kFlagHello | wire::kFlagResult;
     h.job = kJob;
-    h.key = kKey;
     return send(h, {slots, elems});
   }
   Reply data(uint16_t global_rank, uint16_t slot, BlockSeq seq, int32_t v, bool retransmit = false) {
@@ -487,8 +482,7 @@ TEST_F(TreeLeafUnit, WelcomesItsRanksOnlyAfterTheParentWelcomedIt) {
   EXPECT_EQ(up.hdr.flags, wire::kFlagHello);
   EXPECT_EQ(up.hdr.rank, 1);  // child_index
   EXPECT_EQ(up.hdr.job, kJob);
-  EXPECT_EQ(up.hdr.key, kKey);
-  EXPECT_EQ(up.payload[0], 2);
+  EXPECT_EQ(W(up)[0], 2);
   const BlockSeq nonce = up.hdr.seq;
   EXPECT_FALSE(leaf_.job_ready(kJob));
   // Data before the parent's WELCOME is not taken.
@@ -503,8 +497,8 @@ TEST_F(TreeLeafUnit, WelcomesItsRanksOnlyAfterTheParentWelcomedIt) {
   const Reply w = welcome_from_parent(2, 100);
   ASSERT_EQ(w.target, Reply::Target::kAllRanks);
   EXPECT_EQ(w.hdr.flags, wire::kFlagHello | wire::kFlagResult);
-  EXPECT_EQ(w.payload[0], 2);
-  EXPECT_EQ(w.payload[1], kElems);
+  EXPECT_EQ(W(w)[0], 2);
+  EXPECT_EQ(W(w)[1], kElems * 4);  // bytes: at most what this leaf holds
   EXPECT_TRUE(leaf_.job_ready(kJob));
   // A second WELCOME from the parent is stale; a worker's lost WELCOME is answered here.
   EXPECT_EQ(welcome_from_parent().target, Reply::Target::kNone);
@@ -533,15 +527,15 @@ TEST_F(TreeLeafUnit, ForwardsPartialsAndTakesOnlyTheResultItWaitsFor) {
   EXPECT_EQ(up.hdr.slot, 1);
   EXPECT_EQ(up.hdr.seq, 10u);
   ASSERT_EQ(up.hdr.count, 2);
-  EXPECT_EQ(up.payload[0], 4 + 5 + 6 + 7);
-  EXPECT_EQ(up.payload[1], 2 * (4 + 5 + 6 + 7));
+  EXPECT_EQ(W(up)[0], 4 + 5 + 6 + 7);
+  EXPECT_EQ(W(up)[1], 2 * (4 + 5 + 6 + 7));
 
   // A plain duplicate while waiting: nothing; a retransmission re-forwards the partial.
   EXPECT_EQ(data(5, 1, 10, 5).target, Reply::Target::kNone);
   const Reply ref = data(5, 1, 10, 5, true);
   ASSERT_EQ(ref.target, Reply::Target::kParent);
   EXPECT_TRUE(ref.hdr.has(wire::kFlagRetransmit));
-  EXPECT_EQ(ref.payload[0], 22);
+  EXPECT_EQ(W(ref)[0], 22);
   EXPECT_EQ(leaf_.counters().reforwarded, 1u);
   // The same wave of timeouts at the other ranks does not send it again; rank 5's next
   // timeout (a new wave) does.
@@ -556,18 +550,14 @@ TEST_F(TreeLeafUnit, ForwardsPartialsAndTakesOnlyTheResultItWaitsFor) {
   const Reply miss = data(4, 2, 11, 1, true);
   ASSERT_TRUE(miss.hdr.has(wire::kFlagError));
   EXPECT_EQ(miss.hdr.rank, 4);
-  EXPECT_EQ(testing::ranks_in_bitmap(miss.payload + 1, 1),
+  EXPECT_EQ(testing::ranks_in_bitmap(W(miss) + 1, 1),
             (std::vector<uint32_t>{0, 1, 2, 3, 4}));
 
   wire::Header res = up.hdr;
   res.flags = wire::kFlagResult;
   res.rank = 0;
-  // Wrong key: dropped before anything; wrong round or an idle copy: stale.
+  // Wrong round or an idle copy: stale. (A wrong tag is issue 19's.)
   wire::Header bad = res;
-  bad.key = kKey + 1;
-  EXPECT_EQ(send(bad, {1, 2}).target, Reply::Target::kNone);
-  EXPECT_EQ(leaf_.counters().bad_key, 1u);
-  bad = res;
   bad.seq = 9;
   EXPECT_EQ(send(bad, {1, 2}).target, Reply::Target::kNone);
   bad = res;
@@ -579,23 +569,20 @@ TEST_F(TreeLeafUnit, ForwardsPartialsAndTakesOnlyTheResultItWaitsFor) {
   EXPECT_EQ(send(bad, {1, 2}).target, Reply::Target::kNone);
   EXPECT_EQ(leaf_.counters().parent_stale, 3u);
 
-  res.next_exp = 3;
   const Reply down = send(res, {100, 200});
   ASSERT_EQ(down.target, Reply::Target::kAllRanks);
   EXPECT_TRUE(down.hdr.has(wire::kFlagResult));
   EXPECT_EQ(down.hdr.rank, 0);
   EXPECT_EQ(down.hdr.seq, 10u);
-  EXPECT_EQ(down.hdr.next_exp, 3);
-  EXPECT_EQ(down.payload[0], 100);
-  EXPECT_EQ(down.payload[1], 200);
+  EXPECT_EQ(W(down)[0], 100);
+  EXPECT_EQ(W(down)[1], 200);
   EXPECT_EQ(leaf_.counters().parent_results, 1u);
   // The parent's duplicate is stale now; a worker's retransmission gets the kept result.
   EXPECT_EQ(send(res, {100, 200}).target, Reply::Target::kNone);
   const Reply kept = data(6, 1, 10, 6, true);
   ASSERT_EQ(kept.target, Reply::Target::kSender);
   EXPECT_TRUE(kept.hdr.has(wire::kFlagRetransmit));
-  EXPECT_EQ(kept.payload[0], 100);
-  EXPECT_EQ(kept.hdr.next_exp, 3);
+  EXPECT_EQ(W(kept)[0], 100);
 
   // A flat job takes no RESULT at all.
   Engine flat;
@@ -647,8 +634,7 @@ TEST_F(TreeLeafUnit, StalledSlotsNameGlobalRanksAndTheParentWait) {
 Reply to_root(Engine& root, const Reply& up) {
   int32_t rank;
   JobId job;
-  std::vector<int32_t> payload(up.payload, up.payload + up.hdr.count);
-  return root.on_packet(encode_packet(up.hdr, payload), &rank, &job);
+  return root.on_packet(encode_packet(up.hdr, up.payload), &rank, &job);
 }
 
 // A root of `leaves` ranks that every leaf has joined (this fixture's leaf with its real HELLO).
@@ -690,7 +676,7 @@ TEST_F(TreeLeafUnit, TurnsTheRootsMissingLeavesIntoGlobalRanksForItsWorkers) {
   const Reply root_err = to_root(root, ref);
   ASSERT_TRUE(root_err.hdr.has(wire::kFlagError));
   ASSERT_EQ(root_err.hdr.count, 2);
-  EXPECT_EQ(testing::ranks_in_bitmap(root_err.payload + 1, 1), (std::vector<uint32_t>{1}));
+  EXPECT_EQ(testing::ranks_in_bitmap(W(root_err) + 1, 1), (std::vector<uint32_t>{1}));
 
   // The leaf turns it into global ranks (0-3 missing: leaf 0 by the balanced rule) for all its
   // ranks at once, with the tree note naming leaf 0 and the rule.
@@ -700,12 +686,12 @@ TEST_F(TreeLeafUnit, TurnsTheRootsMissingLeavesIntoGlobalRanksForItsWorkers) {
   EXPECT_EQ(down.hdr.seq, 10u);
   EXPECT_EQ(down.hdr.slot, 1);
   ASSERT_EQ(down.hdr.count, 1 + 1 + 3 + 1);
-  EXPECT_EQ(down.payload[0], static_cast<int32_t>(wire::ErrorReason::kMissingRanks));
-  EXPECT_EQ(testing::ranks_in_bitmap(down.payload + 1, 1), (std::vector<uint32_t>{4, 5, 6, 7}));
-  EXPECT_EQ(static_cast<uint32_t>(down.payload[2]), wire::kTreeNoteTag);
-  EXPECT_EQ(static_cast<uint32_t>(down.payload[3]), wire::kTreeNoteByRule);
-  EXPECT_EQ(down.payload[4], 1);  // one leaf missing
-  EXPECT_EQ(down.payload[5], 0);  // leaf 0
+  EXPECT_EQ(W(down)[0], static_cast<int32_t>(wire::ErrorReason::kMissingRanks));
+  EXPECT_EQ(testing::ranks_in_bitmap(W(down) + 1, 1), (std::vector<uint32_t>{4, 5, 6, 7}));
+  EXPECT_EQ(static_cast<uint32_t>(W(down)[2]), wire::kTreeNoteTag);
+  EXPECT_EQ(static_cast<uint32_t>(W(down)[3]), wire::kTreeNoteByRule);
+  EXPECT_EQ(W(down)[4], 1);  // one leaf missing
+  EXPECT_EQ(W(down)[5], 0);  // leaf 0
   EXPECT_EQ(leaf_.counters().parent_missing, 1u);
 
   // Later retransmissions of this wave get the same report unicast, naming the global rank.
@@ -714,7 +700,7 @@ TEST_F(TreeLeafUnit, TurnsTheRootsMissingLeavesIntoGlobalRanksForItsWorkers) {
   ASSERT_TRUE(again.hdr.has(wire::kFlagError));
   EXPECT_EQ(again.hdr.rank, 6);
   EXPECT_EQ(again.hdr.seq, 10u);
-  EXPECT_EQ(testing::ranks_in_bitmap(again.payload + 1, 1), (std::vector<uint32_t>{4, 5, 6, 7}));
+  EXPECT_EQ(testing::ranks_in_bitmap(W(again) + 1, 1), (std::vector<uint32_t>{4, 5, 6, 7}));
   // The re-forwarding rank still re-forwards (the partial or the result may be lost).
   EXPECT_EQ(data(5, 1, 10, 5, true).target, Reply::Target::kParent);
 
@@ -733,7 +719,7 @@ TEST_F(TreeLeafUnit, TurnsTheRootsMissingLeavesIntoGlobalRanksForItsWorkers) {
   ASSERT_EQ(res.target, Reply::Target::kAllRanks);
   const Reply res_down = to_root(leaf_, res);
   ASSERT_EQ(res_down.target, Reply::Target::kAllRanks);
-  EXPECT_EQ(res_down.payload[0], 4 + 5 + 6 + 7 + 1);
+  EXPECT_EQ(W(res_down)[0], 4 + 5 + 6 + 7 + 1);
   const Reply kept = data(6, 1, 10, 6, true);
   ASSERT_EQ(kept.target, Reply::Target::kSender);
   EXPECT_TRUE(kept.hdr.has(wire::kFlagResult));
@@ -754,7 +740,6 @@ TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {
   wire::Header h;
   h.flags = wire::kFlagHello;
   h.job = kJob;
-  h.key = kKey;
   for (uint16_t r = 4; r < 8; ++r) {
     h.rank = r;
     h.seq = 50 + r;
@@ -763,7 +748,6 @@ TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {
   wire::Header w;
   w.flags = wire::kFlagHello | wire::kFlagResult;
   w.job = kJob;
-  w.key = kKey;
   ASSERT_EQ(send(w, {kSlots, kElems}).target, Reply::Target::kAllRanks);
   Reply up;
   for (uint16_t r = 4; r < 8; ++r) {
@@ -777,17 +761,17 @@ TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {
   const Reply down = send(e, {static_cast<int32_t>(wire::ErrorReason::kMissingRanks), 0b101});
   ASSERT_EQ(down.target, Reply::Target::kAllRanks);
   EXPECT_TRUE(down.hdr.shadow);
-  EXPECT_EQ(testing::ranks_in_bitmap(down.payload + 1, 1),
+  EXPECT_EQ(testing::ranks_in_bitmap(W(down) + 1, 1),
             (std::vector<uint32_t>{0, 1, 4, 5, 6, 7}));
-  EXPECT_EQ(down.payload[3], 0);  // not by the rule: the controller's list
-  EXPECT_EQ(down.payload[4], 1);
-  EXPECT_EQ(down.payload[5], 1);
+  EXPECT_EQ(W(down)[3], 0);  // not by the rule: the controller's list
+  EXPECT_EQ(W(down)[4], 1);
+  EXPECT_EQ(W(down)[5], 1);
   // A report naming no missing leaf still answers (the root waits for nothing: its result is
   // on the way), with an empty list.
   const Reply none = send(e, {static_cast<int32_t>(wire::ErrorReason::kMissingRanks), 0b111});
   ASSERT_EQ(none.target, Reply::Target::kAllRanks);
-  EXPECT_EQ(none.payload[4], 0);
-  EXPECT_EQ(testing::ranks_in_bitmap(none.payload + 1, 1),
+  EXPECT_EQ(W(none)[4], 0);
+  EXPECT_EQ(testing::ranks_in_bitmap(W(none) + 1, 1),
             (std::vector<uint32_t>{0, 1, 2, 3, 4, 5, 6, 7}));
 }
 

@@ -126,10 +126,9 @@ class UdpAggregatorTest : public ::testing::Test {
     opts.port = 0;
     JobConfig job;
     job.job = kJob;
-    job.key = kKey;
     job.slots.world_size = world;
     job.slots.num_slots = slots;
-    job.slots.max_elems = elems;
+    job.slots.max_payload_bytes = static_cast<uint32_t>(elems) * 4;
     auto a = UdpAggregator::create(opts, {job});
     ASSERT_TRUE(a.ok()) << a.status().to_string();
     agg_ = std::move(a).value();
@@ -160,7 +159,6 @@ class UdpAggregatorTest : public ::testing::Test {
   std::vector<uint8_t> hello_packet(uint16_t rank, uint32_t world, bool retransmit = false) {
     wire::Header h;
     h.job = kJob;
-    h.key = kKey;
     h.rank = rank;
     h.seq = 0xC0FFEE00u + rank;
     h.flags = static_cast<uint8_t>(wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : 0));
@@ -185,8 +183,7 @@ class UdpAggregatorTest : public ::testing::Test {
       ASSERT_TRUE(p.has_value()) << "rank " << r << " got no WELCOME";
       EXPECT_EQ(p->hdr.flags, wire::kFlagHello | wire::kFlagResult);
       EXPECT_EQ(p->hdr.job, kJob);
-      EXPECT_EQ(p->hdr.key, kKey);
-      EXPECT_EQ(p->payload, (std::vector<int32_t>{8, 16}));
+      EXPECT_EQ(p->payload, (std::vector<int32_t>{8, 64}));  // num_slots, max_payload_bytes
     }
   }
 
@@ -273,8 +270,6 @@ TEST_F(UdpAggregatorTest, MalformedDatagramIsCountedAndDropped) {
   std::vector<uint8_t> bad = data_packet(0, 0, false, 1, {1});
   bad[0] = 0;                                                // bad magic
   clients_[0]->send(bad);
-  wire::Header wrong_key = data_header(kJob, kKey + 1, 0, 0, false, 1, 0);
-  clients_[0]->send(encode_packet(wrong_key, std::vector<int32_t>{5}));
   // A retransmitted HELLO is answered: once its WELCOME arrives, the datagrams before it (same
   // socket, same order) have been processed.
   clients_[0]->send(hello_packet(0, 2, /*retransmit=*/true));
@@ -285,13 +280,12 @@ TEST_F(UdpAggregatorTest, MalformedDatagramIsCountedAndDropped) {
   stop();
   const EngineCounters& c = agg_->engine().counters();
   EXPECT_EQ(c.malformed, 2u);
-  EXPECT_EQ(c.bad_key, 1u);
   EXPECT_EQ(c.decode.by_error[static_cast<size_t>(wire::DecodeError::kTruncated)], 1u);
   EXPECT_EQ(c.decode.by_error[static_cast<size_t>(wire::DecodeError::kBadMagic)], 1u);
   const std::string text = agg_->format_counters();
   EXPECT_EQ(counter_value(text, "truncated"), 1);
   EXPECT_EQ(counter_value(text, "bad_magic"), 1);
-  EXPECT_EQ(counter_value(text, "bad_key"), 1);
+  EXPECT_EQ(counter_value(text, "bad_key"), 0);  // (wire v2: the tag of issue 19)
 }
 
 TEST_F(UdpAggregatorTest, StopEndsRunPromptly) {
@@ -417,7 +411,7 @@ class JoblessAggregator {
     opts.bind_host = "127.0.0.1";
     opts.port = 0;
     opts.slot_capacity = slot_capacity;
-    opts.max_block_elems = 16;
+    opts.max_payload_bytes = static_cast<uint32_t>(16) * 4;
     opts.snapshot_interval = 10ms;
     auto created = UdpAggregator::create(opts, {});
     EXPECT_TRUE(created.ok()) << created.status().to_string();
@@ -454,7 +448,7 @@ TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
     j.key = key;
     j.slots.world_size = 2;
     j.slots.num_slots = slots;
-    j.slots.max_elems = 16;
+    j.slots.max_payload_bytes = static_cast<uint32_t>(16) * 4;
     j.slot_base = base;
     return j;
   };
@@ -481,9 +475,8 @@ TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
     ASSERT_TRUE(p.has_value());
     EXPECT_EQ(p->hdr.flags, wire::kFlagHello | wire::kFlagResult);
   }
-  // Same slot numbers in both jobs; a spoof from b0 with job 4's id and b's key is ignored.
+  // Same slot numbers in both jobs.
   a0.send(encode_packet(data_header(4, 0x44, 0, 0, false, 1, 3), {1, 2, 3}));
-  b0.send(encode_packet(data_header(4, 0x55, 1, 0, false, 1, 3), {900, 900, 900}));
   b0.send(encode_packet(data_header(5, 0x55, 0, 0, false, 1, 3), {10, 20, 30}));
   b1.send(encode_packet(data_header(5, 0x55, 1, 0, false, 1, 3), {1, 1, 1}));
   a1.send(encode_packet(data_header(4, 0x44, 1, 0, false, 1, 3), {4, 5, 6}));
@@ -514,7 +507,7 @@ TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
   ASSERT_TRUE(wait_for([](const AggregatorSnapshot& s) { return s.engine.unknown_job >= 1; }));
   running.stop();
   const AggregatorSnapshot s = agg.snapshot();
-  EXPECT_EQ(s.engine.bad_key, 1u);
+  EXPECT_EQ(s.engine.bad_key, 0u);
   ASSERT_EQ(s.jobs.size(), 1u);
   EXPECT_EQ(s.jobs[0].cfg.job, 5u);
   EXPECT_EQ(s.jobs[0].counters.completed, 2u);
@@ -540,12 +533,14 @@ TEST(UdpAggregatorCreateTest, RejectsBadOptions) {
   EXPECT_NE(a.status().message().find("no-such-host.invalid"), std::string::npos);
 
   o.bind_host = "127.0.0.1";
-  job.slots.max_elems = 16369;  // 32 + 4 * 16369 bytes do not fit in one UDP datagram
+  // A block of 16384 bytes makes PARTIAL packets (4 x the block) beyond one UDP datagram.
+  job.slots.max_payload_bytes = 16384;
   a = UdpAggregator::create(o, {job});
   ASSERT_FALSE(a.ok());
-  EXPECT_NE(a.status().message().find("16368"), std::string::npos) << a.status().message();
+  EXPECT_NE(a.status().message().find("max_payload_bytes 16384"), std::string::npos)
+      << a.status().message();
 
-  job.slots.max_elems = 256;
+  job.slots.max_payload_bytes = static_cast<uint32_t>(256) * 4;
   job.slots.world_size = 0;
   a = UdpAggregator::create(o, {job});
   ASSERT_FALSE(a.ok());
@@ -595,10 +590,9 @@ TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
   auto leaf = [&](JobId id, const std::string& where) {
     JobConfig j;
     j.job = id;
-    j.key = kKey;
     j.slots.world_size = 4;
     j.slots.num_slots = 4;
-    j.slots.max_elems = 16;
+    j.slots.max_payload_bytes = static_cast<uint32_t>(16) * 4;
     j.tree.role = TreeRole::kLeaf;
     j.tree.rank_base = 2;
     j.tree.local_ranks = 2;
@@ -629,7 +623,6 @@ TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
   EXPECT_FALSE(r2.recv(100ms).has_value());            // not welcomed before the parent says so
   wire::Header w;
   w.job = kJob;
-  w.key = kKey;
   w.flags = wire::kFlagHello | wire::kFlagResult;
   parent.send(encode_packet(w, std::vector<int32_t>{4, 16}));
   for (Client* c : {&r2, &r3}) {

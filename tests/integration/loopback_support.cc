@@ -17,6 +17,7 @@
 
 #include "ina/protocol/fp8.h"
 #include "ina/protocol/half.h"
+#include "ina/protocol/codec.h"
 #include "ina/protocol/quantize.h"
 
 extern char** environ;
@@ -144,38 +145,39 @@ void fill_input(std::vector<uint8_t>& buf, const Case& c, int rank, int case_ind
 
 std::vector<uint8_t> model_result(const std::vector<std::vector<uint8_t>>& inputs, const Case& c,
                                   uint32_t block) {
+  // What the aggregator computes per block (wire v2, protocol/codec.h): `block` counts 4-byte
+  // elements, the block is 4 * block bytes.
   const auto world = static_cast<uint32_t>(inputs.size());
   const size_t es = dtype_size(c.dtype);
+  const size_t k = size_t{block} * 4 / es;
   std::vector<uint8_t> out(c.count * es);
-  std::vector<int32_t> q(block), acc(block);
-  for (size_t base = 0; base < c.count; base += block) {
-    const size_t n = std::min<size_t>(block, c.count - base);
+  std::vector<int64_t> acc(k);
+  for (size_t base = 0; base < c.count; base += k) {
+    const size_t n = std::min<size_t>(k, c.count - base);
     int16_t exp = kNoExponent;
     bool nonfinite = false;
     for (const auto& in : inputs) {
-      const auto s = quant::scan_block(in.data() + base * es, n, c.dtype, c.op);
-      if (quant::needs_exponent(c.dtype, c.op)) exp = quant::max_exponent(exp, s.exp);
+      const codec::Scan s = codec::scan(in.data() + base * es, n, c.dtype, c.op);
+      exp = codec::max_exponent(exp, s.exp);
       nonfinite = nonfinite || (c.dtype != DType::kInt32 && s.nonfinite);
     }
-    for (size_t r = 0; r < inputs.size(); ++r) {
-      quant::encode(inputs[r].data() + base * es, n, c.dtype, c.op, exp, world, q.data());
-      for (size_t i = 0; i < n; ++i) {
-        if (r == 0) {
-          acc[i] = q[i];
-        } else if (c.op == ReduceOp::kSum) {
-          acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(q[i]));
-        } else if (c.op == ReduceOp::kMin) {
-          acc[i] = std::min(acc[i], q[i]);
-        } else {
-          acc[i] = std::max(acc[i], q[i]);
-        }
-      }
-    }
-    if (nonfinite) {
-      quant::fill_nan(out.data() + base * es, n, c.dtype);
+    uint8_t* o = out.data() + base * es;
+    if (c.op == ReduceOp::kSum && c.dtype == DType::kInt32) {
+      std::fill_n(acc.begin(), n, int64_t{0});
+      for (const auto& in : inputs) codec::add_int32(in.data() + base * es, n, acc.data());
+      codec::from_sum_int32(acc.data(), n, o);
+    } else if (c.op != ReduceOp::kSum) {
+      codec::keys(inputs[0].data() + base * es, n, c.dtype, acc.data());
+      for (const auto& in : inputs) codec::keys_minmax(in.data() + base * es, n, c.dtype, c.op, acc.data());
+      codec::from_keys(acc.data(), n, c.dtype, o);
     } else {
-      quant::decode(acc.data(), n, c.dtype, c.op, exp, world, out.data() + base * es);
+      std::fill_n(acc.begin(), n, int64_t{0});
+      for (const auto& in : inputs) {
+        codec::quantize_add(in.data() + base * es, n, c.dtype, exp, world, acc.data());
+      }
+      codec::dequantize(acc.data(), n, c.dtype, codec::scale_exponent(c.dtype, exp, world), o);
     }
+    if (nonfinite) codec::fill_nan(o, n, c.dtype);
   }
   return out;
 }

@@ -74,7 +74,7 @@ void check_block(const Block& blk, size_t offset) {
         encode(src, n, t, op, e, ws, q_got.data());
         ASSERT_TRUE(same_bytes(q_ref.data(), q_got.data(), n, 4)) << "encode";
 
-        wire::store_payload(w_ref.data(), q_ref.data(), n);
+        kernels::cpu::store_be_words(w_ref.data(), q_ref.data(), n);
         encode_wire(src, n, t, op, e, ws, w_got.data());
         ASSERT_TRUE(same_bytes(w_ref.data(), w_got.data(), n, 4)) << "encode_wire";
 
@@ -86,7 +86,7 @@ void check_block(const Block& blk, size_t offset) {
         decode(q_ref.data(), n, t, op, e, ws, out_got.data());
         ASSERT_TRUE(same_bytes(out_ref.data(), out_got.data(), n, elem)) << "decode";
 
-        wire::store_payload(w_ref.data(), q_ref.data(), n);
+        kernels::cpu::store_be_words(w_ref.data(), q_ref.data(), n);
         std::memset(out_got.data(), 0xA5, out_got.size());
         decode_wire(w_ref.data(), n, t, op, e, ws, out_got.data());
         ASSERT_TRUE(same_bytes(out_ref.data(), out_got.data(), n, elem)) << "decode_wire";
@@ -186,7 +186,7 @@ TEST_P(CpuQuant, Int32IsCopiedAndByteSwapped) {
       encode(v.data(), n, DType::kInt32, op, kNoExponent, 4, q.data());
       EXPECT_EQ(v, q);
       encode_wire(v.data(), n, DType::kInt32, op, kNoExponent, 4, w_got.data());
-      wire::store_payload(w_ref.data(), v.data(), n);
+      kernels::cpu::store_be_words(w_ref.data(), v.data(), n);
       EXPECT_TRUE(same_bytes(w_ref.data(), w_got.data(), n, 4));
       decode_wire(w_got.data(), n, DType::kInt32, op, kNoExponent, 4, back.data());
       EXPECT_EQ(v, back);

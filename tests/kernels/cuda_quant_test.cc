@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "ina/kernels/cpu_quant.h"
 #include "ina/kernels/cuda_quant.h"
 #include "ina/protocol/features.h"
 #include "ina/protocol/quantize.h"
@@ -130,7 +131,7 @@ void check_buffer(const Block& blk, uint32_t k) {
                                     d_q.get<int32_t>(), be, nullptr).ok());
           d_q.download(q_got.data(), n * 4);
           if (be) {
-            wire::store_payload(w_ref.data(), q_ref.data(), n);
+            ::ina::kernels::cpu::store_be_words(w_ref.data(), q_ref.data(), n);
             ASSERT_TRUE(same_bytes(w_ref.data(), q_got.data(), n, 4)) << "encode, wire order";
           } else {
             ASSERT_TRUE(same_bytes(q_ref.data(), q_got.data(), n, 4)) << "encode";
@@ -151,7 +152,7 @@ void check_buffer(const Block& blk, uint32_t k) {
         }
         for (const bool be : {false, true}) {
           if (be) {
-            wire::store_payload(w_ref.data(), q_ref.data(), n);
+            ::ina::kernels::cpu::store_be_words(w_ref.data(), q_ref.data(), n);
             d_q.upload(w_ref.data(), n * 4);
           } else {
             d_q.upload(q_ref.data(), n * 4);

@@ -136,7 +136,7 @@ TEST(Frame, StorePayloadSum16MatchesStoreThenSum) {
   v[2] = INT32_MAX;
   for (size_t n : {0, 1, 3, 4, 5, 7, 8, 64, 256, 1023, 1024, 1030}) {
     std::vector<uint8_t> want(n * 4 + 1, 0xAB), got(n * 4 + 1, 0xAB);
-    wire::store_payload(want.data(), v.data(), n);
+    for (size_t i = 0; i < n; ++i) wire::put_u32(want.data() + 4 * i, static_cast<uint32_t>(v[i]));
     const uint32_t s = store_payload_sum16(got.data(), v.data(), n);
     EXPECT_EQ(got, want) << n;  // same bytes, nothing written past the end
     EXPECT_EQ(fold(s), fold(sum16(want.data(), n * 4))) << n;
@@ -148,6 +148,18 @@ TEST(Frame, StorePayloadSum16MatchesStoreThenSum) {
   const uint32_t s1 = store_payload_sum16(b.data(), ones.data(), ones.size());
   EXPECT_EQ(fold(s1), fold(sum16(b.data(), b.size())));
   EXPECT_EQ(fold(s1), 0xFFFF);
+}
+
+TEST(Checksum, CopySum16CopiesAndSumsAnyLength) {
+  std::vector<uint8_t> src(1031);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = static_cast<uint8_t>(i * 37 + 11);
+  for (size_t n : {0, 1, 2, 3, 5, 64, 511, 1024, 1031}) {
+    std::vector<uint8_t> got(n + 1, 0xAB);
+    const uint32_t s = copy_sum16(got.data(), src.data(), n);
+    EXPECT_TRUE(std::equal(src.begin(), src.begin() + static_cast<ptrdiff_t>(n), got.begin())) << n;
+    EXPECT_EQ(got[n], 0xAB) << n;
+    EXPECT_EQ(static_cast<uint16_t>(~fold(s)), ref_checksum(src.data(), n)) << n;
+  }
 }
 
 // The per-destination header template writes exactly what write_udp_headers() writes, for any

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstring>
 #include <cstdint>
 #include <random>
 #include <set>
@@ -34,15 +35,15 @@ DecodeError decode_exact(const std::vector<uint8_t>& bytes, PacketView* view,
 struct Vector {
   const char* file;
   Header hdr;
-  std::vector<int32_t> words;
+  std::vector<int64_t> words;  // payload words, payload_width(flags, dtype) bytes each
 };
 
 Header make_header(uint8_t flags, uint32_t seq, uint16_t rank, uint16_t slot, bool shadow,
-                   uint16_t count, DType dtype, ReduceOp op, int16_t exp, int16_t next_exp) {
+                   uint16_t count, DType dtype, ReduceOp op, uint32_t coll, uint32_t elems,
+                   int16_t exp, uint16_t root) {
   Header h;
   h.flags = flags;
   h.job = 0x01020304;
-  h.key = 0x1122334455667788ull;
   h.seq = seq;
   h.rank = rank;
   h.slot = slot;
@@ -50,45 +51,111 @@ Header make_header(uint8_t flags, uint32_t seq, uint16_t rank, uint16_t slot, bo
   h.count = count;
   h.dtype = dtype;
   h.op = op;
+  h.coll = coll;
+  h.elems = elems;
   h.exp = exp;
-  h.next_exp = next_exp;
+  h.root = root;
+  h.tag = 0;
   return h;
 }
+
+constexpr DType kI32 = DType::kInt32, kF32 = DType::kFloat32, kF16 = DType::kFloat16,
+                kBF16 = DType::kBFloat16;
+constexpr ReduceOp kSum = ReduceOp::kSum, kMin = ReduceOp::kMin, kMax = ReduceOp::kMax;
 
 // The expected contents of each vector, transcribed from the vector files' comments and checked
 // by hand against WIRE.md. Do not regenerate these from the encoder.
 std::vector<Vector> expected_vectors() {
   return {
+      {"data_i32_sum.hex",
+       make_header(kFlagRetransmit, 0xA1B2C3D4u, 515, 0x0123, true, 4, kI32, kSum, 7, 65540,
+                   kNoExponent, kNoRoot),
+       {1, -1, INT32_MAX, INT32_MIN}},
       {"data_f32_sum.hex",
-       make_header(kFlagRetransmit | kFlagNonFinite, 0xA1B2C3D4u, 0x0203, 0x0123, true, 4,
-                   DType::kFloat32, ReduceOp::kSum, -3, -5),
-       {214748368, -2147484, 257698032, -134217728}},
+       make_header(kFlagRetransmit | kFlagNonFinite, 0x10, 3, 2, false, 4, kF32, kSum,
+                   0xFFFFFFFFu, 0xFFFFFFFFu, kNoExponent, kNoRoot),
+       {0x3DCCCCCD, 0xBA83126F, 0x3DF5C28F, 0xBD800000}},
+      {"data_f16_min.hex",
+       make_header(0, 0x11, 1, 9, true, 5, kF16, kMin, 1, 5, kNoExponent, 2),
+       {0x3C00, 0xC000, 0x7BFF, 0x8000, 0x0001}},
+      {"data_bf16_sum.hex",
+       make_header(0, 0x12, 0, 0, false, 4, kBF16, kSum, 2, 1000000, kNoExponent, kNoRoot),
+       {0x3F80, 0xC020, 0x4049, 0x0001}},
+      {"result_i32_max.hex",
+       make_header(kFlagResult, 0xFFFFFFFEu, 0, 0x7FFF, false, 3, kI32, kMax, 0x80000000u, 3,
+                   kNoExponent, kNoRoot),
+       {7, -7, 0}},
+      {"result_f32_sum.hex",
+       make_header(kFlagResult | kFlagNonFinite, 0x10, 0, 2, false, 2, kF32, kSum, 0xFFFFFFFFu,
+                   0xFFFFFFFFu, kNoExponent, kNoRoot),
+       {0x7FC00000, 0x7FC00000}},
+      {"result_f16_sum.hex",
+       make_header(kFlagResult, 0x20, 0, 4, true, 3, kF16, kSum, 12, 3, kNoExponent, kNoRoot),
+       {0x3C00, 0x3555, 0x8000}},
       {"result_bf16_max.hex",
-       make_header(kFlagResult, 0xFFFFFFFEu, 0, 0x7FFF, false, 4, DType::kBFloat16,
-                   ReduceOp::kMax, kNoExponent, kNoExponent),
-       {static_cast<int32_t>(0x807FFFFFu), static_cast<int32_t>(0xBFDFFFFFu), -1,
-        0x3F800000}},
-      {"error_missing_ranks.hex",
-       make_header(kFlagError, 0xA1B2C3D4u, 0x0203, 0x0123, true, 3, DType::kInt32,
-                   ReduceOp::kSum, kNoExponent, kNoExponent),
-       {static_cast<int32_t>(ErrorReason::kMissingRanks), static_cast<int32_t>(0x80000027u),
-        0x00000081}},
+       make_header(kFlagResult | kFlagRetransmit, 0x21, 0, 5, false, 4, kBF16, kMax, 13, 4,
+                   kNoExponent, kNoRoot),
+       {0xFF80, 0xC020, 0x8000, 0x3F80}},
+      {"partial_exp_f32.hex",
+       make_header(kFlagPartial | kFlagNonFinite, 0x30, 1, 6, false, 0, kF32, kSum, 20, 1024, -3,
+                   kNoRoot),
+       {}},
+      {"partial_exp_answer_bf16.hex",
+       make_header(kFlagPartial | kFlagResult, 0x31, 0, 7, true, 0, kBF16, kSum, 21, 2048, 5,
+                   kNoRoot),
+       {}},
+      {"partial_f32_sum.hex",
+       make_header(kFlagPartial, 0x30, 1, 6, false, 2, kF32, kSum, 20, 1024, -63, kNoRoot),
+       {922337217429372928ll, -9223372474941440ll}},
+      {"partial_f16_sum.hex",
+       make_header(kFlagPartial, 0x40, 2, 8, true, 2, kF16, kSum, 22, 2, -26, kNoRoot),
+       {100663296, -33554432}},
       {"hello.hex",
-       make_header(kFlagHello | kFlagRetransmit, 0x5EED1234u, 39, 0, false, 1, DType::kInt32,
-                   ReduceOp::kSum, kNoExponent, kNoExponent),
+       make_header(kFlagHello | kFlagRetransmit, 0x5EED1234u, 39, 0, false, 1, kI32, kSum, 0, 0,
+                   kNoExponent, kNoRoot),
        {40}},
       {"welcome.hex",
-       make_header(kFlagHello | kFlagResult, 0, 0, 0, false, 2, DType::kInt32, ReduceOp::kSum,
-                   kNoExponent, kNoExponent),
-       {512, 256}},
+       make_header(kFlagHello | kFlagResult, 0, 0, 0, false, 2, kI32, kSum, 0, 0, kNoExponent,
+                   kNoRoot),
+       {512, 1024}},
+      {"error_missing_ranks.hex",
+       make_header(kFlagError, 0xA1B2C3D4u, 515, 0x0123, true, 3, kI32, kSum, 7, 65540,
+                   kNoExponent, kNoRoot),
+       {static_cast<int32_t>(ErrorReason::kMissingRanks), static_cast<int32_t>(0x80000027u),
+        0x00000081}},
   };
+}
+
+size_t width_of(const Header& h) { return payload_width(h.flags, h.dtype); }
+
+// Word i of a payload of `width`-byte little-endian words, sign-extended.
+int64_t load_word(const uint8_t* p, size_t width, size_t i) {
+  uint64_t v = 0;
+  for (size_t b = 0; b < width; ++b) v |= uint64_t{p[i * width + b]} << (8 * b);
+  const unsigned shift = static_cast<unsigned>(64 - 8 * width);
+  return static_cast<int64_t>(v << shift) >> shift;
+}
+int64_t truncate_word(int64_t w, size_t width) {
+  const unsigned shift = static_cast<unsigned>(64 - 8 * width);
+  return static_cast<int64_t>(static_cast<uint64_t>(w) << shift) >> shift;
+}
+
+std::vector<uint8_t> encode_vector(const Vector& v) {
+  std::vector<uint8_t> out(packet_size(v.hdr), 0xCC);
+  encode_header(v.hdr, out.data());
+  const size_t w = width_of(v.hdr);
+  for (size_t i = 0; i < v.words.size(); ++i) {
+    for (size_t b = 0; b < w; ++b) {
+      out[kHeaderSize + i * w + b] = static_cast<uint8_t>(static_cast<uint64_t>(v.words[i]) >> (8 * b));
+    }
+  }
+  return out;
 }
 
 void expect_header_eq(const Header& got, const Header& want) {
   EXPECT_EQ(got.version, want.version);
   EXPECT_EQ(got.flags, want.flags);
   EXPECT_EQ(got.job, want.job);
-  EXPECT_EQ(got.key, want.key);
   EXPECT_EQ(got.seq, want.seq);
   EXPECT_EQ(got.rank, want.rank);
   EXPECT_EQ(got.slot, want.slot);
@@ -96,8 +163,11 @@ void expect_header_eq(const Header& got, const Header& want) {
   EXPECT_EQ(got.count, want.count);
   EXPECT_EQ(got.dtype, want.dtype);
   EXPECT_EQ(got.op, want.op);
+  EXPECT_EQ(got.coll, want.coll);
+  EXPECT_EQ(got.elems, want.elems);
   EXPECT_EQ(got.exp, want.exp);
-  EXPECT_EQ(got.next_exp, want.next_exp);
+  EXPECT_EQ(got.root, want.root);
+  EXPECT_EQ(got.tag, want.tag);
 }
 
 TEST(WireTestdata, ParserAcceptsCommentsAndRejectsJunk) {
@@ -114,17 +184,24 @@ TEST(WireVectors, DecodeToTheDocumentedFields) {
   for (const Vector& v : expected_vectors()) {
     SCOPED_TRACE(v.file);
     const std::vector<uint8_t> bytes = load_vector(v.file);
-    ASSERT_EQ(bytes.size(), packet_size(v.hdr.count));
+    ASSERT_EQ(bytes.size(), packet_size(v.hdr));
     std::vector<uint8_t> storage;
     PacketView view;
     ASSERT_EQ(decode_exact(bytes, &view, &storage), DecodeError::kOk);
     expect_header_eq(view.hdr, v.hdr);
     ASSERT_EQ(view.payload, storage.data() + kHeaderSize);
-    std::vector<int32_t> loaded(v.words.size());
-    load_payload(loaded.data(), view.payload, loaded.size());
+    ASSERT_EQ(view.payload_bytes, v.words.size() * width_of(v.hdr));
     for (size_t i = 0; i < v.words.size(); ++i) {
-      EXPECT_EQ(view.word(i), v.words[i]) << "word " << i;
-      EXPECT_EQ(loaded[i], v.words[i]) << "word " << i;
+      EXPECT_EQ(load_word(view.payload, width_of(v.hdr), i), truncate_word(v.words[i], width_of(v.hdr)))
+          << "word " << i;
+    }
+    if (width_of(v.hdr) == kControlWordSize && !v.words.empty()) {
+      std::vector<int32_t> loaded(v.words.size());
+      load_words(loaded.data(), view.payload, loaded.size());
+      for (size_t i = 0; i < v.words.size(); ++i) {
+        EXPECT_EQ(view.word(i), static_cast<int32_t>(v.words[i]));
+        EXPECT_EQ(loaded[i], static_cast<int32_t>(v.words[i]));
+      }
     }
   }
 }
@@ -132,24 +209,34 @@ TEST(WireVectors, DecodeToTheDocumentedFields) {
 TEST(WireVectors, EncodeReproducesTheBytes) {
   for (const Vector& v : expected_vectors()) {
     SCOPED_TRACE(v.file);
-    const std::vector<uint8_t> bytes = load_vector(v.file);
-    std::vector<uint8_t> out(packet_size(v.hdr.count), 0xCC);
-    encode_header(v.hdr, out.data());
-    store_payload(out.data() + kHeaderSize, v.words.data(), v.words.size());
-    EXPECT_EQ(out, bytes);
+    EXPECT_EQ(encode_vector(v), load_vector(v.file));
   }
 }
 
-TEST(WireVectors, PacketKindsAreDistinguishedByFlags) {
-  const std::vector<Vector> vs = expected_vectors();
-  // DATA: none of RESULT, ERROR, HELLO.
-  EXPECT_FALSE(vs[0].hdr.has(kFlagResult | kFlagError | kFlagHello));
-  EXPECT_TRUE(vs[1].hdr.has(kFlagResult));
-  EXPECT_FALSE(vs[1].hdr.has(kFlagHello));
-  EXPECT_TRUE(vs[2].hdr.has(kFlagError));
-  EXPECT_TRUE(vs[3].hdr.has(kFlagHello));
-  EXPECT_FALSE(vs[3].hdr.has(kFlagResult));
-  EXPECT_TRUE(vs[4].hdr.has(kFlagHello) && vs[4].hdr.has(kFlagResult));
+TEST(WireVectors, UserWordsAreTheUsersBytes) {
+  // DATA and RESULT payloads are the user's elements as they lie in memory: no swap.
+  const std::vector<uint8_t> bytes = load_vector("data_f32_sum.hex");
+  const float xs[4] = {0.1f, -0.001f, 0.12f, -0.0625f};
+  ASSERT_EQ(bytes.size(), kHeaderSize + sizeof xs);
+  EXPECT_EQ(std::memcmp(bytes.data() + kHeaderSize, xs, sizeof xs), 0);
+  const std::vector<uint8_t> h = load_vector("data_f16_min.hex");
+  const uint16_t hs[5] = {0x3C00, 0xC000, 0x7BFF, 0x8000, 0x0001};
+  EXPECT_EQ(std::memcmp(h.data() + kHeaderSize, hs, sizeof hs), 0);
+}
+
+TEST(WireVectors, EveryKindAndDtypeIsCovered) {
+  std::set<std::pair<int, int>> seen;  // (kind, dtype) for DATA/RESULT/PARTIAL
+  for (const Vector& v : expected_vectors()) {
+    const int kind = v.hdr.has(kFlagPartial) ? 2 : v.hdr.has(kFlagHello | kFlagError) ? 3
+                     : v.hdr.has(kFlagResult)  ? 1
+                                               : 0;
+    if (kind < 3) seen.insert({kind, static_cast<int>(v.hdr.dtype)});
+  }
+  for (int d = 1; d <= 4; ++d) {
+    EXPECT_TRUE(seen.count({0, d})) << "DATA dtype " << d;
+    EXPECT_TRUE(seen.count({1, d})) << "RESULT dtype " << d;
+  }
+  EXPECT_TRUE(seen.count({2, 2}) && seen.count({2, 3}) && seen.count({2, 4}));
 }
 
 TEST(WireVectors, ErrorBitmapNamesTheRanksPresent) {
@@ -181,39 +268,21 @@ TEST(WireBytes, HelpersAreBigEndian) {
   EXPECT_EQ(get_u64(b), 0x0102030405060708ull);
 }
 
-TEST(WireBytes, PayloadRoundTripsExtremeWords) {
-  const std::vector<int32_t> words = {0, 1, -1, INT32_MAX, INT32_MIN, 0x12345678, -0x12345678};
-  std::vector<uint8_t> bytes(words.size() * kElemSize);
-  store_payload(bytes.data(), words.data(), words.size());
-  EXPECT_EQ(bytes[4 * 5 + 0], 0x12);
-  EXPECT_EQ(bytes[4 * 5 + 3], 0x78);
-  EXPECT_EQ(bytes[4 * 4 + 0], 0x80);  // INT32_MIN: sign byte first
-  std::vector<int32_t> back(words.size());
-  load_payload(back.data(), bytes.data(), back.size());
-  EXPECT_EQ(back, words);
-}
-
 // The DATA vector, re-encoded from its header, as the base for crafted bad inputs.
-std::vector<uint8_t> valid_packet() {
-  const Vector v = expected_vectors()[0];
-  std::vector<uint8_t> out(packet_size(v.hdr.count));
-  encode_header(v.hdr, out.data());
-  store_payload(out.data() + kHeaderSize, v.words.data(), v.words.size());
-  return out;
-}
+std::vector<uint8_t> valid_packet() { return encode_vector(expected_vectors()[0]); }
 
 TEST(WireDecode, EmptyAndMaximalPayloadsAreValid) {
-  Header h = expected_vectors()[0].hdr;
-  for (const uint16_t count : {uint16_t{0}, uint16_t{0xFFFF}}) {
-    h.count = count;
-    std::vector<uint8_t> bytes(packet_size(count), 0xAB);
-    encode_header(h, bytes.data());
-    std::vector<uint8_t> storage;
-    PacketView view;
-    ASSERT_EQ(decode_exact(bytes, &view, &storage), DecodeError::kOk) << count;
-    EXPECT_EQ(view.hdr.count, count);
-    if (count > 0) {
-      EXPECT_EQ(view.word(count - 1u), static_cast<int32_t>(0xABABABABu));
+  for (const Vector& v : expected_vectors()) {
+    Header h = v.hdr;
+    for (const uint16_t count : {uint16_t{0}, uint16_t{0xFFFF}}) {
+      h.count = count;
+      std::vector<uint8_t> bytes(packet_size(h), 0xAB);
+      encode_header(h, bytes.data());
+      std::vector<uint8_t> storage;
+      PacketView view;
+      ASSERT_EQ(decode_exact(bytes, &view, &storage), DecodeError::kOk) << v.file << count;
+      EXPECT_EQ(view.hdr.count, count);
+      EXPECT_EQ(view.payload_bytes, size_t{count} * width_of(h));
     }
   }
 }
@@ -239,12 +308,12 @@ TEST(WireDecode, EveryErrorKindIsDetectedAndCounted) {
     b[at] ^= 0x01;
     check(b, DecodeError::kBadMagic, "magic byte " + std::to_string(at));
   }
-  for (const uint8_t version : {0, 2, 0xFF}) {
+  for (const uint8_t version : {0, 1, 3, 0xFF}) {
     std::vector<uint8_t> b = good;
     b[kOffVersion] = version;
     check(b, DecodeError::kBadVersion, "version " + std::to_string(version));
   }
-  for (const uint8_t flag : {0x20, 0x40, 0x80}) {
+  for (const uint8_t flag : {0x40, 0x80}) {
     std::vector<uint8_t> b = good;
     b[kOffFlags] |= flag;
     check(b, DecodeError::kUnknownFlags, "flag " + std::to_string(flag));
@@ -269,7 +338,7 @@ TEST(WireDecode, EveryErrorKindIsDetectedAndCounted) {
     b.pop_back();
     check(b, DecodeError::kCountBeyondPayload, "last byte missing");
   }
-  for (const size_t extra : {1, 3, 4}) {
+  for (const size_t extra : {1, 3, 4}) {  // int32 words
     std::vector<uint8_t> b = good;
     b.insert(b.end(), extra, 0);
     check(b, DecodeError::kTrailingBytes, "extra " + std::to_string(extra));
@@ -296,17 +365,51 @@ TEST(WireDecode, EveryErrorKindIsDetectedAndCounted) {
     check(b, DecodeError::kUnknownDtype, "dtype before op");
   }
 
+  // Payload width follows the kind and dtype: a 16-bit dtype halves the words' bytes.
+  {
+    std::vector<uint8_t> b = good;
+    b[kOffDtype] = static_cast<uint8_t>(DType::kFloat16);
+    check(b, DecodeError::kTrailingBytes, "float16 words: 8 of 16 bytes");
+    put_u16(b.data() + kOffCount, 8);
+    check(b, DecodeError::kOk, "float16, count 8");
+  }
+  // PARTIAL only for a float SUM, never with HELLO or ERROR; exp only on PARTIAL.
+  {
+    std::vector<uint8_t> b = load_vector("partial_f16_sum.hex");
+    check(b, DecodeError::kOk, "partial");
+    std::vector<uint8_t> c = b;
+    c[kOffOp] = static_cast<uint8_t>(ReduceOp::kMax);
+    check(c, DecodeError::kBadPartial, "partial max");
+    c = b;
+    c[kOffDtype] = static_cast<uint8_t>(DType::kInt32);
+    check(c, DecodeError::kBadPartial, "partial int32");
+    c = b;
+    c[kOffFlags] |= kFlagHello;
+    check(c, DecodeError::kBadPartial, "partial hello");
+    c = b;
+    c[kOffFlags] |= kFlagError;
+    check(c, DecodeError::kBadPartial, "partial error");
+    c = good;
+    put_u16(c.data() + kOffExp, 5);
+    check(c, DecodeError::kBadExponent, "exp on DATA");
+    c = load_vector("result_f16_sum.hex");
+    put_u16(c.data() + kOffExp, 0);
+    check(c, DecodeError::kBadExponent, "exp 0 on RESULT");
+  }
+
   const auto n = [&](DecodeError e) { return counters.by_error[static_cast<size_t>(e)]; };
-  EXPECT_EQ(n(DecodeError::kOk), 1u);
+  EXPECT_EQ(n(DecodeError::kOk), 3u);
   EXPECT_EQ(n(DecodeError::kTruncated), kHeaderSize);
   EXPECT_EQ(n(DecodeError::kBadMagic), 3u);
-  EXPECT_EQ(n(DecodeError::kBadVersion), 3u);
-  EXPECT_EQ(n(DecodeError::kUnknownFlags), 4u);
+  EXPECT_EQ(n(DecodeError::kBadVersion), 4u);
+  EXPECT_EQ(n(DecodeError::kUnknownFlags), 3u);
   EXPECT_EQ(n(DecodeError::kUnknownDtype), 4u);
   EXPECT_EQ(n(DecodeError::kUnknownOp), 3u);
   EXPECT_EQ(n(DecodeError::kCountBeyondPayload), 3u);
-  EXPECT_EQ(n(DecodeError::kTrailingBytes), 4u);
-  EXPECT_EQ(counters.total_rejected(), kHeaderSize + 3 + 3 + 4 + 4 + 3 + 3 + 4);
+  EXPECT_EQ(n(DecodeError::kTrailingBytes), 5u);
+  EXPECT_EQ(n(DecodeError::kBadPartial), 4u);
+  EXPECT_EQ(n(DecodeError::kBadExponent), 2u);
+  EXPECT_EQ(counters.total_rejected(), kHeaderSize + 3 + 4 + 3 + 4 + 3 + 3 + 5 + 4 + 2);
 }
 
 TEST(WireDecode, ErrorNamesAreDistinct) {
@@ -321,10 +424,10 @@ TEST(WireDecode, ErrorNamesAreDistinct) {
 }
 
 // Whatever decode accepts must be self-consistent: the payload lies inside the buffer right after
-// the header, the size matches count, and re-encoding the header gives back the same 32 bytes
+// the header, the size matches count, and re-encoding the header gives back the same 40 bytes
 // (so no field is silently altered or dropped).
 void expect_consistent(const std::vector<uint8_t>& storage, const PacketView& view) {
-  ASSERT_EQ(storage.size(), packet_size(view.hdr.count));
+  ASSERT_EQ(storage.size(), packet_size(view.hdr));
   ASSERT_EQ(view.payload, storage.data() + kHeaderSize);
   uint8_t hdr[kHeaderSize];
   encode_header(view.hdr, hdr);
@@ -341,7 +444,7 @@ TEST(WireFuzz, RandomBytesNeverCrash) {
   std::vector<uint8_t> storage;
   size_t accepted = 0;
   for (int iter = 0; iter < 20000; ++iter) {
-    const size_t len = rng() % 80;
+    const size_t len = rng() % 96;
     std::vector<uint8_t> b(len);
     for (uint8_t& x : b) x = static_cast<uint8_t>(rng());
     // Most random headers fail at the magic; give half of them a valid prefix to reach the
@@ -349,12 +452,13 @@ TEST(WireFuzz, RandomBytesNeverCrash) {
     if (len >= 4 && (iter & 1)) {
       put_u16(b.data(), kMagic);
       b[kOffVersion] = kVersion;
-      b[kOffFlags] &= kKnownFlags;
+      b[kOffFlags] &= kKnownFlags & ~kFlagPartial;
     }
     if (len >= kHeaderSize && (iter & 3) == 1) {
       b[kOffDtype] = static_cast<uint8_t>(1 + rng() % 4);
       b[kOffOp] = static_cast<uint8_t>(1 + rng() % 3);
-      put_u16(b.data() + kOffCount, static_cast<uint16_t>((len - kHeaderSize) / 4));
+      put_u16(b.data() + kOffCount, static_cast<uint16_t>((len - kHeaderSize) / payload_width(b[kOffFlags], static_cast<DType>(b[kOffDtype]))));
+      put_u16(b.data() + kOffExp, static_cast<uint16_t>(kNoExponent));
     }
     PacketView view;
     const DecodeError e = decode_exact(b, &view, &storage);

@@ -45,10 +45,9 @@ constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax};
 agg::JobConfig job_config(uint32_t world, uint32_t slots = 64, uint16_t max_elems = 256) {
   agg::JobConfig j;
   j.job = 7;
-  j.key = 0xC0FFEE;
   j.slots.world_size = world;
   j.slots.num_slots = slots;
-  j.slots.max_elems = max_elems;
+  j.slots.max_payload_bytes = static_cast<uint32_t>(max_elems) * 4;
   return j;
 }
 
@@ -378,8 +377,9 @@ TEST_P(IncEngineSweep, EveryDtypeOpAndCount) {
   for (size_t c = 0; c < cases.size(); ++c) {
     for (int r = 0; r < world; ++r) {
       SCOPED_TRACE("rank " + std::to_string(r) + (cases[c].in_place ? " in place" : ""));
-      check_result(cases[c].t, cases[c].op, world, static_cast<int>(c), cases[c].count, block[r],
-                   inputs[c], outputs[c][r].data());
+      // The block is in bytes (wire v2): block_elems() 4-byte elements.
+      check_result(cases[c].t, cases[c].op, world, static_cast<int>(c), cases[c].count,
+                   block[r] * 4 / dtype_size(cases[c].t), inputs[c], outputs[c][r].data());
     }
     // Every rank holds the same result, bit for bit (integer sums are order independent).
     for (int r = 1; r < world; ++r) {
@@ -447,8 +447,11 @@ TEST(IncEngineAllreduce, NonFiniteBlocksBecomeNaN) {
       MemNetwork net(world, job_config(world));
       std::vector<std::vector<uint8_t>> in(world), out(world);
       for (int r = 0; r < world; ++r) in[r] = make_input(t, r, 5, count);
-      store(t, in[1].data(), 300, std::numeric_limits<double>::quiet_NaN());  // block 1
-      store(t, in[2].data(), 800, std::numeric_limits<double>::infinity());   // block 3
+      // Blocks of 1024 bytes: 256 float32 elements (blocks 0..3), 512 16-bit ones (0..1).
+      const size_t k = 1024 / dtype_size(t);
+      store(t, in[1].data(), k + 44, std::numeric_limits<double>::quiet_NaN());  // block 1
+      if (k == 256) store(t, in[2].data(), 800, std::numeric_limits<double>::infinity());  // 3
+      if (k == 512) store(t, in[2].data(), 100, std::numeric_limits<double>::infinity());  // 0
       std::vector<uint64_t> nonfinite(world);
       run_ranks(world, [&](int r) {
         out[r].assign(in[r].size(), 0);
@@ -458,14 +461,16 @@ TEST(IncEngineAllreduce, NonFiniteBlocksBecomeNaN) {
         nonfinite[r] = e.stats().nonfinite_blocks;
       });
       const std::vector<size_t> nan_blocks =
-          op == ReduceOp::kSum ? std::vector<size_t>{1, 3} : std::vector<size_t>{1};
+          op != ReduceOp::kSum ? std::vector<size_t>{1}
+          : k == 256           ? std::vector<size_t>{1, 3}
+                               : std::vector<size_t>{0, 1};
       for (int r = 0; r < world; ++r) {
         SCOPED_TRACE(std::string(dtype_name(t)) + " " + std::string(op_name(op)));
-        check_result(t, op, world, 5, count, 256, in, out[r].data(), nan_blocks);
+        check_result(t, op, world, 5, count, k, in, out[r].data(), nan_blocks);
         EXPECT_EQ(nonfinite[r], nan_blocks.size());
       }
       if (op == ReduceOp::kMax) {
-        EXPECT_EQ(load(t, out[0].data(), 800), HUGE_VAL);
+        EXPECT_EQ(load(t, out[0].data(), k == 256 ? 800 : 100), HUGE_VAL);
       }
     }
   }

@@ -1,6 +1,7 @@
 #include "tests/worker/mem_network.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 namespace ina::worker::testing {
@@ -123,9 +124,9 @@ void MemNetwork::aggregator_loop() {
       rank_endpoint_[static_cast<size_t>(rank)] = static_cast<int64_t>(p.src);
     }
     if (r.target == agg::Reply::Target::kNone) continue;
-    out.assign(wire::packet_size(r.hdr.count), 0);
+    out.assign(r.packet_size(), 0);
     wire::encode_header(r.hdr, out.data());
-    wire::store_payload(out.data() + wire::kHeaderSize, r.payload, r.hdr.count);
+    if (r.payload != nullptr) std::memcpy(out.data() + wire::kHeaderSize, r.payload, r.payload_bytes());
     if (r.target == agg::Reply::Target::kSender) {
       reply(p.src, out);
     } else {

@@ -90,10 +90,9 @@ TEST(ShardSplit, LargeCounts) {
 agg::JobConfig job_config(uint32_t world, uint16_t max_elems = 256) {
   agg::JobConfig j;
   j.job = 7;
-  j.key = 0xC0FFEE;
   j.slots.world_size = world;
   j.slots.num_slots = 16;
-  j.slots.max_elems = max_elems;
+  j.slots.max_payload_bytes = static_cast<uint32_t>(max_elems) * 4;
   return j;
 }
 

@@ -268,7 +268,10 @@ class AsyncCommunicator final : public Communicator {
 
   PipelineOptions pipeline_options() const {
     PipelineOptions opts;
-    opts.chunk_elems = chunk_elems_for(cfg_.device_chunk_elems, inner_->block_elems());
+    // Chunks of whole blocks of every width: the block is block_elems() * 4 bytes, so a multiple
+    // of twice block_elems() elements is whole 4-byte and 2-byte blocks alike (wire v2: 16-bit
+    // data travels, and is staged, at 2 bytes per element).
+    opts.chunk_elems = chunk_elems_for(cfg_.device_chunk_elems, inner_->block_elems() * 2);
     opts.buffers = cfg_.device_buffers;
     return opts;
   }

@@ -9,7 +9,7 @@
 //
 // Switching the worker engine over is a change of namespace: ina::quant::encode(...) becomes
 // ina::kernels::cpu::encode(...). The *_wire variants fuse the byte swap into big-endian payload
-// words (wire::store_payload / wire::load_payload) into the same pass.
+// words (store_be_words / load_be_words) into the same pass.
 #pragma once
 
 #include <cstddef>
@@ -20,6 +20,24 @@
 
 namespace ina::kernels::cpu {
 
+// The version 1 wire words these kernels were written for: int32, big-endian, 4 bytes each
+// (wire v2 carries raw user elements and no data path uses these kernels any more; they stay as
+// the reference's fast twin for the kernel tests and benchmarks).
+inline constexpr size_t kV1WordSize = 4;
+inline void store_be_words(uint8_t* dst, const int32_t* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint32_t v = __builtin_bswap32(static_cast<uint32_t>(src[i]));
+    __builtin_memcpy(dst + i * kV1WordSize, &v, 4);
+  }
+}
+inline void load_be_words(int32_t* dst, const uint8_t* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t v;
+    __builtin_memcpy(&v, src + i * kV1WordSize, 4);
+    dst[i] = static_cast<int32_t>(__builtin_bswap32(v));
+  }
+}
+
 // Same semantics as ina::quant::scan_block / encode / decode / fill_nan.
 quant::BlockScan scan_block(const void* src, size_t n, DType t, ReduceOp op);
 void encode(const void* src, size_t n, DType t, ReduceOp op, int16_t exp, uint32_t world_size,
@@ -28,11 +46,11 @@ void decode(const int32_t* q, size_t n, DType t, ReduceOp op, int16_t exp, uint3
             void* dst);
 void fill_nan(void* dst, size_t n, DType t);
 
-// encode(...) followed by wire::store_payload(dst, q, n): n big-endian 4-byte words at dst (no
+// encode(...) followed by store_be_words(dst, q, n): n big-endian 4-byte words at dst (no
 // alignment required).
 void encode_wire(const void* src, size_t n, DType t, ReduceOp op, int16_t exp,
                  uint32_t world_size, uint8_t* dst);
-// wire::load_payload(q, src, n) followed by decode(q, ...).
+// load_be_words(q, src, n) followed by decode(q, ...).
 void decode_wire(const uint8_t* src, size_t n, DType t, ReduceOp op, int16_t exp,
                  uint32_t world_size, void* dst);
 

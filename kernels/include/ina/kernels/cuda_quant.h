@@ -10,7 +10,7 @@
 // All pointers except `stream` are device pointers (or managed memory). Per-block arrays hold
 // ceil(n / K) entries. `exps` is read only for float SUM and may be null otherwise; `nonfinite`
 // may be null (no block is flagged). `big_endian` makes the int32 words wire order
-// (wire::store_payload's layout), for staging packets straight from device memory.
+// (store_be_words's layout), for staging packets straight from device memory.
 //
 // Calls are asynchronous on `stream` (a cudaStream_t; null is the default stream). They return
 // kInvalidArgument for bad arguments and kUnavailable when the launch fails (no device, no

@@ -150,6 +150,9 @@ inline uint16_t fold(uint32_t acc) {
 // the bytes written, in one pass: the sum of the 16-bit halves of each value is the sum of its two
 // big-endian 16-bit words, so no byte swap is needed for it. The aggregator's result encoder.
 uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n);
+// Copies n payload bytes to dst and returns sum16() of them (up to one's-complement
+// equivalence), the aggregator's result path (wire v2 payloads are copied, not encoded).
+uint32_t copy_sum16(uint8_t* dst, const uint8_t* src, size_t n);
 // Checksum field value over `n` bytes (the field itself must be zero in the data).
 inline uint16_t checksum(const uint8_t* p, size_t n) { return static_cast<uint16_t>(~fold(sum16(p, n))); }
 

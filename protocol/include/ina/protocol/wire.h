@@ -1,20 +1,25 @@
-// The INA wire format, version 1: the one definition of the packet header that every worker,
-// aggregator and backend uses. The byte layout is drawn in protocol/WIRE.md; a checked-in test
-// vector (protocol/testdata/) is decoded by the tests.
+// The INA wire format, version 2: the one definition of the packet header that every worker,
+// aggregator and backend uses. The byte layout is drawn in protocol/WIRE.md; checked-in test
+// vectors (protocol/testdata/) are decoded by the tests.
 //
-// A packet is the 32-byte header followed by `count` int32 payload words. Every multi-byte field,
-// payload included, is big-endian (network order); only the helpers in this header convert.
+// A packet is the 40-byte header followed by `count` payload words. Header fields are big-endian
+// (network order); payload words are little-endian (the hosts and GPUs INA runs on are, so user
+// data is copied to and from packets without a byte swap). Only the helpers here convert.
 //
-// Packet kinds (by flags):
-//   DATA     worker -> aggregator   flags 0 (| RETRANSMIT | NONFINITE): one block's quantized values
-//   RESULT   aggregator -> worker   RESULT (| NONFINITE): the reduced block
+// Payload word width, by kind (payload_width()):
+//   DATA     worker -> aggregator   flags 0 (| RETRANSMIT | NONFINITE): the block's raw values,
+//                                   in the user's width (dtype_size: 4, 2 or 1 bytes)
+//   RESULT   aggregator -> worker   RESULT (| NONFINITE | RETRANSMIT): the reduced block, same
+//   PARTIAL  tree leaf <-> root     PARTIAL (| RESULT from the root): count 0 = an exponent
+//                                   request/answer (exp), else acc_bytes(dtype) fixed-point words
 //   HELLO    worker -> aggregator   HELLO (| RETRANSMIT): join barrier; seq = incarnation nonce,
-//                                   payload [world_size]
-//   WELCOME  aggregator -> worker   HELLO | RESULT: payload [num_slots, max_block_elems]
-//   ERROR    aggregator -> worker   ERROR: payload [reason, ...] (see ErrorReason)
+//                                   payload [world_size]                         (u32 words)
+//   WELCOME  aggregator -> worker   HELLO | RESULT: payload [num_slots, max_payload_bytes] (u32)
+//   ERROR    aggregator -> worker   ERROR: payload [reason, ...] (see ErrorReason)       (u32)
 #pragma once
 
 #include <array>
+#include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -25,21 +30,28 @@
 
 namespace ina::wire {
 
+static_assert(std::endian::native == std::endian::little,
+              "INA's payload words are little-endian and copied without a swap");
+
 inline constexpr uint16_t kMagic = 0x494E;  // "IN"
-inline constexpr uint8_t kVersion = 1;
-inline constexpr size_t kHeaderSize = 32;
-inline constexpr size_t kElemSize = 4;               // payload words are int32
-inline constexpr uint16_t kMaxSlot = 0x7FFF;         // 15-bit slot index
-inline constexpr uint16_t kShadowBit = 0x8000;       // which of the slot's two copies
+inline constexpr uint8_t kVersion = 2;
+inline constexpr size_t kHeaderSize = 40;
+inline constexpr size_t kControlWordSize = 4;  // HELLO, WELCOME and ERROR payload words (u32)
+inline constexpr uint16_t kMaxSlot = 0x7FFF;   // 15-bit slot index
+inline constexpr uint16_t kShadowBit = 0x8000; // which of the slot's two copies
 inline constexpr uint16_t kDefaultPort = 47474;
+inline constexpr uint16_t kNoRoot = 0xFFFF;    // `root` of a collective without one
+// A job's block in bytes when nothing else is configured: 256 float32, 512 16-bit elements.
+inline constexpr uint32_t kDefaultPayloadBytes = 1024;
 
 // flags
 inline constexpr uint8_t kFlagResult = 0x01;      // aggregator -> worker: reduced data
-inline constexpr uint8_t kFlagRetransmit = 0x02;  // worker resent this after a timeout
+inline constexpr uint8_t kFlagRetransmit = 0x02;  // resent after a timeout
 inline constexpr uint8_t kFlagError = 0x04;       // error report; payload[0] is an ErrorReason
 inline constexpr uint8_t kFlagNonFinite = 0x08;   // a block held NaN/Inf: the result is NaN
 inline constexpr uint8_t kFlagHello = 0x10;       // join barrier (with RESULT: welcome)
-inline constexpr uint8_t kKnownFlags = 0x1F;
+inline constexpr uint8_t kFlagPartial = 0x20;     // tree: a leaf's exponent or fixed-point partial
+inline constexpr uint8_t kKnownFlags = 0x3F;
 
 // payload[0] of an ERROR packet.
 enum class ErrorReason : uint32_t {
@@ -53,7 +65,7 @@ enum class ErrorReason : uint32_t {
   kWorldSizeMismatch = 2,
   // A DATA packet arrived before every rank joined; payload[1..] is the HELLO bitmap.
   kJobNotReady = 3,
-  // A DATA packet disagreed with the round it joined (count, dtype, op or exponent).
+  // A DATA packet disagreed with the round it joined (count, dtype, op, elems, root, exponent).
   kRoundMismatch = 4,
 };
 
@@ -65,21 +77,27 @@ inline constexpr uint32_t kTreeNoteByRule = 1;
 inline constexpr uint32_t kTreeNoteMaxLeaves = 8;
 inline constexpr size_t kTreeNoteWords = 3 + kTreeNoteMaxLeaves;
 
+// Bytes of one fixed-point word of a float SUM (PARTIAL payload words): int64 for float32,
+// int32 for the narrower float types (QUANTIZATION.md). int32 (never PARTIAL): 4.
+inline constexpr size_t acc_bytes(DType t) { return t == DType::kFloat32 ? 8 : 4; }
+
 // Decoded header, in host byte order.
 struct Header {
   uint8_t version = kVersion;
   uint8_t flags = 0;
   JobId job = 0;
-  uint64_t key = 0;       // per-job key, checked on every packet
   BlockSeq seq = 0;       // block sequence (HELLO: incarnation nonce)
   uint16_t rank = 0;
   uint16_t slot = 0;      // 0..kMaxSlot
   bool shadow = false;    // copy 1 of the slot when set
-  uint16_t count = 0;     // payload elements
+  uint16_t count = 0;     // payload words
   DType dtype = DType::kInt32;
   ReduceOp op = ReduceOp::kSum;
-  int16_t exp = kNoExponent;       // exponent this block was quantized with
-  int16_t next_exp = kNoExponent;  // exponent of the next block on this slot (aggregator: MAX)
+  uint32_t coll = 0;      // collective id (per communicator, the same on every rank)
+  uint32_t elems = 0;     // the collective's element count mod 2^32
+  int16_t exp = kNoExponent;  // PARTIAL only: see WIRE.md; else kNoExponent
+  uint16_t root = kNoRoot;    // rooted collectives: the root rank
+  uint64_t tag = 0;       // authentication tag (issue 19); 0 until sealed
 
   bool has(uint8_t f) const { return (flags & f) != 0; }
 };
@@ -92,23 +110,20 @@ enum class DecodeError : uint8_t {
   kUnknownFlags,
   kUnknownDtype,
   kUnknownOp,
-  kCountBeyondPayload,   // count * 4 > bytes after the header
+  kCountBeyondPayload,   // count * width > bytes after the header
   kTrailingBytes,        // bytes after the payload
+  kBadPartial,           // PARTIAL with HELLO or ERROR, or not a float SUM
+  kBadExponent,          // exp set on a packet that is not PARTIAL
   kCount_,               // number of values, for counter arrays
 };
 std::string_view decode_error_name(DecodeError e);
 
-// A validated packet: header plus a view of the big-endian payload inside the caller's buffer.
-struct PacketView {
-  Header hdr;
-  const uint8_t* payload = nullptr;  // hdr.count big-endian int32 words
-
-  int32_t word(size_t i) const {
-    uint32_t v;
-    std::memcpy(&v, payload + i * kElemSize, sizeof v);
-    return static_cast<int32_t>(__builtin_bswap32(v));
-  }
-};
+// Bytes per payload word of a packet with these flags and dtype.
+inline constexpr size_t payload_width(uint8_t flags, DType t) {
+  if ((flags & (kFlagHello | kFlagError)) != 0) return kControlWordSize;
+  if ((flags & kFlagPartial) != 0) return acc_bytes(t);
+  return dtype_size(t);
+}
 
 // ---- byte-order helpers (the only place that converts) ----
 inline void put_u16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v >> 8); p[1] = uint8_t(v); }
@@ -131,27 +146,48 @@ inline uint64_t get_u64(const uint8_t* p) {
   std::memcpy(&v, p, 8);
   return __builtin_bswap64(v);
 }
+// Payload words: little-endian, i.e. host order here (static_assert above).
+inline void put_le32(uint8_t* p, uint32_t v) { std::memcpy(p, &v, 4); }
+inline uint32_t get_le32(const uint8_t* p) {
+  uint32_t v;
+  std::memcpy(&v, p, 4);
+  return v;
+}
+
+// A validated packet: header plus a view of the payload inside the caller's buffer.
+struct PacketView {
+  Header hdr;
+  const uint8_t* payload = nullptr;  // hdr.count words of payload_width(flags, dtype) bytes
+  size_t payload_bytes = 0;
+
+  // Control word i (HELLO, WELCOME, ERROR: u32 little-endian), as int32.
+  int32_t word(size_t i) const { return static_cast<int32_t>(get_le32(payload + i * 4)); }
+};
 
 // Header byte offsets (drawn in WIRE.md).
-inline constexpr size_t kOffMagic = 0, kOffVersion = 2, kOffFlags = 3, kOffJob = 4, kOffKey = 8,
-                        kOffSeq = 16, kOffRank = 20, kOffSlot = 22, kOffCount = 24,
-                        kOffDtype = 26, kOffOp = 27, kOffExp = 28, kOffNextExp = 30;
+inline constexpr size_t kOffMagic = 0, kOffVersion = 2, kOffFlags = 3, kOffJob = 4, kOffSeq = 8,
+                        kOffRank = 12, kOffSlot = 14, kOffCount = 16, kOffDtype = 18,
+                        kOffOp = 19, kOffColl = 20, kOffElems = 24, kOffExp = 28,
+                        kOffRoot = 30, kOffTag = 32;
+inline constexpr size_t kTagSize = 8;
 
-// Writes the 32-byte header. `out` must hold kHeaderSize bytes.
+// Writes the 40-byte header. `out` must hold kHeaderSize bytes.
 inline void encode_header(const Header& h, uint8_t* out) {
   put_u16(out + kOffMagic, kMagic);
   out[kOffVersion] = h.version;
   out[kOffFlags] = h.flags;
   put_u32(out + kOffJob, h.job);
-  put_u64(out + kOffKey, h.key);
   put_u32(out + kOffSeq, h.seq);
   put_u16(out + kOffRank, h.rank);
   put_u16(out + kOffSlot, uint16_t((h.slot & kMaxSlot) | (h.shadow ? kShadowBit : 0)));
   put_u16(out + kOffCount, h.count);
   out[kOffDtype] = static_cast<uint8_t>(h.dtype);
   out[kOffOp] = static_cast<uint8_t>(h.op);
+  put_u32(out + kOffColl, h.coll);
+  put_u32(out + kOffElems, h.elems);
   put_u16(out + kOffExp, static_cast<uint16_t>(h.exp));
-  put_u16(out + kOffNextExp, static_cast<uint16_t>(h.next_exp));
+  put_u16(out + kOffRoot, h.root);
+  put_u64(out + kOffTag, h.tag);
 }
 
 // Validates and decodes `buf`. Reads nothing past buf.size(). On success fills `out`.
@@ -160,40 +196,80 @@ inline DecodeError decode(std::span<const uint8_t> buf, PacketView* out) {
   if (buf.size() < kHeaderSize) return DecodeError::kTruncated;
   if (get_u16(p + kOffMagic) != kMagic) return DecodeError::kBadMagic;
   if (p[kOffVersion] != kVersion) return DecodeError::kBadVersion;
-  if ((p[kOffFlags] & ~kKnownFlags) != 0) return DecodeError::kUnknownFlags;
+  const uint8_t flags = p[kOffFlags];
+  if ((flags & ~kKnownFlags) != 0) return DecodeError::kUnknownFlags;
   if (!is_valid_dtype(p[kOffDtype])) return DecodeError::kUnknownDtype;
   if (!is_valid_op(p[kOffOp])) return DecodeError::kUnknownOp;
+  const auto dtype = static_cast<DType>(p[kOffDtype]);
+  const auto op = static_cast<ReduceOp>(p[kOffOp]);
   const uint16_t count = get_u16(p + kOffCount);
   const size_t payload_bytes = buf.size() - kHeaderSize;
-  if (size_t{count} * kElemSize > payload_bytes) return DecodeError::kCountBeyondPayload;
-  if (size_t{count} * kElemSize < payload_bytes) return DecodeError::kTrailingBytes;
+  const size_t want = size_t{count} * payload_width(flags, dtype);
+  if (want > payload_bytes) return DecodeError::kCountBeyondPayload;
+  if (want < payload_bytes) return DecodeError::kTrailingBytes;
+  const auto exp = static_cast<int16_t>(get_u16(p + kOffExp));
+  if ((flags & kFlagPartial) != 0) {
+    if ((flags & (kFlagHello | kFlagError)) != 0 || dtype == DType::kInt32 ||
+        op != ReduceOp::kSum) {
+      return DecodeError::kBadPartial;
+    }
+  } else if (exp != kNoExponent) {
+    return DecodeError::kBadExponent;
+  }
   Header& h = out->hdr;
   h.version = p[kOffVersion];
-  h.flags = p[kOffFlags];
+  h.flags = flags;
   h.job = get_u32(p + kOffJob);
-  h.key = get_u64(p + kOffKey);
   h.seq = get_u32(p + kOffSeq);
   h.rank = get_u16(p + kOffRank);
   const uint16_t slot = get_u16(p + kOffSlot);
   h.slot = slot & kMaxSlot;
   h.shadow = (slot & kShadowBit) != 0;
   h.count = count;
-  h.dtype = static_cast<DType>(p[kOffDtype]);
-  h.op = static_cast<ReduceOp>(p[kOffOp]);
-  h.exp = static_cast<int16_t>(get_u16(p + kOffExp));
-  h.next_exp = static_cast<int16_t>(get_u16(p + kOffNextExp));
+  h.dtype = dtype;
+  h.op = op;
+  h.coll = get_u32(p + kOffColl);
+  h.elems = get_u32(p + kOffElems);
+  h.exp = exp;
+  h.root = get_u16(p + kOffRoot);
+  h.tag = get_u64(p + kOffTag);
   out->payload = p + kHeaderSize;
+  out->payload_bytes = payload_bytes;
   return DecodeError::kOk;
 }
 
-inline size_t packet_size(uint16_t count) { return kHeaderSize + size_t{count} * kElemSize; }
-
-// Payload conversion between host int32 and big-endian words (vectorizes).
-inline void store_payload(uint8_t* dst, const int32_t* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) put_u32(dst + i * kElemSize, static_cast<uint32_t>(src[i]));
+// Bytes of a packet with this header's flags, dtype and count.
+inline size_t packet_size(const Header& h) {
+  return kHeaderSize + size_t{h.count} * payload_width(h.flags, h.dtype);
 }
-inline void load_payload(int32_t* dst, const uint8_t* src, size_t n) {
-  for (size_t i = 0; i < n; ++i) dst[i] = static_cast<int32_t>(get_u32(src + i * kElemSize));
+inline size_t packet_size(uint16_t count, size_t width) { return kHeaderSize + count * width; }
+// A HELLO, WELCOME or ERROR packet of `count` u32 words.
+inline constexpr size_t control_packet_size(size_t count) {
+  return kHeaderSize + count * kControlWordSize;
+}
+// PARTIAL words are at most this many times wider than the elements they stand for (int32 words
+// of float8 elements; int64 of float32 and int32 of 16-bit elements are 2x).
+inline constexpr size_t kMaxPartialGrowth = 4;
+// The largest DATA/RESULT packet of a job whose block is `payload_bytes`, or its largest control
+// packet (an ERROR with the bitmap of `world` ranks and a tree note), if larger.
+inline constexpr size_t max_data_packet_size(size_t payload_bytes, size_t world = 65535) {
+  const size_t data = kHeaderSize + payload_bytes;
+  const size_t control = control_packet_size(1 + (world + 31) / 32 + kTreeNoteWords);
+  return data > control ? data : control;
+}
+// The same with a tree's PARTIAL words (up to kMaxPartialGrowth times the block).
+inline constexpr size_t max_packet_size(size_t payload_bytes, size_t world = 65535) {
+  const size_t partial = kHeaderSize + payload_bytes * kMaxPartialGrowth;
+  const size_t data = max_data_packet_size(payload_bytes, world);
+  return partial > data ? partial : data;
+}
+
+// Control payloads (HELLO, WELCOME, ERROR): u32 words, little-endian.
+inline void store_words(uint8_t* dst, const int32_t* src, size_t n) {
+  std::memcpy(dst, src, n * kControlWordSize);
+}
+inline void load_words(int32_t* dst, const uint8_t* src, size_t n) {
+  std::memcpy(dst, src, n * kControlWordSize);
 }
 
 // Per-reason counters of rejected packets; one writer.

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Writes the wire v2 test vectors (*.hex) of this folder, with every field annotated.
+
+An independent implementation of ../WIRE.md (struct packing, no INA code): the C++ test
+(tests/protocol/wire_test.cc) checks its own encoder and decoder against these bytes and against
+field values transcribed by hand. Run it only when WIRE.md changes, and review the diff.
+"""
+import struct
+from fractions import Fraction
+
+FLAGS = {0x01: "RESULT", 0x02: "RETRANSMIT", 0x04: "ERROR", 0x08: "NONFINITE", 0x10: "HELLO",
+         0x20: "PARTIAL"}
+DTYPES = {1: "int32", 2: "float32", 3: "float16", 4: "bfloat16"}
+OPS = {1: "sum", 2: "min", 3: "max"}
+WIDTH = {1: 4, 2: 4, 3: 2, 4: 2}
+ACC = {1: 4, 2: 8, 3: 4, 4: 4}
+
+
+def f32_bits(x):
+    return struct.unpack("<I", struct.pack("<f", x))[0]
+
+
+def vector(name, title, flags, seq, rank, slot, shadow, count, dtype, op, coll, elems, exp,
+           root, words, notes, tag=0):
+    if flags & (0x10 | 0x04):
+        width, kind = 4, "u32 control words"
+    elif flags & 0x20:
+        width, kind = ACC[dtype], "int%d fixed-point words" % (8 * ACC[dtype])
+    else:
+        width, kind = WIDTH[dtype], "%s words (%d bytes)" % (DTYPES[dtype], WIDTH[dtype])
+    assert len(words) == count
+    lines = ["# " + l if l else "#" for l in title.split("\n")]
+    lines += ["#", "# bytes                 # offset  field      value"]
+
+    def row(hexs, off, field, value):
+        lines.append("%-24s# %-3d %-10s %s" % (hexs, off, field, value))
+
+    fl = " | ".join("%s (0x%02X)" % (n, b) for b, n in FLAGS.items() if flags & b) or "none"
+    row("494e", 0, "magic", '0x494E ("IN")')
+    row("02", 2, "version", "2")
+    row("%02x" % flags, 3, "flags", "0x%02X = %s" % (flags, fl))
+    row("01020304", 4, "job", "0x01020304")
+    row("%08x" % seq, 8, "seq", "0x%08X (%d)" % (seq, seq))
+    row("%04x" % rank, 12, "rank", "%d" % rank)
+    row("%04x" % (slot | (0x8000 if shadow else 0)), 14, "slot",
+        "%d (0x%04X)%s" % (slot, slot, ", shadow bit set: copy 1" if shadow else ", copy 0"))
+    row("%04x" % count, 16, "count", "%d" % count)
+    row("%02x" % dtype, 18, "dtype", "%d = %s" % (dtype, DTYPES[dtype]))
+    row("%02x" % op, 19, "op", "%d = %s" % (op, OPS[op]))
+    row("%08x" % coll, 20, "coll", "%d" % coll)
+    row("%08x" % elems, 24, "elems", "%d" % elems)
+    row("%04x" % (exp & 0xFFFF), 28, "exp", "kNoExponent" if exp == -32768 else "%d" % exp)
+    row("%04x" % root, 30, "root", "none (0xFFFF)" if root == 0xFFFF else "%d" % root)
+    row("%016x" % tag, 32, "tag", "0 (not sealed)" if tag == 0 else "0x%016X" % tag)
+    lines.append("# payload: %d little-endian %s" % (count, kind))
+    off = 40
+    for i, (w, note) in enumerate(zip(words, notes)):
+        b = (w & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
+        lines.append("%-24s# %-3d [%d] %s" % (b.hex(), off, i, note))
+        off += width
+    with open(name, "w") as f:
+        f.write("\n".join(lines) + "\n")
+
+
+def q(x, e, b):  # rint(x * 2^(b - e)), ties to even, exactly
+    v = Fraction(x) * Fraction(2) ** (b - e)
+    fl = v.numerator // v.denominator
+    r = v - fl
+    if r > Fraction(1, 2) or (r == Fraction(1, 2) and fl % 2 == 1):
+        fl += 1
+    return fl
+
+
+NOEXP = -32768
+f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
+
+vector("data_i32_sum.hex", "DATA, worker -> aggregator: int32 SUM, retransmitted, shadow copy.",
+       0x02, 0xA1B2C3D4, 515, 0x0123, True, 4, 1, 1, 7, 65540, NOEXP, 0xFFFF,
+       [1, -1, 2**31 - 1, -2**31], ["1", "-1", "INT32_MAX", "INT32_MIN"])
+xs = [0.1, -0.001, 0.12, -0.0625]
+vector("data_f32_sum.hex",
+       "DATA: float32 SUM, raw user words (no quantization on the worker in v2).\n"
+       "NONFINITE on DATA is allowed (the aggregator scans every block itself).",
+       0x0A, 0x00000010, 3, 2, False, 4, 2, 1, 0xFFFFFFFF, 0xFFFFFFFF, NOEXP, 0xFFFF,
+       [f32_bits(x) for x in xs], ["%gf = 0x%08X" % (x, f32_bits(x)) for x in xs])
+vector("data_f16_min.hex", "DATA: float16 MIN, an odd count (10 payload bytes), root 2.",
+       0x00, 0x00000011, 1, 9, True, 5, 3, 2, 1, 5, NOEXP, 2,
+       [0x3C00, 0xC000, 0x7BFF, 0x8000, 0x0001],
+       ["1.0", "-2.0", "65504 (largest finite)", "-0.0", "2^-24 (smallest subnormal)"])
+vector("data_bf16_sum.hex", "DATA: bfloat16 SUM, 2-byte words.",
+       0x00, 0x00000012, 0, 0, False, 4, 4, 1, 2, 1000000, NOEXP, 0xFFFF,
+       [0x3F80, 0xC020, 0x4049, 0x0001],
+       ["1.0", "-2.5", "3.140625", "2^-133 (smallest subnormal)"])
+vector("result_i32_max.hex", "RESULT, aggregator -> worker: int32 MAX, slot 0x7FFF, seq top bit.",
+       0x01, 0xFFFFFFFE, 0, 0x7FFF, False, 3, 1, 3, 0x80000000, 3, NOEXP, 0xFFFF,
+       [7, -7, 0], ["7", "-7", "0"])
+vector("result_f32_sum.hex",
+       "RESULT: float32 SUM of a block that held a NaN or Inf: NONFINITE, every element NaN.",
+       0x09, 0x00000010, 0, 2, False, 2, 2, 1, 0xFFFFFFFF, 0xFFFFFFFF, NOEXP, 0xFFFF,
+       [0x7FC00000, 0x7FC00000], ["quiet NaN", "quiet NaN"])
+vector("result_f16_sum.hex", "RESULT: float16 SUM, correctly rounded once from the integer sum.",
+       0x01, 0x00000020, 0, 4, True, 3, 3, 1, 12, 3, NOEXP, 0xFFFF,
+       [0x3C00, 0x3555, 0x8000], ["1.0", "0.33325195 (1/3 rounded)", "-0.0"])
+vector("result_bf16_max.hex",
+       "RESULT: bfloat16 MAX resent to one rank (RETRANSMIT), in the user's width.",
+       0x03, 0x00000021, 0, 5, False, 4, 4, 3, 13, 4, NOEXP, 0xFFFF,
+       [0xFF80, 0xC020, 0x8000, 0x3F80], ["-Inf", "-2.5", "-0.0", "1.0"])
+vector("partial_exp_f32.hex",
+       "PARTIAL, tree leaf -> root: the exponent request of a float32 SUM block (count 0).\n"
+       "rank = the leaf's child index; exp = E_leaf = MAX of its ranks' block exponents;\n"
+       "NONFINITE: one of its ranks' blocks held a NaN or Inf.",
+       0x28, 0x00000030, 1, 6, False, 0, 2, 1, 20, 1024, -3, 0xFFFF, [], [])
+vector("partial_exp_answer_bf16.hex",
+       "PARTIAL | RESULT, root -> leaves: the job-wide E = MAX over the leaves (count 0).",
+       0x21, 0x00000031, 0, 7, True, 0, 4, 1, 21, 2048, 5, 0xFFFF, [], [])
+E, N = -3, 4
+B = 62 - 2
+vals = [f32(0.1), f32(-0.001)]
+vector("partial_f32_sum.hex",
+       "PARTIAL, leaf -> root: fixed-point partial sums of a float32 SUM block, int64 words.\n"
+       "exp = E - B, the exponent of one unit: E = -3, world N = 4, B = 62 - 2 = 60: exp = -63.\n"
+       "The words are rint(x * 2^(B-E)) of a leaf with one rank and the values below.",
+       0x20, 0x00000030, 1, 6, False, 2, 2, 1, 20, 1024, E - B, 0xFFFF,
+       [q(v, E, B) for v in vals], ["q(0.1f) = %d" % q(vals[0], E, B),
+                                    "q(-0.001f) = %d" % q(vals[1], E, B)])
+E, B = 1, 30 - 3
+vector("partial_f16_sum.hex",
+       "PARTIAL, leaf -> root: float16 SUM partials, int32 words. E = 1, N = 8, B = 27:\n"
+       "exp = E - B = -26; the words are the sums over the leaf's two ranks of rint(x * 2^26).",
+       0x20, 0x00000040, 2, 8, True, 2, 3, 1, 22, 2, E - B, 0xFFFF,
+       [q(1.0, E, B) + q(0.5, E, B), q(-0.25, E, B) + q(-0.25, E, B)],
+       ["1.0 + 0.5 -> 100663296", "-0.25 + -0.25 -> -33554432"])
+vector("hello.hex", "HELLO, worker -> aggregator: a retransmitted join request.\n"
+       "seq = the incarnation nonce; payload [world_size].",
+       0x12, 0x5EED1234, 39, 0, False, 1, 1, 1, 0, 0, NOEXP, 0xFFFF, [40], ["world_size 40"])
+vector("welcome.hex", "WELCOME, aggregator -> worker: the join answer.",
+       0x11, 0, 0, 0, False, 2, 1, 1, 0, 0, NOEXP, 0xFFFF, [512, 1024],
+       ["num_slots 512", "max_payload_bytes 1024"])
+vector("error_missing_ranks.hex",
+       "ERROR, aggregator -> worker: kMissingRanks with the bitmap of a 40-rank job\n"
+       "(ranks 0, 1, 2, 5, 31, 32, 39 present). rank = the rank answered.",
+       0x04, 0xA1B2C3D4, 515, 0x0123, True, 3, 1, 1, 7, 65540, NOEXP, 0xFFFF,
+       [1, 0x80000027, 0x00000081], ["reason 1 = kMissingRanks", "bitmap[0] ranks 0, 1, 2, 5, 31",
+                                     "bitmap[1] ranks 32, 39"])

@@ -1,0 +1,292 @@
+// The wire v2 block codec (codec.h) against its specification: exact quantization (rint of the
+// scaled value), one correct rounding of the integer sum to the user's type, the order-preserving
+// MIN/MAX image, NaN fill, and the PARTIAL test vectors.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "ina/protocol/codec.h"
+#include "ina/protocol/half.h"
+#include "ina/protocol/wire.h"
+#include "testdata.h"
+
+namespace ina::codec {
+namespace {
+
+using LD = long double;  // x86: 64-bit significand, exact for every int64 times a power of two
+static_assert(std::numeric_limits<LD>::digits >= 64, "the checks need an 80-bit long double");
+
+TEST(Codec, MagnitudeBits) {
+  EXPECT_EQ(magnitude_bits(DType::kFloat32, 1), 62);
+  EXPECT_EQ(magnitude_bits(DType::kFloat32, 2), 61);
+  EXPECT_EQ(magnitude_bits(DType::kFloat32, 3), 60);
+  EXPECT_EQ(magnitude_bits(DType::kFloat32, 8), 59);
+  EXPECT_EQ(magnitude_bits(DType::kFloat32, 65535), 46);
+  EXPECT_EQ(magnitude_bits(DType::kFloat16, 1), 30);
+  EXPECT_EQ(magnitude_bits(DType::kBFloat16, 64), 24);
+  EXPECT_EQ(wire::acc_bytes(DType::kFloat32), 8u);
+  EXPECT_EQ(wire::acc_bytes(DType::kFloat16), 4u);
+}
+
+TEST(Codec, RoundToOdd53) {
+  EXPECT_EQ(round_to_odd53(0), 0.0);
+  EXPECT_EQ(round_to_odd53((int64_t{1} << 53) - 1), 0x1p53 - 1);
+  EXPECT_EQ(round_to_odd53((int64_t{1} << 53) + 1), 0x1p53 + 2);
+  EXPECT_EQ(round_to_odd53((int64_t{1} << 54) + 4), 0x1p54 + 4);  // exact
+  EXPECT_EQ(round_to_odd53(-(int64_t{1} << 54) - 1), -(0x1p54 + 4));  // spacing 4 there
+  std::mt19937_64 rng(1);
+  for (int i = 0; i < 100000; ++i) {
+    const int64_t q = static_cast<int64_t>(rng()) >> (rng() % 40);
+    const double r = round_to_odd53(q);
+    const LD diff = std::fabs(static_cast<LD>(r) - static_cast<LD>(q));
+    int e = 0;
+    std::frexp(r, &e);
+    if (diff == 0) continue;
+    // Inexact: within one ulp of q, toward zero's neighbour made odd.
+    EXPECT_LT(diff, std::ldexp(1.0L, e - 53)) << q;
+    const auto m = static_cast<int64_t>(std::ldexp(std::fabs(r), 53 - e));
+    EXPECT_EQ(m & 1, 1) << q;
+  }
+}
+
+// The nearest value of type t to v, ties to even, found by search over the neighbours of
+// the candidate `got` (exact comparisons in long double).
+template <class ToF, class Next>
+void expect_nearest(LD v, float got, ToF, Next next_up, Next next_down, const char* what) {
+  const LD d0 = std::fabs(static_cast<LD>(got) - v);
+  const LD du = std::fabs(static_cast<LD>(next_up) - v);
+  const LD dd = std::fabs(static_cast<LD>(next_down) - v);
+  EXPECT_LE(d0, du) << what << " v=" << static_cast<double>(v) << " got " << got;
+  EXPECT_LE(d0, dd) << what << " v=" << static_cast<double>(v) << " got " << got;
+}
+
+TEST(Codec, DequantizeRoundsOnceCorrectlyFloat32) {
+  std::mt19937_64 rng(2);
+  for (int i = 0; i < 200000; ++i) {
+    int64_t q = static_cast<int64_t>(rng()) >> (1 + rng() % 62);
+    if (i % 3 == 0) q |= 1;  // sticky bits below the float's precision
+    const int scale = static_cast<int>(rng() % 300) - 230;
+    float out;
+    dequantize(&q, 1, DType::kFloat32, scale, &out);
+    const LD v = std::ldexp(static_cast<LD>(q), scale);
+    const float up = std::nextafter(out, std::numeric_limits<float>::infinity());
+    const float down = std::nextafter(out, -std::numeric_limits<float>::infinity());
+    if (std::isinf(out)) continue;
+    expect_nearest(v, out, 0, up, down, "float32");
+    // Ties to even.
+    const LD du = std::fabs(static_cast<LD>(up) - v), d0 = std::fabs(static_cast<LD>(out) - v);
+    const LD dd = std::fabs(static_cast<LD>(down) - v);
+    if (du == d0 || dd == d0) {
+      EXPECT_EQ(std::bit_cast<uint32_t>(out) & 1u, 0u) << q;
+    }
+  }
+}
+
+TEST(Codec, DequantizeRoundsOnceCorrectly16Bit) {
+  std::mt19937_64 rng(3);
+  for (const DType t : {DType::kFloat16, DType::kBFloat16}) {
+    auto to_f = [t](uint16_t b) { return t == DType::kFloat16 ? half_to_float(b) : bf16_to_float(b); };
+    for (int i = 0; i < 200000; ++i) {
+      const int64_t q = static_cast<int32_t>(rng()) >> (rng() % 31);
+      const int scale = t == DType::kFloat16 ? static_cast<int>(rng() % 50) - 50
+                                             : static_cast<int>(rng() % 250) - 160;
+      uint16_t out;
+      dequantize(&q, 1, t, scale, &out);
+      const LD v = std::ldexp(static_cast<LD>(q), scale);
+      const float f = to_f(out);
+      if (std::isinf(f)) continue;
+      // Neighbours by bit pattern (sign-magnitude).
+      const bool neg = (out & 0x8000) != 0;
+      const uint16_t mag = out & 0x7FFF;
+      const float away = to_f(static_cast<uint16_t>(out + 1));
+      const float toward = mag == 0 ? to_f(static_cast<uint16_t>((neg ? 0 : 0x8000) | 1))
+                                    : to_f(static_cast<uint16_t>(out - 1));
+      const LD d0 = std::fabs(static_cast<LD>(f) - v);
+      EXPECT_LE(d0, std::fabs(static_cast<LD>(away) - v)) << int(t) << " q " << q << " s " << scale;
+      EXPECT_LE(d0, std::fabs(static_cast<LD>(toward) - v)) << int(t) << " q " << q << " s " << scale;
+      if (d0 == std::fabs(static_cast<LD>(away) - v) || d0 == std::fabs(static_cast<LD>(toward) - v)) {
+        if (d0 != 0) {
+          EXPECT_EQ(out & 1, 0) << "tie not to even: q " << q;
+        }
+      }
+    }
+  }
+}
+
+TEST(Codec, DequantizeIsNotDoubleRoundingThroughFloat32) {
+  // A bfloat16 value whose float32 rounding lands exactly on a bfloat16 tie: rounding the sum to
+  // float32 first (v1) and then to bfloat16 goes to even; the correct single rounding goes up.
+  // v = 1 + 2^-8 + 2^-30: float32 rounds it to 1 + 2^-8 (a bfloat16 tie), bfloat16(1 + 2^-8)
+  // = 1.0 (even), but v is above the tie: the nearest bfloat16 is 1 + 2^-7.
+  const int64_t q = (int64_t{1} << 30) + (int64_t{1} << 22) + 1;
+  uint16_t out;
+  dequantize(&q, 1, DType::kBFloat16, -30, &out);
+  EXPECT_EQ(out, 0x3F81);  // 1 + 2^-7
+  EXPECT_EQ(float_to_bf16(static_cast<float>(std::ldexp(static_cast<double>(q), -30))), 0x3F80);
+}
+
+TEST(Codec, QuantizeIsRintOfTheScaledValue) {
+  std::mt19937_64 rng(4);
+  std::vector<float> x(256);
+  for (const uint32_t n : {1u, 3u, 1000u}) {
+    for (int rep = 0; rep < 50; ++rep) {
+      float m = 0;
+      for (float& v : x) {
+        v = static_cast<float>(std::ldexp(static_cast<double>(static_cast<int32_t>(rng())), -int(rng() % 60)));
+        m = std::max(m, std::fabs(v));
+      }
+      const Scan s = scan(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum);
+      int e = 0;
+      std::frexp(m, &e);
+      ASSERT_EQ(s.exp, e);
+      std::vector<int64_t> q(x.size());
+      quantize(x.data(), x.size(), DType::kFloat32, s.exp, n, q.data());
+      const int b = magnitude_bits(DType::kFloat32, n);
+      for (size_t i = 0; i < x.size(); ++i) {
+        const LD want = std::nearbyint(std::ldexp(static_cast<LD>(x[i]), b - s.exp));
+        EXPECT_EQ(static_cast<LD>(q[i]), want) << i;
+        EXPECT_LE(std::llabs(q[i]), int64_t{1} << b);
+      }
+      std::vector<int64_t> acc(x.size(), 5);
+      quantize_add(x.data(), x.size(), DType::kFloat32, s.exp, n, acc.data());
+      for (size_t i = 0; i < x.size(); ++i) EXPECT_EQ(acc[i], q[i] + 5);
+    }
+  }
+  // Ties to even; non-finite and kNoExponent give 0.
+  const float t[] = {0.5f, 1.5f, 2.5f, -0.5f, std::numeric_limits<float>::infinity(), NAN};
+  int64_t q[6];
+  quantize(t, 6, DType::kFloat32, /*exp=*/2, /*world=*/1 << 30, q);  // B = 62 - 30 = 32: x*2^30
+  EXPECT_EQ(q[0], int64_t{1} << 29);
+  quantize(t, 6, DType::kFloat32, 62, 1, q);  // B - E = 0: rint(x)
+  EXPECT_EQ(q[0], 0);
+  EXPECT_EQ(q[1], 2);
+  EXPECT_EQ(q[2], 2);
+  EXPECT_EQ(q[3], 0);
+  EXPECT_EQ(q[4], 0);
+  EXPECT_EQ(q[5], 0);
+  quantize(t, 6, DType::kFloat32, kNoExponent, 1, q);
+  for (int64_t v : q) EXPECT_EQ(v, 0);
+}
+
+TEST(Codec, ScanFlags) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float a[] = {1.0f, -3.0f, inf};
+  EXPECT_TRUE(scan(a, 3, DType::kFloat32, ReduceOp::kSum).nonfinite);
+  EXPECT_FALSE(scan(a, 3, DType::kFloat32, ReduceOp::kMax).nonfinite);
+  EXPECT_EQ(scan(a, 3, DType::kFloat32, ReduceOp::kSum).exp, 2);
+  const float n[] = {1.0f, NAN};
+  EXPECT_TRUE(scan(n, 2, DType::kFloat32, ReduceOp::kMin).nonfinite);
+  const uint16_t h[] = {0x0001, 0x8000};  // 2^-24, -0
+  EXPECT_EQ(scan(h, 2, DType::kFloat16, ReduceOp::kSum).exp, -23);
+  const uint16_t z[] = {0x0000, 0x8000};
+  EXPECT_EQ(scan(z, 2, DType::kBFloat16, ReduceOp::kSum).exp, kNoExponent);
+  EXPECT_EQ(scale_exponent(DType::kFloat32, kNoExponent, 4), kNoScale);
+  EXPECT_EQ(scale_exponent(DType::kFloat32, -3, 4), -63);
+}
+
+TEST(Codec, KeysRoundTripEvery16BitPattern) {
+  for (const DType t : {DType::kFloat16, DType::kBFloat16}) {
+    for (uint32_t b = 0; b < 0x10000; ++b) {
+      const auto x = static_cast<uint16_t>(b);
+      const float f = t == DType::kFloat16 ? half_to_float(x) : bf16_to_float(x);
+      if (std::isnan(f)) continue;
+      int64_t k;
+      keys(&x, 1, t, &k);
+      uint16_t back;
+      from_keys(&k, 1, t, &back);
+      EXPECT_EQ(back, x) << std::hex << b;
+    }
+  }
+  const float v[] = {-std::numeric_limits<float>::infinity(), -2.5f, -0.0f, 0.0f, 1.0f};
+  int64_t k[5];
+  keys(v, 5, DType::kFloat32, k);
+  for (int i = 0; i + 1 < 5; ++i) EXPECT_LT(k[i], k[i + 1]);
+  int64_t acc[5] = {k[4], k[4], k[4], k[4], k[4]};
+  keys_minmax(v, 5, DType::kFloat32, ReduceOp::kMin, acc);
+  float out[5];
+  from_keys(acc, 5, DType::kFloat32, out);
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(v[i]));
+}
+
+TEST(Codec, Int32SumWraps) {
+  const int32_t a[] = {INT32_MAX, INT32_MIN, -1};
+  int64_t acc[3] = {0, 0, 0};
+  add_int32(a, 3, acc);
+  add_int32(a, 3, acc);
+  int32_t out[3];
+  from_sum_int32(acc, 3, out);
+  EXPECT_EQ(out[0], -2);
+  EXPECT_EQ(out[1], 0);
+  EXPECT_EQ(out[2], -2);
+}
+
+TEST(Codec, FillNanGivesQuietNans) {
+  float f[2];
+  fill_nan(f, 2, DType::kFloat32);
+  EXPECT_EQ(std::bit_cast<uint32_t>(f[1]), 0x7FC00000u);
+  uint16_t h[2];
+  fill_nan(h, 2, DType::kFloat16);
+  EXPECT_EQ(h[0], 0x7E00);
+  fill_nan(h, 2, DType::kBFloat16);
+  EXPECT_EQ(h[1], 0x7FC0);
+}
+
+TEST(Codec, AccWordsRoundTrip) {
+  const int64_t acc[] = {-(int64_t{1} << 62), 5, -7};
+  for (const DType t : {DType::kFloat32, DType::kFloat16}) {
+    std::vector<uint8_t> b(3 * wire::acc_bytes(t));
+    store_acc(acc, 3, t, b.data());
+    int64_t back[3] = {1, 1, 1};
+    add_acc(b.data(), 3, t, back);
+    EXPECT_EQ(back[1], 6);
+    EXPECT_EQ(back[2], -6);
+    if (t == DType::kFloat32) {
+      EXPECT_EQ(back[0], -(int64_t{1} << 62) + 1);
+    }
+  }
+}
+
+// The PARTIAL vectors' words are this codec's output (protocol/testdata/gen_vectors.py).
+TEST(Codec, MatchesThePartialTestVectors) {
+  {
+    const std::vector<uint8_t> pkt = ::ina::testing::load_vector("partial_f32_sum.hex");
+    wire::PacketView view;
+    ASSERT_EQ(wire::decode(pkt, &view), wire::DecodeError::kOk);
+    const float x[] = {0.1f, -0.001f};
+    int64_t q[2];
+    quantize(x, 2, DType::kFloat32, -3, 4, q);
+    EXPECT_EQ(view.hdr.exp, scale_exponent(DType::kFloat32, -3, 4));
+    std::vector<uint8_t> words(16);
+    store_acc(q, 2, DType::kFloat32, words.data());
+    EXPECT_TRUE(std::equal(words.begin(), words.end(), view.payload));
+  }
+  {
+    const std::vector<uint8_t> pkt = ::ina::testing::load_vector("partial_f16_sum.hex");
+    wire::PacketView view;
+    ASSERT_EQ(wire::decode(pkt, &view), wire::DecodeError::kOk);
+    const uint16_t r0[] = {float_to_half(1.0f), float_to_half(-0.25f)};
+    const uint16_t r1[] = {float_to_half(0.5f), float_to_half(-0.25f)};
+    int64_t acc[2] = {0, 0};
+    quantize_add(r0, 2, DType::kFloat16, 1, 8, acc);
+    quantize_add(r1, 2, DType::kFloat16, 1, 8, acc);
+    EXPECT_EQ(view.hdr.exp, scale_exponent(DType::kFloat16, 1, 8));
+    std::vector<uint8_t> words(8);
+    store_acc(acc, 2, DType::kFloat16, words.data());
+    EXPECT_TRUE(std::equal(words.begin(), words.end(), view.payload));
+    // And the root's conversion of these sums: 1.5 and -0.5.
+    int64_t sum[2] = {0, 0};
+    add_acc(view.payload, 2, DType::kFloat16, sum);
+    uint16_t out[2];
+    dequantize(sum, 2, DType::kFloat16, view.hdr.exp, out);
+    EXPECT_EQ(out[0], float_to_half(1.5f));
+    EXPECT_EQ(out[1], float_to_half(-0.5f));
+  }
+}
+
+}  // namespace
+}  // namespace ina::codec
