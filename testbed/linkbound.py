@@ -39,11 +39,12 @@ ETH_HDR, IPV4_HDR, UDP_HDR = 14, 20, 8
 TCP_PAYLOAD, TCP_FRAME = 1448, 1514          # MSS with timestamps; 14 + 20 + 32 + 1448
 TCP_EFFICIENCY = TCP_PAYLOAD / TCP_FRAME
 
-# Bytes each element takes on INA's wire, per dtype (wire v1: every element is an int32 word;
-# wire v2, branch i-wire2, carries float16/bfloat16 at 2 bytes: update here when it lands).
-WIRE_ELEM_BYTES = {"float32": 4, "int32": 4, "float16": 4, "bfloat16": 4}
-DTYPE_BYTES = {"float32": 4, "int32": 4, "float16": 2, "bfloat16": 2}
-DEFAULT_HEADER = 32
+# Bytes each element takes on INA's wire, per dtype (wire v2: the user's width).
+WIRE_ELEM_BYTES = {"float32": 4, "int32": 4, "float16": 2, "bfloat16": 2,
+                   "float8_e4m3": 1, "float8_e5m2": 1}
+DTYPE_BYTES = {"float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "float8_e4m3": 1,
+               "float8_e5m2": 1}
+DEFAULT_HEADER = 40
 
 # tbf settings: a trial held 119.5 MB/s of TCP and 120.3 MB/s of UDP through 1 Gbit/s with these
 # on both ends; a smaller burst cuts TCP's goodput, a smaller limit drops bursts of datagrams.
