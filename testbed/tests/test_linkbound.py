@@ -123,7 +123,9 @@ class Bounds(unittest.TestCase):
         self.assertAlmostEqual(ring, r / 8 * 4 / 6 * 1448 / 1514)
         self.assertEqual(linkbound.tree_traffic(2), 1.0)
         self.assertEqual(linkbound.tree_traffic(8), 2.0)
-        self.assertAlmostEqual(linkbound.bound_algbw("ina", 4, r, "bfloat16"), ina / 2)
+        # wire v2: 16-bit elements travel at their own width, so the bound in user bytes per
+        # second is float32's (v1 sent them as 4-byte words: half of it)
+        self.assertAlmostEqual(linkbound.bound_algbw("ina", 4, r, "bfloat16"), ina)
 
 
 class LoadCheck(unittest.TestCase):
