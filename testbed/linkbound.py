@@ -65,13 +65,16 @@ def ina_header_bytes(wire_h=WIRE_H):
 
 def ina_framing(dtype="float32", block_elems=256):
     """(user bytes per packet, bytes per frame as tbf counts them) of a full INA data packet:
-    frame = Ethernet 14 + IPv4 20 + UDP 8 + INA header + block_elems x wire bytes per element.
-    The one place the testbed reads INA's framing from (wire v2: 14+20+8+40+1024)."""
+    frame = Ethernet 14 + IPv4 20 + UDP 8 + INA header + payload. Wire v2 sizes the block in
+    bytes: block_elems counts 4-byte elements as INA_BLOCK_ELEMS does (payload 4 x block_elems
+    bytes, so 2 x as many 16-bit elements). The one place the testbed reads INA's framing from
+    (wire v2: 14+20+8+40+1024)."""
     if dtype not in WIRE_ELEM_BYTES:
         raise ValueError(f"dtype {dtype!r}: expected one of {', '.join(WIRE_ELEM_BYTES)}")
-    payload = block_elems * WIRE_ELEM_BYTES[dtype]
+    payload = block_elems * 4
+    elems = payload // WIRE_ELEM_BYTES[dtype]
     frame = ETH_HDR + IPV4_HDR + UDP_HDR + ina_header_bytes() + payload
-    return block_elems * DTYPE_BYTES[dtype], frame
+    return elems * DTYPE_BYTES[dtype], frame
 
 
 INA_WINDOW_DEFAULT = 128  # worker/ (INA_WINDOW): slots in flight per worker
