@@ -11,11 +11,14 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "aggregator/engine.h"
+#include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
 #include "testbed/engine_stream.h"
 
@@ -25,6 +28,70 @@ uint64_t mono_ns() {
   timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+// SUM of each type through one engine (key check and telemetry off), types interleaved, median
+// of the repetitions: the cost of the block codec (float types) against int32's plain adds.
+// `elems` elements per packet for 4-byte types; narrower types carry the same payload bytes.
+int per_dtype(const std::vector<std::string>& names, uint32_t world, uint32_t slots,
+              uint32_t elems, uint32_t rounds, uint32_t reps) {
+  using namespace ina;
+  struct Row {
+    DType dtype;
+    uint32_t elems;
+    std::vector<std::vector<uint8_t>> pkts;
+    std::vector<double> ns;
+  };
+  std::vector<Row> rows;
+  for (const std::string& n : names) {
+    const std::optional<DType> t = parse_dtype(n);
+    if (!t) {
+      std::fprintf(stderr, "bench: --dtype: unknown type '%s' (expected int32, float32, float16, "
+                   "bfloat16, float8_e4m3 or float8_e5m2)\n", n.c_str());
+      return 2;
+    }
+    const auto e = static_cast<uint32_t>(elems * 4 / dtype_size(*t));
+    rows.push_back({*t, e, bench::data_stream(rounds, world, slots, e, *t), {}});
+  }
+  for (uint32_t rep = 0; rep < reps; ++rep) {
+    for (Row& row : rows) {
+      agg::EngineOptions eo;
+      eo.check_key = false;
+      eo.telemetry = false;
+      agg::Engine e(eo);
+      if (!e.add_job(bench::job_config(world, slots, elems, 0)).ok()) return 1;
+      int32_t rank;
+      JobId job;
+      for (uint32_t r = 0; r < world; ++r) {
+        e.on_packet(bench::hello_packet(static_cast<uint16_t>(r), world, 0, 77), &rank, &job);
+      }
+      const auto t0 = std::chrono::steady_clock::now();
+      for (const auto& p : row.pkts) e.on_packet(p, 0, &rank, &job);
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      if (e.counters().completed != rounds) {
+        std::fprintf(stderr, "bench: %s: %llu completions, expected %u\n",
+                     std::string(dtype_name(row.dtype)).c_str(),
+                     static_cast<unsigned long long>(e.counters().completed), rounds);
+        return 1;
+      }
+      row.ns.push_back(s * 1e9 / static_cast<double>(row.pkts.size()));
+    }
+  }
+  std::printf("per type (SUM, key check and telemetry off), %u payload bytes per packet:\n",
+              elems * 4);
+  const double base = [&] {
+    std::vector<double> v = rows.front().ns;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }();
+  for (Row& row : rows) {
+    std::sort(row.ns.begin(), row.ns.end());
+    const double med = row.ns[row.ns.size() / 2];
+    std::printf("  %-12s %5u elems  %7.1f ns/packet  %6.2f ns/element  (x%.2f vs %s)\n",
+                std::string(dtype_name(row.dtype)).c_str(), row.elems, med, med / row.elems,
+                med / base, std::string(dtype_name(rows.front().dtype)).c_str());
+  }
+  return 0;
 }
 
 }  // namespace
@@ -39,6 +106,11 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps)->check(CLI::Range(1, 100))->capture_default_str();
   app.add_option("--batch", batch, "datagrams per clock read (the backend's recvmmsg batch)")
       ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
+  std::vector<std::string> dtypes = {"int32", "float32", "bfloat16"};
+  app.add_option("--dtype", dtypes,
+                 "element types of the per-type table (SUM; float types: the block codec)")
+      ->delimiter(',')
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
@@ -96,5 +168,5 @@ int main(int argc, char** argv) {
     std::printf("  %s  %7.3f Mpps  %6.1f ns/packet  (%+5.1f%% vs key off, telemetry off)\n",
                 v.name, med, 1e3 / med, (med / base - 1) * 100);
   }
-  return 0;
+  return per_dtype(dtypes, world, slots, elems, rounds, reps);
 }

@@ -10,6 +10,8 @@
 #include <cstring>
 
 #include "aggregator/engine.h"
+#include "ina/protocol/fp8.h"
+#include "ina/protocol/half.h"
 #include "ina/protocol/wire.h"
 
 namespace ina::bench {
@@ -70,6 +72,45 @@ inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t w
       h.shadow = (b / slots) % 2 == 1;
       h.seq = b + 1;
       h.count = static_cast<uint16_t>(elems);
+      pkts.push_back(encode_packet(h, payload.data()));
+    }
+  }
+  return pkts;
+}
+
+// The same stream in `dtype` (SUM): `elems` elements of the type per packet, the values a mix of
+// magnitudes and signs (so a float block's exponent and rounding are exercised, not a constant).
+inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t world,
+                                                     uint32_t slots, uint32_t elems, DType dtype) {
+  std::vector<std::vector<uint8_t>> pkts;
+  pkts.reserve(size_t{rounds} * world);
+  const size_t esize = dtype_size(dtype);
+  std::vector<uint8_t> payload(size_t{elems} * esize);
+  for (uint32_t b = 0; b < rounds; ++b) {
+    for (uint32_t r = 0; r < world; ++r) {
+      for (uint32_t i = 0; i < elems; ++i) {
+        const float x = static_cast<float>((i * 7 + r * 3 + b) % 41) * 0.37f - 7.0f;
+        const int32_t v = static_cast<int32_t>((i * 7 + r * 3 + b) % 41) - 20;
+        uint8_t* dst = payload.data() + size_t{i} * esize;
+        switch (dtype) {
+          case DType::kInt32: std::memcpy(dst, &v, 4); break;
+          case DType::kFloat32: std::memcpy(dst, &x, 4); break;
+          case DType::kFloat16: { const uint16_t h = float_to_half(x); std::memcpy(dst, &h, 2); break; }
+          case DType::kBFloat16: { const uint16_t h = float_to_bf16(x); std::memcpy(dst, &h, 2); break; }
+          case DType::kFloat8E4M3: dst[0] = float_to_e4m3(x); break;
+          case DType::kFloat8E5M2: dst[0] = float_to_e5m2(x); break;
+        }
+      }
+      wire::Header h;
+      h.job = 1;
+      h.rank = static_cast<uint16_t>(r);
+      h.slot = static_cast<uint16_t>(b % slots);
+      h.shadow = (b / slots) % 2 == 1;
+      h.seq = b + 1;
+      h.count = static_cast<uint16_t>(elems);
+      h.dtype = dtype;
+      h.op = ReduceOp::kSum;
+      h.elems = elems;
       pkts.push_back(encode_packet(h, payload.data()));
     }
   }

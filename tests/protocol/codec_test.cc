@@ -3,7 +3,10 @@
 // MIN/MAX image, NaN fill, and the PARTIAL test vectors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
+#include <string>
+#include <cstring>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -11,6 +14,7 @@
 #include <vector>
 
 #include "ina/protocol/codec.h"
+#include "ina/protocol/fp8.h"
 #include "ina/protocol/half.h"
 #include "ina/protocol/wire.h"
 #include "testdata.h"
@@ -171,6 +175,147 @@ TEST(Codec, QuantizeIsRintOfTheScaledValue) {
   EXPECT_EQ(q[5], 0);
   quantize(t, 6, DType::kFloat32, kNoExponent, 1, q);
   for (int64_t v : q) EXPECT_EQ(v, 0);
+}
+
+// The codec's fast paths (AVX2 where the CPU has it, and the float32 shortcuts of dequantize)
+// against the plain reference loops below (the specification: exact widening, rint of the exact
+// product clamped to 2^B, one rounding of Q * 2^scale through double rounded to odd), over whole
+// blocks of every length up to 1100 elements, so vector bodies and tails are both covered, with
+// special values, subnormals, broken (too small) exponents and out-of-range accumulators.
+namespace ref {
+double elem(DType t, const std::vector<uint8_t>& b, size_t i) { return widen(b.data(), i, t); }
+Scan scan(DType t, const std::vector<uint8_t>& b, size_t n, ReduceOp op) {
+  Scan s;
+  double m = 0;
+  bool nan = false, inf = false;
+  for (size_t i = 0; i < n; ++i) {
+    const double x = std::fabs(elem(t, b, i));
+    nan |= std::isnan(x);
+    inf |= std::isinf(x);
+    if (std::isfinite(x)) m = std::max(m, x);
+  }
+  s.nonfinite = nan || (inf && op == ReduceOp::kSum);
+  if (m != 0) {
+    int e = 0;
+    std::frexp(m, &e);
+    s.exp = static_cast<int16_t>(e);
+  }
+  return s;
+}
+int64_t quantize(double x, int16_t exp, int b) {
+  if (exp == kNoExponent || !std::isfinite(x)) return 0;
+  const LD v = std::ldexp(static_cast<LD>(x), std::clamp(b - int{exp}, -1000, 1000));
+  const LD lim = std::ldexp(LD{1}, b);
+  return static_cast<int64_t>(std::nearbyint(std::clamp(v, -lim, lim)));
+}
+}  // namespace ref
+
+std::vector<uint8_t> random_block(DType t, size_t n, std::mt19937_64& rng) {
+  const size_t w = dtype_size(t);
+  std::vector<uint8_t> b(n * w);
+  const int spread = static_cast<int>(rng() % 40);  // exponent range within the block
+  for (size_t i = 0; i < n; ++i) {
+    uint64_t bits;
+    const unsigned kind = rng() % 64;
+    if (kind == 0) {
+      bits = rng();  // any pattern: NaNs, Infs, subnormals of every type
+    } else {
+      const double x = std::ldexp(static_cast<double>(static_cast<int32_t>(rng())) / 2147483648.0,
+                                  -static_cast<int>(rng() % (spread + 1)) + (kind < 4 ? -140 : 0));
+      switch (t) {
+        case DType::kFloat32: bits = std::bit_cast<uint32_t>(static_cast<float>(x)); break;
+        case DType::kFloat16: bits = float_to_half(static_cast<float>(x * 1000)); break;
+        case DType::kBFloat16: bits = float_to_bf16(static_cast<float>(x)); break;
+        case DType::kFloat8E4M3: bits = float_to_e4m3(static_cast<float>(x * 100)); break;
+        case DType::kFloat8E5M2: bits = float_to_e5m2(static_cast<float>(x * 100)); break;
+        default: bits = 0;
+      }
+    }
+    std::memcpy(b.data() + i * w, &bits, w);  // little-endian: the low bytes
+  }
+  return b;
+}
+
+TEST(Codec, FastPathsMatchTheReference) {
+  std::mt19937_64 rng(11);
+  const DType types[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3,
+                         DType::kFloat8E5M2};
+  for (const DType t : types) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    for (int rep = 0; rep < 300; ++rep) {
+      const size_t n = 1 + rng() % 1100;
+      const uint32_t world = 1 + static_cast<uint32_t>(rng() % 9);
+      const int b = magnitude_bits(t, world);
+      const std::vector<uint8_t> blk = random_block(t, n, rng);
+      for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+        const Scan got = scan(blk.data(), n, t, op);
+        const Scan want = ref::scan(t, blk, n, op);
+        ASSERT_EQ(got.exp, want.exp) << "n " << n;
+        ASSERT_EQ(got.nonfinite, want.nonfinite) << "n " << n;
+      }
+      // The block's own exponent, one that is too small (a broken peer: saturation), a far too
+      // large one (everything rounds to 0) and none.
+      const int16_t own = ref::scan(t, blk, n, ReduceOp::kSum).exp;
+      const int16_t base = own == kNoExponent ? int16_t{0} : own;
+      for (const int16_t e : {own, static_cast<int16_t>(base - 1 - int(rng() % 70)),
+                              static_cast<int16_t>(base + 30 + int(rng() % 100)), kNoExponent}) {
+        std::vector<int64_t> q(n), acc(n, 7);
+        quantize(blk.data(), n, t, e, world, q.data());
+        quantize_add(blk.data(), n, t, e, world, acc.data());
+        for (size_t i = 0; i < n; ++i) {
+          const int64_t want = ref::quantize(ref::elem(t, blk, i), e, b);
+          ASSERT_EQ(q[i], want) << "i " << i << " of " << n << " exp " << e << " x "
+                                << ref::elem(t, blk, i);
+          ASSERT_EQ(acc[i], want + 7) << i;
+        }
+      }
+    }
+    // dequantize: sums of in-range words, and (narrow types) words a broken peer could send.
+    for (int rep = 0; rep < 300; ++rep) {
+      const size_t n = 1 + rng() % 1100;
+      const uint32_t world = 1 + static_cast<uint32_t>(rng() % 9);
+      const int b = magnitude_bits(t, world);
+      std::vector<int64_t> q(n);
+      const bool wild = rep % 10 == 0;
+      for (int64_t& v : q) {
+        v = static_cast<int64_t>(rng()) >> (wild ? rng() % 3 : 63 - b + rng() % (b + 1));
+        if (rng() % 8 == 0) v = 0;
+        if (rng() % 4 == 0 && t != DType::kFloat32) {
+          // Just above a tie of the user's type, by less than float32 resolves: the float32 of
+          // Q lands on the tie, so only a rounding to odd in between keeps the final rounding
+          // right (significand bits: 11 float16, 8 bfloat16, 4 e4m3, 3 e5m2).
+          const int sig = t == DType::kFloat16 ? 11 : t == DType::kBFloat16 ? 8
+                          : t == DType::kFloat8E4M3 ? 4 : 3;
+          const int sh = 30 - sig;
+          const int64_t m = (int64_t{1} << (sig - 1)) | static_cast<int64_t>(rng() % (1u << (sig - 1)));
+          v = (m << sh) + (int64_t{1} << (sh - 1)) + 1;
+          if (rng() % 2 == 0) v = -v;
+        }
+      }
+      const int scale = static_cast<int>(rng() % 320) - 200;
+      const size_t w = dtype_size(t);
+      std::vector<uint8_t> got(n * w), want(n * w);
+      dequantize(q.data(), n, t, scale, got.data());
+      for (size_t i = 0; i < n; ++i) {
+        // The reference: Q rounded to odd at 53 bits (exact in double), scaled, rounded once.
+        const double d = std::ldexp(round_to_odd53(q[i]), scale);
+        uint64_t bits = 0;
+        switch (t) {
+          case DType::kFloat32: bits = std::bit_cast<uint32_t>(static_cast<float>(d)); break;
+          case DType::kFloat16: bits = float_to_half(round_to_odd_float(d)); break;
+          case DType::kBFloat16: bits = float_to_bf16(round_to_odd_float(d)); break;
+          case DType::kFloat8E4M3: bits = double_to_e4m3(d); break;
+          case DType::kFloat8E5M2: bits = double_to_e5m2(d); break;
+          default: break;
+        }
+        std::memcpy(want.data() + i * w, &bits, w);
+      }
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(0, std::memcmp(got.data() + i * w, want.data() + i * w, w))
+            << "i " << i << " of " << n << " q " << q[i] << " scale " << scale;
+      }
+    }
+  }
 }
 
 TEST(Codec, ScanFlags) {
