@@ -77,19 +77,6 @@ def ina_framing(dtype="float32", block_elems=256):
     return elems * DTYPE_BYTES[dtype], frame
 
 
-INA_WINDOW_DEFAULT = 128  # worker/ (INA_WINDOW): slots in flight per worker
-
-
-def ina_retransmit_us(bps, dtype="float32", window=None):
-    """The first retransmission timeout for INA's workers on links of bps: 3 x the time a full
-    window of frames takes through the link, at least the library's 2000 us. A shaped link
-    queues the window in its tbf; a timeout shorter than that queue resends blocks that were
-    only waiting (measured: 24% of the packets resent at 200 Mbit/s with 2000 us)."""
-    window = window or int(os.environ.get("INA_WINDOW", INA_WINDOW_DEFAULT))
-    _, frame = ina_framing(dtype)
-    return max(2000, int(3 * window * frame * 8 / bps * 1e6))
-
-
 def host_wire_factor(dtype):
     """Wire bytes per user byte on libina's host path (float fallback): half-width floats are
     widened to float32 words."""

@@ -186,13 +186,11 @@ class LinkSweep:
             try:
                 if not ready(ap):
                     raise RunFailed(f"the aggregator did not start (see {agg_log})")
-                rto = linkbound.ina_retransmit_us(t.link_rate, dtype)
-                log.write(f"# INA_RETRANSMIT_US={rto} (a window's serialization at the link "
-                          "rate, x3)\n")
+                # Defaults only: the engine's window and timer adapt to the link (a figure that
+                # needs a tuning variable does not count).
                 jobs = [([bench, "--aggregator", f"{agg.ip}:{port}", "--rank", str(w.index),
                           "--workers", str(n), "--transport", "inc", *sizes, *csv_of(w.index)],
-                         self._env(INA_TRANSPORT="udp", INA_TIMEOUT_MS=20000,
-                                   INA_RETRANSMIT_US=rto)) for w in ws]
+                         self._env(INA_TRANSPORT="udp", INA_TIMEOUT_MS=20000)) for w in ws]
                 return self._ranks(jobs, timeout, log)
             finally:
                 self._stop(ap, agg_log, log, f"aggregator ({variant})")
