@@ -27,9 +27,8 @@ inline bool map_dtype(ncclDataType_t t, DType* out) {
 }
 
 // Whether the in-network path carries the mapped type (the same rule as the worker's
-// ShardedEngine::supports): float8 not yet (wire v1), so reduceSupport declines it and NCCL
-// reduces fp8 with its own algorithms instead of sending it to libina's host mesh.
-inline bool in_network(DType d) { return !is_float8(d); }
+// ShardedEngine::supports): wire v2 carries every mapped type, float8 included, at its width.
+inline bool in_network(DType /*d*/) { return true; }
 
 // SUM, MIN, MAX; PROD and AVG (and user-defined ops) are refused.
 inline bool map_op(ncclRedOp_t op, ReduceOp* out) {

@@ -1,5 +1,5 @@
-// float8 (e4m3, e5m2) AllReduce through the Communicator. The in-network path does not carry float8
-// yet (wire v1), so these run on the host mesh. Processes on loopback, a TcpStore served by rank 0.
+// float8 (e4m3, e5m2) AllReduce through the Communicator, on the host mesh (processes on loopback,
+// a TcpStore served by rank 0) and in-network (an aggregator on loopback).
 //
 //   HostPathSumIsTheExactSumRoundedOnce  3 and 4 forked ranks, host only, each host algorithm
 //       (ring, halving-doubling, tree) x each fallback mode (float, exact):
@@ -13,9 +13,8 @@
 //         (or Inf of the sign of s where |s| + e reaches e5m2's overflow threshold 61440: a
 //         float32 partial sum may round up to it);
 //       - e4m3 MAX and e5m2 MIN: exact.
-//   InNetworkRefusesFloat8AndTheMeshServesIt  world 1 with an aggregator: without a store an fp8
-//       AllReduce is kUnimplemented naming the type (no packet sent, the job still works for
-//       float32); with a store it runs on the mesh for that collective only.
+//   InNetworkCarriesFloat8At3Ranks  the same cases through an aggregator: the same verdicts,
+//       every collective in-network.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -186,47 +185,49 @@ void run_world(int world) {
 TEST(Fp8Host, HostPathSumIsTheExactSumRoundedOnceAt3Ranks) { run_world(3); }
 TEST(Fp8Host, HostPathSumIsTheExactSumRoundedOnceAt4Ranks) { run_world(4); }
 
-TEST(Fp8Host, InNetworkRefusesFloat8AndTheMeshServesIt) {
+// In-network (wire v2 carries float8 at one byte): 3 forked ranks and an aggregator, no host
+// mesh; the same cases as the host path and the same verdicts (the aggregator's codec quantizes
+// at B = 28 for three ranks, exact for e4m3 and for e5m2 exponents 11..30), nothing on the host.
+TEST(Fp8Host, InNetworkCarriesFloat8At3Ranks) {
+  constexpr int kWorld = 3;
   ina::testing::AggregatorProcess agg;
-  ASSERT_EQ(agg.start(1), "");
-  ina::Config cfg;
-  cfg.rank = 0;
-  cfg.world_size = 1;
-  cfg.aggregator_port = agg.port;
-  cfg.timeout = 5000ms;
-  const uint8_t x[3] = {0x38, 0xB9, 0x7E};  // e4m3: 1, -1.125, 448
-  uint8_t y[3] = {};
-  {
+  ASSERT_EQ(agg.start(kWorld), "");
+  auto body = [&](int rank) -> int {
+    ina::Config cfg;
+    cfg.rank = rank;
+    cfg.world_size = kWorld;
+    cfg.aggregator_port = agg.port;
+    cfg.block_elems = kBlock;
+    cfg.timeout = 5000ms;
     auto comm = ina::Communicator::create(cfg);
-    ASSERT_TRUE(comm.ok()) << comm.status().to_string();
-    const uint64_t sent = (*comm)->stats().packets_sent;  // the join's
-    const ina::Status s = (*comm)->allreduce(x, y, 3, DType::kFloat8E4M3, ReduceOp::kSum);
-    EXPECT_EQ(s.code(), ina::StatusCode::kUnimplemented) << s.to_string();
-    EXPECT_NE(s.message().find("float8_e4m3"), std::string::npos) << s.message();
-    EXPECT_NE(s.message().find("host mesh"), std::string::npos) << s.message();
-    EXPECT_EQ((*comm)->stats().packets_sent, sent);
-    float f = 2.5f, g = 0;
-    ASSERT_TRUE((*comm)->allreduce(&f, &g, 1, DType::kFloat32, ReduceOp::kSum).ok());
-    EXPECT_EQ(g, 2.5f);
-  }
-  const uint16_t store_port = ina::testing::free_loopback_port();
-  ASSERT_NE(store_port, 0);
-  cfg.store = "127.0.0.1:" + std::to_string(store_port);
-  auto comm = ina::Communicator::create(cfg);
-  ASSERT_TRUE(comm.ok()) << comm.status().to_string();
-  ASSERT_FALSE((*comm)->on_host_path());
-  ASSERT_TRUE((*comm)->allreduce(x, y, 3, DType::kFloat8E5M2, ReduceOp::kMax).ok());
-  ASSERT_TRUE((*comm)->allreduce(x, y, 3, DType::kFloat8E4M3, ReduceOp::kSum).ok());
-  EXPECT_EQ(y[0], 0x38);
-  EXPECT_EQ(y[1], 0xB9);
-  EXPECT_EQ(y[2], 0x7E);
-  EXPECT_EQ((*comm)->stats().host_collectives, 2u);
-  EXPECT_FALSE((*comm)->on_host_path());  // only those collectives went to the mesh
-  float f = 2.5f, g = 0;
-  ASSERT_TRUE((*comm)->allreduce(&f, &g, 1, DType::kFloat32, ReduceOp::kSum).ok());
-  EXPECT_EQ(g, 2.5f);
-  EXPECT_EQ((*comm)->stats().host_collectives, 2u);  // float32 went in-network
-  EXPECT_EQ((*comm)->stats().collectives, 3u);
+    if (!comm.ok()) {
+      std::fprintf(stderr, "rank %d: create: %s\n", rank, comm.status().to_string().c_str());
+      return 2;
+    }
+    const std::string where = "in-network rank " + std::to_string(rank);
+    uint64_t seed = 100;
+    int failures = 0;
+    failures += check_one(**comm, DType::kFloat8E4M3, ReduceOp::kSum, Range::kAll, true, ++seed,
+                          where + " e4m3 sum");
+    failures += check_one(**comm, DType::kFloat8E5M2, ReduceOp::kSum, Range::kNarrow, true,
+                          ++seed, where + " e5m2 sum (exponents 11..30)");
+    failures += check_one(**comm, DType::kFloat8E5M2, ReduceOp::kSum, Range::kAll, false, ++seed,
+                          where + " e5m2 sum (every finite code)");
+    failures += check_one(**comm, DType::kFloat8E4M3, ReduceOp::kMax, Range::kAll, true, ++seed,
+                          where + " e4m3 max");
+    failures += check_one(**comm, DType::kFloat8E5M2, ReduceOp::kMin, Range::kAll, true, ++seed,
+                          where + " e5m2 min");
+    const ina::CommStats st = (*comm)->stats();
+    if (st.host_collectives != 0 || st.collectives != 5 || st.fallbacks != 0) {
+      std::fprintf(stderr, "%s: %llu collectives, %llu on the host, %llu fallbacks; want 5, 0, 0\n",
+                   where.c_str(), static_cast<unsigned long long>(st.collectives),
+                   static_cast<unsigned long long>(st.host_collectives),
+                   static_cast<unsigned long long>(st.fallbacks));
+      ++failures;
+    }
+    return failures == 0 ? 0 : 4;
+  };
+  EXPECT_EQ(ina::testing::run_forked(kWorld, body, [] { return std::string(); }, 60s), "");
 }
 
 }  // namespace

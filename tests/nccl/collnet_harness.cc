@@ -107,12 +107,15 @@ ina::DType ina_dtype(ncclDataType_t t) {
     case ncclInt32: return ina::DType::kInt32;
     case ncclFloat16: return ina::DType::kFloat16;
     case ncclBfloat16: return ina::DType::kBFloat16;
+    case ncclFloat8e4m3: return ina::DType::kFloat8E4M3;
+    case ncclFloat8e5m2: return ina::DType::kFloat8E5M2;
     default: return ina::DType::kFloat32;
   }
 }
 
 void check_allreduce(const ncclCollNet_v8_t* p, void* comm) {
-  const ncclDataType_t dtypes[] = {ncclInt32, ncclFloat32, ncclFloat16, ncclBfloat16};
+  const ncclDataType_t dtypes[] = {ncclInt32,    ncclFloat32,    ncclFloat16,
+                                   ncclBfloat16, ncclFloat8e4m3, ncclFloat8e5m2};
   const ncclRedOp_t ops[] = {ncclSum, ncclMin, ncclMax};
   const ina::ReduceOp ina_ops[] = {ina::ReduceOp::kSum, ina::ReduceOp::kMin, ina::ReduceOp::kMax};
   const size_t counts[] = {7, 3000};
@@ -156,7 +159,7 @@ void check_allreduce(const ncclCollNet_v8_t* p, void* comm) {
       case_index += 3;
     }
   }
-  std::fprintf(stderr, "rank %d: iallreduce: 4 dtypes x 3 ops x 2 counts match the model\n",
+  std::fprintf(stderr, "rank %d: iallreduce: 6 dtypes x 3 ops x 2 counts match the model\n",
                g_rank);
 }
 
@@ -367,12 +370,13 @@ int run_rank(const char* path, int to_parent, int from_parent) {
       CHECK(p->reduceSupport(static_cast<ncclDataType_t>(t), static_cast<ncclRedOp_t>(op), &s) ==
                 ncclSuccess, "reduceSupport");
       const bool want = (t == ncclInt32 || t == ncclFloat32 || t == ncclFloat16 ||
-                         t == ncclBfloat16) && (op == ncclSum || op == ncclMin || op == ncclMax);
+                         t == ncclBfloat16 || t == ncclFloat8e4m3 || t == ncclFloat8e5m2) &&
+                        (op == ncclSum || op == ncclMin || op == ncclMax);
       CHECK(s == (want ? 1 : 0), "reduceSupport(dtype %d, op %d) = %d", t, op, s);
       n_supported += s == 1;
     }
   }
-  CHECK(n_supported == 12, "%d supported pairs, expected 12", n_supported);
+  CHECK(n_supported == 18, "%d supported pairs, expected 18", n_supported);
 
   char handle[NCCL_NET_HANDLE_MAXSIZE] = {0};
   void* listen_comm = nullptr;

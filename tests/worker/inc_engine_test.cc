@@ -111,7 +111,7 @@ void store(DType t, void* buf, size_t i, double v) {
       std::memcpy(static_cast<uint8_t*>(buf) + 2 * i, &h, 2);
       break;
     }
-    case DType::kFloat8E4M3:  // not carried in-network (ShardedEngine::supports)
+    case DType::kFloat8E4M3:
       static_cast<uint8_t*>(buf)[i] = double_to_e4m3(v);
       break;
     case DType::kFloat8E5M2:

@@ -80,9 +80,9 @@ typedef enum {
   INA_FLOAT16 = 3,
   INA_BFLOAT16 = 4,
   /* OCP FP8, one byte per element (ina/protocol/fp8.h): E4M3FN (no Inf; results saturate at
-     +-448, as NVIDIA's satfinite conversion) and E5M2 (IEEE-like, overflows to Inf). Reduced in
-     float32 on the host mesh and rounded once; not carried in-network yet (without a host mesh an
-     AllReduce returns INA_NOT_SUPPORTED). */
+     +-448, as NVIDIA's satfinite conversion) and E5M2 (IEEE-like, overflows to Inf). One byte per
+     element on the wire in-network (SUM quantized as the other float types, the result rounded
+     once); on the host mesh reduced in float32 and rounded once. */
   INA_FLOAT8_E4M3 = 5,
   INA_FLOAT8_E5M2 = 6,
 } ina_dtype_t;
