@@ -147,16 +147,6 @@ Status PathPolicy::allreduce(const void* send, void* recv, size_t count, DType d
       return host_allreduce_(send, recv, count, dtype, op);
     }
   }
-  if (const Status sup = ShardedEngine::supports(dtype); !sup.ok()) {
-    // A dtype the in-network path does not carry: this collective on the mesh, the in-network
-    // path kept for the next (every rank decides alike: the same dtype). Without a mesh, the
-    // engine's kUnimplemented.
-    if (mesh_ == nullptr) return sup;
-    INA_RETURN_IF_ERROR(before_host_collective());
-    ++host_collectives_;
-    ++host_allreduces_;
-    return host_allreduce_(send, recv, count, dtype, op);
-  }
   if (mesh_ == nullptr) return engine_->allreduce(send, recv, count, dtype, op);
   return in_network(send, recv, count, dtype, op);
 }

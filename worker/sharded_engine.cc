@@ -106,14 +106,8 @@ Status ShardedEngine::join(std::chrono::milliseconds timeout) {
   return ok_status();
 }
 
-Status ShardedEngine::supports(DType /*dtype*/) {
-  // Wire v2 carries every dtype at its own width, float8 included.
-  return ok_status();
-}
-
 Status ShardedEngine::allreduce(const void* send, void* recv, size_t count, DType dtype,
                                 ReduceOp op) {
-  INA_RETURN_IF_ERROR(supports(dtype));
   if (engines_.size() == 1) {
     ++collectives_;
     last_single_ = engines_[0]->allreduce(send, recv, count, dtype, op);

@@ -44,11 +44,6 @@ class ShardedEngine {
   // error, its message prefixed with the shard and aggregator.
   Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
 
-  // Whether the in-network path carries `dtype`: kUnimplemented, naming it, for float8 (the
-  // v1 wire and IncEngine do not carry it yet; the communicator runs such a collective on the host
-  // mesh instead). allreduce refuses what this refuses, before any packet is sent.
-  static Status supports(DType dtype);
-
   // After allreduce(count) returned: has[b] = 1 for each block b of the collective whose result is
   // in recv (every block of a shard that succeeded), else 0.
   void received_blocks(size_t count, DType dtype, std::vector<uint8_t>* has) const;
