@@ -104,15 +104,7 @@ void CongestionControl::on_result(TimePoint now, Duration rtt, uint32_t inflight
   ++interval_results_;
   interval_max_inflight_ = std::max(interval_max_inflight_, inflight);
   if (rtt > Duration::zero()) {
-    // RFC 6298 with its gains (1/8, 1/4).
-    if (srtt_ == Duration::zero()) {
-      srtt_ = rtt;
-      rttvar_ = rtt / 2;
-    } else {
-      const Duration err = srtt_ > rtt ? srtt_ - rtt : rtt - srtt_;
-      rttvar_ = (3 * rttvar_ + err) / 4;
-      srtt_ = (7 * srtt_ + rtt) / 8;
-    }
+    rtt_.sample(rtt);
     base_cur_ = std::min(base_cur_, rtt);
     interval_min_ = std::min(interval_min_, rtt);
   }
@@ -121,13 +113,13 @@ void CongestionControl::on_result(TimePoint now, Duration rtt, uint32_t inflight
     base_cur_ = rtt > Duration::zero() ? rtt : Duration::max();
     epoch_start_ = now;
   }
-  if (srtt_ > Duration::zero() && now - interval_start_ >= srtt_) end_interval(now);
+  if (rtt_.srtt > Duration::zero() && now - interval_start_ >= rtt_.srtt) end_interval(now);
   update_rto();
 }
 
 void CongestionControl::end_interval(TimePoint now) {
   const Duration elapsed = now - interval_start_;
-  const bool idle = elapsed > kIdleIntervals * srtt_;
+  const bool idle = elapsed > kIdleIntervals * rtt_.srtt;
   if (!idle && elapsed > Duration::zero()) {
     const double rate = interval_results_ / seconds(elapsed);
     delivery_rate_ =
@@ -158,18 +150,18 @@ void CongestionControl::end_interval(TimePoint now) {
 
 void CongestionControl::on_timeout(TimePoint now) {
   slow_start_ = false;
-  if (standing_ > target() && now - last_decrease_ >= srtt_) {
+  if (standing_ > target() && now - last_decrease_ >= rtt_.srtt) {
     cwnd_ = std::max<double>(cwnd_ * kMaxDecrease, o_.min_window);
     last_decrease_ = now;
   }
 }
 
 void CongestionControl::update_rto() {
-  if (srtt_ == Duration::zero()) {
+  if (rtt_.srtt == Duration::zero()) {
     rto_ = o_.rto_floor;
     return;
   }
-  Duration r = srtt_ + 4 * rttvar_;
+  Duration r = rtt_.rto();
   if (delivery_rate_ > 0) {
     const auto drain = std::chrono::duration_cast<Duration>(
         std::chrono::duration<double>(2 * cwnd_ / delivery_rate_));

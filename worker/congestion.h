@@ -7,6 +7,26 @@
 
 namespace ina::worker {
 
+// RFC 6298's smoothed RTT and its variation (gains 1/8 and 1/4), fed with samples (Karn's rule
+// is the caller's: only rounds sent once).
+struct RttEstimator {
+  using Duration = std::chrono::steady_clock::duration;
+  Duration srtt{};
+  Duration rttvar{};
+  void sample(Duration rtt) {
+    if (srtt == Duration::zero()) {
+      srtt = rtt;
+      rttvar = rtt / 2;
+    } else {
+      const Duration err = srtt > rtt ? srtt - rtt : rtt - srtt;
+      rttvar = (3 * rttvar + err) / 4;
+      srtt = (7 * srtt + rtt) / 8;
+    }
+  }
+  // SRTT + 4 RTTVAR, the timeout before its clamps.
+  Duration rto() const { return srtt + 4 * rttvar; }
+};
+
 class CongestionControl {
  public:
   using Clock = std::chrono::steady_clock;
@@ -42,7 +62,7 @@ class CongestionControl {
   Duration rto() const { return rto_; }
 
   double cwnd() const { return cwnd_; }
-  Duration srtt() const { return srtt_; }
+  Duration srtt() const { return rtt_.srtt; }
   Duration base_rtt() const;
   Duration standing_queue() const { return standing_; }
   bool in_slow_start() const { return slow_start_; }
@@ -56,8 +76,7 @@ class CongestionControl {
   double cwnd_;
   bool slow_start_ = true;
   // RFC 6298 estimator.
-  Duration srtt_{};
-  Duration rttvar_{};
+  RttEstimator rtt_;
   Duration rto_;
   // Base RTT: minima of the current and the previous epoch.
   Duration base_cur_ = Duration::max();

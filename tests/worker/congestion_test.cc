@@ -83,15 +83,8 @@ class FixedWindow {
   explicit FixedWindow(const CongestionControl::Options& o) : o_(o), rto_(o.rto_floor) {}
   void on_result(TimePoint, Duration rtt, uint32_t) {
     if (rtt <= Duration::zero()) return;
-    if (srtt_ == Duration::zero()) {
-      srtt_ = rtt;
-      rttvar_ = rtt / 2;
-    } else {
-      const Duration err = srtt_ > rtt ? srtt_ - rtt : rtt - srtt_;
-      rttvar_ = (3 * rttvar_ + err) / 4;
-      srtt_ = (7 * srtt_ + rtt) / 8;
-    }
-    rto_ = std::clamp(srtt_ + 4 * rttvar_, o_.rto_floor, o_.rto_ceiling);
+    rtt_.sample(rtt);
+    rto_ = std::clamp(rtt_.rto(), o_.rto_floor, o_.rto_ceiling);
   }
   void on_timeout(TimePoint) {}
   uint32_t window() const { return o_.max_window; }
@@ -99,7 +92,8 @@ class FixedWindow {
 
  private:
   CongestionControl::Options o_;
-  Duration srtt_{}, rttvar_{}, rto_;
+  RttEstimator rtt_;
+  Duration rto_;
 };
 
 template <typename Control = CongestionControl>
