@@ -55,6 +55,18 @@ inline std::vector<uint8_t> hello_packet(uint16_t rank, uint32_t world, uint64_t
   return encode_packet(h, &w);
 }
 
+// Round b's DATA header of rank r (int32 SUM of `elems` elements).
+inline wire::Header data_header(uint32_t b, uint32_t r, uint32_t slots, uint32_t elems) {
+  wire::Header h;
+  h.job = 1;
+  h.rank = static_cast<uint16_t>(r);
+  h.slot = static_cast<uint16_t>(b % slots);
+  h.shadow = (b / slots) % 2 == 1;
+  h.seq = b + 1;
+  h.count = static_cast<uint16_t>(elems);
+  return h;
+}
+
 // Packet b * world + r is round b of rank r.
 inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t world,
                                                      uint32_t slots, uint32_t elems,
@@ -65,14 +77,7 @@ inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t w
   const std::vector<int32_t> payload(elems, 3);
   for (uint32_t b = 0; b < rounds; ++b) {
     for (uint32_t r = 0; r < world; ++r) {
-      wire::Header h;
-      h.job = 1;
-      h.rank = static_cast<uint16_t>(r);
-      h.slot = static_cast<uint16_t>(b % slots);
-      h.shadow = (b / slots) % 2 == 1;
-      h.seq = b + 1;
-      h.count = static_cast<uint16_t>(elems);
-      pkts.push_back(encode_packet(h, payload.data()));
+      pkts.push_back(encode_packet(data_header(b, r, slots, elems), payload.data()));
     }
   }
   return pkts;
@@ -101,13 +106,7 @@ inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t w
           case DType::kFloat8E5M2: dst[0] = float_to_e5m2(x); break;
         }
       }
-      wire::Header h;
-      h.job = 1;
-      h.rank = static_cast<uint16_t>(r);
-      h.slot = static_cast<uint16_t>(b % slots);
-      h.shadow = (b / slots) % 2 == 1;
-      h.seq = b + 1;
-      h.count = static_cast<uint16_t>(elems);
+      wire::Header h = data_header(b, r, slots, elems);
       h.dtype = dtype;
       h.op = ReduceOp::kSum;
       h.elems = elems;
