@@ -2,7 +2,7 @@
 // ina-aggregator, the job sharded over two, a two-level tree (root + two leaves), and the exact
 // host fallback (INA_FALLBACK=exact on the TCP mesh, no aggregator). Every dtype (int32, float32,
 // float16, bfloat16, float8 e4m3 and e5m2) x every op (SUM, MIN, MAX), at world sizes 1, 2, 3 and
-// 8 (the tree at 8: leaves of 4); each rank's output must equal the protocol model's
+// 8 (the tree at 8: leaves of 4; flat and sharded also at 64); each rank's output must equal the protocol model's
 // (loopback_support.h: model_result, the aggregator's codec applied per block), so the paths equal
 // each other. Ranks are threads of this process, each with its own communicator.
 #include <gtest/gtest.h>
@@ -123,6 +123,25 @@ INSTANTIATE_TEST_SUITE_P(Worlds, PathsAgree, ::testing::Values(1, 2, 3, 8),
                          [](const ::testing::TestParamInfo<int>& i) {
                            return "World" + std::to_string(i.param);
                          });
+
+// World 64 in-network (flat and sharded). The exact host fallback at 64 is left out: its full TCP
+// mesh of 64 threads would need 64 x 63 descriptors in this one process.
+TEST(PathsAgree64, FlatAndTwoShards) {
+  constexpr int kWorld = 64;
+  AggregatorProcess a, b;
+  ASSERT_EQ(a.start(kWorld), "");
+  ASSERT_EQ(b.start(kWorld), "");
+  run_all("flat", kWorld, [&](int r) {
+    ina::Config c = base_config(r, kWorld);
+    c.aggregator_port = a.port;
+    return c;
+  });
+  run_all("two shards", kWorld, [&](int r) {
+    ina::Config c = base_config(r, kWorld);
+    c.aggregators = {{"127.0.0.1", a.port}, {"127.0.0.1", b.port}};
+    return c;
+  });
+}
 
 // The tree: a root (world 2: the leaves) and two leaves of 4 ranks each.
 TEST(PathsAgreeTree, TwoLevelTreeAt8) {
