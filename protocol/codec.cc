@@ -308,6 +308,35 @@ template <class E>
   for (; i < n; ++i) dst[i] = round_to_odd_float(static_cast<double>(q[i]) * scale);
   return true;
 }
+
+// int32 SUM: acc[i] += x_i (sign-extended), and the wrapped low words back.
+[[gnu::target("avx2")]] void add_int32_avx2(const uint8_t* src, size_t n, int64_t* acc) {
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256i x =
+        _mm256_cvtepi32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 4 * i)));
+    auto* a = reinterpret_cast<__m256i*>(acc + i);
+    _mm256_storeu_si256(a, _mm256_add_epi64(_mm256_loadu_si256(a), x));
+  }
+  for (; i < n; ++i) {
+    int32_t x;
+    std::memcpy(&x, src + 4 * i, 4);
+    acc[i] += x;
+  }
+}
+[[gnu::target("avx2")]] void from_sum_int32_avx2(const int64_t* acc, size_t n, uint8_t* dst) {
+  const __m256i low = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + i));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 4 * i),
+                     _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(a, low)));
+  }
+  for (; i < n; ++i) {
+    const auto w = static_cast<uint32_t>(acc[i]);
+    std::memcpy(dst + 4 * i, &w, 4);
+  }
+}
 #else
 bool have_avx2() { return false; }
 #endif
@@ -527,10 +556,16 @@ void from_keys(const int64_t* key, size_t n, DType t, void* dst) {
 }
 
 void add_int32(const void* src, size_t n, int64_t* acc) {
+#if defined(__x86_64__)
+  if (have_avx2()) return add_int32_avx2(static_cast<const uint8_t*>(src), n, acc);
+#endif
   for (size_t i = 0; i < n; ++i) acc[i] += static_cast<int32_t>(load<F32>(src, i));
 }
 
 void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
+#if defined(__x86_64__)
+  if (have_avx2()) return from_sum_int32_avx2(acc, n, static_cast<uint8_t*>(dst));
+#endif
   for (size_t i = 0; i < n; ++i) store<F32>(dst, i, static_cast<uint32_t>(acc[i]));
 }
 

@@ -238,6 +238,22 @@ std::vector<uint8_t> random_block(DType t, size_t n, std::mt19937_64& rng) {
 
 TEST(Codec, FastPathsMatchTheReference) {
   std::mt19937_64 rng(11);
+  // int32 SUM: sign-extending adds and the wrapped low words, whole blocks.
+  for (int rep = 0; rep < 200; ++rep) {
+    const size_t n = 1 + rng() % 1100;
+    std::vector<int32_t> x(n);
+    std::vector<int64_t> acc(n), want(n);
+    for (size_t i = 0; i < n; ++i) {
+      x[i] = static_cast<int32_t>(rng());
+      acc[i] = want[i] = static_cast<int64_t>(rng()) >> 2;
+      want[i] += x[i];
+    }
+    add_int32(x.data(), n, acc.data());
+    ASSERT_EQ(acc, want) << "n " << n;
+    std::vector<uint32_t> out(n);
+    from_sum_int32(acc.data(), n, out.data());
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], static_cast<uint32_t>(want[i])) << i;
+  }
   const DType types[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3,
                          DType::kFloat8E5M2};
   for (const DType t : types) {
