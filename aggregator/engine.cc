@@ -272,7 +272,8 @@ Status Engine::add_job(const JobConfig& cfg) {
   job->loss.reset(job->nranks, opts_.straggler);
   // Largest control payload: [reason, bitmap as ceil(world/32) int32 words, a leaf's tree
   // note]; WELCOME needs 2.
-  scratch_.resize(std::max<size_t>(scratch_.size(), 2 + (size_t{job->world} + 31) / 32 +
+  // A poisoned round's ERROR: [reason, count, elems, shape, other elems, other shape, ranks].
+  scratch_.resize(std::max<size_t>(scratch_.size(), 6 + (size_t{job->world} + 31) / 32 +
                                                         (job->leaf ? wire::kTreeNoteWords : 0)));
   jobs_.emplace(cfg.job, std::move(job));
   last_job_ = nullptr;
@@ -585,8 +586,13 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
     case Verdict::kMismatch: {
       ++counters_.mismatched;
       const CopyView c = job.table->copy(h.slot, h.shadow);
+      if (c.poisoned && !job.leaf) return mismatch_reply(job, pkt, c);
       return error_reply(job, pkt, wire::ErrorReason::kRoundMismatch, {}, c.count);
     }
+    case Verdict::kMismatchPending:
+      // Poisoned, some ranks not in yet: they are all told once every rank is (their resends).
+      ++counters_.mismatched;
+      return {};
     case Verdict::kBadSlot:
     case Verdict::kBadRank:
     case Verdict::kTooLarge:
@@ -595,6 +601,35 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
       return {};
   }
   return {};
+}
+
+// ERROR kRoundMismatch for a poisoned round every rank is in (wire.h): [reason, count, elems,
+// shape, other elems, other shape, bitmap of the ranks of the other shape], a shape packing dtype,
+// op and root (dtype | op << 8 | root << 16). Every rank of the round gets the same words, so
+// every rank can say the same thing.
+Reply Engine::mismatch_reply(const Job& job, const wire::PacketView& pkt, const CopyView& c) {
+  auto shape = [](DType t, ReduceOp op, uint16_t root) {
+    return static_cast<int32_t>(static_cast<uint32_t>(t) | static_cast<uint32_t>(op) << 8 |
+                                uint32_t{root} << 16);
+  };
+  scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kRoundMismatch);
+  scratch_[1] = c.count;
+  scratch_[2] = static_cast<int32_t>(c.elems);
+  scratch_[3] = shape(c.dtype, c.op, c.root);
+  scratch_[4] = static_cast<int32_t>(c.other_elems);
+  scratch_[5] = shape(c.other_dtype, c.other_op, c.other_root);
+  const uint32_t words = (job.world + 31) / 32;
+  for (uint32_t w = 0; w < words; ++w) {
+    scratch_[6 + w] =
+        static_cast<int32_t>(static_cast<uint32_t>(c.other_ranks[w / 2] >> (32 * (w % 2))));
+  }
+  Reply r;
+  r.target = Reply::Target::kSender;
+  r.hdr = reply_header(job.cfg, pkt.hdr, wire::kFlagError);
+  r.hdr.count = static_cast<uint16_t>(6 + words);
+  r.payload = bytes_of(scratch_);
+  ++counters_.replies_out;
+  return r;
 }
 
 // ERROR to the sender: payload [reason, extra] or, with a bitmap, [reason, bitmap words] where

@@ -33,6 +33,12 @@ struct SlotTable::Copy {
   bool complete = false;
   bool nonfinite = false;
   bool partial_ready = false;
+  bool poisoned = false;  // ranks disagreed on the shape (CopyView)
+  uint16_t other_count = 0;
+  uint16_t other_root = wire::kNoRoot;
+  DType other_dtype = DType::kInt32;
+  ReduceOp other_op = ReduceOp::kSum;
+  uint32_t other_elems = 0;
 };
 
 namespace {
@@ -61,6 +67,7 @@ const char* verdict_name(Verdict v) {
     case Verdict::kReportMissing: return "report_missing";
     case Verdict::kStale: return "stale";
     case Verdict::kMismatch: return "mismatch";
+    case Verdict::kMismatchPending: return "mismatch_pending";
     case Verdict::kBadSlot: return "bad_slot";
     case Verdict::kBadRank: return "bad_rank";
     case Verdict::kTooLarge: return "too_large";
@@ -111,13 +118,15 @@ SlotTable::SlotTable(const SlotTableConfig& cfg)
       acc_(size_t{cfg.num_slots} * 2 * max_elems_),
       result_(size_t{cfg.num_slots} * 2 * cfg.max_payload_bytes),
       raw_(size_t{cfg.num_slots} * 2 * cfg.world_size * cfg.max_payload_bytes),
-      bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_) {}
+      bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_),
+      other_bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_) {}
 
 SlotTable::~SlotTable() = default;
 
 void SlotTable::reset() {
   std::fill(copies_.begin(), copies_.end(), Copy{});
   std::fill(bitmaps_.begin(), bitmaps_.end(), uint64_t{0});
+  std::fill(other_bitmaps_.begin(), other_bitmaps_.end(), uint64_t{0});
 }
 
 // The round of copy k is complete: its result in the user's type (or, deferred at a leaf, the
@@ -208,6 +217,7 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt) {
 
   const uint64_t bit = uint64_t{1} << (h.rank % 64);
   uint64_t& word = bitmap[h.rank / 64];
+  if (c.poisoned) return poisoned_data(k, h);
   if ((word & bit) != 0) {
     if (c.complete) return c.mode == CopyMode::kExp ? Verdict::kResendExp : Verdict::kResendResult;
     return h.has(wire::kFlagRetransmit) ? Verdict::kReportMissing : Verdict::kDuplicate;
@@ -231,10 +241,21 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt) {
                                                     : 0;
       std::fill_n(acc, h.count, init);
     }
+  } else if (mode == CopyMode::kPartial && (mode != c.mode || h.exp != c.exp)) {
+    return Verdict::kMismatch;  // a leaf's words that do not fit the round: a broken leaf
   } else if (h.count != c.count || h.dtype != c.dtype || h.op != c.op || h.elems != c.elems ||
-             h.root != c.root || mode != c.mode ||
-             (mode == CopyMode::kPartial && h.exp != c.exp)) {
-    return Verdict::kMismatch;
+             h.root != c.root || mode != c.mode) {
+    // The ranks called the collective with different arguments: the round is poisoned. It
+    // collects which rank sent which shape until every rank is in, then tells each of them the
+    // same thing (engine.cc), so that no rank times out where another hears of the mismatch.
+    c.poisoned = true;
+    c.other_count = h.count;
+    c.other_dtype = h.dtype;
+    c.other_op = h.op;
+    c.other_elems = h.elems;
+    c.other_root = h.root;
+    std::fill_n(other_bitmaps_.data() + k * bitmap_words_, bitmap_words_, uint64_t{0});
+    return poisoned_data(k, h);
   }
 
   const uint8_t* src = pkt.payload;
@@ -272,6 +293,20 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt) {
     return c.mode == CopyMode::kExp ? Verdict::kExpCompleted : Verdict::kCompleted;
   }
   return Verdict::kAdded;
+}
+
+Verdict SlotTable::poisoned_data(size_t k, const wire::Header& h) {
+  Copy& c = copies_[k];
+  uint64_t* bitmap = bitmaps_.data() + k * bitmap_words_;
+  const uint64_t bit = uint64_t{1} << (h.rank % 64);
+  if ((bitmap[h.rank / 64] & bit) == 0) {
+    bitmap[h.rank / 64] |= bit;
+    const bool first_shape = h.count == c.count && h.dtype == c.dtype && h.op == c.op &&
+                             h.elems == c.elems && h.root == c.root;
+    if (!first_shape) other_bitmaps_[k * bitmap_words_ + h.rank / 64] |= bit;
+    ++c.contributors;
+  }
+  return c.contributors == cfg_.world_size ? Verdict::kMismatch : Verdict::kMismatchPending;
 }
 
 bool SlotTable::quantize_partial(uint16_t slot, bool shadow, BlockSeq seq, int16_t exp,
@@ -342,6 +377,14 @@ CopyView SlotTable::copy(uint16_t slot, bool shadow) const {
   v.result = result_.data() + k * cfg_.max_payload_bytes;
   v.partial = reinterpret_cast<const uint8_t*>(acc_.data() + k * max_elems_);
   v.bitmap = std::span<const uint64_t>(bitmaps_.data() + k * bitmap_words_, bitmap_words_);
+  v.poisoned = c.poisoned;
+  v.other_count = c.other_count;
+  v.other_dtype = c.other_dtype;
+  v.other_op = c.other_op;
+  v.other_elems = c.other_elems;
+  v.other_root = c.other_root;
+  v.other_ranks =
+      std::span<const uint64_t>(other_bitmaps_.data() + k * bitmap_words_, bitmap_words_);
   return v;
 }
 

@@ -73,7 +73,10 @@ enum class Verdict : uint8_t {
   kDuplicate,      // duplicate of an incomplete copy: nothing to send
   kReportMissing,  // retransmission to an incomplete copy: send the bitmap to the sender
   kStale,          // older round than the copy holds: dropped
-  kMismatch,       // disagrees with its round (count, dtype, op, elems, root, kind): dropped
+  kMismatch,       // ranks disagree on the round's shape and every rank is in (a poisoned copy:
+                   // CopyView::poisoned), or a leaf's words without their exponent round: the
+                   // sender is told
+  kMismatchPending,  // a poisoned copy still waiting for ranks: nothing to send yet
   kBadSlot,        // slot index beyond the table: dropped
   kBadRank,        // rank >= world size: dropped
   kTooLarge,       // payload beyond the job's block: dropped
@@ -115,6 +118,16 @@ struct CopyView {
   // Leaf, after quantize_partial: `count` words of wire::acc_bytes(dtype) bytes.
   const uint8_t* partial = nullptr;
   std::span<const uint64_t> bitmap;  // contributor bitmap, bit r = rank r
+  // Ranks disagreed on the round's shape (count, dtype, op, elems, root): the first contributor's
+  // shape is the fields above, the first other shape is other_*, and other_ranks has a bit for
+  // every rank that sent a shape other than the first. Such a copy never completes.
+  bool poisoned = false;
+  uint16_t other_count = 0;
+  DType other_dtype = DType::kInt32;
+  ReduceOp other_op = ReduceOp::kSum;
+  uint32_t other_elems = 0;
+  uint16_t other_root = wire::kNoRoot;
+  std::span<const uint64_t> other_ranks;
 };
 
 class SlotTable {
@@ -147,6 +160,8 @@ class SlotTable {
   explicit SlotTable(const SlotTableConfig& cfg);
   struct Copy;
   void finish(size_t k);
+  // A DATA packet for the poisoned copy k: records its rank (and whether its shape is the first).
+  Verdict poisoned_data(size_t k, const wire::Header& h);
 
   SlotTableConfig cfg_;
   uint32_t quant_world_ = 1;
@@ -157,6 +172,7 @@ class SlotTable {
   std::vector<uint8_t> result_;        // max_payload_bytes per copy
   std::vector<uint8_t> raw_;           // float SUM: world_size * max_payload_bytes per copy
   std::vector<uint64_t> bitmaps_;      // bitmap_words_ per copy
+  std::vector<uint64_t> other_bitmaps_;  // poisoned copies: the ranks of another shape
 };
 
 }  // namespace ina::agg

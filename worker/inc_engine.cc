@@ -589,7 +589,12 @@ Status IncEngine::on_error(const wire::PacketView& pv) {
       if (in_collective(h.seq)) remember_missing(pv, reason);
       break;
     case wire::ErrorReason::kRoundMismatch:
+      if (in_collective(h.seq) && h.count >= 6 + (world_ + 31) / 32) {
+        resync_after_mismatch();
+        return invalid_argument(mismatch_text(pv));
+      }
       if (in_collective(h.seq)) {
+        resync_after_mismatch();
         std::string m = describe_collective() +
                         ": ranks disagree on count/dtype/op: every rank must call allreduce with "
                         "the same arguments (and the same INA_BLOCK_ELEMS and INA_WINDOW)";
@@ -661,6 +666,48 @@ std::string IncEngine::describe_collective() const {
   s += op_name(coll_.op);
   s += ")";
   return s;
+}
+
+// A poisoned round's words (wire.h, kRoundMismatch): the same text on every rank. The group
+// holding rank 0 comes first, whichever shape reached the aggregator first.
+std::string IncEngine::mismatch_text(const wire::PacketView& pv) const {
+  const uint32_t words = (world_ + 31) / 32;
+  std::vector<uint32_t> other(words), first(words);
+  for (uint32_t w = 0; w < words; ++w) {
+    other[w] = static_cast<uint32_t>(pv.word(6 + w));
+    first[w] = ~other[w];
+  }
+  auto shape = [](uint32_t elems, uint32_t packed) {
+    const auto t = static_cast<DType>(packed & 0xFF);
+    const auto op = static_cast<ReduceOp>((packed >> 8) & 0xFF);
+    const auto root = static_cast<uint16_t>(packed >> 16);
+    std::string s = std::to_string(elems) + " " + std::string(dtype_name(t)) + " elements (" +
+                    std::string(op_name(op)) + ")";
+    if (root != wire::kNoRoot) s += " to root " + std::to_string(root);
+    return s;
+  };
+  // missing_ranks_text lists the ranks whose bit is clear.
+  const std::string a = "ranks " + missing_ranks_text(other) + ": " +
+                        shape(static_cast<uint32_t>(pv.word(2)), static_cast<uint32_t>(pv.word(3)));
+  const std::string b = "ranks " + missing_ranks_text(first) + ": " +
+                        shape(static_cast<uint32_t>(pv.word(4)), static_cast<uint32_t>(pv.word(5)));
+  const bool rank0_other = (other[0] & 1u) != 0;
+  return "collective " + std::to_string(coll_.coll) +
+         ": ranks disagree on count/dtype/op (" + (rank0_other ? b + "; " + a : a + "; " + b) +
+         "): every rank must call allreduce with the same arguments; the communicator stays "
+         "usable for the next collective";
+}
+
+// After a mismatch every rank fails the collective (the poisoned rounds tell them all), but each
+// advanced its counters by its own block count: every rank moves to the same next point instead
+// (the next multiple of 2^24 of the block sequence above this collective's first block, every
+// slot's copy parity reset), so the next collective's rounds line up again.
+void IncEngine::resync_after_mismatch() {
+  constexpr BlockSeq kStep = BlockSeq{1} << 24;
+  BlockSeq next = static_cast<BlockSeq>((coll_.base_seq / kStep + 1) * kStep);
+  if (next == 0) next = 1;  // 0 is never a block's seq
+  next_seq_ = next;
+  std::fill(use_.begin(), use_.end(), 0u);
 }
 
 std::string IncEngine::missing_ranks_text(const std::vector<uint32_t>& bitmap) const {

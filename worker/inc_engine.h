@@ -163,6 +163,8 @@ class IncEngine {
   std::string describe_collective() const;
   Status deadline_status(std::chrono::milliseconds limit) const;
   std::string missing_ranks_text(const std::vector<uint32_t>& bitmap) const;
+  std::string mismatch_text(const wire::PacketView& pv) const;
+  void resync_after_mismatch();
   // " (behind tree leaf 1)" from a leaf's tree note in the last missing report; empty without.
   std::string tree_note_text() const;
   std::string refused_note(uint64_t refusals_at_start) const;

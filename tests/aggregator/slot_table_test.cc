@@ -188,15 +188,17 @@ TEST(SlotTableTest, DuplicatesAreNeverAddedTwice) {
   EXPECT_EQ(data_of(t->copy(0, false)), (std::vector<int32_t>{13, 14}));
 }
 
-TEST(SlotTableTest, MismatchedContributionIsDroppedAndRoundStillCompletes) {
-  auto t = make_table(2);
+// A contribution whose shape (count, dtype, op, elems, root) differs from the round's first
+// poisons the round: it never completes; every rank's packet is recorded (which ranks sent the
+// other shape), kMismatchPending until every rank is in, then kMismatch for every packet of the
+// round (resends included). The collective id is not part of the shape.
+TEST(SlotTableTest, MismatchPoisonsTheRoundUntilEveryRankIsIn) {
   wire::Header first = data_header(1, 0, 0, 1, false, 8, 3);
   first.elems = 1000;
   first.root = 3;
-  ASSERT_EQ(feed(*t, first, {1, 1, 1}), Verdict::kAdded);
-
   wire::Header other = first;
   other.rank = 1;
+  other.coll = 9;
   std::vector<wire::Header> bad(5, other);
   bad[0].count = 2;
   bad[1].dtype = DType::kFloat32;
@@ -204,13 +206,32 @@ TEST(SlotTableTest, MismatchedContributionIsDroppedAndRoundStillCompletes) {
   bad[3].elems = 1001;
   bad[4].root = wire::kNoRoot;
   for (const wire::Header& b : bad) {
-    EXPECT_EQ(feed(*t, b, std::vector<int32_t>(b.count, 100)), Verdict::kMismatch);
+    auto t = make_table(3);
+    ASSERT_EQ(feed(*t, first, {1, 1, 1}), Verdict::kAdded);
+    EXPECT_EQ(feed(*t, b, std::vector<int32_t>(b.count, 100)), Verdict::kMismatchPending);
+    EXPECT_EQ(feed(*t, b, std::vector<int32_t>(b.count, 100)), Verdict::kMismatchPending);
+    wire::Header third = first;
+    third.rank = 2;
+    EXPECT_EQ(feed(*t, third, {1, 1, 1}), Verdict::kMismatch);  // every rank in
+    EXPECT_EQ(feed(*t, first, {1, 1, 1}), Verdict::kMismatch);  // and every resend told
+    const CopyView v = t->copy(1, false);
+    EXPECT_TRUE(v.poisoned);
+    EXPECT_FALSE(v.complete);
+    EXPECT_EQ(v.contributors, 3u);
+    EXPECT_EQ(v.other_count, b.count);
+    EXPECT_EQ(v.other_dtype, b.dtype);
+    EXPECT_EQ(v.other_op, b.op);
+    EXPECT_EQ(v.other_elems, b.elems);
+    EXPECT_EQ(v.other_root, b.root);
+    EXPECT_EQ(v.other_ranks[0], uint64_t{1} << 1);  // rank 1 alone sent the other shape
+    // The slot's next round starts clean.
+    wire::Header next = first;
+    next.seq = first.seq + 2;
+    EXPECT_EQ(feed(*t, next, {1, 1, 1}), Verdict::kAdded);
+    EXPECT_FALSE(t->copy(1, false).poisoned);
   }
-  const CopyView v = t->copy(1, false);
-  EXPECT_EQ(v.contributors, 1u);
-  EXPECT_FALSE(has_rank(v, 1));
-  EXPECT_FALSE(v.complete);
-  // The collective id is not part of the shape.
+  auto t = make_table(2);
+  ASSERT_EQ(feed(*t, first, {1, 1, 1}), Verdict::kAdded);
   other.coll = 9;
   EXPECT_EQ(feed(*t, other, {2, 2, 2}), Verdict::kCompleted);
   EXPECT_EQ(data_of(t->copy(1, false)), (std::vector<int32_t>{3, 3, 3}));

@@ -66,6 +66,11 @@ enum class ErrorReason : uint32_t {
   // A DATA packet arrived before every rank joined; payload[1..] is the HELLO bitmap.
   kJobNotReady = 3,
   // A DATA packet disagreed with the round it joined (count, dtype, op, elems, root, exponent).
+  // payload[1] is the round's block count; from a flat aggregator, once every rank's packet of
+  // the round is in (until then it answers nothing), also payload[2..5] = the first shape's
+  // elems and dtype | op << 8 | root << 16, another shape's the same, and payload[6..] a bitmap
+  // of the ranks that sent a shape other than the first (ceil(world/32) words): every rank of the
+  // round gets the same words.
   kRoundMismatch = 4,
 };
 
