@@ -58,8 +58,10 @@ class TopologyTeardown(unittest.TestCase):
         with self.assertRaises(RuntimeError):
             with t:
                 t.set_link_loss(1, 10)
-                # w0 on leaf0, w1 on leaf1: across the spine
-                self.assertTrue(t.reachable(t.host("w0"), t.host("w1")))
+                # w0 on leaf0, w1 on leaf1: across the spine (10% loss on it; a longer retry
+                # window than the default 3 s: under CI's load the probe's interpreter can take
+                # seconds to start, and it failed once so)
+                self.assertTrue(t.reachable(t.host("w0"), t.host("w1"), timeout=10.0))
                 p = t.popen(t.host("agg0"), ["sleep", "60"])
                 raise RuntimeError("boom")
         self.assertIsNotNone(p.poll())  # the process started in the namespace was ended
