@@ -144,10 +144,10 @@ template <bool kAdd>
     v = _mm256_round_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     const __m256d hi = _mm256_floor_pd(_mm256_mul_pd(v, two_m32));
     const __m256d lo = _mm256_sub_pd(v, _mm256_mul_pd(hi, two_32));
-    const __m256i lo_i =
-        _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(lo, magic_u)), _mm256_castpd_si256(magic_u));
-    const __m256i hi_i =
-        _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(hi, magic_s)), _mm256_castpd_si256(magic_s));
+    const __m256i lo_i = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(lo, magic_u)),
+                                          _mm256_castpd_si256(magic_u));
+    const __m256i hi_i = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(hi, magic_s)),
+                                          _mm256_castpd_si256(magic_s));
     __m256i qi = _mm256_add_epi64(_mm256_slli_epi64(hi_i, 32), lo_i);
     auto* out = reinterpret_cast<__m256i*>(q + i);
     if constexpr (kAdd) qi = _mm256_add_epi64(qi, _mm256_loadu_si256(out));
@@ -173,14 +173,16 @@ template <class E>
   size_t i = 0;
   if constexpr (std::is_same_v<E, BF16>) {
     for (; i + 8 <= n; i += 8) {
-      const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i)));
+      const __m128i h16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i));
+      const __m256i h = _mm256_cvtepu16_epi32(h16);
       _mm256_storeu_ps(dst + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
     }
   } else if constexpr (std::is_same_v<E, F16>) {
     // vcvtph2ps is exact for every pattern; NaN payloads may differ from half_to_float's, which
     // does not matter here (non-finite elements quantize to 0).
     for (; i + 8 <= n; i += 8) {
-      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i))));
+      const __m128i h16 = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 2 * i));
+      _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(h16));
     }
   }
   for (; i < n; ++i) dst[i] = E::to_float(load<E>(src, i));
@@ -292,8 +294,9 @@ template <class E>
     const __m128 f = _mm256_cvtpd_ps(d);
     const __m256d back = _mm256_cvtps_pd(f);
     const __m256d inexact = _mm256_cmp_pd(back, d, _CMP_NEQ_UQ);
-    const __m256d away = _mm256_and_pd(
-        inexact, _mm256_cmp_pd(_mm256_andnot_pd(sign, back), _mm256_andnot_pd(sign, d), _CMP_GT_OQ));
+    const __m256d larger =
+        _mm256_cmp_pd(_mm256_andnot_pd(sign, back), _mm256_andnot_pd(sign, d), _CMP_GT_OQ);
+    const __m256d away = _mm256_and_pd(inexact, larger);
     // The 64-bit masks narrowed to 32 bits (the low half of each lane pair after the permute).
     const __m256i perm = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
     const __m128i inexact32 = _mm256_castsi256_si128(
@@ -389,7 +392,8 @@ inline float round_to_odd24(int64_t q) {
   const int shift = std::max(0, static_cast<int>(std::bit_width(m)) - 24);
   const uint64_t hi = (m >> shift) | ((m & ((uint64_t{1} << shift) - 1)) != 0 ? 1u : 0u);
   // 2^shift (shift <= 40) as float bits: exact.
-  const float r = static_cast<float>(hi) * std::bit_cast<float>(static_cast<uint32_t>(127 + shift) << 23);
+  const float scale = std::bit_cast<float>(static_cast<uint32_t>(127 + shift) << 23);
+  const float r = static_cast<float>(hi) * scale;
   return q < 0 ? -r : r;
 }
 
@@ -486,7 +490,9 @@ void dequantize(const int64_t* q, size_t n, DType t, int scale, void* dst) {
       // narrower types: Q rounded to odd at 24 bits, scaled exactly, then rounded once.
       const float f = std::bit_cast<float>(static_cast<uint32_t>(127 + scale) << 23);
       if constexpr (std::is_same_v<E, F32>) {
-        for (size_t i = 0; i < n; ++i) store<E>(dst, i, E::from_float(static_cast<float>(q[i]) * f));
+        for (size_t i = 0; i < n; ++i) {
+          store<E>(dst, i, E::from_float(static_cast<float>(q[i]) * f));
+        }
       } else {
 #if defined(__x86_64__)
         constexpr size_t kChunk = 512;

@@ -100,8 +100,16 @@ inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t w
         switch (dtype) {
           case DType::kInt32: std::memcpy(dst, &v, 4); break;
           case DType::kFloat32: std::memcpy(dst, &x, 4); break;
-          case DType::kFloat16: { const uint16_t h = float_to_half(x); std::memcpy(dst, &h, 2); break; }
-          case DType::kBFloat16: { const uint16_t h = float_to_bf16(x); std::memcpy(dst, &h, 2); break; }
+          case DType::kFloat16: {
+            const uint16_t h = float_to_half(x);
+            std::memcpy(dst, &h, 2);
+            break;
+          }
+          case DType::kBFloat16: {
+            const uint16_t h = float_to_bf16(x);
+            std::memcpy(dst, &h, 2);
+            break;
+          }
           case DType::kFloat8E4M3: dst[0] = float_to_e4m3(x); break;
           case DType::kFloat8E5M2: dst[0] = float_to_e5m2(x); break;
         }

@@ -385,7 +385,8 @@ TEST_F(EngineTest, RoundMismatchTellsEveryRankBothShapes) {
   const Sent s = data(2, 2, true, 3, {5, 6, 7, 8});
   expect_error(s, wire::ErrorReason::kRoundMismatch);
   // [reason, count, elems, dtype | op << 8 | root << 16, the other's, ranks of the other shape]
-  const int32_t shape = static_cast<int32_t>(DType::kInt32) | static_cast<int32_t>(ReduceOp::kSum) << 8 |
+  const int32_t shape = static_cast<int32_t>(DType::kInt32) |
+                        static_cast<int32_t>(ReduceOp::kSum) << 8 |
                         static_cast<int32_t>(wire::kNoRoot) << 16;
   const std::vector<int32_t> want{4, 4, 0, shape, 0, shape, 0b010};
   EXPECT_EQ(s.payload, want);

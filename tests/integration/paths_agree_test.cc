@@ -2,9 +2,10 @@
 // ina-aggregator, the job sharded over two, a two-level tree (root + two leaves), and the exact
 // host fallback (INA_FALLBACK=exact on the TCP mesh, no aggregator). Every dtype (int32, float32,
 // float16, bfloat16, float8 e4m3 and e5m2) x every op (SUM, MIN, MAX), at world sizes 1, 2, 3 and
-// 8 (the tree at 8: leaves of 4; flat and sharded also at 64); each rank's output must equal the protocol model's
-// (loopback_support.h: model_result, the aggregator's codec applied per block), so the paths equal
-// each other. Ranks are threads of this process, each with its own communicator.
+// 8 (the tree at 8: leaves of 4; flat and sharded also at 64); each rank's output must equal
+// the protocol model's (loopback_support.h: model_result, the aggregator's codec applied per
+// block), so the paths equal each other. Ranks are threads of this process, each with its own
+// communicator.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -51,8 +52,8 @@ ina::Config base_config(int rank, int world) {
   return cfg;
 }
 
-// Runs every case on communicators made by `config`; returns how many (rank, case) outputs
-// differed from the model or failed.
+// Runs every case on communicators made by `config`: every rank's output equal to the model, no
+// fallback to the host path.
 void run_all(const char* path, int world, const std::function<ina::Config(int)>& config) {
   SCOPED_TRACE(std::string(path) + ", world " + std::to_string(world));
   ina::testing::ThreadRanks t = ina::testing::create_thread_ranks(world, config);

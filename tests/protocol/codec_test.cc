@@ -303,7 +303,8 @@ TEST(Codec, FastPathsMatchTheReference) {
           const int sig = t == DType::kFloat16 ? 11 : t == DType::kBFloat16 ? 8
                           : t == DType::kFloat8E4M3 ? 4 : 3;
           const int sh = 30 - sig;
-          const int64_t m = (int64_t{1} << (sig - 1)) | static_cast<int64_t>(rng() % (1u << (sig - 1)));
+          const int64_t m =
+              (int64_t{1} << (sig - 1)) | static_cast<int64_t>(rng() % (1u << (sig - 1)));
           v = (m << sh) + (int64_t{1} << (sh - 1)) + 1;
           if (rng() % 2 == 0) v = -v;
         }

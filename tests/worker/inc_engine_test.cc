@@ -563,7 +563,8 @@ TEST(IncEngineAllreduce, MismatchGivesEveryRankTheSameErrorAndTheNextCollectiveW
                                          ReduceOp::kSum);
       });
       for (int r = 0; r < kWorld; ++r) {
-        EXPECT_EQ(st[r].code(), StatusCode::kInvalidArgument) << "rank " << r << ": " << st[r].to_string();
+        EXPECT_EQ(st[r].code(), StatusCode::kInvalidArgument)
+            << "rank " << r << ": " << st[r].to_string();
         EXPECT_EQ(st[r].message(), st[0].message()) << "rank " << r;
         EXPECT_LT(ms[r], 2000) << "rank " << r;
         EXPECT_TRUE(after[r].ok()) << "rank " << r << ": " << after[r].to_string();
