@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "ina/protocol/siphash.h"
+#include "ina/protocol/key.h"
 #include "ina/protocol/status.h"
 #include "ina/protocol/types.h"
 
