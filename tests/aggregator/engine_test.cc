@@ -478,6 +478,14 @@ TEST_F(EngineTest, ForgedHelloWithNewNonceChangesNothing) {
     EXPECT_EQ(s.target, Reply::Target::kNone);
     EXPECT_EQ(s.sender_rank, -1);
   }
+  // The old attack's shape: a 36-byte HELLO (v1's size) is not even a packet now.
+  std::vector<uint8_t> v1(36, 0);
+  wire::put_u16(v1.data(), wire::kMagic);
+  v1[wire::kOffVersion] = 1;
+  v1[wire::kOffFlags] = wire::kFlagHello;
+  EXPECT_EQ(send_bytes(v1).sender_rank, -1);
+  EXPECT_EQ(engine_.counters().decode.by_error[static_cast<size_t>(wire::DecodeError::kTruncated)],
+            1u);
   EXPECT_EQ(engine_.counters().bad_tag, 3u);
   EXPECT_EQ(engine_.counters().hellos, 3u);  // the three genuine ones of join_all
   EXPECT_TRUE(engine_.job_ready(kJob));
