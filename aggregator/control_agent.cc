@@ -29,7 +29,7 @@ json telemetry(const JobSnapshot& j) {
   o["ready"] = j.ready;
   o["packets"] = j.counters.packets;
   o["completed"] = j.counters.completed;
-  o["bad_key"] = j.counters.bad_key;
+  o["bad_tag"] = j.counters.bad_tag;
   o["role"] = tree_role_name(j.cfg.tree.role);
   if (j.cfg.is_leaf()) {
     // The leaf's place in its tree and its traffic with the parent; ranks below are global.
@@ -147,9 +147,14 @@ Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body) {
       *out = v.get<uint64_t>();
       return ok_status();
     };
-    uint64_t job = 0, key = 0, world = 0, slots = 0, block = 0, base = 0;
+    uint64_t job = 0, world = 0, slots = 0, block = 0, base = 0;
     INA_RETURN_IF_ERROR(field("job", UINT32_MAX, true, &job));
-    INA_RETURN_IF_ERROR(field("key", UINT64_MAX, true, &key));
+    Key128 key;
+    if (!x.contains("key")) return invalid_argument(where + ": field \"key\" is missing");
+    if (!x["key"].is_string() || !parse_key_hex(x["key"].get<std::string>(), &key)) {
+      return invalid_argument(where + ": field \"key\" must be a string of 32 hexadecimal "
+                              "digits, got " + x["key"].dump());
+    }
     INA_RETURN_IF_ERROR(field("world", 65535, true, &world));
     INA_RETURN_IF_ERROR(field("slots", uint64_t{wire::kMaxSlot} + 1, true, &slots));
     INA_RETURN_IF_ERROR(field("block_elems", UINT16_MAX, true, &block));
@@ -233,7 +238,7 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
   };
   counter("ina_aggregator_packets_total", "Datagrams handed to the engine.", s.engine.packets_in);
   counter("ina_aggregator_completed_total", "Completed slot rounds.", s.engine.completed);
-  counter("ina_aggregator_bad_key_total", "Packets dropped for a wrong job key.", s.engine.bad_key);
+  counter("ina_aggregator_bad_tag_total", "Packets dropped for a tag that the job's key does not give (forged, corrupt, wrong key).", s.engine.bad_tag);
   counter("ina_aggregator_unknown_job_total", "Packets dropped for a job not served.",
           s.engine.unknown_job);
   counter("ina_aggregator_malformed_total", "Malformed packets dropped.", s.engine.malformed);
@@ -241,7 +246,7 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
   counter("ina_aggregator_send_errors_total", "Failed sends.", s.send_errors);
   m << "# HELP ina_aggregator_jobs Jobs served.\n# TYPE ina_aggregator_jobs gauge\n"
     << "ina_aggregator_jobs " << s.jobs.size() << "\n";
-  m << "# HELP ina_aggregator_job_packets_total Packets per job (key checked).\n"
+  m << "# HELP ina_aggregator_job_packets_total Packets per job (tag verified).\n"
        "# TYPE ina_aggregator_job_packets_total counter\n";
   for (const JobSnapshot& j : s.jobs) {
     m << "ina_aggregator_job_packets_total{ina_job=\"" << j.cfg.job << "\"} " << j.counters.packets << "\n";
@@ -252,10 +257,10 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
     m << "ina_aggregator_job_completed_total{ina_job=\"" << j.cfg.job << "\"} " << j.counters.completed
       << "\n";
   }
-  m << "# HELP ina_aggregator_job_bad_key_total Packets naming the job with a wrong key.\n"
-       "# TYPE ina_aggregator_job_bad_key_total counter\n";
+  m << "# HELP ina_aggregator_job_bad_tag_total Packets naming the job with a tag its key does not give.\n"
+       "# TYPE ina_aggregator_job_bad_tag_total counter\n";
   for (const JobSnapshot& j : s.jobs) {
-    m << "ina_aggregator_job_bad_key_total{ina_job=\"" << j.cfg.job << "\"} " << j.counters.bad_key
+    m << "ina_aggregator_job_bad_tag_total{ina_job=\"" << j.cfg.job << "\"} " << j.counters.bad_tag
       << "\n";
   }
   m << "# HELP ina_aggregator_rank_lag_seconds Lag of a rank's contribution behind the round's "

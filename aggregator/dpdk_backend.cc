@@ -704,13 +704,15 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
   uint8_t* dg = data + frame::kUdpHeadroom;
   wire::encode_header(r.hdr, dg);
-  // Issue 19 seals the tag over dg[0, len) here (aggregator send), before the checksum.
-  // The payload is copied and summed for the UDP checksum in one pass (frame.h).
-  const uint32_t sum = frame::sum16(
-      dg, wire::kHeaderSize,
+  // The payload is copied and summed for the UDP checksum in one pass (frame.h); then the tag is
+  // sealed over dg[0, len) and the header, tag included, summed. One sealed frame serves a
+  // multicast: the tag does not cover the addresses.
+  const uint32_t payload_sum =
       r.payload_bytes() > 0
           ? frame::copy_sum16(dg + wire::kHeaderSize, r.payload, r.payload_bytes())
-          : 0);
+          : 0;
+  wire::seal(std::span<uint8_t>(dg, len), r.key);
+  const uint32_t sum = frame::sum16(dg, wire::kHeaderSize, payload_sum);
 
   if (r.target == Reply::Target::kSender) {
     set_len(m, frame::udp_reply(data, p, a.local_, len, sum, ip_id++));

@@ -1,9 +1,12 @@
 // The aggregator's packet logic (see engine.h). Order of checks for every datagram:
 //   1. wire::decode: a datagram that is not a well-formed INA packet is counted by reason.
-//   2. job lookup, then tag (issue 19; verify_tag() is where it goes, nothing is checked yet): a
-//      packet for a job this engine does not serve, or with a wrong tag, is counted and never
-//      answered, so a stray or hostile sender learns nothing and cannot make
-//      the aggregator send traffic anywhere (isolation between jobs).
+//   2. job lookup, then the tag (SipHash-2-4 under the job's key over the datagram: WIRE.md): a
+//      packet for a job this engine does not serve, or whose tag the job's key does not give
+//      (forged, corrupted, truncated into a valid shape, another job's key), is counted and never
+//      answered, before it touches any state (join barrier, slot table, the rank's address that
+//      the backend learns from *sender_rank), so a stray or hostile sender learns nothing and
+//      cannot make the aggregator send traffic anywhere (isolation between jobs). A captured
+//      genuine packet replayed later passes the tag; the slot table's round check makes it stale.
 //   3. kind: workers send only DATA and HELLO; RESULT/ERROR/WELCOME flags from them are malformed,
 //      except for a leaf job, where they are its parent's answers (handle_parent).
 //   4. HELLO -> join barrier; DATA -> slot table, once the barrier is complete.
@@ -39,6 +42,12 @@ struct Engine::Job {
   std::vector<BlockSeq> nonce;         // per rank; meaningful where its hello bit is set
   uint32_t joined = 0;
   bool ready = false;                  // every rank joined this incarnation
+  // The next incarnation, while this one runs (ready): ranks that HELLOed with a new nonce (a
+  // restarted rank, with a valid tag). They do not reopen the barrier for the ranks still running;
+  // when every rank has a new incarnation, it becomes the current one (a new barrier completes).
+  std::vector<uint64_t> next_bitmap;
+  std::vector<BlockSeq> next_nonce;
+  uint32_t next_joined = 0;
   std::vector<RankCounters> ranks;
   JobCounters counters;
   // Telemetry: time of each copy's first contribution (index copy_index(slot, shadow); 0: none).
@@ -122,13 +131,14 @@ wire::Header reply_header(const JobConfig& cfg, const wire::Header& in, uint8_t 
   h.elems = in.elems;
   h.exp = kNoExponent;
   h.root = in.root;
-  h.tag = 0;  // sealed by the backend (issue 19)
+  h.tag = 0;  // sealed by the backend with the job's key
   return h;
 }
 
-// Issue 19: the MAC over header and payload, with the job's key, is verified here. Until that
-// lands every packet passes (senders write tag 0).
-bool verify_tag(const JobConfig& /*cfg*/, std::span<const uint8_t> /*datagram*/) { return true; }
+// The datagram's tag is the one the job's key gives (WIRE.md).
+bool verify_tag(const JobConfig& cfg, std::span<const uint8_t> datagram) {
+  return wire::tag_ok(datagram, cfg.key);
+}
 
 const uint8_t* bytes_of(const std::vector<int32_t>& words) {
   return reinterpret_cast<const uint8_t*>(words.data());  // little-endian: wire order (wire.h)
@@ -264,6 +274,8 @@ Status Engine::add_job(const JobConfig& cfg) {
   job->table = std::move(table);
   job->hello_bitmap.assign(job->table->bitmap_words(), 0);
   job->nonce.assign(job->nranks, 0);
+  job->next_bitmap.assign(job->table->bitmap_words(), 0);
+  job->next_nonce.assign(job->nranks, 0);
   job->ranks.assign(job->nranks, RankCounters{});
   job->first_ns.assign(size_t{cfg.slots.num_slots} * 2, 0);
   job->tele.assign(job->nranks, RankTelemetry{});
@@ -327,15 +339,20 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
     last_job_ = it->second.get();
   }
   Job& job = *last_job_;
-  if (opts_.check_key && !verify_tag(job.cfg, datagram)) [[unlikely]] {
-    counters_.bad_key += one;
-    job.counters.bad_key += one;
+  if (opts_.check_tag && !verify_tag(job.cfg, datagram)) [[unlikely]] {
+    counters_.bad_tag += one;
+    job.counters.bad_tag += one;
     return {};
   }
+  // Every reply is about this job: the backend seals it with the job's key.
+  auto keyed = [&job](Reply r) {
+    r.key = job.cfg.key;
+    return r;
+  };
   job.counters.packets += one;
   if (h.has(wire::kFlagResult) || h.has(wire::kFlagError)) [[unlikely]] {
     // A leaf's parent answers with RESULT, WELCOME, ERROR and exponent answers (tag checked).
-    if (job.leaf) return handle_parent(job, pkt);
+    if (job.leaf) return keyed(handle_parent(job, pkt));
     // Only the aggregator sends RESULT, WELCOME and ERROR: a worker (or a loop in the network)
     // sending one is broken, and it must never be added to a slot.
     counters_.malformed += one;
@@ -352,7 +369,7 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
       // Checked before the rank: a worker configured for a larger world may carry a rank beyond
       // ours, and it deserves to learn why it cannot join.
       counters_.world_size_mismatch += one;
-      return error_reply(job, pkt, wire::ErrorReason::kWorldSizeMismatch, {}, job.world);
+      return keyed(error_reply(job, pkt, wire::ErrorReason::kWorldSizeMismatch, {}, job.world));
     }
   }
   // The served rank (wraps for a global rank below a leaf's rank_base, so one compare).
@@ -372,16 +389,19 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
     // The handlers and the slot table see the served rank.
     wire::PacketView lp = pkt;
     lp.hdr.rank = static_cast<uint16_t>(local);
-    return hello ? handle_hello(job, lp) : handle_data(job, lp, now_ns);
+    return keyed(hello ? handle_hello(job, lp) : handle_data(job, lp, now_ns));
   }
-  return hello ? handle_hello(job, pkt) : handle_data(job, pkt, now_ns);
+  return keyed(hello ? handle_hello(job, pkt) : handle_data(job, pkt, now_ns));
 }
 
 // Join barrier. Each rank's HELLO carries a random nonce that names its incarnation (its
 // communicator). The barrier completes when every rank has joined; that resets the slot table (a
 // new incarnation starts its block sequence afresh) and WELCOMEs every rank. A rank seen with a new
-// nonce has restarted: the others must join again, so the barrier starts over.
-// on_packet() has checked the world size and the rank.
+// nonce has restarted. While the barrier is open, the barrier starts over. Once it is complete
+// (the ranks run), the new incarnation only joins the next barrier (next_bitmap): the running
+// ranks are not disturbed, and the next barrier completes, resetting the slots, when every rank
+// has a new incarnation (the job restarted). Only packets with the job's tag get here, so a forged
+// HELLO can do neither. on_packet() has checked the world size and the rank.
 // The RESULT of the slot copy `h` names (its round, shape, exponents and sum), to one rank or all;
 // `extra_flags` are or'ed into the header's flags.
 Reply Engine::result_reply(const Job& job, const wire::Header& h, Reply::Target target,
@@ -434,7 +454,28 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
       if (job.joined == job.nranks) return retransmit ? parent_hello(job, true) : Reply{};
       return missing();
     }
-    // A new incarnation of this rank: everyone joins again.
+    if (job.ready) {
+      // A new incarnation of this rank while the others run: it waits for the next barrier.
+      if (!test_bit(job.next_bitmap, h.rank)) {
+        job.next_bitmap[h.rank / 64] |= uint64_t{1} << (h.rank % 64);
+        ++job.next_joined;
+      }
+      job.next_nonce[h.rank] = h.seq;
+      if (job.next_joined < job.nranks) {
+        if (!retransmit) return {};
+        return error_reply(job, pkt, wire::ErrorReason::kMissingRanks, job.next_bitmap, 0);
+      }
+      // Every rank has a new incarnation: it is the current one, and its barrier is complete.
+      job.hello_bitmap.swap(job.next_bitmap);
+      job.nonce.swap(job.next_nonce);
+      job.joined = job.nranks;
+      job.ready = false;
+      job.counters.parent_joined = false;
+      std::fill(job.next_bitmap.begin(), job.next_bitmap.end(), uint64_t{0});
+      job.next_joined = 0;
+      return barrier_complete(job, h);
+    }
+    // A new incarnation of this rank before the barrier completed: everyone joins again.
     std::fill(job.hello_bitmap.begin(), job.hello_bitmap.end(), uint64_t{0});
     job.joined = 0;
     job.ready = false;
@@ -443,24 +484,32 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
   job.hello_bitmap[h.rank / 64] |= uint64_t{1} << (h.rank % 64);
   job.nonce[h.rank] = h.seq;
   if (++job.joined == job.nranks) {
-    job.table->reset();
-    std::fill(job.first_ns.begin(), job.first_ns.end(), uint64_t{0});
-    std::fill(job.open.begin(), job.open.end(), uint8_t{0});
-    job.inflight = 0;
-    if (job.leaf) {
-      // Every local rank joined: this leaf joins its parent, and WELCOMEs its ranks only when
-      // the parent WELCOMEs it. Its nonce changes whenever one of its ranks' nonces does.
-      std::fill(job.tree_state.begin(), job.tree_state.end(), kTreeNone);
-      uint64_t x = 0x494E412D54524545ull;  // any constant
-      for (uint32_t r = 0; r < job.nranks; ++r) x = mix64(x ^ job.nonce[r] ^ (uint64_t{r} << 32));
-      job.parent_nonce = static_cast<BlockSeq>(x ^ (x >> 32));
-      job.counters.parent_joined = false;
-      return parent_hello(job, false);
-    }
-    job.ready = true;
-    return welcome(Reply::Target::kAllRanks);
+    std::fill(job.next_bitmap.begin(), job.next_bitmap.end(), uint64_t{0});
+    job.next_joined = 0;
+    return barrier_complete(job, h);
   }
   return missing();
+}
+
+// Every served rank joined the current incarnation: reset the slots, then WELCOME every rank (a
+// leaf: join the parent first).
+Reply Engine::barrier_complete(Job& job, const wire::Header& h) {
+  job.table->reset();
+  std::fill(job.first_ns.begin(), job.first_ns.end(), uint64_t{0});
+  std::fill(job.open.begin(), job.open.end(), uint8_t{0});
+  job.inflight = 0;
+  if (job.leaf) {
+    // Every local rank joined: this leaf joins its parent, and WELCOMEs its ranks only when
+    // the parent WELCOMEs it. Its nonce changes whenever one of its ranks' nonces does.
+    std::fill(job.tree_state.begin(), job.tree_state.end(), kTreeNone);
+    uint64_t x = 0x494E412D54524545ull;  // any constant
+    for (uint32_t r = 0; r < job.nranks; ++r) x = mix64(x ^ job.nonce[r] ^ (uint64_t{r} << 32));
+    job.parent_nonce = static_cast<BlockSeq>(x ^ (x >> 32));
+    job.counters.parent_joined = false;
+    return parent_hello(job, false);
+  }
+  job.ready = true;
+  return welcome_reply(job, h, Reply::Target::kAllRanks);
 }
 
 // DATA of a valid rank (checked by on_packet()).

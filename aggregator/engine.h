@@ -1,5 +1,5 @@
 // The aggregator's packet logic, shared by every I/O backend (kernel UDP now, DPDK later): decode
-// and validate, find the job, verify its tag (issue 19; not yet: verify_tag), run the join barrier (HELLO/WELCOME) and the slot
+// and validate, find the job, verify its tag (SipHash with the job's key: WIRE.md), run the join barrier (HELLO/WELCOME) and the slot
 // table, and say what to send back. Pure logic: no sockets, no clock, no logging; one instance per
 // thread (lcore), so no locks.
 #pragma once
@@ -50,7 +50,10 @@ struct TreeConfig {
 
 struct JobConfig {
   JobId job = 1;
-  uint64_t key = 0;  // the job's secret (issue 19 derives the tag's key from it; not on the wire)
+  // The job's secret: every packet of the job carries a SipHash-2-4 tag under it (WIRE.md); it
+  // never travels. All zero: no key configured (packets are sealed and verified with the zero key,
+  // which authenticates nothing).
+  Key128 key;
   // world size (the job's global world, what HELLOs carry; for a root: the number of leaves),
   // slot count, block size
   SlotTableConfig slots;
@@ -74,9 +77,9 @@ struct JobConfig {
 
 // Counters of one job (multi-tenancy: what each tenant sent and what was refused in its name).
 struct JobCounters {
-  uint64_t packets = 0;     // packets that passed the key check
+  uint64_t packets = 0;     // packets that passed the tag check
   uint64_t completed = 0;   // completed slot copies
-  uint64_t bad_key = 0;     // packets naming this job with a wrong key: dropped, never added
+  uint64_t bad_tag = 0;     // packets naming this job whose tag its key does not give: dropped
   // Leaf jobs only (see EngineCounters for the meaning).
   uint64_t forwarded = 0;
   uint64_t reforwarded = 0;
@@ -87,7 +90,8 @@ struct JobCounters {
 // What the backend must send after a packet. `hdr` plus `payload` (`payload_bytes()` bytes in wire
 // order: little-endian words) describe the packet; payload points into the engine and is valid
 // until the next on_packet(). The backend writes the header (wire::encode_header) and copies the
-// payload behind it; the tag (issue 19) is sealed there.
+// payload behind it, then seals the tag with the job's key (wire::seal; one sealed buffer for a
+// multicast: the tag does not cover the destination).
 struct Reply {
   enum class Target : uint8_t {
     kNone,      // send nothing
@@ -98,6 +102,7 @@ struct Reply {
   Target target = Target::kNone;
   wire::Header hdr;
   const uint8_t* payload = nullptr;
+  Key128 key;  // the job's key: the backend seals the encoded packet with it (wire::seal)
   size_t payload_bytes() const { return size_t{hdr.count} * wire::payload_width(hdr.flags, hdr.dtype); }
   size_t packet_size() const { return wire::kHeaderSize + payload_bytes(); }
 };
@@ -115,7 +120,7 @@ struct EngineCounters {
   uint64_t malformed = 0;          // decode errors + bad slot/rank/size + unexpected kinds
   uint64_t mismatched = 0;
   uint64_t unknown_job = 0;
-  uint64_t bad_key = 0;
+  uint64_t bad_tag = 0;            // a known job, a tag its key does not give: dropped, no state
   uint64_t not_ready = 0;          // data before the join barrier completed
   uint64_t hellos = 0;
   uint64_t world_size_mismatch = 0;  // HELLOs whose world size differs from the job's
@@ -149,7 +154,7 @@ void for_each_scalar_counter(F&& f) {
   f("malformed", &EngineCounters::malformed);
   f("mismatched", &EngineCounters::mismatched);
   f("unknown_job", &EngineCounters::unknown_job);
-  f("bad_key", &EngineCounters::bad_key);
+  f("bad_tag", &EngineCounters::bad_tag);
   f("not_ready", &EngineCounters::not_ready);
   f("hellos", &EngineCounters::hellos);
   f("world_size_mismatch", &EngineCounters::world_size_mismatch);
@@ -221,9 +226,8 @@ struct EngineOptions {
   bool telemetry = true;   // lag histograms, lost time and stalled-slot times (timed on_packet)
   StragglerOptions straggler;  // the lost-time window and test (straggler.h)
   // Benchmark only: skip the per-job tag verification, to measure what it costs. Never off in a
-  // served aggregator (the CLI has no switch for it). (The tag is issue 19's; until then nothing
-  // is verified.)
-  bool check_key = true;
+  // served aggregator (the CLI has no switch for it).
+  bool check_tag = true;
 };
 
 class Engine {
@@ -295,6 +299,7 @@ class Engine {
  private:
   struct Job;
   Reply handle_hello(Job& job, const wire::PacketView& pkt);
+  Reply barrier_complete(Job& job, const wire::Header& h);
   Reply welcome_reply(const Job& job, const wire::Header& h, Reply::Target target);
   Reply result_reply(const Job& job, const wire::Header& h, Reply::Target target,
                      uint8_t extra_flags);

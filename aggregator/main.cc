@@ -1,7 +1,7 @@
 // ina-aggregator: the software reduction switch on a kernel UDP socket.
 //
 //   ina-aggregator --world-size 8 [--port 47474] [--slots 512] [--block-elems 256] [--job 1]
-//                  [--key 0x...] [--stats-interval-ms 5000] ...
+//                  [--key <32 hex digits>] [--stats-interval-ms 5000] ...
 //
 //   ina-aggregator --backend dpdk --ip 10.0.0.1 [--dpdk-port net_ring0] ... -- <EAL arguments>
 //
@@ -82,20 +82,6 @@ std::string version_text() {
   return s;
 }
 
-// A 64-bit key in decimal or 0x-prefixed hex (no octal surprise for a leading zero).
-bool parse_key(const std::string& text, uint64_t* out) {
-  if (text.empty()) return false;
-  const bool hex = text.size() > 2 && text[0] == '0' && (text[1] == 'x' || text[1] == 'X');
-  const char* digits = text.c_str() + (hex ? 2 : 0);
-  if (*digits == '\0' || *digits == '-' || *digits == '+' || std::isspace(*digits)) return false;
-  errno = 0;
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(digits, &end, hex ? 16 : 10);
-  if (errno != 0 || *end != '\0') return false;
-  *out = v;
-  return true;
-}
-
 using ina::agg::write_port_file;
 
 }  // namespace
@@ -110,7 +96,7 @@ int main(int argc, char** argv) {
   uint32_t world = 0;
   uint32_t slots = 512;
   uint32_t block = 256;
-  std::string key_text = "0";
+  std::string key_text;  // empty: no key (the zero key)
   uint32_t stats_ms = 5000;
   std::string port_file;
   std::string log_level;
@@ -142,12 +128,15 @@ int main(int argc, char** argv) {
   app.add_option("--job", job.job, "job id")
       ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}))
       ->capture_default_str();
-  app.add_option("--key", key_text, "per-job key checked on every packet (decimal or 0x hex)")
+  app.add_option("--key", key_text,
+                 "the job's 128-bit key, 32 hexadecimal digits (every packet's tag is checked with "
+                 "it; default: none, the zero key)")
       ->check(CLI::Validator(
           [](std::string& s) {
-            uint64_t k;
-            return parse_key(s, &k) ? std::string{}
-                                    : "'" + s + "' is not a 64-bit key (decimal or 0x hex)";
+            ina::Key128 k;
+            return ina::parse_key_hex(s, &k)
+                       ? std::string{}
+                       : "--key: '" + s + "' is not a key: expected 32 hexadecimal digits";
           },
           "KEY"))
       ->capture_default_str();
@@ -289,7 +278,7 @@ int main(int argc, char** argv) {
     ina::log::Level l;
     if (ina::log::parse_level(log_level.c_str(), &l)) ina::log::set_level(l);
   }
-  (void)parse_key(key_text, &job.key);  // validated by the option's check
+  if (!key_text.empty()) (void)ina::parse_key_hex(key_text, &job.key);  // checked by --key
   job.slots.world_size = world;
   job.slots.num_slots = slots;
   job.slots.max_payload_bytes = block * 4;

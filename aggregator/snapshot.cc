@@ -51,7 +51,7 @@ AggregatorSnapshot merge_snapshots(const std::vector<AggregatorSnapshot>& parts,
       m.ready = m.ready && j.ready;
       m.counters.packets += j.counters.packets;
       m.counters.completed += j.counters.completed;
-      m.counters.bad_key += j.counters.bad_key;
+      m.counters.bad_tag += j.counters.bad_tag;
       if (m.ranks.size() < j.ranks.size()) m.ranks.resize(j.ranks.size());
       for (size_t r = 0; r < j.ranks.size(); ++r) {
         m.ranks[r].packets += j.ranks[r].packets;

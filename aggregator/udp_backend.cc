@@ -248,8 +248,8 @@ void UdpAggregator::Impl::handle(std::span<const uint8_t> d, const sockaddr_in& 
   // cost up to 100 ns on a loaded VM.
   const Reply r = self->engine_->on_packet(d, batch_now, &rank, &job);
   if (rank >= 0) {
-    // Learn (or follow a move of) the rank's address. Only packets that passed the job's key
-    // check get here, so another job cannot redirect this job's results.
+    // Learn (or follow a move of) the rank's address. Only packets with the job's tag get here
+    // (the engine sets rank after it), so nobody without the key can redirect its results.
     if (std::vector<Peer>* p = peers_of(job); p != nullptr) {
       Peer& peer = (*p)[static_cast<size_t>(rank)];
       if (!peer.known || !same_addr(peer.addr, src)) {
@@ -276,7 +276,8 @@ void UdpAggregator::Impl::enqueue(const Reply& r, const sockaddr_in& src) {
   uint8_t* out = arena.data() + arena_used;
   wire::encode_header(r.hdr, out);
   if (r.payload != nullptr) std::memcpy(out + wire::kHeaderSize, r.payload, r.payload_bytes());
-  // Issue 19 seals the tag over out[0, len) here (aggregator send).
+  // One sealed buffer, also for a multicast: the tag does not cover the destination.
+  wire::seal(std::span<uint8_t>(out, len), r.key);
   Pending p;
   p.multicast = r.target == Reply::Target::kAllRanks;
   p.job = r.hdr.job;
@@ -635,10 +636,10 @@ Status UdpAggregator::run(const std::atomic<bool>& stop) {
     INA_INFO(kComponent,
              "in %" PRIu64 " (%.0f/s) completed %" PRIu64 " (%.0f/s) out %" PRIu64
              " dup %" PRIu64 " stale %" PRIu64 " mismatch %" PRIu64 " malformed %" PRIu64
-             " bad_key %" PRIu64 " unknown_job %" PRIu64 " not_ready %" PRIu64
+             " bad_tag %" PRIu64 " unknown_job %" PRIu64 " not_ready %" PRIu64
              " send_errors %" PRIu64 " unroutable %" PRIu64,
              e.packets_in, rate_in, e.completed, rate_done, m.c.tx_datagrams, e.duplicates,
-             e.stale, e.mismatched, e.malformed, e.bad_key, e.unknown_job, e.not_ready,
+             e.stale, e.mismatched, e.malformed, e.bad_tag, e.unknown_job, e.not_ready,
              m.c.send_errors, m.c.unroutable);
     last = e;
     last_time = now;

@@ -19,6 +19,9 @@
 #include "controller/server.h"
 
 #include <httplib.h>
+#include <sys/random.h>
+
+#include <cerrno>
 
 #include <algorithm>
 #include <chrono>
@@ -133,7 +136,7 @@ std::string admission_text(const JobInfo& j, uint32_t rank, const ControllerStat
     s << "refused\njob " << j.id << "\nreason " << reason << "\n";
     return s.str();
   }
-  s << "admitted\njob " << j.id << "\nkey " << j.key << "\n";
+  s << "admitted\njob " << j.id << "\nkey " << key_to_hex(j.key) << "\n";
   if (!j.is_tree() && j.shards_asked > 1) s << "shards " << addrs.size() << "\n";
   for (const std::string& a : addrs) s << "aggregator " << a << "\n";
   s << "slots " << j.slots << "\nblock " << j.block_elems << "\n";
@@ -143,7 +146,7 @@ std::string admission_text(const JobInfo& j, uint32_t rank, const ControllerStat
 
 json assignment_json(const Assignment& a) {
   json o = {{"job", a.job},
-            {"key", a.key},
+            {"key", key_to_hex(a.key)},
             {"world", a.world},
             {"slots", a.slots},
             {"slot_base", a.placement.slot_base},
@@ -174,13 +177,35 @@ bool parse_u32(const std::string& s, uint32_t* out) {
 
 }  // namespace
 
+namespace {
+
+// A job key from the kernel's CSPRNG (getrandom(2): blocks only until it is seeded at boot).
+Key128 random_key() {
+  uint64_t w[2] = {0, 0};
+  auto* p = reinterpret_cast<unsigned char*>(w);
+  size_t got = 0;
+  while (got < sizeof w) {
+    const ssize_t n = ::getrandom(p + got, sizeof w - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (errno != EINTR) {
+      // No getrandom (pre-3.17 kernel): std::random_device reads the kernel's source too.
+      std::random_device rd;
+      for (auto& x : w) x = (uint64_t{rd()} << 32) ^ rd();
+      break;
+    }
+  }
+  return Key128{w[0], w[1]};
+}
+
+}  // namespace
+
 struct ControllerServer::Impl {
   ServerOptions opts;
   httplib::Server http;
   int port = 0;
   std::mutex mu;
   ControllerState state;
-  std::mt19937_64 rng;
   // admission latency (server side: request parsed to answer built), by the answer's kind
   static constexpr const char* kAdmitKinds[4] = {"flat", "tree", "sharded", "refused"};
   double admit_seconds_sum[4] = {};
@@ -196,8 +221,7 @@ struct ControllerServer::Impl {
   explicit Impl(const ServerOptions& o)
       : opts(o),
         state(StateOptions{o.heartbeat_timeout_ms, o.default_shards, o.job_idle_ttl_ms},
-              [this] { return rng(); }),
-        rng(std::random_device{}()) {}
+              random_key) {}
 
   // Called with mu held. A failed write is logged at error level (the first at once, then at most
   // one line per kPersistLogEvery with the count of those not logged) and counted in /metrics;

@@ -337,7 +337,7 @@ Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
     }
     do {
       j.key = keygen_();
-    } while (j.key == 0);  // 0 is the hand-configured default: never hand it out
+    } while (j.key.is_zero());  // zero is "no key configured": never hand it out
     ++admitted_total;
     if (j.is_tree()) ++admitted_tree_total;
     if (j.shards_asked > 1) ++admitted_sharded_total;
@@ -570,7 +570,8 @@ Result<Placement> placement_from_json(const nlohmann::json& o) {
 
 std::string ControllerState::to_json() const {
   nlohmann::json j;
-  j["version"] = 2;
+  // Version 3: job keys are 128-bit, as 32 hex digits (versions 1 and 2: a 64-bit number).
+  j["version"] = 3;
   j["next_id"] = next_id_;
   j["aggregators"] = nlohmann::json::array();
   for (const auto& [id, a] : aggs_) {
@@ -590,7 +591,7 @@ std::string ControllerState::to_json() const {
     j["jobs"].push_back({{"id", x.id},
                          {"name", x.name},
                          {"world", x.world},
-                         {"key", x.key},
+                         {"key", key_to_hex(x.key)},
                          {"slots", x.slots},
                          {"block_elems", x.block_elems},
                          {"dtypes", x.dtypes},
@@ -608,8 +609,8 @@ Status ControllerState::from_json(const std::string& text, Millis now) {
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
     const int version = j.at("version").get<int>();
-    if (version != 1 && version != 2) {
-      return invalid_argument("state: version " + std::to_string(version) + " is not 1 or 2");
+    if (version < 1 || version > 3) {
+      return invalid_argument("state: version " + std::to_string(version) + " is not 1, 2 or 3");
     }
     std::map<std::string, AggregatorInfo> aggs;
     for (const auto& a : j.at("aggregators")) {
@@ -632,7 +633,16 @@ Status ControllerState::from_json(const std::string& text, Millis now) {
       x.id = o.at("id").get<JobId>();
       x.name = o.at("name").get<std::string>();
       x.world = o.at("world").get<uint32_t>();
-      x.key = o.at("key").get<uint64_t>();
+      const auto& key = o.at("key");
+      if (key.is_string()) {
+        if (!parse_key_hex(key.get<std::string>(), &x.key)) {
+          return invalid_argument("state: job " + std::to_string(x.id) +
+                                  ": \"key\" is not 32 hexadecimal digits");
+        }
+      } else {
+        // Versions 1 and 2 kept 64-bit keys: widened (hi = 0), so the job keeps its key.
+        x.key = Key128{key.get<uint64_t>(), 0};
+      }
       x.slots = o.at("slots").get<uint32_t>();
       x.block_elems = o.at("block_elems").get<uint32_t>();
       x.dtypes = o.at("dtypes").get<std::vector<std::string>>();

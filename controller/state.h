@@ -41,6 +41,7 @@
 #include <utility>
 #include <vector>
 
+#include "ina/protocol/siphash.h"
 #include "ina/protocol/status.h"
 #include "ina/protocol/types.h"
 
@@ -87,7 +88,7 @@ struct Placement {
 // What the controller tells one aggregator about one job (the heartbeat answer's entry).
 struct Assignment {
   JobId job = 0;
-  uint64_t key = 0;
+  Key128 key;                 // the job's 128-bit key (32 hex digits in every text form)
   uint32_t world = 0;         // the job's world; a root's is its number of leaves
   uint32_t slots = 0;
   uint32_t block_elems = 0;
@@ -104,7 +105,7 @@ struct JobInfo {
   JobId id = 0;
   std::string name;
   uint32_t world = 0;
-  uint64_t key = 0;
+  Key128 key;                 // 128-bit, never zero once admitted (keygen)
   uint32_t slots = 0;         // slot range size (the workers' window)
   uint32_t block_elems = 0;
   std::vector<std::string> dtypes;
@@ -149,7 +150,8 @@ struct StateOptions {
 
 class ControllerState {
  public:
-  using KeyGen = std::function<uint64_t()>;
+  // A job key per call (the server: getrandom(2)); zero keys are drawn again.
+  using KeyGen = std::function<Key128()>;
   ControllerState(StateOptions opts, KeyGen keygen);
 
   // Registration and heartbeat in one (idempotent, so a restarted controller rebuilds its

@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   meson ninja-build g++ pkg-config        # build
   libgtest-dev libgmock-dev                # tests
+  libsodium-dev                            # tests: cross-check of the in-tree SipHash
   libcli11-dev                             # argument parsing
   libcpp-httplib-dev nlohmann-json3-dev    # controller feature: ina-controller, HTTP endpoints
   libibverbs-dev                           # rdma feature (compiles here; no RDMA at run time)

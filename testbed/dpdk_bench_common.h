@@ -41,8 +41,11 @@ inline frame::Endpoint rank_endpoint(uint32_t r) {
                          0x0A0C0100 + r, static_cast<uint16_t>(41000 + r)};
 }
 
-// The generator's frames: one DATA frame per (rank, slot, copy), its block sequence patched in per
-// send (so its UDP checksum is 0, "none"), and one HELLO per rank.
+// The generator's frames: one DATA frame per (rank, slot, copy), its block sequence patched in and
+// its tag resealed per send (so its UDP checksum is 0, "none"), and one HELLO per rank. The job
+// has no key configured: tags under the zero key (kBenchKey), which the aggregator verifies.
+inline constexpr Key128 kBenchKey{};
+
 struct FrameTemplates {
   uint16_t elems = 0;
   uint32_t world = 0, slots = 0;
@@ -83,6 +86,7 @@ struct FrameTemplates {
       std::vector<uint8_t> f(frame::kUdpHeadroom + hl);
       wire::encode_header(h, f.data() + frame::kUdpHeadroom);
       wire::put_le32(f.data() + frame::kUdpHeadroom + wire::kHeaderSize, world);  // control words: LE
+      wire::seal(std::span<uint8_t>(f.data() + frame::kUdpHeadroom, hl), kBenchKey);
       frame::write_udp_headers(f.data(), rank_endpoint(r), agg, hl,
                                frame::sum16(f.data() + frame::kUdpHeadroom, hl), 1);
       hellos.push_back(std::move(f));
@@ -104,6 +108,7 @@ struct BlockCursor {
     const uint32_t sh = static_cast<uint32_t>((block / t.slots) & 1);
     std::memcpy(dst, t.at(rank, s, sh), t.flen);
     wire::put_u32(dst + frame::kUdpHeadroom + wire::kOffSeq, static_cast<uint32_t>(block + 1));
+    wire::seal(std::span<uint8_t>(dst + frame::kUdpHeadroom, t.dlen), kBenchKey);
     if (++rank == t.world) {
       rank = 0;
       ++block;

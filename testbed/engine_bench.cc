@@ -1,5 +1,5 @@
-// ina-engine-bench: the aggregator Engine's per-core packet rate with and without the per-job key
-// check and the straggler telemetry, in one run (configurations interleaved, median of the
+// ina-engine-bench: the aggregator Engine's per-core packet rate with and without the per-job tag
+// check (SipHash-2-4, WIRE.md) and the straggler telemetry, in one run (configurations interleaved, median of the
 // repetitions), so the overhead of each is measured under the same machine load.
 //
 //   ina-engine-bench [--world 8] [--elems 256] [--slots 64] [--rounds 4000] [--reps 5]
@@ -30,12 +30,13 @@ uint64_t mono_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-// SUM of each type through one engine (key check and telemetry off), types interleaved, median
+// SUM of each type through one engine (tag check and telemetry off), types interleaved, median
 // of the repetitions: the cost of the block codec (float types) against int32's plain adds.
 // `elems` elements per packet for 4-byte types; narrower types carry the same payload bytes.
 int per_dtype(const std::vector<std::string>& names, uint32_t world, uint32_t slots,
               uint32_t elems, uint32_t rounds, uint32_t reps) {
   using namespace ina;
+  constexpr uint64_t kKey = 0x0123456789ABCDEFull;
   struct Row {
     DType dtype;
     uint32_t elems;
@@ -51,19 +52,19 @@ int per_dtype(const std::vector<std::string>& names, uint32_t world, uint32_t sl
       return 2;
     }
     const auto e = static_cast<uint32_t>(elems * 4 / dtype_size(*t));
-    rows.push_back({*t, e, bench::data_stream(rounds, world, slots, e, *t), {}});
+    rows.push_back({*t, e, bench::data_stream(rounds, world, slots, e, *t, kKey), {}});
   }
   for (uint32_t rep = 0; rep < reps; ++rep) {
     for (Row& row : rows) {
       agg::EngineOptions eo;
-      eo.check_key = false;
+      eo.check_tag = false;  // the codec's cost alone (the tag's is the line above)
       eo.telemetry = false;
       agg::Engine e(eo);
-      if (!e.add_job(bench::job_config(world, slots, elems, 0)).ok()) return 1;
+      if (!e.add_job(bench::job_config(world, slots, elems, kKey)).ok()) return 1;
       int32_t rank;
       JobId job;
       for (uint32_t r = 0; r < world; ++r) {
-        e.on_packet(bench::hello_packet(static_cast<uint16_t>(r), world, 0, 77), &rank, &job);
+        e.on_packet(bench::hello_packet(static_cast<uint16_t>(r), world, kKey, 77), &rank, &job);
       }
       const auto t0 = std::chrono::steady_clock::now();
       for (const auto& p : row.pkts) e.on_packet(p, 0, &rank, &job);
@@ -77,7 +78,7 @@ int per_dtype(const std::vector<std::string>& names, uint32_t world, uint32_t sl
       row.ns.push_back(s * 1e9 / static_cast<double>(row.pkts.size()));
     }
   }
-  std::printf("per type (SUM, key check and telemetry off), %u payload bytes per packet:\n",
+  std::printf("per type (SUM, tag check and telemetry off), %u payload bytes per packet:\n",
               elems * 4);
   const double base = [&] {
     std::vector<double> v = rows.front().ns;
@@ -97,7 +98,7 @@ int per_dtype(const std::vector<std::string>& names, uint32_t world, uint32_t sl
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ina-engine-bench: Engine packets per second, key check and telemetry on/off"};
+  CLI::App app{"ina-engine-bench: Engine packets per second, tag check and telemetry on/off"};
   uint32_t world = 8, elems = 256, slots = 64, rounds = 4000, reps = 5, batch = 32;
   app.add_option("--world", world)->check(CLI::Range(2, 1024))->capture_default_str();
   app.add_option("--elems", elems)->check(CLI::Range(1, 4096))->capture_default_str();
@@ -125,14 +126,14 @@ int main(int argc, char** argv) {
     bool tele;
     std::vector<double> mpps;
   };
-  std::vector<Variant> vs = {{"key off, telemetry off", false, false, {}},
-                             {"key on,  telemetry off", true, false, {}},
-                             {"key off, telemetry on ", false, true, {}},
-                             {"key on,  telemetry on ", true, true, {}}};
+  std::vector<Variant> vs = {{"tag off, telemetry off", false, false, {}},
+                             {"tag on,  telemetry off", true, false, {}},
+                             {"tag off, telemetry on ", false, true, {}},
+                             {"tag on,  telemetry on ", true, true, {}}};
   for (uint32_t rep = 0; rep < reps; ++rep) {
     for (Variant& v : vs) {
       agg::EngineOptions eo;
-      eo.check_key = v.key;
+      eo.check_tag = v.key;
       eo.telemetry = v.tele;
       agg::Engine e(eo);
       if (!e.add_job(bench::job_config(world, slots, elems, kKey)).ok()) return 1;
@@ -165,8 +166,12 @@ int main(int argc, char** argv) {
     std::sort(v.mpps.begin(), v.mpps.end());
     const double med = v.mpps[v.mpps.size() / 2];
     if (base == 0) base = med;
-    std::printf("  %s  %7.3f Mpps  %6.1f ns/packet  (%+5.1f%% vs key off, telemetry off)\n",
+    std::printf("  %s  %7.3f Mpps  %6.1f ns/packet  (%+5.1f%% vs tag off, telemetry off)\n",
                 v.name, med, 1e3 / med, (med / base - 1) * 100);
   }
+  const size_t dg = wire::kHeaderSize + 1024;  // a full 1 KiB block's DATA or RESULT
+  const double tag_ns = bench::siphash_ns_per_datagram(dg);
+  std::printf("  siphash-2-4 tag of a %zu-byte datagram: %.1f ns (%.2f GB/s)\n", dg, tag_ns,
+              static_cast<double>(dg) / tag_ns);
   return per_dtype(dtypes, world, slots, elems, rounds, reps);
 }

@@ -1,13 +1,15 @@
 // What the in-process Engine benches (ina-engine-bench, ina-tree-engine-bench) feed the engine:
 // job 1's configuration, a rank's HELLO, and the DATA packet stream: `rounds` blocks over a
 // window of `slots` slots (alternating copies once the window wraps), one packet per rank per
-// block, every payload `elems` words of 3.
+// block, every payload `elems` words of 3. Every packet is sealed with the job's key, as a
+// worker seals it; replies are sealed with theirs (encode_reply), as the backends seal them.
 #pragma once
 
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
-#include <vector>
-
 #include <cstring>
+#include <vector>
 
 #include "aggregator/engine.h"
 #include "ina/protocol/fp8.h"
@@ -16,25 +18,37 @@
 
 namespace ina::bench {
 
-inline std::vector<uint8_t> encode_packet(const wire::Header& h, const int32_t* payload) {
+inline std::vector<uint8_t> encode_packet(const wire::Header& h, const int32_t* payload,
+                                          uint64_t key) {
   std::vector<uint8_t> p(wire::packet_size(h.count, 4));
   wire::encode_header(h, p.data());
   if (h.count > 0) wire::store_words(p.data() + wire::kHeaderSize, payload, h.count);
+  wire::seal(p, Key128{key});
   return p;
 }
-// A reply's payload (wire-order bytes).
-inline std::vector<uint8_t> encode_packet(const wire::Header& h, const uint8_t* payload) {
-  std::vector<uint8_t> p(wire::packet_size(h));
+// The same with the payload as bytes already in wire order (the dtype streams below).
+inline std::vector<uint8_t> encode_bytes(const wire::Header& h, const uint8_t* payload,
+                                         size_t payload_bytes, uint64_t key) {
+  std::vector<uint8_t> p(wire::kHeaderSize + payload_bytes);
   wire::encode_header(h, p.data());
-  if (h.count > 0) std::memcpy(p.data() + wire::kHeaderSize, payload, p.size() - wire::kHeaderSize);
+  if (payload_bytes > 0) std::memcpy(p.data() + wire::kHeaderSize, payload, payload_bytes);
+  wire::seal(p, Key128{key});
+  return p;
+}
+// A reply as a backend sends it: header, payload (wire-order bytes), sealed with its job's key.
+inline std::vector<uint8_t> encode_reply(const agg::Reply& r) {
+  std::vector<uint8_t> p(r.packet_size());
+  wire::encode_header(r.hdr, p.data());
+  if (r.hdr.count > 0) std::memcpy(p.data() + wire::kHeaderSize, r.payload, r.payload_bytes());
+  wire::seal(p, r.key);
   return p;
 }
 
 // Job 1 with `key`: `world` ranks, `slots` slots of up to `elems` elements.
 inline agg::JobConfig job_config(uint32_t world, uint32_t slots, uint32_t elems, uint64_t key) {
-  (void)key;  // wire v2: no key on the wire (issue 19's tag)
   agg::JobConfig c;
   c.job = 1;
+  c.key = Key128{key};
   c.slots.world_size = world;
   c.slots.num_slots = slots;
   c.slots.max_payload_bytes = static_cast<uint32_t>(static_cast<uint16_t>(elems)) * 4;
@@ -44,7 +58,6 @@ inline agg::JobConfig job_config(uint32_t world, uint32_t slots, uint32_t elems,
 // Rank `rank`'s HELLO to job 1 (incarnation nonce `seq`) for a job of `world` ranks.
 inline std::vector<uint8_t> hello_packet(uint16_t rank, uint32_t world, uint64_t key,
                                          BlockSeq seq) {
-  (void)key;
   wire::Header h;
   h.job = 1;
   h.rank = rank;
@@ -52,7 +65,7 @@ inline std::vector<uint8_t> hello_packet(uint16_t rank, uint32_t world, uint64_t
   h.flags = wire::kFlagHello;
   h.count = 1;
   const auto w = static_cast<int32_t>(world);
-  return encode_packet(h, &w);
+  return encode_packet(h, &w, key);
 }
 
 // Round b's DATA header of rank r (int32 SUM of `elems` elements).
@@ -72,12 +85,11 @@ inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t w
                                                      uint32_t slots, uint32_t elems,
                                                      uint64_t key) {
   std::vector<std::vector<uint8_t>> pkts;
-  (void)key;
   pkts.reserve(size_t{rounds} * world);
   const std::vector<int32_t> payload(elems, 3);
   for (uint32_t b = 0; b < rounds; ++b) {
     for (uint32_t r = 0; r < world; ++r) {
-      pkts.push_back(encode_packet(data_header(b, r, slots, elems), payload.data()));
+      pkts.push_back(encode_packet(data_header(b, r, slots, elems), payload.data(), key));
     }
   }
   return pkts;
@@ -86,7 +98,8 @@ inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t w
 // The same stream in `dtype` (SUM): `elems` elements of the type per packet, the values a mix of
 // magnitudes and signs (so a float block's exponent and rounding are exercised, not a constant).
 inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t world,
-                                                     uint32_t slots, uint32_t elems, DType dtype) {
+                                                     uint32_t slots, uint32_t elems, DType dtype,
+                                                     uint64_t key) {
   std::vector<std::vector<uint8_t>> pkts;
   pkts.reserve(size_t{rounds} * world);
   const size_t esize = dtype_size(dtype);
@@ -118,10 +131,32 @@ inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t w
       h.dtype = dtype;
       h.op = ReduceOp::kSum;
       h.elems = elems;
-      pkts.push_back(encode_packet(h, payload.data()));
+      pkts.push_back(encode_bytes(h, payload.data(), payload.size(), key));
     }
   }
   return pkts;
+}
+
+// SipHash-2-4 cost: nanoseconds per tag (wire::compute_tag) of a `bytes`-byte datagram, the
+// median of `reps` runs of `n` tags each.
+inline double siphash_ns_per_datagram(size_t bytes, uint32_t n = 200000, uint32_t reps = 5) {
+  std::vector<uint8_t> d(bytes, 0x5A);
+  const Key128 k{0x0123456789ABCDEFull, 0xFEDCBA9876543210ull};
+  std::vector<double> ns;
+  uint64_t sink = 0;
+  for (uint32_t rep = 0; rep < reps; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    for (uint32_t i = 0; i < n; ++i) {
+      d[8] = static_cast<uint8_t>(i);  // a different datagram each time
+      sink ^= wire::compute_tag(d, k);
+    }
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ns.push_back(s * 1e9 / n);
+  }
+  volatile uint64_t keep = sink;  // the loop is not optimized away
+  (void)keep;
+  std::sort(ns.begin(), ns.end());
+  return ns[ns.size() / 2];
 }
 
 }  // namespace ina::bench

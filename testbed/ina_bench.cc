@@ -74,7 +74,7 @@ using ina::DType;
 using ina::ReduceOp;
 
 constexpr ina::JobId kJob = 1;
-constexpr uint64_t kJobKey = 0x696e612d62656e63ULL;  // "ina-benc"
+constexpr ina::Key128 kJobKey{0x696e612d62656e63ULL, 0x686d61726b000000ULL};  // "ina-benchmark"
 
 struct Options {
   std::string minbytes = "8";
@@ -613,6 +613,7 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
   uo.drop_percent = o.agg_drop_percent;
   ina::agg::JobConfig job;
   job.job = kJob;
+  job.key = kJobKey;  // the workers' (child_main): every packet sealed and verified
   job.slots.world_size = static_cast<uint32_t>(o.workers);
   job.slots.num_slots = std::max<uint32_t>(o.window, 1);
   job.slots.max_payload_bytes = static_cast<uint32_t>(static_cast<uint16_t>(o.block_elems)) * 4;

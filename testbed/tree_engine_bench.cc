@@ -32,6 +32,7 @@ std::span<const uint8_t> encode_into(const agg::Reply& r, std::vector<uint8_t>& 
   if (buf.size() < n) buf.resize(n);
   wire::encode_header(r.hdr, buf.data());
   if (r.payload != nullptr) std::memcpy(buf.data() + wire::kHeaderSize, r.payload, r.payload_bytes());
+  wire::seal(std::span<uint8_t>(buf.data(), n), r.key);  // as the backends seal every reply
   return {buf.data(), n};
 }
 
@@ -101,11 +102,11 @@ int main(int argc, char** argv) {
         const agg::Reply x = leaf[r / kPerLeaf].on_packet(hello(r), &rank, &jid);
         if (x.target == agg::Reply::Target::kParent) up[r / kPerLeaf] = x;
       }
-      std::vector<uint8_t> h0 = bench::encode_packet(up[0].hdr, up[0].payload);
+      std::vector<uint8_t> h0 = bench::encode_reply(up[0]);
       root.on_packet(h0, &rank, &jid);
-      std::vector<uint8_t> h1 = bench::encode_packet(up[1].hdr, up[1].payload);
+      std::vector<uint8_t> h1 = bench::encode_reply(up[1]);
       const agg::Reply w = root.on_packet(h1, &rank, &jid);
-      std::vector<uint8_t> wb = bench::encode_packet(w.hdr, w.payload);
+      std::vector<uint8_t> wb = bench::encode_reply(w);
       for (auto& l : leaf) l.on_packet(wb, &rank, &jid);
       if (!leaf[0].job_ready(1) || !leaf[1].job_ready(1)) {
         std::fprintf(stderr, "bench: the tree did not join\n");

@@ -113,8 +113,11 @@ Result<Admission> parse_admission(std::string_view body) {
       a.job = static_cast<JobId>(x);
       have_job = true;
     } else if (k == "key") {
-      if (!parse_num(v, UINT64_MAX, &x)) return bad();
-      a.key = x;
+      // 32 hex digits; not echoed in the error (it is the job's secret).
+      if (!parse_key_hex(v, &a.key)) {
+        return unavailable("controller answer: bad 'key' value (" + std::to_string(v.size()) +
+                           " characters): expected 32 hexadecimal digits");
+      }
       have_key = true;
     } else if (k == "shards") {
       if (shards != 0 || !a.aggregators.empty()) {

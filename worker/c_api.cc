@@ -158,7 +158,10 @@ ina::Result<ina::Config> merge_config(const ina_config_t* c, bool own_store) {
     cfg.host_only = cfg.transport == ina::AggregatorTransport::kHost;
   }
   if (c->job != 0) cfg.job = c->job;
-  if (c->job_key != 0) cfg.job_key = c->job_key;
+  if (c->job_key != nullptr && !ina::parse_key_hex(c->job_key, &cfg.job_key)) {
+    return ina::invalid_argument("config.job_key is not valid: expected 32 hexadecimal digits, "
+                                 "the job's 128-bit key (or NULL: INA_JOB_KEY or none)");
+  }
   if (c->block_elems != 0) cfg.block_elems = c->block_elems;
   if (c->window != 0) cfg.window = c->window;
   if (c->timeout_ms != 0) cfg.timeout = std::chrono::milliseconds(c->timeout_ms);

@@ -174,10 +174,11 @@ class CommunicatorImpl final : public Communicator {
     INA_DEBUG("worker",
               "rank %d closes: %" PRIu64 " collectives, %" PRIu64 " packets sent, %" PRIu64
               " received, %" PRIu64 " retransmits, %" PRIu64 " duplicate results, %" PRIu64
-              " malformed, %" PRIu64 " error reports, %" PRIu64 " on the host path, %" PRIu64
-              " fallbacks",
+              " malformed, %" PRIu64 " bad tags, %" PRIu64 " error reports, %" PRIu64
+              " on the host path, %" PRIu64 " fallbacks",
               cfg_.rank, s.collectives, s.packets_sent, s.packets_received, s.retransmits,
-              s.duplicate_results, s.malformed, s.error_reports, s.host_collectives, s.fallbacks);
+              s.duplicate_results, s.malformed, s.bad_tag, s.error_reports, s.host_collectives,
+              s.fallbacks);
   }
 
   // Measures the host cost model, then joins the aggregator (path_policy.h).

@@ -110,6 +110,20 @@ bool get_env(const char* name, std::string_view* out) {
   return true;
 }
 
+// INA_JOB_KEY: the job's 128-bit key as 32 hex digits. A wrong form is refused without echoing
+// the value (it is meant to be a secret).
+Status parse_job_key(std::string_view name, std::string_view value, Key128* out) {
+  if (parse_key_hex(value, out)) return ok_status();
+  return invalid_argument(std::string(name) + " is not valid (" + std::to_string(value.size()) +
+                          " characters): expected 32 hexadecimal digits, the job's 128-bit key");
+}
+
+Status env_job_key(Key128* out) {
+  std::string_view v;
+  if (!get_env("INA_JOB_KEY", &v)) return ok_status();
+  return parse_job_key("INA_JOB_KEY", v, out);
+}
+
 template <typename T>
 Status env_unsigned(const char* name, uint64_t lo, uint64_t hi, bool allow_hex, T* field) {
   std::string_view v;
@@ -417,8 +431,7 @@ Result<Config> config_from_env(bool own_store) {
   }
   INA_RETURN_IF_ERROR(
       env_unsigned("INA_JOB", 0, std::numeric_limits<uint32_t>::max(), false, &c.job));
-  INA_RETURN_IF_ERROR(
-      env_unsigned("INA_JOB_KEY", 0, std::numeric_limits<uint64_t>::max(), true, &c.job_key));
+  INA_RETURN_IF_ERROR(env_job_key(&c.job_key));
   INA_RETURN_IF_ERROR(env_unsigned("INA_BLOCK_ELEMS", 1, kMaxBlockElems, false, &c.block_elems));
   INA_RETURN_IF_ERROR(env_unsigned("INA_WINDOW", 1, kMaxWindow, false, &c.window));
   uint64_t timeout_ms = 0;

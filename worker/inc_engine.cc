@@ -77,9 +77,9 @@ constexpr size_t kRecvBatch = 64;
 // Serial-number distance: how far `seq` is past `base` (mod 2^32).
 uint32_t seq_offset(BlockSeq seq, BlockSeq base) { return static_cast<uint32_t>(seq - base); }
 
-// Issue 19: the worker's MAC over header and payload goes into the tag here, before a packet is
-// sent (DATA, HELLO; a retransmission re-seals, the RETRANSMIT flag being covered). Not yet: 0.
-void seal_tag(std::span<uint8_t> /*packet*/) {}
+// The tag (WIRE.md): SipHash-2-4 under the job's key over the whole packet, sealed before it is
+// sent (DATA, HELLO; a retransmission re-seals, the RETRANSMIT flag being covered).
+void seal_tag(std::span<uint8_t> packet, const Key128& key) { wire::seal(packet, key); }
 
 uint32_t random_nonce() {
   std::random_device rd;
@@ -127,13 +127,14 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
   wire::encode_header(h, hello.data());
   const int32_t payload = static_cast<int32_t>(world_);
   wire::store_words(hello.data() + wire::kHeaderSize, &payload, 1);
-  seal_tag(hello);
+  seal_tag(hello, cfg_.job_key);
   const std::span<const uint8_t> pkt[1] = {std::span<const uint8_t>(hello)};
 
   rx_.assign(kRecvBatch, Datagram());
   missing_ = MissingReport{};
   heard_ = false;
   const uint64_t refusals0 = transport_->refusals();
+  const uint64_t bad_tags0 = stats_.bad_tag;
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + limit_ms;
   const Clock::duration rto_max = cfg_.retransmit * kMaxBackoff;
@@ -159,9 +160,13 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
     for (size_t i = 0; i < n; ++i) {
       ++stats_.packets_received;
       wire::PacketView pv;
-      // Issue 19 verifies the tag here (worker receive).
       if (wire::decode(rx_[i], &pv) != wire::DecodeError::kOk || pv.hdr.job != cfg_.job) {
         ++stats_.malformed;
+        continue;
+      }
+      // Only the aggregator holds the job's key: anything else is dropped unseen.
+      if (!wire::tag_ok(rx_[i], cfg_.job_key)) {
+        ++stats_.bad_tag;
         continue;
       }
       heard_ = true;
@@ -234,6 +239,7 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
     now = Clock::now();
     if (now >= due && now < deadline) {
       hello[wire::kOffFlags] |= wire::kFlagRetransmit;
+      seal_tag(hello, cfg_.job_key);  // the flag is covered by the tag
       INA_RETURN_IF_ERROR(transport_->send_batch(pkt));
       ++stats_.packets_sent;
       ++stats_.retransmits;
@@ -254,9 +260,16 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
     return deadline_exceeded(who + ": deadline " + limit +
                              " exceeded without a WELCOME from the aggregator");
   }
+  std::string forged;
+  if (stats_.bad_tag != bad_tags0) {
+    forged = "; " + std::to_string(stats_.bad_tag - bad_tags0) +
+             " datagrams for the job had a tag this key does not give (dropped)";
+  }
   return unavailable(who + ": no answer from aggregator " + transport_->peer_name() + " within " +
                      limit + " (is it running and serving job " + std::to_string(cfg_.job) +
-                     " with this key?)" + refused_note(refusals0));
+                     " with this key? it drops, unanswered, every packet whose tag its job key "
+                     "does not give: INA_JOB_KEY must be the job's)" + forged +
+                     refused_note(refusals0));
 }
 
 void IncEngine::lower_payload_bytes(uint32_t bytes) {
@@ -444,7 +457,7 @@ Status IncEngine::flush() {
     Slot& sl = slots_[s];
     sl.queued = false;
     if (!sl.resealed) {
-      seal_tag(std::span<uint8_t>(sl.pkt, sl.pkt_len));
+      seal_tag(std::span<uint8_t>(sl.pkt, sl.pkt_len), cfg_.job_key);
       sl.resealed = true;
     }
     tx_.emplace_back(sl.pkt, sl.pkt_len);
@@ -478,9 +491,13 @@ void IncEngine::retransmit_due(Clock::time_point now) {
 Status IncEngine::on_datagram(Datagram d) {
   ++stats_.packets_received;
   wire::PacketView pv;
-  // Issue 19 verifies the tag here (worker receive).
   if (wire::decode(d, &pv) != wire::DecodeError::kOk || pv.hdr.job != cfg_.job) {
     ++stats_.malformed;
+    return ok_status();
+  }
+  // Only the aggregator holds the job's key: a forged or corrupted reply changes nothing.
+  if (!wire::tag_ok(d, cfg_.job_key)) {
+    ++stats_.bad_tag;
     return ok_status();
   }
   heard_ = true;

@@ -32,6 +32,7 @@ inline void add_packet_counters(const CommStats& from, CommStats* to) {
   to->nonfinite_blocks += from.nonfinite_blocks;
   to->error_reports += from.error_reports;
   to->spurious_retransmits += from.spurious_retransmits;
+  to->bad_tag += from.bad_tag;
 }
 
 class IncEngine {
@@ -99,7 +100,7 @@ class IncEngine {
     uint32_t first_use = 0;        // the slot's use counter u[s] when the collective began
     uint16_t count = 0;            // payload elements of the outstanding round
     bool shadow = false;
-    bool resealed = false;  // the tag covers the packet as it is now (issue 19)
+    bool resealed = false;  // the tag covers the packet as it is now (wire::seal)
     bool active = false;    // a round is outstanding
     bool queued = false;    // its packet is in the pending send batch
     bool retransmitted = false;  // the outstanding round was resent (no RTT sample: Karn)

@@ -13,13 +13,13 @@ namespace ina::agg {
 namespace {
 
 std::string answer(const std::string& jobs) { return "{\"jobs\": [" + jobs + "]}"; }
-constexpr const char* kBase = R"("job": 4, "key": 99, "world": 8, "slots": 16, "block_elems": 256, "slot_base": 32)";
+constexpr const char* kBase = R"("job": 4, "key": "00000000000000010000000000000063", "world": 8, "slots": 16, "block_elems": 256, "slot_base": 32)";
 
 TEST(HeartbeatJobs, FlatLeafAndRoot) {
   const std::string body = answer(std::string("{") + kBase + "}, {" + kBase +
                                   R"(, "role": "leaf", "rank_base": 4, "local_ranks": 4,
                                       "child_index": 1, "parent": "10.0.0.9:47474"}, )" +
-                                  R"({"job": 5, "key": 1, "world": 2, "slots": 16,
+                                  R"({"job": 5, "key": "00000000000000000000000000000001", "world": 2, "slots": 16,
                                       "block_elems": 256, "slot_base": 0, "role": "root"})");
   auto jobs = parse_heartbeat_jobs(body);
   ASSERT_TRUE(jobs.ok()) << jobs.status().to_string();
@@ -27,7 +27,7 @@ TEST(HeartbeatJobs, FlatLeafAndRoot) {
   const JobConfig& flat = (*jobs)[0];
   EXPECT_EQ(flat.tree.role, TreeRole::kFlat);
   EXPECT_EQ(flat.job, 4u);
-  EXPECT_EQ(flat.key, 99u);
+  EXPECT_EQ(flat.key, (Key128{99, 1}));  // 128 bits: lo 99, hi 1
   EXPECT_EQ(flat.slots.world_size, 8u);
   EXPECT_EQ(flat.slots.num_slots, 16u);
   EXPECT_EQ(flat.slots.max_payload_bytes, 1024u);  // block_elems 256 x 4 bytes
@@ -82,6 +82,9 @@ TEST(HeartbeatJobs, ErrorsNameTheEntryAndField) {
   m = err(answer(std::string("{") + kBase + R"(, "role": "leaf", "rank_base": 6,
                  "local_ranks": 4, "child_index": 0, "parent": "a:1"})"));
   EXPECT_NE(m.find("inside the world of 8"), std::string::npos) << m;
+  m = err(answer(R"({"job": 1, "key": 99})"));
+  EXPECT_NE(m.find("jobs[0]: field \"key\" must be a string of 32 hexadecimal digits, got 99"),
+            std::string::npos) << m;
   m = err(answer(std::string("{") + kBase + R"(}, {"job": -1, "key": 1})"));
   EXPECT_NE(m.find("jobs[1]: field \"job\" must be an integer"), std::string::npos) << m;
 }

@@ -155,6 +155,10 @@ bool decode_reply(const Rx& rx, uint32_t world, Decoded* out) {
       ADD_FAILURE() << "reply to rank " << r << " is not an INA packet";
       return false;
     }
+    if (!wire::tag_ok(p.ina, Key128{kKey})) {
+      ADD_FAILURE() << "reply to rank " << r << " is not sealed with the job's key";
+      return false;
+    }
     out->rank = r;
     out->words.resize(out->pkt.hdr.count);
     if (!out->words.empty()) {
@@ -192,6 +196,7 @@ std::unique_ptr<Running> start(unsigned lcores, uint32_t world, uint32_t slots, 
   o.indirect_multicast = indirect;
   JobConfig j;
   j.job = kJob;
+  j.key = kKey;
   j.slots.world_size = world;
   j.slots.num_slots = slots;
   j.slots.max_payload_bytes = static_cast<uint32_t>(elems) * 4;
@@ -256,6 +261,7 @@ TEST(DpdkCreate, RefusesATreeLeafJob) {
   o.udp_port = kAggPort;
   JobConfig j;
   j.job = kJob;
+  j.key = kKey;
   j.slots.world_size = 8;
   j.tree.role = TreeRole::kLeaf;
   j.tree.rank_base = 4;
@@ -309,6 +315,7 @@ TEST_P(DpdkLoop, ShuffledDuplicatedLossyTrafficGivesExactSums) {
     auto send = [&](const Pkt& p, bool retransmit) {
       const uint16_t count = static_cast<uint16_t>(kElems - (p.block % 3) * 8);  // varied sizes
       wire::Header h;
+      h.tag = kKey;  // the key udp_frame() seals with
       h.job = kJob;
       h.rank = static_cast<uint16_t>(p.rank);
       h.slot = static_cast<uint16_t>(p.block % kSlots);
@@ -391,6 +398,8 @@ TEST_P(DpdkLoop, MalformedFramesCountedArpAndPingAnswered) {
   join(*run, kWorld, 4, 16);
 
   wire::Header h;
+
+  h.tag = kKey;  // the key udp_frame() seals with
   h.job = kJob;
   h.count = 4;
   const std::vector<int32_t> pl{1, 2, 3, 4};
@@ -430,6 +439,11 @@ TEST_P(DpdkLoop, MalformedFramesCountedArpAndPingAnswered) {
     frame::write_udp_headers(g.data(), rank_ep(0), agg_ep(), bad_ina.size(),
                              frame::sum16(bad_ina.data(), bad_ina.size()), 1);
     run->port->inject(g);
+  }
+  {
+    wire::Header forged = h;  // sealed with another key: a bad tag
+    forged.tag = kKey ^ 1;
+    run->port->inject(ina_frame(0, forged, pl));
   }
   // ARP request for our address (broadcast), then an ICMP echo request.
   std::vector<uint8_t> arp(60, 0);
@@ -506,6 +520,7 @@ TEST_P(DpdkLoop, MalformedFramesCountedArpAndPingAnswered) {
   const EngineCounters e = run->agg->engine_totals();
   EXPECT_EQ(e.decode.by_error[static_cast<size_t>(wire::DecodeError::kBadMagic)], 1u);
   EXPECT_EQ(e.malformed, 1u);
+  EXPECT_EQ(e.bad_tag, 1u);
   EXPECT_EQ(e.completed, 0u);
 }
 

@@ -111,7 +111,7 @@ struct Reply1 {
   wire::Header hdr;
   std::vector<int32_t> words;
 };
-bool decode_reply(const std::vector<uint8_t>& bytes, uint32_t world, Reply1* out) {
+bool decode_reply(const std::vector<uint8_t>& bytes, uint32_t world, uint64_t key, Reply1* out) {
   for (uint32_t r = 0; r < world; ++r) {
     const frame::Endpoint ep = rank_ep(r);
     frame::Parsed p;
@@ -121,6 +121,7 @@ bool decode_reply(const std::vector<uint8_t>& bytes, uint32_t world, Reply1* out
     }
     wire::PacketView pkt;
     if (wire::decode(p.ina, &pkt) != wire::DecodeError::kOk) return false;
+    EXPECT_TRUE(wire::tag_ok(p.ina, Key128{key})) << "a reply not sealed with the job's key";
     out->rank = r;
     out->hdr = pkt.hdr;
     out->words.resize(pkt.hdr.count);
@@ -170,7 +171,7 @@ struct Harness {
     while (welcomes < world && Clock::now() < end) {
       for (const auto& b : port->drain()) {
         Reply1 d;
-        ASSERT_TRUE(decode_reply(b, world, &d));
+        ASSERT_TRUE(decode_reply(b, world, key, &d));
         EXPECT_EQ(d.hdr.flags, wire::kFlagHello | wire::kFlagResult);
         ++welcomes;
       }
@@ -184,7 +185,6 @@ struct Harness {
   // queue in a shuffled order; every rank must get every block's exact sum.
   void exact_round(JobId job, uint64_t key, uint32_t world, uint32_t slots, uint16_t elems,
                    uint32_t block0, uint32_t blocks, uint32_t seed) {
-    (void)key;
     std::mt19937 rng(seed);
     for (uint32_t w0 = block0; w0 < block0 + blocks; w0 += 2 * slots) {
       const uint32_t w1 = std::min(block0 + blocks, w0 + 2 * slots);
@@ -195,6 +195,7 @@ struct Harness {
       std::shuffle(order.begin(), order.end(), rng);
       for (const auto& [r, b] : order) {
         wire::Header h;
+        h.tag = key;  // the key udp_frame() seals with (test_packets.h)
         h.job = job;
         h.rank = static_cast<uint16_t>(r);
         h.slot = static_cast<uint16_t>(b % slots);
@@ -211,7 +212,7 @@ struct Harness {
       while (got.size() < want && Clock::now() < end) {
         for (const auto& bytes : port->drain()) {
           Reply1 d;
-          ASSERT_TRUE(decode_reply(bytes, world, &d)) << "a reply to no rank";
+          ASSERT_TRUE(decode_reply(bytes, world, key, &d)) << "a reply to no rank";
           ASSERT_NE(d.hdr.flags & wire::kFlagResult, 0) << "not a result";
           const uint32_t b = d.hdr.seq - 1;
           ASSERT_EQ(d.words.size(), elems);
@@ -260,6 +261,7 @@ TEST_F(DpdkMultiQueue, TwoQueuesTwoLcoresExactSums) {
   h.port = std::make_unique<MultiRingPort>(2);
   JobConfig j;
   j.job = kJob;
+  j.key = kKey;
   j.slots = SlotTableConfig{kSlots, uint32_t{kElems} * 4, kWorld};
   auto a = DpdkAggregator::create(options(h.port->name()), {j});
   ASSERT_TRUE(a.ok()) << a.status().to_string();
@@ -310,6 +312,7 @@ TEST_F(DpdkMultiQueue, JobsChangedWhileRunning) {
 
   JobConfig ja;
   ja.job = 21;
+  ja.key = 0x2121;  // (the test helpers seal with 64-bit keys)
   ja.slots = SlotTableConfig{kSlots, uint32_t{kElems} * 4, kWorld};
   ja.slot_base = 0;
   JobConfig too_big = ja;
@@ -327,8 +330,8 @@ TEST_F(DpdkMultiQueue, JobsChangedWhileRunning) {
   for (unsigned i = 0; i < 2; ++i) {
     EXPECT_EQ(h.agg->engine(i).world_size(21), kWorld) << "lcore " << i << " lacks job 21";
   }
-  h.join(ja.job, ja.key, kWorld);
-  h.exact_round(ja.job, ja.key, kWorld, kSlots, kElems, 0, 4 * kSlots, 3);
+  h.join(ja.job, ja.key.lo, kWorld);
+  h.exact_round(ja.job, ja.key.lo, kWorld, kSlots, kElems, 0, 4 * kSlots, 3);
   // The merged snapshot: every round of both lcores, ready everywhere, every rank timed.
   ASSERT_TRUE(h.serve_until([&](const AggregatorSnapshot& s) {
     return s.jobs.size() == 1 && s.jobs[0].counters.completed == 4 * kSlots;
@@ -366,8 +369,8 @@ TEST_F(DpdkMultiQueue, JobsChangedWhileRunning) {
   ASSERT_TRUE(h.serve_until([&](const AggregatorSnapshot& s) {
     return s.engine.unknown_job == unknown0 + 1;
   })) << "the removed job's packet was not counted as unknown";
-  h.join(jb.job, jb.key, kWorld);
-  h.exact_round(jb.job, jb.key, kWorld, kSlots, kElems, 0, 2 * kSlots, 5);
+  h.join(jb.job, jb.key.lo, kWorld);
+  h.exact_round(jb.job, jb.key.lo, kWorld, kSlots, kElems, 0, 2 * kSlots, 5);
   EXPECT_TRUE(h.port->drain().empty());
 }
 

@@ -70,7 +70,7 @@ class EngineTest : public ::testing::Test {
   Sent hello(uint16_t rank, BlockSeq nonce, bool retransmit = false, uint32_t world = 3,
              JobId job = kJob, uint64_t key = kKey) {
     wire::Header h;
-    (void)key;
+    h.tag = key;  // the key encode_packet() seals with (test_packets.h)
     h.job = job;
     h.rank = rank;
     h.seq = nonce;
@@ -180,6 +180,7 @@ TEST_F(EngineTest, CopyCountedElsewhereJoinsWithoutCounting) {
   EXPECT_EQ(engine_.rank_counters(kJob)[0].packets, 1u);
   // A malformed copy (world mismatch) is answered but not counted either.
   wire::Header h;
+  h.tag = kKey;  // the key encode_packet() seals with
   h.job = kJob;
   h.rank = 0;
   h.flags = wire::kFlagHello;
@@ -205,17 +206,24 @@ TEST_F(EngineTest, NewIncarnationRestartsBarrierAndResetsSlots) {
   data(0, 0, false, 1, {5});
   ASSERT_TRUE(engine_.slot_table(kJob)->copy(0, false).used);
 
-  // Rank 1 restarted (new nonce): the job is not ready until everyone joins again.
+  // Rank 1 restarted (new nonce, the job's tag): its new incarnation waits for the next barrier;
+  // the running ranks are not disturbed (the job stays ready, the half-finished round stays).
   EXPECT_EQ(hello(1, 777).target, Reply::Target::kNone);
-  EXPECT_FALSE(engine_.job_ready(kJob));
-  Sent s = data(2, 0, false, 1, {5});
-  EXPECT_EQ(s.target, Reply::Target::kNone);
-  EXPECT_EQ(engine_.counters().not_ready, 1u);
-  s = hello(0, 1000, /*retransmit=*/true);  // its old nonce, but the barrier was cleared
+  EXPECT_TRUE(engine_.job_ready(kJob));
+  EXPECT_TRUE(engine_.slot_table(kJob)->copy(0, false).used);
+  Sent s = hello(1, 777, /*retransmit=*/true);  // names the ranks the next barrier lacks
   expect_error(s, wire::ErrorReason::kMissingRanks);
-  EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{0, 1}));
-  s = hello(2, 1002);
+  EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{1}));
+  EXPECT_EQ(s.sender_rank, 1);  // its (new) address is learned
+  // A running rank's HELLO of its current incarnation is only a lost WELCOME.
+  EXPECT_EQ(hello(0, 1000, /*retransmit=*/true).target, Reply::Target::kSender);
+  EXPECT_TRUE(engine_.job_ready(kJob));
+
+  // The whole job restarted: once every rank has a new incarnation, its barrier completes.
+  EXPECT_EQ(hello(0, 2000).target, Reply::Target::kNone);
+  s = hello(2, 2002);
   EXPECT_EQ(s.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(s.hdr.flags, wire::kFlagHello | wire::kFlagResult);
   EXPECT_TRUE(engine_.job_ready(kJob));
   // The half-finished round of the old incarnation is gone.
   EXPECT_FALSE(engine_.slot_table(kJob)->copy(0, false).used);
@@ -225,6 +233,20 @@ TEST_F(EngineTest, NewIncarnationRestartsBarrierAndResetsSlots) {
   s = data(2, 0, false, 1, {3});
   EXPECT_EQ(s.target, Reply::Target::kAllRanks);
   EXPECT_EQ(s.payload, (std::vector<int32_t>{6}));
+  // Its nonces are the current ones: a HELLO with one is a lost WELCOME.
+  EXPECT_EQ(hello(1, 777).target, Reply::Target::kSender);
+}
+
+TEST_F(EngineTest, NewIncarnationBeforeTheBarrierCompletesRestartsIt) {
+  hello(0, 1000);
+  hello(1, 1001);
+  // Rank 1 restarted before the barrier completed: everyone joins again.
+  EXPECT_EQ(hello(1, 777).target, Reply::Target::kNone);
+  Sent s = hello(0, 1000, /*retransmit=*/true);
+  expect_error(s, wire::ErrorReason::kMissingRanks);
+  EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{0, 1}));
+  EXPECT_EQ(hello(2, 1002).target, Reply::Target::kAllRanks);
+  EXPECT_TRUE(engine_.job_ready(kJob));
 }
 
 TEST_F(EngineTest, WorldSizeMismatchIsReported) {
@@ -298,6 +320,7 @@ TEST_F(EngineTest, FloatSumRoundsOnceAndMarksNonFinite) {
     std::vector<uint8_t> b(wire::packet_size(h));
     wire::encode_header(h, b.data());
     std::memcpy(b.data() + wire::kHeaderSize, v, 8);
+    testing::seal_test_datagram(b, kKey);
     return send_bytes(b);
   };
   send_f(0, 5, a[0], 0);
@@ -376,6 +399,155 @@ TEST_F(EngineTest, StaleIsCountedAndDropped) {
   EXPECT_EQ(engine_.counters().stale, 1u);
 }
 
+// The tag (WIRE.md): every datagram carries SipHash-2-4 under the job's key over all its bytes.
+// Anything built from a captured genuine packet (a bit flipped anywhere, the tag included; cut
+// short with a matching count; resealed under another key) is dropped before any state changes:
+// no slot, no barrier, no address (sender_rank stays -1), no reply.
+TEST_F(EngineTest, TamperedPacketsAreDroppedBeforeAnyState) {
+  join_all();
+  data(0, 0, false, 1, {1, 2, 3, 4});
+  const std::vector<uint8_t> genuine =
+      encode_packet(data_header(kJob, kKey, 1, 0, false, 1, 0), std::vector<int32_t>{5, 6, 7, 8});
+  auto untouched = [&](const char* what, size_t i) {
+    EXPECT_EQ(engine_.slot_table(kJob)->copy(0, false).contributors, 1u) << what << " " << i;
+    EXPECT_TRUE(engine_.job_ready(kJob)) << what << " " << i;
+  };
+  const EngineCounters before = engine_.counters();
+  uint64_t dropped = 0, bad_tags = 0;
+  for (size_t i = 0; i < genuine.size(); ++i) {
+    for (int b = 0; b < 8; ++b) {
+      std::vector<uint8_t> x = genuine;
+      x[i] ^= static_cast<uint8_t>(1u << b);
+      const uint64_t bt = engine_.counters().bad_tag;
+      const Sent sent = send_bytes(x);
+      EXPECT_EQ(sent.target, Reply::Target::kNone) << "byte " << i << " bit " << b;
+      EXPECT_EQ(sent.sender_rank, -1) << "byte " << i << " bit " << b;
+      ++dropped;
+      // Flips of the fields decode() checks may fail decoding, or name another job; every
+      // other flip (seq, rank, slot, coll, elems, root, tag, payload) is a bad tag.
+      const bool decoded_field = i < 8 || (i >= 16 && i < 20) || (i >= 28 && i < 30);
+      if (!decoded_field) {
+        EXPECT_EQ(engine_.counters().bad_tag, bt + 1) << "byte " << i << " bit " << b;
+        ++bad_tags;
+      }
+      untouched("flip", i);
+    }
+  }
+  // Cut short by one word, count lowered to match: well-formed, but the tag no longer fits.
+  std::vector<uint8_t> cut(genuine.begin(), genuine.end() - 4);
+  wire::put_u16(cut.data() + wire::kOffCount, 3);
+  EXPECT_EQ(send_bytes(cut).target, Reply::Target::kNone);
+  ++dropped, ++bad_tags;
+  untouched("cut", 0);
+  // The right tag under the wrong key (another job's, the zero key, one bit off).
+  for (uint64_t k : {uint64_t{0x9999}, uint64_t{0}, kKey ^ 1}) {
+    std::vector<uint8_t> x = genuine;
+    testing::seal_test_datagram(x, k);
+    EXPECT_EQ(send_bytes(x).sender_rank, -1);
+    ++dropped, ++bad_tags;
+    untouched("key", 0);
+  }
+  // A sender that writes no tag at all.
+  std::vector<uint8_t> zero = genuine;
+  std::memset(zero.data() + wire::kOffTag, 0, wire::kTagSize);
+  EXPECT_EQ(send_bytes(zero).target, Reply::Target::kNone);
+  ++dropped, ++bad_tags;
+  const EngineCounters& c = engine_.counters();
+  EXPECT_GE(c.bad_tag - before.bad_tag, bad_tags);
+  EXPECT_EQ((c.bad_tag - before.bad_tag) + (c.malformed - before.malformed) +
+                (c.unknown_job - before.unknown_job),
+            dropped);
+  EXPECT_EQ(engine_.job_counters(kJob)->bad_tag, c.bad_tag);
+  EXPECT_EQ(c.by_verdict[static_cast<size_t>(Verdict::kAdded)],
+            before.by_verdict[static_cast<size_t>(Verdict::kAdded)]);
+  EXPECT_EQ(engine_.rank_counters(kJob)[1].packets, 1u);  // its HELLO only
+  // The genuine packet still completes nothing alone, and is added once.
+  EXPECT_EQ(send_bytes(genuine).sender_rank, 1);
+  EXPECT_EQ(engine_.slot_table(kJob)->copy(0, false).contributors, 2u);
+}
+
+// The attack that reopened the join barrier: a HELLO naming a real rank with a new nonce. Without
+// the job's key it is a bad tag and changes nothing; the running ranks stay ready, the next
+// barrier does not count it, and no address is learned.
+TEST_F(EngineTest, ForgedHelloWithNewNonceChangesNothing) {
+  join_all();
+  data(0, 0, false, 1, {5});
+  for (uint64_t k : {uint64_t{0}, uint64_t{kKey ^ (uint64_t{1} << 63)}, uint64_t{0x1234}}) {
+    wire::Header h = testing::hello_header(kJob, k, 1, 0xBAD0 + static_cast<BlockSeq>(k));
+    const Sent s = send_bytes(encode_packet(h, std::vector<int32_t>{3}));
+    EXPECT_EQ(s.target, Reply::Target::kNone);
+    EXPECT_EQ(s.sender_rank, -1);
+  }
+  // The old attack's shape: a 36-byte HELLO (v1's size) is not even a packet now.
+  std::vector<uint8_t> v1(36, 0);
+  wire::put_u16(v1.data(), wire::kMagic);
+  v1[wire::kOffVersion] = 1;
+  v1[wire::kOffFlags] = wire::kFlagHello;
+  EXPECT_EQ(send_bytes(v1).sender_rank, -1);
+  EXPECT_EQ(engine_.counters().decode.by_error[static_cast<size_t>(wire::DecodeError::kTruncated)],
+            1u);
+  EXPECT_EQ(engine_.counters().bad_tag, 3u);
+  EXPECT_EQ(engine_.counters().hellos, 3u);  // the three genuine ones of join_all
+  EXPECT_TRUE(engine_.job_ready(kJob));
+  EXPECT_TRUE(engine_.slot_table(kJob)->copy(0, false).used);
+  // The genuine restart of rank 1 is the first member of the next barrier, alone.
+  const Sent s = hello(1, 4242, /*retransmit=*/true);
+  expect_error(s, wire::ErrorReason::kMissingRanks);
+  EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{1}));
+  // The round in flight completes as if nothing happened.
+  data(1, 0, false, 1, {6});
+  EXPECT_EQ(data(2, 0, false, 1, {7}).payload, (std::vector<int32_t>{18}));
+}
+
+// Replays: a genuine DATA of a completed round sent again is stale (or answered from the shadow)
+// and is never added twice; the same packet with seq XOR 2^20 (a round "ahead") is a bad tag, and
+// the slot does not move.
+TEST_F(EngineTest, ReplayedDataIsStaleAndShiftedSeqIsBadTag) {
+  join_all();
+  const auto pkt = [&](uint16_t r, BlockSeq seq, int32_t v) {
+    return encode_packet(data_header(kJob, kKey, r, 0, false, seq, 0), std::vector<int32_t>{v});
+  };
+  const std::vector<uint8_t> old = pkt(0, 10, 1);
+  send_bytes(old);
+  send_bytes(pkt(1, 10, 2));
+  EXPECT_EQ(send_bytes(pkt(2, 10, 3)).payload, (std::vector<int32_t>{6}));
+  for (uint16_t r = 0; r < 2; ++r) send_bytes(pkt(r, 12, 10));  // the next round, in flight
+  const uint64_t stale = engine_.counters().stale;
+  EXPECT_EQ(send_bytes(old).target, Reply::Target::kNone);
+  EXPECT_EQ(engine_.counters().stale, stale + 1);
+  std::vector<uint8_t> ahead = old;
+  wire::put_u32(ahead.data() + wire::kOffSeq, wire::get_u32(old.data() + wire::kOffSeq) ^ (1u << 20));
+  EXPECT_EQ(send_bytes(ahead).target, Reply::Target::kNone);
+  EXPECT_EQ(engine_.counters().bad_tag, 1u);
+  const CopyView c = engine_.slot_table(kJob)->copy(0, false);
+  EXPECT_EQ(c.seq, 12u);
+  EXPECT_EQ(c.contributors, 2u);
+  EXPECT_EQ(send_bytes(pkt(2, 12, 10)).payload, (std::vector<int32_t>{30}));
+}
+
+// With the tag check off (benchmarks only) the same forged packet would be accepted: the check
+// is what stops it.
+TEST(EngineTagOption, CheckOffAcceptsAnyTag) {
+  EngineOptions o;
+  o.check_tag = false;
+  Engine e(o);
+  JobConfig cfg;
+  cfg.job = 3;
+  cfg.key = Key128{1, 2};
+  cfg.slots.world_size = 1;
+  cfg.slots.num_slots = 2;
+  cfg.slots.max_payload_bytes = 16;
+  ASSERT_TRUE(e.add_job(cfg).ok());
+  int32_t rank = -2;
+  JobId job = 0;
+  const Reply r =
+      e.on_packet(encode_packet(testing::hello_header(3, 0, 0, 1), std::vector<int32_t>{1}),
+                  &rank, &job);
+  EXPECT_EQ(r.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(r.key, (Key128{1, 2}));  // replies carry the job's key, for the backend to seal
+  EXPECT_EQ(e.counters().bad_tag, 0u);
+}
+
 // A round the ranks disagree on: nothing until every rank is in, then each packet of the round
 // (resends) gets the same words: both shapes and the ranks of the other one.
 TEST_F(EngineTest, RoundMismatchTellsEveryRankBothShapes) {
@@ -398,7 +570,7 @@ TEST_F(EngineTest, RoundMismatchTellsEveryRankBothShapes) {
   EXPECT_TRUE(engine_.slot_table(kJob)->copy(2, true).poisoned);
 }
 
-// Wire v2 carries no key: a wrong tag (issue 19) will be dropped like an unknown job.
+// A packet for a job this engine does not serve cannot be verified: counted and dropped.
 TEST_F(EngineTest, UnknownJobIsDroppedSilently) {
   join_all();
   data(0, 0, false, 1, {1, 1});
@@ -441,8 +613,12 @@ TEST_F(EngineTest, RemovedOrReplacedJobIsNotServedFromTheLastJobCache) {
 
   // Same id, another world: it completes with 2 ranks (before the join, DATA is not ready).
   add(kJob, kKey ^ 0xFF, 2);
-  s = data(0, 0, false, 1, {1, 1}, 0, kJob, kKey);
+  s = data(0, 0, false, 1, {1, 1}, 0, kJob, kKey ^ 0xFF);
   EXPECT_EQ(s.target, Reply::Target::kNone);
+  EXPECT_EQ(engine_.counters().not_ready, 1u);
+  // The old job's key is not the new one's.
+  s = data(0, 0, false, 1, {1, 1}, 0, kJob, kKey);
+  EXPECT_EQ(engine_.counters().bad_tag, 1u);
   join_all(2, kJob, kKey ^ 0xFF);
   data(0, 0, false, 1, {10, 20}, 0, kJob, kKey ^ 0xFF);
   s = data(1, 0, false, 1, {1, 2}, 0, kJob, kKey ^ 0xFF);
@@ -510,6 +686,7 @@ TEST_F(EngineTest, EveryMalformedKindIsCounted) {
     EXPECT_EQ(data(0, 0, false, 1, {1}, f).target, Reply::Target::kNone) << int{f};
   }
   wire::Header h0;
+  h0.tag = kKey;  // the key encode_packet() seals with
   h0.job = kJob;
   h0.flags = wire::kFlagHello;
   EXPECT_EQ(send_bytes(encode_packet(h0, std::vector<int32_t>{})).target,
@@ -537,7 +714,7 @@ TEST_F(EngineTest, PacketPathDoesNotAllocate) {
   std::vector<std::vector<uint8_t>> pkts;
   auto hello_pkt = [](JobId job, uint64_t key, uint16_t rank, uint32_t world, uint8_t flags) {
     wire::Header h;
-    (void)key;
+    h.tag = key;  // the key encode_packet() seals with (test_packets.h)
     h.job = job;
     h.rank = rank;
     h.seq = 5;

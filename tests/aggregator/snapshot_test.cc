@@ -86,7 +86,7 @@ TEST(MergeSnapshots, SumsCountersAndRecomputesTheRanking) {
   EXPECT_FALSE(j.ready) << "not ready on part b";
   EXPECT_EQ(j.counters.packets, 150u);
   EXPECT_EQ(j.counters.completed, 10u);
-  EXPECT_EQ(j.counters.bad_key, 1u);
+  EXPECT_EQ(j.counters.bad_tag, 1u);
   EXPECT_EQ(j.ranks[2].packets, 17u);
   EXPECT_EQ(j.ranks[1].retransmits, 2u);
   EXPECT_EQ(j.telemetry[2].lag_count, 10u);
@@ -157,6 +157,7 @@ TEST(EngineSnapshot, ListsTheEnginesJobsWithTheirCounters) {
   Engine e;
   JobConfig c;
   c.job = 5;
+  c.key = 0x99;
   c.slots.world_size = 2;
   c.slots.num_slots = 2;
   c.slots.max_payload_bytes = static_cast<uint32_t>(4) * 4;

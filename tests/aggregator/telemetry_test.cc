@@ -24,6 +24,7 @@ class TelemetryTest : public ::testing::Test {
   void SetUp() override {
     JobConfig c;
     c.job = kJob;
+    c.key = kKey;
     c.slots.world_size = kWorld;
     c.slots.num_slots = 4;
     c.slots.max_payload_bytes = static_cast<uint32_t>(4) * 4;

@@ -3,12 +3,19 @@
 
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "ina/protocol/frame.h"
 #include "ina/protocol/wire.h"
 
 namespace ina::agg::testing {
+
+// Test convention: a header handed to encode_packet()/udp_frame() carries in `tag` the job key
+// (a 64-bit test key, hi = 0) to seal the datagram with, as a worker seals with its job's key;
+// the encoded datagram carries the real tag. data_header() and hello_header() set it; a header
+// built by hand (tag 0) is sealed with the zero key, the key of a job configured with none.
+inline void seal_test_datagram(std::span<uint8_t> d, uint64_t key) { wire::seal(d, Key128{key}); }
 
 // Writes n words of `payload` at dst in the packet's word width (wire::payload_width): 4-byte
 // words as they are, 2-byte and 1-byte ones truncated, 8-byte ones sign-extended.
@@ -25,6 +32,7 @@ inline std::vector<uint8_t> encode_packet(const wire::Header& h, const int32_t* 
   std::vector<uint8_t> b(wire::packet_size(h));
   wire::encode_header(h, b.data());
   if (h.count > 0) store_test_words(b.data() + wire::kHeaderSize, h, payload, h.count);
+  seal_test_datagram(b, h.tag);
   return b;
 }
 // The same with payload bytes already in wire order (a Reply's payload: payload_width bytes each).
@@ -32,6 +40,7 @@ inline std::vector<uint8_t> encode_packet(const wire::Header& h, const uint8_t* 
   std::vector<uint8_t> b(wire::packet_size(h));
   wire::encode_header(h, b.data());
   if (h.count > 0) std::memcpy(b.data() + wire::kHeaderSize, payload, b.size() - wire::kHeaderSize);
+  seal_test_datagram(b, h.tag);
   return b;
 }
 inline std::vector<uint8_t> encode_packet(const wire::Header& h,
@@ -50,6 +59,7 @@ inline std::vector<uint8_t> udp_frame(const frame::Endpoint& from, const frame::
   uint8_t* dg = f.data() + frame::kUdpHeadroom;
   wire::encode_header(h, dg);
   if (!payload.empty()) store_test_words(dg + wire::kHeaderSize, h, payload.data(), h.count);
+  seal_test_datagram(std::span<uint8_t>(dg, len), h.tag);
   frame::write_udp_headers(f.data(), from, to, len, frame::sum16(dg, len), 1);
   return f;
 }
@@ -58,7 +68,7 @@ inline std::vector<uint8_t> udp_frame(const frame::Endpoint& from, const frame::
 inline wire::Header data_header(JobId job, uint64_t key, uint16_t rank, uint16_t slot, bool shadow,
                                 BlockSeq seq, uint16_t count) {
   wire::Header h;
-  (void)key;  // v1's key field; wire v2 authenticates with a tag instead (issue 19)
+  h.tag = key;  // the key encode_packet() seals with (see above)
   h.job = job;
   h.rank = rank;
   h.slot = slot;
@@ -74,7 +84,7 @@ inline wire::Header data_header(JobId job, uint64_t key, uint16_t rank, uint16_t
 inline wire::Header hello_header(JobId job, uint64_t key, uint16_t rank, BlockSeq seq) {
   wire::Header h;
   h.flags = wire::kFlagHello;
-  (void)key;  // v1's key field; wire v2 authenticates with a tag instead (issue 19)
+  h.tag = key;  // the key encode_packet() seals with (see above)
   h.job = job;
   h.rank = rank;
   h.seq = seq;

@@ -39,9 +39,17 @@ constexpr int kLeafNode = 100;  // + child index
 constexpr int kRootNode = 200;
 constexpr int kFlatNode = 300;
 
+// A reply as the backend sends it: encoded, sealed with its job's key.
+std::vector<uint8_t> encode_reply(const Reply& r) {
+  std::vector<uint8_t> b = encode_packet(r.hdr, r.payload);
+  wire::seal(b, r.key);
+  return b;
+}
+
 JobConfig flat_job(uint32_t world) {
   JobConfig c;
   c.job = kJob;
+  c.key = kKey;
   c.slots.world_size = world;
   c.slots.num_slots = kSlots;
   c.slots.max_payload_bytes = static_cast<uint32_t>(kElems) * 4;
@@ -148,6 +156,7 @@ class Sim {
 
   void send_hello(uint32_t r, bool retransmit) {
     wire::Header h;
+    h.tag = kKey;  // the key encode_packet() seals with
     h.flags = wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : uint8_t{0});
     h.job = kJob;
     h.seq = 0xA000 + r;  // the rank's incarnation nonce
@@ -212,7 +221,7 @@ class Sim {
     JobId job = 0;
     const Reply rep = engines_[node].on_packet(m.bytes, &rank, &job);
     if (rep.target == Reply::Target::kNone) return;
-    const std::vector<uint8_t> out = encode_packet(rep.hdr, rep.payload);
+    const std::vector<uint8_t> out = encode_reply(rep);
     switch (rep.target) {
       case Reply::Target::kNone:
         return;
@@ -419,15 +428,15 @@ TEST(TreeLeaf, LearnsTheParentWorldFromTheRoot) {
   ASSERT_TRUE(up.hdr.has(wire::kFlagHello));
   EXPECT_EQ(up.hdr.rank, 0);
   EXPECT_EQ(W(up)[0], 2);  // the guess
-  const Reply err = root.on_packet(encode_packet(up.hdr, up.payload), &rank, &job);
+  const Reply err = root.on_packet(encode_reply(up), &rank, &job);
   ASSERT_TRUE(err.hdr.has(wire::kFlagError));
   EXPECT_EQ(W(err)[1], 3);
-  const Reply again = leaf.on_packet(encode_packet(err.hdr, err.payload), &rank, &job);
+  const Reply again = leaf.on_packet(encode_reply(err), &rank, &job);
   EXPECT_EQ(rank, -1);  // the parent is not a rank of the leaf
   ASSERT_EQ(again.target, Reply::Target::kParent);
   EXPECT_EQ(W(again)[0], 3);
   EXPECT_EQ(leaf.counters().parent_errors, 1u);
-  EXPECT_EQ(root.on_packet(encode_packet(again.hdr, again.payload), &rank, &job).target,
+  EXPECT_EQ(root.on_packet(encode_reply(again), &rank, &job).target,
             Reply::Target::kNone);  // joined; the root waits for its other two leaves
   EXPECT_EQ(rank, 0);
 }
@@ -441,6 +450,7 @@ class TreeLeafUnit : public ::testing::Test {
   }
   Reply hello(uint16_t global_rank, BlockSeq nonce, bool retransmit = false) {
     wire::Header h;
+    h.tag = kKey;  // the key encode_packet() seals with
     h.flags = wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : uint8_t{0});
     h.job = kJob;
     h.seq = nonce;
@@ -449,6 +459,7 @@ class TreeLeafUnit : public ::testing::Test {
   }
   Reply welcome_from_parent(int32_t slots = kSlots, int32_t elems = kElems) {
     wire::Header h;
+    h.tag = kKey;  // the key encode_packet() seals with
     h.flags = wire::kFlagHello | wire::kFlagResult;
     h.job = kJob;
     return send(h, {slots, elems});
@@ -506,13 +517,16 @@ TEST_F(TreeLeafUnit, WelcomesItsRanksOnlyAfterTheParentWelcomedIt) {
   const Reply again = hello(6, 906, true);
   EXPECT_EQ(again.target, Reply::Target::kSender);
 
-  // A new incarnation of rank 6: the leaf rejoins the parent with another nonce.
+  // A new incarnation of rank 6 alone does not disturb the running ranks; once every local rank
+  // has a new incarnation (the job restarted), the leaf rejoins the parent with another nonce.
   EXPECT_EQ(hello(6, 5555).target, Reply::Target::kNone);
+  EXPECT_TRUE(leaf_.job_ready(kJob));
+  EXPECT_TRUE(leaf_.job_counters(kJob)->parent_joined);
+  hello(4, 5554);
+  hello(5, 5553);
+  const Reply up2 = hello(7, 5557);
   EXPECT_FALSE(leaf_.job_ready(kJob));
   EXPECT_FALSE(leaf_.job_counters(kJob)->parent_joined);
-  hello(4, 904);
-  hello(5, 905);
-  const Reply up2 = hello(7, 907);
   ASSERT_EQ(up2.target, Reply::Target::kParent);
   EXPECT_NE(up2.hdr.seq, nonce);
 }
@@ -554,10 +568,17 @@ TEST_F(TreeLeafUnit, ForwardsPartialsAndTakesOnlyTheResultItWaitsFor) {
             (std::vector<uint32_t>{0, 1, 2, 3, 4}));
 
   wire::Header res = up.hdr;
+
+  res.tag = kKey;  // sealed as the root seals it
   res.flags = wire::kFlagResult;
   res.rank = 0;
-  // Wrong round or an idle copy: stale. (A wrong tag is issue 19's.)
+  // Not sealed with the job's key (a forged parent answer): a bad tag, no state.
   wire::Header bad = res;
+  bad.tag = kKey ^ 1;
+  EXPECT_EQ(send(bad, {1, 2}).target, Reply::Target::kNone);
+  EXPECT_EQ(leaf_.counters().bad_tag, 1u);
+  // Wrong round or an idle copy: stale.
+  bad = res;
   bad.seq = 9;
   EXPECT_EQ(send(bad, {1, 2}).target, Reply::Target::kNone);
   bad = res;
@@ -634,7 +655,7 @@ TEST_F(TreeLeafUnit, StalledSlotsNameGlobalRanksAndTheParentWait) {
 Reply to_root(Engine& root, const Reply& up) {
   int32_t rank;
   JobId job;
-  return root.on_packet(encode_packet(up.hdr, up.payload), &rank, &job);
+  return root.on_packet(encode_reply(up), &rank, &job);
 }
 
 // A root of `leaves` ranks that every leaf has joined (this fixture's leaf with its real HELLO).
@@ -706,6 +727,7 @@ TEST_F(TreeLeafUnit, TurnsTheRootsMissingLeavesIntoGlobalRanksForItsWorkers) {
 
   // A report about another round of the copy is stale and changes nothing.
   wire::Header old = root_err.hdr;
+  old.tag = kKey;  // sealed as the root seals it
   old.seq = 9;
   const size_t stale0 = leaf_.counters().parent_stale;
   EXPECT_EQ(send(old, {1, 2}).target, Reply::Target::kNone);
@@ -714,6 +736,7 @@ TEST_F(TreeLeafUnit, TurnsTheRootsMissingLeavesIntoGlobalRanksForItsWorkers) {
   // Leaf 0's partial arrives: the root completes, the leaf multicasts the result, and a
   // retransmission now gets the result, not the old report.
   wire::Header d0 = up.hdr;
+  d0.tag = kKey;  // sealed as the root seals it
   d0.rank = 0;
   const Reply res = root.on_packet(encode_packet(d0, std::vector<int32_t>{1, 1}), &rank_, &job_);
   ASSERT_EQ(res.target, Reply::Target::kAllRanks);
@@ -738,6 +761,7 @@ TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {
     return leaf.on_packet(encode_packet(h, p), &rank, &job);
   };
   wire::Header h;
+  h.tag = kKey;  // the key encode_packet() seals with
   h.flags = wire::kFlagHello;
   h.job = kJob;
   for (uint16_t r = 4; r < 8; ++r) {
@@ -746,6 +770,7 @@ TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {
     send(h, {static_cast<int32_t>(kWorld)});
   }
   wire::Header w;
+  w.tag = kKey;  // the key encode_packet() seals with
   w.flags = wire::kFlagHello | wire::kFlagResult;
   w.job = kJob;
   ASSERT_EQ(send(w, {kSlots, kElems}).target, Reply::Target::kAllRanks);
@@ -756,6 +781,7 @@ TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {
   ASSERT_EQ(up.target, Reply::Target::kParent);
   // The root (3 leaves) has leaves 0 and 2: leaf 1, ranks 2-3, is missing.
   wire::Header e = up.hdr;
+  e.tag = kKey;  // sealed as the root seals it
   e.flags = wire::kFlagError;
   e.rank = 2;
   const Reply down = send(e, {static_cast<int32_t>(wire::ErrorReason::kMissingRanks), 0b101});

@@ -101,10 +101,13 @@ class Client {
     const ssize_t n = ::recv(fd_, buf, sizeof buf, 0);
     if (n < 0) return std::nullopt;
     wire::PacketView v;
-    EXPECT_EQ(wire::decode(std::span<const uint8_t>(buf, static_cast<size_t>(n)), &v),
-              wire::DecodeError::kOk);
+    const std::span<const uint8_t> d(buf, static_cast<size_t>(n));
+    EXPECT_EQ(wire::decode(d, &v), wire::DecodeError::kOk);
+    EXPECT_TRUE(wire::tag_ok(d, Key128{key})) << "a reply not sealed with the job's key";
     return Packet{v.hdr, testing::payload_words(v)};
   }
+
+  uint64_t key = kKey;  // the job key replies must be sealed with
 
  private:
   int fd_ = -1;
@@ -126,6 +129,7 @@ class UdpAggregatorTest : public ::testing::Test {
     opts.port = 0;
     JobConfig job;
     job.job = kJob;
+    job.key = kKey;
     job.slots.world_size = world;
     job.slots.num_slots = slots;
     job.slots.max_payload_bytes = static_cast<uint32_t>(elems) * 4;
@@ -158,6 +162,7 @@ class UdpAggregatorTest : public ::testing::Test {
 
   std::vector<uint8_t> hello_packet(uint16_t rank, uint32_t world, bool retransmit = false) {
     wire::Header h;
+    h.tag = kKey;  // the key encode_packet() seals with
     h.job = kJob;
     h.rank = rank;
     h.seq = 0xC0FFEE00u + rank;
@@ -285,7 +290,31 @@ TEST_F(UdpAggregatorTest, MalformedDatagramIsCountedAndDropped) {
   const std::string text = agg_->format_counters();
   EXPECT_EQ(counter_value(text, "truncated"), 1);
   EXPECT_EQ(counter_value(text, "bad_magic"), 1);
-  EXPECT_EQ(counter_value(text, "bad_key"), 0);  // (wire v2: the tag of issue 19)
+  EXPECT_EQ(counter_value(text, "bad_tag"), 0);
+}
+
+// A datagram sealed without the job's key, from another address, naming rank 0: counted as
+// bad_tag and dropped, and the rank's address does not move (the next result goes to rank 0's
+// real socket, nothing to the forger).
+TEST_F(UdpAggregatorTest, BadTagIsCountedAndMovesNoAddress) {
+  start(2);
+  ASSERT_NO_FATAL_FAILURE(join(2));
+  Client forger(agg_->port());
+  wire::Header h = data_header(kJob, kKey ^ 1, 0, 0, false, 1, 0);
+  forger.send(encode_packet(h, std::vector<int32_t>{1000}));
+  wire::Header hello = testing::hello_header(kJob, 0, 0, 0xBAD);  // new nonce, no key
+  forger.send(encode_packet(hello, std::vector<int32_t>{2}));
+  clients_[0]->send(data_packet(0, 0, false, 1, {1}));
+  clients_[1]->send(data_packet(1, 0, false, 1, {2}));
+  for (int r = 0; r < 2; ++r) {
+    auto p = clients_[r]->recv();
+    ASSERT_TRUE(p.has_value()) << "rank " << r;
+    EXPECT_EQ(p->payload, (std::vector<int32_t>{3}));
+  }
+  EXPECT_FALSE(forger.recv(100ms).has_value());
+  stop();
+  EXPECT_EQ(agg_->engine().counters().bad_tag, 2u);
+  EXPECT_EQ(counter_value(agg_->format_counters(), "bad_tag"), 2);
 }
 
 TEST_F(UdpAggregatorTest, StopEndsRunPromptly) {
@@ -462,6 +491,8 @@ TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
   EXPECT_NE(agg.snapshot().job_errors.at(6).find("overlaps job 4"), std::string::npos);
 
   Client a0(agg.port()), a1(agg.port()), b0(agg.port()), b1(agg.port());
+  a0.key = a1.key = 0x44;
+  b0.key = b1.key = 0x55;
   auto hello = [](JobId id, uint64_t key, uint16_t rank) {
     wire::Header h = testing::hello_header(id, key, rank, 100 + rank);
     return encode_packet(h, std::vector<int32_t>{2});
@@ -507,7 +538,7 @@ TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
   ASSERT_TRUE(wait_for([](const AggregatorSnapshot& s) { return s.engine.unknown_job >= 1; }));
   running.stop();
   const AggregatorSnapshot s = agg.snapshot();
-  EXPECT_EQ(s.engine.bad_key, 0u);
+  EXPECT_EQ(s.engine.bad_tag, 0u);
   ASSERT_EQ(s.jobs.size(), 1u);
   EXPECT_EQ(s.jobs[0].cfg.job, 5u);
   EXPECT_EQ(s.jobs[0].counters.completed, 2u);
@@ -590,6 +621,7 @@ TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
   auto leaf = [&](JobId id, const std::string& where) {
     JobConfig j;
     j.job = id;
+    j.key = kKey;
     j.slots.world_size = 4;
     j.slots.num_slots = 4;
     j.slots.max_payload_bytes = static_cast<uint32_t>(16) * 4;
@@ -622,6 +654,7 @@ TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
   EXPECT_EQ(up->payload, (std::vector<int32_t>{2}));  // its guess of the parent's world: 4 / 2
   EXPECT_FALSE(r2.recv(100ms).has_value());            // not welcomed before the parent says so
   wire::Header w;
+  w.tag = kKey;  // the root seals with the job's key
   w.job = kJob;
   w.flags = wire::kFlagHello | wire::kFlagResult;
   parent.send(encode_packet(w, std::vector<int32_t>{4, 16}));
@@ -640,8 +673,13 @@ TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
   EXPECT_EQ(partial->hdr.seq, 5u);
   EXPECT_EQ(partial->payload, (std::vector<int32_t>{11, 22, 33}));
   wire::Header res = partial->hdr;
+  res.tag = kKey;  // the key encode_packet() seals with
   res.flags = wire::kFlagResult;
   res.rank = 0;
+  // Forged by someone without the key: dropped; the ranks get only the genuine result.
+  wire::Header forged = res;
+  forged.tag = kKey ^ 1;
+  parent.send(encode_packet(forged, std::vector<int32_t>{6, 6, 6}));
   parent.send(encode_packet(res, std::vector<int32_t>{100, 200, 300}));
   for (Client* c : {&r2, &r3}) {
     auto p = c->recv();
@@ -652,6 +690,7 @@ TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
   running.stop();
   EXPECT_EQ(agg.engine().counters().forwarded, 1u);
   EXPECT_EQ(agg.engine().counters().parent_results, 1u);
+  EXPECT_EQ(agg.engine().counters().bad_tag, 1u);
   const std::string report = agg.format_counters();
   EXPECT_NE(report.find("\n       2 "), std::string::npos) << report;  // rows name global ranks
 }

@@ -22,6 +22,7 @@
 #include <thread>
 
 #include "controller/state_file.h"
+#include "ina/protocol/siphash.h"
 
 namespace ina::ctl {
 namespace {
@@ -240,6 +241,28 @@ Exposition parse(const std::string& text) {
     }
   }
   return e;
+}
+
+// Admitted jobs get 128-bit keys from the kernel's CSPRNG, as 32 hex digits; never twice the
+// same, never zero.
+TEST(ControllerServer, AdmittedJobsGetDistinct128BitKeys) {
+  Served s(ServerOptions{});
+  ASSERT_TRUE(s.ok());
+  s.register_aggregator("a", 1024);
+  std::set<std::string> keys;
+  for (const char* name : {"k1", "k2", "k3", "k4"}) {
+    auto r = s.cli().Get(std::string("/v1/admit?name=") + name + "&world=2&rank=0&slots=16");
+    ASSERT_TRUE(r);
+    const size_t at = r->body.find("\nkey ");
+    ASSERT_NE(at, std::string::npos) << r->body;
+    const std::string hex = r->body.substr(at + 5, r->body.find('\n', at + 1) - at - 5);
+    ina::Key128 k;
+    ASSERT_TRUE(ina::parse_key_hex(hex, &k)) << "'" << hex << "'";
+    EXPECT_FALSE(k.is_zero());
+    EXPECT_EQ(hex, ina::key_to_hex(k));  // lowercase
+    keys.insert(hex);
+  }
+  EXPECT_EQ(keys.size(), 4u);
 }
 
 TEST(ControllerServer, MetricsFamiliesHaveOneMeaningSoSumsAreTrue) {

@@ -536,15 +536,22 @@ TEST_F(StateTest, Version1StateFileStillLoads) {
   EXPECT_EQ(a->placements[0].aggregator, "x");
   EXPECT_EQ(a->placements[0].slot_base, 32u);
   EXPECT_EQ(a->placements[0].role, Role::kFlat);
-  EXPECT_EQ(a->key, 77u);
+  EXPECT_EQ(a->key, (Key128{77, 0}));  // a 64-bit key of version 1 or 2, widened
   EXPECT_TRUE(st.job_by_name("r")->placements.empty());
   EXPECT_EQ(st.free_slots("x"), 96u);
-  // Saved again, it is version 2 and loads the same.
+  // Saved again, it is version 3 (keys as 32 hex digits) and loads the same.
   ControllerState again(StateOptions{1000}, [] { return uint64_t{7}; });
-  ASSERT_TRUE(again.from_json(st.to_json(), 0).ok());
+  const std::string v3 = st.to_json();
+  ASSERT_TRUE(again.from_json(v3, 0).ok());
   EXPECT_EQ(again.job(1)->placements, a->placements);
-  EXPECT_NE(st.to_json().find("\"version\": 2"), std::string::npos);
-  EXPECT_EQ(again.from_json(R"({"version": 3})", 0).message(), "state: version 3 is not 1 or 2");
+  EXPECT_EQ(again.job(1)->key, (Key128{77, 0}));
+  EXPECT_NE(v3.find("\"version\": 3"), std::string::npos);
+  EXPECT_NE(v3.find("\"key\": \"0000000000000000000000000000004d\""), std::string::npos) << v3;
+  std::string bad = v3;
+  bad.replace(bad.find("0000000000000000000000000000004d"), 32, "4d");
+  EXPECT_NE(again.from_json(bad, 0).message().find("job 1: \"key\" is not 32 hexadecimal digits"),
+            std::string::npos);
+  EXPECT_EQ(again.from_json(R"({"version": 4})", 0).message(), "state: version 4 is not 1, 2 or 3");
 }
 
 }  // namespace

@@ -322,7 +322,7 @@ int main(int argc, char** argv) {
         CHECK(tel[0]["ready"] == true, "job not ready on every lcore: %s", tel[0].dump().c_str());
         CHECK(tel[0]["stragglers"].size() == static_cast<size_t>(world), "straggler ranking: %s",
               tel[0]["stragglers"].dump().c_str());
-        CHECK(tel[0]["bad_key"] == 0, "bad keys: %s", tel[0].dump().c_str());
+        CHECK(tel[0]["bad_tag"] == 0, "bad keys: %s", tel[0].dump().c_str());
       }
       const std::string m = get_text(agg_http, "/metrics");
       const std::string series = "ina_aggregator_job_completed_total{ina_job=\"" +

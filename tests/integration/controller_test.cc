@@ -281,7 +281,7 @@ TEST_F(ControllerTest, TwoJobsAtOnceOnOneAggregator) {
   }
   // Both ran in-network on disjoint slot ranges; the aggregator counted no bad keys.
   const std::string m = get_text(agg_http_, "/metrics");
-  EXPECT_NE(m.find("ina_aggregator_bad_key_total 0"), std::string::npos) << m;
+  EXPECT_NE(m.find("ina_aggregator_bad_tag_total 0"), std::string::npos) << m;
   // Every rank released its job: the controller forgot both and the aggregator dropped them.
   json jobs = get_json(ctl_port_, "/v1/jobs");
   EXPECT_TRUE(jobs.is_array() && jobs.empty()) << jobs.dump();

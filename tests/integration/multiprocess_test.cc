@@ -130,6 +130,7 @@ struct WorkerPlan {
   double drop_percent = 0;
   double dup_percent = 0;
   std::chrono::milliseconds timeout{20000};
+  std::string job_key;  // INA_JOB_KEY in the worker's environment ("": unset)
 };
 
 // Runs in a forked child; returns the exit code. Failures go to stderr.
@@ -146,6 +147,16 @@ int worker_main(int rank, const WorkerPlan& plan) {
   cfg.fault.drop_recv_percent = plan.drop_percent;
   cfg.fault.dup_send_percent = plan.dup_percent;
   cfg.fault.seed = 1234 + static_cast<uint64_t>(rank);
+  if (!plan.job_key.empty()) {
+    // As a launcher hands it over: INA_JOB_KEY, read by Config::from_env.
+    setenv("INA_JOB_KEY", plan.job_key.c_str(), 1);
+    auto env = ina::Config::from_env();
+    if (!env.ok()) {
+      std::fprintf(stderr, "rank %d: %s\n", rank, env.status().to_string().c_str());
+      return 2;
+    }
+    cfg.job_key = env->job_key;
+  }
   auto comm = ina::Communicator::create(cfg);
   if (!comm.ok()) {
     std::fprintf(stderr, "rank %d: create: %s\n", rank, comm.status().to_string().c_str());
@@ -245,6 +256,66 @@ TEST(Loss, DuplicatesOnlyStillExact) { run_allreduce_job(3, 0, 0, 5.0, /*large=*
 
 // A worker killed in the middle of a stream of AllReduces: the survivors must return an error
 // naming it, within the deadline (gloo's fork-and-kill pattern).
+// The job's key on both sides (the aggregator's --key, the workers' INA_JOB_KEY): every packet
+// is sealed and verified, and every collective is exact.
+TEST(Auth, JobKeyOnBothSidesIsExact) {
+  constexpr const char* kHex = "00112233445566778899aabbccddeeff";
+  AggregatorProcess agg;
+  AggregatorProcess::Options opts;
+  opts.extra_args = {"--key", kHex};
+  ASSERT_EQ(agg.start(3, opts), "");
+  WorkerPlan plan;
+  plan.world = 3;
+  plan.port = agg.port;
+  plan.cases = standard_cases(false);
+  plan.job_key = kHex;
+  auto codes = run_workers(plan, 120s);
+  for (int r = 0; r < plan.world; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r << " failed";
+  EXPECT_EQ(agg.stop(), 0);
+}
+
+// Workers whose INA_JOB_KEY is not the aggregator's: their HELLOs are dropped as bad tags,
+// unanswered, and joining fails within the deadline with an error that names INA_JOB_KEY.
+TEST(Auth, WrongJobKeyFailsNamingTheKey) {
+  AggregatorProcess agg;
+  AggregatorProcess::Options opts;
+  opts.extra_args = {"--key", "00112233445566778899aabbccddeeff"};
+  ASSERT_EQ(agg.start(2, opts), "");
+  struct Shared {
+    char message[2][1024];
+  };
+  void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* shared = new (mem) Shared{};
+  auto codes = ina::testing::fork_ranks(2, [&](int r) {
+    setenv("INA_JOB_KEY", "00112233445566778899aabbccddeefe", 1);  // one bit off
+    auto env = ina::Config::from_env();
+    if (!env.ok()) return 2;
+    ina::Config cfg;
+    cfg.rank = r;
+    cfg.world_size = 2;
+    cfg.aggregator_port = agg.port;
+    cfg.timeout = 1500ms;
+    cfg.retransmit = 1000us;
+    cfg.job_key = env->job_key;
+    auto comm = ina::Communicator::create(cfg);
+    ina::Status s = comm.ok() ? ina::ok_status() : comm.status();
+    if (comm.ok()) {
+      float x = 1.0f;
+      s = (*comm)->allreduce(&x, &x, 1, ina::DType::kFloat32, ina::ReduceOp::kSum);
+    }
+    std::snprintf(shared->message[r], sizeof shared->message[r], "%s", s.to_string().c_str());
+    return s.ok() ? 1 : 0;
+  }, 60s);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(codes[r], 0) << "rank " << r << ": a worker with the wrong key succeeded";
+    const std::string m = shared->message[r];
+    EXPECT_NE(m.find("INA_JOB_KEY"), std::string::npos) << "rank " << r << ": " << m;
+  }
+  munmap(mem, sizeof(Shared));
+  EXPECT_EQ(agg.stop(), 0);
+}
+
 TEST(Failure, KilledWorkerIsNamedWithinTheDeadline) {
   constexpr int kWorld = 4;
   constexpr int kVictim = 2;

@@ -63,7 +63,7 @@ static void test_config_init(void) {
   CHECK(a.rank == -1 && b.rank == -1);
   CHECK(a.world_size == 0 && b.world_size == 0);
   CHECK(a.aggregator == NULL && b.aggregator == NULL);
-  CHECK(b.job == 0 && b.job_key == 0 && b.block_elems == 0 && b.window == 0);
+  CHECK(b.job == 0 && b.job_key == NULL && b.block_elems == 0 && b.window == 0);
   CHECK(b.timeout_ms == 0 && b.retransmit_us == 0);
   ina_config_init(NULL); /* must not crash */
 }

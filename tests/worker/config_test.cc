@@ -73,7 +73,7 @@ TEST_F(ConfigEnvTest, ParsesEveryVariable) {
   setenv("INA_WORLD_SIZE", "8", 1);
   setenv("INA_AGGREGATOR", "agg.example:5000", 1);
   setenv("INA_JOB", "42", 1);
-  setenv("INA_JOB_KEY", "0xDEADbeef00000001", 1);
+  setenv("INA_JOB_KEY", "0123456789ABCDEFdeadbeef00000001", 1);
   setenv("INA_BLOCK_ELEMS", "1024", 1);
   setenv("INA_WINDOW", "32768", 1);
   setenv("INA_TIMEOUT_MS", "1500", 1);
@@ -88,7 +88,7 @@ TEST_F(ConfigEnvTest, ParsesEveryVariable) {
   EXPECT_EQ(c.aggregator_host, "agg.example");
   EXPECT_EQ(c.aggregator_port, 5000);
   EXPECT_EQ(c.job, 42u);
-  EXPECT_EQ(c.job_key, 0xDEADBEEF00000001ull);
+  EXPECT_EQ(c.job_key, (Key128{0xDEADBEEF00000001ull, 0x0123456789ABCDEFull}));
   EXPECT_EQ(c.block_elems, 1024u);
   EXPECT_EQ(c.window, 32768u);
   EXPECT_EQ(c.timeout.count(), 1500);
@@ -278,11 +278,27 @@ TEST(ConfigValidateTest, CostModelIsParsed) {
   EXPECT_NE(s.message().find("alpha_us,beta_ns_per_byte"), std::string::npos) << s.message();
 }
 
-TEST_F(ConfigEnvTest, JobKeyDecimalAndHex) {
-  setenv("INA_JOB_KEY", "18446744073709551615", 1);
-  EXPECT_EQ(parse_ok().job_key, UINT64_MAX);
-  setenv("INA_JOB_KEY", "0X10", 1);
-  EXPECT_EQ(parse_ok().job_key, 16u);
+TEST_F(ConfigEnvTest, JobKeyIs32HexDigits) {
+  setenv("INA_JOB_KEY", "ffffffffffffffffffffffffffffffff", 1);
+  EXPECT_EQ(parse_ok().job_key, (Key128{UINT64_MAX, UINT64_MAX}));
+  setenv("INA_JOB_KEY", "00000000000000000000000000000010", 1);
+  EXPECT_EQ(parse_ok().job_key, (Key128{16, 0}));
+  unsetenv("INA_JOB_KEY");
+  EXPECT_TRUE(parse_ok().job_key.is_zero());  // none: the zero key
+  // Anything else is refused, naming the variable and the form, without echoing the value.
+  for (const char* bad : {"0x10", "16", "18446744073709551615", "0x0123456789abcdef0123456789abcdef",
+                          "0123456789abcdef0123456789abcdeg", "0123456789abcdef0123456789abcde",
+                          "0123456789abcdef0123456789abcdef0"}) {
+    setenv("INA_JOB_KEY", bad, 1);
+    Result<Config> r = Config::from_env();
+    ASSERT_FALSE(r.ok()) << bad << " was accepted";
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    const std::string m = r.status().message();
+    EXPECT_NE(m.find("INA_JOB_KEY"), std::string::npos) << m;
+    EXPECT_NE(m.find("expected 32 hexadecimal digits"), std::string::npos) << m;
+    EXPECT_EQ(m.find(bad), std::string::npos) << "the key was echoed: " << m;
+  }
+  unsetenv("INA_JOB_KEY");
 }
 
 TEST_F(ConfigEnvTest, EmptyVariableKeepsDefault) {
@@ -403,10 +419,7 @@ TEST_F(ConfigEnvTest, RejectsMalformedValues) {
   expect_rejected("INA_AGGREGATOR", "[::1]47474");
   expect_rejected("INA_AGGREGATOR", "[]:1");
   expect_rejected("INA_JOB", "4294967296");
-  expect_rejected("INA_JOB", "0x10");  // hex only for the key
-  expect_rejected("INA_JOB_KEY", "0x");
-  expect_rejected("INA_JOB_KEY", "0xZZ");
-  expect_rejected("INA_JOB_KEY", "18446744073709551616");
+  expect_rejected("INA_JOB", "0x10");  // (INA_JOB_KEY: JobKeyIs32HexDigits)
   expect_rejected("INA_BLOCK_ELEMS", "0");
   expect_rejected("INA_BLOCK_ELEMS", "16385");
   expect_rejected("INA_WINDOW", "0");

@@ -45,6 +45,7 @@ constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax};
 agg::JobConfig job_config(uint32_t world, uint32_t slots = 64, uint16_t max_elems = 256) {
   agg::JobConfig j;
   j.job = 7;
+  j.key = Key128{0xC0FFEE, 0x5EC0};  // the workers' key (rank_config)
   j.slots.world_size = world;
   j.slots.num_slots = slots;
   j.slots.max_payload_bytes = static_cast<uint32_t>(max_elems) * 4;
@@ -56,7 +57,7 @@ Config rank_config(int rank, int world, milliseconds timeout = milliseconds(2000
   c.rank = rank;
   c.world_size = world;
   c.job = 7;
-  c.job_key = 0xC0FFEE;
+  c.job_key = Key128{0xC0FFEE, 0x5EC0};
   c.block_elems = 256;
   c.window = 16;
   c.timeout = timeout;
@@ -618,7 +619,7 @@ TEST(IncEngineAllreduce, NoAnswerDuringCollectiveIsUnavailable) {
   EXPECT_TRUE(s2.ok()) << s2.to_string();
 }
 
-TEST(IncEngineAllreduce, RankRestartIsReportedAsJobNotReady) {
+TEST(IncEngineAllreduce, RankRestartJoinsTheNextBarrierOnly) {
   const int world = 2;
   MemNetwork net(3, job_config(world));  // endpoint 2: rank 1's second incarnation
   std::vector<std::unique_ptr<IncEngine>> e(2);
@@ -626,15 +627,58 @@ TEST(IncEngineAllreduce, RankRestartIsReportedAsJobNotReady) {
     e[r] = std::make_unique<IncEngine>(rank_config(r, world, milliseconds(800)), net.transport(r));
     ASSERT_TRUE(e[r]->join().ok());
   });
-  // Rank 1 restarts: its new incarnation's HELLO reopens the barrier.
+  // Rank 1 restarts alone: its new incarnation waits for the next barrier (rank 0 has not
+  // restarted), and it does not reopen the barrier of the running job.
   IncEngine again(rank_config(1, world, milliseconds(300)), net.transport(2));
-  EXPECT_EQ(again.join().code(), StatusCode::kDeadlineExceeded);
+  const Status j = again.join();
+  EXPECT_EQ(j.code(), StatusCode::kDeadlineExceeded) << j.to_string();
+  EXPECT_NE(j.message().find("ranks 0 have not joined"), std::string::npos) << j.message();
+  // Rank 0 still runs in the old incarnation; its collective waits for the old rank 1.
   std::vector<int32_t> buf(10, 1);
   const Status s =
       e[0]->allreduce(buf.data(), buf.data(), buf.size(), DType::kInt32, ReduceOp::kSum);
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.to_string();
-  EXPECT_NE(s.message().find("not ready"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("ranks 0 have not joined"), std::string::npos) << s.message();
+  EXPECT_EQ(s.message().find("not ready"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("ranks 1 did not contribute"), std::string::npos) << s.message();
+}
+
+// Every reply is preceded by a forged copy (one byte changed, the tag kept): each is counted as a
+// bad tag and dropped, and every collective completes with the genuine replies' exact results.
+TEST(IncEngineAllreduce, RepliesWithABadTagAreDroppedAndCounted) {
+  const int world = 3;
+  NetFaults f;
+  f.forge_replies = true;
+  MemNetwork net(world, job_config(world), f);
+  std::vector<CommStats> st(world);
+  run_ranks(world, [&](int r) {
+    IncEngine e(rank_config(r, world), net.transport(r));
+    ASSERT_TRUE(e.join().ok());
+    std::vector<int32_t> buf(1000);
+    for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<int32_t>(i) * (r + 1);
+    ASSERT_TRUE(e.allreduce(buf.data(), buf.data(), buf.size(), DType::kInt32, ReduceOp::kSum).ok());
+    for (size_t i = 0; i < buf.size(); ++i) EXPECT_EQ(buf[i], static_cast<int32_t>(i) * 6) << i;
+    st[r] = e.stats();
+  });
+  for (int r = 0; r < world; ++r) {
+    EXPECT_GE(st[r].bad_tag, 5u) << "rank " << r;  // the WELCOME and 4 blocks' results
+    EXPECT_EQ(st[r].malformed, 0u) << "rank " << r;
+  }
+}
+
+// A worker whose key is not the job's: the aggregator drops its HELLOs as bad tags, unanswered,
+// and the join fails with a message that names the key as a cause.
+TEST(IncEngineJoin, WrongKeyIsDroppedAndTheErrorSaysSo) {
+  MemNetwork net(1, job_config(1));
+  Config c = rank_config(0, 1, milliseconds(300));
+  c.job_key = Key128{0xC0FFEE, 0x5EC1};  // one bit off
+  IncEngine e(c, net.transport(0));
+  const Status s = e.join();
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+  EXPECT_NE(s.message().find("with this key?"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("INA_JOB_KEY"), std::string::npos) << s.message();
+  net.stop();
+  EXPECT_GE(net.engine().counters().bad_tag, 1u);
+  EXPECT_EQ(net.engine().counters().hellos, 0u);
 }
 
 TEST(IncEngineAllreduce, StragglerDelayIsApplied) {

@@ -127,11 +127,20 @@ void MemNetwork::aggregator_loop() {
     out.assign(r.packet_size(), 0);
     wire::encode_header(r.hdr, out.data());
     if (r.payload != nullptr) std::memcpy(out.data() + wire::kHeaderSize, r.payload, r.payload_bytes());
+    wire::seal(out, r.key);  // as the backends seal every reply
+    auto send = [&](size_t e) {
+      if (faults_.forge_replies) {
+        std::vector<uint8_t> forged = out;
+        forged.back() ^= 0x01;
+        reply(e, forged);
+      }
+      reply(e, out);
+    };
     if (r.target == agg::Reply::Target::kSender) {
-      reply(p.src, out);
+      send(p.src);
     } else {
       for (const int64_t e : rank_endpoint_) {
-        if (e >= 0) reply(static_cast<size_t>(e), out);
+        if (e >= 0) send(static_cast<size_t>(e));
       }
     }
   }

@@ -28,6 +28,9 @@ struct NetFaults {
   double dup_percent = 0;
   double reorder_percent = 0;  // inserted up to 8 places early in the receiver's queue
   uint64_t seed = 1;
+  // Every reply datagram is preceded by a forged copy: the last byte flipped (a payload word, or
+  // the tag of an empty one), its tag left as it was. A worker must drop it as a bad tag.
+  bool forge_replies = false;
 };
 
 class MemNetwork {

@@ -90,6 +90,7 @@ TEST(ShardSplit, LargeCounts) {
 agg::JobConfig job_config(uint32_t world, uint16_t max_elems = 256) {
   agg::JobConfig j;
   j.job = 7;
+  j.key = Key128{0xC0FFEE, 0x5EC0};  // the workers' key (rank_config)
   j.slots.world_size = world;
   j.slots.num_slots = 16;
   j.slots.max_payload_bytes = static_cast<uint32_t>(max_elems) * 4;
@@ -101,7 +102,7 @@ Config rank_config(int rank, int world, milliseconds timeout = milliseconds(2000
   c.rank = rank;
   c.world_size = world;
   c.job = 7;
-  c.job_key = 0xC0FFEE;
+  c.job_key = Key128{0xC0FFEE, 0x5EC0};
   c.block_elems = 256;
   c.window = 8;
   c.timeout = timeout;

@@ -12,7 +12,8 @@
  *                                (h1:p1,h2:p2,...) shards the job over those aggregators: each
  *                                AllReduce is split into contiguous block ranges, one per
  *                                aggregator in list order, run concurrently
- *   INA_JOB, INA_JOB_KEY         job id (default 1) and its key (default 0)
+ *   INA_JOB, INA_JOB_KEY         job id (default 1) and its 128-bit key, 32 hex digits (default:
+ *                                none, the all-zero key, which authenticates nothing)
  *   INA_BLOCK_ELEMS, INA_WINDOW  elements per packet (default 256), slots in flight (default 128)
  *   INA_TIMEOUT_MS               deadline of one collective (default 30000)
  *   INA_RETRANSMIT_US            first retransmission timeout (default 2000, doubles, capped)
@@ -46,7 +47,7 @@
  *   INA_COST_MODEL=a,b[,g]       the cost model's alpha (us per message), beta and gamma (ns per
  *                                byte sent, reduced), e.g. 25,0.5; default: measured at startup
  * The host-path settings (INA_STORE .. INA_COST_MODEL) come from the environment only: ina_config_t
- * has no fields for them (it stays version 1).
+ * has no fields for them.
  */
 #ifndef INA_INA_H_
 #define INA_INA_H_
@@ -104,16 +105,17 @@ typedef struct {
   int32_t world_size;      /* 0: INA_WORLD_SIZE */
   const char* aggregator;  /* "host:port" or "h1:p1,h2:p2,..." (sharded); NULL: INA_AGGREGATOR */
   uint32_t job;            /* 0: INA_JOB or 1 */
-  uint64_t job_key;        /* 0: INA_JOB_KEY or 0 */
+  const char* job_key;     /* 32 hex digits, the job's 128-bit key; NULL: INA_JOB_KEY or none
+                              (version 2: was a uint64_t in version 1) */
   uint32_t block_elems;    /* 0: INA_BLOCK_ELEMS or 256 */
   uint32_t window;         /* 0: INA_WINDOW or 128 */
   uint32_t timeout_ms;     /* 0: INA_TIMEOUT_MS or 30000 */
   uint32_t retransmit_us;  /* 0: INA_RETRANSMIT_US or 2000 */
 } ina_config_t;
 
-#define INA_CONFIG_VERSION 1
+#define INA_CONFIG_VERSION 2
 #define INA_CONFIG_INITIALIZER \
-  { sizeof(ina_config_t), INA_CONFIG_VERSION, -1, 0, NULL, 0, 0, 0, 0, 0, 0 }
+  { sizeof(ina_config_t), INA_CONFIG_VERSION, -1, 0, NULL, 0, NULL, 0, 0, 0, 0 }
 
 void ina_config_init(ina_config_t* config);
 

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "ina/protocol/key.h"
 #include "ina/protocol/status.h"
 #include "ina/protocol/types.h"
 
@@ -94,7 +95,9 @@ struct Config {
   std::string aggregator_host = "127.0.0.1";
   uint16_t aggregator_port = 47474;
   JobId job = 1;
-  uint64_t job_key = 0;
+  // The job's 128-bit key (INA_JOB_KEY: 32 hex digits; or the controller's): every packet is
+  // sealed with it and every reply verified. Zero: none configured (sealed with the zero key).
+  Key128 job_key;
   uint32_t block_elems = 256;    // elements per packet, 1 .. 16384 (the aggregator may lower it)
   uint32_t window = 128;         // slots in flight, 1 .. 32768 (the aggregator may lower it)
   std::chrono::milliseconds timeout{30000};       // deadline of one collective (and of joining)
@@ -185,6 +188,7 @@ struct CommStats {
   uint64_t host_collectives = 0;    // collectives that ran on the host mesh (fallbacks included)
   uint64_t fallbacks = 0;           // in-network AllReduces redone on the host path
   uint64_t probes = 0;              // re-joins of a lost aggregator attempted
+  uint64_t bad_tag = 0;             // replies whose tag the job's key does not give: dropped
 };
 
 // An asynchronous collective in flight (Communicator::allreduce_async). Destroying a request

@@ -26,6 +26,7 @@
 #include <span>
 #include <string_view>
 
+#include "ina/protocol/siphash.h"
 #include "ina/protocol/types.h"
 
 namespace ina::wire {
@@ -102,7 +103,7 @@ struct Header {
   uint32_t elems = 0;     // the collective's element count mod 2^32
   int16_t exp = kNoExponent;  // PARTIAL only: see WIRE.md; else kNoExponent
   uint16_t root = kNoRoot;    // rooted collectives: the root rank
-  uint64_t tag = 0;       // authentication tag (issue 19); 0 until sealed
+  uint64_t tag = 0;       // authentication tag (seal(), tag_ok()); encode_header writes it as is
 
   bool has(uint8_t f) const { return (flags & f) != 0; }
 };
@@ -175,6 +176,27 @@ inline constexpr size_t kOffMagic = 0, kOffVersion = 2, kOffFlags = 3, kOffJob =
                         kOffOp = 19, kOffColl = 20, kOffElems = 24, kOffExp = 28,
                         kOffRoot = 30, kOffTag = 32;
 inline constexpr size_t kTagSize = 8;
+static_assert(kOffTag % 8 == 0 && kOffTag + kTagSize <= kHeaderSize,
+              "the tag is one whole SipHash message word of the header");
+
+// ---- the tag (WIRE.md): SipHash-2-4 with the job's 128-bit key over the whole datagram, its
+// tag field read as zero. The all-zero key ("no key configured") seals and verifies the same way.
+
+// The tag `datagram` must carry. datagram.size() >= kHeaderSize.
+inline uint64_t compute_tag(std::span<const uint8_t> datagram, const Key128& key) {
+  return siphash24_zeroed(key, datagram, kOffTag / 8);
+}
+// Writes the tag of `datagram` (header and payload already in place) into its tag field.
+// datagram.size() >= kHeaderSize.
+inline void seal(std::span<uint8_t> datagram, const Key128& key) {
+  put_u64(datagram.data() + kOffTag, compute_tag(datagram, key));
+}
+// Whether `datagram` carries the tag `key` gives it. False for anything shorter than a header.
+// The comparison is of the whole word (no early exit on a byte).
+inline bool tag_ok(std::span<const uint8_t> datagram, const Key128& key) {
+  if (datagram.size() < kHeaderSize) return false;
+  return (compute_tag(datagram, key) ^ get_u64(datagram.data() + kOffTag)) == 0;
+}
 
 // Writes the 40-byte header. `out` must hold kHeaderSize bytes.
 inline void encode_header(const Header& h, uint8_t* out) {
