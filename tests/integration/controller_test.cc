@@ -246,8 +246,11 @@ class ControllerTest : public ::testing::Test {
     return 0;
   }
   // The aggregator's telemetry of one job, once it reports at least `completed` rounds.
+  // The job's entry of the aggregator's /v1/telemetry once it shows `completed` rounds, or null
+  // after 10 s (the snapshot the HTTP thread serves is published from the packet loop; on a
+  // loaded 2-core CI machine 3 s was not always enough: two nulls in 20 trials).
   json telemetry_of(JobId job, uint64_t completed) {
-    for (int i = 0; i < 300; ++i) {
+    for (int i = 0; i < 1000; ++i) {
       json t = get_json(agg_http_, "/v1/telemetry");
       for (const auto& j : t) {
         if (j["job"] == job && j["completed"].get<uint64_t>() >= completed) return j;
