@@ -1,6 +1,7 @@
 // ina-engine-bench: the aggregator Engine's per-core packet rate with and without the per-job tag
-// check (SipHash-2-4, WIRE.md) and the straggler telemetry, in one run (configurations interleaved, median of the
-// repetitions), so the overhead of each is measured under the same machine load.
+// check (SipHash-2-4, WIRE.md) and the straggler telemetry, in one run (configurations
+// interleaved, median of the repetitions), so the overhead of each is measured under the same
+// machine load; then the per-packet cost of SUM for each --dtype (the block codec).
 //
 //   ina-engine-bench [--world 8] [--elems 256] [--slots 64] [--rounds 4000] [--reps 5]
 //
@@ -30,15 +31,55 @@ uint64_t mono_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+constexpr uint64_t kKey = 0x0123456789ABCDEFull;
+
+// One timed run: a fresh engine serving job 1 (`world` ranks joined), fed `pkts`; seconds, or a
+// negative value (reported on stderr) when not every one of the `rounds` rounds completed and
+// was answered once. `batch` > 0: a clock read every `batch` packets, as the UDP backend's
+// telemetry does per receive batch.
+double timed_run(const ina::agg::EngineOptions& eo, uint32_t world, uint32_t slots,
+                 uint32_t elems, const std::vector<std::vector<uint8_t>>& pkts, uint32_t rounds,
+                 uint32_t batch, const char* what) {
+  using namespace ina;
+  agg::Engine e(eo);
+  if (!e.add_job(bench::job_config(world, slots, elems, kKey)).ok()) return -1;
+  int32_t rank;
+  JobId job;
+  for (uint32_t r = 0; r < world; ++r) {  // join
+    e.on_packet(bench::hello_packet(static_cast<uint16_t>(r), world, kKey, 77), &rank, &job);
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  uint64_t replies = 0;
+  uint64_t now = 0;
+  uint32_t in_batch = 0;
+  for (const auto& p : pkts) {
+    if (batch > 0 && in_batch++ % batch == 0) now = mono_ns();
+    replies += e.on_packet(p, now, &rank, &job).target != agg::Reply::Target::kNone;
+  }
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (e.counters().completed != rounds || replies != rounds) {
+    std::fprintf(stderr, "bench: %s: %llu completions and %llu replies, expected %u\n", what,
+                 static_cast<unsigned long long>(e.counters().completed),
+                 static_cast<unsigned long long>(replies), rounds);
+    return -1;
+  }
+  return s;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
 // SUM of each type through one engine (tag check and telemetry off), types interleaved, median
 // of the repetitions: the cost of the block codec (float types) against int32's plain adds.
 // `elems` elements per packet for 4-byte types; narrower types carry the same payload bytes.
 int per_dtype(const std::vector<std::string>& names, uint32_t world, uint32_t slots,
               uint32_t elems, uint32_t rounds, uint32_t reps) {
   using namespace ina;
-  constexpr uint64_t kKey = 0x0123456789ABCDEFull;
   struct Row {
     DType dtype;
+    std::string name;
     uint32_t elems;
     std::vector<std::vector<uint8_t>> pkts;
     std::vector<double> ns;
@@ -52,45 +93,27 @@ int per_dtype(const std::vector<std::string>& names, uint32_t world, uint32_t sl
       return 2;
     }
     const auto e = static_cast<uint32_t>(elems * 4 / dtype_size(*t));
-    rows.push_back({*t, e, bench::data_stream(rounds, world, slots, e, *t, kKey), {}});
+    rows.push_back({*t, std::string(dtype_name(*t)), e,
+                    bench::data_stream(rounds, world, slots, e, *t, kKey), {}});
   }
+  agg::EngineOptions eo;
+  eo.check_tag = false;  // the codec's cost alone (the tag's is printed above)
+  eo.telemetry = false;
   for (uint32_t rep = 0; rep < reps; ++rep) {
     for (Row& row : rows) {
-      agg::EngineOptions eo;
-      eo.check_tag = false;  // the codec's cost alone (the tag's is the line above)
-      eo.telemetry = false;
-      agg::Engine e(eo);
-      if (!e.add_job(bench::job_config(world, slots, elems, kKey)).ok()) return 1;
-      int32_t rank;
-      JobId job;
-      for (uint32_t r = 0; r < world; ++r) {
-        e.on_packet(bench::hello_packet(static_cast<uint16_t>(r), world, kKey, 77), &rank, &job);
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      for (const auto& p : row.pkts) e.on_packet(p, 0, &rank, &job);
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (e.counters().completed != rounds) {
-        std::fprintf(stderr, "bench: %s: %llu completions, expected %u\n",
-                     std::string(dtype_name(row.dtype)).c_str(),
-                     static_cast<unsigned long long>(e.counters().completed), rounds);
-        return 1;
-      }
+      const double s = timed_run(eo, world, slots, elems, row.pkts, rounds, 0, row.name.c_str());
+      if (s < 0) return 1;
       row.ns.push_back(s * 1e9 / static_cast<double>(row.pkts.size()));
     }
   }
   std::printf("per type (SUM, tag check and telemetry off), %u payload bytes per packet:\n",
               elems * 4);
-  const double base = [&] {
-    std::vector<double> v = rows.front().ns;
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  }();
-  for (Row& row : rows) {
-    std::sort(row.ns.begin(), row.ns.end());
-    const double med = row.ns[row.ns.size() / 2];
+  const double base = median(rows.front().ns);
+  for (const Row& row : rows) {
+    const double med = median(row.ns);
     std::printf("  %-12s %5u elems  %7.1f ns/packet  %6.2f ns/element  (x%.2f vs %s)\n",
-                std::string(dtype_name(row.dtype)).c_str(), row.elems, med, med / row.elems,
-                med / base, std::string(dtype_name(rows.front().dtype)).c_str());
+                row.name.c_str(), row.elems, med, med / row.elems, med / base,
+                rows.front().name.c_str());
   }
   return 0;
 }
@@ -116,7 +139,6 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   using namespace ina;
-  constexpr uint64_t kKey = 0x0123456789ABCDEFull;
   // The packet stream: rounds over the slot window, every rank's block, alternating copies.
   const std::vector<std::vector<uint8_t>> pkts =
       bench::data_stream(rounds, world, slots, elems, kKey);
@@ -135,37 +157,16 @@ int main(int argc, char** argv) {
       agg::EngineOptions eo;
       eo.check_tag = v.key;
       eo.telemetry = v.tele;
-      agg::Engine e(eo);
-      if (!e.add_job(bench::job_config(world, slots, elems, kKey)).ok()) return 1;
-      int32_t rank;
-      JobId job;
-      for (uint32_t r = 0; r < world; ++r) {  // join
-        e.on_packet(bench::hello_packet(static_cast<uint16_t>(r), world, kKey, 77), &rank, &job);
-      }
-      const auto t0 = std::chrono::steady_clock::now();
-      uint64_t replies = 0;
-      uint64_t now = 0;
-      uint32_t in_batch = 0;
-      for (const auto& p : pkts) {
-        if (v.tele && in_batch++ % batch == 0) now = mono_ns();
-        replies += e.on_packet(p, now, &rank, &job).target != agg::Reply::Target::kNone;
-      }
-      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (e.counters().completed != rounds || replies != rounds) {
-        std::fprintf(stderr, "bench: %s: %llu completions, expected %u\n", v.name,
-                     static_cast<unsigned long long>(e.counters().completed), rounds);
-        return 1;
-      }
+      const double s = timed_run(eo, world, slots, elems, pkts, rounds, v.tele ? batch : 0, v.name);
+      if (s < 0) return 1;
       v.mpps.push_back(static_cast<double>(pkts.size()) / s / 1e6);
     }
   }
   std::printf("world %u, %u elements per packet, %u slots, %zu packets per run, median of %u\n",
               world, elems, slots, pkts.size(), reps);
-  double base = 0;
-  for (Variant& v : vs) {
-    std::sort(v.mpps.begin(), v.mpps.end());
-    const double med = v.mpps[v.mpps.size() / 2];
-    if (base == 0) base = med;
+  const double base = median(vs.front().mpps);
+  for (const Variant& v : vs) {
+    const double med = median(v.mpps);
     std::printf("  %s  %7.3f Mpps  %6.1f ns/packet  (%+5.1f%% vs tag off, telemetry off)\n",
                 v.name, med, 1e3 / med, (med / base - 1) * 100);
   }
