@@ -188,47 +188,15 @@ template <class E>
   for (; i < n; ++i) dst[i] = E::to_float(load<E>(src, i));
 }
 
-// The magnitude scan of float32 codes (see scan()): the largest finite magnitude code and whether
-// any code is at or above `bad`.
-[[gnu::target("avx2")]] void scan_f32_avx2(const uint8_t* src, size_t n, uint32_t bad,
-                                           uint32_t* top_out, bool* nonfinite_out) {
-  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
-  const __m256i inf = _mm256_set1_epi32(0x7F800000);
-  const __m256i bad_m1 = _mm256_set1_epi32(static_cast<int32_t>(bad - 1));
-  __m256i top = _mm256_setzero_si256();
-  __m256i nf = _mm256_setzero_si256();
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    const __m256i a = _mm256_and_si256(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 4 * i)), abs_mask);
-    nf = _mm256_or_si256(nf, _mm256_cmpgt_epi32(a, bad_m1));
-    top = _mm256_max_epu32(top, _mm256_and_si256(a, _mm256_cmpgt_epi32(inf, a)));
-  }
-  alignas(32) uint32_t lanes[8];
-  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), top);
-  uint32_t t = 0;
-  for (uint32_t l : lanes) t = std::max(t, l);
-  bool any = _mm256_movemask_epi8(nf) != 0;
-  for (; i < n; ++i) {
-    uint32_t u;
-    std::memcpy(&u, src + 4 * i, 4);
-    const uint32_t a = u & 0x7FFFFFFFu;
-    any |= a >= bad;
-    t = std::max(t, a < 0x7F800000u ? a : 0u);
-  }
-  *top_out = t;
-  *nonfinite_out = any;
-}
-
-// The magnitude scan of 8- or 16-bit codes (see scan()).
+// The magnitude scan of a block's codes (see scan()): the largest finite magnitude code and
+// whether any code is at or above `bad`, 32 bytes of codes per step.
 template <class E>
 [[gnu::target("avx2")]] void scan_codes_avx2(const uint8_t* src, size_t n, uint32_t bad,
                                              uint32_t* top_out, bool* nonfinite_out) {
   using Bits = typename E::Bits;
-  static_assert(sizeof(Bits) == 1 || sizeof(Bits) == 2);
   constexpr size_t kLanes = 32 / sizeof(Bits);
   // Each constant's code repeated over the 32-bit lanes.
-  constexpr uint32_t kRep = sizeof(Bits) == 1 ? 0x01010101u : 0x00010001u;
+  constexpr uint32_t kRep = sizeof(Bits) == 1 ? 0x01010101u : sizeof(Bits) == 2 ? 0x00010001u : 1u;
   const __m256i abs_mask = _mm256_set1_epi32(static_cast<int32_t>(uint32_t{E::kAbs} * kRep));
   const __m256i inf = _mm256_set1_epi32(static_cast<int32_t>(uint32_t{E::kInf} * kRep));
   const __m256i bad_m1 = _mm256_set1_epi32(static_cast<int32_t>((bad - 1) * kRep));
@@ -238,13 +206,16 @@ template <class E>
   for (; i + kLanes <= n; i += kLanes) {
     const __m256i a = _mm256_and_si256(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + sizeof(Bits) * i)), abs_mask);
-    // The magnitude codes are at most 0x7F / 0x7FFF: signed compares are exact.
+    // The magnitude codes are at most 0x7F / 0x7FFF / 0x7FFFFFFF: signed compares are exact.
     if constexpr (sizeof(Bits) == 1) {
       nf = _mm256_or_si256(nf, _mm256_cmpgt_epi8(a, bad_m1));
       top = _mm256_max_epu8(top, _mm256_and_si256(a, _mm256_cmpgt_epi8(inf, a)));
-    } else {
+    } else if constexpr (sizeof(Bits) == 2) {
       nf = _mm256_or_si256(nf, _mm256_cmpgt_epi16(a, bad_m1));
       top = _mm256_max_epu16(top, _mm256_and_si256(a, _mm256_cmpgt_epi16(inf, a)));
+    } else {
+      nf = _mm256_or_si256(nf, _mm256_cmpgt_epi32(a, bad_m1));
+      top = _mm256_max_epu32(top, _mm256_and_si256(a, _mm256_cmpgt_epi32(inf, a)));
     }
   }
   alignas(32) Bits lanes[kLanes];
@@ -417,11 +388,7 @@ Scan scan(const void* src, size_t n, DType t, ReduceOp op) {
 #if defined(__x86_64__)
     if (have_avx2()) {
       bool nf = false;
-      if constexpr (std::is_same_v<E, F32>) {
-        scan_f32_avx2(static_cast<const uint8_t*>(src), n, bad, &top, &nf);
-      } else {
-        scan_codes_avx2<E>(static_cast<const uint8_t*>(src), n, bad, &top, &nf);
-      }
+      scan_codes_avx2<E>(static_cast<const uint8_t*>(src), n, bad, &top, &nf);
       nonfinite = nf ? 1u : 0u;
     } else
 #endif
