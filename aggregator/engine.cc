@@ -140,6 +140,14 @@ bool verify_tag(const JobConfig& cfg, std::span<const uint8_t> datagram) {
   return wire::tag_ok(datagram, cfg.key);
 }
 
+// A bitmap of uint64 words as `words` int32 control words: word w holds ranks 32w..32w+31 (the
+// low half of uint64 word w/2 first).
+void put_bitmap_words(std::span<const uint64_t> bitmap, uint32_t words, int32_t* dst) {
+  for (uint32_t w = 0; w < words; ++w) {
+    dst[w] = static_cast<int32_t>(static_cast<uint32_t>(bitmap[w / 2] >> (32 * (w % 2))));
+  }
+}
+
 const uint8_t* bytes_of(const std::vector<int32_t>& words) {
   return reinterpret_cast<const uint8_t*>(words.data());  // little-endian: wire order (wire.h)
 }
@@ -668,21 +676,12 @@ Reply Engine::mismatch_reply(const Job& job, const wire::PacketView& pkt, const 
   scratch_[4] = static_cast<int32_t>(c.other_elems);
   scratch_[5] = shape(c.other_dtype, c.other_op, c.other_root);
   const uint32_t words = (job.world + 31) / 32;
-  for (uint32_t w = 0; w < words; ++w) {
-    scratch_[6 + w] =
-        static_cast<int32_t>(static_cast<uint32_t>(c.other_ranks[w / 2] >> (32 * (w % 2))));
-  }
-  Reply r;
-  r.target = Reply::Target::kSender;
-  r.hdr = reply_header(job.cfg, pkt.hdr, wire::kFlagError);
-  r.hdr.count = static_cast<uint16_t>(6 + words);
-  r.payload = bytes_of(scratch_);
-  ++counters_.replies_out;
-  return r;
+  put_bitmap_words(c.other_ranks, words, scratch_.data() + 6);
+  return error_to_sender(job, pkt, static_cast<uint16_t>(6 + words));
 }
 
-// ERROR to the sender: payload [reason, extra] or, with a bitmap, [reason, bitmap words] where
-// int32 word w holds ranks 32w..32w+31 (the low half of uint64 word w/2 first).
+// ERROR to the sender: payload [reason, extra] or, with a bitmap, [reason, bitmap words]
+// (put_bitmap_words).
 Reply Engine::error_reply(const Job& job, const wire::PacketView& pkt, wire::ErrorReason reason,
                           std::span<const uint64_t> bitmap, uint32_t extra) {
   scratch_[0] = static_cast<int32_t>(reason);
@@ -690,10 +689,7 @@ Reply Engine::error_reply(const Job& job, const wire::PacketView& pkt, wire::Err
   if (!bitmap.empty()) {
     const uint32_t words = (job.world + 31) / 32;
     if (!job.leaf) {
-      for (uint32_t w = 0; w < words; ++w) {
-        scratch_[1 + w] =
-            static_cast<int32_t>(static_cast<uint32_t>(bitmap[w / 2] >> (32 * (w % 2))));
-      }
+      put_bitmap_words(bitmap, words, scratch_.data() + 1);
     } else {
       // A leaf's bitmap covers its served ranks: shift it to their global positions, and mark the
       // ranks of other leaves present (this aggregator is not waiting for them).
@@ -712,6 +708,11 @@ Reply Engine::error_reply(const Job& job, const wire::PacketView& pkt, wire::Err
   } else {
     scratch_[1] = static_cast<int32_t>(extra);
   }
+  return error_to_sender(job, pkt, n);
+}
+
+// The ERROR reply to pkt's sender with the first n control words of scratch_.
+Reply Engine::error_to_sender(const Job& job, const wire::PacketView& pkt, uint16_t n) {
   Reply r;
   r.target = Reply::Target::kSender;
   r.hdr = reply_header(job.cfg, pkt.hdr, wire::kFlagError);
