@@ -243,8 +243,7 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt) {
     }
   } else if (mode == CopyMode::kPartial && (mode != c.mode || h.exp != c.exp)) {
     return Verdict::kMismatch;  // a leaf's words that do not fit the round: a broken leaf
-  } else if (h.count != c.count || h.dtype != c.dtype || h.op != c.op || h.elems != c.elems ||
-             h.root != c.root || mode != c.mode) {
+  } else if (!same_shape(c, h) || mode != c.mode) {
     // The ranks called the collective with different arguments: the round is poisoned. It
     // collects which rank sent which shape until every rank is in, then tells each of them the
     // same thing (engine.cc), so that no rank times out where another hears of the mismatch.
@@ -295,15 +294,20 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt) {
   return Verdict::kAdded;
 }
 
+// A contribution's shape against its round's first contributor's (the collective id is not part
+// of it).
+bool SlotTable::same_shape(const Copy& c, const wire::Header& h) {
+  return h.count == c.count && h.dtype == c.dtype && h.op == c.op && h.elems == c.elems &&
+         h.root == c.root;
+}
+
 Verdict SlotTable::poisoned_data(size_t k, const wire::Header& h) {
   Copy& c = copies_[k];
   uint64_t* bitmap = bitmaps_.data() + k * bitmap_words_;
   const uint64_t bit = uint64_t{1} << (h.rank % 64);
   if ((bitmap[h.rank / 64] & bit) == 0) {
     bitmap[h.rank / 64] |= bit;
-    const bool first_shape = h.count == c.count && h.dtype == c.dtype && h.op == c.op &&
-                             h.elems == c.elems && h.root == c.root;
-    if (!first_shape) other_bitmaps_[k * bitmap_words_ + h.rank / 64] |= bit;
+    if (!same_shape(c, h)) other_bitmaps_[k * bitmap_words_ + h.rank / 64] |= bit;
     ++c.contributors;
   }
   return c.contributors == cfg_.world_size ? Verdict::kMismatch : Verdict::kMismatchPending;

@@ -162,6 +162,7 @@ class SlotTable {
   void finish(size_t k);
   // A DATA packet for the poisoned copy k: records its rank (and whether its shape is the first).
   Verdict poisoned_data(size_t k, const wire::Header& h);
+  static bool same_shape(const Copy& c, const wire::Header& h);
 
   SlotTableConfig cfg_;
   uint32_t quant_world_ = 1;
