@@ -606,12 +606,10 @@ Status IncEngine::on_error(const wire::PacketView& pv) {
       if (in_collective(h.seq)) remember_missing(pv, reason);
       break;
     case wire::ErrorReason::kRoundMismatch:
-      if (in_collective(h.seq) && h.count >= 6 + (world_ + 31) / 32) {
-        resync_after_mismatch();
-        return invalid_argument(mismatch_text(pv));
-      }
       if (in_collective(h.seq)) {
         resync_after_mismatch();
+        // A flat aggregator's poisoned round: both shapes and their ranks (wire.h).
+        if (h.count >= 6 + (world_ + 31) / 32) return invalid_argument(mismatch_text(pv));
         std::string m = describe_collective() +
                         ": ranks disagree on count/dtype/op: every rank must call allreduce with "
                         "the same arguments (and the same INA_BLOCK_ELEMS and INA_WINDOW)";
