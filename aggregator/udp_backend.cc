@@ -16,6 +16,17 @@
 // send (a route whose MTU is below the segment size, a device without checksum offload), the
 // packets are sent one by one and GSO is turned off for the rest of the run.
 //
+// Several threads (see udp_backend.h): each Lane is one serving thread with its own socket, Engine,
+// address book and buffers, running the loop above. Its receive path routes every datagram: its own
+// slots go to its Engine, another lane's are copied into that lane's HandoffRing, a worker's HELLO
+// is processed here and copied to every other lane (marked as a copy: counted once). After each
+// batch a lane drains the rings other lanes fill for it, flushes its replies from its own socket
+// (every socket of the group sends from the port) and wakes the lanes it handed datagrams to that
+// sleep in poll() (an eventfd each; a lane announces its sleep with a flag, then checks its rings
+// once more, and the producer checks the flag after publishing: neither side can miss the other).
+// Jobs from set_jobs() carry a generation each lane applies between batches; each lane publishes a
+// snapshot of its Engine, and lane 0 merges them (merge_snapshots, as the DPDK backend does).
+//
 // Aggregation trees: a leaf job's parent ("host:port") is resolved once, when the job is added;
 // the Engine's kParent replies (partials, the leaf's HELLO) go there from the same socket, and the
 // parent's answers arrive on it like any packet (the Engine tells them apart by their flags and
@@ -26,7 +37,11 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
+#include <linux/filter.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -37,8 +52,10 @@
 #include <cstring>
 #include <map>
 #include <new>
+#include <thread>
 #include <time.h>
 
+#include "aggregator/handoff_ring.h"
 #include "ina/protocol/log.h"
 
 #ifndef SOL_UDP
@@ -49,6 +66,9 @@
 #endif
 #ifndef UDP_GRO
 #define UDP_GRO 104
+#endif
+#ifndef SO_ATTACH_REUSEPORT_CBPF
+#define SO_ATTACH_REUSEPORT_CBPF 51
 #endif
 
 namespace ina::agg {
@@ -65,6 +85,9 @@ constexpr int kPollMs = 100;                 // bounds how late a stop request i
 constexpr uint32_t kMaxBatch = 1024;
 constexpr size_t kMaxArenaBytes = 8 << 20;   // encoded replies between flushes
 constexpr size_t kMaxRankRows = 1024;        // format_counters lists idle ranks up to this world
+constexpr size_t kMinRingBytes = 1 << 20;    // handoff ring per pair of lanes: at least this, and
+constexpr size_t kRingPackets = 64;          // this many of the largest datagrams
+constexpr size_t kMaxDrain = 256;            // records taken from one ring per loop pass
 
 // Control buffer big enough for one UDP_GRO (int) or UDP_SEGMENT (uint16) cmsg, aligned for it.
 union CmsgBuf {
@@ -139,9 +162,73 @@ std::string format_addr(const sockaddr_in& sa) {
   return std::string(ip) + ":" + std::to_string(ntohs(sa.sin_port));
 }
 
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+unsigned allowed_cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  const int n = CPU_COUNT(&set);
+  return n > 0 ? static_cast<unsigned>(n) : 1;
+}
+
+// A worker's HELLO (not a parent's WELCOME, which carries RESULT): every lane runs the barrier.
+bool is_worker_hello(std::span<const uint8_t> d) {
+  const uint8_t f = d[wire::kOffFlags];
+  return (f & wire::kFlagHello) != 0 && (f & (wire::kFlagResult | wire::kFlagError)) == 0;
+}
+
+// The reuseport group's steering program: socket index = (slot & kMaxSlot) % lanes, the slot read
+// from the INA header (the program sees the UDP payload; loads are big-endian like the wire). A
+// datagram too short for the load makes the program return 0: lane 0, whose Engine counts it.
+Status attach_steering(int fd, unsigned lanes) {
+  sock_filter code[] = {
+      BPF_STMT(BPF_LD | BPF_H | BPF_ABS, static_cast<uint32_t>(wire::kOffSlot)),
+      BPF_STMT(BPF_ALU | BPF_AND | BPF_K, wire::kMaxSlot),
+      BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, lanes),
+      BPF_STMT(BPF_RET | BPF_A, 0),
+  };
+  sock_fprog prog{static_cast<unsigned short>(sizeof code / sizeof code[0]), code};
+  if (setsockopt(fd, SOL_SOCKET, SO_ATTACH_REUSEPORT_CBPF, &prog, sizeof prog) != 0) {
+    return errno_status("udp: SO_ATTACH_REUSEPORT_CBPF", errno);
+  }
+  return ok_status();
+}
+
+// A bound UDP socket with big buffers; `reuseport` joins the port's SO_REUSEPORT group.
+Result<int> bound_socket(const sockaddr_in& sa, bool reuseport) {
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return errno_status("udp: socket", errno);
+  const int one = 1;
+  if (reuseport && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof one) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return errno_status("udp: SO_REUSEPORT", err);
+  }
+  grow_socket_buffer(fd, SO_RCVBUFFORCE, SO_RCVBUF);
+  grow_socket_buffer(fd, SO_SNDBUFFORCE, SO_SNDBUF);
+  if (::bind(fd, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
+    const int err = errno;
+    ::close(fd);
+    if (err == EADDRINUSE) {
+      return Status(StatusCode::kUnavailable,
+                    "udp: bind " + format_addr(sa) + ": UDP port " +
+                        std::to_string(ntohs(sa.sin_port)) +
+                        " is already in use (another ina-aggregator?); stop it or choose another "
+                        "--port");
+    }
+    return errno_status("udp: bind " + format_addr(sa), err);
+  }
+  return fd;
+}
+
 }  // namespace
 
-struct UdpAggregator::Impl {
+struct UdpAggregator::Lane {
   struct Peer {
     sockaddr_in addr{};
     bool known = false;
@@ -159,7 +246,12 @@ struct UdpAggregator::Impl {
     uint64_t rx_buffers = 0;       // buffers received (a GRO buffer counts one)
     uint64_t rx_datagrams = 0;     // datagrams after splitting GRO buffers
     uint64_t gro_buffers = 0;      // buffers that held more than one datagram
+    uint64_t hook_dropped = 0;
     uint64_t hook_duplicated = 0;
+    uint64_t handed_off = 0;       // datagrams copied to the lane that owns their slot
+    uint64_t handoff_received = 0;
+    uint64_t handoff_dropped = 0;  // the owner's ring was full
+    uint64_t wakeups = 0;          // eventfd writes to sleeping lanes
     uint64_t tx_datagrams = 0;
     uint64_t tx_entries = 0;       // sendmmsg entries (a GSO entry carries several datagrams)
     uint64_t tx_gso_entries = 0;
@@ -168,12 +260,19 @@ struct UdpAggregator::Impl {
   };
 
   UdpAggregator* self = nullptr;
+  unsigned idx = 0;
+  unsigned lanes = 1;
   UdpOptions opts;
   size_t max_packet = 0;  // largest reply the arena holds
+  int fd = -1;
+  int efd = -1;           // eventfd: another lane handed over datagrams while this one slept
+  std::unique_ptr<Engine> engine;
   uint64_t batch_now = 0;  // CLOCK_MONOTONIC ns of the current batch (0: telemetry off)
   uint64_t rng = 0;
   size_t mc_rotate = 0;  // first rank of the next multicast (see flush)
   Counters c;
+  std::thread thread;  // lanes 1.. (lane 0 runs on run()'s caller)
+  Status result;       // what serve() returned
 
   // receive
   std::vector<uint8_t> rx_buf;
@@ -181,6 +280,18 @@ struct UdpAggregator::Impl {
   std::vector<iovec> rx_iov;
   std::vector<sockaddr_in> rx_addr;
   std::vector<CmsgBuf> rx_ctrl;
+
+  // handoff: out[d] is this lane's ring to lane d (none to itself), in[s] lane s's ring to this
+  std::vector<std::unique_ptr<HandoffRing>> out;
+  std::vector<HandoffRing*> in;
+  uint64_t wake_mask = 0;  // lanes handed datagrams since the last wake()
+  alignas(64) std::atomic<bool> sleeping{false};
+
+  // jobs: the generation of set_jobs() applied, the leaf jobs (served by lane 0 only, routed
+  // there by every lane), the jobs that could not be added
+  uint64_t applied_gen = 0;
+  std::vector<JobId> leaf_jobs;
+  std::map<JobId, std::string> job_errors;
 
   // rank addresses, learned from each rank's valid packets (index: served rank)
   std::map<JobId, std::vector<Peer>> peers;
@@ -203,6 +314,11 @@ struct UdpAggregator::Impl {
   std::vector<uint16_t> tx_segs;    // datagrams per entry
   size_t tx_n = 0;
 
+  ~Lane() {
+    if (fd >= 0) ::close(fd);
+    if (efd >= 0) ::close(efd);
+  }
+
   std::vector<Peer>* peers_of(JobId job) {
     if (cached_peers != nullptr && cached_job == job) return cached_peers;
     auto it = peers.find(job);
@@ -218,8 +334,22 @@ struct UdpAggregator::Impl {
     return u * 100.0 < percent;
   }
 
+  bool is_leaf(JobId job) const {
+    return std::find(leaf_jobs.begin(), leaf_jobs.end(), job) != leaf_jobs.end();
+  }
+
+  Status alloc_buffers(size_t batch);
+  Status add_job(const JobConfig& j);
+  void apply_jobs();
+  Status serve(const std::atomic<bool>& stop, const std::atomic<bool>& halt);
+  void receive_buffer(const msghdr& h, const uint8_t* data, size_t len, const sockaddr_in& src);
   void on_datagram(std::span<const uint8_t> d, const sockaddr_in& src);
-  void handle(std::span<const uint8_t> d, const sockaddr_in& src);
+  void route(std::span<const uint8_t> d, const sockaddr_in& src);
+  void hand_off(unsigned to, std::span<const uint8_t> d, const sockaddr_in& src, bool copy);
+  size_t drain_handoffs();
+  void wake();
+  void idle_wait();
+  void handle(std::span<const uint8_t> d, const sockaddr_in& src, uint64_t now, bool hello_copy);
   void enqueue(const Reply& r, const sockaddr_in& src);
   void flush();
   void stage(const sockaddr_in& dest, const Pending* first, size_t n);
@@ -227,26 +357,129 @@ struct UdpAggregator::Impl {
   void send_one_by_one(size_t entry);
 };
 
-void UdpAggregator::Impl::on_datagram(std::span<const uint8_t> d, const sockaddr_in& src) {
+void UdpAggregator::Lane::on_datagram(std::span<const uint8_t> d, const sockaddr_in& src) {
   ++c.rx_datagrams;
   if (chance(opts.drop_percent)) {
-    ++self->hook_dropped_;
+    ++c.hook_dropped;
     return;
   }
-  handle(d, src);
+  route(d, src);
   if (chance(opts.dup_percent)) {
     ++c.hook_duplicated;
-    handle(d, src);
+    route(d, src);
   }
 }
 
-void UdpAggregator::Impl::handle(std::span<const uint8_t> d, const sockaddr_in& src) {
+// To this lane's Engine, to the lane that owns the datagram's slot, or (a worker's HELLO) to every
+// lane. A datagram too short to route is this lane's: its Engine counts it as malformed.
+void UdpAggregator::Lane::route(std::span<const uint8_t> d, const sockaddr_in& src) {
+  if (lanes == 1 || d.size() < wire::kHeaderSize) {
+    handle(d, src, batch_now, false);
+    return;
+  }
+  unsigned owner;
+  if (!leaf_jobs.empty() && is_leaf(wire::get_u32(d.data() + wire::kOffJob))) {
+    owner = 0;
+  } else if (is_worker_hello(d)) {
+    // Rare (once per rank and incarnation): the copies go first, so that every lane holds the
+    // HELLO before any DATA this lane hands over after it (one FIFO ring per pair of lanes).
+    for (unsigned k = 0; k < lanes; ++k) {
+      if (k != idx) hand_off(k, d, src, true);
+    }
+    handle(d, src, batch_now, false);
+    return;
+  } else {
+    owner = (wire::get_u16(d.data() + wire::kOffSlot) & wire::kMaxSlot) % lanes;
+  }
+  if (owner == idx) {
+    handle(d, src, batch_now, false);
+  } else {
+    hand_off(owner, d, src, false);
+  }
+}
+
+void UdpAggregator::Lane::hand_off(unsigned to, std::span<const uint8_t> d, const sockaddr_in& src,
+                                   bool copy) {
+  HandoffRing& r = *out[to];
+  // A copy is counted by the lane that received the datagram (Engine::on_packet's
+  // counted_elsewhere), so it travels with a mark.
+  if (r.push(d, batch_now, src, copy ? 1u : 0u)) {
+    ++c.handed_off;
+    wake_mask |= uint64_t{1} << to;
+  } else {
+    ++c.handoff_dropped;  // the owner is behind: the sender's retransmission repairs it
+  }
+}
+
+size_t UdpAggregator::Lane::drain_handoffs() {
+  size_t took = 0;
+  for (HandoffRing* r : in) {
+    if (r == nullptr) continue;
+    HandoffRing::Meta m;
+    std::span<const uint8_t> d;
+    for (size_t k = 0; k < kMaxDrain && r->front(&m, &d); ++k) {
+      ++c.handoff_received;
+      handle(d, m.src, m.arrival_ns, m.mark != 0);
+      r->pop(m);
+      ++took;
+    }
+  }
+  return took;
+}
+
+// After the replies are flushed: the lanes this one handed datagrams to, if they sleep.
+void UdpAggregator::Lane::wake() {
+  if (wake_mask == 0) return;
+  // Pairs with idle_wait(): the rings' head stores before the loads of `sleeping`.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  for (uint64_t m = wake_mask; m != 0; m &= m - 1) {
+    Lane& l = *self->lanes_[static_cast<size_t>(__builtin_ctzll(m))];
+    if (l.sleeping.load(std::memory_order_relaxed)) {
+      const uint64_t one = 1;
+      ssize_t rc;
+      do {
+        rc = ::write(l.efd, &one, sizeof one);
+      } while (rc < 0 && errno == EINTR);
+      ++c.wakeups;
+    }
+  }
+  wake_mask = 0;
+}
+
+// Nothing received and nothing handed over: sleeps until the socket or another lane has something,
+// at most kPollMs (a stop request is seen that late at worst).
+void UdpAggregator::Lane::idle_wait() {
+  pollfd pfd[2] = {{fd, POLLIN, 0}, {efd, POLLIN, 0}};
+  nfds_t nfds = 1;
+  if (lanes > 1) {
+    sleeping.store(true, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    for (HandoffRing* r : in) {
+      if (r != nullptr && !r->empty()) {
+        sleeping.store(false, std::memory_order_relaxed);
+        return;
+      }
+    }
+    nfds = 2;
+  }
+  (void)::poll(pfd, nfds, kPollMs);  // EINTR: the loop checks the stop flag and comes back
+  if (lanes > 1) {
+    sleeping.store(false, std::memory_order_relaxed);
+    if ((pfd[1].revents & POLLIN) != 0) {
+      uint64_t v;
+      (void)::read(efd, &v, sizeof v);
+    }
+  }
+}
+
+void UdpAggregator::Lane::handle(std::span<const uint8_t> d, const sockaddr_in& src, uint64_t now,
+                                 bool hello_copy) {
   int32_t rank = -1;
   JobId job = 0;
   // Arrival time of the batch (read once per recvmmsg): the lags telemetry looks for are
   // micro- to milliseconds, far above the spread of one batch, and one clock read per datagram
   // cost up to 100 ns on a loaded VM.
-  const Reply r = self->engine_->on_packet(d, batch_now, &rank, &job);
+  const Reply r = engine->on_packet(d, now, &rank, &job, hello_copy);
   if (rank >= 0) {
     // Learn (or follow a move of) the rank's address. Only packets with the job's tag get here
     // (the engine sets rank after it), so nobody without the key can redirect its results.
@@ -258,10 +491,13 @@ void UdpAggregator::Impl::handle(std::span<const uint8_t> d, const sockaddr_in& 
       }
     }
   }
-  if (r.target != Reply::Target::kNone) enqueue(r, src);
+  if (r.target == Reply::Target::kNone) return;
+  // Every lane ran the HELLO; lane 0 alone answers it.
+  if (idx != 0 && d.size() >= wire::kHeaderSize && is_worker_hello(d)) return;
+  enqueue(r, src);
 }
 
-void UdpAggregator::Impl::enqueue(const Reply& r, const sockaddr_in& src) {
+void UdpAggregator::Lane::enqueue(const Reply& r, const sockaddr_in& src) {
   const sockaddr_in* dest = &src;
   if (r.target == Reply::Target::kParent) {
     auto it = parents.find(r.hdr.job);
@@ -273,11 +509,11 @@ void UdpAggregator::Impl::enqueue(const Reply& r, const sockaddr_in& src) {
   }
   const size_t len = r.packet_size();
   if (pending.size() == pending_cap || arena_used + len > arena.size()) flush();
-  uint8_t* out = arena.data() + arena_used;
-  wire::encode_header(r.hdr, out);
-  if (r.payload != nullptr) std::memcpy(out + wire::kHeaderSize, r.payload, r.payload_bytes());
+  uint8_t* o = arena.data() + arena_used;
+  wire::encode_header(r.hdr, o);
+  if (r.payload != nullptr) std::memcpy(o + wire::kHeaderSize, r.payload, r.payload_bytes());
   // One sealed buffer, also for a multicast: the tag does not cover the destination.
-  wire::seal(std::span<uint8_t>(out, len), r.key);
+  wire::seal(std::span<uint8_t>(o, len), r.key);
   Pending p;
   p.multicast = r.target == Reply::Target::kAllRanks;
   p.job = r.hdr.job;
@@ -289,13 +525,13 @@ void UdpAggregator::Impl::enqueue(const Reply& r, const sockaddr_in& src) {
 }
 
 // Sends every pending reply, in order per destination.
-void UdpAggregator::Impl::flush() {
+void UdpAggregator::Lane::flush() {
   const size_t n = pending.size();
+  const bool gso = self->gso_on_.load(std::memory_order_relaxed);
   size_t i = 0;
   while (i < n) {
     const Pending& first = pending[i];
-    const size_t seg_max =
-        self->gso_on_ ? std::min(kMaxGsoSegments, kMaxGsoBytes / first.len) : 1;
+    const size_t seg_max = gso ? std::min(kMaxGsoSegments, kMaxGsoBytes / first.len) : 1;
     // A run: consecutive replies of the same kind, destination (or job) and size.
     size_t j = i + 1;
     while (j < n && pending[j].multicast == first.multicast && pending[j].len == first.len &&
@@ -329,7 +565,7 @@ void UdpAggregator::Impl::flush() {
 }
 
 // Adds one sendmmsg entry: n packets of equal size to `dest` (a GSO entry when n > 1).
-void UdpAggregator::Impl::stage(const sockaddr_in& dest, const Pending* first, size_t n) {
+void UdpAggregator::Lane::stage(const sockaddr_in& dest, const Pending* first, size_t n) {
   if (tx_n == kTxMsgs) send_staged();
   const size_t e = tx_n++;
   iovec* iov = &tx_iov[e * kMaxGsoSegments];
@@ -357,10 +593,10 @@ void UdpAggregator::Impl::stage(const sockaddr_in& dest, const Pending* first, s
   }
 }
 
-void UdpAggregator::Impl::send_staged() {
+void UdpAggregator::Lane::send_staged() {
   size_t k = 0;
   while (k < tx_n) {
-    const int rc = sendmmsg(self->fd_, &tx_msgs[k], static_cast<unsigned>(tx_n - k), 0);
+    const int rc = sendmmsg(fd, &tx_msgs[k], static_cast<unsigned>(tx_n - k), 0);
     if (rc > 0) {
       for (size_t e = k; e < k + static_cast<size_t>(rc); ++e) {
         c.tx_datagrams += tx_segs[e];
@@ -375,8 +611,7 @@ void UdpAggregator::Impl::send_staged() {
     // Entry k failed. A GSO entry the kernel refuses (EINVAL: segment above the route's MTU;
     // EIO: no checksum offload) goes out one datagram at a time, and GSO stays off.
     if (tx_segs[k] > 1 && (err == EINVAL || err == EIO || err == EMSGSIZE || err == EOPNOTSUPP)) {
-      if (self->gso_on_) {
-        self->gso_on_ = false;
+      if (self->gso_on_.exchange(false, std::memory_order_relaxed)) {
         INA_WARN(kComponent, "UDP GSO send refused (%s); sending datagrams one by one",
                  std::strerror(err));
       }
@@ -389,7 +624,7 @@ void UdpAggregator::Impl::send_staged() {
   tx_n = 0;
 }
 
-void UdpAggregator::Impl::send_one_by_one(size_t entry) {
+void UdpAggregator::Lane::send_one_by_one(size_t entry) {
   msghdr m = tx_msgs[entry].msg_hdr;
   m.msg_control = nullptr;
   m.msg_controllen = 0;
@@ -400,7 +635,7 @@ void UdpAggregator::Impl::send_one_by_one(size_t entry) {
     m.msg_iov = &iov[s];
     ssize_t rc;
     do {
-      rc = sendmsg(self->fd_, &m, 0);
+      rc = sendmsg(fd, &m, 0);
     } while (rc < 0 && errno == EINTR);
     if (rc < 0) {
       ++c.send_errors;
@@ -411,8 +646,209 @@ void UdpAggregator::Impl::send_one_by_one(size_t entry) {
   }
 }
 
-UdpAggregator::~UdpAggregator() {
-  if (fd_ >= 0) ::close(fd_);
+Status UdpAggregator::Lane::alloc_buffers(size_t b) {
+  try {
+    rx_buf.assign(b * kRecvBufSize, 0);
+    rx_msgs.assign(b, mmsghdr{});
+    rx_iov.assign(b, iovec{});
+    rx_addr.assign(b, sockaddr_in{});
+    rx_ctrl.assign(b, CmsgBuf{});
+    // One received buffer can hold up to 64 GRO segments, each with a reply (two with the dup
+    // hook); the arena is flushed whenever it fills, so its size only bounds GSO runs.
+    pending_cap = b * 2;
+    pending.reserve(pending_cap);
+    arena.assign(std::max(max_packet, std::min(pending_cap * max_packet, kMaxArenaBytes)), 0);
+    tx_msgs.assign(kTxMsgs, mmsghdr{});
+    tx_iov.assign(kTxMsgs * kMaxGsoSegments, iovec{});
+    tx_addr.assign(kTxMsgs, sockaddr_in{});
+    tx_ctrl.assign(kTxMsgs, CmsgBuf{});
+    tx_segs.assign(kTxMsgs, 0);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("udp: cannot allocate buffers for batch " + std::to_string(b));
+  }
+  return ok_status();
+}
+
+// Adds a job to this lane's Engine and address book (a leaf job: lane 0 only; the others route
+// its datagrams there).
+Status UdpAggregator::Lane::add_job(const JobConfig& j) {
+  if (j.is_leaf() && idx != 0) return ok_status();
+  sockaddr_in parent{};
+  if (wire::max_packet_size(j.slots.max_payload_bytes) > max_packet) {
+    return invalid_argument("block of " + std::to_string(j.slots.max_payload_bytes) +
+                            " bytes exceeds this aggregator's buffers");
+  }
+  if (j.is_leaf()) {
+    Result<sockaddr_in> p = resolve_parent(j);
+    if (!p.ok()) return p.status();
+    parent = *p;
+  }
+  INA_RETURN_IF_ERROR(engine->add_job(j));
+  peers[j.job].assign(j.served_ranks(), Peer{});
+  cached_peers = nullptr;
+  if (j.is_leaf()) parents[j.job] = parent;
+  return ok_status();
+}
+
+// Between batches (nothing pending in the arena): the jobs of the newest set_jobs().
+void UdpAggregator::Lane::apply_jobs() {
+  std::vector<JobConfig> desired;
+  {
+    std::lock_guard<std::mutex> g(self->shared_mu_);
+    desired = self->desired_jobs_;
+    applied_gen = self->desired_gen_.load(std::memory_order_relaxed);
+  }
+  std::map<JobId, const JobConfig*> want;
+  for (const JobConfig& j : desired) want[j.job] = &j;
+  for (const JobConfig& have : engine->jobs()) {
+    auto it = want.find(have.job);
+    if (it == want.end() || have != *it->second) {
+      (void)engine->remove_job(have.job);
+      peers.erase(have.job);
+      parents.erase(have.job);
+      if (idx == 0) INA_INFO(kComponent, "job %" PRIu32 " removed", have.job);
+    }
+  }
+  cached_peers = nullptr;  // the map changed
+  job_errors.clear();
+  leaf_jobs.clear();
+  for (const JobConfig& j : desired) {
+    if (j.is_leaf()) leaf_jobs.push_back(j.job);
+    if (engine->world_size(j.job) != 0 || (j.is_leaf() && idx != 0)) continue;  // served, unchanged
+    const Status st = add_job(j);
+    if (!st.ok()) {
+      job_errors[j.job] = st.message();
+      if (idx == 0) INA_WARN(kComponent, "job %" PRIu32 " not added: %s", j.job, st.message().c_str());
+      continue;
+    }
+    if (idx == 0) {
+      INA_INFO(kComponent, "job %" PRIu32 " added: world %" PRIu32 " slots [%" PRIu32 ", %" PRIu32
+               ") role %s",
+               j.job, j.slots.world_size, j.slot_base, j.slot_base + j.slots.num_slots,
+               tree_role_name(j.tree.role));
+    }
+  }
+}
+
+// One received buffer: a datagram, or a GRO buffer of datagrams of gso_size bytes (the last
+// possibly shorter).
+void UdpAggregator::Lane::receive_buffer(const msghdr& h, const uint8_t* data, size_t len,
+                                         const sockaddr_in& src) {
+  ++c.rx_buffers;
+  size_t seg = len;
+  for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm != nullptr;
+       cm = CMSG_NXTHDR(const_cast<msghdr*>(&h), cm)) {
+    if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+      int gso_size = 0;
+      std::memcpy(&gso_size, CMSG_DATA(cm), sizeof gso_size);
+      if (gso_size > 0) seg = static_cast<size_t>(gso_size);
+    }
+  }
+  if (len == 0 || seg >= len) {
+    on_datagram(std::span<const uint8_t>(data, len), src);
+    return;
+  }
+  ++c.gro_buffers;
+  for (size_t off = 0; off < len; off += seg) {
+    on_datagram(std::span<const uint8_t>(data + off, std::min(seg, len - off)), src);
+  }
+}
+
+Status UdpAggregator::Lane::serve(const std::atomic<bool>& stop, const std::atomic<bool>& halt) {
+  const unsigned batch = opts.batch;
+  using Clock = std::chrono::steady_clock;
+  const bool stats = opts.stats_interval.count() > 0;
+  auto next_stats = Clock::now() + opts.stats_interval;
+  EngineCounters last = engine->counters();
+  auto last_time = Clock::now();
+  auto next_snapshot = Clock::now();
+  char who[24] = "";
+  if (lanes > 1) std::snprintf(who, sizeof who, "thread %u: ", idx);
+
+  auto between_batches = [&] {
+    if (self->desired_gen_.load(std::memory_order_acquire) != applied_gen) apply_jobs();
+    if (opts.snapshot_interval.count() > 0 && Clock::now() >= next_snapshot) {
+      self->publish(idx);
+      next_snapshot = Clock::now() + opts.snapshot_interval;
+    }
+    if (!stats) return;
+    const auto now = Clock::now();
+    if (now < next_stats) return;
+    next_stats = now + opts.stats_interval;
+    const EngineCounters& e = engine->counters();
+    const double dt = std::chrono::duration<double>(now - last_time).count();
+    const double rate_in = dt > 0 ? static_cast<double>(e.packets_in - last.packets_in) / dt : 0;
+    const double rate_done = dt > 0 ? static_cast<double>(e.completed - last.completed) / dt : 0;
+    INA_INFO(kComponent,
+             "%sin %" PRIu64 " (%.0f/s) completed %" PRIu64 " (%.0f/s) out %" PRIu64
+             " dup %" PRIu64 " stale %" PRIu64 " mismatch %" PRIu64 " malformed %" PRIu64
+             " bad_tag %" PRIu64 " unknown_job %" PRIu64 " not_ready %" PRIu64
+             " send_errors %" PRIu64 " unroutable %" PRIu64 " handed_off %" PRIu64,
+             who, e.packets_in, rate_in, e.completed, rate_done, c.tx_datagrams, e.duplicates,
+             e.stale, e.mismatched, e.malformed, e.bad_tag, e.unknown_job, e.not_ready,
+             c.send_errors, c.unroutable, c.handed_off);
+    last = e;
+    last_time = now;
+  };
+
+  while (!stop.load(std::memory_order_relaxed) && !halt.load(std::memory_order_relaxed)) {
+    between_batches();
+    for (unsigned i = 0; i < batch; ++i) {
+      rx_iov[i].iov_base = rx_buf.data() + size_t{i} * kRecvBufSize;
+      rx_iov[i].iov_len = kRecvBufSize;
+      msghdr& h = rx_msgs[i].msg_hdr;
+      h.msg_name = &rx_addr[i];
+      h.msg_namelen = sizeof(sockaddr_in);
+      h.msg_iov = &rx_iov[i];
+      h.msg_iovlen = 1;
+      h.msg_control = rx_ctrl[i].buf;
+      h.msg_controllen = sizeof rx_ctrl[i].buf;
+      h.msg_flags = 0;
+    }
+    const int n = recvmmsg(fd, rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
+    if (n < 0) {
+      const int err = errno;
+      if (err != EAGAIN && err != EWOULDBLOCK && err != EINTR) {
+        return errno_status("udp: recvmmsg", err);
+      }
+    } else {
+      ++c.rx_calls;
+      if (opts.telemetry) batch_now = monotonic_ns();
+      for (int i = 0; i < n; ++i) {
+        receive_buffer(rx_msgs[i].msg_hdr, rx_buf.data() + static_cast<size_t>(i) * kRecvBufSize,
+                       rx_msgs[i].msg_len, rx_addr[i]);
+      }
+    }
+    const size_t taken = lanes > 1 ? drain_handoffs() : 0;
+    flush();
+    wake();
+    if (n <= 0 && taken == 0) idle_wait();
+  }
+  flush();
+  if (opts.snapshot_interval.count() > 0) self->publish(idx);
+  return ok_status();
+}
+
+UdpAggregator::~UdpAggregator() = default;
+
+const Engine& UdpAggregator::engine(unsigned i) const { return *lanes_.at(i)->engine; }
+
+EngineCounters UdpAggregator::engine_totals() const {
+  EngineCounters t;
+  for (const auto& l : lanes_) add_counters(t, l->engine->counters());
+  return t;
+}
+
+uint64_t UdpAggregator::dropped_by_hook() const {
+  uint64_t n = 0;
+  for (const auto& l : lanes_) n += l->c.hook_dropped;
+  return n;
+}
+
+uint64_t UdpAggregator::handed_off() const {
+  uint64_t n = 0;
+  for (const auto& l : lanes_) n += l->c.handed_off;
+  return n;
 }
 
 Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& opts,
@@ -427,6 +863,10 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
   if (!(opts.dup_percent >= 0 && opts.dup_percent <= 100)) {
     return invalid_argument("udp: dup_percent must be in 0..100");
   }
+  if (opts.threads > kMaxUdpThreads) {
+    return invalid_argument("udp: threads must be in 0.." + std::to_string(kMaxUdpThreads) +
+                            " (0: one per CPU), got " + std::to_string(opts.threads));
+  }
   if (jobs.empty() && opts.max_payload_bytes == 0) {
     return invalid_argument("udp: at least one job is required (or max_payload_bytes for jobs "
                             "added at run time)");
@@ -435,13 +875,6 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
     return invalid_argument("udp: max_payload_bytes " + std::to_string(opts.max_payload_bytes) +
                             " exceeds what one UDP datagram carries");
   }
-
-  std::unique_ptr<UdpAggregator> a(new UdpAggregator());
-  std::map<JobId, sockaddr_in> impl_parents;
-  EngineOptions eo;
-  eo.telemetry = opts.telemetry;
-  a->engine_ = std::make_unique<Engine>(eo);
-  a->engine_->set_slot_capacity(opts.slot_capacity);
   // Runtime jobs: bitmaps of up to 65535 ranks in control replies.
   size_t max_packet = opts.max_payload_bytes == 0 ? wire::control_packet_size(2)
                                                   : wire::max_packet_size(opts.max_payload_bytes);
@@ -453,86 +886,136 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
                               std::to_string(pkt) + "-byte packets; UDP carries at most " +
                               std::to_string(kMaxUdpPayload) + " bytes");
     }
-    if (j.is_leaf()) {
-      INA_ASSIGN_OR_RETURN(sockaddr_in parent, resolve_parent(j));
-      impl_parents[j.job] = parent;
-    }
-    INA_RETURN_IF_ERROR(a->engine_->add_job(j));
     max_packet = std::max(max_packet, pkt);
-    // Control replies (bitmaps) can outgrow a small block.
-
   }
 
-  a->fd_ = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (a->fd_ < 0) return errno_status("udp: socket", errno);
-  const int one = 1;
-  // No SO_REUSEADDR (on UDP it lets a second socket bind the port and take its unicast traffic)
-  // and no SO_REUSEPORT: a second aggregator on a busy port must fail here, not start silently.
-  grow_socket_buffer(a->fd_, SO_RCVBUFFORCE, SO_RCVBUF);
-  grow_socket_buffer(a->fd_, SO_SNDBUFFORCE, SO_SNDBUF);
-
+  std::unique_ptr<UdpAggregator> a(new UdpAggregator());
+  unsigned lanes = opts.threads == 0 ? std::min(allowed_cpu_count(), kMaxUdpThreads) : opts.threads;
   INA_ASSIGN_OR_RETURN(sockaddr_in sa, resolve_ipv4(opts.bind_host, opts.port));
-  if (::bind(a->fd_, reinterpret_cast<const sockaddr*>(&sa), sizeof sa) != 0) {
-    const int err = errno;
-    if (err == EADDRINUSE) {
-      return Status(StatusCode::kUnavailable,
-                    "udp: bind " + format_addr(sa) + ": UDP port " + std::to_string(opts.port) +
-                        " is already in use (another ina-aggregator?); stop it or choose another "
-                        "--port");
+
+  // The sockets. One thread: a plain socket (no SO_REUSEADDR, which on UDP lets a second socket
+  // bind the port and take its unicast traffic; no SO_REUSEPORT), so that a second aggregator on a
+  // busy port fails here instead of starting silently. Several: a SO_REUSEPORT group, after a
+  // plain bind shows the port free (the group would otherwise take in another aggregator's
+  // sockets of the same user), steered by attach_steering().
+  std::vector<int> fds;
+  auto close_all = [&fds] {
+    for (int fd : fds) ::close(fd);
+    fds.clear();
+  };
+  if (lanes > 1) {
+    if (sa.sin_port != 0) {
+      INA_ASSIGN_OR_RETURN(int probe, bound_socket(sa, false));
+      ::close(probe);
     }
-    return errno_status("udp: bind " + format_addr(sa), err);
+    for (unsigned i = 0; i < lanes; ++i) {
+      Result<int> fd = bound_socket(sa, true);
+      if (!fd.ok()) {
+        close_all();
+        return fd.status();
+      }
+      fds.push_back(*fd);
+      if (i == 0) {
+        socklen_t sl = sizeof sa;
+        if (::getsockname(fds[0], reinterpret_cast<sockaddr*>(&sa), &sl) != 0) {
+          const int err = errno;
+          close_all();
+          return errno_status("udp: getsockname", err);
+        }
+      }
+    }
+    if (opts.steer) {
+      const Status st = attach_steering(fds[0], lanes);
+      if (!st.ok()) {
+        INA_WARN(kComponent, "%s: serving on one thread instead of %u", st.message().c_str(),
+                 lanes);
+        close_all();
+        lanes = 1;
+      }
+    }
+  }
+  if (lanes == 1) {
+    INA_ASSIGN_OR_RETURN(int fd, bound_socket(sa, false));
+    fds.push_back(fd);
   }
   socklen_t sl = sizeof sa;
-  if (::getsockname(a->fd_, reinterpret_cast<sockaddr*>(&sa), &sl) != 0) {
-    return errno_status("udp: getsockname", errno);
+  if (::getsockname(fds[0], reinterpret_cast<sockaddr*>(&sa), &sl) != 0) {
+    const int err = errno;
+    close_all();
+    return errno_status("udp: getsockname", err);
   }
   a->port_ = ntohs(sa.sin_port);
 
-  if (opts.gro) a->gro_on_ = setsockopt(a->fd_, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+  const int one = 1;
+  if (opts.gro) {
+    a->gro_on_ = true;
+    for (int fd : fds) a->gro_on_ = a->gro_on_ && setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof one) == 0;
+  }
   if (opts.gso) {
     // The kernel has UDP_SEGMENT when it answers for the option (the per-send cmsg is used).
     int v = 0;
     socklen_t vl = sizeof v;
-    a->gso_on_ = getsockopt(a->fd_, SOL_UDP, UDP_SEGMENT, &v, &vl) == 0;
+    a->gso_on_ = getsockopt(fds[0], SOL_UDP, UDP_SEGMENT, &v, &vl) == 0;
   }
 
-  auto impl = std::make_unique<Impl>();
-  Impl& m = *impl;
-  m.self = a.get();
-  m.opts = opts;
-  m.max_packet = max_packet;
-  m.rng = opts.seed;
-  const size_t b = opts.batch;
-  try {
-    m.rx_buf.assign(b * kRecvBufSize, 0);
-    m.rx_msgs.assign(b, mmsghdr{});
-    m.rx_iov.assign(b, iovec{});
-    m.rx_addr.assign(b, sockaddr_in{});
-    m.rx_ctrl.assign(b, CmsgBuf{});
-    // One received buffer can hold up to 64 GRO segments, each with a reply (two with the dup
-    // hook); the arena is flushed whenever it fills, so its size only bounds GSO runs.
-    m.pending_cap = b * 2;
-    m.pending.reserve(m.pending_cap);
-    m.arena.assign(std::max(max_packet, std::min(m.pending_cap * max_packet, kMaxArenaBytes)), 0);
-    m.tx_msgs.assign(kTxMsgs, mmsghdr{});
-    m.tx_iov.assign(kTxMsgs * kMaxGsoSegments, iovec{});
-    m.tx_addr.assign(kTxMsgs, sockaddr_in{});
-    m.tx_ctrl.assign(kTxMsgs, CmsgBuf{});
-    m.tx_segs.assign(kTxMsgs, 0);
-  } catch (const std::bad_alloc&) {
-    return resource_exhausted("udp: cannot allocate buffers for batch " + std::to_string(b));
+  EngineOptions eo;
+  eo.telemetry = opts.telemetry;
+  const size_t ring_bytes = std::max(kMinRingBytes, kRingPackets * max_packet);
+  for (unsigned i = 0; i < lanes; ++i) {
+    auto l = std::make_unique<Lane>();
+    l->self = a.get();
+    l->idx = i;
+    l->lanes = lanes;
+    l->opts = opts;
+    l->max_packet = max_packet;
+    l->rng = opts.seed + i;
+    l->fd = fds[i];
+    fds[i] = -1;  // the lane owns it now
+    l->engine = std::make_unique<Engine>(eo);
+    l->engine->set_slot_capacity(opts.slot_capacity);
+    if (lanes > 1) {
+      l->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+      if (l->efd < 0) {
+        const int err = errno;
+        for (int fd : fds) if (fd >= 0) ::close(fd);
+        return errno_status("udp: eventfd", err);
+      }
+      try {
+        l->out.resize(lanes);
+        for (unsigned d = 0; d < lanes; ++d) {
+          if (d != i) l->out[d] = std::make_unique<HandoffRing>(ring_bytes);
+        }
+      } catch (const std::bad_alloc&) {
+        for (int fd : fds) if (fd >= 0) ::close(fd);
+        return resource_exhausted("udp: cannot allocate handoff rings of " +
+                                  std::to_string(ring_bytes) + " bytes");
+      }
+    }
+    if (Status st = l->alloc_buffers(opts.batch); !st.ok()) {
+      for (int fd : fds) if (fd >= 0) ::close(fd);
+      return st;
+    }
+    a->lanes_.push_back(std::move(l));
   }
-  for (const JobConfig& j : jobs) m.peers[j.job].assign(j.served_ranks(), Impl::Peer{});
-  m.parents = std::move(impl_parents);
-  a->impl_ = std::move(impl);
-  a->publish();
+  for (auto& l : a->lanes_) {
+    l->in.assign(lanes, nullptr);
+    for (unsigned s = 0; s < lanes; ++s) {
+      if (s != l->idx) l->in[s] = a->lanes_[s]->out[l->idx].get();
+    }
+    for (const JobConfig& j : jobs) {
+      INA_RETURN_IF_ERROR(l->add_job(j));
+      if (j.is_leaf()) l->leaf_jobs.push_back(j.job);
+    }
+  }
+  a->parts_.resize(lanes);
+  for (unsigned i = lanes; i-- > 0;) a->publish(i);
   return a;
 }
 
 void UdpAggregator::set_jobs(std::vector<JobConfig> jobs) {
   std::lock_guard<std::mutex> g(shared_mu_);
   desired_jobs_ = std::move(jobs);
-  jobs_pending_.store(true, std::memory_order_release);
+  desired_gen_.fetch_add(1, std::memory_order_release);
 }
 
 AggregatorSnapshot UdpAggregator::snapshot() const {
@@ -540,180 +1023,74 @@ AggregatorSnapshot UdpAggregator::snapshot() const {
   return published_;
 }
 
-// On the serving thread, between batches (nothing pending in the arena).
-void UdpAggregator::apply_jobs() {
-  std::vector<JobConfig> desired;
-  {
-    std::lock_guard<std::mutex> g(shared_mu_);
-    desired = desired_jobs_;
-    jobs_pending_.store(false, std::memory_order_relaxed);
-  }
-  Impl& m = *impl_;
-  std::map<JobId, const JobConfig*> want;
-  for (const JobConfig& j : desired) want[j.job] = &j;
-  for (const JobConfig& have : engine_->jobs()) {
-    auto it = want.find(have.job);
-    if (it == want.end() || have != *it->second) {
-      (void)engine_->remove_job(have.job);
-      m.peers.erase(have.job);
-      m.parents.erase(have.job);
-      INA_INFO(kComponent, "job %" PRIu32 " removed", have.job);
-    }
-  }
-  m.cached_peers = nullptr;  // the map changed
-  job_errors_.clear();
-  for (const JobConfig& j : desired) {
-    if (engine_->world_size(j.job) != 0) continue;  // served, unchanged
-    Status st = ok_status();
-    sockaddr_in parent{};
-    if (wire::max_packet_size(j.slots.max_payload_bytes) > m.max_packet) {
-      st = invalid_argument("block of " + std::to_string(j.slots.max_payload_bytes) +
-                            " bytes exceeds this aggregator's buffers");
-    } else if (j.is_leaf()) {
-      Result<sockaddr_in> p = resolve_parent(j);
-      if (p.ok()) {
-        parent = *p;
-      } else {
-        st = p.status();
-      }
-    }
-    if (st.ok()) st = engine_->add_job(j);
-    if (!st.ok()) {
-      job_errors_[j.job] = st.message();
-      INA_WARN(kComponent, "job %" PRIu32 " not added: %s", j.job, st.message().c_str());
-      continue;
-    }
-    m.peers[j.job].assign(j.served_ranks(), Impl::Peer{});
-    if (j.is_leaf()) m.parents[j.job] = parent;
-    INA_INFO(kComponent, "job %" PRIu32 " added: world %" PRIu32 " slots [%" PRIu32 ", %" PRIu32
-             ") role %s",
-             j.job, j.slots.world_size, j.slot_base, j.slot_base + j.slots.num_slots,
-             tree_role_name(j.tree.role));
-  }
+// Lane i's part (on lane i's thread, between batches); lane 0 also merges every part.
+void UdpAggregator::publish(unsigned i) {
+  Lane& l = *lanes_[i];
+  const uint64_t now = monotonic_ns();
+  const uint64_t stall_ns =
+      static_cast<uint64_t>(std::chrono::nanoseconds(l.opts.stall_after).count());
+  AggregatorSnapshot s = engine_snapshot(*l.engine, now, stall_ns, lanes_.size() == 1);
+  s.tx_datagrams = l.c.tx_datagrams;
+  s.send_errors = l.c.send_errors;
+  s.unroutable = l.c.unroutable;
+  s.job_errors = l.job_errors;
+  std::lock_guard<std::mutex> g(shared_mu_);
+  parts_[i] = std::move(s);
+  if (i == 0) merge_and_publish(now);
 }
 
-void UdpAggregator::publish() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  const uint64_t now =
-      static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-  const uint64_t stall_ns =
-      static_cast<uint64_t>(std::chrono::nanoseconds(impl_->opts.stall_after).count());
-  AggregatorSnapshot s = engine_snapshot(*engine_, now, stall_ns);
-  s.tx_datagrams = impl_->c.tx_datagrams;
-  s.send_errors = impl_->c.send_errors;
-  s.unroutable = impl_->c.unroutable;
-  s.job_errors = job_errors_;
-  warn_stragglers(straggler_alarm_, s, now);
-  std::lock_guard<std::mutex> g(shared_mu_);
-  published_ = std::move(s);
+void UdpAggregator::merge_and_publish(uint64_t now) {
+  published_ = parts_.size() == 1 ? std::move(parts_[0]) : merge_snapshots(parts_);
+  warn_stragglers(straggler_alarm_, published_, now);
 }
 
 Status UdpAggregator::run(const std::atomic<bool>& stop) {
-  Impl& m = *impl_;
-  const unsigned batch = m.opts.batch;
-  using Clock = std::chrono::steady_clock;
-  const bool stats = m.opts.stats_interval.count() > 0;
-  auto next_stats = Clock::now() + m.opts.stats_interval;
-  EngineCounters last = engine_->counters();
-  auto last_time = Clock::now();
-
-  auto next_snapshot = Clock::now();
-  auto maybe_print_stats = [&] {
-    if (jobs_pending_.load(std::memory_order_acquire)) apply_jobs();
-    if (m.opts.snapshot_interval.count() > 0 && Clock::now() >= next_snapshot) {
-      publish();
-      next_snapshot = Clock::now() + m.opts.snapshot_interval;
-    }
-    if (!stats) return;
-    const auto now = Clock::now();
-    if (now < next_stats) return;
-    next_stats = now + m.opts.stats_interval;
-    const EngineCounters& e = engine_->counters();
-    const double dt = std::chrono::duration<double>(now - last_time).count();
-    const double rate_in = dt > 0 ? static_cast<double>(e.packets_in - last.packets_in) / dt : 0;
-    const double rate_done = dt > 0 ? static_cast<double>(e.completed - last.completed) / dt : 0;
-    INA_INFO(kComponent,
-             "in %" PRIu64 " (%.0f/s) completed %" PRIu64 " (%.0f/s) out %" PRIu64
-             " dup %" PRIu64 " stale %" PRIu64 " mismatch %" PRIu64 " malformed %" PRIu64
-             " bad_tag %" PRIu64 " unknown_job %" PRIu64 " not_ready %" PRIu64
-             " send_errors %" PRIu64 " unroutable %" PRIu64,
-             e.packets_in, rate_in, e.completed, rate_done, m.c.tx_datagrams, e.duplicates,
-             e.stale, e.mismatched, e.malformed, e.bad_tag, e.unknown_job, e.not_ready,
-             m.c.send_errors, m.c.unroutable);
-    last = e;
-    last_time = now;
-  };
-
-  while (!stop.load(std::memory_order_relaxed)) {
-    for (unsigned i = 0; i < batch; ++i) {
-      m.rx_iov[i].iov_base = m.rx_buf.data() + size_t{i} * kRecvBufSize;
-      m.rx_iov[i].iov_len = kRecvBufSize;
-      msghdr& h = m.rx_msgs[i].msg_hdr;
-      h.msg_name = &m.rx_addr[i];
-      h.msg_namelen = sizeof(sockaddr_in);
-      h.msg_iov = &m.rx_iov[i];
-      h.msg_iovlen = 1;
-      h.msg_control = m.rx_ctrl[i].buf;
-      h.msg_controllen = sizeof m.rx_ctrl[i].buf;
-      h.msg_flags = 0;
-    }
-    const int n = recvmmsg(fd_, m.rx_msgs.data(), batch, MSG_DONTWAIT, nullptr);
-    if (n < 0) {
-      const int err = errno;
-      if (err == EAGAIN || err == EWOULDBLOCK) {
-        maybe_print_stats();
-        pollfd pfd{fd_, POLLIN, 0};
-        const int prc = ::poll(&pfd, 1, kPollMs);
-        if (prc < 0 && errno != EINTR) return errno_status("udp: poll", errno);
-        continue;
-      }
-      if (err == EINTR) continue;
-      return errno_status("udp: recvmmsg", err);
-    }
-    ++m.c.rx_calls;
-    if (m.opts.telemetry) {
-      timespec ts;
-      clock_gettime(CLOCK_MONOTONIC, &ts);
-      m.batch_now =
-          static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
-    }
-    for (int i = 0; i < n; ++i) {
-      const msghdr& h = m.rx_msgs[i].msg_hdr;
-      const size_t len = m.rx_msgs[i].msg_len;
-      const uint8_t* data = m.rx_buf.data() + static_cast<size_t>(i) * kRecvBufSize;
-      const sockaddr_in& src = m.rx_addr[i];
-      ++m.c.rx_buffers;
-      // A GRO buffer: datagrams of gso_size bytes, the last possibly shorter.
-      size_t seg = len;
-      for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm != nullptr;
-           cm = CMSG_NXTHDR(const_cast<msghdr*>(&h), cm)) {
-        if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
-          int gso_size = 0;
-          std::memcpy(&gso_size, CMSG_DATA(cm), sizeof gso_size);
-          if (gso_size > 0) seg = static_cast<size_t>(gso_size);
-        }
-      }
-      if (len == 0 || seg >= len) {
-        m.on_datagram(std::span<const uint8_t>(data, len), src);
-        continue;
-      }
-      ++m.c.gro_buffers;
-      for (size_t off = 0; off < len; off += seg) {
-        m.on_datagram(std::span<const uint8_t>(data + off, std::min(seg, len - off)), src);
-      }
-    }
-    m.flush();
-    maybe_print_stats();
+  std::atomic<bool> halt{false};  // a lane failed: the others stop too
+  // Lanes 1..: a thread each (std::thread allocates its start state once, here, not in the loop).
+  for (size_t i = 1; i < lanes_.size(); ++i) {
+    Lane& l = *lanes_[i];
+    l.thread = std::thread([&l, &stop, &halt] {
+      char name[16];
+      std::snprintf(name, sizeof name, "ina-udp-%u", l.idx);
+      pthread_setname_np(pthread_self(), name);
+      l.result = l.serve(stop, halt);
+      if (!l.result.ok()) halt.store(true);
+    });
   }
-  m.flush();
-  if (m.opts.snapshot_interval.count() > 0) publish();
+  Lane& l0 = *lanes_[0];
+  l0.result = l0.serve(stop, halt);
+  if (!l0.result.ok()) halt.store(true);
+  for (size_t i = 1; i < lanes_.size(); ++i) lanes_[i]->thread.join();
+  if (lanes_.size() > 1 && l0.opts.snapshot_interval.count() > 0) {
+    std::lock_guard<std::mutex> g(shared_mu_);
+    merge_and_publish(monotonic_ns());  // every lane's final part
+  }
+  for (const auto& l : lanes_) {
+    if (!l->result.ok()) return l->result;
+  }
   return ok_status();
 }
 
 std::string UdpAggregator::format_counters() const {
-  const EngineCounters& e = engine_->counters();
-  const Impl::Counters& b = impl_->c;
+  const EngineCounters e = engine_totals();
+  Lane::Counters b;
+  for (const auto& l : lanes_) {
+    const Lane::Counters& x = l->c;
+    b.rx_buffers += x.rx_buffers;
+    b.rx_datagrams += x.rx_datagrams;
+    b.gro_buffers += x.gro_buffers;
+    b.hook_dropped += x.hook_dropped;
+    b.hook_duplicated += x.hook_duplicated;
+    b.handed_off += x.handed_off;
+    b.handoff_received += x.handoff_received;
+    b.handoff_dropped += x.handoff_dropped;
+    b.wakeups += x.wakeups;
+    b.tx_datagrams += x.tx_datagrams;
+    b.tx_entries += x.tx_entries;
+    b.tx_gso_entries += x.tx_gso_entries;
+    b.send_errors += x.send_errors;
+    b.unroutable += x.unroutable;
+  }
   std::string s;
   char line[256];
   auto row = [&](const char* name, uint64_t v) {
@@ -723,16 +1100,33 @@ std::string UdpAggregator::format_counters() const {
   s += "totals:\n";
   for_each_scalar_counter([&](const char* name, uint64_t EngineCounters::*m) { row(name, e.*m); });
   s += "udp:\n";
+  row("threads", lanes_.size());
   row("rx_buffers", b.rx_buffers);
   row("rx_datagrams", b.rx_datagrams);
   row("gro_buffers", b.gro_buffers);
-  row("hook_dropped", hook_dropped_);
+  row("hook_dropped", b.hook_dropped);
   row("hook_duplicated", b.hook_duplicated);
+  row("handed_off", b.handed_off);
+  row("handoff_received", b.handoff_received);
+  row("handoff_dropped", b.handoff_dropped);
+  row("wakeups", b.wakeups);
   row("tx_datagrams", b.tx_datagrams);
   row("tx_entries", b.tx_entries);
   row("tx_gso_entries", b.tx_gso_entries);
   row("send_errors", b.send_errors);
   row("unroutable", b.unroutable);
+  if (lanes_.size() > 1) {
+    s += "per thread:\n";
+    std::snprintf(line, sizeof line, "  %6s %14s %14s %14s %14s\n", "thread", "rx_datagrams",
+                  "packets_in", "completed", "handed_off");
+    s += line;
+    for (const auto& l : lanes_) {
+      std::snprintf(line, sizeof line, "  %6u %14" PRIu64 " %14" PRIu64 " %14" PRIu64 " %14" PRIu64
+                    "\n", l->idx, l->c.rx_datagrams, l->engine->counters().packets_in,
+                    l->engine->counters().completed, l->c.handed_off);
+      s += line;
+    }
+  }
   s += "decode errors:\n";
   for (size_t i = 1; i < e.decode.by_error.size(); ++i) {
     row(std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i))).c_str(),
@@ -742,15 +1136,31 @@ std::string UdpAggregator::format_counters() const {
   for (size_t i = 0; i < e.by_verdict.size(); ++i) {
     row(verdict_name(static_cast<Verdict>(i)), e.by_verdict[i]);
   }
-  for (const auto& [job, peers] : impl_->peers) {
+  const Lane& l0 = *lanes_[0];
+  for (const auto& [job, peers0] : l0.peers) {
     std::snprintf(line, sizeof line, "job %" PRIu32 " (world %" PRIu32 ", %s):\n", job,
-                  engine_->world_size(job), engine_->job_ready(job) ? "ready" : "joining");
+                  l0.engine->world_size(job), l0.engine->job_ready(job) ? "ready" : "joining");
     s += line;
     std::snprintf(line, sizeof line, "  %6s %14s %12s %12s  %s\n", "rank", "packets",
                   "retransmits", "duplicates", "address");
     s += line;
-    const std::span<const RankCounters> rc = engine_->rank_counters(job);
-    const JobConfig* cfg = engine_->job_config(job);
+    // Per rank, summed over the lanes that serve the job (a leaf job: lane 0 alone).
+    std::vector<RankCounters> rc(peers0.size());
+    std::vector<const Lane::Peer*> addr(peers0.size(), nullptr);
+    for (const auto& l : lanes_) {
+      const std::span<const RankCounters> x = l->engine->rank_counters(job);
+      for (size_t r = 0; r < x.size() && r < rc.size(); ++r) {
+        rc[r].packets += x[r].packets;
+        rc[r].retransmits += x[r].retransmits;
+        rc[r].duplicates += x[r].duplicates;
+      }
+      auto it = l->peers.find(job);
+      if (it == l->peers.end()) continue;
+      for (size_t r = 0; r < it->second.size() && r < addr.size(); ++r) {
+        if (addr[r] == nullptr && it->second[r].known) addr[r] = &it->second[r];
+      }
+    }
+    const JobConfig* cfg = l0.engine->job_config(job);
     const size_t first = cfg != nullptr ? cfg->first_rank() : 0;
     size_t idle = 0;
     for (size_t r = 0; r < rc.size(); ++r) {
@@ -758,9 +1168,9 @@ std::string UdpAggregator::format_counters() const {
         ++idle;
         continue;
       }
-      const std::string addr = peers[r].known ? format_addr(peers[r].addr) : "-";
+      const std::string a = addr[r] != nullptr ? format_addr(addr[r]->addr) : "-";
       std::snprintf(line, sizeof line, "  %6zu %14" PRIu64 " %12" PRIu64 " %12" PRIu64 "  %s\n",
-                    first + r, rc[r].packets, rc[r].retransmits, rc[r].duplicates, addr.c_str());
+                    first + r, rc[r].packets, rc[r].retransmits, rc[r].duplicates, a.c_str());
       s += line;
     }
     if (idle > 0) {

@@ -696,19 +696,21 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
   bench_print_footer(stdout, busbw_sum, rows, static_cast<long long>(wrong_total), o.check);
 
   uint64_t bytes_in = 0;
-  for (const auto& a : aggregators) bytes_in += a->engine().counters().bytes_in;
+  for (const auto& a : aggregators) bytes_in += a->engine_totals().bytes_in;
   std::array<uint64_t, BENCH_STATS> w{};
   for (size_t r = 0; r < col.stats.size(); ++r)
     if (col.have_stats[r])
       for (size_t j = 0; j < w.size(); ++j) w[j] += col.stats[r][j];
   print_summary(o, w, o.workers, bytes_in);
   for (size_t i = 0; o.verbose && i < aggregators.size(); ++i) {
-    const auto& c = aggregators[i]->engine().counters();
+    const auto c = aggregators[i]->engine_totals();
     uint64_t agg_retx = 0;
     uint64_t agg_dups = 0;
-    for (const auto& rc : aggregators[i]->engine().rank_counters(kJob)) {
-      agg_retx += rc.retransmits;
-      agg_dups += rc.duplicates;
+    for (unsigned t = 0; t < aggregators[i]->threads(); ++t) {
+      for (const auto& rc : aggregators[i]->engine(t).rank_counters(kJob)) {
+        agg_retx += rc.retransmits;
+        agg_dups += rc.duplicates;
+      }
     }
     std::printf(
         "# aggregator%s: packets in %llu (%.1f MB), replies out %llu, completed slots %llu, "

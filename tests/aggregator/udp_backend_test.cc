@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -152,7 +153,9 @@ class UdpAggregatorTest : public ::testing::Test {
     stop_.store(true);
     thread_.join();
     EXPECT_TRUE(run_status_.ok()) << run_status_.to_string();
-    EXPECT_EQ(testing::g_counted_allocs.load() - allocs_at_start_, 0u)
+    // Several serving threads: starting each of lanes 1.. allocates std::thread's state once
+    // (those threads' own allocations are not counted; lane 0's packet path is).
+    EXPECT_EQ(testing::g_counted_allocs.load() - allocs_at_start_, agg_->threads() - 1u)
         << "run() allocated on its packet path";
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
                                                                   t0);
@@ -430,6 +433,110 @@ TEST_F(UdpAggregatorTest, DropHookDropsEverything) {
   EXPECT_EQ(agg_->engine().counters().packets_in, 0u);
 }
 
+// Several serving threads: slot s belongs to thread s % 2. Workers' datagrams sent one by one
+// (the reuseport program steers each to its owner), as GSO trains (one buffer of several slots:
+// the receiving thread hands the others' over) and, with the steering off, by the kernel's flow
+// hash alone. Every result is exact, each rank gets one WELCOME, both threads complete blocks.
+class UdpAggregatorThreadsTest : public UdpAggregatorTest,
+                                 public ::testing::WithParamInterface<bool> {};
+
+TEST_P(UdpAggregatorThreadsTest, SlotsSpreadOverThreadsWithExactResults) {
+  const bool steer = GetParam();
+  constexpr uint32_t kWorld = 4;
+  constexpr uint16_t kSlots = 8;
+  UdpOptions o;
+  o.threads = 2;
+  o.steer = steer;
+  start(kWorld, o);
+  ASSERT_EQ(agg_->threads(), 2u);
+  ASSERT_NO_FATAL_FAILURE(join(kWorld));
+  for (uint32_t r = 0; r < kWorld; ++r) {
+    EXPECT_FALSE(clients_[r]->recv(50ms).has_value()) << "rank " << r << ": a second WELCOME";
+  }
+  BlockSeq seq = 1;
+  bool any_train = false;
+  for (int round = 0; round < 6; ++round) {
+    const bool shadow = round % 2 == 1;
+    const bool as_train = round >= 3;  // rounds 3..5: every rank sends its 8 blocks as one train
+    std::map<BlockSeq, std::vector<int32_t>> want;
+    std::vector<std::vector<std::vector<uint8_t>>> pkts(kWorld);
+    for (uint16_t s = 0; s < kSlots; ++s, ++seq) {
+      std::vector<int32_t> sum(16, 0);
+      for (uint16_t r = 0; r < kWorld; ++r) {
+        std::vector<int32_t> v(16);
+        for (size_t k = 0; k < v.size(); ++k) {
+          v[k] = static_cast<int32_t>(seq * 7919 + r * 31 + k) * (r % 2 ? -1 : 1);
+          sum[k] += v[k];
+        }
+        pkts[r].push_back(data_packet(r, s, shadow, seq, v));
+      }
+      want[seq] = sum;
+    }
+    for (uint16_t r = 0; r < kWorld; ++r) {
+      if (as_train && clients_[r]->send_gso(pkts[r])) {
+        any_train = true;
+        continue;
+      }
+      for (const auto& p : pkts[r]) clients_[r]->send(p);
+    }
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      std::map<BlockSeq, std::vector<int32_t>> got;
+      for (uint16_t k = 0; k < kSlots; ++k) {
+        auto p = clients_[r]->recv();
+        ASSERT_TRUE(p.has_value()) << "rank " << r << " round " << round << " result " << k;
+        EXPECT_EQ(p->hdr.flags, wire::kFlagResult);
+        got[p->hdr.seq] = p->payload;
+      }
+      EXPECT_EQ(got, want) << "rank " << r << " round " << round;
+    }
+  }
+  stop();
+  const EngineCounters t = agg_->engine_totals();
+  EXPECT_EQ(t.completed, 6u * kSlots);
+  EXPECT_EQ(t.hellos, kWorld) << "a HELLO copy was counted twice";
+  EXPECT_EQ(t.malformed + t.stale + t.not_ready + t.duplicates, 0u);
+  // Slot s on thread s % 2: half of the blocks each.
+  EXPECT_EQ(agg_->engine(0).counters().completed, 3u * kSlots);
+  EXPECT_EQ(agg_->engine(1).counters().completed, 3u * kSlots);
+  const std::string text = agg_->format_counters();
+  EXPECT_EQ(counter_value(text, "threads"), 2);
+  EXPECT_EQ(counter_value(text, "handoff_dropped"), 0);
+  EXPECT_EQ(counter_value(text, "completed"), 6 * kSlots);
+  // Each HELLO is copied to the other thread. Steered, the datagrams sent one by one reach their
+  // owner directly: only trains (their other thread's half) are handed over.
+  const uint64_t train_handoffs = any_train ? 3u * kWorld * kSlots / 2 : 0;
+  if (steer) {
+    EXPECT_EQ(agg_->handed_off(), kWorld + train_handoffs) << text;
+  } else {
+    EXPECT_GE(agg_->handed_off(), kWorld + train_handoffs) << text;
+  }
+  RecordProperty("handed_off", std::to_string(agg_->handed_off()));
+}
+
+INSTANTIATE_TEST_SUITE_P(Steering, UdpAggregatorThreadsTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? std::string("steered") : std::string("flow_hash");
+                         });
+
+TEST(UdpAggregatorCreateTest, ThreadsZeroIsOnePerCpu) {
+  UdpOptions o;
+  o.bind_host = "127.0.0.1";
+  o.port = 0;
+  o.threads = 0;
+  o.max_payload_bytes = 64;
+  auto a = UdpAggregator::create(o, {});
+  ASSERT_TRUE(a.ok()) << a.status().to_string();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  EXPECT_EQ((*a)->threads(), std::min<unsigned>(static_cast<unsigned>(CPU_COUNT(&set)),
+                                                kMaxUdpThreads));
+  o.threads = kMaxUdpThreads + 1;
+  auto bad = UdpAggregator::create(o, {});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("threads"), std::string::npos);
+}
+
 // An aggregator created without jobs (they come from set_jobs, as the controller agent's do),
 // serving on its own thread. stop() ends run() and expects it to have returned OK; the destructor
 // stops it too, so a test that fails half way does not leave the thread running.
@@ -588,23 +695,33 @@ TEST(UdpAggregatorCreateTest, RejectsBadOptions) {
 // A second aggregator on a busy port fails to start with an error naming the port (the socket
 // has neither SO_REUSEADDR, which on UDP lets the newer socket take the unicast traffic, nor
 // SO_REUSEPORT). A wildcard bind conflicts with a loopback one as well.
+// Also across thread counts: a multi-threaded aggregator's SO_REUSEPORT group takes in no second
+// aggregator, and a second multi-threaded one does not join a busy port.
 TEST(UdpAggregatorCreateTest, BusyPortIsRefusedWithItsNumber) {
   JobConfig job;
   job.slots.world_size = 2;
-  UdpOptions o;
-  o.bind_host = "127.0.0.1";
-  o.port = 0;
-  auto first = UdpAggregator::create(o, {job});
-  ASSERT_TRUE(first.ok()) << first.status().to_string();
-  o.port = (*first)->port();
-  for (const char* host : {"127.0.0.1", "0.0.0.0"}) {
-    o.bind_host = host;
-    auto second = UdpAggregator::create(o, {job});
-    ASSERT_FALSE(second.ok()) << host << ": a second aggregator bound busy UDP port " << o.port;
-    const std::string m = second.status().message();
-    EXPECT_NE(m.find("UDP port " + std::to_string(o.port) + " is already in use"),
-              std::string::npos) << m;
-    EXPECT_NE(m.find("--port"), std::string::npos) << m;
+  for (unsigned first_threads : {1u, 2u}) {
+    for (unsigned second_threads : {1u, 2u}) {
+      UdpOptions o;
+      o.bind_host = "127.0.0.1";
+      o.port = 0;
+      o.threads = first_threads;
+      auto first = UdpAggregator::create(o, {job});
+      ASSERT_TRUE(first.ok()) << first.status().to_string();
+      o.port = (*first)->port();
+      o.threads = second_threads;
+      for (const char* host : {"127.0.0.1", "0.0.0.0"}) {
+        o.bind_host = host;
+        auto second = UdpAggregator::create(o, {job});
+        ASSERT_FALSE(second.ok()) << host << ": a second aggregator (" << second_threads
+                                  << " threads) bound busy UDP port " << o.port << " ("
+                                  << first_threads << " threads)";
+        const std::string m = second.status().message();
+        EXPECT_NE(m.find("UDP port " + std::to_string(o.port) + " is already in use"),
+                  std::string::npos) << m;
+        EXPECT_NE(m.find("--port"), std::string::npos) << m;
+      }
+    }
   }
 }
 
