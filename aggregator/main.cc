@@ -146,6 +146,11 @@ int main(int argc, char** argv) {
   app.add_option("--batch", opts.batch, "datagrams per recvmmsg/sendmmsg")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}))
       ->capture_default_str();
+  app.add_option("--threads", opts.threads,
+                 "udp: serving threads, one socket each (SO_REUSEPORT, steered by slot); 0: one "
+                 "per CPU this process may run on")
+      ->check(CLI::Range(0u, ina::agg::kMaxUdpThreads))
+      ->capture_default_str();
   app.add_flag("--no-gro", no_gro, "do not use UDP GRO on receive");
   app.add_flag("--no-gso", no_gso, "do not use UDP GSO on send");
   app.add_option("--drop-percent", opts.drop_percent, "test hook: drop received datagrams")
@@ -365,8 +370,8 @@ int main(int argc, char** argv) {
   }
 #endif
   if (check_config) {
-    std::printf("ina-aggregator: configuration ok: backend udp, %s:%u, %s\n", opts.bind_host.c_str(),
-                unsigned{opts.port},
+    std::printf("ina-aggregator: configuration ok: backend udp, %s:%u, %u threads, %s\n",
+                opts.bind_host.c_str(), unsigned{opts.port}, opts.threads,
                 managed ? "jobs from the controller" : ("job " + std::to_string(job.job)).c_str());
     return 0;
   }
@@ -400,13 +405,15 @@ int main(int argc, char** argv) {
   }
 #endif
   if (world == 0) {
-    std::printf("ina-aggregator listening on %s:%u jobs from the controller, block %u gro %s gso %s\n",
+    std::printf("ina-aggregator listening on %s:%u jobs from the controller, block %u gro %s gso %s "
+                "threads %u\n",
                 opts.bind_host.c_str(), unsigned{a.port()}, block, a.gro_enabled() ? "on" : "off",
-                a.gso_enabled() ? "on" : "off");
+                a.gso_enabled() ? "on" : "off", a.threads());
   } else {
-    std::printf("ina-aggregator listening on %s:%u job %u world %u slots %u block %u gro %s gso %s\n",
+    std::printf("ina-aggregator listening on %s:%u job %u world %u slots %u block %u gro %s gso %s "
+                "threads %u\n",
                 opts.bind_host.c_str(), unsigned{a.port()}, unsigned{job.job}, world, slots, block,
-                a.gro_enabled() ? "on" : "off", a.gso_enabled() ? "on" : "off");
+                a.gro_enabled() ? "on" : "off", a.gso_enabled() ? "on" : "off", a.threads());
     if (job.is_leaf()) {
       std::printf("tree leaf %u of parent %s: global ranks [%u, %u)\n", job.tree.child_index,
                   job.tree.parent.c_str(), job.tree.rank_base,

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cinttypes>
 #include <cstdio>
@@ -182,13 +183,20 @@ bool is_worker_hello(std::span<const uint8_t> d) {
   return (f & wire::kFlagHello) != 0 && (f & (wire::kFlagResult | wire::kFlagError)) == 0;
 }
 
-// The reuseport group's steering program: socket index = (slot & kMaxSlot) % lanes, the slot read
-// from the INA header (the program sees the UDP payload; loads are big-endian like the wire). A
+// The lane that owns a slot: runs of kSlotRun consecutive slots in turn (wire.h), so that a
+// sender's GSO train, cut at run boundaries, is one lane's whole.
+unsigned lane_of_slot(uint16_t slot, unsigned lanes) { return (slot / wire::kSlotRun) % lanes; }
+
+// The reuseport group's steering program: socket index = lane_of_slot(slot), the slot read from
+// the INA header (the program sees the UDP payload; loads are big-endian like the wire). A
 // datagram too short for the load makes the program return 0: lane 0, whose Engine counts it.
 Status attach_steering(int fd, unsigned lanes) {
+  static_assert(std::has_single_bit(unsigned{wire::kSlotRun}), "a shift divides by the run");
   sock_filter code[] = {
       BPF_STMT(BPF_LD | BPF_H | BPF_ABS, static_cast<uint32_t>(wire::kOffSlot)),
       BPF_STMT(BPF_ALU | BPF_AND | BPF_K, wire::kMaxSlot),
+      BPF_STMT(BPF_ALU | BPF_RSH | BPF_K,
+               static_cast<uint32_t>(std::countr_zero(unsigned{wire::kSlotRun}))),
       BPF_STMT(BPF_ALU | BPF_MOD | BPF_K, lanes),
       BPF_STMT(BPF_RET | BPF_A, 0),
   };
@@ -389,7 +397,7 @@ void UdpAggregator::Lane::route(std::span<const uint8_t> d, const sockaddr_in& s
     handle(d, src, batch_now, false);
     return;
   } else {
-    owner = (wire::get_u16(d.data() + wire::kOffSlot) & wire::kMaxSlot) % lanes;
+    owner = lane_of_slot(wire::slot_of(d), lanes);
   }
   if (owner == idx) {
     handle(d, src, batch_now, false);

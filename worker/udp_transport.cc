@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "ina/protocol/log.h"
+#include "ina/protocol/wire.h"
 
 namespace ina::worker {
 namespace {
@@ -170,8 +171,14 @@ long UdpTransport::send_some(std::span<const std::span<const uint8_t>> pkts, siz
     if (gso_on_ && sz > 0) {
       // All segments but the last must be exactly gso_size; we only group equal sizes, and at
       // most 64 KiB of payload in all (the super-datagram is one UDP datagram until segmented).
+      // A train also stays within one run of wire::kSlotRun slots: a multi-threaded aggregator's
+      // kernel places a train by its first datagram, and each of its threads owns whole runs.
       const size_t max_run = std::min(kMaxGsoSegments, kMaxUdpPayload / sz);
-      while (i + run < pkts.size() && run < max_run && pkts[i + run].size() == sz) ++run;
+      const uint16_t slot_run = wire::slot_run_of(pkts[i]);
+      while (i + run < pkts.size() && run < max_run && pkts[i + run].size() == sz &&
+             wire::slot_run_of(pkts[i + run]) == slot_run) {
+        ++run;
+      }
     }
     msghdr& h = tx_msgs_[m].msg_hdr;
     h = msghdr{};

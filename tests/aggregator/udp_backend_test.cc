@@ -134,6 +134,7 @@ class UdpAggregatorTest : public ::testing::Test {
     job.slots.world_size = world;
     job.slots.num_slots = slots;
     job.slots.max_payload_bytes = static_cast<uint32_t>(elems) * 4;
+    welcome_ = {static_cast<int32_t>(slots), static_cast<int32_t>(elems) * 4};
     auto a = UdpAggregator::create(opts, {job});
     ASSERT_TRUE(a.ok()) << a.status().to_string();
     agg_ = std::move(a).value();
@@ -191,11 +192,12 @@ class UdpAggregatorTest : public ::testing::Test {
       ASSERT_TRUE(p.has_value()) << "rank " << r << " got no WELCOME";
       EXPECT_EQ(p->hdr.flags, wire::kFlagHello | wire::kFlagResult);
       EXPECT_EQ(p->hdr.job, kJob);
-      EXPECT_EQ(p->payload, (std::vector<int32_t>{8, 64}));  // num_slots, max_payload_bytes
+      EXPECT_EQ(p->payload, welcome_);  // num_slots, max_payload_bytes
     }
   }
 
   std::unique_ptr<UdpAggregator> agg_;
+  std::vector<int32_t> welcome_;  // the WELCOME's payload start() configured
   std::atomic<bool> stop_{false};
   size_t allocs_at_start_ = 0;
   std::thread thread_;
@@ -433,7 +435,8 @@ TEST_F(UdpAggregatorTest, DropHookDropsEverything) {
   EXPECT_EQ(agg_->engine().counters().packets_in, 0u);
 }
 
-// Several serving threads: slot s belongs to thread s % 2. Workers' datagrams sent one by one
+// Several serving threads: slot s belongs to thread (s / 16) % 2 (runs of wire::kSlotRun).
+// Workers' datagrams sent one by one
 // (the reuseport program steers each to its owner), as GSO trains (one buffer of several slots:
 // the receiving thread hands the others' over) and, with the steering off, by the kernel's flow
 // hash alone. Every result is exact, each rank gets one WELCOME, both threads complete blocks.
@@ -443,11 +446,11 @@ class UdpAggregatorThreadsTest : public UdpAggregatorTest,
 TEST_P(UdpAggregatorThreadsTest, SlotsSpreadOverThreadsWithExactResults) {
   const bool steer = GetParam();
   constexpr uint32_t kWorld = 4;
-  constexpr uint16_t kSlots = 8;
+  constexpr uint16_t kSlots = 2 * wire::kSlotRun;
   UdpOptions o;
   o.threads = 2;
   o.steer = steer;
-  start(kWorld, o);
+  start(kWorld, o, kSlots);
   ASSERT_EQ(agg_->threads(), 2u);
   ASSERT_NO_FATAL_FAILURE(join(kWorld));
   for (uint32_t r = 0; r < kWorld; ++r) {
@@ -495,7 +498,7 @@ TEST_P(UdpAggregatorThreadsTest, SlotsSpreadOverThreadsWithExactResults) {
   EXPECT_EQ(t.completed, 6u * kSlots);
   EXPECT_EQ(t.hellos, kWorld) << "a HELLO copy was counted twice";
   EXPECT_EQ(t.malformed + t.stale + t.not_ready + t.duplicates, 0u);
-  // Slot s on thread s % 2: half of the blocks each.
+  // Slots 0..15 on thread 0, 16..31 on thread 1: half of the blocks each.
   EXPECT_EQ(agg_->engine(0).counters().completed, 3u * kSlots);
   EXPECT_EQ(agg_->engine(1).counters().completed, 3u * kSlots);
   const std::string text = agg_->format_counters();
@@ -503,7 +506,8 @@ TEST_P(UdpAggregatorThreadsTest, SlotsSpreadOverThreadsWithExactResults) {
   EXPECT_EQ(counter_value(text, "handoff_dropped"), 0);
   EXPECT_EQ(counter_value(text, "completed"), 6 * kSlots);
   // Each HELLO is copied to the other thread. Steered, the datagrams sent one by one reach their
-  // owner directly: only trains (their other thread's half) are handed over.
+  // owner directly: only trains (one of all 32 slots: their other thread's half) are handed
+  // over.
   const uint64_t train_handoffs = any_train ? 3u * kWorld * kSlots / 2 : 0;
   if (steer) {
     EXPECT_EQ(agg_->handed_off(), kWorld + train_handoffs) << text;

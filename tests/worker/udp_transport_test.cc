@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "ina/protocol/wire.h"
+
 namespace ina::worker {
 namespace {
 
@@ -86,7 +88,11 @@ void check_send_keeps_boundaries(bool gso) {
   sizes.push_back(1056);
   std::vector<std::vector<uint8_t>> pkts;
   std::vector<std::span<const uint8_t>> spans;
-  for (size_t i = 0; i < sizes.size(); ++i) pkts.push_back(pattern(i, sizes[i]));
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    pkts.push_back(pattern(i, sizes[i]));
+    // One slot for all (as an INA header would have it): trains end at a run of slots.
+    if (sizes[i] >= wire::kHeaderSize) wire::put_u16(pkts.back().data() + wire::kOffSlot, 0);
+  }
   for (const auto& p : pkts) spans.emplace_back(p);
   ASSERT_TRUE(t->send_batch(spans).ok());
   for (size_t i = 0; i < pkts.size(); ++i) {
@@ -105,6 +111,28 @@ void check_send_keeps_boundaries(bool gso) {
 TEST(UdpTransportTest, SendKeepsDatagramBoundariesWithGso) { check_send_keeps_boundaries(true); }
 TEST(UdpTransportTest, SendKeepsDatagramBoundariesWithoutGso) {
   check_send_keeps_boundaries(false);
+}
+
+// INA datagrams of consecutive slots 8..55: GSO trains end where a run of wire::kSlotRun slots
+// ends (a multi-threaded aggregator steers a train by its first slot), so 8..15, 16..31, 32..47
+// and 48..55 leave as four trains.
+TEST(UdpTransportTest, GsoTrainsStayWithinARunOfSlots) {
+  PeerSocket peer;
+  auto t = connect_to(peer.port());
+  ASSERT_NE(t, nullptr);
+  if (!t->gso_enabled()) GTEST_SKIP() << "the kernel has no UDP_SEGMENT";
+  std::vector<std::vector<uint8_t>> pkts;
+  std::vector<std::span<const uint8_t>> spans;
+  for (uint16_t slot = 8; slot < 56; ++slot) {
+    std::vector<uint8_t> p = pattern(slot, 1064);
+    wire::put_u16(p.data() + wire::kOffSlot, slot);
+    pkts.push_back(p);
+  }
+  for (const auto& p : pkts) spans.emplace_back(p);
+  ASSERT_TRUE(t->send_batch(spans).ok());
+  for (size_t i = 0; i < pkts.size(); ++i) ASSERT_EQ(peer.recv_one(), pkts[i]) << "datagram " << i;
+  static_assert(wire::kSlotRun == 16, "the expected trains below assume runs of 16 slots");
+  EXPECT_EQ(t->counters().gso_sends, 4u);
 }
 
 // The peer sends one UDP_SEGMENT super-datagram; the transport (UDP_GRO on) receives it as one

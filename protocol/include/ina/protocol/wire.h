@@ -40,6 +40,11 @@ inline constexpr size_t kHeaderSize = 40;
 inline constexpr size_t kControlWordSize = 4;  // HELLO, WELCOME and ERROR payload words (u32)
 inline constexpr uint16_t kMaxSlot = 0x7FFF;   // 15-bit slot index
 inline constexpr uint16_t kShadowBit = 0x8000; // which of the slot's two copies
+// A multi-threaded aggregator gives each thread runs of kSlotRun consecutive slots (thread
+// (slot / kSlotRun) % threads), steered by the slot in the header. A sender that batches
+// datagrams (UDP GSO: the receiver's kernel places a train by its first datagram) keeps a batch
+// within one run, so that it reaches its thread whole (WIRE.md, "Slots and threads").
+inline constexpr uint16_t kSlotRun = 16;
 inline constexpr uint16_t kDefaultPort = 47474;
 inline constexpr uint16_t kNoRoot = 0xFFFF;    // `root` of a collective without one
 // A job's block in bytes when nothing else is configured: 256 float32, 512 16-bit elements.
@@ -178,6 +183,13 @@ inline constexpr size_t kOffMagic = 0, kOffVersion = 2, kOffFlags = 3, kOffJob =
 inline constexpr size_t kTagSize = 8;
 static_assert(kOffTag % 8 == 0 && kOffTag + kTagSize <= kHeaderSize,
               "the tag is one whole SipHash message word of the header");
+
+// The slot named by an INA datagram's header (0 for anything shorter than a header), and the
+// run of kSlotRun slots it belongs to.
+inline uint16_t slot_of(std::span<const uint8_t> d) {
+  return d.size() < kHeaderSize ? uint16_t{0} : uint16_t(get_u16(d.data() + kOffSlot) & kMaxSlot);
+}
+inline uint16_t slot_run_of(std::span<const uint8_t> d) { return slot_of(d) / kSlotRun; }
 
 // ---- the tag (WIRE.md): SipHash-2-4 with the job's 128-bit key over the whole datagram, its
 // tag field read as zero. The all-zero key ("no key configured") seals and verifies the same way.
