@@ -33,6 +33,7 @@
 #include <time.h>
 
 #include <algorithm>
+#include <utility>
 #include <array>
 #include <cinttypes>
 #include <cstdio>
@@ -78,11 +79,7 @@ struct alignas(64) DpdkAggregator::Lcore {
   frame::Counters fc;
   DpdkLoopCounters c;
   Published pub;
-  std::map<JobId, std::vector<Peer>> peer_table;  // per job, by rank: learnt from packets
-  // One-entry cache in front of peer_table (most traffic is one job); reset whenever peer_table
-  // changes (peer_table_changed()).
-  JobId last_peer_job = 0;
-  std::vector<Peer>* last_peers = nullptr;
+  AddressBook<Peer> book;  // per job, by rank: learnt from packets
   std::vector<rte_ring*> in;                  // from lcore src (nullptr for self)
   std::vector<rte_ring*> out;                 // to lcore dst (nullptr for self)
   std::vector<std::vector<rte_mbuf*>> stage;  // per destination, capacity burst
@@ -113,15 +110,13 @@ struct alignas(64) DpdkAggregator::Lcore {
   unsigned n_recycled = 0;
 
   void loop();
-  std::vector<Peer>* peers_of(JobId job);
-  void peer_table_changed() { last_peers = nullptr; }
   void recycle(rte_mbuf* m);
   rte_mbuf* reply_mbuf();
   void handle_mail();
   // Answers a request posted since the last one (handle_mail, then releases `done`).
   void answer_mail();
   void apply_jobs(const std::vector<JobConfig>& desired);
-  AggregatorSnapshot take_snapshot();
+  AggregatorSnapshot take_snapshot() const;
   void on_frame(rte_mbuf* m, bool verified);
   // hello_copy: a HELLO another lcore received and counts (every lcore runs the join barrier).
   void process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello, bool hello_copy);
@@ -407,9 +402,10 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
     l->queue = static_cast<uint16_t>(i);
     l->engine = std::make_unique<Engine>();
     l->engine->set_slot_capacity(opts.slot_capacity);
-    for (const JobConfig& j : jobs) {
-      INA_RETURN_IF_ERROR(l->engine->add_job(j));
-      l->peer_table[j.job].assign(j.slots.world_size, Peer{});
+    l->apply_jobs(jobs);
+    if (!l->job_errors.empty()) {
+      const auto& [job, err] = *l->job_errors.begin();
+      return invalid_argument("dpdk: job " + std::to_string(job) + ": " + err);
     }
     l->in.assign(n, nullptr);
     l->out.assign(n, nullptr);
@@ -428,9 +424,9 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
     l->tx.assign(tx_cap, nullptr);
     a->lcores_.push_back(std::move(l));
   }
-  std::vector<AggregatorSnapshot> parts;
-  for (auto& l : a->lcores_) parts.push_back(l->take_snapshot());
-  a->publish(std::move(parts), /*log_changes=*/false);  // the caller reports the initial jobs
+  a->board_ = std::make_unique<SnapshotBoard>(n, "lcores");
+  for (auto& l : a->lcores_) a->board_->put(l->idx, l->take_snapshot());
+  a->board_->publish(now_ns(CLOCK_MONOTONIC), /*log_changes=*/false);  // main() reports the jobs
   return a;
 }
 
@@ -669,7 +665,7 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   const Reply r = engine->on_packet(p.ina, now, &rank, &job, hello_copy);
   std::vector<Peer>* peers = nullptr;
   if (rank >= 0) {
-    peers = peers_of(job);
+    peers = book.find(job);
     if (peers != nullptr) {
       Peer& pe = (*peers)[static_cast<size_t>(rank)];
       if (!pe.known || pe.ep.ip != p.src_ip || pe.ep.port != p.src_port ||
@@ -720,7 +716,7 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
     return;
   }
   // To every rank whose address is known; the received mbuf goes to the last one.
-  if (peers == nullptr) peers = peers_of(r.hdr.job);
+  if (peers == nullptr) peers = book.find(r.hdr.job);
   int last = -1;
   if (peers != nullptr) {
     for (size_t k = peers->size(); k-- > 0;) {
@@ -785,15 +781,6 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   }
   set_len(m, (*peers)[static_cast<size_t>(last)].hdr.write(data, len, sum, ip_id++));
   send(m);
-}
-
-std::vector<Peer>* DpdkAggregator::Lcore::peers_of(JobId job) {
-  if (last_peers != nullptr && last_peer_job == job) [[likely]] return last_peers;
-  auto it = peer_table.find(job);
-  if (it == peer_table.end()) return nullptr;
-  last_peer_job = job;
-  last_peers = &it->second;
-  return last_peers;
 }
 
 void DpdkAggregator::Lcore::recycle(rte_mbuf* m) {
@@ -887,40 +874,26 @@ void DpdkAggregator::Lcore::answer_mail() {
   mail.done.store(posted, std::memory_order_release);
 }
 
-// As UdpAggregator::apply_jobs, on this lcore's engine and peer table.
+// The jobs on this lcore's engine and address book (backend_shell.h), with the DPDK loop's limits.
 void DpdkAggregator::Lcore::apply_jobs(const std::vector<JobConfig>& desired) {
-  peer_table_changed();  // entries are erased below
-  std::map<JobId, const JobConfig*> want;
-  for (const JobConfig& j : desired) want[j.job] = &j;
-  for (const JobConfig& have : engine->jobs()) {
-    auto it = want.find(have.job);
-    if (it == want.end() || have != *it->second) {
-      (void)engine->remove_job(have.job);
-      peer_table.erase(have.job);
-    }
-  }
-  job_errors.clear();
-  for (const JobConfig& j : desired) {
-    if (engine->world_size(j.job) != 0) continue;  // served, unchanged
-    Status st = ok_status();
+  JobHooks h;
+  h.admit = [this](const JobConfig& j) -> Status {
     if (wire::max_data_packet_size(j.slots.max_payload_bytes, 1) > self->max_packet_) {
-      st = invalid_argument("block of " + std::to_string(j.slots.max_payload_bytes) +
-                            " bytes exceeds this aggregator's mbufs (max_payload_bytes)");
-    } else if (j.is_leaf()) {
-      st = invalid_argument("a tree leaf (parent " + j.tree.parent +
-                            ") needs --backend udp: the DPDK loop has no route to a parent");
-    } else {
-      st = engine->add_job(j);
+      return invalid_argument("block of " + std::to_string(j.slots.max_payload_bytes) +
+                              " bytes exceeds this aggregator's mbufs (max_payload_bytes)");
     }
-    if (!st.ok()) {
-      job_errors[j.job] = st.message();
-      continue;
+    if (j.is_leaf()) {
+      return invalid_argument("a tree leaf (parent " + j.tree.parent +
+                              ") needs --backend udp: the DPDK loop has no route to a parent");
     }
-    peer_table[j.job].assign(j.slots.world_size, Peer{});
-  }
+    return ok_status();
+  };
+  h.removed = [this](JobId job) { book.erase(job); };
+  h.added = [this](const JobConfig& j) { book.reset(j.job, j.slots.world_size); };
+  job_errors = reconcile_jobs(*engine, desired, h);
 }
 
-AggregatorSnapshot DpdkAggregator::Lcore::take_snapshot() {
+AggregatorSnapshot DpdkAggregator::Lcore::take_snapshot() const {
   const uint64_t stall_ns =
       static_cast<uint64_t>(std::chrono::nanoseconds(self->opts_.stall_after).count());
   // Not ranked: merge_snapshots ranks the stragglers of every job from the summed telemetry.
@@ -939,10 +912,7 @@ void DpdkAggregator::set_jobs(std::vector<JobConfig> jobs) {
   ++desired_gen_;
 }
 
-AggregatorSnapshot DpdkAggregator::snapshot() const {
-  std::lock_guard<std::mutex> g(ctl_mu_);
-  return published_;
-}
+AggregatorSnapshot DpdkAggregator::snapshot() const { return board_->snapshot(); }
 
 void DpdkAggregator::service(std::chrono::milliseconds snapshot_every) {
   using Clock = std::chrono::steady_clock;
@@ -988,36 +958,9 @@ void DpdkAggregator::service(std::chrono::milliseconds snapshot_every) {
   round_open_ = true;
 }
 
-void DpdkAggregator::publish(std::vector<AggregatorSnapshot> parts, bool log_changes) {
-  AggregatorSnapshot m = merge_snapshots(parts);
-  if (log_changes) warn_stragglers(straggler_alarm_, m, now_ns(CLOCK_MONOTONIC));
-  std::lock_guard<std::mutex> g(ctl_mu_);
-  if (!log_changes) {
-    published_ = std::move(m);
-    return;
-  }
-  // Job changes are logged here, on the main lcore (the lcores never log).
-  for (const JobSnapshot& j : m.jobs) {
-    const bool known = std::any_of(published_.jobs.begin(), published_.jobs.end(),
-                                   [&](const JobSnapshot& o) { return o.cfg.job == j.cfg.job; });
-    if (!known) {
-      INA_INFO(kComponent, "job %" PRIu32 " served: world %" PRIu32 " slots [%" PRIu32 ", %" PRIu32
-               ") block %u bytes on %zu lcores", j.cfg.job, j.cfg.slots.world_size, j.cfg.slot_base,
-               j.cfg.slot_base + j.cfg.slots.num_slots, unsigned{j.cfg.slots.max_payload_bytes},
-               lcores_.size());
-    }
-  }
-  for (const JobSnapshot& o : published_.jobs) {
-    const bool kept = std::any_of(m.jobs.begin(), m.jobs.end(),
-                                  [&](const JobSnapshot& j) { return o.cfg.job == j.cfg.job; });
-    if (!kept) INA_INFO(kComponent, "job %" PRIu32 " removed", o.cfg.job);
-  }
-  for (const auto& [job, err] : m.job_errors) {
-    if (published_.job_errors.count(job) == 0) {
-      INA_WARN(kComponent, "job %" PRIu32 " not added: %s", job, err.c_str());
-    }
-  }
-  published_ = std::move(m);
+void DpdkAggregator::publish(std::vector<AggregatorSnapshot> parts) {
+  for (size_t i = 0; i < parts.size(); ++i) board_->put(i, std::move(parts[i]));
+  board_->publish(now_ns(CLOCK_MONOTONIC));
 }
 
 uint64_t DpdkAggregator::rx_frames(unsigned i) const {
@@ -1089,49 +1032,55 @@ DpdkLoopCounters DpdkAggregator::loop_totals() const {
 }
 
 std::string DpdkAggregator::format_counters() const {
-  std::string s;
-  char line[200];
-  auto row = [&](const std::string& name, uint64_t v) {
-    if (v == 0) return;
-    std::snprintf(line, sizeof line, "  %-24s %" PRIu64 "\n", name.c_str(), v);
-    s += line;
-  };
-  const EngineCounters e = engine_totals();
   const DpdkLoopCounters lt = loop_totals();
   const frame::Counters ft = frame_totals();
-  s += "totals (all lcores; zero counters omitted):\n";
-  row("rx_frames", lt.rx);
-  row("tx_frames", lt.tx);
-  row("tx_dropped", lt.tx_dropped);
-  row("handed_off", lt.handed_off);
-  row("handoff_dropped", lt.handoff_dropped);
-  row("tx_handed_off", lt.tx_handed_off);
-  row("no_mbuf", lt.no_mbuf);
-  row("multi_segment", lt.multi_segment);
-  row("unroutable", lt.unroutable);
-  row("reply_too_big", lt.reply_too_big);
-  // The engine's counters summed over lcores (a HELLO is counted by the lcore that received it,
-  // not by the others its copies reach).
-  for_each_scalar_counter([&](const char* name, uint64_t EngineCounters::*m) { row(name, e.*m); });
-  s += "frames by verdict:\n";
+  CounterTable t(/*omit_zero=*/true);
+  t.section("totals (all lcores; zero counters omitted):");
+  t.row("rx_frames", lt.rx);
+  t.row("tx_frames", lt.tx);
+  t.row("tx_dropped", lt.tx_dropped);
+  t.row("handed_off", lt.handed_off);
+  t.row("handoff_dropped", lt.handoff_dropped);
+  t.row("tx_handed_off", lt.tx_handed_off);
+  t.row("no_mbuf", lt.no_mbuf);
+  t.row("multi_segment", lt.multi_segment);
+  t.row("unroutable", lt.unroutable);
+  t.row("reply_too_big", lt.reply_too_big);
+  t.section("frames by verdict:");
   for (size_t i = 0; i < ft.by_verdict.size(); ++i) {
-    row(std::string(frame::verdict_name(static_cast<frame::Verdict>(i))), ft.by_verdict[i]);
+    t.row(std::string(frame::verdict_name(static_cast<frame::Verdict>(i))), ft.by_verdict[i]);
   }
-  s += "INA decode errors:\n";
-  for (size_t i = 1; i < e.decode.by_error.size(); ++i) {
-    row(std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i))), e.decode.by_error[i]);
-  }
-  s += "per lcore:\n";
+  // The engines' counters summed over lcores (a HELLO is counted by the lcore that received it,
+  // not by the others its copies reach).
+  std::vector<AggregatorSnapshot> parts;
+  for (const auto& l : lcores_) parts.push_back(l->take_snapshot());
+  const AggregatorSnapshot all = merge_snapshots(parts);
+  t.engine(all.engine, "engine (all lcores):");
+  t.section("per lcore:");
+  char line[200];
   for (const auto& l : lcores_) {
     const EngineCounters& le = l->engine->counters();
     std::snprintf(line, sizeof line,
                   "  lcore %u: rx %" PRIu64 " tx %" PRIu64 " ina %" PRIu64 " completed %" PRIu64
-                  " handed_off %" PRIu64 " received_handoff %" PRIu64 "\n",
+                  " handed_off %" PRIu64 " received_handoff %" PRIu64,
                   l->lcore_id, l->c.rx, l->c.tx, le.packets_in, le.completed, l->c.handed_off,
                   l->c.handoff_received);
-    s += line;
+    t.line(line);
   }
-  return s;
+  // A rank's address as any lcore learned it.
+  t.ranks(all, [this](JobId job, size_t r) -> std::string {
+    for (const auto& l : lcores_) {
+      const std::vector<Peer>* p = std::as_const(l->book).find(job);
+      if (p == nullptr || r >= p->size() || !(*p)[r].known) continue;
+      const frame::Endpoint& ep = (*p)[r].ep;
+      char b[32];
+      std::snprintf(b, sizeof b, "%u.%u.%u.%u:%u", ep.ip >> 24, (ep.ip >> 16) & 0xFF,
+                    (ep.ip >> 8) & 0xFF, ep.ip & 0xFF, unsigned{ep.port});
+      return b;
+    }
+    return "-";
+  });
+  return t.text();
 }
 
 }  // namespace ina::agg

@@ -41,6 +41,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/backend_shell.h"
 #include "aggregator/engine.h"
 #include "aggregator/snapshot.h"
 #include "ina/protocol/frame.h"
@@ -190,18 +191,17 @@ class DpdkAggregator {
   size_t max_packet_ = 0;  // largest INA datagram the mbufs hold (set_jobs checks blocks against it)
   // The largest frame of any job (a reply fits an mbuf this large).
   size_t max_frame() const { return frame::kUdpHeadroom + max_packet_; }
-  // set_jobs() and the published snapshot (not the packet path).
+  // set_jobs() (not the packet path) and the published snapshot.
   mutable std::mutex ctl_mu_;
   std::vector<JobConfig> desired_;
   uint64_t desired_gen_ = 0;
-  AggregatorSnapshot published_;
-  StragglerAlarm straggler_alarm_;  // main lcore only (publish)
+  std::unique_ptr<SnapshotBoard> board_;
   // The main lcore's side of the mailboxes (service() only).
   uint64_t delivered_gen_ = 0;
   uint64_t round_ = 0;         // last request posted to every lcore
   bool round_open_ = false;    // posted, not yet answered by every lcore
   std::chrono::steady_clock::time_point next_snapshot_{};
-  void publish(std::vector<AggregatorSnapshot> parts, bool log_changes = true);
+  void publish(std::vector<AggregatorSnapshot> parts);  // every lcore's, merged on the board
 };
 
 }  // namespace ina::agg

@@ -54,6 +54,7 @@
 #include <map>
 #include <new>
 #include <thread>
+#include <utility>
 #include <time.h>
 
 #include "aggregator/handoff_ring.h"
@@ -85,7 +86,6 @@ constexpr int kSocketBufBytes = 8 << 20;     // SO_RCVBUF/SO_SNDBUF target
 constexpr int kPollMs = 100;                 // bounds how late a stop request is seen
 constexpr uint32_t kMaxBatch = 1024;
 constexpr size_t kMaxArenaBytes = 8 << 20;   // encoded replies between flushes
-constexpr size_t kMaxRankRows = 1024;        // format_counters lists idle ranks up to this world
 constexpr size_t kMinRingBytes = 1 << 20;    // handoff ring per pair of lanes: at least this, and
 constexpr size_t kRingPackets = 64;          // this many of the largest datagrams
 constexpr size_t kMaxDrain = 256;            // records taken from one ring per loop pass
@@ -273,7 +273,8 @@ struct UdpAggregator::Lane {
   UdpOptions opts;
   size_t max_packet = 0;  // largest reply the arena holds
   int fd = -1;
-  int efd = -1;           // eventfd: another lane handed over datagrams while this one slept
+  int efd = -1;           // eventfd: another lane handed over datagrams while this one slept, or
+                          // set_jobs() has new jobs
   std::unique_ptr<Engine> engine;
   uint64_t batch_now = 0;  // CLOCK_MONOTONIC ns of the current batch (0: telemetry off)
   uint64_t rng = 0;
@@ -297,16 +298,14 @@ struct UdpAggregator::Lane {
 
   // jobs: the generation of set_jobs() applied, the leaf jobs (served by lane 0 only, routed
   // there by every lane), the jobs that could not be added
-  uint64_t applied_gen = 0;
+  std::atomic<uint64_t> applied_gen{0};  // written by this lane, read by lane 0's publish()
   std::vector<JobId> leaf_jobs;
   std::map<JobId, std::string> job_errors;
 
   // rank addresses, learned from each rank's valid packets (index: served rank)
-  std::map<JobId, std::vector<Peer>> peers;
+  AddressBook<Peer> peers;
   // leaf jobs' parent aggregators, resolved when the job is added
   std::map<JobId, sockaddr_in> parents;
-  JobId cached_job = 0;
-  std::vector<Peer>* cached_peers = nullptr;
 
   // replies waiting for the flush
   std::vector<uint8_t> arena;
@@ -327,15 +326,6 @@ struct UdpAggregator::Lane {
     if (efd >= 0) ::close(efd);
   }
 
-  std::vector<Peer>* peers_of(JobId job) {
-    if (cached_peers != nullptr && cached_job == job) return cached_peers;
-    auto it = peers.find(job);
-    if (it == peers.end()) return nullptr;
-    cached_job = job;
-    cached_peers = &it->second;
-    return cached_peers;
-  }
-
   bool chance(double percent) {
     if (percent <= 0) return false;
     const double u = static_cast<double>(splitmix64(&rng) >> 11) * 0x1.0p-53;
@@ -347,8 +337,9 @@ struct UdpAggregator::Lane {
   }
 
   Status alloc_buffers(size_t batch);
-  Status add_job(const JobConfig& j);
-  void apply_jobs();
+  JobHooks job_hooks();
+  void apply_jobs(const std::vector<JobConfig>& desired);
+  AggregatorSnapshot take_snapshot() const;
   Status serve(const std::atomic<bool>& stop, const std::atomic<bool>& halt);
   void receive_buffer(const msghdr& h, const uint8_t* data, size_t len, const sockaddr_in& src);
   void on_datagram(std::span<const uint8_t> d, const sockaddr_in& src);
@@ -458,7 +449,6 @@ void UdpAggregator::Lane::wake() {
 // at most kPollMs (a stop request is seen that late at worst).
 void UdpAggregator::Lane::idle_wait() {
   pollfd pfd[2] = {{fd, POLLIN, 0}, {efd, POLLIN, 0}};
-  nfds_t nfds = 1;
   if (lanes > 1) {
     sleeping.store(true, std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -468,15 +458,12 @@ void UdpAggregator::Lane::idle_wait() {
         return;
       }
     }
-    nfds = 2;
   }
-  (void)::poll(pfd, nfds, kPollMs);  // EINTR: the loop checks the stop flag and comes back
-  if (lanes > 1) {
-    sleeping.store(false, std::memory_order_relaxed);
-    if ((pfd[1].revents & POLLIN) != 0) {
-      uint64_t v;
-      (void)::read(efd, &v, sizeof v);
-    }
+  (void)::poll(pfd, 2, kPollMs);  // EINTR: the loop checks the stop flag and comes back
+  sleeping.store(false, std::memory_order_relaxed);
+  if ((pfd[1].revents & POLLIN) != 0) {
+    uint64_t v;
+    (void)::read(efd, &v, sizeof v);
   }
 }
 
@@ -491,7 +478,7 @@ void UdpAggregator::Lane::handle(std::span<const uint8_t> d, const sockaddr_in& 
   if (rank >= 0) {
     // Learn (or follow a move of) the rank's address. Only packets with the job's tag get here
     // (the engine sets rank after it), so nobody without the key can redirect its results.
-    if (std::vector<Peer>* p = peers_of(job); p != nullptr) {
+    if (std::vector<Peer>* p = peers.find(job); p != nullptr) {
       Peer& peer = (*p)[static_cast<size_t>(rank)];
       if (!peer.known || !same_addr(peer.addr, src)) {
         peer.addr = src;
@@ -549,7 +536,7 @@ void UdpAggregator::Lane::flush() {
     }
     if (!first.multicast) {
       for (size_t k = i; k < j; k += seg_max) stage(first.dest, &pending[k], std::min(seg_max, j - k));
-    } else if (std::vector<Peer>* p = peers_of(first.job); p != nullptr) {
+    } else if (std::vector<Peer>* p = peers.find(first.job); p != nullptr) {
       // From a rotating first rank: sent in rank order, the last rank would always get its
       // results last, start every collective last and show as a small persistent straggler.
       const size_t np = p->size();
@@ -677,65 +664,52 @@ Status UdpAggregator::Lane::alloc_buffers(size_t b) {
   return ok_status();
 }
 
-// Adds a job to this lane's Engine and address book (a leaf job: lane 0 only; the others route
-// its datagrams there).
-Status UdpAggregator::Lane::add_job(const JobConfig& j) {
-  if (j.is_leaf() && idx != 0) return ok_status();
-  sockaddr_in parent{};
-  if (wire::max_packet_size(j.slots.max_payload_bytes) > max_packet) {
-    return invalid_argument("block of " + std::to_string(j.slots.max_payload_bytes) +
-                            " bytes exceeds this aggregator's buffers");
-  }
-  if (j.is_leaf()) {
-    Result<sockaddr_in> p = resolve_parent(j);
-    if (!p.ok()) return p.status();
-    parent = *p;
-  }
-  INA_RETURN_IF_ERROR(engine->add_job(j));
-  peers[j.job].assign(j.served_ranks(), Peer{});
-  cached_peers = nullptr;
-  if (j.is_leaf()) parents[j.job] = parent;
-  return ok_status();
+// What this lane serves of the jobs (a leaf job: lane 0 only; the others route its datagrams
+// there) and the checks and bookkeeping around its Engine's.
+JobHooks UdpAggregator::Lane::job_hooks() {
+  JobHooks h;
+  h.serves = [this](const JobConfig& j) { return idx == 0 || !j.is_leaf(); };
+  h.admit = [this](const JobConfig& j) -> Status {
+    if (wire::max_packet_size(j.slots.max_payload_bytes) > max_packet) {
+      return invalid_argument("block of " + std::to_string(j.slots.max_payload_bytes) +
+                              " bytes exceeds this aggregator's buffers");
+    }
+    if (j.is_leaf()) {
+      Result<sockaddr_in> p = resolve_parent(j);
+      if (!p.ok()) return p.status();
+      parents[j.job] = *p;
+    }
+    return ok_status();
+  };
+  h.removed = [this](JobId job) {
+    peers.erase(job);
+    parents.erase(job);
+  };
+  h.added = [this](const JobConfig& j) { peers.reset(j.job, j.served_ranks()); };
+  return h;
 }
 
-// Between batches (nothing pending in the arena): the jobs of the newest set_jobs().
-void UdpAggregator::Lane::apply_jobs() {
-  std::vector<JobConfig> desired;
-  {
-    std::lock_guard<std::mutex> g(self->shared_mu_);
-    desired = self->desired_jobs_;
-    applied_gen = self->desired_gen_.load(std::memory_order_relaxed);
-  }
-  std::map<JobId, const JobConfig*> want;
-  for (const JobConfig& j : desired) want[j.job] = &j;
-  for (const JobConfig& have : engine->jobs()) {
-    auto it = want.find(have.job);
-    if (it == want.end() || have != *it->second) {
-      (void)engine->remove_job(have.job);
-      peers.erase(have.job);
-      parents.erase(have.job);
-      if (idx == 0) INA_INFO(kComponent, "job %" PRIu32 " removed", have.job);
-    }
-  }
-  cached_peers = nullptr;  // the map changed
-  job_errors.clear();
+// Between batches (nothing pending in the arena): the jobs of the newest set_jobs() (or of
+// create()).
+void UdpAggregator::Lane::apply_jobs(const std::vector<JobConfig>& desired) {
+  job_errors = reconcile_jobs(*engine, desired, job_hooks());
+  for (const auto& [job, err] : job_errors) parents.erase(job);
   leaf_jobs.clear();
   for (const JobConfig& j : desired) {
     if (j.is_leaf()) leaf_jobs.push_back(j.job);
-    if (engine->world_size(j.job) != 0 || (j.is_leaf() && idx != 0)) continue;  // served, unchanged
-    const Status st = add_job(j);
-    if (!st.ok()) {
-      job_errors[j.job] = st.message();
-      if (idx == 0) INA_WARN(kComponent, "job %" PRIu32 " not added: %s", j.job, st.message().c_str());
-      continue;
-    }
-    if (idx == 0) {
-      INA_INFO(kComponent, "job %" PRIu32 " added: world %" PRIu32 " slots [%" PRIu32 ", %" PRIu32
-               ") role %s",
-               j.job, j.slots.world_size, j.slot_base, j.slot_base + j.slots.num_slots,
-               tree_role_name(j.tree.role));
-    }
   }
+}
+
+AggregatorSnapshot UdpAggregator::Lane::take_snapshot() const {
+  const uint64_t stall_ns =
+      static_cast<uint64_t>(std::chrono::nanoseconds(opts.stall_after).count());
+  // Not ranked: the board's merge ranks the stragglers from every lane's telemetry.
+  AggregatorSnapshot s = engine_snapshot(*engine, monotonic_ns(), stall_ns, false);
+  s.tx_datagrams = c.tx_datagrams;
+  s.send_errors = c.send_errors;
+  s.unroutable = c.unroutable;
+  s.job_errors = job_errors;
+  return s;
 }
 
 // One received buffer: a datagram, or a GRO buffer of datagrams of gso_size bytes (the last
@@ -774,10 +748,23 @@ Status UdpAggregator::Lane::serve(const std::atomic<bool>& stop, const std::atom
   if (lanes > 1) std::snprintf(who, sizeof who, "thread %u: ", idx);
 
   auto between_batches = [&] {
-    if (self->desired_gen_.load(std::memory_order_acquire) != applied_gen) apply_jobs();
+    if (self->desired_gen_.load(std::memory_order_acquire) !=
+        applied_gen.load(std::memory_order_relaxed)) {
+      std::vector<JobConfig> desired;
+      uint64_t gen;
+      {
+        std::lock_guard<std::mutex> g(self->jobs_mu_);
+        desired = self->desired_jobs_;
+        gen = self->desired_gen_.load(std::memory_order_relaxed);
+      }
+      apply_jobs(desired);
+      applied_gen.store(gen, std::memory_order_release);
+      next_snapshot = Clock::now();  // publish the change now
+    }
     if (opts.snapshot_interval.count() > 0 && Clock::now() >= next_snapshot) {
-      self->publish(idx);
-      next_snapshot = Clock::now() + opts.snapshot_interval;
+      // Lane 0 defers while another lane has not applied the same jobs (soon: set_jobs() woke
+      // it), so that a published job is served by every lane.
+      next_snapshot = Clock::now() + (self->publish(idx) ? opts.snapshot_interval : std::chrono::milliseconds(1));
     }
     if (!stats) return;
     const auto now = Clock::now();
@@ -801,6 +788,9 @@ Status UdpAggregator::Lane::serve(const std::atomic<bool>& stop, const std::atom
 
   while (!stop.load(std::memory_order_relaxed) && !halt.load(std::memory_order_relaxed)) {
     between_batches();
+    // What other lanes handed over first: it is older than what the socket holds (a HELLO's copy
+    // before a DATA of the same rank that was steered here directly).
+    const size_t taken = lanes > 1 ? drain_handoffs() : 0;
     for (unsigned i = 0; i < batch; ++i) {
       rx_iov[i].iov_base = rx_buf.data() + size_t{i} * kRecvBufSize;
       rx_iov[i].iov_len = kRecvBufSize;
@@ -827,7 +817,6 @@ Status UdpAggregator::Lane::serve(const std::atomic<bool>& stop, const std::atom
                        rx_msgs[i].msg_len, rx_addr[i]);
       }
     }
-    const size_t taken = lanes > 1 ? drain_handoffs() : 0;
     flush();
     wake();
     if (n <= 0 && taken == 0) idle_wait();
@@ -981,13 +970,13 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
     fds[i] = -1;  // the lane owns it now
     l->engine = std::make_unique<Engine>(eo);
     l->engine->set_slot_capacity(opts.slot_capacity);
+    l->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (l->efd < 0) {
+      const int err = errno;
+      for (int fd : fds) if (fd >= 0) ::close(fd);
+      return errno_status("udp: eventfd", err);
+    }
     if (lanes > 1) {
-      l->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-      if (l->efd < 0) {
-        const int err = errno;
-        for (int fd : fds) if (fd >= 0) ::close(fd);
-        return errno_status("udp: eventfd", err);
-      }
       try {
         l->out.resize(lanes);
         for (unsigned d = 0; d < lanes; ++d) {
@@ -1010,46 +999,43 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
     for (unsigned s = 0; s < lanes; ++s) {
       if (s != l->idx) l->in[s] = a->lanes_[s]->out[l->idx].get();
     }
-    for (const JobConfig& j : jobs) {
-      INA_RETURN_IF_ERROR(l->add_job(j));
-      if (j.is_leaf()) l->leaf_jobs.push_back(j.job);
+    l->apply_jobs(jobs);
+    if (!l->job_errors.empty()) {
+      const auto& [job, err] = *l->job_errors.begin();
+      return invalid_argument("udp: job " + std::to_string(job) + ": " + err);
     }
   }
-  a->parts_.resize(lanes);
-  for (unsigned i = lanes; i-- > 0;) a->publish(i);
+  a->board_ = std::make_unique<SnapshotBoard>(lanes, "threads");
+  for (auto& l : a->lanes_) a->board_->put(l->idx, l->take_snapshot());
+  a->board_->publish(monotonic_ns(), /*log_changes=*/false);  // main() reports the initial jobs
   return a;
 }
 
 void UdpAggregator::set_jobs(std::vector<JobConfig> jobs) {
-  std::lock_guard<std::mutex> g(shared_mu_);
-  desired_jobs_ = std::move(jobs);
-  desired_gen_.fetch_add(1, std::memory_order_release);
+  {
+    std::lock_guard<std::mutex> g(jobs_mu_);
+    desired_jobs_ = std::move(jobs);
+    desired_gen_.fetch_add(1, std::memory_order_release);
+  }
+  for (const auto& l : lanes_) {  // apply now, not after a poll timeout
+    const uint64_t one = 1;
+    (void)!::write(l->efd, &one, sizeof one);
+  }
 }
 
-AggregatorSnapshot UdpAggregator::snapshot() const {
-  std::lock_guard<std::mutex> g(shared_mu_);
-  return published_;
-}
+AggregatorSnapshot UdpAggregator::snapshot() const { return board_->snapshot(); }
 
-// Lane i's part (on lane i's thread, between batches); lane 0 also merges every part.
-void UdpAggregator::publish(unsigned i) {
-  Lane& l = *lanes_[i];
-  const uint64_t now = monotonic_ns();
-  const uint64_t stall_ns =
-      static_cast<uint64_t>(std::chrono::nanoseconds(l.opts.stall_after).count());
-  AggregatorSnapshot s = engine_snapshot(*l.engine, now, stall_ns, lanes_.size() == 1);
-  s.tx_datagrams = l.c.tx_datagrams;
-  s.send_errors = l.c.send_errors;
-  s.unroutable = l.c.unroutable;
-  s.job_errors = l.job_errors;
-  std::lock_guard<std::mutex> g(shared_mu_);
-  parts_[i] = std::move(s);
-  if (i == 0) merge_and_publish(now);
-}
-
-void UdpAggregator::merge_and_publish(uint64_t now) {
-  published_ = parts_.size() == 1 ? std::move(parts_[0]) : merge_snapshots(parts_);
-  warn_stragglers(straggler_alarm_, published_, now);
+// Lane i's part (on lane i's thread, between batches); lane 0 also publishes the merge, once every
+// lane has applied the jobs it has (false: deferred).
+bool UdpAggregator::publish(unsigned i) {
+  board_->put(i, lanes_[i]->take_snapshot());
+  if (i != 0) return true;
+  const uint64_t gen = lanes_[0]->applied_gen.load(std::memory_order_relaxed);
+  for (const auto& l : lanes_) {
+    if (l->applied_gen.load(std::memory_order_acquire) != gen) return false;
+  }
+  board_->publish(monotonic_ns());
+  return true;
 }
 
 Status UdpAggregator::run(const std::atomic<bool>& stop) {
@@ -1070,8 +1056,7 @@ Status UdpAggregator::run(const std::atomic<bool>& stop) {
   if (!l0.result.ok()) halt.store(true);
   for (size_t i = 1; i < lanes_.size(); ++i) lanes_[i]->thread.join();
   if (lanes_.size() > 1 && l0.opts.snapshot_interval.count() > 0) {
-    std::lock_guard<std::mutex> g(shared_mu_);
-    merge_and_publish(monotonic_ns());  // every lane's final part
+    board_->publish(monotonic_ns());  // every lane's final part
   }
   for (const auto& l : lanes_) {
     if (!l->result.ok()) return l->result;
@@ -1080,8 +1065,8 @@ Status UdpAggregator::run(const std::atomic<bool>& stop) {
 }
 
 std::string UdpAggregator::format_counters() const {
-  const EngineCounters e = engine_totals();
   Lane::Counters b;
+  std::vector<AggregatorSnapshot> parts;
   for (const auto& l : lanes_) {
     const Lane::Counters& x = l->c;
     b.rx_buffers += x.rx_buffers;
@@ -1098,95 +1083,49 @@ std::string UdpAggregator::format_counters() const {
     b.tx_gso_entries += x.tx_gso_entries;
     b.send_errors += x.send_errors;
     b.unroutable += x.unroutable;
+    parts.push_back(l->take_snapshot());
   }
-  std::string s;
-  char line[256];
-  auto row = [&](const char* name, uint64_t v) {
-    std::snprintf(line, sizeof line, "  %-22s %" PRIu64 "\n", name, v);
-    s += line;
-  };
-  s += "totals:\n";
-  for_each_scalar_counter([&](const char* name, uint64_t EngineCounters::*m) { row(name, e.*m); });
-  s += "udp:\n";
-  row("threads", lanes_.size());
-  row("rx_buffers", b.rx_buffers);
-  row("rx_datagrams", b.rx_datagrams);
-  row("gro_buffers", b.gro_buffers);
-  row("hook_dropped", b.hook_dropped);
-  row("hook_duplicated", b.hook_duplicated);
-  row("handed_off", b.handed_off);
-  row("handoff_received", b.handoff_received);
-  row("handoff_dropped", b.handoff_dropped);
-  row("wakeups", b.wakeups);
-  row("tx_datagrams", b.tx_datagrams);
-  row("tx_entries", b.tx_entries);
-  row("tx_gso_entries", b.tx_gso_entries);
-  row("send_errors", b.send_errors);
-  row("unroutable", b.unroutable);
+  const AggregatorSnapshot all = merge_snapshots(parts);
+  CounterTable t;
+  t.engine(all.engine);
+  t.section("udp:");
+  t.row("threads", lanes_.size());
+  t.row("rx_buffers", b.rx_buffers);
+  t.row("rx_datagrams", b.rx_datagrams);
+  t.row("gro_buffers", b.gro_buffers);
+  t.row("hook_dropped", b.hook_dropped);
+  t.row("hook_duplicated", b.hook_duplicated);
+  t.row("handed_off", b.handed_off);
+  t.row("handoff_received", b.handoff_received);
+  t.row("handoff_dropped", b.handoff_dropped);
+  t.row("wakeups", b.wakeups);
+  t.row("tx_datagrams", b.tx_datagrams);
+  t.row("tx_entries", b.tx_entries);
+  t.row("tx_gso_entries", b.tx_gso_entries);
+  t.row("send_errors", b.send_errors);
+  t.row("unroutable", b.unroutable);
   if (lanes_.size() > 1) {
-    s += "per thread:\n";
-    std::snprintf(line, sizeof line, "  %6s %14s %14s %14s %14s\n", "thread", "rx_datagrams",
-                  "packets_in", "completed", "handed_off");
-    s += line;
+    t.section("per thread:");
+    char line[160];
     for (const auto& l : lanes_) {
-      std::snprintf(line, sizeof line, "  %6u %14" PRIu64 " %14" PRIu64 " %14" PRIu64 " %14" PRIu64
-                    "\n", l->idx, l->c.rx_datagrams, l->engine->counters().packets_in,
-                    l->engine->counters().completed, l->c.handed_off);
-      s += line;
+      const EngineCounters& e = l->engine->counters();
+      std::snprintf(line, sizeof line,
+                    "  thread %u: rx %" PRIu64 " ina %" PRIu64 " completed %" PRIu64
+                    " handed_off %" PRIu64 " received_handoff %" PRIu64,
+                    l->idx, l->c.rx_datagrams, e.packets_in, e.completed, l->c.handed_off,
+                    l->c.handoff_received);
+      t.line(line);
     }
   }
-  s += "decode errors:\n";
-  for (size_t i = 1; i < e.decode.by_error.size(); ++i) {
-    row(std::string(wire::decode_error_name(static_cast<wire::DecodeError>(i))).c_str(),
-        e.decode.by_error[i]);
-  }
-  s += "verdicts:\n";
-  for (size_t i = 0; i < e.by_verdict.size(); ++i) {
-    row(verdict_name(static_cast<Verdict>(i)), e.by_verdict[i]);
-  }
-  const Lane& l0 = *lanes_[0];
-  for (const auto& [job, peers0] : l0.peers) {
-    std::snprintf(line, sizeof line, "job %" PRIu32 " (world %" PRIu32 ", %s):\n", job,
-                  l0.engine->world_size(job), l0.engine->job_ready(job) ? "ready" : "joining");
-    s += line;
-    std::snprintf(line, sizeof line, "  %6s %14s %12s %12s  %s\n", "rank", "packets",
-                  "retransmits", "duplicates", "address");
-    s += line;
-    // Per rank, summed over the lanes that serve the job (a leaf job: lane 0 alone).
-    std::vector<RankCounters> rc(peers0.size());
-    std::vector<const Lane::Peer*> addr(peers0.size(), nullptr);
+  // A rank's address as any lane learned it (a leaf job: lane 0).
+  t.ranks(all, [this](JobId job, size_t r) -> std::string {
     for (const auto& l : lanes_) {
-      const std::span<const RankCounters> x = l->engine->rank_counters(job);
-      for (size_t r = 0; r < x.size() && r < rc.size(); ++r) {
-        rc[r].packets += x[r].packets;
-        rc[r].retransmits += x[r].retransmits;
-        rc[r].duplicates += x[r].duplicates;
-      }
-      auto it = l->peers.find(job);
-      if (it == l->peers.end()) continue;
-      for (size_t r = 0; r < it->second.size() && r < addr.size(); ++r) {
-        if (addr[r] == nullptr && it->second[r].known) addr[r] = &it->second[r];
-      }
+      const std::vector<Lane::Peer>* p = std::as_const(l->peers).find(job);
+      if (p != nullptr && r < p->size() && (*p)[r].known) return format_addr((*p)[r].addr);
     }
-    const JobConfig* cfg = l0.engine->job_config(job);
-    const size_t first = cfg != nullptr ? cfg->first_rank() : 0;
-    size_t idle = 0;
-    for (size_t r = 0; r < rc.size(); ++r) {
-      if (rc[r].packets == 0 && rc.size() > kMaxRankRows) {
-        ++idle;
-        continue;
-      }
-      const std::string a = addr[r] != nullptr ? format_addr(addr[r]->addr) : "-";
-      std::snprintf(line, sizeof line, "  %6zu %14" PRIu64 " %12" PRIu64 " %12" PRIu64 "  %s\n",
-                    first + r, rc[r].packets, rc[r].retransmits, rc[r].duplicates, a.c_str());
-      s += line;
-    }
-    if (idle > 0) {
-      std::snprintf(line, sizeof line, "  (%zu ranks without packets not listed)\n", idle);
-      s += line;
-    }
-  }
-  return s;
+    return "-";
+  });
+  return t.text();
 }
 
 }  // namespace ina::agg

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "aggregator/backend_shell.h"
 #include "aggregator/engine.h"
 #include "aggregator/snapshot.h"
 #include "ina/protocol/status.h"
@@ -99,16 +100,13 @@ class UdpAggregator {
   uint16_t port_ = 0;
   bool gro_on_ = false;
   std::atomic<bool> gso_on_{false};  // turned off by any thread whose GSO send is refused
-  // set_jobs() hand-off (each thread applies a new generation between batches) and the published
-  // snapshot (each thread stores its part; thread 0 merges them).
-  mutable std::mutex shared_mu_;
+  // set_jobs() hand-off: each thread applies a new generation between batches.
+  std::mutex jobs_mu_;
   std::atomic<uint64_t> desired_gen_{0};
   std::vector<JobConfig> desired_jobs_;
-  std::vector<AggregatorSnapshot> parts_;
-  AggregatorSnapshot published_;
-  StragglerAlarm straggler_alarm_;  // thread 0 only (publish)
-  void publish(unsigned lane);
-  void merge_and_publish(uint64_t now);  // under shared_mu_
+  // Each thread's snapshot part; thread 0 publishes the merge.
+  std::unique_ptr<SnapshotBoard> board_;
+  bool publish(unsigned lane);
 };
 
 }  // namespace ina::agg

@@ -92,6 +92,7 @@ struct Options {
   std::string csv;
   double drop_percent = 0;
   double agg_drop_percent = 0;
+  unsigned agg_threads = 1;
   std::string max_bytes_per_size = "0";
   std::string transport = "inc";  // inc | host
   std::string algo;               // auto | ring | tree | hd (empty: INA_ALGO as set)
@@ -611,6 +612,7 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
   uo.bind_host = "127.0.0.1";
   uo.port = 0;
   uo.drop_percent = o.agg_drop_percent;
+  uo.threads = o.agg_threads;
   ina::agg::JobConfig job;
   job.job = kJob;
   job.key = kJobKey;  // the workers' (child_main): every packet sealed and verified
@@ -881,6 +883,10 @@ int main(int argc, char** argv) {
           ->capture_default_str();
   app.add_option("--agg-drop-percent", o.agg_drop_percent,
                  "local mode: the aggregator drops this percent of received datagrams")
+      ->capture_default_str();
+  app.add_option("--agg-threads", o.agg_threads,
+                 "local mode: serving threads of each embedded aggregator (0: one per CPU)")
+      ->check(CLI::Range(0u, ina::agg::kMaxUdpThreads))
       ->capture_default_str();
   app.add_option("--aggregator", o.aggregator,
                  "external mode: host:port of a running ina-aggregator, or a comma-separated "

@@ -546,8 +546,10 @@ TEST(UdpAggregatorCreateTest, ThreadsZeroIsOnePerCpu) {
 // stops it too, so a test that fails half way does not leave the thread running.
 class JoblessAggregator {
  public:
-  explicit JoblessAggregator(uint32_t slot_capacity = UdpOptions{}.slot_capacity) {
+  explicit JoblessAggregator(uint32_t slot_capacity = UdpOptions{}.slot_capacity,
+                             unsigned threads = 1) {
     UdpOptions opts;
+    opts.threads = threads;
     opts.bind_host = "127.0.0.1";
     opts.port = 0;
     opts.slot_capacity = slot_capacity;
@@ -577,12 +579,16 @@ class JoblessAggregator {
 
 // Jobs added and removed at run time (as the controller agent does): two jobs served at once
 // with exact results, a spoofed key ignored, one job removed while the other keeps running.
-TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
-  JoblessAggregator running(16);
+class UdpAggregatorJobsThreadsTest : public ::testing::TestWithParam<unsigned> {};
+
+// With 2 threads the jobs reach both (slots 0 and 16 are on different threads) and the snapshot
+// merges them.
+TEST_P(UdpAggregatorJobsThreadsTest, SetJobsAtRunTime) {
+  JoblessAggregator running(64, GetParam());
   ASSERT_NE(running.get(), nullptr);
   UdpAggregator& agg = *running.get();
 
-  auto job = [](JobId id, uint64_t key, uint32_t base, uint32_t slots = 8) {
+  auto job = [](JobId id, uint64_t key, uint32_t base, uint32_t slots = 32) {
     JobConfig j;
     j.job = id;
     j.key = key;
@@ -593,7 +599,7 @@ TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
     return j;
   };
   // Job 6 overlaps job 4's range: refused and reported, the others unaffected.
-  agg.set_jobs({job(4, 0x44, 0), job(5, 0x55, 8), job(6, 0x66, 4)});
+  agg.set_jobs({job(4, 0x44, 0), job(5, 0x55, 32), job(6, 0x66, 16)});
   auto wait_for = [&](auto pred) {
     for (int i = 0; i < 300 && !pred(agg.snapshot()); ++i) std::this_thread::sleep_for(10ms);
     return pred(agg.snapshot());
@@ -634,8 +640,17 @@ TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
     EXPECT_EQ(p->hdr.job, 5u);
     EXPECT_EQ(p->payload, (std::vector<int32_t>{11, 21, 31}));
   }
+  // Slot 16 (thread 1 of 2).
+  b0.send(encode_packet(data_header(5, 0x55, 0, 16, false, 3, 1), {7}));
+  b1.send(encode_packet(data_header(5, 0x55, 1, 16, false, 3, 1), {8}));
+  for (Client* c : {&b0, &b1}) {
+    auto p = c->recv();
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->hdr.slot, 16u);
+    EXPECT_EQ(p->payload, (std::vector<int32_t>{15}));
+  }
   // Remove job 4; job 5 goes on.
-  agg.set_jobs({job(5, 0x55, 8)});
+  agg.set_jobs({job(5, 0x55, 32)});
   ASSERT_TRUE(wait_for([](const AggregatorSnapshot& s) { return s.jobs.size() == 1; }));
   a0.send(encode_packet(data_header(4, 0x44, 0, 1, false, 2, 1), {1}));
   b0.send(encode_packet(data_header(5, 0x55, 0, 1, false, 2, 1), {2}));
@@ -652,10 +667,20 @@ TEST(UdpAggregatorJobsTest, SetJobsAtRunTime) {
   EXPECT_EQ(s.engine.bad_tag, 0u);
   ASSERT_EQ(s.jobs.size(), 1u);
   EXPECT_EQ(s.jobs[0].cfg.job, 5u);
-  EXPECT_EQ(s.jobs[0].counters.completed, 2u);
+  EXPECT_EQ(s.jobs[0].counters.completed, 3u);
+  EXPECT_TRUE(s.jobs[0].ready);
   ASSERT_EQ(s.jobs[0].telemetry.size(), 2u);
-  EXPECT_EQ(s.jobs[0].telemetry[0].lag_count + s.jobs[0].telemetry[1].lag_count, 4u);
+  EXPECT_EQ(s.jobs[0].telemetry[0].lag_count + s.jobs[0].telemetry[1].lag_count, 6u);
+  EXPECT_EQ(s.engine.hellos, 4u) << "a HELLO copy was counted twice";
+  if (GetParam() > 1) {
+    EXPECT_EQ(agg.engine(1).counters().completed, 1u) << "slot 16 is thread 1's";
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Threads, UdpAggregatorJobsThreadsTest, ::testing::Values(1u, 2u),
+                         [](const ::testing::TestParamInfo<unsigned>& p) {
+                           return "threads" + std::to_string(p.param);
+                         });
 
 TEST(UdpAggregatorCreateTest, RejectsBadOptions) {
   JobConfig job;
@@ -733,8 +758,11 @@ TEST(UdpAggregatorCreateTest, BusyPortIsRefusedWithItsNumber) {
 // added; the leaf's HELLO and partial sums go to the parent from the serving socket, and the
 // parent's WELCOME and RESULT, received on it, reach the local ranks. A leaf whose parent is not
 // host:port is refused and reported.
-TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
-  JoblessAggregator running;
+class UdpAggregatorLeafThreadsTest : public ::testing::TestWithParam<unsigned> {};
+
+// With 2 threads a leaf job is thread 0's alone: its slot 17 (thread 1's run) is handed over.
+TEST_P(UdpAggregatorLeafThreadsTest, LeafTalksToItsParent) {
+  JoblessAggregator running(UdpOptions{}.slot_capacity, GetParam());
   ASSERT_NE(running.get(), nullptr);
   UdpAggregator& agg = *running.get();
 
@@ -744,7 +772,7 @@ TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
     j.job = id;
     j.key = kKey;
     j.slots.world_size = 4;
-    j.slots.num_slots = 4;
+    j.slots.num_slots = 32;
     j.slots.max_payload_bytes = static_cast<uint32_t>(16) * 4;
     j.tree.role = TreeRole::kLeaf;
     j.tree.rank_base = 2;
@@ -778,19 +806,19 @@ TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
   w.tag = kKey;  // the root seals with the job's key
   w.job = kJob;
   w.flags = wire::kFlagHello | wire::kFlagResult;
-  parent.send(encode_packet(w, std::vector<int32_t>{4, 16}));
+  parent.send(encode_packet(w, std::vector<int32_t>{32, 16}));
   for (Client* c : {&r2, &r3}) {
     auto p = c->recv();
     ASSERT_TRUE(p.has_value());
     EXPECT_EQ(p->hdr.flags, wire::kFlagHello | wire::kFlagResult);
   }
-  r2.send(encode_packet(data_header(kJob, kKey, 2, 1, false, 5, 3), {1, 2, 3}));
-  r3.send(encode_packet(data_header(kJob, kKey, 3, 1, false, 5, 3), {10, 20, 30}));
+  r2.send(encode_packet(data_header(kJob, kKey, 2, 17, false, 5, 3), {1, 2, 3}));
+  r3.send(encode_packet(data_header(kJob, kKey, 3, 17, false, 5, 3), {10, 20, 30}));
   auto partial = parent.recv();
   ASSERT_TRUE(partial.has_value());
   EXPECT_EQ(partial->hdr.flags, 0);
   EXPECT_EQ(partial->hdr.rank, 1);
-  EXPECT_EQ(partial->hdr.slot, 1);
+  EXPECT_EQ(partial->hdr.slot, 17);
   EXPECT_EQ(partial->hdr.seq, 5u);
   EXPECT_EQ(partial->payload, (std::vector<int32_t>{11, 22, 33}));
   wire::Header res = partial->hdr;
@@ -815,6 +843,11 @@ TEST(UdpAggregatorJobsTest, LeafTalksToItsParent) {
   const std::string report = agg.format_counters();
   EXPECT_NE(report.find("\n       2 "), std::string::npos) << report;  // rows name global ranks
 }
+
+INSTANTIATE_TEST_SUITE_P(Threads, UdpAggregatorLeafThreadsTest, ::testing::Values(1u, 2u),
+                         [](const ::testing::TestParamInfo<unsigned>& p) {
+                           return "threads" + std::to_string(p.param);
+                         });
 
 }  // namespace
 }  // namespace ina::agg
