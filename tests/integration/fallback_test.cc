@@ -279,7 +279,9 @@ TEST(Fallback, AggregatorSigkilledMovesToTheHostPathBeforeTheDeadline) {
 // first ("rank 2: connection reset (connections also closed by: rank 3)") after 2-3 deadlines.
 // Rank 3 dies at the start of collective 1, while the others are in it; each survivor's error
 // must name rank 3 before any other rank, within about one deadline (a bound with margin, not a
-// timing of the figure). Without a store the aggregator's missing-ranks answer names it.
+// timing of the figure). Without a store the aggregator's missing-ranks answer names it. (On the
+// host path alone, a rank that never talks to the dead one sees only a neighbour that failed and
+// exited: not covered yet.)
 struct SharedDead {
   std::atomic<int> ready{0};  // ranks at collective 1
   double ms[kWorld];
@@ -287,10 +289,12 @@ struct SharedDead {
 };
 constexpr int kVictim = 3;
 
-class DeadWorker : public ::testing::TestWithParam<bool> {};
+enum class DeadMode { kNoStore, kWithStore };
+class DeadWorker : public ::testing::TestWithParam<DeadMode> {};
 
 TEST_P(DeadWorker, EverySurvivorNamesTheDeadRankWithinTheDeadline) {
-  const bool with_store = GetParam();
+  const DeadMode mode = GetParam();
+  const bool with_store = mode != DeadMode::kNoStore;
   AggregatorProcess agg;
   ASSERT_EQ(agg.start(kWorld), "");
   const uint16_t store_port = with_store ? ina::testing::free_loopback_port() : 0;
@@ -338,15 +342,20 @@ TEST_P(DeadWorker, EverySurvivorNamesTheDeadRankWithinTheDeadline) {
                                                    << what;
     EXPECT_LT(sh->ms[r], 1.1 * static_cast<double>(kDeadline.count()) + 1000.0)
         << "rank " << r << ": " << what;
-    std::fprintf(stderr, "%s store: rank %d: %.0f ms: %s\n", with_store ? "with" : "without", r,
+    std::fprintf(stderr, "mode %d: rank %d: %.0f ms: %s\n", static_cast<int>(mode), r,
                  sh->ms[r], what.c_str());
   }
   munmap(mem, sizeof(SharedDead));
 }
 
-INSTANTIATE_TEST_SUITE_P(Store, DeadWorker, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& p) {
-                           return p.param ? std::string("with_store") : std::string("no_store");
+INSTANTIATE_TEST_SUITE_P(Paths, DeadWorker,
+                         ::testing::Values(DeadMode::kNoStore, DeadMode::kWithStore),
+                         [](const ::testing::TestParamInfo<DeadMode>& p) {
+                           switch (p.param) {
+                             case DeadMode::kNoStore: return std::string("no_store");
+                             case DeadMode::kWithStore: return std::string("with_store");
+                           }
+                           return std::string("?");
                          });
 
 // ---- the aggregator comes back: the probe returns the job in-network ----

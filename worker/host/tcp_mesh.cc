@@ -6,6 +6,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -317,45 +318,70 @@ Status TcpMesh::poll_once(int timeout_ms) {
     short ev = 0;
     if (!p.sends.empty()) ev |= POLLOUT;
     if (!p.recvs.empty()) ev |= POLLIN;
-    if (ev == 0 && !p.closed) ev = POLLRDHUP;  // only to notice a peer that goes away
-    if (ev == 0) continue;
+    if (ev == 0 && p.closed) continue;
+    ev |= POLLRDHUP;  // to notice a peer that goes away (alone: an idle peer)
     fds.push_back({p.fd, ev, 0});
     who.push_back(r);
   }
   const int n = poll(fds.data(), fds.size(), timeout_ms);
   if (n < 0) return errno == EINTR ? ok_status() : errno_status("poll", errno);
+  // Peers that closed, noted before any error is returned: when a rank dies and a neighbour that
+  // saw it fails and closes too, the error names both (peer_gone), the one seen first first.
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) mark_closed(who[i]);
+  }
   for (size_t i = 0; i < fds.size(); ++i) {
     const short re = fds[i].revents;
-    if (re == 0) continue;
+    if (re == 0 || fds[i].events == POLLRDHUP) continue;
     const int r = who[i];
     Peer& p = peers_[static_cast<size_t>(r)];
-    if (fds[i].events == POLLRDHUP) {
-      p.closed = true;
-      continue;
-    }
     if (!p.recvs.empty() && (re & (POLLIN | POLLHUP | POLLERR))) INA_RETURN_IF_ERROR(progress_recv(r));
     if (!p.sends.empty() && (re & (POLLOUT | POLLHUP | POLLERR))) INA_RETURN_IF_ERROR(progress_send(r));
   }
   return ok_status();
 }
 
-// A peer's connection failed. Other peers seen closing earlier are named too: when a rank dies,
-// its neighbours may fail first and close, and the rank that died is the one to report.
+void TcpMesh::mark_closed(int peer) {
+  Peer& p = peers_[static_cast<size_t>(peer)];
+  if (p.closed) return;
+  p.closed = true;
+  p.closed_order = ++closed_seen_;
+}
+
+std::vector<int> TcpMesh::closed_in_order() const {
+  std::vector<int> v;
+  for (int r = 0; r < size_; ++r) {
+    if (peers_[static_cast<size_t>(r)].closed) v.push_back(r);
+  }
+  std::sort(v.begin(), v.end(), [this](int a, int b) {
+    return peers_[static_cast<size_t>(a)].closed_order < peers_[static_cast<size_t>(b)].closed_order;
+  });
+  return v;
+}
+
+// A peer's connection failed. When a rank dies, its neighbours may fail first and close: the
+// rank reported is the one seen closing first (this poll loop watches every idle peer's
+// connection for its close), the others follow.
 Status TcpMesh::peer_gone(int peer, Status s) {
-  std::string others;
-  for (int r = 0; r < size_; ++r)
-    if (r != peer && peers_[static_cast<size_t>(r)].closed) others += (others.empty() ? "" : ", ") + std::to_string(r);
-  peers_[static_cast<size_t>(peer)].closed = true;
-  if (others.empty()) return s;
-  return Status(s.code(), s.message() + " (connections also closed by: rank " + others + ")");
+  const std::vector<int> before = closed_in_order();
+  mark_closed(peer);
+  std::string others;  // closed before, other than the first and this one
+  for (size_t i = 1; i < before.size(); ++i) {
+    if (before[i] != peer) others += (others.empty() ? "" : ", ") + std::to_string(before[i]);
+  }
+  const std::string also = others.empty() ? "" : "; closed too: rank " + others;
+  if (before.empty() || before[0] == peer) {
+    return others.empty() ? s : Status(s.code(), s.message() + " (" + also.substr(2) + ")");
+  }
+  return Status(s.code(), rank_name(before[0]) + ": connection closed (seen first; then " +
+                              s.message() + also + ")");
 }
 
 Status TcpMesh::timeout_error(const Op& op) const {
   const std::string what = rank_name(op.peer) + (op.is_send ? " did not receive" : " did not send") +
                            " within " + std::to_string(timeout_.count()) + " ms";
   std::string closed;
-  for (int r = 0; r < size_; ++r)
-    if (peers_[static_cast<size_t>(r)].closed) closed += (closed.empty() ? "" : ", ") + std::to_string(r);
+  for (int r : closed_in_order()) closed += (closed.empty() ? "" : ", ") + std::to_string(r);
   if (!closed.empty())
     return unavailable((closed.find(',') == std::string::npos ? "rank " : "ranks ") + closed +
                        ": connection closed (" + what + ")");

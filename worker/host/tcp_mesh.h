@@ -78,6 +78,7 @@ class TcpMesh final : public Context {
   struct Peer {
     int fd = -1;
     bool closed = false;  // the peer shut its side while we had nothing posted
+    uint64_t closed_order = 0;  // when closed: 1 for the first peer seen closing, 2 the next...
     bool send_full = false;  // the last sendmsg hit EAGAIN: wait for POLLOUT before trying again
     std::deque<Op*> sends;
     std::deque<Op*> recvs;
@@ -93,6 +94,10 @@ class TcpMesh final : public Context {
   Status poll_once(int timeout_ms);
   Status fail(Status s);
   Status timeout_error(const Op& op) const;
+  // Marks a peer closed, in the order they are seen; the ranks seen closed, first seen first.
+  void mark_closed(int peer);
+  std::vector<int> closed_in_order() const;
+  uint64_t closed_seen_ = 0;
   Status peer_gone(int peer, Status s);
 
   int rank_;
