@@ -3,7 +3,7 @@
 // probe is safe in any process; whether a port can be driven is decided when the EAL starts.
 #include <rte_version.h>
 
-#include "ina/protocol/features.h"
+#include "aggregator/dpdk_probe.h"
 
 namespace ina::features {
 

@@ -1,5 +1,5 @@
 // DPDK probe of a build without DPDK (Meson did not find libdpdk): the feature is not built.
-#include "ina/protocol/features.h"
+#include "aggregator/dpdk_probe.h"
 
 namespace ina::features {
 

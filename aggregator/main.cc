@@ -33,7 +33,7 @@
 
 #include "aggregator/port_file.h"
 #include "aggregator/udp_backend.h"
-#include "ina/protocol/features.h"
+#include "aggregator/dpdk_probe.h"
 #include "ina/protocol/log.h"
 #include "ina/protocol/wire.h"
 #include "ina_config.h"

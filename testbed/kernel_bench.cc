@@ -32,7 +32,7 @@
 #include <cuda_runtime_api.h>
 
 #include "ina/kernels/cuda_quant.h"
-#include "ina/protocol/features.h"
+#include "ina/kernels/cuda_probe.h"
 #endif
 
 namespace {

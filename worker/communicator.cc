@@ -22,7 +22,7 @@
 #include "worker/admission.h"
 #include "worker/communicator_impl.h"
 #include "worker/config_internal.h"
-#include "worker/fault_transport.h"
+#include "worker/transport/fault_transport.h"
 #include "worker/host/allgather.h"
 #include "worker/device/async_communicator.h"
 #include "worker/host/allreduce.h"
@@ -37,10 +37,11 @@
 #include "worker/path_policy.h"
 #include "worker/sharded_engine.h"
 #include "ina/protocol/features.h"
+#include "worker/plugin/probes.h"
 #include "ina_config.h"
 #include "worker/rdma/verbs_proto.h"
 #include "worker/plugin/plugin_loader.h"
-#include "worker/udp_transport.h"
+#include "worker/transport/udp_transport.h"
 
 namespace ina {
 namespace worker {

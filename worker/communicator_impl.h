@@ -7,7 +7,7 @@
 
 #include "ina/ina.hpp"
 #include "worker/device/device_ops.h"
-#include "worker/transport.h"
+#include "worker/transport/transport.h"
 
 namespace ina::worker {
 

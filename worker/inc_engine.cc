@@ -67,7 +67,7 @@
 
 #include "ina/protocol/log.h"
 #include "worker/communicator_impl.h"
-#include "worker/fault_transport.h"
+#include "worker/transport/fault_transport.h"
 
 namespace ina::worker {
 namespace {

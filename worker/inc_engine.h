@@ -16,7 +16,7 @@
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
 #include "worker/congestion.h"
-#include "worker/transport.h"
+#include "worker/transport/transport.h"
 
 namespace ina::worker {
 

@@ -62,7 +62,7 @@
 #include "worker/admission.h"
 #include "worker/communicator_impl.h"
 #include "worker/config_internal.h"
-#include "worker/fault_transport.h"
+#include "worker/transport/fault_transport.h"
 #include "worker/host/broadcast.h"
 
 namespace ina::worker {

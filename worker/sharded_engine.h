@@ -20,7 +20,7 @@
 #include "ina/protocol/status.h"
 #include "worker/inc_engine.h"
 #include "worker/shard_split.h"
-#include "worker/transport.h"
+#include "worker/transport/transport.h"
 
 namespace ina::worker {
 

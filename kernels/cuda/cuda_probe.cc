@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "ina/protocol/features.h"
+#include "ina/kernels/cuda_probe.h"
 
 namespace ina::features {
 

@@ -20,7 +20,7 @@
 #include "loopback_support.h"
 #include "worker/communicator_impl.h"
 #include "worker/device/device_ops.h"
-#include "worker/udp_transport.h"
+#include "worker/transport/udp_transport.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include "ina/ina.hpp"
 #include "loopback_support.h"
 #include "worker/communicator_impl.h"
-#include "worker/udp_transport.h"
+#include "worker/transport/udp_transport.h"
 
 namespace {
 

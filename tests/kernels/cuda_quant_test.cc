@@ -14,7 +14,7 @@
 
 #include "ina/kernels/cpu_quant.h"
 #include "ina/kernels/cuda_quant.h"
-#include "ina/protocol/features.h"
+#include "ina/kernels/cuda_probe.h"
 #include "ina/protocol/quantize.h"
 #include "ina/protocol/wire.h"
 #include "quant_cases.h"

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "ina/protocol/features.h"
+#include "worker/plugin/probes.h"
 #include "../free_port.h"
 
 namespace ina {

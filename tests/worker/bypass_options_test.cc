@@ -9,10 +9,10 @@
 #include "ina/ina.hpp"
 #include "ina_config.h"
 #if INA_HAVE_DPDK
-#include "worker/dpdk_transport.h"
+#include "worker/transport/dpdk_transport.h"
 #endif
 #if INA_HAVE_XDP
-#include "worker/xdp_transport.h"
+#include "worker/transport/xdp_transport.h"
 #endif
 
 namespace ina::worker {

@@ -22,7 +22,7 @@
 #include "ina/protocol/frame.h"
 #include "ina/protocol/wire.h"
 #include "tests/aggregator/test_packets.h"
-#include "worker/dpdk_transport.h"
+#include "worker/transport/dpdk_transport.h"
 #include "tests/check.h"
 
 namespace {

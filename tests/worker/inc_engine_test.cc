@@ -29,7 +29,7 @@
 #include "ina/protocol/quantize.h"
 #include "tests/worker/mem_network.h"
 #include "worker/communicator_impl.h"
-#include "worker/fault_transport.h"
+#include "worker/transport/fault_transport.h"
 #include "../free_port.h"
 
 namespace ina::worker {

@@ -19,7 +19,7 @@
 
 #include "aggregator/engine.h"
 #include "ina/protocol/wire.h"
-#include "worker/transport.h"
+#include "worker/transport/transport.h"
 
 namespace ina::worker::testing {
 

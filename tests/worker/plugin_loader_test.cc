@@ -7,7 +7,7 @@
 
 #include <string>
 
-#include "ina/protocol/features.h"
+#include "worker/plugin/probes.h"
 #include "ina/protocol/log.h"
 #include "ina_config.h"
 #include "worker/plugin/plugin_loader.h"

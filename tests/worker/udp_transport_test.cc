@@ -1,7 +1,7 @@
 // The kernel UDP transport on loopback against a plain socket standing in for the aggregator:
 // datagram boundaries survive GSO on send and GRO on receive, refusals are counted, and a bad
 // host is named.
-#include "worker/udp_transport.h"
+#include "worker/transport/udp_transport.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // libina-dpdk.so: the DPDK transport (INA_TRANSPORT=dpdk) as a plugin (plugin_abi.h).
-#include "worker/dpdk_transport.h"
+#include "worker/transport/dpdk_transport.h"
 #include "worker/plugin/plugin_side.h"
 
 namespace ina::worker::plugin {

@@ -43,12 +43,12 @@
 #include "ina/protocol/log.h"
 #include "ina/protocol/status.h"
 #include "worker/device/device_ops.h"
-#include "worker/dpdk_transport.h"
+#include "worker/transport/dpdk_transport.h"
 #include "worker/host/context.h"
 #include "worker/host/store.h"
 #include "worker/rdma/verbs_mesh.h"
-#include "worker/transport.h"
-#include "worker/xdp_transport.h"
+#include "worker/transport/transport.h"
+#include "worker/transport/xdp_transport.h"
 
 namespace ina::worker::plugin {
 

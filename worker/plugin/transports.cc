@@ -3,6 +3,7 @@
 // device buffers). Without the Meson feature, the probes and factories say how to build it.
 #include "ina_config.h"
 #include "worker/plugin/plugin_loader.h"
+#include "worker/plugin/probes.h"
 
 namespace ina {
 namespace worker {

@@ -1,6 +1,6 @@
 // libina-xdp.so: the AF_XDP transport (INA_TRANSPORT=xdp) as a plugin (plugin_abi.h).
 #include "worker/plugin/plugin_side.h"
-#include "worker/xdp_transport.h"
+#include "worker/transport/xdp_transport.h"
 
 namespace ina::worker::plugin {
 namespace {

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "ina/protocol/status.h"
-#include "worker/transport.h"
+#include "worker/transport/transport.h"
 
 namespace ina::worker {
 

@@ -1,5 +1,5 @@
 // Stand-in when the xdp feature is off.
-#include "ina/protocol/features.h"
+#include "worker/plugin/probes.h"
 
 namespace ina::features {
 

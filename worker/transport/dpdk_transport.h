@@ -26,7 +26,7 @@
 #include "ina/ina.hpp"
 #include "ina/protocol/frame.h"
 #include "ina/protocol/status.h"
-#include "worker/transport.h"
+#include "worker/transport/transport.h"
 
 struct rte_mbuf;
 struct rte_ring;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "worker/transport.h"
+#include "worker/transport/transport.h"
 
 namespace ina::worker {
 

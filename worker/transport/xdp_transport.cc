@@ -1,6 +1,6 @@
 // XdpTransport: AF_XDP socket setup (UMEM, zero-copy then copy mode, native then generic XDP),
 // receive with ARP/ICMP answered from protocol/frame.h, burst transmit from a recycled frame pool.
-#include "worker/xdp_transport.h"
+#include "worker/transport/xdp_transport.h"
 
 #include <linux/if_link.h>
 #include <linux/if_xdp.h>

@@ -24,7 +24,7 @@
 #include "ina/protocol/features.h"
 #include "ina/protocol/frame.h"
 #include "ina/protocol/status.h"
-#include "worker/transport.h"
+#include "worker/transport/transport.h"
 
 namespace ina::worker {
 

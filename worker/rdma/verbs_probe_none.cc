@@ -1,5 +1,5 @@
 // Stand-in when the rdma feature is off.
-#include "ina/protocol/features.h"
+#include "worker/plugin/probes.h"
 
 namespace ina::features {
 

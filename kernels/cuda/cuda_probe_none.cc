@@ -1,5 +1,5 @@
 // Stand-in when the cuda feature is off.
-#include "ina/protocol/features.h"
+#include "ina/kernels/cuda_probe.h"
 
 namespace ina::features {
 

@@ -1,7 +1,7 @@
 // DpdkTransport: a libina transport over a DPDK port shared by the ranks of one process (see
 // dpdk_transport.h): EAL start once per process, the port's setup and stop, the rx dispatcher
 // (ARP/ICMP answered, INA frames to the rank owning their UDP port), burst tx.
-#include "worker/dpdk_transport.h"
+#include "worker/transport/dpdk_transport.h"
 
 #include <rte_eal.h>
 #include <rte_errno.h>

@@ -4,7 +4,7 @@
 #include <bpf/libbpf.h>
 #include <xdp/libxdp.h>
 
-#include "worker/xdp_transport.h"
+#include "worker/transport/xdp_transport.h"
 
 namespace ina::worker {
 

@@ -1,4 +1,4 @@
-#include "worker/fault_transport.h"
+#include "worker/transport/fault_transport.h"
 
 namespace ina::worker {
 

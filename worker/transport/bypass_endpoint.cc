@@ -1,13 +1,13 @@
 // bypass_endpoint_from_env and the options of INA_TRANSPORT=dpdk|xdp (bypass_endpoint.h): pure
 // parsing, in libina itself, so a bad variable is named before any transport plugin is loaded.
-#include "worker/bypass_endpoint.h"
+#include "worker/transport/bypass_endpoint.h"
 
 #include <charconv>
 #include <cstdlib>
 #include <string>
 
-#include "worker/dpdk_transport.h"
-#include "worker/xdp_transport.h"
+#include "worker/transport/dpdk_transport.h"
+#include "worker/transport/xdp_transport.h"
 
 namespace ina::worker {
 

@@ -1,4 +1,4 @@
-#include "worker/udp_transport.h"
+#include "worker/transport/udp_transport.h"
 
 #include <netdb.h>
 #include <netinet/in.h>

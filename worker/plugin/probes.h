@@ -1,0 +1,13 @@
+// The probes of libina's optional transports (loaded as plugins): RDMA verbs (ibv_get_device_list)
+// and AF_XDP (libxdp's version). Defined by plugin/transports.cc, which loads the plugin and asks
+// it, or without the feature by rdma/verbs_probe_none.cc and transport/xdp_probe_none.cc.
+#pragma once
+
+#include "ina/protocol/features.h"
+
+namespace ina::features {
+
+Probe probe_rdma();
+Probe probe_xdp();
+
+}  // namespace ina::features
