@@ -5,7 +5,7 @@
 #include <cinttypes>
 #include <cstdio>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 
 namespace ina::agg {
 namespace {

@@ -15,7 +15,7 @@
 #include "aggregator/engine.h"
 #include "aggregator/snapshot.h"
 #include "aggregator/straggler.h"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::agg {
 

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "controller/http_bind.h"
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 
 namespace ina::agg {
 namespace {

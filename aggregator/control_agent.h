@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "aggregator/udp_backend.h"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::agg {
 

@@ -41,7 +41,7 @@
 #include <map>
 
 #include "ina/protocol/frame_dpdk.h"
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 #include "ina/protocol/wire.h"
 
 namespace ina::agg {

@@ -45,7 +45,7 @@
 #include "aggregator/engine.h"
 #include "aggregator/snapshot.h"
 #include "ina/protocol/frame.h"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 struct rte_mempool;
 struct rte_ring;

@@ -2,7 +2,7 @@
 // dpdk_probe.cc, or dpdk_probe_none.cc without DPDK.
 #pragma once
 
-#include "ina/protocol/features.h"
+#include "ina/base/features.h"
 
 namespace ina::features {
 

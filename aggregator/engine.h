@@ -14,7 +14,7 @@
 
 #include "aggregator/slot_table.h"
 #include "aggregator/straggler.h"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "ina/protocol/wire.h"
 
 namespace ina::agg {

@@ -34,7 +34,7 @@
 #include "aggregator/port_file.h"
 #include "aggregator/udp_backend.h"
 #include "aggregator/dpdk_probe.h"
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 #include "ina/protocol/wire.h"
 #include "ina_config.h"
 #if INA_HAVE_DPDK

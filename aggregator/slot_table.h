@@ -37,7 +37,7 @@
 #include <span>
 #include <vector>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 
 namespace ina::agg {
 

@@ -19,7 +19,7 @@
 
 #include "aggregator/udp_lane.h"
 #include "aggregator/udp_net.h"
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 
 namespace ina::agg {
 namespace {

@@ -26,7 +26,7 @@
 #include "aggregator/backend_shell.h"
 #include "aggregator/engine.h"
 #include "aggregator/snapshot.h"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::agg {
 

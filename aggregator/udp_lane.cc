@@ -13,7 +13,7 @@
 #include <mutex>
 #include <new>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 
 namespace ina::agg {
 namespace {

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "aggregator/engine.h"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 #ifndef SOL_UDP
 #define SOL_UDP 17

@@ -9,7 +9,7 @@
 #include <new>
 #include <string>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 
 namespace ina::agg::udp {
 namespace {

@@ -23,7 +23,7 @@
 #include "aggregator/backend_shell.h"
 #include "aggregator/engine.h"
 #include "aggregator/udp_net.h"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::agg::udp {
 

@@ -36,7 +36,7 @@
 #include "controller/http_bind.h"
 #include "controller/state.h"
 #include "controller/state_file.h"
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 
 namespace ina::ctl {
 namespace {

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::ctl {
 

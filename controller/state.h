@@ -42,7 +42,7 @@
 #include <vector>
 
 #include "ina/protocol/siphash.h"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "ina/protocol/types.h"
 
 namespace ina::ctl {

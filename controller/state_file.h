@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::ctl {
 

@@ -13,7 +13,7 @@
 #endif
 
 #include "ina/protocol/fp8.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 #include "ina/protocol/quantize.h"
 
 namespace ina::codec {

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "ina/protocol/vec.h"
+#include "ina/base/vec.h"
 
 namespace ina::frame {
 namespace {

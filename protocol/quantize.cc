@@ -28,7 +28,7 @@
 #include <cstring>
 
 #include "ina/protocol/fp8.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 
 // round_half_even below relies on IEEE double arithmetic with no excess precision and no
 // reassociation; -ffast-math would fold (v + 1.5*2^52) - 1.5*2^52 into v and break rounding.

@@ -13,7 +13,7 @@
 
 #include "aggregator/engine.h"
 #include "ina/protocol/fp8.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 #include "ina/protocol/wire.h"
 
 namespace ina::bench {

@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "ina/kernels/cpu_quant.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 #include "ina/protocol/quantize.h"
 #include "ina_config.h"
 

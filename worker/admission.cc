@@ -10,7 +10,7 @@
 #include <cctype>
 #include <charconv>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 #include "worker/config_internal.h"
 #include "worker/host/socket.h"
 

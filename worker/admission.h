@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::worker {
 

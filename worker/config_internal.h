@@ -8,7 +8,7 @@
 
 #include "ina/ina.hpp"
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::worker {
 

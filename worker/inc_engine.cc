@@ -65,7 +65,7 @@
 #include <random>
 #include <thread>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 #include "worker/communicator_impl.h"
 #include "worker/transport/fault_transport.h"
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
 #include "worker/congestion.h"

@@ -58,7 +58,7 @@
 #include <string>
 #include <thread>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 #include "worker/admission.h"
 #include "worker/communicator_impl.h"
 #include "worker/config_internal.h"

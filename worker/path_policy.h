@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "worker/host/allreduce.h"
 #include "worker/host/context.h"
 #include "worker/sharded_engine.h"

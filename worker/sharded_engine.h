@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "worker/inc_engine.h"
 #include "worker/shard_split.h"
 #include "worker/transport/transport.h"

@@ -22,7 +22,7 @@
 
 #include "ina/protocol/codec.h"
 #include "ina/protocol/fp8.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 #include "test_packets.h"
 
 namespace ina::agg {

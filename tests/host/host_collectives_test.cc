@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "ina/protocol/fp8.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 #include "tests/host/harness.h"
 #include "worker/host/allgather.h"
 #include "worker/host/allreduce.h"

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 #include "tests/host/harness.h"
 #include "worker/host/reduce.h"
 #include "worker/host/select.h"

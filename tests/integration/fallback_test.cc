@@ -44,7 +44,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 #include "tests/integration/loopback_support.h"
 #include "../free_port.h"
 

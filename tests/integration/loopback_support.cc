@@ -16,7 +16,7 @@
 #include <thread>
 
 #include "ina/protocol/fp8.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 #include "ina/protocol/codec.h"
 #include "ina/protocol/quantize.h"
 

@@ -29,7 +29,7 @@
 
 #include "ina/ina.hpp"
 #include "ina/protocol/fp8.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 #include "ina/protocol/quantize.h"
 #include "tests/integration/loopback_support.h"
 

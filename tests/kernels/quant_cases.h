@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 #include "ina/protocol/types.h"
 
 namespace ina::kernels::testing {

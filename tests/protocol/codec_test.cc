@@ -15,7 +15,7 @@
 
 #include "ina/protocol/codec.h"
 #include "ina/protocol/fp8.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 #include "ina/protocol/wire.h"
 #include "testdata.h"
 

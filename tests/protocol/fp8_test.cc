@@ -18,7 +18,7 @@
 
 #include "ina/protocol/fp8.h"
 #include "ina/protocol/fp_narrow.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 
 namespace ina {
 namespace {

@@ -9,7 +9,7 @@
 #include <limits>
 #include <vector>
 
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 
 namespace ina {
 namespace {

@@ -1,6 +1,6 @@
 // protocol/ logging: each line starts with its UTC time in ISO 8601 with milliseconds, then the
 // "[ina <level> <component>] " prefix; the level gates before formatting.
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 
 #include <gtest/gtest.h>
 

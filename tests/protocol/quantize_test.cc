@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "ina/protocol/codec.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 #include "ina/protocol/quantize.h"
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"

@@ -1,7 +1,7 @@
 // Test plugins for plugin_loader_test: libina-fake.so, a well-formed plugin whose "transport"
 // only logs (at info) and fails, and libina-stale.so (FAKE_STALE), the same with another plugin
 // ABI, as a plugin left from an older libina would be.
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 #include "worker/plugin/plugin_side.h"
 
 namespace ina::worker::plugin {

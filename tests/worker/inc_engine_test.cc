@@ -25,7 +25,7 @@
 
 #include "ina/ina.hpp"
 #include "ina/protocol/fp8.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 #include "ina/protocol/quantize.h"
 #include "tests/worker/mem_network.h"
 #include "worker/communicator_impl.h"

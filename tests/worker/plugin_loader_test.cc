@@ -8,7 +8,7 @@
 #include <string>
 
 #include "worker/plugin/probes.h"
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 #include "ina_config.h"
 #include "worker/plugin/plugin_loader.h"
 

@@ -38,7 +38,7 @@
 #include <string>
 #include <thread>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 #include "worker/device/device_pipeline.h"
 
 namespace ina::worker {

@@ -14,7 +14,7 @@
 #include <functional>
 #include <memory>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::worker {
 

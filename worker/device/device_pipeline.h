@@ -9,7 +9,7 @@
 #include <functional>
 #include <vector>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "ina/protocol/types.h"
 #include "worker/device/device_ops.h"
 

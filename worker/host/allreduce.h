@@ -13,7 +13,7 @@
 #include <optional>
 #include <string_view>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "ina/protocol/types.h"
 #include "worker/host/context.h"
 

@@ -5,7 +5,7 @@
 #include <cstddef>
 #include <span>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "ina/protocol/types.h"
 #include "worker/host/context.h"
 

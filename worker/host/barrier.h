@@ -1,7 +1,7 @@
 // Barrier: returns on a rank once every rank has entered it.
 #pragma once
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "worker/host/context.h"
 
 namespace ina::host {

@@ -3,7 +3,7 @@
 
 #include <cstddef>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "ina/protocol/types.h"
 #include "worker/host/context.h"
 

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <string>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "ina/protocol/types.h"
 
 namespace ina::host {

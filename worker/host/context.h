@@ -27,7 +27,7 @@
 #include <memory>
 #include <span>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::host {
 

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "ina/protocol/fp8.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 
 namespace ina::host {
 

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <span>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "ina/protocol/types.h"
 #include "worker/host/context.h"
 

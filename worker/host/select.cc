@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 #include "worker/host/common.h"
 #include "worker/host/reduce.h"
 

@@ -24,7 +24,7 @@
 #include <cstddef>
 #include <string_view>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "worker/host/allreduce.h"
 #include "worker/host/context.h"
 

@@ -9,7 +9,7 @@
 #include <string>
 #include <string_view>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::host {
 

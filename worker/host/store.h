@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::host {
 

@@ -33,7 +33,7 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "worker/host/context.h"
 #include "worker/host/store.h"
 

@@ -39,9 +39,9 @@
 #include <memory>
 
 #include "ina/ina.hpp"
-#include "ina/protocol/features.h"
-#include "ina/protocol/log.h"
-#include "ina/protocol/status.h"
+#include "ina/base/features.h"
+#include "ina/base/log.h"
+#include "ina/base/status.h"
 #include "worker/device/device_ops.h"
 #include "worker/transport/dpdk_transport.h"
 #include "worker/host/context.h"

@@ -9,7 +9,7 @@
 #include <cstdarg>
 #include <cstdio>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 #include "worker/plugin/plugin_side.h"
 
 namespace ina::worker::plugin {

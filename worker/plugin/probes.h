@@ -3,7 +3,7 @@
 // it, or without the feature by rdma/verbs_probe_none.cc and transport/xdp_probe_none.cc.
 #pragma once
 
-#include "ina/protocol/features.h"
+#include "ina/base/features.h"
 
 namespace ina::features {
 

@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 #include "ina_config.h"
 
 #if INA_HAVE_CUDA

@@ -21,7 +21,7 @@
 #include <cstddef>
 #include <string>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::rdma {
 

@@ -11,7 +11,7 @@
 #include <cstring>
 #include <random>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 #include "worker/host/socket.h"
 #include "worker/rdma/gpudirect.h"
 

@@ -40,8 +40,8 @@
 #include <unordered_map>
 #include <vector>
 
-#include "ina/protocol/features.h"
-#include "ina/protocol/status.h"
+#include "ina/base/features.h"
+#include "ina/base/status.h"
 #include "worker/host/context.h"
 #include "worker/host/store.h"
 #include "worker/rdma/verbs_proto.h"

@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "ina/protocol/frame_dpdk.h"
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 
 namespace ina::worker {
 

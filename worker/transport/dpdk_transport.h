@@ -25,7 +25,7 @@
 
 #include "ina/ina.hpp"
 #include "ina/protocol/frame.h"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "worker/transport/transport.h"
 
 struct rte_mbuf;

@@ -14,7 +14,7 @@
 #include <span>
 #include <string>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 namespace ina::worker {
 

@@ -14,7 +14,7 @@
 #include <ctime>
 #include <thread>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 #include "ina/protocol/wire.h"
 
 namespace ina::worker {

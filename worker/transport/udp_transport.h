@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "worker/transport/transport.h"
 
 namespace ina::worker {

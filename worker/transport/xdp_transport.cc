@@ -17,7 +17,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 
 namespace ina::worker {
 

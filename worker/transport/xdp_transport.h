@@ -21,9 +21,9 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "ina/protocol/features.h"
+#include "ina/base/features.h"
 #include "ina/protocol/frame.h"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "worker/transport/transport.h"
 
 namespace ina::worker {

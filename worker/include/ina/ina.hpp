@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "ina/protocol/key.h"
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "ina/protocol/types.h"
 
 namespace ina {

@@ -2,7 +2,7 @@
 // (cudaGetDeviceCount). Defined by cuda/cuda_probe.cc, or cuda/cuda_probe_none.cc without CUDA.
 #pragma once
 
-#include "ina/protocol/features.h"
+#include "ina/base/features.h"
 
 namespace ina::features {
 

@@ -22,7 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "ina/protocol/types.h"
 
 namespace ina::kernels::cuda {

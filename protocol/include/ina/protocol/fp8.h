@@ -29,7 +29,7 @@
 #include <cstdint>
 
 #include "ina/protocol/fp_narrow.h"
-#include "ina/protocol/half.h"
+#include "ina/base/half.h"
 
 namespace ina {
 namespace fp_detail {

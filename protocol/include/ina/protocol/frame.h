@@ -19,7 +19,7 @@
 #include <string>
 #include <string_view>
 
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 #include "ina/protocol/wire.h"
 
 namespace ina::frame {

@@ -1,4 +1,4 @@
-#include "ina/protocol/log.h"
+#include "ina/base/log.h"
 
 #include <unistd.h>
 

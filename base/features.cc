@@ -1,4 +1,4 @@
-#include "ina/protocol/features.h"
+#include "ina/base/features.h"
 
 namespace ina::features {
 

@@ -1,4 +1,4 @@
-#include "ina/protocol/status.h"
+#include "ina/base/status.h"
 
 #include <cerrno>
 #include <cstring>
