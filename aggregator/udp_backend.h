@@ -42,8 +42,9 @@ struct UdpOptions {
   double dup_percent = 0;
   uint64_t seed = 1;
   // Jobs added at run time (set_jobs, from the controller): the aggregator's slot memory shared
-  // by all jobs (0: unchecked) and the largest block (in bytes) a job may have (sizes the buffers; 0: the
-  // largest of the jobs given to create(), which may then be empty only if this is set).
+  // by all jobs (0: unchecked; per thread: each holds a copy of every job's slots) and the
+  // largest block (in bytes) a job may have (sizes the buffers; 0: the largest of the jobs given
+  // to create(), which may then be empty only if this is set).
   uint32_t slot_capacity = 0;
   uint32_t max_payload_bytes = 0;
   // Telemetry: time every datagram, publish a snapshot this often (0: only at create(); the

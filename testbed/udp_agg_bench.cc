@@ -290,7 +290,8 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(100, 10000000))
       ->capture_default_str();
   bool no_cut = false;
-  app.add_flag("--no-cut", no_cut, "trains of up to 61 blocks, across runs of slots (not as libina sends)");
+  app.add_flag("--no-cut", no_cut,
+               "trains of up to 61 blocks, across runs of slots (not as libina sends)");
   app.add_option("--reps", reps)->check(CLI::Range(1, 50))->capture_default_str();
   app.add_option("--dtype", dtypes, "int32, float32, float16, bfloat16 (SUM)")
       ->delimiter(',')

@@ -332,6 +332,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   inflight_ = 0;
   ready_.clear();
   missing_.valid = false;
+  for (MissingReport& r : slot_missing_) r.valid = false;
   heard_ = false;
   refusals_at_start_ = transport_->refusals();
   const CommStats before = stats_;
@@ -381,6 +382,7 @@ void IncEngine::ensure_slot_buffers(uint32_t width) {
   // Grows to the widest collective seen (at most the window); pointers are refreshed because the
   // storage may move, which is fine between collectives.
   slots_.resize(width);
+  slot_missing_.resize(width);
   pkt_storage_.resize(size_t{width} * pkt_capacity_);
   for (size_t s = 0; s < slots_.size(); ++s) {
     slots_[s].pkt = pkt_storage_.data() + s * pkt_capacity_;
@@ -638,14 +640,22 @@ void IncEngine::remember_missing(const wire::PacketView& pv, wire::ErrorReason r
   for (size_t w = 1; w < pv.hdr.count; ++w) {
     missing_.bitmap[w - 1] = static_cast<uint32_t>(pv.word(w));
   }
+  if (pv.hdr.slot < slot_missing_.size()) {
+    MissingReport& r = slot_missing_[pv.hdr.slot];
+    r.valid = true;
+    r.reason = reason;
+    r.seq = missing_.seq;
+    r.slot = missing_.slot;
+    r.bitmap.assign(missing_.bitmap.begin(), missing_.bitmap.end());  // capacity reused
+  }
 }
 
-std::string IncEngine::tree_note_text() const {
+std::string IncEngine::tree_note_text(const MissingReport& r) const {
   // A tree leaf's note after the world's bitmap words (see wire::ErrorReason::kMissingRanks):
   // the tag, flags, the number of leaves the missing ranks are behind, the first few of them.
-  const std::vector<uint32_t>& b = missing_.bitmap;
+  const std::vector<uint32_t>& b = r.bitmap;
   const size_t words = (size_t{world_} + 31) / 32;
-  if (!missing_.valid || missing_.reason != wire::ErrorReason::kMissingRanks ||
+  if (!r.valid || r.reason != wire::ErrorReason::kMissingRanks ||
       b.size() < words + 3 || b[words] != wire::kTreeNoteTag) {
     return {};
   }
@@ -784,15 +794,25 @@ Status IncEngine::deadline_status(std::chrono::milliseconds limit) const {
     m += " waiting for block seq " + std::to_string(oldest->seq) + " (slot " +
          std::to_string(oldest - slots_.data()) + ")";
   }
-  if (missing_.valid) {
-    const std::string ranks = missing_ranks_text(missing_.bitmap);
-    if (missing_.reason == wire::ErrorReason::kJobNotReady) {
+  // The aggregator's report on the oldest outstanding block, when it has one: a rank that is gone
+  // is missing from every block from its last one on, while the live ranks, whose windows stop
+  // W blocks further, have all sent the oldest; a later block's report would name them too.
+  const MissingReport* rep = missing_.valid ? &missing_ : nullptr;
+  if (oldest != nullptr) {
+    const MissingReport& o = slot_missing_[static_cast<size_t>(oldest - slots_.data())];
+    if (o.valid && o.seq == oldest->seq) rep = &o;
+  }
+  if (rep != nullptr) {
+    const std::string ranks = missing_ranks_text(rep->bitmap);
+    if (rep->reason == wire::ErrorReason::kJobNotReady) {
       m += "; the aggregator reports job " + std::to_string(cfg_.job) + " not ready: ranks " +
            (ranks.empty() ? std::string("?") : ranks) + " have not joined (did a rank restart?)";
     } else if (ranks.empty()) {
       m += "; every rank contributed (aggregator bitmap) but the result did not arrive";
     } else {
-      m += "; ranks " + ranks + tree_note_text() + " did not contribute (aggregator bitmap)";
+      const bool one = ranks.find_first_of(",-") == std::string::npos;
+      m += (one ? "; rank " : "; ranks ") + ranks + tree_note_text(*rep) +
+           " did not contribute (aggregator bitmap)";
     }
     return deadline_exceeded(m + refused_note(refusals_at_start_));
   }

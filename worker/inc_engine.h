@@ -167,7 +167,7 @@ class IncEngine {
   std::string mismatch_text(const wire::PacketView& pv) const;
   void resync_after_mismatch();
   // " (behind tree leaf 1)" from a leaf's tree note in the last missing report; empty without.
-  std::string tree_note_text() const;
+  std::string tree_note_text(const MissingReport& r) const;
   std::string refused_note(uint64_t refusals_at_start) const;
   Status gone_status(Clock::duration silent) const;
   bool in_collective(BlockSeq seq) const;
@@ -208,7 +208,8 @@ class IncEngine {
   std::vector<uint32_t> tx_slots_;
   std::vector<Datagram> rx_;
   Collective coll_;
-  MissingReport missing_;
+  MissingReport missing_;                    // the latest report, of any block
+  std::vector<MissingReport> slot_missing_;  // per slot: its latest report (seq tells the round)
   Clock::time_point next_due_;  // earliest retransmission time over active slots
   bool heard_ = false;          // any valid packet of this job in this collective
   uint64_t refusals_at_start_ = 0;

@@ -276,11 +276,14 @@ Result<PathPolicy::Agreed> PathPolicy::agree(int32_t flag, const Status& mine) {
   const Status s = host::allreduce(*mesh_, v, v, 4, DType::kInt32, ReduceOp::kMax, algorithm_(16));
   mesh_->set_timeout(cfg_.timeout);
   if (!s.ok()) {
-    return Status(s.code(), "agreeing on the path after " +
-                                (flag == 0 ? std::string("in-network allreduces")
-                                           : "a failed in-network allreduce (" + mine.message() +
-                                                 ")") +
-                                ": " + s.message());
+    // After a failure, what this rank saw comes first: the aggregator's report names the ranks
+    // that stopped contributing (a dead rank), the mesh then only the first connection it found
+    // closed, which may be a live rank that gave up before.
+    if (flag != 0) {
+      return Status(mine.code(), mine.message() + "; not redone on the host path: agreeing with "
+                                 "the other ranks failed: " + s.message());
+    }
+    return Status(s.code(), "agreeing on the path after in-network allreduces: " + s.message());
   }
   pending_ = false;
   if (v[0] == 2) {

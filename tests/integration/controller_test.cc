@@ -464,7 +464,7 @@ TEST_F(ControllerTest, StoppedRankIsNamed) {
   for (int r = 0; r < kWorld; ++r) {
     if (r == kStopped) continue;
     ASSERT_FALSE(st[r].ok()) << "rank " << r;
-    EXPECT_NE(st[r].message().find("ranks 2 did not contribute"), std::string::npos)
+    EXPECT_NE(st[r].message().find("rank 2 did not contribute"), std::string::npos)
         << st[r].to_string();
   }
   ASSERT_TRUE(stalled.is_array() && !stalled.empty()) << stalled.dump();
@@ -882,7 +882,7 @@ TEST_F(ControllerTest, TreeJobStalledRankIsNamedAtTheOtherLeaf) {
     EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded);
     if (r == 6) continue;  // it came late to a collective the others had left
     if (r >= 4) {
-      EXPECT_NE(st[r].message().find("ranks 6 did not contribute"), std::string::npos);
+      EXPECT_NE(st[r].message().find("rank 6 did not contribute"), std::string::npos);
     } else {
       EXPECT_NE(st[r].message().find("ranks 4-7 (behind tree leaf 1) did not contribute"),
                 std::string::npos);

@@ -301,7 +301,7 @@ TEST(Tree, AStoppedRankIsNamedAtBothLeavesWithinTheDeadline) {
     EXPECT_LE(ms, kShortDeadline.count() + 2000);
     EXPECT_NE(got.find("DEADLINE_EXCEEDED"), std::string::npos);
     if (r / kPerLeaf == 1) {
-      EXPECT_NE(got.find("ranks 6 did not contribute"), std::string::npos);
+      EXPECT_NE(got.find("rank 6 did not contribute"), std::string::npos);
     } else {
       EXPECT_NE(got.find("ranks 4-7 (behind tree leaf 1; the root names leaves only"),
                 std::string::npos);

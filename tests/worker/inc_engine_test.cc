@@ -503,7 +503,7 @@ TEST(IncEngineAllreduce, MissingRankIsNamedAtTheDeadline) {
   });
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded) << st[r].to_string();
-    EXPECT_NE(st[r].message().find("ranks 2 did not contribute (aggregator bitmap)"),
+    EXPECT_NE(st[r].message().find("rank 2 did not contribute (aggregator bitmap)"),
               std::string::npos)
         << st[r].message();
     EXPECT_NE(st[r].message().find("allreduce of 1000 float32 elements"), std::string::npos)
@@ -639,7 +639,7 @@ TEST(IncEngineAllreduce, RankRestartJoinsTheNextBarrierOnly) {
       e[0]->allreduce(buf.data(), buf.data(), buf.size(), DType::kInt32, ReduceOp::kSum);
   EXPECT_EQ(s.code(), StatusCode::kDeadlineExceeded) << s.to_string();
   EXPECT_EQ(s.message().find("not ready"), std::string::npos) << s.message();
-  EXPECT_NE(s.message().find("ranks 1 did not contribute"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("rank 1 did not contribute"), std::string::npos) << s.message();
 }
 
 // Every reply is preceded by a forged copy (one byte changed, the tag kept): each is counted as a

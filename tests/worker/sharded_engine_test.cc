@@ -336,7 +336,7 @@ TEST(ShardedEngine, MissingRankInAShardIsNamedWithTheShard) {
     EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded) << st[r].to_string();
     EXPECT_NE(st[r].message().find("shard 0 of 2 (aggregator 10.0.0.1:47474)"), std::string::npos)
         << st[r].message();
-    EXPECT_NE(st[r].message().find("ranks 2 did not contribute"), std::string::npos)
+    EXPECT_NE(st[r].message().find("rank 2 did not contribute"), std::string::npos)
         << st[r].message();
     EXPECT_NE(st[r].message().find("and 1 more shards failed"), std::string::npos)
         << st[r].message();
