@@ -279,7 +279,9 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   }
 }
 
-std::vector<DpdkAggregator::Lcore::Peer>* DpdkAggregator::Lcore::learn_peer(
+// The steps of process_ina are inline (called there only) so that they compile into it, as one
+// function on the packet path.
+inline std::vector<DpdkAggregator::Lcore::Peer>* DpdkAggregator::Lcore::learn_peer(
     int32_t rank, JobId job, const frame::Parsed& p) {
   if (rank < 0) return nullptr;
   std::vector<Peer>* peers = book.find(job);
@@ -295,7 +297,7 @@ std::vector<DpdkAggregator::Lcore::Peer>* DpdkAggregator::Lcore::learn_peer(
   return peers;
 }
 
-rte_mbuf* DpdkAggregator::Lcore::writable_reply(rte_mbuf* m, size_t flen) {
+inline rte_mbuf* DpdkAggregator::Lcore::writable_reply(rte_mbuf* m, size_t flen) {
   if (rte_mbuf_refcnt_read(m) != 1 || RTE_MBUF_CLONED(m) ||
       flen > static_cast<size_t>(m->buf_len - m->data_off)) [[unlikely]] {
     // Never write into a shared buffer; a reply larger than the room left needs a fresh mbuf.
@@ -312,7 +314,7 @@ rte_mbuf* DpdkAggregator::Lcore::writable_reply(rte_mbuf* m, size_t flen) {
   return m;
 }
 
-uint32_t DpdkAggregator::Lcore::encode_reply(const Reply& r, uint8_t* dg, size_t len) {
+inline uint32_t DpdkAggregator::Lcore::encode_reply(const Reply& r, uint8_t* dg, size_t len) {
   wire::encode_header(r.hdr, dg);
   // The payload is copied and summed for the UDP checksum in one pass (frame.h); then the tag is
   // sealed over dg[0, len) and the header, tag included, summed. One sealed frame serves a
@@ -325,14 +327,14 @@ uint32_t DpdkAggregator::Lcore::encode_reply(const Reply& r, uint8_t* dg, size_t
   return frame::sum16(dg, wire::kHeaderSize, payload_sum);
 }
 
-void DpdkAggregator::Lcore::unicast(rte_mbuf* m, const frame::Parsed& p, size_t len,
-                                    uint32_t sum) {
+inline void DpdkAggregator::Lcore::unicast(rte_mbuf* m, const frame::Parsed& p, size_t len,
+                                           uint32_t sum) {
   set_len(m, frame::udp_reply(rte_pktmbuf_mtod(m, uint8_t*), p, self->local_, len, sum, ip_id++));
   send(m);
 }
 
-void DpdkAggregator::Lcore::multicast(rte_mbuf* m, std::vector<Peer>* peers, JobId job,
-                                      size_t len, uint32_t sum) {
+inline void DpdkAggregator::Lcore::multicast(rte_mbuf* m, std::vector<Peer>* peers, JobId job,
+                                             size_t len, uint32_t sum) {
   // To every rank whose address is known; the received mbuf goes to the last one.
   if (peers == nullptr) peers = book.find(job);
   int last = -1;

@@ -108,6 +108,7 @@ struct alignas(64) DpdkAggregator::Lcore {
   void on_frame(rte_mbuf* m, bool verified);
   // hello_copy: a HELLO another lcore received and counts (every lcore runs the join barrier).
   void process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello, bool hello_copy);
+  // process_ina's steps, defined inline in dpdk_lcore.cc (call them there only).
   // The job's address book with the sender's address learnt (rank >= 0), or nullptr.
   std::vector<Peer>* learn_peer(int32_t rank, JobId job, const frame::Parsed& p);
   // An mbuf of our own with room for a frame of `flen` bytes: `m` when it can be written, else
