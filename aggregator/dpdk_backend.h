@@ -1,9 +1,9 @@
 // DPDK backend of ina-aggregator: one DPDK port (physical NIC or any vdev: net_ring, net_memif,
 // net_af_packet, net_af_xdp, net_tap, net_null), the same Engine as the kernel UDP backend, one
-// Engine per worker lcore. It answers ARP for its IPv4 address and ICMP echo, classifies frames with
-// protocol/frame.h (every drop counted by reason), and builds replies in place in the received
-// mbuf (results going to every rank: the payload is encoded once, then copied into one mbuf per
-// rank, see dpdk_backend.cc).
+// Engine per worker lcore. It answers ARP for its IPv4 address and ICMP echo, classifies frames
+// with protocol/frame.h (every drop counted by reason), and builds replies in place in the
+// received mbuf (results going to every rank: the payload is encoded once, then copied into one
+// mbuf per rank, see dpdk_lcore.cc).
 //
 // Multi-core: slot s of every job belongs to worker lcore s % n (its own Engine and slot table
 // copy); an lcore that receives a packet of another lcore's slot hands it over through a
@@ -31,6 +31,10 @@
 // its own Engine and answers with a snapshot of it. Once every lcore answered the same request the
 // main lcore merges the parts (merge_snapshots) and publishes them for the control agent. The
 // packet path takes no lock: one acquire load per loop pass.
+//
+// Files, one concern each: dpdk_port.cc (the EAL, create(): port, queues, pool, rings; the
+// destructor), dpdk_lcore.cc (the lcores' loop and replies; start, stop), dpdk_control.cc (the
+// mailboxes, service(), snapshots, counters), and dpdk_lcore.h (the per-lcore state they share).
 #pragma once
 
 #include <atomic>
@@ -91,8 +95,8 @@ struct DpdkOptions {
   uint16_t rx_queues = 0;
   // Jobs added at run time (set_jobs): the slot memory shared by all jobs (0: unchecked) and the
   // largest block (in bytes) a job may have (sizes the mbufs and the MTU for DATA and RESULT; a
-  // tree root's PARTIAL words are twice a block or more and need frames that large; 0: the largest of the jobs given to
-  // create(), which may then be empty only if this is set).
+  // tree root's PARTIAL words are twice a block or more and need frames that large; 0: the
+  // largest of the jobs given to create(), which may then be empty only if this is set).
   uint32_t slot_capacity = 0;
   uint32_t max_payload_bytes = 0;
   // Telemetry (lag histograms, stalled-slot ages): read CLOCK_MONOTONIC once per loop pass that
@@ -115,7 +119,8 @@ struct DpdkLoopCounters {
   uint64_t multi_segment = 0;    // scattered frames, dropped
   uint64_t unroutable = 0;       // a result for a rank whose address is not known yet
   uint64_t reply_too_big = 0;    // the reply does not fit the mbuf
-  uint64_t polls = 0;            // loop iterations (benchmarks: idle_polls / polls is the idle share)
+  uint64_t polls = 0;            // loop iterations (benchmarks: idle_polls / polls is the idle
+                                 // share)
   uint64_t idle_polls = 0;       // iterations that found nothing to do
   uint64_t busy_tsc = 0;         // TSC cycles in the other iterations, rx to tx (benchmarks:
                                  // cycles per frame, as testpmd --record-core-cycles counts them,
@@ -188,7 +193,8 @@ class DpdkAggregator {
   std::vector<rte_ring*> rings_;  // handoff rings, src * n + dst
   std::vector<rte_ring*> tx_rings_;  // replies of lcore i to lcore 0 (nullptr: i sends itself)
   std::vector<std::unique_ptr<Lcore>> lcores_;
-  size_t max_packet_ = 0;  // largest INA datagram the mbufs hold (set_jobs checks blocks against it)
+  // The largest INA datagram the mbufs hold (set_jobs checks blocks against it).
+  size_t max_packet_ = 0;
   // The largest frame of any job (a reply fits an mbuf this large).
   size_t max_frame() const { return frame::kUdpHeadroom + max_packet_; }
   // set_jobs() (not the packet path) and the published snapshot.

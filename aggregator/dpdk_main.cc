@@ -6,7 +6,6 @@
 #include <thread>
 
 #include "aggregator/dpdk_backend.h"
-#include "aggregator/port_file.h"
 #include "ina/protocol/frame.h"
 
 namespace ina::agg {
@@ -68,24 +67,15 @@ int run_dpdk_aggregator(const DpdkCliOptions& o, const std::atomic<bool>& stop) 
 #if INA_HAVE_CONTROLLER
       std::unique_ptr<ControlAgent> agent;
       if (o.agent) {
-        AgentOptions ao = *o.agent;
+        AgentOptions ao = o.agent->agent;
         ao.data_port = o.udp_port;
         if (ao.advertise_host.empty()) ao.advertise_host = o.ip;
-        auto c = ControlAgent::start(
-            ao, AgentTarget{[&a] { return a.snapshot(); },
-                            [&a](std::vector<JobConfig> jobs) { a.set_jobs(std::move(jobs)); }});
-        if (!c.ok()) {
-          std::fprintf(stderr, "ina-aggregator: %s\n", c.status().to_string().c_str());
-          code = 1;
-        } else {
-          agent = std::move(c).value();
-          if (!o.http_port_file.empty() && agent->http_port() > 0 &&
-              !write_port_file(o.http_port_file, static_cast<uint16_t>(agent->http_port()))) {
-            std::fprintf(stderr, "ina-aggregator: cannot write --http-port-file %s\n",
-                         o.http_port_file.c_str());
-            code = 1;
-          }
-        }
+        AgentTarget target;
+        target.snapshot = [&a] { return a.snapshot(); };
+        target.set_jobs = [&a](std::vector<JobConfig> jobs) { a.set_jobs(std::move(jobs)); };
+        agent = agent_with_port_file(ControlAgent::start(ao, std::move(target)),
+                                     o.agent->http_port_file);
+        if (agent == nullptr) code = 1;
       }
 #endif
       if (o.jobs.empty()) {

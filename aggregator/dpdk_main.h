@@ -13,7 +13,7 @@
 #include "aggregator/engine.h"
 #include "ina_config.h"
 #if INA_HAVE_CONTROLLER
-#include "aggregator/control_agent.h"
+#include "aggregator/agent_main.h"
 #endif
 
 namespace ina::agg {
@@ -34,8 +34,7 @@ struct DpdkCliOptions {
 #if INA_HAVE_CONTROLLER
   // Started once the port runs (controller heartbeats and/or the HTTP endpoint); its data_port
   // is set to udp_port, its advertise_host defaults to --ip.
-  std::optional<AgentOptions> agent;
-  std::string http_port_file;           // the HTTP port is written here once listening
+  std::optional<AgentCliOptions> agent;
 #endif
 };
 

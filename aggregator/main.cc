@@ -14,6 +14,9 @@
 // --http-port serves /metrics and /v1/telemetry).
 //
 // Serves one job until SIGINT/SIGTERM, then prints its counters and exits 0.
+//
+// This file only parses and checks the flags (CLI11), sorts them into a backend's options and
+// runs it: the kernel UDP backend in udp_main.cc, the DPDK one in dpdk_main.cc.
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <signal.h>
@@ -21,8 +24,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <cctype>
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -31,8 +34,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "aggregator/port_file.h"
-#include "aggregator/udp_backend.h"
+#include "aggregator/udp_main.h"
 #include "aggregator/dpdk_probe.h"
 #include "ina/base/log.h"
 #include "ina/protocol/wire.h"
@@ -41,7 +43,7 @@
 #include "aggregator/dpdk_main.h"
 #endif
 #if INA_HAVE_CONTROLLER
-#include "aggregator/control_agent.h"
+#include "aggregator/agent_main.h"
 #endif
 
 namespace {
@@ -82,16 +84,9 @@ std::string version_text() {
   return s;
 }
 
-using ina::agg::write_port_file;
-
-}  // namespace
-
-int main(int argc, char** argv) {
-  CLI::App app{"ina-aggregator: in-network aggregation (reduction switch) over kernel UDP"};
-  app.set_version_flag("--version", version_text);
-
-  ina::agg::UdpOptions opts;
-  opts.port = ina::wire::kDefaultPort;
+// Every flag as parsed, before the checks sort them into a backend's options.
+struct Flags {
+  ina::agg::UdpOptions udp;  // the kernel UDP backend's own flags land here directly
   ina::agg::JobConfig job;
   uint32_t world = 0;
   uint32_t slots = 512;
@@ -102,33 +97,55 @@ int main(int argc, char** argv) {
   std::string log_level;
   bool no_gro = false;
   bool no_gso = false;
+  bool check_config = false;
   std::string backend = "udp";
   std::string dpdk_port, dpdk_ip, dpdk_mac;
   uint16_t dpdk_burst = 32;
   uint16_t dpdk_rx_queues = 0;
   std::vector<std::string> eal_args;
   std::string parent;
+  CLI::Option* parent_opt = nullptr;
   int64_t child_index = -1, rank_base = -1, local_ranks = -1, parent_world = 0;
+#if INA_HAVE_CONTROLLER
+  ina::agg::AgentOptions agent;
+  std::string controller;
+  CLI::Option* advertise_opt = nullptr;  // read by the DPDK backend only
+  std::string http_port_file;
+  uint32_t heartbeat_ms = 200;
+#endif
 
-  app.add_option("--bind", opts.bind_host, "IPv4 address or host name to bind")
+  // Jobs come from --controller.
+  bool managed() const {
+#if INA_HAVE_CONTROLLER
+    return !controller.empty();
+#else
+    return false;
+#endif
+  }
+};
+
+// The job, the kernel UDP backend and the checks (--check-config, --log-level).
+void add_job_and_udp_flags(CLI::App& app, Flags& f) {
+  app.add_option("--bind", f.udp.bind_host, "IPv4 address or host name to bind")
       ->capture_default_str();
-  app.add_option("--port", opts.port, "UDP port (0: any free port; see --port-file)")
+  app.add_option("--port", f.udp.port, "UDP port (0: any free port; see --port-file)")
       ->check(CLI::Range(int64_t{0}, int64_t{65535}))
       ->capture_default_str();
-  app.add_option("--port-file", port_file, "write the bound port to this file once listening");
-  app.add_option("--world-size", world, "ranks in the job (none: jobs come from --controller)")
+  app.add_option("--port-file", f.port_file, "write the bound port to this file once listening");
+  app.add_option("--world-size", f.world, "ranks in the job (none: jobs come from --controller)")
       ->check(CLI::Range(int64_t{1}, int64_t{65535}));
-  app.add_option("--slots", slots, "slots of the job (each with two copies)")
+  app.add_option("--slots", f.slots, "slots of the job (each with two copies)")
       ->check(CLI::Range(int64_t{1}, int64_t{ina::wire::kMaxSlot} + 1))
       ->capture_default_str();
-  app.add_option("--block-elems", block, "largest block, in 4-byte elements: a block is 4 x this many bytes (that many float32/int32 "
-                 "elements per packet, twice as many 16-bit ones)")
+  app.add_option("--block-elems", f.block,
+                 "largest block, in 4-byte elements: a block is 4 x this many bytes (that many "
+                 "float32/int32 elements per packet, twice as many 16-bit ones)")
       ->check(CLI::Range(int64_t{1}, int64_t{16368}))
       ->capture_default_str();
-  app.add_option("--job", job.job, "job id")
+  app.add_option("--job", f.job.job, "job id")
       ->check(CLI::Range(int64_t{0}, int64_t{UINT32_MAX}))
       ->capture_default_str();
-  app.add_option("--key", key_text,
+  app.add_option("--key", f.key_text,
                  "the job's 128-bit key, 32 hexadecimal digits (every packet's tag is checked with "
                  "it; default: none, the zero key)")
       ->check(CLI::Validator(
@@ -140,49 +157,53 @@ int main(int argc, char** argv) {
           },
           "KEY"))
       ->capture_default_str();
-  app.add_option("--stats-interval-ms", stats_ms, "print counters this often (0: never)")
+  app.add_option("--stats-interval-ms", f.stats_ms, "print counters this often (0: never)")
       ->check(CLI::Range(int64_t{0}, int64_t{86400000}))
       ->capture_default_str();
-  app.add_option("--batch", opts.batch, "datagrams per recvmmsg/sendmmsg")
+  app.add_option("--batch", f.udp.batch, "datagrams per recvmmsg/sendmmsg")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}))
       ->capture_default_str();
-  app.add_option("--threads", opts.threads,
+  app.add_option("--threads", f.udp.threads,
                  "udp: serving threads, one socket each (SO_REUSEPORT, steered by slot); 0: one "
                  "per CPU this process may run on")
       ->check(CLI::Range(0u, ina::agg::kMaxUdpThreads))
       ->capture_default_str();
-  app.add_flag("--no-gro", no_gro, "do not use UDP GRO on receive");
-  app.add_flag("--no-gso", no_gso, "do not use UDP GSO on send");
-  app.add_option("--drop-percent", opts.drop_percent, "test hook: drop received datagrams")
+  app.add_flag("--no-gro", f.no_gro, "do not use UDP GRO on receive");
+  app.add_flag("--no-gso", f.no_gso, "do not use UDP GSO on send");
+  app.add_option("--drop-percent", f.udp.drop_percent, "test hook: drop received datagrams")
       ->check(CLI::Range(0.0, 100.0));
-  app.add_option("--dup-percent", opts.dup_percent, "test hook: duplicate received datagrams")
+  app.add_option("--dup-percent", f.udp.dup_percent, "test hook: duplicate received datagrams")
       ->check(CLI::Range(0.0, 100.0));
-  app.add_option("--seed", opts.seed, "seed of the test hooks")->capture_default_str();
-  bool check_config = false;
-  app.add_flag("--check-config", check_config,
+  app.add_option("--seed", f.udp.seed, "seed of the test hooks")->capture_default_str();
+  app.add_flag("--check-config", f.check_config,
                "check the arguments (as a service's ExecStart would pass them), print what would "
                "be served and exit 0 without binding anything (non-zero on a bad argument)");
-  app.add_option("--log-level", log_level, "error, warn, info or debug (default: INA_LOG_LEVEL)")
+  app.add_option("--log-level", f.log_level, "error, warn, info or debug (default: INA_LOG_LEVEL)")
       ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
+}
 
-  app.add_option("--backend", backend, "udp (kernel sockets) or dpdk (EAL arguments after --)")
+void add_dpdk_flags(CLI::App& app, Flags& f) {
+  app.add_option("--backend", f.backend, "udp (kernel sockets) or dpdk (EAL arguments after --)")
       ->check(CLI::IsMember({"udp", "dpdk"}))
       ->capture_default_str();
-  app.add_option("--dpdk-port", dpdk_port, "dpdk: port name (net_ring0, a PCI address) or number");
-  app.add_option("--ip", dpdk_ip, "dpdk: our IPv4 address (answers ARP and ping for it)");
-  app.add_option("--mac", dpdk_mac, "dpdk: our MAC address (default: the port's)");
-  app.add_option("--burst", dpdk_burst, "dpdk: rx/tx burst size")
+  app.add_option("--dpdk-port", f.dpdk_port,
+                 "dpdk: port name (net_ring0, a PCI address) or number");
+  app.add_option("--ip", f.dpdk_ip, "dpdk: our IPv4 address (answers ARP and ping for it)");
+  app.add_option("--mac", f.dpdk_mac, "dpdk: our MAC address (default: the port's)");
+  app.add_option("--burst", f.dpdk_burst, "dpdk: rx/tx burst size")
       ->check(CLI::Range(1, 256))
       ->capture_default_str();
-  app.add_option("--rx-queues", dpdk_rx_queues,
+  app.add_option("--rx-queues", f.dpdk_rx_queues,
                  "dpdk: rx queues, each polled by its own lcore (0: one per worker lcore, at most "
                  "the port's)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
-  app.add_option("eal", eal_args, "dpdk: EAL arguments, after --");
+  app.add_option("eal", f.eal_args, "dpdk: EAL arguments, after --");
+}
 
-  // --parent and --controller: "host:port" with a port in 1..65535.
-  const CLI::Validator host_port(
+// --parent and --controller: "host:port" with a port in 1..65535.
+CLI::Validator host_port_validator() {
+  return CLI::Validator(
       [](std::string& s) {
         const size_t c = s.rfind(':');
         const int p = c == std::string::npos ? 0 : std::atoi(s.c_str() + c + 1);
@@ -191,105 +212,206 @@ int main(int argc, char** argv) {
                    : "'" + s + "' is not host:port (port 1..65535)";
       },
       "HOST:PORT");
-  // Aggregation tree leaf (one static job): see the header comment.
-  auto* parent_opt =
-      app.add_option("--parent", parent,
+}
+
+// Aggregation tree leaf (one static job): see the header comment.
+void add_tree_flags(CLI::App& app, Flags& f) {
+  f.parent_opt =
+      app.add_option("--parent", f.parent,
                      "tree leaf: the root aggregator's data plane (host:port); partial sums go "
                      "there")
-          ->check(host_port);
-  app.add_option("--child-index", child_index, "tree leaf: this leaf's rank in the root's job")
+          ->check(host_port_validator());
+  app.add_option("--child-index", f.child_index, "tree leaf: this leaf's rank in the root's job")
       ->check(CLI::Range(int64_t{0}, int64_t{65534}));
-  app.add_option("--rank-base", rank_base, "tree leaf: first global rank this leaf serves")
+  app.add_option("--rank-base", f.rank_base, "tree leaf: first global rank this leaf serves")
       ->check(CLI::Range(int64_t{0}, int64_t{65534}));
-  app.add_option("--local-ranks", local_ranks,
+  app.add_option("--local-ranks", f.local_ranks,
                  "tree leaf: how many consecutive global ranks from --rank-base it serves")
       ->check(CLI::Range(int64_t{1}, int64_t{65535}));
-  app.add_option("--parent-world", parent_world,
+  app.add_option("--parent-world", f.parent_world,
                  "tree leaf: the root's world size (number of leaves; default: learnt from the "
                  "root)")
       ->check(CLI::Range(int64_t{1}, int64_t{65535}));
+}
 
 #if INA_HAVE_CONTROLLER
-  ina::agg::AgentOptions agent;
-  std::string controller;
-  app.add_option("--controller", controller, "register with ina-controller at host:port")
-      ->check(host_port);
-  [[maybe_unused]] auto* advertise_opt =  // read by the DPDK backend only
-      app.add_option("--advertise", agent.advertise_host,
+void add_controller_flags(CLI::App& app, Flags& f) {
+  app.add_option("--controller", f.controller, "register with ina-controller at host:port")
+      ->check(host_port_validator());
+  f.advertise_opt =
+      app.add_option("--advertise", f.agent.advertise_host,
                      "address workers use to reach this aggregator (dpdk: default --ip)")
           ->capture_default_str();
-  app.add_option("--slot-capacity", agent.slot_capacity, "slots shared by the controller's jobs")
+  app.add_option("--slot-capacity", f.agent.slot_capacity,
+                 "slots shared by the controller's jobs")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
-  app.add_option("--max-fan-in", agent.max_fan_in, "largest world size served")
+  app.add_option("--max-fan-in", f.agent.max_fan_in, "largest world size served")
       ->check(CLI::Range(1, 65535))
       ->capture_default_str();
-  app.add_option("--http-port", agent.http_port, "Prometheus /metrics and /v1/telemetry (-1: off, 0: any)")
+  app.add_option("--http-port", f.agent.http_port,
+                 "Prometheus /metrics and /v1/telemetry (-1: off, 0: any)")
       ->check(CLI::Range(-1, 65535))
       ->capture_default_str();
-  std::string http_port_file;
-  app.add_option("--http-port-file", http_port_file, "write the HTTP port here once listening");
-  uint32_t heartbeat_ms = 200;
-  app.add_option("--heartbeat-ms", heartbeat_ms, "heartbeat period to the controller")
+  app.add_option("--http-port-file", f.http_port_file,
+                 "write the HTTP port here once listening");
+  app.add_option("--heartbeat-ms", f.heartbeat_ms, "heartbeat period to the controller")
       ->check(CLI::Range(10, 60000))
       ->capture_default_str();
+}
+#endif
+
+// --world-size (or --controller) and the tree leaf flags: "" when they fit (f.job.tree is then
+// set for a leaf), else what is wrong.
+std::string check_job_flags(Flags& f) {
+  if (f.world == 0 && !f.managed()) return "--world-size is required (or --controller)";
+  if (f.parent_opt->count() == 0) {
+    if (f.child_index >= 0 || f.rank_base >= 0 || f.local_ranks >= 0 || f.parent_world != 0) {
+      return "--child-index, --rank-base, --local-ranks and --parent-world describe a tree leaf "
+             "and need --parent host:port";
+    }
+    return "";
+  }
+  if (f.world == 0) {
+    return "--parent describes the --world-size job (a controller sends leaf jobs itself)";
+  }
+  if (f.child_index < 0 || f.rank_base < 0 || f.local_ranks < 0) {
+    return "--parent needs --child-index, --rank-base and --local-ranks";
+  }
+  if (f.rank_base + f.local_ranks > int64_t{f.world}) {
+    return "--rank-base " + std::to_string(f.rank_base) + " + --local-ranks " +
+           std::to_string(f.local_ranks) + " exceeds --world-size " + std::to_string(f.world) +
+           " (the leaf serves global ranks [rank_base, rank_base + local_ranks))";
+  }
+  if (f.parent_world != 0 && f.child_index >= f.parent_world) {
+    return "--child-index " + std::to_string(f.child_index) + " must be below --parent-world " +
+           std::to_string(f.parent_world) + " (the root's ranks are its leaves 0.." +
+           std::to_string(f.parent_world - 1) + ")";
+  }
+  if (f.backend == "dpdk") {
+    return "--parent: a tree leaf needs --backend udp (the DPDK loop does not route to a parent)";
+  }
+  f.job.tree.role = ina::agg::TreeRole::kLeaf;
+  f.job.tree.parent = f.parent;
+  f.job.tree.child_index = static_cast<uint32_t>(f.child_index);
+  f.job.tree.rank_base = static_cast<uint32_t>(f.rank_base);
+  f.job.tree.local_ranks = static_cast<uint32_t>(f.local_ranks);
+  f.job.tree.parent_world = static_cast<uint32_t>(f.parent_world);
+  return "";
+}
+
+// What --check-config prints last: the job, or where the jobs come from.
+std::string served_text(const Flags& f) {
+  return f.managed() ? "jobs from the controller" : "job " + std::to_string(f.job.job);
+}
+
+int dispatch_dpdk(Flags& f) {
+#if INA_HAVE_DPDK
+  ina::agg::DpdkCliOptions d;
+  d.port = f.dpdk_port;
+  d.ip = f.dpdk_ip;
+  d.mac = f.dpdk_mac;
+  d.udp_port = f.udp.port;
+  d.burst = f.dpdk_burst;
+  d.rx_queues = f.dpdk_rx_queues;
+  d.stats_ms = f.stats_ms;
+  d.eal_args = f.eal_args;
+  if (f.world != 0) d.jobs.push_back(f.job);
+#if INA_HAVE_CONTROLLER
+  if (f.managed() || f.agent.http_port >= 0) {
+    if (f.udp.port == 0) {
+      std::fprintf(stderr, "ina-aggregator: --port: the DPDK backend needs a fixed UDP port "
+                           "(1..65535) to advertise\n");
+      return 2;
+    }
+    if (f.advertise_opt->count() == 0) f.agent.advertise_host = f.dpdk_ip;
+    f.agent.http_bind = "127.0.0.1";  // the HTTP endpoint is on the kernel's loopback
+    if (f.managed()) {
+      d.slot_capacity = f.agent.slot_capacity;
+      d.max_payload_bytes = f.block * 4;
+    }
+    d.agent = ina::agg::AgentCliOptions{f.agent, f.http_port_file};
+  }
+#endif
+  if (f.check_config) {
+    std::printf("ina-aggregator: configuration ok: backend dpdk, port %s, ip %s, UDP port %u, %s\n",
+                f.dpdk_port.c_str(), f.dpdk_ip.c_str(), unsigned{f.udp.port},
+                served_text(f).c_str());
+    return 0;
+  }
+  return ina::agg::run_dpdk_aggregator(d, g_stop);
+#else
+  (void)f;
+  std::fprintf(stderr, "ina-aggregator: --backend dpdk: built without DPDK (-Ddpdk=enabled "
+                       "with libdpdk-dev installed)\n");
+  return 1;
+#endif
+}
+
+int dispatch_udp(Flags& f) {
+  if (!f.eal_args.empty()) {
+    std::fprintf(stderr, "ina-aggregator: arguments after -- are EAL arguments, for --backend dpdk "
+                         "only\n");
+    return 1;
+  }
+  if (f.dpdk_rx_queues != 0) {
+    std::fprintf(stderr, "ina-aggregator: --rx-queues is for --backend dpdk only\n");
+    return 1;
+  }
+  ina::agg::UdpCliOptions u;
+  u.udp = f.udp;
+  u.port_file = f.port_file;
+  if (f.world != 0) u.jobs.push_back(f.job);
+#if INA_HAVE_CONTROLLER
+  if (f.managed() || f.agent.http_port >= 0) {
+    u.udp.snapshot_interval = std::chrono::milliseconds(100);
+    f.agent.http_bind = u.udp.bind_host == "0.0.0.0" ? "127.0.0.1" : u.udp.bind_host;
+    u.agent = ina::agg::AgentCliOptions{f.agent, f.http_port_file};
+  }
+  if (f.managed()) {
+    u.udp.slot_capacity = f.agent.slot_capacity;
+    u.udp.max_payload_bytes = f.block * 4;
+  }
+#endif
+  if (f.check_config) {
+    std::printf("ina-aggregator: configuration ok: backend udp, %s:%u, %u threads, %s\n",
+                u.udp.bind_host.c_str(), unsigned{u.udp.port}, u.udp.threads,
+                served_text(f).c_str());
+    return 0;
+  }
+  return ina::agg::run_udp_aggregator(u, g_stop);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ina-aggregator: in-network aggregation (reduction switch) over kernel UDP"};
+  app.set_version_flag("--version", version_text);
+  Flags f;
+  f.udp.port = ina::wire::kDefaultPort;
+  add_job_and_udp_flags(app, f);
+  add_dpdk_flags(app, f);
+  add_tree_flags(app, f);
+#if INA_HAVE_CONTROLLER
+  add_controller_flags(app, f);
 #endif
   CLI11_PARSE(app, argc, argv);
-#if INA_HAVE_CONTROLLER
-  const bool managed = !controller.empty();
-#else
-  const bool managed = false;
-#endif
-  if (world == 0 && !managed) {
-    std::fprintf(stderr, "ina-aggregator: --world-size is required (or --controller)\n");
+  if (const std::string err = check_job_flags(f); !err.empty()) {
+    std::fprintf(stderr, "ina-aggregator: %s\n", err.c_str());
     return 2;
   }
-  if (parent_opt->count() == 0) {
-    if (child_index >= 0 || rank_base >= 0 || local_ranks >= 0 || parent_world != 0) {
-      std::fprintf(stderr, "ina-aggregator: --child-index, --rank-base, --local-ranks and "
-                           "--parent-world describe a tree leaf and need --parent host:port\n");
-      return 2;
-    }
-  } else {
-    std::string err;
-    if (world == 0) {
-      err = "--parent describes the --world-size job (a controller sends leaf jobs itself)";
-    } else if (child_index < 0 || rank_base < 0 || local_ranks < 0) {
-      err = "--parent needs --child-index, --rank-base and --local-ranks";
-    } else if (rank_base + local_ranks > int64_t{world}) {
-      err = "--rank-base " + std::to_string(rank_base) + " + --local-ranks " +
-            std::to_string(local_ranks) + " exceeds --world-size " + std::to_string(world) +
-            " (the leaf serves global ranks [rank_base, rank_base + local_ranks))";
-    } else if (parent_world != 0 && child_index >= parent_world) {
-      err = "--child-index " + std::to_string(child_index) + " must be below --parent-world " +
-            std::to_string(parent_world) + " (the root's ranks are its leaves 0.." +
-            std::to_string(parent_world - 1) + ")";
-    } else if (backend == "dpdk") {
-      err = "--parent: a tree leaf needs --backend udp (the DPDK loop does not route to a parent)";
-    }
-    if (!err.empty()) {
-      std::fprintf(stderr, "ina-aggregator: %s\n", err.c_str());
-      return 2;
-    }
-    job.tree.role = ina::agg::TreeRole::kLeaf;
-    job.tree.parent = parent;
-    job.tree.child_index = static_cast<uint32_t>(child_index);
-    job.tree.rank_base = static_cast<uint32_t>(rank_base);
-    job.tree.local_ranks = static_cast<uint32_t>(local_ranks);
-    job.tree.parent_world = static_cast<uint32_t>(parent_world);
-  }
 
-  if (!log_level.empty()) {
+  if (!f.log_level.empty()) {
     ina::log::Level l;
-    if (ina::log::parse_level(log_level.c_str(), &l)) ina::log::set_level(l);
+    if (ina::log::parse_level(f.log_level.c_str(), &l)) ina::log::set_level(l);
   }
-  if (!key_text.empty()) (void)ina::parse_key_hex(key_text, &job.key);  // checked by --key
-  job.slots.world_size = world;
-  job.slots.num_slots = slots;
-  job.slots.max_payload_bytes = block * 4;
-  opts.gro = !no_gro;
-  opts.gso = !no_gso;
-  opts.stats_interval = std::chrono::milliseconds(stats_ms);
+  if (!f.key_text.empty()) (void)ina::parse_key_hex(f.key_text, &f.job.key);  // checked by --key
+  f.job.slots.world_size = f.world;
+  f.job.slots.num_slots = f.slots;
+  f.job.slots.max_payload_bytes = f.block * 4;
+  f.udp.gro = !f.no_gro;
+  f.udp.gso = !f.no_gso;
+  f.udp.stats_interval = std::chrono::milliseconds(f.stats_ms);
 
   if (!install_signal_handlers()) {
     std::fprintf(stderr, "ina-aggregator: sigaction: %s\n", std::strerror(errno));
@@ -297,137 +419,13 @@ int main(int argc, char** argv) {
   }
 #if INA_HAVE_CONTROLLER
   // The agent's settings both backends share (--controller was checked as host:port).
-  agent.block_elems = block;
-  agent.heartbeat = std::chrono::milliseconds(heartbeat_ms);
-  if (managed) {
-    const size_t c = controller.rfind(':');
-    agent.controller_host = controller.substr(0, c);
-    agent.controller_port = static_cast<uint16_t>(std::atoi(controller.c_str() + c + 1));
+  f.agent.block_elems = f.block;
+  f.agent.heartbeat = std::chrono::milliseconds(f.heartbeat_ms);
+  if (f.managed()) {
+    const size_t c = f.controller.rfind(':');
+    f.agent.controller_host = f.controller.substr(0, c);
+    f.agent.controller_port = static_cast<uint16_t>(std::atoi(f.controller.c_str() + c + 1));
   }
 #endif
-  if (backend == "dpdk") {
-#if INA_HAVE_DPDK
-    ina::agg::DpdkCliOptions d;
-    d.port = dpdk_port;
-    d.ip = dpdk_ip;
-    d.mac = dpdk_mac;
-    d.udp_port = opts.port;
-    d.burst = dpdk_burst;
-    d.rx_queues = dpdk_rx_queues;
-    d.stats_ms = stats_ms;
-    d.eal_args = eal_args;
-    if (world != 0) d.jobs.push_back(job);
-#if INA_HAVE_CONTROLLER
-    if (managed || agent.http_port >= 0) {
-      if (opts.port == 0) {
-        std::fprintf(stderr, "ina-aggregator: --port: the DPDK backend needs a fixed UDP port "
-                             "(1..65535) to advertise\n");
-        return 2;
-      }
-      if (advertise_opt->count() == 0) agent.advertise_host = dpdk_ip;
-      agent.http_bind = "127.0.0.1";  // the HTTP endpoint is on the kernel's loopback
-      if (managed) {
-        d.slot_capacity = agent.slot_capacity;
-        d.max_payload_bytes = block * 4;
-      }
-      d.agent = agent;
-      d.http_port_file = http_port_file;
-    }
-#endif
-    if (check_config) {
-      std::printf("ina-aggregator: configuration ok: backend dpdk, port %s, ip %s, UDP port %u, %s\n",
-                  dpdk_port.c_str(), dpdk_ip.c_str(), unsigned{opts.port},
-                  managed ? "jobs from the controller" : ("job " + std::to_string(job.job)).c_str());
-      return 0;
-    }
-    return ina::agg::run_dpdk_aggregator(d, g_stop);
-#else
-    std::fprintf(stderr, "ina-aggregator: --backend dpdk: built without DPDK (-Ddpdk=enabled "
-                         "with libdpdk-dev installed)\n");
-    return 1;
-#endif
-  }
-  if (!eal_args.empty()) {
-    std::fprintf(stderr, "ina-aggregator: arguments after -- are EAL arguments, for --backend dpdk "
-                         "only\n");
-    return 1;
-  }
-  if (dpdk_rx_queues != 0) {
-    std::fprintf(stderr, "ina-aggregator: --rx-queues is for --backend dpdk only\n");
-    return 1;
-  }
-
-  std::vector<ina::agg::JobConfig> jobs;
-  if (world != 0) jobs.push_back(job);
-#if INA_HAVE_CONTROLLER
-  if (managed || agent.http_port >= 0) {
-    opts.snapshot_interval = std::chrono::milliseconds(100);
-    agent.http_bind = opts.bind_host == "0.0.0.0" ? "127.0.0.1" : opts.bind_host;
-  }
-  if (managed) {
-    opts.slot_capacity = agent.slot_capacity;
-    opts.max_payload_bytes = block * 4;
-  }
-#endif
-  if (check_config) {
-    std::printf("ina-aggregator: configuration ok: backend udp, %s:%u, %u threads, %s\n",
-                opts.bind_host.c_str(), unsigned{opts.port}, opts.threads,
-                managed ? "jobs from the controller" : ("job " + std::to_string(job.job)).c_str());
-    return 0;
-  }
-  auto agg = ina::agg::UdpAggregator::create(opts, jobs);
-  if (!agg.ok()) {
-    std::fprintf(stderr, "ina-aggregator: %s\n", agg.status().to_string().c_str());
-    return 1;
-  }
-  ina::agg::UdpAggregator& a = **agg;
-  if (!port_file.empty() && !write_port_file(port_file, a.port())) {
-    std::fprintf(stderr, "ina-aggregator: cannot write --port-file %s: %s\n", port_file.c_str(),
-                 std::strerror(errno));
-    return 1;
-  }
-#if INA_HAVE_CONTROLLER
-  std::unique_ptr<ina::agg::ControlAgent> control;
-  if (managed || agent.http_port >= 0) {
-    agent.data_port = a.port();
-    auto c = ina::agg::ControlAgent::start(agent, &a);
-    if (!c.ok()) {
-      std::fprintf(stderr, "ina-aggregator: %s\n", c.status().to_string().c_str());
-      return 1;
-    }
-    control = std::move(c).value();
-    if (!http_port_file.empty() && control->http_port() > 0 &&
-        !write_port_file(http_port_file, static_cast<uint16_t>(control->http_port()))) {
-      std::fprintf(stderr, "ina-aggregator: cannot write --http-port-file %s\n",
-                   http_port_file.c_str());
-      return 1;
-    }
-  }
-#endif
-  if (world == 0) {
-    std::printf("ina-aggregator listening on %s:%u jobs from the controller, block %u gro %s gso %s "
-                "threads %u\n",
-                opts.bind_host.c_str(), unsigned{a.port()}, block, a.gro_enabled() ? "on" : "off",
-                a.gso_enabled() ? "on" : "off", a.threads());
-  } else {
-    std::printf("ina-aggregator listening on %s:%u job %u world %u slots %u block %u gro %s gso %s "
-                "threads %u\n",
-                opts.bind_host.c_str(), unsigned{a.port()}, unsigned{job.job}, world, slots, block,
-                a.gro_enabled() ? "on" : "off", a.gso_enabled() ? "on" : "off", a.threads());
-    if (job.is_leaf()) {
-      std::printf("tree leaf %u of parent %s: global ranks [%u, %u)\n", job.tree.child_index,
-                  job.tree.parent.c_str(), job.tree.rank_base,
-                  job.tree.rank_base + job.tree.local_ranks);
-    }
-  }
-  std::fflush(stdout);
-
-  const ina::Status st = a.run(g_stop);
-  std::printf("%s", a.format_counters().c_str());
-  std::fflush(stdout);
-  if (!st.ok()) {
-    std::fprintf(stderr, "ina-aggregator: %s\n", st.to_string().c_str());
-    return 1;
-  }
-  return 0;
+  return f.backend == "dpdk" ? dispatch_dpdk(f) : dispatch_udp(f);
 }

@@ -1,0 +1,495 @@
+// DPDK backend (see dpdk_backend.h): the worker lcores' loop and the replies they send, and
+// start()/stop(), which launch and join the loops.
+//
+// Each worker lcore runs the same loop, chosen once before it starts:
+//   1. rx_burst on its rx queue (when it has one), prefetching a few frames ahead;
+//   2. classify each frame (frame.h, with the NIC's checksum flags when it reports them): ARP and
+//      ICMP echo are answered in place; drops are counted and freed; an INA frame of a slot owned
+//      by another lcore is staged for that lcore, a HELLO copied to every lcore;
+//   3. the staged frames go out in one enqueue per destination ring;
+//   4. frames handed over by the other lcores are processed (their checksums were checked);
+//   5. replies collected in a tx array go out in bursts (on net_memif, from an lcore beyond the
+//      queue pairs the peer connects, to lcore 0, which sends them with its own); the few
+//      counters are published.
+// A reply to the sender reuses the received mbuf. A result for every rank is encoded once in the
+// received mbuf; each other rank's frame is a fresh mbuf with a copy of the encoded datagram and
+// its own headers (the UDP checksum of the datagram is summed once). Copies are the default because
+// every PMD transmits single-segment frames (not every one takes chains); indirect_multicast
+// chains a header mbuf to a clone of the one datagram instead (see ina-dpdk-bench --indirect for
+// the cost of each).
+#include <rte_cycles.h>
+#include <rte_ethdev.h>
+#include <rte_launch.h>
+#include <rte_lcore.h>
+#include <rte_mbuf.h>
+#include <rte_prefetch.h>
+#include <rte_ring.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "aggregator/dpdk_backend.h"
+#include "aggregator/dpdk_lcore.h"
+#include "ina/protocol/frame_dpdk.h"
+#include "ina/protocol/wire.h"
+
+namespace ina::agg {
+
+using dpdk::kMaxBurst;
+using dpdk::kPrefetchAhead;
+using dpdk::kRecycle;
+using dpdk::now_ns;
+
+namespace {
+int launch(void* arg) {
+  static_cast<DpdkAggregator::Lcore*>(arg)->loop();
+  return 0;
+}
+
+// Every cache line of a frame (headers and payload, at most kPrefetchBytes), for the read by
+// classify() and the Engine's add.
+constexpr size_t kPrefetchBytes = 4352;
+inline void prefetch_frame(const rte_mbuf* m) {
+  const char* p = rte_pktmbuf_mtod(m, const char*);
+  const size_t n = std::min<size_t>(m->data_len, kPrefetchBytes);
+  for (size_t o = 0; o < n; o += RTE_CACHE_LINE_SIZE) rte_prefetch0(p + o);
+}
+
+// Six bytes as two loads (std::array's operator!= called memcmp here, per packet).
+inline bool same_mac(const frame::Mac& a, const frame::Mac& b) {
+  uint32_t a4, b4;
+  uint16_t a2, b2;
+  std::memcpy(&a4, a.data(), 4);
+  std::memcpy(&b4, b.data(), 4);
+  std::memcpy(&a2, a.data() + 4, 2);
+  std::memcpy(&b2, b.data() + 4, 2);
+  return a4 == b4 && a2 == b2;
+}
+
+void set_len(rte_mbuf* m, size_t len) {
+  m->data_len = static_cast<uint16_t>(len);
+  m->pkt_len = static_cast<uint32_t>(len);
+}
+}  // namespace
+
+Status DpdkAggregator::start() {
+  if (running_) return Status(StatusCode::kFailedPrecondition, "dpdk: already running");
+  stop_.store(false);
+  for (auto& l : lcores_) {
+    const int rc = rte_eal_remote_launch(launch, l.get(), l->lcore_id);
+    if (rc != 0) {
+      stop_.store(true);
+      for (auto& o : lcores_) {
+        if (o.get() == l.get()) break;
+        rte_eal_wait_lcore(o->lcore_id);
+      }
+      return dpdk::dpdk_error("rte_eal_remote_launch on lcore " + std::to_string(l->lcore_id),
+                              rc);
+    }
+  }
+  running_ = true;
+  return ok_status();
+}
+
+void DpdkAggregator::stop() {
+  if (!running_) return;
+  stop_.store(true, std::memory_order_relaxed);
+  for (auto& l : lcores_) rte_eal_wait_lcore(l->lcore_id);
+  running_ = false;
+  // A request posted after an lcore's last pass is handled here, so service() completes it.
+  for (auto& l : lcores_) {
+    l->answer_mail();
+  }
+  if (port_started_) {
+    (void)rte_eth_dev_stop(port_);
+    port_started_ = false;
+  }
+}
+
+void DpdkAggregator::Lcore::loop() {
+  DpdkAggregator& a = *self;
+  const uint16_t burst = a.opts_.burst;
+  const unsigned n = static_cast<unsigned>(a.lcores_.size());
+  rte_mbuf* pkts[kMaxBurst];
+  uint64_t last_dropped = 0;
+  const uint64_t cpu0 = now_ns(CLOCK_THREAD_CPUTIME_ID), wall0 = now_ns(CLOCK_MONOTONIC);
+  // busy_tsc without a TSC read per idle poll (24 ns each on some VMs, most of an idle loop):
+  // a busy iteration starts where the previous busy one ended, or after its rx burst when the
+  // previous iteration was idle (that burst's rx time is then not counted).
+  uint64_t busy_from = 0;  // 0: the previous iteration was idle
+  while (!a.stop_.load(std::memory_order_relaxed)) {
+    answer_mail();
+    now = 0;
+    uint16_t got = 0;
+    if (has_rxq) {
+      got = rte_eth_rx_burst(a.port_, queue, pkts, burst);
+      if (got != 0 && busy_from == 0) busy_from = rte_rdtsc();
+      // The mbufs and frames were written by another core (the PMD's or a peer's): the mbuf
+      // headers of the whole burst first, then each frame's headers and payload a few frames
+      // ahead of its processing, so that their cache misses overlap.
+      for (uint16_t i = 0; i < got; ++i) rte_prefetch0(pkts[i]);
+      for (uint16_t i = 0; i < got && i < kPrefetchAhead; ++i) prefetch_frame(pkts[i]);
+      for (uint16_t i = 0; i < got; ++i) {
+        if (i + kPrefetchAhead < got) prefetch_frame(pkts[i + kPrefetchAhead]);
+        on_frame(pkts[i], false);
+      }
+      c.rx += got;
+      if (n > 1) flush_stage();
+    }
+    for (unsigned s = 0; s < n; ++s) {
+      if (in[s] == nullptr) continue;
+      const unsigned k = rte_ring_dequeue_burst(in[s], reinterpret_cast<void**>(pkts), burst,
+                                                nullptr);
+      for (unsigned i = 0; i < k; ++i) rte_prefetch0(pkts[i]);
+      for (unsigned i = 0; i < k && i < kPrefetchAhead; ++i) prefetch_frame(pkts[i]);
+      for (unsigned i = 0; i < k; ++i) {
+        if (i + kPrefetchAhead < k) prefetch_frame(pkts[i + kPrefetchAhead]);
+        on_frame(pkts[i], true);
+      }
+      c.handoff_received += k;
+      got = static_cast<uint16_t>(got + k);
+    }
+    for (rte_ring* r : tx_in) {
+      // Replies of lcores without a tx queue the peer reads, sent with ours.
+      const size_t room = std::min<size_t>(tx.size() - tx_n, kMaxBurst);
+      const unsigned k = rte_ring_dequeue_burst(r, reinterpret_cast<void**>(&tx[tx_n]),
+                                                static_cast<unsigned>(room), nullptr);
+      tx_n += k;
+      got = static_cast<uint16_t>(got + k);
+    }
+    if (tx_n != 0) flush_tx();
+    ++c.polls;
+    if (got == 0) {
+      ++c.idle_polls;
+      busy_from = 0;
+    } else {
+      const uint64_t tsc = rte_rdtsc();
+      if (busy_from != 0) c.busy_tsc += tsc - busy_from;
+      busy_from = tsc;
+      pub.rx.store(c.rx, std::memory_order_relaxed);
+      pub.tx.store(c.tx, std::memory_order_relaxed);
+      pub.completed.store(engine->counters().completed, std::memory_order_relaxed);
+      const uint64_t dropped = fc.dropped() + engine->counters().malformed + c.tx_dropped +
+                               c.handoff_dropped + c.multi_segment;
+      if (dropped != last_dropped) {
+        pub.dropped.store(dropped, std::memory_order_relaxed);
+        last_dropped = dropped;
+      }
+      pub.handed_off.store(c.handed_off, std::memory_order_relaxed);
+    }
+  }
+  // Frames staged or queued for tx are sent; frames other lcores may still hand over are freed
+  // by the destructor.
+  flush_tx();
+  if (n_recycled > 0) rte_pktmbuf_free_bulk(recycled.data(), n_recycled);
+  n_recycled = 0;
+  c.cpu_ns += now_ns(CLOCK_THREAD_CPUTIME_ID) - cpu0;
+  c.wall_ns += now_ns(CLOCK_MONOTONIC) - wall0;
+}
+
+// `verified`: handed over by another lcore, which classified it and checked its checksums.
+void DpdkAggregator::Lcore::on_frame(rte_mbuf* m, bool verified) {
+  DpdkAggregator& a = *self;
+  if (m->nb_segs != 1) [[unlikely]] {
+    ++c.multi_segment;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
+  frame::Parsed p;
+  const frame::RxOffload off =
+      verified ? frame::RxOffload{frame::HwCheck::kGood, frame::HwCheck::kGood}
+               : frame::rx_offload(m->ol_flags);
+  const frame::Verdict v =
+      frame::classify(std::span<const uint8_t>(data, m->data_len), a.local_, off, &p);
+  if (!verified) fc.add(v);
+  switch (v) {
+    case frame::Verdict::kIna:
+      break;
+    case frame::Verdict::kArpRequest:
+      set_len(m, frame::arp_reply(data, p, a.local_));
+      send(m);
+      return;
+    case frame::Verdict::kIcmpEcho:
+      if (rte_mbuf_refcnt_read(m) != 1 || RTE_MBUF_CLONED(m)) [[unlikely]] {
+        rte_pktmbuf_free(m);  // never write into a shared buffer
+        return;
+      }
+      set_len(m, frame::icmp_echo_reply(data, p, a.local_));
+      send(m);
+      return;
+    default:
+      rte_pktmbuf_free(m);
+      return;
+  }
+  const std::span<const uint8_t> ina = p.ina;
+  const bool hello =
+      ina.size() >= wire::kHeaderSize && (ina[wire::kOffFlags] & wire::kFlagHello) != 0;
+  const unsigned n = static_cast<unsigned>(a.lcores_.size());
+  if (n > 1 && !verified && ina.size() >= wire::kHeaderSize) {
+    if (hello) {
+      // Every lcore runs the join barrier: each gets a copy (rare: once per rank and incarnation).
+      for (unsigned d = 0; d < n; ++d) {
+        if (d == idx) continue;
+        rte_mbuf* cp = rte_pktmbuf_copy(m, a.pool_, 0, UINT32_MAX);
+        if (cp == nullptr) {
+          ++c.no_mbuf;
+          continue;
+        }
+        if (rte_ring_enqueue(out[d], cp) != 0) {
+          ++c.handoff_dropped;
+          rte_pktmbuf_free(cp);
+        } else {
+          ++c.handed_off;
+        }
+      }
+    } else {
+      const uint16_t slot = wire::get_u16(ina.data() + wire::kOffSlot) & wire::kMaxSlot;
+      const unsigned owner = slot % n;
+      if (owner != idx) {
+        stage[owner].push_back(m);
+        if (stage[owner].size() == stage[owner].capacity()) flush_stage();
+        return;
+      }
+    }
+  }
+  process_ina(m, p, hello, hello && verified);
+}
+
+void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello,
+                                        bool hello_copy) {
+  int32_t rank = -1;
+  JobId job = 0;
+  if (self->opts_.telemetry && now == 0) now = now_ns(CLOCK_MONOTONIC);
+  const Reply r = engine->on_packet(p.ina, now, &rank, &job, hello_copy);
+  std::vector<Peer>* peers = learn_peer(rank, job, p);
+  // Only lcore 0 answers HELLOs (every lcore saw them).
+  if (r.target == Reply::Target::kNone || (hello && idx != 0)) {
+    recycle(m);
+    return;
+  }
+  const size_t len = r.packet_size();
+  m = writable_reply(m, frame::kUdpHeadroom + len);
+  if (m == nullptr) [[unlikely]] return;
+  const uint32_t sum = encode_reply(r, rte_pktmbuf_mtod(m, uint8_t*) + frame::kUdpHeadroom, len);
+  if (r.target == Reply::Target::kSender) {
+    unicast(m, p, len, sum);
+  } else {
+    multicast(m, peers, r.hdr.job, len, sum);
+  }
+}
+
+// The steps of process_ina are inline (called there only) so that they compile into it, as one
+// function on the packet path.
+inline std::vector<DpdkAggregator::Lcore::Peer>* DpdkAggregator::Lcore::learn_peer(
+    int32_t rank, JobId job, const frame::Parsed& p) {
+  if (rank < 0) return nullptr;
+  std::vector<Peer>* peers = book.find(job);
+  if (peers == nullptr) return nullptr;
+  Peer& pe = (*peers)[static_cast<size_t>(rank)];
+  if (!pe.known || pe.ep.ip != p.src_ip || pe.ep.port != p.src_port ||
+      !same_mac(pe.ep.mac, p.src_mac)) [[unlikely]] {
+    const frame::LocalConfig& local = self->local_;
+    pe.known = true;
+    pe.ep = frame::Endpoint{p.src_mac, p.src_ip, p.src_port};
+    pe.hdr = frame::UdpHeaderTemplate(frame::Endpoint{local.mac, local.ip, local.udp_port}, pe.ep);
+  }
+  return peers;
+}
+
+inline rte_mbuf* DpdkAggregator::Lcore::writable_reply(rte_mbuf* m, size_t flen) {
+  if (rte_mbuf_refcnt_read(m) != 1 || RTE_MBUF_CLONED(m) ||
+      flen > static_cast<size_t>(m->buf_len - m->data_off)) [[unlikely]] {
+    // Never write into a shared buffer; a reply larger than the room left needs a fresh mbuf.
+    rte_mbuf* fresh = rte_pktmbuf_alloc(self->pool_);
+    if (fresh == nullptr || flen > rte_pktmbuf_tailroom(fresh)) {
+      if (fresh == nullptr) ++c.no_mbuf; else ++c.reply_too_big;
+      rte_pktmbuf_free(fresh);
+      rte_pktmbuf_free(m);
+      return nullptr;
+    }
+    rte_pktmbuf_free(m);
+    return fresh;
+  }
+  return m;
+}
+
+inline uint32_t DpdkAggregator::Lcore::encode_reply(const Reply& r, uint8_t* dg, size_t len) {
+  wire::encode_header(r.hdr, dg);
+  // The payload is copied and summed for the UDP checksum in one pass (frame.h); then the tag is
+  // sealed over dg[0, len) and the header, tag included, summed. One sealed frame serves a
+  // multicast: the tag does not cover the addresses.
+  const uint32_t payload_sum =
+      r.payload_bytes() > 0
+          ? frame::copy_sum16(dg + wire::kHeaderSize, r.payload, r.payload_bytes())
+          : 0;
+  wire::seal(std::span<uint8_t>(dg, len), r.key);
+  return frame::sum16(dg, wire::kHeaderSize, payload_sum);
+}
+
+inline void DpdkAggregator::Lcore::unicast(rte_mbuf* m, const frame::Parsed& p, size_t len,
+                                           uint32_t sum) {
+  set_len(m, frame::udp_reply(rte_pktmbuf_mtod(m, uint8_t*), p, self->local_, len, sum, ip_id++));
+  send(m);
+}
+
+inline void DpdkAggregator::Lcore::multicast(rte_mbuf* m, std::vector<Peer>* peers, JobId job,
+                                             size_t len, uint32_t sum) {
+  // To every rank whose address is known; the received mbuf goes to the last one.
+  if (peers == nullptr) peers = book.find(job);
+  int last = -1;
+  if (peers != nullptr) {
+    for (size_t k = peers->size(); k-- > 0;) {
+      if ((*peers)[k].known) {
+        last = static_cast<int>(k);
+        break;
+      }
+    }
+  }
+  if (last < 0) {
+    c.unroutable += peers != nullptr ? peers->size() : 1;
+    rte_pktmbuf_free(m);
+    return;
+  }
+  if (self->opts_.indirect_multicast) {
+    multicast_indirect(m, *peers, last, len, sum);
+  } else {
+    multicast_copy(m, *peers, last, len, sum);
+  }
+}
+
+void DpdkAggregator::Lcore::multicast_indirect(rte_mbuf* m, const std::vector<Peer>& peers,
+                                               int last, size_t len, uint32_t sum) {
+  // m becomes the datagram alone; each rank gets a header mbuf chained to a clone of it (the
+  // last rank to m itself).
+  set_len(m, frame::kUdpHeadroom + len);
+  rte_pktmbuf_adj(m, static_cast<uint16_t>(frame::kUdpHeadroom));
+  for (int k = 0; k <= last; ++k) {
+    const Peer& pe = peers[static_cast<size_t>(k)];
+    if (!pe.known) {
+      ++c.unroutable;
+      continue;
+    }
+    rte_mbuf* h = reply_mbuf();
+    rte_mbuf* seg = k == last ? m : rte_pktmbuf_clone(m, self->pool_);
+    if (h == nullptr || seg == nullptr) [[unlikely]] {
+      ++c.no_mbuf;
+      rte_pktmbuf_free(h);
+      if (seg != m) rte_pktmbuf_free(seg);
+      if (k == last) rte_pktmbuf_free(m);
+      continue;
+    }
+    set_len(h, pe.hdr.write(rte_pktmbuf_mtod(h, uint8_t*), len, sum, ip_id++) - len);
+    if (rte_pktmbuf_chain(h, seg) != 0) [[unlikely]] {
+      ++c.reply_too_big;
+      rte_pktmbuf_free(h);
+      if (seg != m) rte_pktmbuf_free(seg);
+      if (k == last) rte_pktmbuf_free(m);
+      continue;
+    }
+    send(h);
+  }
+}
+
+void DpdkAggregator::Lcore::multicast_copy(rte_mbuf* m, const std::vector<Peer>& peers, int last,
+                                           size_t len, uint32_t sum) {
+  uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
+  const uint8_t* dg = data + frame::kUdpHeadroom;
+  for (int k = 0; k < last; ++k) {
+    const Peer& pe = peers[static_cast<size_t>(k)];
+    if (!pe.known) {
+      ++c.unroutable;
+      continue;
+    }
+    rte_mbuf* cp = reply_mbuf();
+    if (cp == nullptr) [[unlikely]] {
+      ++c.no_mbuf;
+      continue;
+    }
+    uint8_t* cd = rte_pktmbuf_mtod(cp, uint8_t*);
+    rte_memcpy(cd + frame::kUdpHeadroom, dg, len);
+    set_len(cp, pe.hdr.write(cd, len, sum, ip_id++));
+    send(cp);
+  }
+  set_len(m, peers[static_cast<size_t>(last)].hdr.write(data, len, sum, ip_id++));
+  send(m);
+}
+
+void DpdkAggregator::Lcore::recycle(rte_mbuf* m) {
+  // Only a plain single-segment mbuf of our own, large enough for any reply.
+  if (n_recycled < kRecycle && rte_mbuf_refcnt_read(m) == 1 && RTE_MBUF_DIRECT(m) &&
+      m->nb_segs == 1 && m->buf_len >= RTE_PKTMBUF_HEADROOM + self->max_frame()) {
+    recycled[n_recycled++] = m;
+    return;
+  }
+  rte_pktmbuf_free(m);
+}
+
+rte_mbuf* DpdkAggregator::Lcore::reply_mbuf() {
+  if (n_recycled == 0) return rte_pktmbuf_alloc(self->pool_);
+  rte_mbuf* m = recycled[--n_recycled];
+  // rte_pktmbuf_reset() minus its stores to the mbuf's second cache line (next, tx_offload), which
+  // the receive path never touched and which is often cold (written by another core's pool
+  // refill): recycle() takes only direct single-segment mbufs, whose next is already NULL and
+  // nb_segs 1, and with ol_flags 0 no PMD reads tx_offload.
+  m->ol_flags = 0;
+  m->packet_type = 0;
+  m->vlan_tci = 0;
+  m->vlan_tci_outer = 0;
+  m->port = RTE_MBUF_PORT_INVALID;
+  rte_pktmbuf_reset_headroom(m);
+  m->data_len = 0;
+  m->pkt_len = 0;
+  return m;
+}
+
+void DpdkAggregator::Lcore::send(rte_mbuf* m) {
+  if (tx_n == tx.size()) flush_tx();
+  tx[tx_n++] = m;
+}
+
+void DpdkAggregator::Lcore::flush_tx() {
+  DpdkAggregator& a = *self;
+  if (tx_out != nullptr) {
+    const unsigned k = rte_ring_enqueue_burst(tx_out, reinterpret_cast<void* const*>(tx.data()),
+                                              static_cast<unsigned>(tx_n), nullptr);
+    c.tx_handed_off += k;
+    for (size_t i = k; i < tx_n; ++i) {
+      ++c.tx_dropped;
+      rte_pktmbuf_free(tx[i]);
+    }
+    tx_n = 0;
+    return;
+  }
+  size_t done = 0;
+  int idle = 0;
+  while (done < tx_n) {
+    const uint16_t want = static_cast<uint16_t>(std::min<size_t>(tx_n - done, kMaxBurst));
+    const uint16_t k = rte_eth_tx_burst(a.port_, queue, &tx[done], want);
+    done += k;
+    if (k == 0 && ++idle > 3) break;  // the queue is full: drop the rest
+  }
+  c.tx += done;
+  for (size_t i = done; i < tx_n; ++i) {
+    ++c.tx_dropped;
+    rte_pktmbuf_free(tx[i]);
+  }
+  tx_n = 0;
+}
+
+void DpdkAggregator::Lcore::flush_stage() {
+  for (size_t d = 0; d < stage.size(); ++d) {
+    auto& s = stage[d];
+    if (s.empty()) continue;
+    const unsigned k = rte_ring_enqueue_burst(out[d], reinterpret_cast<void* const*>(s.data()),
+                                              static_cast<unsigned>(s.size()), nullptr);
+    c.handed_off += k;
+    for (size_t i = k; i < s.size(); ++i) {
+      ++c.handoff_dropped;
+      rte_pktmbuf_free(s[i]);
+    }
+    s.clear();
+  }
+}
+
+}  // namespace ina::agg
