@@ -1,6 +1,8 @@
 // ina-controller's request parsing and worker answer (see requests.h).
 #include "controller/requests.h"
 
+#include "controller/json_fields.h"
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -29,10 +31,10 @@ Result<HeartbeatRequest> parse_heartbeat_request(const std::string& body) {
   try {
     a.id = j.at("id").get<std::string>();
     a.host = j.at("host").get<std::string>();
-    a.port = j.at("port").get<uint16_t>();
-    a.slot_capacity = j.at("slot_capacity").get<uint32_t>();
-    a.max_fan_in = j.at("max_fan_in").get<uint32_t>();
-    a.block_elems = j.at("block_elems").get<uint32_t>();
+    a.port = json_unsigned_at<uint16_t>(j, "port");
+    a.slot_capacity = json_unsigned_at<uint32_t>(j, "slot_capacity");
+    a.max_fan_in = json_unsigned_at<uint32_t>(j, "max_fan_in");
+    a.block_elems = json_unsigned_at<uint32_t>(j, "block_elems");
     a.http = j.value("http", std::string{});
   } catch (const json::exception& e) {
     return invalid_argument(std::string("heartbeat: ") + e.what());
