@@ -34,6 +34,7 @@
 #include <thread>
 
 #include "controller/http_bind.h"
+#include "controller/requests.h"
 #include "controller/state.h"
 #include "controller/state_file.h"
 #include "ina/base/log.h"
@@ -110,40 +111,6 @@ json job_json(const JobInfo& j, const ControllerState& st, Millis now) {
   return o;
 }
 
-// The worker's answer: "key value" lines, first line "admitted" or "refused". The worker library
-// parses it with a few lines of code (no JSON dependency in libina). One aggregator: an
-// "aggregator host:port" line (a tree rank's own leaf); a job that asked for shards: "shards K"
-// and K "aggregator" lines in shard order. "reason" on an admitted answer says why there are
-// fewer shards than asked.
-std::string admission_text(const JobInfo& j, uint32_t rank, const ControllerState& st) {
-  std::ostringstream s;
-  auto address = [&](const Placement* p) -> std::string {
-    return p == nullptr ? "" : st.address_of(p->aggregator);
-  };
-  std::vector<std::string> addrs;
-  if (j.state == JobState::kActive) {
-    if (j.is_tree() || j.shards_asked <= 1) {
-      addrs.push_back(address(j.placement_for_rank(rank)));
-    } else {
-      for (const Placement& p : j.placements) addrs.push_back(address(&p));
-    }
-  }
-  const bool placed = !addrs.empty() &&
-                      std::none_of(addrs.begin(), addrs.end(), [](const std::string& a) { return a.empty(); });
-  if (!placed) {
-    std::string reason = j.reason;
-    if (j.state == JobState::kActive || reason.empty()) reason = "the job's aggregator is gone";
-    s << "refused\njob " << j.id << "\nreason " << reason << "\n";
-    return s.str();
-  }
-  s << "admitted\njob " << j.id << "\nkey " << key_to_hex(j.key) << "\n";
-  if (!j.is_tree() && j.shards_asked > 1) s << "shards " << addrs.size() << "\n";
-  for (const std::string& a : addrs) s << "aggregator " << a << "\n";
-  s << "slots " << j.slots << "\nblock " << j.block_elems << "\n";
-  if (!j.reason.empty()) s << "reason " << j.reason << "\n";
-  return s.str();
-}
-
 json assignment_json(const Assignment& a) {
   json o = {{"job", a.job},
             {"key", key_to_hex(a.key)},
@@ -161,18 +128,6 @@ json assignment_json(const Assignment& a) {
     if (!a.leaf_bases.empty()) o["leaf_bases"] = a.leaf_bases;
   }
   return o;
-}
-
-bool parse_u32(const std::string& s, uint32_t* out) {
-  if (s.empty() || s.size() > 10) return false;
-  uint64_t v = 0;
-  for (char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
-  if (v > UINT32_MAX) return false;
-  *out = static_cast<uint32_t>(v);
-  return true;
 }
 
 }  // namespace
@@ -281,20 +236,9 @@ void ControllerServer::Impl::routes() {
 
   http.Post("/v1/aggregators/heartbeat", [this, bad](const httplib::Request& req,
                                                       httplib::Response& res) {
-    json body = json::parse(req.body, nullptr, false);
-    if (body.is_discarded() || !body.is_object()) return bad(res, 400, "body is not a JSON object");
-    AggregatorInfo a;
-    try {
-      a.id = body.at("id").get<std::string>();
-      a.host = body.at("host").get<std::string>();
-      a.port = body.at("port").get<uint16_t>();
-      a.slot_capacity = body.at("slot_capacity").get<uint32_t>();
-      a.max_fan_in = body.at("max_fan_in").get<uint32_t>();
-      a.block_elems = body.at("block_elems").get<uint32_t>();
-      a.http = body.value("http", std::string{});
-    } catch (const json::exception& e) {
-      return bad(res, 400, std::string("heartbeat: ") + e.what());
-    }
+    Result<HeartbeatRequest> r = parse_heartbeat_request(req.body);
+    if (!r.ok()) return bad(res, 400, r.status().message());
+    const AggregatorInfo& a = r.value().info;
     std::lock_guard<std::mutex> g(mu);
     const bool known = state.aggregators().count(a.id) != 0;
     const Status s = state.heartbeat(a, now_ms());
@@ -302,16 +246,10 @@ void ControllerServer::Impl::routes() {
     ++heartbeats;
     if (!known) persist();
     const Millis now = now_ms();
-    if (auto t = body.find("jobs"); t != body.end() && t->is_object()) {
-      for (auto it = t->begin(); it != t->end(); ++it) {
-        uint32_t id = 0;
-        if (!parse_u32(it.key(), &id)) continue;
-        state.set_job_telemetry(id, a.id, it.value().dump());
-        // The per-job packet counter is the job's activity (job expiry).
-        if (auto pk = it.value().find("packets"); pk != it.value().end() && pk->is_number_unsigned()) {
-          state.note_job_packets(id, a.id, pk->get<uint64_t>(), now);
-        }
-      }
+    for (const HeartbeatRequest::JobReport& x : r.value().jobs) {
+      state.set_job_telemetry(x.job, a.id, x.telemetry);
+      // The per-job packet counter is the job's activity (job expiry).
+      if (x.has_packets) state.note_job_packets(x.job, a.id, x.packets, now);
     }
     json out;
     out["draining"] = state.aggregators().at(a.id).draining;
@@ -386,28 +324,13 @@ void ControllerServer::Impl::routes() {
 
   http.Get("/v1/admit", [this](const httplib::Request& req, httplib::Response& res) {
     const auto t0 = std::chrono::steady_clock::now();
-    AdmitRequest a;
-    a.name = req.get_param_value("name");
-    auto field = [&](const char* name, uint32_t* out) {
-      if (!req.has_param(name)) return true;
-      return parse_u32(req.get_param_value(name), out);
-    };
-    if (!req.has_param("world") || !field("world", &a.world) || !field("rank", &a.rank) ||
-        !field("slots", &a.slots) || !field("block", &a.block_elems) ||
-        !field("shards", &a.shards) || (req.has_param("shards") && a.shards == 0)) {
+    Result<AdmitRequest> parsed = parse_admit_request(req.params);
+    if (!parsed.ok()) {
       res.status = 400;
-      res.set_content("error world, rank, slots, block and shards must be unsigned decimal numbers "
-                      "(world required, shards >= 1)\n",
-                      "text/plain");
+      res.set_content("error " + parsed.status().message() + "\n", "text/plain");
       return;
     }
-    std::string d = req.get_param_value("dtypes");
-    for (size_t at = 0; !d.empty() && at <= d.size();) {
-      const size_t comma = d.find(',', at);
-      a.dtypes.push_back(d.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
-      if (comma == std::string::npos) break;
-      at = comma + 1;
-    }
+    const AdmitRequest& a = parsed.value();
     std::lock_guard<std::mutex> g(mu);
     const JobInfo* before = state.job_by_name(a.name);
     const JobId known = before == nullptr ? 0 : before->id;

@@ -3,6 +3,8 @@
 // form persisted by ina-controller.
 #include "controller/state.h"
 
+#include "controller/json_fields.h"
+
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
@@ -544,7 +546,7 @@ nlohmann::json placement_json(const Placement& p) {
 Result<Placement> placement_from_json(const nlohmann::json& o) {
   Placement p;
   p.aggregator = o.at("aggregator").get<std::string>();
-  p.slot_base = o.at("slot_base").get<uint32_t>();
+  p.slot_base = json_unsigned_at<uint32_t>(o, "slot_base");
   const std::string role = o.at("role").get<std::string>();
   bool known = false;
   for (Role r : {Role::kFlat, Role::kLeaf, Role::kRoot}) {
@@ -557,10 +559,10 @@ Result<Placement> placement_from_json(const nlohmann::json& o) {
     return invalid_argument("state: placement on " + p.aggregator + ": role '" + role +
                             "' is not flat, leaf or root");
   }
-  p.local_ranks = o.at("local_ranks").get<uint32_t>();
+  p.local_ranks = json_unsigned_at<uint32_t>(o, "local_ranks");
   if (p.role == Role::kLeaf) {
-    p.rank_base = o.at("rank_base").get<uint32_t>();
-    p.child_index = o.at("child_index").get<uint32_t>();
+    p.rank_base = json_unsigned_at<uint32_t>(o, "rank_base");
+    p.child_index = json_unsigned_at<uint32_t>(o, "child_index");
     p.parent = o.at("parent").get<std::string>();
   }
   return p;
@@ -608,7 +610,7 @@ std::string ControllerState::to_json() const {
 Status ControllerState::from_json(const std::string& text, Millis now) {
   try {
     const nlohmann::json j = nlohmann::json::parse(text);
-    const int version = j.at("version").get<int>();
+    const uint32_t version = json_unsigned_at<uint32_t>(j, "version");
     if (version < 1 || version > 3) {
       return invalid_argument("state: version " + std::to_string(version) + " is not 1, 2 or 3");
     }
@@ -617,10 +619,10 @@ Status ControllerState::from_json(const std::string& text, Millis now) {
       AggregatorInfo x;
       x.id = a.at("id").get<std::string>();
       x.host = a.at("host").get<std::string>();
-      x.port = a.at("port").get<uint16_t>();
-      x.slot_capacity = a.at("slot_capacity").get<uint32_t>();
-      x.max_fan_in = a.at("max_fan_in").get<uint32_t>();
-      x.block_elems = a.at("block_elems").get<uint32_t>();
+      x.port = json_unsigned_at<uint16_t>(a, "port");
+      x.slot_capacity = json_unsigned_at<uint32_t>(a, "slot_capacity");
+      x.max_fan_in = json_unsigned_at<uint32_t>(a, "max_fan_in");
+      x.block_elems = json_unsigned_at<uint32_t>(a, "block_elems");
       x.http = a.at("http").get<std::string>();
       x.draining = a.at("draining").get<bool>();
       x.last_heartbeat = now;
@@ -630,9 +632,9 @@ Status ControllerState::from_json(const std::string& text, Millis now) {
     std::map<std::string, JobId> names;
     for (const auto& o : j.at("jobs")) {
       JobInfo x;
-      x.id = o.at("id").get<JobId>();
+      x.id = json_unsigned_at<JobId>(o, "id");
       x.name = o.at("name").get<std::string>();
-      x.world = o.at("world").get<uint32_t>();
+      x.world = json_unsigned_at<uint32_t>(o, "world");
       const auto& key = o.at("key");
       if (key.is_string()) {
         if (!parse_key_hex(key.get<std::string>(), &x.key)) {
@@ -641,10 +643,10 @@ Status ControllerState::from_json(const std::string& text, Millis now) {
         }
       } else {
         // Versions 1 and 2 kept 64-bit keys: widened (hi = 0), so the job keeps its key.
-        x.key = Key128{key.get<uint64_t>(), 0};
+        x.key = Key128{json_unsigned<uint64_t>(key, "key"), 0};
       }
-      x.slots = o.at("slots").get<uint32_t>();
-      x.block_elems = o.at("block_elems").get<uint32_t>();
+      x.slots = json_unsigned_at<uint32_t>(o, "slots");
+      x.block_elems = json_unsigned_at<uint32_t>(o, "block_elems");
       x.dtypes = o.at("dtypes").get<std::vector<std::string>>();
       const std::string st = o.at("state").get<std::string>();
       bool known = false;
@@ -664,7 +666,7 @@ Status ControllerState::from_json(const std::string& text, Millis now) {
         if (!agg.empty()) {
           Placement p;
           p.aggregator = agg;
-          p.slot_base = o.at("slot_base").get<uint32_t>();
+          p.slot_base = json_unsigned_at<uint32_t>(o, "slot_base");
           p.local_ranks = x.world;
           x.placements.push_back(std::move(p));
         }
@@ -674,10 +676,14 @@ Status ControllerState::from_json(const std::string& text, Millis now) {
           if (!r.ok()) return r.status();
           x.placements.push_back(std::move(r.value()));
         }
-        x.shards_asked = o.at("shards_asked").get<uint32_t>();
-        x.replacements = o.at("replacements").get<uint32_t>();
+        x.shards_asked = json_unsigned_at<uint32_t>(o, "shards_asked");
+        x.replacements = json_unsigned_at<uint32_t>(o, "replacements");
       }
-      x.released = o.at("released").get<std::set<uint32_t>>();
+      const nlohmann::json& released = o.at("released");
+      if (!released.is_array()) {
+        throw nlohmann::json::type_error::create(302, "\"released\" must be an array", nullptr);
+      }
+      for (const auto& r : released) x.released.insert(json_unsigned<uint32_t>(r, "released"));
       x.admitted_at = now;
       x.last_activity = now;
       names[x.name] = x.id;
@@ -686,7 +692,7 @@ Status ControllerState::from_json(const std::string& text, Millis now) {
     aggs_ = std::move(aggs);
     jobs_ = std::move(jobs);
     by_name_ = std::move(names);
-    next_id_ = j.at("next_id").get<JobId>();
+    next_id_ = json_unsigned_at<JobId>(j, "next_id");
     for (const auto& [id, x] : jobs_) next_id_ = std::max<JobId>(next_id_, id + 1);
   } catch (const nlohmann::json::exception& e) {
     return invalid_argument(std::string("state: malformed JSON: ") + e.what());

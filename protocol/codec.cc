@@ -9,6 +9,7 @@
 #include <type_traits>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -111,8 +112,13 @@ inline double rint_big(double v) {
 
 #if defined(__x86_64__)
 // AVX2 (with F16C for float16), chosen at run time: one binary for every x86-64.
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+bool have_f16c() {
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  return __get_cpuid(1, &a, &b, &c, &d) != 0 && (c & bit_F16C) != 0;
+}
 bool have_avx2() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool yes = __builtin_cpu_supports("avx2") && have_f16c();
   return yes;
 }
 

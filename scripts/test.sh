@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test suite: installs the Debian packages, builds in
 # build-test/ with warnings as errors, runs `meson test` (suites unit, integration and torch; the
-# suites that need hardware report SKIP with their reason).
+# suites that need hardware report SKIP with their reason), then a short run of every libFuzzer
+# harness (scripts/fuzz.sh 5: a clang build of the harnesses in build-fuzz/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Meson compiles the CUDA kernels with nvcc, which it looks for on PATH.
@@ -14,3 +15,4 @@ else
 fi
 meson compile -C build-test
 meson test -C build-test --print-errorlogs --num-processes "$(nproc)" "$@"
+scripts/fuzz.sh 5

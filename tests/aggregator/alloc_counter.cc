@@ -22,3 +22,13 @@ void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+// The nothrow forms too (std::stable_sort's temporary buffer uses them): left to the runtime they
+// would allocate with its operator new and be freed by the free() above, a mismatch ASan reports,
+// and they would not be counted.
+void* operator new(std::size_t n, const std::nothrow_t&) noexcept {
+  if (ina::agg::testing::t_count_allocs) ++ina::agg::testing::g_counted_allocs;
+  return std::malloc(n == 0 ? 1 : n);
+}
+void* operator new[](std::size_t n, const std::nothrow_t& t) noexcept { return operator new(n, t); }
+void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
+void operator delete[](void* p, const std::nothrow_t&) noexcept { std::free(p); }

@@ -2,6 +2,7 @@
 // refusal reasons, expiry of silent aggregators and re-placement of their jobs, idle-job expiry,
 // drain, release, and the persisted JSON surviving a restart (the version-1 format included).
 #include "controller/state.h"
+#include "controller/requests.h"
 
 #include <gtest/gtest.h>
 
@@ -552,6 +553,32 @@ TEST_F(StateTest, Version1StateFileStillLoads) {
   EXPECT_NE(again.from_json(bad, 0).message().find("job 1: \"key\" is not 32 hexadecimal digits"),
             std::string::npos);
   EXPECT_EQ(again.from_json(R"({"version": 4})", 0).message(), "state: version 4 is not 1, 2 or 3");
+}
+
+// Numbers out of their field's range are refused, not converted: a float beyond uint16_t was
+// undefined behaviour and 70000 became port 4464 (fuzz_controller; corpus regress-*).
+TEST_F(StateTest, OutOfRangeNumbersAreRefused) {
+  const std::string hb = R"({"id": "a", "host": "h", "slot_capacity": 8, "max_fan_in": 2,
+                             "block_elems": 256, "port": )";
+  EXPECT_TRUE(parse_heartbeat_request(hb + "47474}").ok());
+  for (const char* port : {"4.6e69", "70000", "-1", "1.5", "\"1\""}) {
+    Result<HeartbeatRequest> r = parse_heartbeat_request(hb + port + "}");
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << port;
+  }
+  ASSERT_TRUE(st.heartbeat(agg("x", 128), 0).ok());
+  ASSERT_TRUE(st.admit(req("a", 2, 32), 0).ok());
+  const std::string saved = st.to_json();
+  ControllerState again(StateOptions{1000}, [] { return uint64_t{7}; });
+  ASSERT_TRUE(again.from_json(saved, 0).ok());
+  for (const auto& [from, to] : {std::pair{"\"port\": 47474", "\"port\": 1e70"},
+                                 std::pair{"\"world\": 2", "\"world\": -2"},
+                                 std::pair{"\"next_id\": 2", "\"next_id\": 4294967296"}}) {
+    std::string bad = saved;
+    const size_t at = bad.find(from);
+    ASSERT_NE(at, std::string::npos) << from;
+    bad.replace(at, std::string(from).size(), to);
+    EXPECT_EQ(again.from_json(bad, 0).code(), StatusCode::kInvalidArgument) << to;
+  }
 }
 
 }  // namespace
