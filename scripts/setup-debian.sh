@@ -7,6 +7,7 @@ packages=(
   meson ninja-build g++ pkg-config        # build
   libgtest-dev libgmock-dev                # tests
   libsodium-dev                            # tests: cross-check of the in-tree SipHash
+  clang libclang-rt-14-dev llvm            # scripts/fuzz.sh: libFuzzer, ASan/UBSan, llvm-symbolizer
   libcli11-dev                             # argument parsing
   libcpp-httplib-dev nlohmann-json3-dev    # controller feature: ina-controller, HTTP endpoints
   libibverbs-dev                           # rdma feature (compiles here; no RDMA at run time)
