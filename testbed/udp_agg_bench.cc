@@ -36,16 +36,10 @@
 #include <CLI/CLI.hpp>
 
 #include "aggregator/udp_backend.h"
+#include "aggregator/udp_net.h"  // UDP_SEGMENT, UDP_GRO where libc lacks them
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
 #include "testbed/engine_stream.h"
-
-#ifndef UDP_SEGMENT
-#define UDP_SEGMENT 103
-#endif
-#ifndef UDP_GRO
-#define UDP_GRO 104
-#endif
 
 namespace {
 
