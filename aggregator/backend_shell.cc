@@ -56,8 +56,9 @@ void SnapshotBoard::publish(uint64_t now_ns, bool log_changes) {
       const bool known = std::any_of(published_.jobs.begin(), published_.jobs.end(),
                                      [&](const JobSnapshot& o) { return o.cfg.job == j.cfg.job; });
       if (!known) {
-        INA_INFO(kComponent, "job %" PRIu32 " served: world %" PRIu32 " slots [%" PRIu32
-                 ", %" PRIu32 ") block %u bytes role %s on %zu %s",
+        INA_INFO(kComponent,
+                 "job %" PRIu32 " served: world %" PRIu32 " slots [%" PRIu32 ", %" PRIu32
+                 ") block %u bytes role %s on %zu %s",
                  j.cfg.job, j.cfg.slots.world_size, j.cfg.slot_base,
                  j.cfg.slot_base + j.cfg.slots.num_slots, unsigned{j.cfg.slots.max_payload_bytes},
                  tree_role_name(j.cfg.tree.role), parts_.size(), engines_word_.c_str());

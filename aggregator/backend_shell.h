@@ -26,7 +26,8 @@ class AddressBook {
  public:
   // The job's ranks, or nullptr for a job not in the book.
   std::vector<Peer>* find(JobId job) {
-    if (cached_ != nullptr && cached_job_ == job) [[likely]] return cached_;
+    if (cached_ != nullptr && cached_job_ == job) [[likely]]
+      return cached_;
     auto it = by_job_.find(job);
     if (it == by_job_.end()) return nullptr;
     cached_job_ = job;

@@ -152,8 +152,10 @@ Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body) {
     Key128 key;
     if (!x.contains("key")) return invalid_argument(where + ": field \"key\" is missing");
     if (!x["key"].is_string() || !parse_key_hex(x["key"].get<std::string>(), &key)) {
-      return invalid_argument(where + ": field \"key\" must be a string of 32 hexadecimal "
-                              "digits, got " + x["key"].dump());
+      return invalid_argument(where +
+                              ": field \"key\" must be a string of 32 hexadecimal "
+                              "digits, got " +
+                              x["key"].dump());
     }
     INA_RETURN_IF_ERROR(field("world", 65535, true, &world));
     INA_RETURN_IF_ERROR(field("slots", uint64_t{wire::kMaxSlot} + 1, true, &slots));
@@ -178,8 +180,10 @@ Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body) {
       } else if (role == "root") {
         c.tree.role = TreeRole::kRoot;
       } else {
-        return invalid_argument(where + ": field \"role\" must be \"flat\", \"leaf\" or "
-                                "\"root\", got " + r.dump());
+        return invalid_argument(where +
+                                ": field \"role\" must be \"flat\", \"leaf\" or "
+                                "\"root\", got " +
+                                r.dump());
       }
     }
     if (c.is_leaf()) {
@@ -190,16 +194,15 @@ Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body) {
       INA_RETURN_IF_ERROR(field("parent_world", 65535, false, &parent_world));
       if (!x.contains("parent") || !x["parent"].is_string() ||
           x["parent"].get<std::string>().find(':') == std::string::npos) {
-        return invalid_argument(where + ": role leaf needs field \"parent\" as \"host:port\"" +
-                                (x.contains("parent") ? ", got " + x["parent"].dump()
-                                                      : std::string(", missing")));
+        return invalid_argument(
+            where + ": role leaf needs field \"parent\" as \"host:port\"" +
+            (x.contains("parent") ? ", got " + x["parent"].dump() : std::string(", missing")));
       }
       if (local < 1 || rank_base + local > world) {
-        return invalid_argument(where + ": leaf ranks [rank_base, rank_base + local_ranks) = [" +
-                                std::to_string(rank_base) + ", " +
-                                std::to_string(rank_base + local) +
-                                ") must be non-empty and inside the world of " +
-                                std::to_string(world));
+        return invalid_argument(
+            where + ": leaf ranks [rank_base, rank_base + local_ranks) = [" +
+            std::to_string(rank_base) + ", " + std::to_string(rank_base + local) +
+            ") must be non-empty and inside the world of " + std::to_string(world));
       }
       c.tree.rank_base = static_cast<uint32_t>(rank_base);
       c.tree.local_ranks = static_cast<uint32_t>(local);
@@ -215,10 +218,11 @@ Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body) {
           }
         }
         if (!good) {
-          return invalid_argument(where + ": field \"leaf_bases\" must be an array of ranks "
-                                  "below the world of " + std::to_string(world) +
-                                  " (the first rank of each leaf by child index), got " +
-                                  b.dump());
+          return invalid_argument(where +
+                                  ": field \"leaf_bases\" must be an array of ranks "
+                                  "below the world of " +
+                                  std::to_string(world) +
+                                  " (the first rank of each leaf by child index), got " + b.dump());
         }
         for (const json& v : b) c.tree.leaf_bases.push_back(v.get<uint32_t>());
       }
@@ -238,7 +242,10 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
   };
   counter("ina_aggregator_packets_total", "Datagrams handed to the engine.", s.engine.packets_in);
   counter("ina_aggregator_completed_total", "Completed slot rounds.", s.engine.completed);
-  counter("ina_aggregator_bad_tag_total", "Packets dropped for a tag that the job's key does not give (forged, corrupt, wrong key).", s.engine.bad_tag);
+  counter(
+      "ina_aggregator_bad_tag_total",
+      "Packets dropped for a tag that the job's key does not give (forged, corrupt, wrong key).",
+      s.engine.bad_tag);
   counter("ina_aggregator_unknown_job_total", "Packets dropped for a job not served.",
           s.engine.unknown_job);
   counter("ina_aggregator_malformed_total", "Malformed packets dropped.", s.engine.malformed);
@@ -249,15 +256,17 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
   m << "# HELP ina_aggregator_job_packets_total Packets per job (tag verified).\n"
        "# TYPE ina_aggregator_job_packets_total counter\n";
   for (const JobSnapshot& j : s.jobs) {
-    m << "ina_aggregator_job_packets_total{ina_job=\"" << j.cfg.job << "\"} " << j.counters.packets << "\n";
+    m << "ina_aggregator_job_packets_total{ina_job=\"" << j.cfg.job << "\"} " << j.counters.packets
+      << "\n";
   }
   m << "# HELP ina_aggregator_job_completed_total Completed rounds per job.\n"
        "# TYPE ina_aggregator_job_completed_total counter\n";
   for (const JobSnapshot& j : s.jobs) {
-    m << "ina_aggregator_job_completed_total{ina_job=\"" << j.cfg.job << "\"} " << j.counters.completed
-      << "\n";
+    m << "ina_aggregator_job_completed_total{ina_job=\"" << j.cfg.job << "\"} "
+      << j.counters.completed << "\n";
   }
-  m << "# HELP ina_aggregator_job_bad_tag_total Packets naming the job with a tag its key does not give.\n"
+  m << "# HELP ina_aggregator_job_bad_tag_total Packets naming the job with a tag its key does not "
+       "give.\n"
        "# TYPE ina_aggregator_job_bad_tag_total counter\n";
   for (const JobSnapshot& j : s.jobs) {
     m << "ina_aggregator_job_bad_tag_total{ina_job=\"" << j.cfg.job << "\"} " << j.counters.bad_tag
@@ -317,14 +326,15 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
        "not (0).\n# TYPE ina_rank_straggler gauge\n";
   for (const JobSnapshot& j : s.jobs) {
     for (const RankVerdict& v : j.lost_ranking) {
-      m << "ina_rank_straggler{ina_job=\"" << j.cfg.job << "\",rank=\"" << j.cfg.first_rank() + v.rank
-        << "\"} " << (v.named ? 1 : 0) << "\n";
+      m << "ina_rank_straggler{ina_job=\"" << j.cfg.job << "\",rank=\""
+        << j.cfg.first_rank() + v.rank << "\"} " << (v.named ? 1 : 0) << "\n";
     }
   }
   m << "# HELP ina_aggregator_stalled_slots Rounds waiting longer than the stall threshold.\n"
        "# TYPE ina_aggregator_stalled_slots gauge\n";
   for (const JobSnapshot& j : s.jobs) {
-    m << "ina_aggregator_stalled_slots{ina_job=\"" << j.cfg.job << "\"} " << j.stalled.size() << "\n";
+    m << "ina_aggregator_stalled_slots{ina_job=\"" << j.cfg.job << "\"} " << j.stalled.size()
+      << "\n";
   }
   m << "# HELP ina_aggregator_stalled_missing Stalled rounds that lack this rank.\n"
        "# TYPE ina_aggregator_stalled_missing gauge\n";
@@ -334,8 +344,8 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
       for (uint32_t r : st.missing) ++per_rank[r];
     }
     for (const auto& [r, n] : per_rank) {
-      m << "ina_aggregator_stalled_missing{ina_job=\"" << j.cfg.job << "\",rank=\"" << r << "\"} " << n
-        << "\n";
+      m << "ina_aggregator_stalled_missing{ina_job=\"" << j.cfg.job << "\",rank=\"" << r << "\"} "
+        << n << "\n";
     }
   }
   return m.str();
@@ -382,7 +392,8 @@ struct ControlAgent::Impl {
           if (!reachable) INA_INFO(kComponent, "controller reachable again");
           reachable = true;
         } else {
-          INA_WARN(kComponent, "controller's heartbeat answer ignored (keeping the current jobs): %s",
+          INA_WARN(kComponent,
+                   "controller's heartbeat answer ignored (keeping the current jobs): %s",
                    want.status().message().c_str());
         }
       } else if (reachable) {
@@ -413,8 +424,9 @@ ControlAgent::~ControlAgent() {
 
 Result<std::unique_ptr<ControlAgent>> ControlAgent::start(const AgentOptions& opts,
                                                           UdpAggregator* agg) {
-  return start(opts, AgentTarget{[agg] { return agg->snapshot(); },
-                                 [agg](std::vector<JobConfig> jobs) { agg->set_jobs(std::move(jobs)); }});
+  return start(opts,
+               AgentTarget{[agg] { return agg->snapshot(); },
+                           [agg](std::vector<JobConfig> jobs) { agg->set_jobs(std::move(jobs)); }});
 }
 
 Result<std::unique_ptr<ControlAgent>> ControlAgent::start(const AgentOptions& opts,
@@ -439,9 +451,8 @@ Result<std::unique_ptr<ControlAgent>> ControlAgent::start(const AgentOptions& op
       for (const JobSnapshot& j : snap().jobs) out.push_back(telemetry(j));
       res.set_content(out.dump(2) + "\n", "application/json");
     });
-    INA_ASSIGN_OR_RETURN(m.http_port,
-                         http::bind_exclusive(*m.http, opts.http_bind, opts.http_port,
-                                              "agent: --http-port"));
+    INA_ASSIGN_OR_RETURN(m.http_port, http::bind_exclusive(*m.http, opts.http_bind, opts.http_port,
+                                                           "agent: --http-port"));
     m.http_thread = std::thread([&m] { m.http->listen_after_bind(); });
     // httplib's stop() does nothing before the accept loop runs, so an agent destroyed right
     // after start() would wait for its HTTP thread forever: wait for the loop (bounded).

@@ -21,16 +21,16 @@
 namespace ina::agg {
 
 struct AgentOptions {
-  std::string controller_host;   // "" : no controller (HTTP endpoint only)
+  std::string controller_host;  // "" : no controller (HTTP endpoint only)
   uint16_t controller_port = 47480;
-  std::string id;                // "" : advertise_host:data_port
+  std::string id;                            // "" : advertise_host:data_port
   std::string advertise_host = "127.0.0.1";  // where workers reach the data plane
   uint16_t data_port = 0;
   uint32_t slot_capacity = 4096;
   uint32_t max_fan_in = 64;
   uint32_t block_elems = 256;
   std::string http_bind = "127.0.0.1";
-  int http_port = -1;            // -1: no HTTP endpoint; 0: any free port
+  int http_port = -1;  // -1: no HTTP endpoint; 0: any free port
   std::chrono::milliseconds heartbeat{200};
 };
 
@@ -41,8 +41,8 @@ std::string prometheus_text(const AggregatorSnapshot& s);
 std::string job_telemetry_json(const JobSnapshot& j);
 // The jobs of the controller's answer to a heartbeat ({"jobs": [...]}; per job "job", "key",
 // "world", "slots", "block_elems", "slot_base", and for trees "role" with a leaf's "rank_base",
-// "local_ranks", "child_index", "parent" and optional "parent_world" and "leaf_bases"). An error names the entry
-// and the field (pure; tested alone).
+// "local_ranks", "child_index", "parent" and optional "parent_world" and "leaf_bases"). An error
+// names the entry and the field (pure; tested alone).
 Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body);
 
 // The backend the agent serves: both callables are thread safe and called from the agent's
@@ -57,8 +57,7 @@ class ControlAgent {
  public:
   ~ControlAgent();  // stops the threads
   static Result<std::unique_ptr<ControlAgent>> start(const AgentOptions& opts, AgentTarget target);
-  static Result<std::unique_ptr<ControlAgent>> start(const AgentOptions& opts,
-                                                     UdpAggregator* agg);
+  static Result<std::unique_ptr<ControlAgent>> start(const AgentOptions& opts, UdpAggregator* agg);
   int http_port() const;
   uint64_t heartbeats_ok() const;
 

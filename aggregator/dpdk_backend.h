@@ -48,8 +48,8 @@
 #include "aggregator/backend_shell.h"
 #include "aggregator/engine.h"
 #include "aggregator/snapshot.h"
-#include "ina/protocol/frame.h"
 #include "ina/base/status.h"
+#include "ina/protocol/frame.h"
 
 struct rte_mempool;
 struct rte_ring;
@@ -69,17 +69,17 @@ std::vector<int> allowed_cpus();
 std::string spread_lcores(unsigned count);
 
 struct DpdkOptions {
-  std::string port;            // port name ("net_ring0", a PCI address) or number; empty: port 0
-  uint32_t ip = 0;             // our IPv4 address, host order (required)
+  std::string port;  // port name ("net_ring0", a PCI address) or number; empty: port 0
+  uint32_t ip = 0;   // our IPv4 address, host order (required)
   uint16_t udp_port = 47474;
-  bool mac_set = false;        // use `mac` instead of the port's own address
+  bool mac_set = false;  // use `mac` instead of the port's own address
   frame::Mac mac{};
-  uint16_t burst = 32;         // rx/tx burst size
-  uint16_t rx_desc = 1024;     // descriptors per queue
+  uint16_t burst = 32;      // rx/tx burst size
+  uint16_t rx_desc = 1024;  // descriptors per queue
   uint16_t tx_desc = 1024;
-  uint32_t mbufs = 16383;      // mbuf pool size
+  uint32_t mbufs = 16383;        // mbuf pool size
   uint32_t handoff_ring = 1024;  // per lcore pair
-  unsigned lcores = 0;         // worker lcores to use, the first ones (0: every worker lcore)
+  unsigned lcores = 0;           // worker lcores to use, the first ones (0: every worker lcore)
   // Results for every rank: false: one single-segment copy per rank (the default: every PMD sends
   // those); true: per rank a 42-byte header mbuf chained to an indirect mbuf (rte_pktmbuf_clone)
   // of the one encoded datagram, for ports that transmit chains (ina-dpdk-bench --indirect).
@@ -107,10 +107,10 @@ struct DpdkOptions {
 
 // Per-lcore counters of the I/O loop (the Engine's own counters are in Engine::counters()).
 struct DpdkLoopCounters {
-  uint64_t rx = 0;               // frames received from the port
-  uint64_t tx = 0;               // frames sent
-  uint64_t tx_dropped = 0;       // the port did not take them (queue full)
-  uint64_t handed_off = 0;       // INA frames passed to the lcore that owns their slot
+  uint64_t rx = 0;          // frames received from the port
+  uint64_t tx = 0;          // frames sent
+  uint64_t tx_dropped = 0;  // the port did not take them (queue full)
+  uint64_t handed_off = 0;  // INA frames passed to the lcore that owns their slot
   uint64_t handoff_received = 0;
   uint64_t handoff_dropped = 0;  // handoff ring full
   uint64_t tx_handed_off = 0;    // replies passed to lcore 0 to send (net_memif: lcores beyond the
@@ -190,7 +190,7 @@ class DpdkAggregator {
   bool running_ = false;
   std::atomic<bool> stop_{false};
   rte_mempool* pool_ = nullptr;
-  std::vector<rte_ring*> rings_;  // handoff rings, src * n + dst
+  std::vector<rte_ring*> rings_;     // handoff rings, src * n + dst
   std::vector<rte_ring*> tx_rings_;  // replies of lcore i to lcore 0 (nullptr: i sends itself)
   std::vector<std::unique_ptr<Lcore>> lcores_;
   // The largest INA datagram the mbufs hold (set_jobs checks blocks against it).
@@ -204,8 +204,8 @@ class DpdkAggregator {
   std::unique_ptr<SnapshotBoard> board_;
   // The main lcore's side of the mailboxes (service() only).
   uint64_t delivered_gen_ = 0;
-  uint64_t round_ = 0;         // last request posted to every lcore
-  bool round_open_ = false;    // posted, not yet answered by every lcore
+  uint64_t round_ = 0;       // last request posted to every lcore
+  bool round_open_ = false;  // posted, not yet answered by every lcore
   std::chrono::steady_clock::time_point next_snapshot_{};
   void publish(std::vector<AggregatorSnapshot> parts);  // every lcore's, merged on the board
 };

@@ -22,7 +22,8 @@ void DpdkAggregator::Lcore::handle_mail() {
 
 void DpdkAggregator::Lcore::answer_mail() {
   const uint64_t posted = mail.posted.load(std::memory_order_acquire);
-  if (posted == mail_seen) [[likely]] return;
+  if (posted == mail_seen) [[likely]]
+    return;
   handle_mail();
   mail_seen = posted;
   mail.done.store(posted, std::memory_order_release);
@@ -143,9 +144,7 @@ const Engine& DpdkAggregator::engine(unsigned i) const { return *lcores_.at(i)->
 const frame::Counters& DpdkAggregator::frame_counters(unsigned i) const {
   return lcores_.at(i)->fc;
 }
-const DpdkLoopCounters& DpdkAggregator::loop_counters(unsigned i) const {
-  return lcores_.at(i)->c;
-}
+const DpdkLoopCounters& DpdkAggregator::loop_counters(unsigned i) const { return lcores_.at(i)->c; }
 
 frame::Counters DpdkAggregator::frame_totals() const {
   frame::Counters t;

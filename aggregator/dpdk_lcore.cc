@@ -17,6 +17,8 @@
 // every PMD transmits single-segment frames (not every one takes chains); indirect_multicast
 // chains a header mbuf to a clone of the one datagram instead (see ina-dpdk-bench --indirect for
 // the cost of each).
+#include "aggregator/dpdk_lcore.h"
+
 #include <rte_cycles.h>
 #include <rte_ethdev.h>
 #include <rte_launch.h>
@@ -29,7 +31,6 @@
 #include <cstring>
 
 #include "aggregator/dpdk_backend.h"
-#include "aggregator/dpdk_lcore.h"
 #include "ina/protocol/frame_dpdk.h"
 #include "ina/protocol/wire.h"
 
@@ -83,8 +84,7 @@ Status DpdkAggregator::start() {
         if (o.get() == l.get()) break;
         rte_eal_wait_lcore(o->lcore_id);
       }
-      return dpdk::dpdk_error("rte_eal_remote_launch on lcore " + std::to_string(l->lcore_id),
-                              rc);
+      return dpdk::dpdk_error("rte_eal_remote_launch on lcore " + std::to_string(l->lcore_id), rc);
     }
   }
   running_ = true;
@@ -138,8 +138,8 @@ void DpdkAggregator::Lcore::loop() {
     }
     for (unsigned s = 0; s < n; ++s) {
       if (in[s] == nullptr) continue;
-      const unsigned k = rte_ring_dequeue_burst(in[s], reinterpret_cast<void**>(pkts), burst,
-                                                nullptr);
+      const unsigned k =
+          rte_ring_dequeue_burst(in[s], reinterpret_cast<void**>(pkts), burst, nullptr);
       for (unsigned i = 0; i < k; ++i) rte_prefetch0(pkts[i]);
       for (unsigned i = 0; i < k && i < kPrefetchAhead; ++i) prefetch_frame(pkts[i]);
       for (unsigned i = 0; i < k; ++i) {
@@ -197,15 +197,14 @@ void DpdkAggregator::Lcore::on_frame(rte_mbuf* m, bool verified) {
   }
   uint8_t* data = rte_pktmbuf_mtod(m, uint8_t*);
   frame::Parsed p;
-  const frame::RxOffload off =
-      verified ? frame::RxOffload{frame::HwCheck::kGood, frame::HwCheck::kGood}
-               : frame::rx_offload(m->ol_flags);
+  const frame::RxOffload off = verified
+                                   ? frame::RxOffload{frame::HwCheck::kGood, frame::HwCheck::kGood}
+                                   : frame::rx_offload(m->ol_flags);
   const frame::Verdict v =
       frame::classify(std::span<const uint8_t>(data, m->data_len), a.local_, off, &p);
   if (!verified) fc.add(v);
   switch (v) {
-    case frame::Verdict::kIna:
-      break;
+    case frame::Verdict::kIna: break;
     case frame::Verdict::kArpRequest:
       set_len(m, frame::arp_reply(data, p, a.local_));
       send(m);
@@ -218,9 +217,7 @@ void DpdkAggregator::Lcore::on_frame(rte_mbuf* m, bool verified) {
       set_len(m, frame::icmp_echo_reply(data, p, a.local_));
       send(m);
       return;
-    default:
-      rte_pktmbuf_free(m);
-      return;
+    default: rte_pktmbuf_free(m); return;
   }
   const std::span<const uint8_t> ina = p.ina;
   const bool hello =
@@ -270,7 +267,8 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   }
   const size_t len = r.packet_size();
   m = writable_reply(m, frame::kUdpHeadroom + len);
-  if (m == nullptr) [[unlikely]] return;
+  if (m == nullptr) [[unlikely]]
+    return;
   const uint32_t sum = encode_reply(r, rte_pktmbuf_mtod(m, uint8_t*) + frame::kUdpHeadroom, len);
   if (r.target == Reply::Target::kSender) {
     unicast(m, p, len, sum);
@@ -303,7 +301,10 @@ inline rte_mbuf* DpdkAggregator::Lcore::writable_reply(rte_mbuf* m, size_t flen)
     // Never write into a shared buffer; a reply larger than the room left needs a fresh mbuf.
     rte_mbuf* fresh = rte_pktmbuf_alloc(self->pool_);
     if (fresh == nullptr || flen > rte_pktmbuf_tailroom(fresh)) {
-      if (fresh == nullptr) ++c.no_mbuf; else ++c.reply_too_big;
+      if (fresh == nullptr)
+        ++c.no_mbuf;
+      else
+        ++c.reply_too_big;
       rte_pktmbuf_free(fresh);
       rte_pktmbuf_free(m);
       return nullptr;

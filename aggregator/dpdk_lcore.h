@@ -5,7 +5,6 @@
 
 #include <rte_errno.h>
 #include <rte_mbuf.h>
-
 #include <time.h>
 
 #include <array>
@@ -20,8 +19,8 @@
 #include "aggregator/dpdk_backend.h"
 #include "aggregator/engine.h"
 #include "aggregator/snapshot.h"
-#include "ina/protocol/frame.h"
 #include "ina/base/status.h"
+#include "ina/protocol/frame.h"
 
 namespace ina::agg::dpdk {
 
@@ -66,7 +65,7 @@ struct alignas(64) DpdkAggregator::Lcore {
   frame::Counters fc;
   DpdkLoopCounters c;
   dpdk::Published pub;
-  AddressBook<Peer> book;  // per job, by rank: learnt from packets
+  AddressBook<Peer> book;                     // per job, by rank: learnt from packets
   std::vector<rte_ring*> in;                  // from lcore src (nullptr for self)
   std::vector<rte_ring*> out;                 // to lcore dst (nullptr for self)
   std::vector<std::vector<rte_mbuf*>> stage;  // per destination, capacity burst
@@ -87,8 +86,8 @@ struct alignas(64) DpdkAggregator::Lcore {
     std::vector<JobConfig> jobs;
     AggregatorSnapshot snap;
   } mail;
-  uint64_t mail_seen = 0;                     // the last request this lcore handled
-  std::map<JobId, std::string> job_errors;    // of the last jobs applied
+  uint64_t mail_seen = 0;                   // the last request this lcore handled
+  std::map<JobId, std::string> job_errors;  // of the last jobs applied
 
   // DATA frames the Engine absorbed (no reply) are kept here instead of going back to the pool,
   // and the next results to every rank are written into them: their mbuf header and buffer are

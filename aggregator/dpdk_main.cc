@@ -79,19 +79,21 @@ int run_dpdk_aggregator(const DpdkCliOptions& o, const std::atomic<bool>& stop) 
       }
 #endif
       if (o.jobs.empty()) {
-        std::printf("ina-aggregator (dpdk) on port %u %s %s:%u jobs from the controller, block %u "
-                    "lcores %u rx queues %u\n",
-                    unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
-                    frame::format_ipv4(a.local().ip).c_str(), unsigned{a.local().udp_port},
-                    unsigned{o.max_payload_bytes / 4}, a.lcores(), unsigned{a.rx_queues()});
+        std::printf(
+            "ina-aggregator (dpdk) on port %u %s %s:%u jobs from the controller, block %u "
+            "lcores %u rx queues %u\n",
+            unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
+            frame::format_ipv4(a.local().ip).c_str(), unsigned{a.local().udp_port},
+            unsigned{o.max_payload_bytes / 4}, a.lcores(), unsigned{a.rx_queues()});
       } else {
         const JobConfig& job = o.jobs.front();
-        std::printf("ina-aggregator (dpdk) on port %u %s %s:%u job %u world %u slots %u block %u "
-                    "lcores %u rx queues %u\n",
-                    unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
-                    frame::format_ipv4(a.local().ip).c_str(), unsigned{a.local().udp_port},
-                    unsigned{job.job}, job.slots.world_size, job.slots.num_slots,
-                    unsigned{job.slots.max_payload_bytes / 4}, a.lcores(), unsigned{a.rx_queues()});
+        std::printf(
+            "ina-aggregator (dpdk) on port %u %s %s:%u job %u world %u slots %u block %u "
+            "lcores %u rx queues %u\n",
+            unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
+            frame::format_ipv4(a.local().ip).c_str(), unsigned{a.local().udp_port},
+            unsigned{job.job}, job.slots.world_size, job.slots.num_slots,
+            unsigned{job.slots.max_payload_bytes / 4}, a.lcores(), unsigned{a.rx_queues()});
       }
       std::fflush(stdout);
       using Clock = std::chrono::steady_clock;

@@ -1,7 +1,7 @@
-// The `--backend dpdk` path of ina-aggregator: EAL start, port setup, the per-lcore counters printed
-// by the main lcore, the control agent (controller heartbeats, /metrics) served from the merged
-// per-lcore snapshots, and the stop sequence on SIGINT/SIGTERM (stop the loops, stop and close the
-// port, release the EAL). Kept apart from main.cc so that the CLI only parses flags.
+// The `--backend dpdk` path of ina-aggregator: EAL start, port setup, the per-lcore counters
+// printed by the main lcore, the control agent (controller heartbeats, /metrics) served from the
+// merged per-lcore snapshots, and the stop sequence on SIGINT/SIGTERM (stop the loops, stop and
+// close the port, release the EAL). Kept apart from main.cc so that the CLI only parses flags.
 #pragma once
 
 #include <atomic>
@@ -19,15 +19,15 @@
 namespace ina::agg {
 
 struct DpdkCliOptions {
-  std::string port;                     // DPDK port name or number ("" = port 0)
-  std::string ip;                       // our IPv4 address (required)
-  std::string mac;                      // "" = the port's address
+  std::string port;  // DPDK port name or number ("" = port 0)
+  std::string ip;    // our IPv4 address (required)
+  std::string mac;   // "" = the port's address
   uint16_t udp_port = 47474;
   uint16_t burst = 32;
-  uint16_t rx_queues = 0;               // 0: one per worker lcore (at most the port's)
+  uint16_t rx_queues = 0;  // 0: one per worker lcore (at most the port's)
   uint32_t stats_ms = 5000;
-  std::vector<std::string> eal_args;    // after `--` on the command line
-  std::vector<JobConfig> jobs;          // served from the start (may be empty with an agent)
+  std::vector<std::string> eal_args;  // after `--` on the command line
+  std::vector<JobConfig> jobs;        // served from the start (may be empty with an agent)
   // Jobs from the controller: slot memory shared by all jobs and the largest block.
   uint32_t slot_capacity = 0;
   uint32_t max_payload_bytes = 0;  // the largest block in bytes (jobs from the controller)

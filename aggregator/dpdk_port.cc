@@ -11,7 +11,6 @@
 #include <rte_mbuf.h>
 #include <rte_mempool.h>
 #include <rte_ring.h>
-
 #include <sched.h>
 
 #include <algorithm>
@@ -116,8 +115,8 @@ size_t max_packet_size(const DpdkOptions& opts, const std::vector<JobConfig>& jo
                           ? wire::control_packet_size(2)
                           : wire::max_data_packet_size(opts.max_payload_bytes, 1);
   for (const JobConfig& j : jobs) {
-    max_packet = std::max(max_packet, wire::max_data_packet_size(j.slots.max_payload_bytes,
-                                                                 j.slots.world_size));
+    max_packet = std::max(
+        max_packet, wire::max_data_packet_size(j.slots.max_payload_bytes, j.slots.world_size));
   }
   return max_packet;
 }
@@ -128,8 +127,8 @@ Result<rte_mempool*> create_pool(const std::string& name, uint32_t mbufs, size_t
                                  uint16_t port) {
   const uint16_t data_room =
       static_cast<uint16_t>(RTE_PKTMBUF_HEADROOM + std::max<size_t>(max_frame + 4, 2048));
-  rte_mempool* pool = rte_pktmbuf_pool_create(name.c_str(), mbufs, 256, 0, data_room,
-                                              rte_eth_dev_socket_id(port));
+  rte_mempool* pool =
+      rte_pktmbuf_pool_create(name.c_str(), mbufs, 256, 0, data_room, rte_eth_dev_socket_id(port));
   if (pool == nullptr) return dpdk_error("mbuf pool " + name, rte_errno);
   return pool;
 }
@@ -213,8 +212,8 @@ Result<uint16_t> configure_port(uint16_t port, const rte_eth_dev_info& info,
 // DpdkOptions::configure_port false: the rx queues to poll on the port the caller configured
 // (every one, up to one per lcore, or `want_rx` when opts.rx_queues asks); it needs a tx queue
 // per lcore.
-Result<uint16_t> given_rx_queues(const rte_eth_dev_info& info, const DpdkOptions& opts,
-                                 unsigned n, unsigned want_rx) {
+Result<uint16_t> given_rx_queues(const rte_eth_dev_info& info, const DpdkOptions& opts, unsigned n,
+                                 unsigned want_rx) {
   if (info.nb_tx_queues < n) {
     return invalid_argument("dpdk: port has " + std::to_string(info.nb_tx_queues) +
                             " tx queues configured, fewer than the " + std::to_string(n) +
@@ -248,8 +247,10 @@ Status create_tx_rings(unsigned inst, unsigned n, unsigned tx_lcores, size_t tx_
     (*rings)[i] = r;
   }
   if (tx_lcores < n) {
-    INA_INFO(kComponent, "net_memif: %u worker lcores, %u queue pair(s); the replies of lcores %u.."
-             "%u go out through lcore 0's queue", n, tx_lcores, tx_lcores, n - 1);
+    INA_INFO(kComponent,
+             "net_memif: %u worker lcores, %u queue pair(s); the replies of lcores %u.."
+             "%u go out through lcore 0's queue",
+             n, tx_lcores, tx_lcores, n - 1);
   }
   return ok_status();
 }
@@ -281,8 +282,8 @@ Status create_handoff_rings(unsigned inst, unsigned n, uint32_t size,
       if (s == d) continue;
       const std::string name =
           "ina_h" + std::to_string(inst) + "_" + std::to_string(s) + "_" + std::to_string(d);
-      rte_ring* r = rte_ring_create(name.c_str(), size, rte_socket_id(),
-                                    RING_F_SP_ENQ | RING_F_SC_DEQ);
+      rte_ring* r =
+          rte_ring_create(name.c_str(), size, rte_socket_id(), RING_F_SP_ENQ | RING_F_SC_DEQ);
       if (r == nullptr) return dpdk_error("handoff ring " + name, rte_errno);
       (*rings)[size_t{s} * n + d] = r;
     }
@@ -357,8 +358,8 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
 
   const unsigned want_rx = wanted_rx_queues(info, opts, n);
   if (opts.configure_port) {
-    INA_ASSIGN_OR_RETURN(a->rx_queues_, configure_port(port, info, opts, n, want_rx, max_frame,
-                                                       memif, a->pool_));
+    INA_ASSIGN_OR_RETURN(a->rx_queues_,
+                         configure_port(port, info, opts, n, want_rx, max_frame, memif, a->pool_));
     a->port_started_ = true;
   } else {
     INA_ASSIGN_OR_RETURN(a->rx_queues_, given_rx_queues(info, opts, n, want_rx));
@@ -371,8 +372,8 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
   INA_RETURN_IF_ERROR(create_handoff_rings(inst, n, opts.handoff_ring, &a->rings_));
 
   for (unsigned i = 0; i < n; ++i) {
-    INA_ASSIGN_OR_RETURN(std::unique_ptr<Lcore> l, Lcore::make(a.get(), i, workers[i], jobs,
-                                                               tx_cap));
+    INA_ASSIGN_OR_RETURN(std::unique_ptr<Lcore> l,
+                         Lcore::make(a.get(), i, workers[i], jobs, tx_cap));
     a->lcores_.push_back(std::move(l));
   }
   a->board_ = std::make_unique<SnapshotBoard>(n, "lcores");

@@ -41,7 +41,7 @@ struct Engine::Job {
   std::vector<uint64_t> hello_bitmap;  // bit r = rank r joined
   std::vector<BlockSeq> nonce;         // per rank; meaningful where its hello bit is set
   uint32_t joined = 0;
-  bool ready = false;                  // every rank joined this incarnation
+  bool ready = false;  // every rank joined this incarnation
   // The next incarnation, while this one runs (ready): ranks that HELLOed with a new nonce (a
   // restarted rank, with a valid tag). They do not reopen the barrier for the ranks still running;
   // when every rank has a new incarnation, it becomes the current one (a new barrier completes).
@@ -79,7 +79,7 @@ struct Engine::Job {
   // (pm_words int32 bitmap words of the world, then the wire tree note), valid while
   // pm_seq[copy] is the copy's seq and pm_valid[copy] is set.
   uint32_t pm_words = 0;
-  std::vector<int32_t> pm;       // copies * (pm_words + wire::kTreeNoteWords)
+  std::vector<int32_t> pm;  // copies * (pm_words + wire::kTreeNoteWords)
   std::vector<BlockSeq> pm_seq;
   std::vector<uint8_t> pm_valid;
 };
@@ -92,7 +92,7 @@ constexpr uint8_t kTreeNone = 0;
 constexpr uint8_t kTreeForwarded = 1;   // the partial went to the parent; its result is awaited
 constexpr uint8_t kTreeHaveResult = 2;  // the parent's result replaced the partial
 constexpr uint8_t kTreeExpSent = 3;     // float SUM: the exponent request went up; E is awaited
-constexpr uint16_t kNoRank = 0xFFFF;     // served ranks are below 65535
+constexpr uint16_t kNoRank = 0xFFFF;    // served ranks are below 65535
 
 uint64_t mix64(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -100,9 +100,7 @@ uint64_t mix64(uint64_t z) {
   return z ^ (z >> 31);
 }
 
-bool test_bit(std::span<const uint64_t> bm, uint32_t r) {
-  return (bm[r / 64] >> (r % 64)) & 1;
-}
+bool test_bit(std::span<const uint64_t> bm, uint32_t r) { return (bm[r / 64] >> (r % 64)) & 1; }
 
 // A slot copy's round in a reply: its sequence, shape and result (the user's type).
 void set_round(Reply* r, const CopyView& c) {
@@ -194,9 +192,10 @@ Status Engine::add_job(const JobConfig& cfg) {
     }
     if (!t.leaf_bases.empty()) {
       const auto& b = t.leaf_bases;
-      const std::string form = " (the first global rank of each leaf by child index: starting "
-                               "at 0, strictly ascending, below the world of " +
-                               std::to_string(cfg.slots.world_size) + ")";
+      const std::string form =
+          " (the first global rank of each leaf by child index: starting "
+          "at 0, strictly ascending, below the world of " +
+          std::to_string(cfg.slots.world_size) + ")";
       if (t.parent_world != 0 && b.size() != t.parent_world) {
         return invalid_argument(name + ": leaf_bases has " + std::to_string(b.size()) +
                                 " entries, parent_world is " + std::to_string(t.parent_world) +
@@ -208,14 +207,13 @@ Status Engine::add_job(const JobConfig& cfg) {
                                 std::to_string(t.child_index) + form);
       }
       for (size_t i = 0; i < b.size(); ++i) {
-        if ((i == 0 && b[i] != 0) || (i > 0 && b[i] <= b[i - 1]) ||
-            b[i] >= cfg.slots.world_size) {
-          return invalid_argument(name + ": leaf_bases[" + std::to_string(i) + "] = " +
-                                  std::to_string(b[i]) + " is out of order" + form);
+        if ((i == 0 && b[i] != 0) || (i > 0 && b[i] <= b[i - 1]) || b[i] >= cfg.slots.world_size) {
+          return invalid_argument(name + ": leaf_bases[" + std::to_string(i) +
+                                  "] = " + std::to_string(b[i]) + " is out of order" + form);
         }
       }
-      const uint64_t end = t.child_index + 1 < b.size() ? b[t.child_index + 1]
-                                                        : cfg.slots.world_size;
+      const uint64_t end =
+          t.child_index + 1 < b.size() ? b[t.child_index + 1] : cfg.slots.world_size;
       if (b[t.child_index] != t.rank_base || end != uint64_t{t.rank_base} + t.local_ranks) {
         return invalid_argument(name + ": leaf_bases gives leaf " + std::to_string(t.child_index) +
                                 " ranks [" + std::to_string(b[t.child_index]) + ", " +
@@ -225,7 +223,8 @@ Status Engine::add_job(const JobConfig& cfg) {
       }
     }
   } else if (cfg.tree != TreeConfig{.role = cfg.tree.role}) {  // a leaf-only field is set
-    return invalid_argument(name + ": rank_base, local_ranks, child_index, parent, "
+    return invalid_argument(name +
+                            ": rank_base, local_ranks, child_index, parent, "
                             "parent_world and leaf_bases are for role leaf only (role is " +
                             tree_role_name(cfg.tree.role) + ")");
   }
@@ -268,10 +267,10 @@ Status Engine::add_job(const JobConfig& cfg) {
   job->welcome_bytes = cfg.slots.max_payload_bytes;
   if (job->leaf) {
     job->parent_world =
-        cfg.tree.parent_world != 0       ? cfg.tree.parent_world
-        : !cfg.tree.leaf_bases.empty() ? static_cast<uint32_t>(cfg.tree.leaf_bases.size())
-                                         : (cfg.slots.world_size + cfg.tree.local_ranks - 1) /
-                                               cfg.tree.local_ranks;
+        cfg.tree.parent_world != 0 ? cfg.tree.parent_world
+        : !cfg.tree.leaf_bases.empty()
+            ? static_cast<uint32_t>(cfg.tree.leaf_bases.size())
+            : (cfg.slots.world_size + cfg.tree.local_ranks - 1) / cfg.tree.local_ranks;
     job->tree_state.assign(size_t{cfg.slots.num_slots} * 2, kTreeNone);
     job->reforward_rank.assign(size_t{cfg.slots.num_slots} * 2, kNoRank);
     job->pm_words = (cfg.slots.world_size + 31) / 32;
@@ -320,8 +319,8 @@ const JobConfig* Engine::job_config(JobId job) const {
   return it == jobs_.end() ? nullptr : &it->second->cfg;
 }
 
-Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns,
-                        int32_t* sender_rank, JobId* sender_job, bool counted_elsewhere) {
+Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int32_t* sender_rank,
+                        JobId* sender_job, bool counted_elsewhere) {
   *sender_rank = -1;
   *sender_job = 0;
   // Every counter of this function moves by `one`: 0 for a copy another engine counts.
@@ -417,9 +416,9 @@ Reply Engine::result_reply(const Job& job, const wire::Header& h, Reply::Target 
   const CopyView c = job.table->copy(h.slot, h.shadow);
   Reply r;
   r.target = target;
-  r.hdr = reply_header(job.cfg, h,
-                       wire::kFlagResult | (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}) |
-                           extra_flags);
+  r.hdr = reply_header(
+      job.cfg, h,
+      wire::kFlagResult | (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}) | extra_flags);
   set_round(&r, c);
   counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
   // A result to all ranks is a block that completed (a resend to one rank is not).
@@ -572,8 +571,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
   const size_t k = copy_index(h.slot, h.shadow);
 
   switch (v) {
-    case Verdict::kAdded:
-      return {};
+    case Verdict::kAdded: return {};
     case Verdict::kCompleted: {
       ++counters_.completed;
       ++job.counters.completed;
@@ -611,8 +609,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
           // This wave already re-forwarded it; what the root said it lacks answers this rank.
           const CopyView c = job.table->copy(h.slot, h.shadow);
           if (job.pm_valid[k] != 0 && job.pm_seq[k] == c.seq) {
-            return parent_missing_reply(job, k, Reply::Target::kSender, h.rank + job.rank_base,
-                                        h);
+            return parent_missing_reply(job, k, Reply::Target::kSender, h.rank + job.rank_base, h);
           }
           return {};
         }
@@ -637,9 +634,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
       const CopyView c = job.table->copy(h.slot, h.shadow);
       return error_reply(job, pkt, wire::ErrorReason::kMissingRanks, c.bitmap, 0);
     }
-    case Verdict::kStale:
-      ++counters_.stale;
-      return {};
+    case Verdict::kStale: ++counters_.stale; return {};
     case Verdict::kMismatch: {
       ++counters_.mismatched;
       const CopyView c = job.table->copy(h.slot, h.shadow);
@@ -653,9 +648,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
     case Verdict::kBadSlot:
     case Verdict::kBadRank:
     case Verdict::kTooLarge:
-    case Verdict::kCount_:
-      ++counters_.malformed;
-      return {};
+    case Verdict::kCount_: ++counters_.malformed; return {};
   }
   return {};
 }
@@ -836,7 +829,8 @@ Reply Engine::on_parent_missing(Job& job, const wire::PacketView& pkt) {
     ++m;
     const uint32_t hi = first_rank(leaf + 1);
     for (uint32_t r = first_rank(leaf); r < hi && r < W; ++r) {
-      bits[r / 32] = static_cast<int32_t>(static_cast<uint32_t>(bits[r / 32]) & ~(uint32_t{1} << (r % 32)));
+      bits[r / 32] =
+          static_cast<int32_t>(static_cast<uint32_t>(bits[r / 32]) & ~(uint32_t{1} << (r % 32)));
     }
   }
   note[0] = static_cast<int32_t>(wire::kTreeNoteTag);
@@ -913,8 +907,7 @@ Reply Engine::handle_parent(Job& job, const wire::PacketView& pkt) {
     const size_t k = copy_index(h.slot, h.shadow);
     if (!job.ready || h.slot >= job.cfg.slots.num_slots || h.count != 0 ||
         job.tree_state[k] != kTreeExpSent ||
-        !job.table->quantize_partial(h.slot, h.shadow, h.seq, h.exp,
-                                     h.has(wire::kFlagNonFinite))) {
+        !job.table->quantize_partial(h.slot, h.shadow, h.seq, h.exp, h.has(wire::kFlagNonFinite))) {
       ++counters_.parent_stale;
       return {};
     }
@@ -1016,10 +1009,9 @@ std::vector<StalledSlot> Engine::stalled_slots(JobId job, uint64_t now_ns, uint6
       if (first == 0 || now_ns < first || now_ns - first < min_age_ns) continue;
       const CopyView c = j.table->copy(static_cast<uint16_t>(slot), shadow);
       if (!c.used) continue;
-      const uint8_t tree = j.leaf ? j.tree_state[copy_index(static_cast<uint16_t>(slot), shadow)]
-                                  : kTreeNone;
-      const bool waiting_parent =
-          c.complete && (tree == kTreeForwarded || tree == kTreeExpSent);
+      const uint8_t tree =
+          j.leaf ? j.tree_state[copy_index(static_cast<uint16_t>(slot), shadow)] : kTreeNone;
+      const bool waiting_parent = c.complete && (tree == kTreeForwarded || tree == kTreeExpSent);
       if (c.complete && !waiting_parent) continue;
       StalledSlot s;
       s.waiting_parent = waiting_parent;

@@ -1,7 +1,7 @@
 // The aggregator's packet logic, shared by every I/O backend (kernel UDP now, DPDK later): decode
-// and validate, find the job, verify its tag (SipHash with the job's key: WIRE.md), run the join barrier (HELLO/WELCOME) and the slot
-// table, and say what to send back. Pure logic: no sockets, no clock, no logging; one instance per
-// thread (lcore), so no locks.
+// and validate, find the job, verify its tag (SipHash with the job's key: WIRE.md), run the join
+// barrier (HELLO/WELCOME) and the slot table, and say what to send back. Pure logic: no sockets, no
+// clock, no logging; one instance per thread (lcore), so no locks.
 #pragma once
 
 #include <array>
@@ -23,21 +23,22 @@ namespace ina::agg {
 // kLeaf: it serves global ranks [rank_base, rank_base + local_ranks), forwards each completed
 // slot copy's partial to its parent as rank child_index (int32 and MIN/MAX: a DATA packet of the
 // reduced block; float SUM: a PARTIAL exponent request, then, with the root's exponent, PARTIAL
-// fixed-point words: WIRE.md), and multicasts the parent's RESULT to its ranks. kRoot: an ordinary job whose ranks are the leaves (by child_index),
-// so slots.world_size is the number of leaves; the engine treats it exactly like kFlat.
+// fixed-point words: WIRE.md), and multicasts the parent's RESULT to its ranks. kRoot: an ordinary
+// job whose ranks are the leaves (by child_index), so slots.world_size is the number of leaves; the
+// engine treats it exactly like kFlat.
 enum class TreeRole : uint8_t { kFlat, kLeaf, kRoot };
 const char* tree_role_name(TreeRole r);
 
 struct TreeConfig {
   TreeRole role = TreeRole::kFlat;
-  uint32_t rank_base = 0;      // leaf: first global rank served
-  uint32_t local_ranks = 0;    // leaf: consecutive global ranks served (>= 1)
-  uint32_t child_index = 0;    // leaf: this leaf's rank in the root's job
+  uint32_t rank_base = 0;    // leaf: first global rank served
+  uint32_t local_ranks = 0;  // leaf: consecutive global ranks served (>= 1)
+  uint32_t child_index = 0;  // leaf: this leaf's rank in the root's job
   // leaf: the root's world (number of leaves), sent in the leaf's HELLO. 0: not known; the leaf
   // then guesses ceil(world / local_ranks) and adopts the world the root names in its
   // world-size-mismatch ERROR.
   uint32_t parent_world = 0;
-  std::string parent;          // leaf: "host:port" of the root's data plane (the backend's business)
+  std::string parent;  // leaf: "host:port" of the root's data plane (the backend's business)
   // leaf, optional: the first global rank of every leaf of the tree, by child index (size: the
   // root's world, ascending, starting at 0; leaf i serves [leaf_bases[i], leaf_bases[i+1]), the
   // last one up to the world). Used to turn the root's missing-children report into global ranks
@@ -77,9 +78,9 @@ struct JobConfig {
 
 // Counters of one job (multi-tenancy: what each tenant sent and what was refused in its name).
 struct JobCounters {
-  uint64_t packets = 0;     // packets that passed the tag check
-  uint64_t completed = 0;   // completed slot copies
-  uint64_t bad_tag = 0;     // packets naming this job whose tag its key does not give: dropped
+  uint64_t packets = 0;    // packets that passed the tag check
+  uint64_t completed = 0;  // completed slot copies
+  uint64_t bad_tag = 0;    // packets naming this job whose tag its key does not give: dropped
   // Leaf jobs only (see EngineCounters for the meaning).
   uint64_t forwarded = 0;
   uint64_t reforwarded = 0;
@@ -103,7 +104,9 @@ struct Reply {
   wire::Header hdr;
   const uint8_t* payload = nullptr;
   Key128 key;  // the job's key: the backend seals the encoded packet with it (wire::seal)
-  size_t payload_bytes() const { return size_t{hdr.count} * wire::payload_width(hdr.flags, hdr.dtype); }
+  size_t payload_bytes() const {
+    return size_t{hdr.count} * wire::payload_width(hdr.flags, hdr.dtype);
+  }
   size_t packet_size() const { return wire::kHeaderSize + payload_bytes(); }
 };
 
@@ -112,29 +115,29 @@ struct Reply {
 struct EngineCounters {
   uint64_t packets_in = 0;
   uint64_t bytes_in = 0;
-  uint64_t replies_out = 0;        // reply packets (a multicast counts one per rank)
-  uint64_t completed = 0;          // completed slot copies
-  uint64_t duplicates = 0;         // kDuplicate + kResendResult + kReportMissing
+  uint64_t replies_out = 0;  // reply packets (a multicast counts one per rank)
+  uint64_t completed = 0;    // completed slot copies
+  uint64_t duplicates = 0;   // kDuplicate + kResendResult + kReportMissing
   uint64_t resent_results = 0;
   uint64_t stale = 0;
-  uint64_t malformed = 0;          // decode errors + bad slot/rank/size + unexpected kinds
+  uint64_t malformed = 0;  // decode errors + bad slot/rank/size + unexpected kinds
   uint64_t mismatched = 0;
   uint64_t unknown_job = 0;
-  uint64_t bad_tag = 0;            // a known job, a tag its key does not give: dropped, no state
-  uint64_t not_ready = 0;          // data before the join barrier completed
+  uint64_t bad_tag = 0;    // a known job, a tag its key does not give: dropped, no state
+  uint64_t not_ready = 0;  // data before the join barrier completed
   uint64_t hellos = 0;
   uint64_t world_size_mismatch = 0;  // HELLOs whose world size differs from the job's
   uint64_t nonfinite_blocks = 0;
   // Aggregation trees (leaf jobs).
-  uint64_t forwarded = 0;          // completed partials sent to the parent
-  uint64_t reforwarded = 0;        // partials sent again for a worker's retransmission
-  uint64_t parent_results = 0;     // parent RESULTs accepted (and multicast to the local ranks)
-  uint64_t parent_stale = 0;       // parent RESULT/WELCOME not matching a waiting copy or join
-  uint64_t parent_errors = 0;      // ERROR packets from the parent (counted)
+  uint64_t forwarded = 0;       // completed partials sent to the parent
+  uint64_t reforwarded = 0;     // partials sent again for a worker's retransmission
+  uint64_t parent_results = 0;  // parent RESULTs accepted (and multicast to the local ranks)
+  uint64_t parent_stale = 0;    // parent RESULT/WELCOME not matching a waiting copy or join
+  uint64_t parent_errors = 0;   // ERROR packets from the parent (counted)
   // Root missing-children reports for a waiting copy, turned into global ranks and sent to the
   // local ranks (at once to all of them, and again to any that retransmits for the copy).
   uint64_t parent_missing = 0;
-  uint64_t parent_hellos = 0;      // HELLOs sent to the parent
+  uint64_t parent_hellos = 0;  // HELLOs sent to the parent
   wire::DecodeCounters decode;
   std::array<uint64_t, static_cast<size_t>(Verdict::kCount_)> by_verdict{};
 };
@@ -194,7 +197,8 @@ struct RankTelemetry {
   uint64_t last = 0;
   std::array<uint64_t, kLagBuckets> lag_hist{};
   double mean_lag_us() const {
-    return lag_count == 0 ? 0.0 : static_cast<double>(lag_sum_ns) / 1e3 / static_cast<double>(lag_count);
+    return lag_count == 0 ? 0.0
+                          : static_cast<double>(lag_sum_ns) / 1e3 / static_cast<double>(lag_count);
   }
 };
 inline size_t lag_bucket(uint64_t lag_ns) {
@@ -219,11 +223,11 @@ struct StalledSlot {
   // Ranks not yet contributed (global ranks). For a leaf's copy waiting on its parent: the ranks
   // behind other leaves from the root's last missing report for the round (empty before one).
   std::vector<uint32_t> missing;
-  bool waiting_parent = false;    // leaf: complete here, its partial waits for the parent's result
+  bool waiting_parent = false;  // leaf: complete here, its partial waits for the parent's result
 };
 
 struct EngineOptions {
-  bool telemetry = true;   // lag histograms, lost time and stalled-slot times (timed on_packet)
+  bool telemetry = true;       // lag histograms, lost time and stalled-slot times (timed on_packet)
   StragglerOptions straggler;  // the lost-time window and test (straggler.h)
   // Benchmark only: skip the per-job tag verification, to measure what it costs. Never off in a
   // served aggregator (the CLI has no switch for it).
@@ -307,7 +311,8 @@ class Engine {
   Reply handle_parent(Job& job, const wire::PacketView& pkt);
   Reply parent_hello(Job& job, bool retransmit);
   Reply forward_partial(Job& job, uint16_t slot, bool shadow, bool retransmit);
-  Reply exp_answer(const Job& job, const wire::Header& h, Reply::Target target, uint8_t extra_flags);
+  Reply exp_answer(const Job& job, const wire::Header& h, Reply::Target target,
+                   uint8_t extra_flags);
   Reply mismatch_reply(const Job& job, const wire::PacketView& pkt, const CopyView& c);
   Reply error_to_sender(const Job& job, const wire::PacketView& pkt, uint16_t n);
   Reply error_reply(const Job& job, const wire::PacketView& pkt, wire::ErrorReason reason,

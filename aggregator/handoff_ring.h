@@ -10,6 +10,8 @@
 // of head, the consumer frees it with a release store of tail.
 #pragma once
 
+#include <netinet/in.h>
+
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
@@ -17,14 +19,12 @@
 #include <span>
 #include <vector>
 
-#include <netinet/in.h>
-
 namespace ina::agg {
 
 class HandoffRing {
  public:
   struct Meta {
-    uint32_t len = 0;       // bytes of the datagram (kWrap: a wrap marker)
+    uint32_t len = 0;         // bytes of the datagram (kWrap: a wrap marker)
     uint32_t mark = 0;        // the producer's tag for the record (the UDP backend: a HELLO copy)
     uint64_t arrival_ns = 0;  // the receiving thread's batch time
     sockaddr_in src{};        // the datagram's sender

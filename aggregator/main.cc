@@ -23,6 +23,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -32,10 +33,8 @@
 #include <string>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
-#include "aggregator/udp_main.h"
 #include "aggregator/dpdk_probe.h"
+#include "aggregator/udp_main.h"
 #include "ina/base/log.h"
 #include "ina/protocol/wire.h"
 #include "ina_config.h"
@@ -242,8 +241,7 @@ void add_controller_flags(CLI::App& app, Flags& f) {
       app.add_option("--advertise", f.agent.advertise_host,
                      "address workers use to reach this aggregator (dpdk: default --ip)")
           ->capture_default_str();
-  app.add_option("--slot-capacity", f.agent.slot_capacity,
-                 "slots shared by the controller's jobs")
+  app.add_option("--slot-capacity", f.agent.slot_capacity, "slots shared by the controller's jobs")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
   app.add_option("--max-fan-in", f.agent.max_fan_in, "largest world size served")
@@ -253,8 +251,7 @@ void add_controller_flags(CLI::App& app, Flags& f) {
                  "Prometheus /metrics and /v1/telemetry (-1: off, 0: any)")
       ->check(CLI::Range(-1, 65535))
       ->capture_default_str();
-  app.add_option("--http-port-file", f.http_port_file,
-                 "write the HTTP port here once listening");
+  app.add_option("--http-port-file", f.http_port_file, "write the HTTP port here once listening");
   app.add_option("--heartbeat-ms", f.heartbeat_ms, "heartbeat period to the controller")
       ->check(CLI::Range(10, 60000))
       ->capture_default_str();
@@ -320,8 +317,9 @@ int dispatch_dpdk(Flags& f) {
 #if INA_HAVE_CONTROLLER
   if (f.managed() || f.agent.http_port >= 0) {
     if (f.udp.port == 0) {
-      std::fprintf(stderr, "ina-aggregator: --port: the DPDK backend needs a fixed UDP port "
-                           "(1..65535) to advertise\n");
+      std::fprintf(stderr,
+                   "ina-aggregator: --port: the DPDK backend needs a fixed UDP port "
+                   "(1..65535) to advertise\n");
       return 2;
     }
     if (f.advertise_opt->count() == 0) f.agent.advertise_host = f.dpdk_ip;
@@ -342,16 +340,18 @@ int dispatch_dpdk(Flags& f) {
   return ina::agg::run_dpdk_aggregator(d, g_stop);
 #else
   (void)f;
-  std::fprintf(stderr, "ina-aggregator: --backend dpdk: built without DPDK (-Ddpdk=enabled "
-                       "with libdpdk-dev installed)\n");
+  std::fprintf(stderr,
+               "ina-aggregator: --backend dpdk: built without DPDK (-Ddpdk=enabled "
+               "with libdpdk-dev installed)\n");
   return 1;
 #endif
 }
 
 int dispatch_udp(Flags& f) {
   if (!f.eal_args.empty()) {
-    std::fprintf(stderr, "ina-aggregator: arguments after -- are EAL arguments, for --backend dpdk "
-                         "only\n");
+    std::fprintf(stderr,
+                 "ina-aggregator: arguments after -- are EAL arguments, for --backend dpdk "
+                 "only\n");
     return 1;
   }
   if (f.dpdk_rx_queues != 0) {

@@ -82,9 +82,9 @@ Result<std::unique_ptr<SlotTable>> SlotTable::create(const SlotTableConfig& cfg)
   }
   if (cfg.max_payload_bytes < 4 || cfg.max_payload_bytes > kMaxPayload ||
       cfg.max_payload_bytes % 4 != 0) {
-    return invalid_argument(range_error("max_payload_bytes", 4, kMaxPayload,
-                                        cfg.max_payload_bytes) +
-                            " (bytes of a block, a multiple of 4)");
+    return invalid_argument(
+        range_error("max_payload_bytes", 4, kMaxPayload, cfg.max_payload_bytes) +
+        " (bytes of a block, a multiple of 4)");
   }
   if (cfg.world_size < 1 || cfg.world_size > kMaxWorld) {
     return invalid_argument(range_error("world_size", 1, kMaxWorld, cfg.world_size));
@@ -98,14 +98,13 @@ Result<std::unique_ptr<SlotTable>> SlotTable::create(const SlotTableConfig& cfg)
     return std::unique_ptr<SlotTable>(new SlotTable(cfg));
   } catch (const std::bad_alloc&) {
     const uint64_t copies = uint64_t{cfg.num_slots} * 2;
-    const uint64_t bytes = copies * cfg.max_payload_bytes *
-                           (uint64_t{cfg.world_size} + 1 + 8 / kMinWidth);
-    return resource_exhausted("slot table: cannot allocate " + std::to_string(bytes) +
-                              " bytes (num_slots " + std::to_string(cfg.num_slots) +
-                              " x 2 copies x max_payload_bytes " +
-                              std::to_string(cfg.max_payload_bytes) + " x (world_size " +
-                              std::to_string(cfg.world_size) +
-                              " for float SUM's raw words + result + accumulators))");
+    const uint64_t bytes =
+        copies * cfg.max_payload_bytes * (uint64_t{cfg.world_size} + 1 + 8 / kMinWidth);
+    return resource_exhausted(
+        "slot table: cannot allocate " + std::to_string(bytes) + " bytes (num_slots " +
+        std::to_string(cfg.num_slots) + " x 2 copies x max_payload_bytes " +
+        std::to_string(cfg.max_payload_bytes) + " x (world_size " + std::to_string(cfg.world_size) +
+        " for float SUM's raw words + result + accumulators))");
   }
 }
 
@@ -156,24 +155,23 @@ void SlotTable::finish(size_t k) {
         codec::quantize_add(raw + size_t{r} * cfg_.max_payload_bytes, c.count, c.dtype, c.exp,
                             quant_world_, acc);
       }
-      codec::dequantize(acc, c.count, c.dtype,
-                        codec::scale_exponent(c.dtype, c.exp, quant_world_), out);
+      codec::dequantize(acc, c.count, c.dtype, codec::scale_exponent(c.dtype, c.exp, quant_world_),
+                        out);
       return;
     }
-    case CopyMode::kExp:
-      c.answer_exp = c.exp;
-      return;
+    case CopyMode::kExp: c.answer_exp = c.exp; return;
     case CopyMode::kPartial:
-      codec::dequantize(acc, c.count, c.dtype, c.exp == kNoExponent ? codec::kNoScale : c.exp,
-                        out);
+      codec::dequantize(acc, c.count, c.dtype, c.exp == kNoExponent ? codec::kNoScale : c.exp, out);
       return;
   }
 }
 
 Verdict SlotTable::on_data(const wire::PacketView& pkt) {
   const wire::Header& h = pkt.hdr;
-  if (h.slot >= cfg_.num_slots) [[unlikely]] return Verdict::kBadSlot;
-  if (h.rank >= cfg_.world_size) [[unlikely]] return Verdict::kBadRank;
+  if (h.slot >= cfg_.num_slots) [[unlikely]]
+    return Verdict::kBadSlot;
+  if (h.rank >= cfg_.world_size) [[unlikely]]
+    return Verdict::kBadRank;
   const bool partial = h.has(wire::kFlagPartial);
   // A block of the user's type fits max_payload_bytes; PARTIAL words are wider, their count is
   // still at most a block's elements.
@@ -236,7 +234,7 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt) {
     c.mode = mode;
     c.exp = kNoExponent;
     if (mode == CopyMode::kReduce) {
-      const int64_t init = h.op == ReduceOp::kMin ? INT64_MAX
+      const int64_t init = h.op == ReduceOp::kMin   ? INT64_MAX
                            : h.op == ReduceOp::kMax ? INT64_MIN
                                                     : 0;
       std::fill_n(acc, h.count, init);
@@ -277,12 +275,8 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt) {
                   pkt.payload_bytes);
       break;
     }
-    case CopyMode::kExp:
-      c.exp = codec::max_exponent(c.exp, h.exp);
-      break;
-    case CopyMode::kPartial:
-      codec::add_acc(src, h.count, c.dtype, acc);
-      break;
+    case CopyMode::kExp: c.exp = codec::max_exponent(c.exp, h.exp); break;
+    case CopyMode::kPartial: codec::add_acc(src, h.count, c.dtype, acc); break;
   }
   word |= bit;
   c.nonfinite = c.nonfinite || h.has(wire::kFlagNonFinite);

@@ -50,10 +50,10 @@ inline constexpr size_t copy_index(uint16_t slot, bool shadow) {
 }
 
 struct SlotTableConfig {
-  uint32_t num_slots = 512;    // per job; at most wire::kMaxSlot + 1
+  uint32_t num_slots = 512;  // per job; at most wire::kMaxSlot + 1
   // The block in bytes (DATA/RESULT payload): max_payload_bytes / width elements per block.
   uint32_t max_payload_bytes = wire::kDefaultPayloadBytes;  // 4 .. 16384, a multiple of 4
-  uint32_t world_size = 1;     // contributors per round, 1 .. 65535
+  uint32_t world_size = 1;                                  // contributors per round, 1 .. 65535
   // Tree leaf: a completed float SUM round waits for the root's exponent (quantize_partial)
   // instead of being converted.
   bool defer_float_sum = false;
@@ -65,21 +65,21 @@ struct SlotTableConfig {
 };
 
 enum class Verdict : uint8_t {
-  kAdded,          // contribution added; nothing to send
-  kCompleted,      // this contribution completed the copy: send the result to every rank
-  kExpCompleted,   // root: the leaves' exponent requests are all in: answer every leaf
-  kResendExp,      // root: a leaf's request for an answered exponent: answer the sender
-  kResendResult,   // duplicate of a completed copy: send the result to the sender
-  kDuplicate,      // duplicate of an incomplete copy: nothing to send
-  kReportMissing,  // retransmission to an incomplete copy: send the bitmap to the sender
-  kStale,          // older round than the copy holds: dropped
-  kMismatch,       // ranks disagree on the round's shape and every rank is in (a poisoned copy:
-                   // CopyView::poisoned), or a leaf's words without their exponent round: the
-                   // sender is told
+  kAdded,            // contribution added; nothing to send
+  kCompleted,        // this contribution completed the copy: send the result to every rank
+  kExpCompleted,     // root: the leaves' exponent requests are all in: answer every leaf
+  kResendExp,        // root: a leaf's request for an answered exponent: answer the sender
+  kResendResult,     // duplicate of a completed copy: send the result to the sender
+  kDuplicate,        // duplicate of an incomplete copy: nothing to send
+  kReportMissing,    // retransmission to an incomplete copy: send the bitmap to the sender
+  kStale,            // older round than the copy holds: dropped
+  kMismatch,         // ranks disagree on the round's shape and every rank is in (a poisoned copy:
+                     // CopyView::poisoned), or a leaf's words without their exponent round: the
+                     // sender is told
   kMismatchPending,  // a poisoned copy still waiting for ranks: nothing to send yet
-  kBadSlot,        // slot index beyond the table: dropped
-  kBadRank,        // rank >= world size: dropped
-  kTooLarge,       // payload beyond the job's block: dropped
+  kBadSlot,          // slot index beyond the table: dropped
+  kBadRank,          // rank >= world size: dropped
+  kTooLarge,         // payload beyond the job's block: dropped
   kCount_,
 };
 const char* verdict_name(Verdict v);
@@ -96,7 +96,7 @@ enum class CopyMode : uint8_t {
 struct CopyView {
   uint16_t slot = 0;
   bool shadow = false;
-  bool used = false;          // has held a round
+  bool used = false;  // has held a round
   bool complete = false;
   BlockSeq seq = 0;
   uint16_t count = 0;
@@ -166,13 +166,13 @@ class SlotTable {
 
   SlotTableConfig cfg_;
   uint32_t quant_world_ = 1;
-  uint32_t max_elems_ = 0;             // elements of the narrowest type per block
-  uint32_t bitmap_words_ = 0;          // uint64 words per bitmap
-  std::vector<Copy> copies_;           // 2 per slot: copy_index(slot, shadow)
-  std::vector<int64_t> acc_;           // accumulators, max_elems_ per copy
-  std::vector<uint8_t> result_;        // max_payload_bytes per copy
-  std::vector<uint8_t> raw_;           // float SUM: world_size * max_payload_bytes per copy
-  std::vector<uint64_t> bitmaps_;      // bitmap_words_ per copy
+  uint32_t max_elems_ = 0;               // elements of the narrowest type per block
+  uint32_t bitmap_words_ = 0;            // uint64 words per bitmap
+  std::vector<Copy> copies_;             // 2 per slot: copy_index(slot, shadow)
+  std::vector<int64_t> acc_;             // accumulators, max_elems_ per copy
+  std::vector<uint8_t> result_;          // max_payload_bytes per copy
+  std::vector<uint8_t> raw_;             // float SUM: world_size * max_payload_bytes per copy
+  std::vector<uint64_t> bitmaps_;        // bitmap_words_ per copy
   std::vector<uint64_t> other_bitmaps_;  // poisoned copies: the ranks of another shape
 };
 

@@ -74,8 +74,9 @@ AggregatorSnapshot merge_snapshots(const std::vector<AggregatorSnapshot>& parts,
   for (JobSnapshot& j : out.jobs) {
     j.straggler_ranking = rank_stragglers(j.telemetry);
     j.lost_ranking = rank_by_lost_time(j.loss);
-    std::stable_sort(j.stalled.begin(), j.stalled.end(),
-                     [](const StalledSlot& a, const StalledSlot& b) { return a.age_ns > b.age_ns; });
+    std::stable_sort(
+        j.stalled.begin(), j.stalled.end(),
+        [](const StalledSlot& a, const StalledSlot& b) { return a.age_ns > b.age_ns; });
     if (j.stalled.size() > max_stalled) j.stalled.resize(max_stalled);
   }
   std::sort(out.jobs.begin(), out.jobs.end(),

@@ -44,10 +44,11 @@ AggregatorSnapshot engine_snapshot(const Engine& e, uint64_t now_ns, uint64_t st
 // One snapshot of several engines that serve the same jobs, each a part of every job's slots (the
 // DPDK backend's lcores): counters, per-rank counters and lag histograms are summed; a job is
 // ready when it is ready on every part; the straggler rankings are recomputed from the summed
-// telemetry and lost-time windows (LossWindow::add); stalled slots are pooled, oldest first, at most `max_stalled` per job. A job missing
-// from some part (a job change not yet applied everywhere) is merged from the parts that have it.
-// Errors are the union. (HELLOs reach every lcore; the DPDK backend counts each in the part
-// that received it only: Engine::on_packet's counted_elsewhere.)
+// telemetry and lost-time windows (LossWindow::add); stalled slots are pooled, oldest first, at
+// most `max_stalled` per job. A job missing from some part (a job change not yet applied
+// everywhere) is merged from the parts that have it. Errors are the union. (HELLOs reach every
+// lcore; the DPDK backend counts each in the part that received it only: Engine::on_packet's
+// counted_elsewhere.)
 AggregatorSnapshot merge_snapshots(const std::vector<AggregatorSnapshot>& parts,
                                    size_t max_stalled = 16);
 

@@ -126,9 +126,9 @@ std::vector<RankVerdict> rank_by_lost_time(const LossWindow& w, const StragglerO
     v.collective_fraction =
         w.collectives > 0 ? static_cast<double>(l.collectives) / static_cast<double>(w.collectives)
                           : 0.0;
-    v.mean_episode_ms =
-        l.episodes > 0 ? static_cast<double>(v.lost_ns) / 1e6 / static_cast<double>(l.episodes)
-                       : 0.0;
+    v.mean_episode_ms = l.episodes > 0
+                            ? static_cast<double>(v.lost_ns) / 1e6 / static_cast<double>(l.episodes)
+                            : 0.0;
   }
   std::stable_sort(out.begin(), out.end(), [](const RankVerdict& a, const RankVerdict& b) {
     if (a.named != b.named) return a.named;
@@ -171,7 +171,8 @@ void LossTracker::on_collective_start(uint64_t now) {
   rotate(now);
   // A pipeline that drains for a moment inside a collective is not a new one: a new collective
   // follows an idle gap longer than a few of the ranks' usual packet spacings.
-  const double idle_min = std::max(static_cast<double>(opts_.collective_gap_ns), 4.0 * gap_ewma_ns_);
+  const double idle_min =
+      std::max(static_cast<double>(opts_.collective_gap_ns), 4.0 * gap_ewma_ns_);
   if (last_completion_ != 0 && now >= last_completion_ &&
       static_cast<double>(now - last_completion_) < idle_min) {
     return;
@@ -229,8 +230,8 @@ void LossTracker::on_completion(uint32_t rank, uint64_t now, uint64_t second, bo
       // silence before L's first packet of the collective.
       const bool began = s.prev_arrival != 0 && s.prev_collective == collective_seq_;
       s.episode_cause = !silent || (began && !s.return_pending) ? LagCause::kLink
-                        : s.return_pending                       ? LagCause::kReturn
-                                                                 : LagCause::kStart;
+                        : s.return_pending                      ? LagCause::kReturn
+                                                                : LagCause::kStart;
     }
     LagCause c = s.episode_cause;
     if (retransmit) {
@@ -296,13 +297,13 @@ std::vector<std::string> StragglerAlarm::check(uint32_t job, uint32_t first_rank
     }
     char buf[320];
     std::snprintf(buf, sizeof buf,
-                  "job %" PRIu32 ": rank %" PRIu32 " is a straggler: it held the job up %.1f ms "
+                  "job %" PRIu32 ": rank %" PRIu32
+                  " is a straggler: it held the job up %.1f ms "
                   "in the last %.1f s (%.0f%% of the time lost to stragglers, z %.1f), in %" PRIu64
                   " episodes (%.0f%% of collectives, %.2f ms each); cause: %s",
                   job, rank, static_cast<double>(v.lost_ns) / 1e6,
-                  static_cast<double>(window_span_ns) / 1e9, v.share * 100.0, v.z,
-                  v.loss.episodes, v.collective_fraction * 100.0, v.mean_episode_ms,
-                  lag_cause_meaning(v.cause));
+                  static_cast<double>(window_span_ns) / 1e9, v.share * 100.0, v.z, v.loss.episodes,
+                  v.collective_fraction * 100.0, v.mean_episode_ms, lag_cause_meaning(v.cause));
     lines.emplace_back(buf);
   }
   return lines;

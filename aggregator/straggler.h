@@ -56,25 +56,25 @@ const char* lag_cause_name(LagCause c);
 const char* lag_cause_meaning(LagCause c);
 
 struct StragglerOptions {
-  uint64_t epoch_ns = 1'000'000'000;   // an epoch ends after this long ...
-  uint64_t epoch_collectives = 100;    // ... or after this many collectives
-  uint32_t epochs = 10;                // the window: the last this many epochs
-  uint64_t episode_floor_ns = 100'000; // a hold-up shorter than this is not an episode
-  uint64_t collective_gap_ns = 20'000; // idle at least this long (and 4 usual packet gaps)
-                                       // before a round starts a new collective
-  double alpha = 1e-3;                 // false naming rate of the test, for the whole job
-  double min_share = 0.25;             // of everyone's lost time (for N >= 8, see the .cc)
+  uint64_t epoch_ns = 1'000'000'000;    // an epoch ends after this long ...
+  uint64_t epoch_collectives = 100;     // ... or after this many collectives
+  uint32_t epochs = 10;                 // the window: the last this many epochs
+  uint64_t episode_floor_ns = 100'000;  // a hold-up shorter than this is not an episode
+  uint64_t collective_gap_ns = 20'000;  // idle at least this long (and 4 usual packet gaps)
+                                        // before a round starts a new collective
+  double alpha = 1e-3;                  // false naming rate of the test, for the whole job
+  double min_share = 0.25;              // of everyone's lost time (for N >= 8, see the .cc)
   uint32_t min_episodes = 3;
 };
 
 // One rank's lost time over a window (or an epoch); summable.
 struct RankLoss {
   std::array<uint64_t, kLagCauses> lost_ns{};  // by cause
-  uint64_t rounds = 0;            // completions that added lost time
-  uint64_t episodes = 0;          // disjoint hold-ups longer than the floor
-  uint64_t collectives = 0;       // collectives in which it had an episode
-  uint64_t retransmits_added = 0; // contributions that came only in a retransmission
-  uint64_t resent_completed = 0;  // DATA resent for rounds that had completed
+  uint64_t rounds = 0;                         // completions that added lost time
+  uint64_t episodes = 0;                       // disjoint hold-ups longer than the floor
+  uint64_t collectives = 0;                    // collectives in which it had an episode
+  uint64_t retransmits_added = 0;              // contributions that came only in a retransmission
+  uint64_t resent_completed = 0;               // DATA resent for rounds that had completed
   uint64_t lost_total_ns() const {
     uint64_t s = 0;
     for (uint64_t v : lost_ns) s += v;
@@ -88,9 +88,9 @@ struct RankLoss {
 struct LossWindow {
   std::vector<RankLoss> ranks;
   std::vector<std::array<uint64_t, kLagCauses>> total_ns;
-  uint64_t collectives = 0;   // collectives started in the window
-  uint64_t span_ns = 0;       // how long the window covers (the longest part's, when merged)
-  double sum_sq_s2 = 0;       // sum of squared lost amounts, in s^2
+  uint64_t collectives = 0;  // collectives started in the window
+  uint64_t span_ns = 0;      // how long the window covers (the longest part's, when merged)
+  double sum_sq_s2 = 0;      // sum of squared lost amounts, in s^2
   // Adds another engine's window of the same job (the DPDK lcores: each serves some slots, so a
   // hold-up seen by several lcores counts on each; span and collectives take the larger).
   void add(const LossWindow& o);
@@ -98,14 +98,14 @@ struct LossWindow {
 
 // A rank's place in the lost-time ranking.
 struct RankVerdict {
-  uint32_t rank = 0;          // served rank (add the job's first rank for the global one)
+  uint32_t rank = 0;  // served rank (add the job's first rank for the global one)
   uint64_t lost_ns = 0;
-  double share = 0;           // of everyone's lost time in the window
-  double z = 0;               // against the job's noise floor (see above)
-  double p = 1;               // the test's tail probability (named: p <= alpha / N)
-  bool named = false;         // a straggler: significant, large enough, recurring
+  double share = 0;                   // of everyone's lost time in the window
+  double z = 0;                       // against the job's noise floor (see above)
+  double p = 1;                       // the test's tail probability (named: p <= alpha / N)
+  bool named = false;                 // a straggler: significant, large enough, recurring
   LagCause cause = LagCause::kStart;  // where most of its lost time came from
-  RankLoss loss;              // the window's detail
+  RankLoss loss;                      // the window's detail
   double collective_fraction = 0;     // of the window's collectives it held up
   double mean_episode_ms = 0;
 };
@@ -139,9 +139,9 @@ class LossTracker {
  private:
   struct RankState {
     uint64_t prev_arrival = 0;
-    uint64_t prev_collective = 0;  // collective_seq_ at prev_arrival
-    uint64_t held_until = 0;     // end of its last hold-up interval
-    uint64_t episode_ns = 0;     // length of its current hold-up so far
+    uint64_t prev_collective = 0;     // collective_seq_ at prev_arrival
+    uint64_t held_until = 0;          // end of its last hold-up interval
+    uint64_t episode_ns = 0;          // length of its current hold-up so far
     uint64_t episode_collective = 0;  // collective of its last counted episode (+1; 0: none)
     bool episode_counted = false;
     bool return_pending = false;

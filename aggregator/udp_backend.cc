@@ -78,8 +78,9 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
                             " (0: one per CPU), got " + std::to_string(opts.threads));
   }
   if (jobs.empty() && opts.max_payload_bytes == 0) {
-    return invalid_argument("udp: at least one job is required (or max_payload_bytes for jobs "
-                            "added at run time)");
+    return invalid_argument(
+        "udp: at least one job is required (or max_payload_bytes for jobs "
+        "added at run time)");
   }
   if (wire::max_packet_size(opts.max_payload_bytes) > udp::kMaxUdpPayload) {
     return invalid_argument("udp: max_payload_bytes " + std::to_string(opts.max_payload_bytes) +
@@ -188,7 +189,8 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
     l->efd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
     if (l->efd < 0) {
       const int err = errno;
-      for (int fd : fds) if (fd >= 0) ::close(fd);
+      for (int fd : fds)
+        if (fd >= 0) ::close(fd);
       return errno_status("udp: eventfd", err);
     }
     if (lanes > 1) {
@@ -198,13 +200,15 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
           if (d != i) l->out[d] = std::make_unique<HandoffRing>(ring_bytes);
         }
       } catch (const std::bad_alloc&) {
-        for (int fd : fds) if (fd >= 0) ::close(fd);
+        for (int fd : fds)
+          if (fd >= 0) ::close(fd);
         return resource_exhausted("udp: cannot allocate handoff rings of " +
                                   std::to_string(ring_bytes) + " bytes");
       }
     }
     if (Status st = l->alloc_buffers(opts.batch); !st.ok()) {
-      for (int fd : fds) if (fd >= 0) ::close(fd);
+      for (int fd : fds)
+        if (fd >= 0) ::close(fd);
       return st;
     }
     a->lanes_.push_back(std::move(l));

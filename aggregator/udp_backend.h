@@ -32,10 +32,10 @@ namespace ina::agg {
 
 struct UdpOptions {
   std::string bind_host = "0.0.0.0";
-  uint16_t port = 47474;               // 0: an ephemeral port (see UdpAggregator::port())
-  uint32_t batch = 64;                 // datagrams per recvmmsg/sendmmsg
-  bool gro = true;                     // UDP_GRO when the kernel has it
-  bool gso = true;                     // UDP_SEGMENT when the kernel has it
+  uint16_t port = 47474;                        // 0: an ephemeral port (see UdpAggregator::port())
+  uint32_t batch = 64;                          // datagrams per recvmmsg/sendmmsg
+  bool gro = true;                              // UDP_GRO when the kernel has it
+  bool gso = true;                              // UDP_SEGMENT when the kernel has it
   std::chrono::milliseconds stats_interval{0};  // print counters this often (0: never)
   // Test hooks: drop or duplicate received datagrams at random.
   double drop_percent = 0;

@@ -313,14 +313,13 @@ Status UdpAggregator::Lane::serve(const std::atomic<bool>& stop, const std::atom
     const double rate_in = dt > 0 ? static_cast<double>(e.packets_in - last.packets_in) / dt : 0;
     const double rate_done = dt > 0 ? static_cast<double>(e.completed - last.completed) / dt : 0;
     INA_INFO(kComponent,
-             "%sin %" PRIu64 " (%.0f/s) completed %" PRIu64 " (%.0f/s) out %" PRIu64
-             " dup %" PRIu64 " stale %" PRIu64 " mismatch %" PRIu64 " malformed %" PRIu64
-             " bad_tag %" PRIu64 " unknown_job %" PRIu64 " not_ready %" PRIu64
-             " send_errors %" PRIu64 " unroutable %" PRIu64 " handed_off %" PRIu64,
+             "%sin %" PRIu64 " (%.0f/s) completed %" PRIu64 " (%.0f/s) out %" PRIu64 " dup %" PRIu64
+             " stale %" PRIu64 " mismatch %" PRIu64 " malformed %" PRIu64 " bad_tag %" PRIu64
+             " unknown_job %" PRIu64 " not_ready %" PRIu64 " send_errors %" PRIu64
+             " unroutable %" PRIu64 " handed_off %" PRIu64,
              who, e.packets_in, rate_in, e.completed, rate_done, tx.counters().tx_datagrams,
              e.duplicates, e.stale, e.mismatched, e.malformed, e.bad_tag, e.unknown_job,
-             e.not_ready,
-             tx.counters().send_errors, tx.counters().unroutable, c.handed_off);
+             e.not_ready, tx.counters().send_errors, tx.counters().unroutable, c.handed_off);
     last = e;
     last_time = now;
   };

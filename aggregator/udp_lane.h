@@ -44,13 +44,13 @@ namespace ina::agg {
 
 struct UdpAggregator::Lane {
   struct Counters {
-    uint64_t rx_calls = 0;         // recvmmsg calls that returned data
-    uint64_t rx_buffers = 0;       // buffers received (a GRO buffer counts one)
-    uint64_t rx_datagrams = 0;     // datagrams after splitting GRO buffers
-    uint64_t gro_buffers = 0;      // buffers that held more than one datagram
+    uint64_t rx_calls = 0;      // recvmmsg calls that returned data
+    uint64_t rx_buffers = 0;    // buffers received (a GRO buffer counts one)
+    uint64_t rx_datagrams = 0;  // datagrams after splitting GRO buffers
+    uint64_t gro_buffers = 0;   // buffers that held more than one datagram
     uint64_t hook_dropped = 0;
     uint64_t hook_duplicated = 0;
-    uint64_t handed_off = 0;       // datagrams copied to the lane that owns their slot
+    uint64_t handed_off = 0;  // datagrams copied to the lane that owns their slot
     uint64_t handoff_received = 0;
     uint64_t handoff_dropped = 0;  // the owner's ring was full
     uint64_t wakeups = 0;          // eventfd writes to sleeping lanes
@@ -62,8 +62,8 @@ struct UdpAggregator::Lane {
   UdpOptions opts;
   size_t max_packet = 0;  // largest datagram a job may have
   int fd = -1;
-  int efd = -1;           // eventfd: another lane handed over datagrams while this one slept, or
-                          // set_jobs() has new jobs
+  int efd = -1;  // eventfd: another lane handed over datagrams while this one slept, or
+                 // set_jobs() has new jobs
   std::unique_ptr<Engine> engine;
   uint64_t batch_now = 0;  // CLOCK_MONOTONIC ns of the current batch (0: telemetry off)
   uint64_t rng = 0;        // the test hooks' generator

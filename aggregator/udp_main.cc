@@ -35,17 +35,18 @@ int run_udp_aggregator(const UdpCliOptions& o, const std::atomic<bool>& stop) {
   const char* gro = a.gro_enabled() ? "on" : "off";
   const char* gso = a.gso_enabled() ? "on" : "off";
   if (o.jobs.empty()) {
-    std::printf("ina-aggregator listening on %s:%u jobs from the controller, block %u gro %s "
-                "gso %s threads %u\n",
-                o.udp.bind_host.c_str(), unsigned{a.port()}, o.udp.max_payload_bytes / 4, gro,
-                gso, a.threads());
+    std::printf(
+        "ina-aggregator listening on %s:%u jobs from the controller, block %u gro %s "
+        "gso %s threads %u\n",
+        o.udp.bind_host.c_str(), unsigned{a.port()}, o.udp.max_payload_bytes / 4, gro, gso,
+        a.threads());
   } else {
     const JobConfig& job = o.jobs.front();
-    std::printf("ina-aggregator listening on %s:%u job %u world %u slots %u block %u gro %s gso %s "
-                "threads %u\n",
-                o.udp.bind_host.c_str(), unsigned{a.port()}, unsigned{job.job},
-                job.slots.world_size, job.slots.num_slots, job.slots.max_payload_bytes / 4, gro,
-                gso, a.threads());
+    std::printf(
+        "ina-aggregator listening on %s:%u job %u world %u slots %u block %u gro %s gso %s "
+        "threads %u\n",
+        o.udp.bind_host.c_str(), unsigned{a.port()}, unsigned{job.job}, job.slots.world_size,
+        job.slots.num_slots, job.slots.max_payload_bytes / 4, gro, gso, a.threads());
     if (job.is_leaf()) {
       std::printf("tree leaf %u of parent %s: global ranks [%u, %u)\n", job.tree.child_index,
                   job.tree.parent.c_str(), job.tree.rank_base,

@@ -19,14 +19,14 @@
 namespace ina::agg {
 
 struct UdpCliOptions {
-  UdpOptions udp;                       // the backend's own (--bind, --port, --threads, ...)
-  std::vector<JobConfig> jobs;          // served from the start (may be empty with an agent)
+  UdpOptions udp;               // the backend's own (--bind, --port, --threads, ...)
+  std::vector<JobConfig> jobs;  // served from the start (may be empty with an agent)
 #if INA_HAVE_CONTROLLER
   // Started once the sockets are bound (controller heartbeats and/or the HTTP endpoint), with
   // the bound port as its data_port.
   std::optional<AgentCliOptions> agent;
 #endif
-  std::string port_file;                // the bound UDP port is written here once listening
+  std::string port_file;  // the bound UDP port is written here once listening
 };
 
 // Runs until `stop`; returns the process exit code (0, 1 on error).

@@ -15,10 +15,10 @@ namespace ina::agg::udp {
 namespace {
 
 constexpr const char* kComponent = "aggregator";
-constexpr size_t kMaxGsoSegments = 64;       // UDP_MAX_SEGMENTS of older kernels (newer: 128)
+constexpr size_t kMaxGsoSegments = 64;  // UDP_MAX_SEGMENTS of older kernels (newer: 128)
 constexpr size_t kMaxGsoBytes = kMaxUdpPayload;
-constexpr size_t kTxMsgs = 256;              // sendmmsg entries staged per call
-constexpr size_t kMaxArenaBytes = 8 << 20;   // encoded replies between flushes
+constexpr size_t kTxMsgs = 256;             // sendmmsg entries staged per call
+constexpr size_t kMaxArenaBytes = 8 << 20;  // encoded replies between flushes
 
 }  // namespace
 

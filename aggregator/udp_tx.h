@@ -31,10 +31,10 @@ class ReplyQueue {
  public:
   struct Counters {
     uint64_t tx_datagrams = 0;
-    uint64_t tx_entries = 0;      // sendmmsg entries (a GSO entry carries several datagrams)
+    uint64_t tx_entries = 0;  // sendmmsg entries (a GSO entry carries several datagrams)
     uint64_t tx_gso_entries = 0;
     uint64_t send_errors = 0;
-    uint64_t unroutable = 0;      // replies for a rank whose address is not known yet
+    uint64_t unroutable = 0;  // replies for a rank whose address is not known yet
   };
 
   // Room for the replies to `batch` received datagrams (two each with the dup hook) of up to
@@ -73,10 +73,10 @@ class ReplyQueue {
   size_t pending_cap_ = 0;
   // sendmmsg staging
   std::vector<mmsghdr> msgs_;
-  std::vector<iovec> iov_;        // kMaxGsoSegments per entry
+  std::vector<iovec> iov_;  // kMaxGsoSegments per entry
   std::vector<sockaddr_in> addr_;
   std::vector<CmsgBuf> ctrl_;
-  std::vector<uint16_t> segs_;    // datagrams per entry
+  std::vector<uint16_t> segs_;  // datagrams per entry
   size_t n_ = 0;
 };
 

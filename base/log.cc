@@ -43,8 +43,8 @@ Level level() {
     Level l = Level::kInfo;
     const char* env = std::getenv("INA_LOG_LEVEL");
     if (env != nullptr && !parse_level(env, &l)) {
-      write(Level::kWarn, "log", "INA_LOG_LEVEL=%s is not one of error, warn, info, debug; using info",
-            env);
+      write(Level::kWarn, "log",
+            "INA_LOG_LEVEL=%s is not one of error, warn, info, debug; using info", env);
     }
     v = static_cast<int>(l);
     g_level.store(v, std::memory_order_relaxed);

@@ -39,33 +39,20 @@ Status errno_status(std::string_view what, int err) {
   StatusCode code = StatusCode::kInternal;
   switch (err) {
     case EINVAL:
-    case EAFNOSUPPORT:
-      code = StatusCode::kInvalidArgument;
-      break;
+    case EAFNOSUPPORT: code = StatusCode::kInvalidArgument; break;
     case ECONNREFUSED:
     case EHOSTUNREACH:
     case ENETUNREACH:
     case ECONNRESET:
-    case EPIPE:
-      code = StatusCode::kUnavailable;
-      break;
-    case ETIMEDOUT:
-      code = StatusCode::kDeadlineExceeded;
-      break;
+    case EPIPE: code = StatusCode::kUnavailable; break;
+    case ETIMEDOUT: code = StatusCode::kDeadlineExceeded; break;
     case ENOMEM:
     case ENOBUFS:
     case EMFILE:
-    case ENFILE:
-      code = StatusCode::kResourceExhausted;
-      break;
-    case EADDRINUSE:
-      code = StatusCode::kAlreadyExists;
-      break;
-    case ENOENT:
-      code = StatusCode::kNotFound;
-      break;
-    default:
-      break;
+    case ENFILE: code = StatusCode::kResourceExhausted; break;
+    case EADDRINUSE: code = StatusCode::kAlreadyExists; break;
+    case ENOENT: code = StatusCode::kNotFound; break;
+    default: break;
   }
   return {code, std::move(msg)};
 }

@@ -1,6 +1,7 @@
 // ina-ctl: the command-line client of ina-controller's API.
 //
-//   ina-ctl [--controller host:port] aggregators | jobs | job ID [--stragglers] | drain ID [--off] |
+//   ina-ctl [--controller host:port] aggregators | jobs | job ID [--stragglers] | drain ID [--off]
+//   |
 //           remove-job ID | admit NAME --world N [--rank R] [--slots S] [--shards K] | metrics
 //
 // Prints the controller's JSON (or text) answer; exits 1 with the error on a failed request.
@@ -9,16 +10,15 @@
 // On a terminal `job` then prints the stragglers by time lost with their causes, and for a tree
 // the path from the root to the worst leaf and its worst rank, as text (`--stragglers`: that
 // text only, also into a pipe; a pipe otherwise gets the JSON alone).
+#include <httplib.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <string>
 
-#include <CLI/CLI.hpp>
-#include <httplib.h>
-
-#include "ina_config.h"
 #include "controller/straggler_report.h"
+#include "ina_config.h"
 
 int main(int argc, char** argv) {
   CLI::App app{"ina-ctl: query and operate ina-controller"};
@@ -28,7 +28,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   auto* aggs = app.add_subcommand("aggregators", "list aggregators");
   auto* jobs = app.add_subcommand("jobs", "list jobs");
-  auto* job = app.add_subcommand("job", "one job's state and telemetry (stragglers, stalled slots)");
+  auto* job =
+      app.add_subcommand("job", "one job's state and telemetry (stragglers, stalled slots)");
   uint32_t job_id = 0;
   job->add_option("id", job_id, "job id")->required();
   bool stragglers_only = false;
@@ -53,7 +54,9 @@ int main(int argc, char** argv) {
   admit->add_option("--rank", rank, "the asking rank (a tree rank gets its leaf)")
       ->capture_default_str();
   admit->add_option("--slots", slots, "slots (window)")->capture_default_str();
-  admit->add_option("--shards", shards, "shard the job over K aggregators (default: the controller's)")
+  admit
+      ->add_option("--shards", shards,
+                   "shard the job over K aggregators (default: the controller's)")
       ->check(CLI::Range(1, 256));
   auto* metrics = app.add_subcommand("metrics", "the controller's Prometheus metrics");
   CLI11_PARSE(app, argc, argv);

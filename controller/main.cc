@@ -6,13 +6,12 @@
 // Serves until SIGINT/SIGTERM.
 #include <signal.h>
 
+#include <CLI/CLI.hpp>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <string>
 #include <thread>
-
-#include <CLI/CLI.hpp>
 
 #include "controller/server.h"
 #include "ina_config.h"

@@ -1,11 +1,11 @@
 // ina-controller's request parsing and worker answer (see requests.h).
 #include "controller/requests.h"
 
-#include "controller/json_fields.h"
-
 #include <algorithm>
 #include <nlohmann/json.hpp>
 #include <sstream>
+
+#include "controller/json_fields.h"
 
 namespace ina::ctl {
 
@@ -67,8 +67,8 @@ Result<AdmitRequest> parse_admit_request(const QueryParams& params) {
   AdmitRequest a;
   if (const std::string* n = value("name")) a.name = *n;
   if (value("world") == nullptr || !field("world", &a.world) || !field("rank", &a.rank) ||
-      !field("slots", &a.slots) || !field("block", &a.block_elems) ||
-      !field("shards", &a.shards) || (value("shards") != nullptr && a.shards == 0)) {
+      !field("slots", &a.slots) || !field("block", &a.block_elems) || !field("shards", &a.shards) ||
+      (value("shards") != nullptr && a.shards == 0)) {
     return invalid_argument(
         "world, rank, slots, block and shards must be unsigned decimal numbers (world required, "
         "shards >= 1)");
@@ -101,8 +101,9 @@ std::string admission_text(const JobInfo& j, uint32_t rank, const ControllerStat
       for (const Placement& p : j.placements) addrs.push_back(address(&p));
     }
   }
-  const bool placed = !addrs.empty() &&
-                      std::none_of(addrs.begin(), addrs.end(), [](const std::string& a) { return a.empty(); });
+  const bool placed =
+      !addrs.empty() &&
+      std::none_of(addrs.begin(), addrs.end(), [](const std::string& a) { return a.empty(); });
   if (!placed) {
     std::string reason = j.reason;
     if (j.state == JobState::kActive || reason.empty()) reason = "the job's aggregator is gone";

@@ -21,9 +21,8 @@
 #include <httplib.h>
 #include <sys/random.h>
 
-#include <cerrno>
-
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -52,9 +51,7 @@ Millis now_ms() {
 }
 
 json placement_json(const Placement& p, const ControllerState& st) {
-  json o = {{"aggregator", p.aggregator},
-            {"role", role_name(p.role)},
-            {"slot_base", p.slot_base}};
+  json o = {{"aggregator", p.aggregator}, {"role", role_name(p.role)}, {"slot_base", p.slot_base}};
   if (std::string a = st.address_of(p.aggregator); !a.empty()) o["address"] = a;
   if (p.role == Role::kLeaf) {
     o["rank_base"] = p.rank_base;
@@ -204,10 +201,10 @@ struct ControllerServer::Impl {
       ++persist_unlogged;
       return;
     }
-    const std::string unlogged =
-        persist_unlogged == 0 ? std::string{}
-                              : " (" + std::to_string(persist_unlogged) +
-                                    " more failed writes since the last message)";
+    const std::string unlogged = persist_unlogged == 0
+                                     ? std::string{}
+                                     : " (" + std::to_string(persist_unlogged) +
+                                           " more failed writes since the last message)";
     INA_ERROR(kComponent,
               "--state-file %s: %s; a restart would lose the changes since the last good "
               "write%s",
@@ -234,29 +231,30 @@ void ControllerServer::Impl::routes() {
     bad(res, s.code() == StatusCode::kNotFound ? 404 : 400, s.message());
   };
 
-  http.Post("/v1/aggregators/heartbeat", [this, bad](const httplib::Request& req,
-                                                      httplib::Response& res) {
-    Result<HeartbeatRequest> r = parse_heartbeat_request(req.body);
-    if (!r.ok()) return bad(res, 400, r.status().message());
-    const AggregatorInfo& a = r.value().info;
-    std::lock_guard<std::mutex> g(mu);
-    const bool known = state.aggregators().count(a.id) != 0;
-    const Status s = state.heartbeat(a, now_ms());
-    if (!s.ok()) return bad(res, 400, s.message());
-    ++heartbeats;
-    if (!known) persist();
-    const Millis now = now_ms();
-    for (const HeartbeatRequest::JobReport& x : r.value().jobs) {
-      state.set_job_telemetry(x.job, a.id, x.telemetry);
-      // The per-job packet counter is the job's activity (job expiry).
-      if (x.has_packets) state.note_job_packets(x.job, a.id, x.packets, now);
-    }
-    json out;
-    out["draining"] = state.aggregators().at(a.id).draining;
-    out["jobs"] = json::array();
-    for (const Assignment& x : state.jobs_on(a.id)) out["jobs"].push_back(assignment_json(x));
-    res.set_content(out.dump() + "\n", "application/json");
-  });
+  http.Post("/v1/aggregators/heartbeat",
+            [this, bad](const httplib::Request& req, httplib::Response& res) {
+              Result<HeartbeatRequest> r = parse_heartbeat_request(req.body);
+              if (!r.ok()) return bad(res, 400, r.status().message());
+              const AggregatorInfo& a = r.value().info;
+              std::lock_guard<std::mutex> g(mu);
+              const bool known = state.aggregators().count(a.id) != 0;
+              const Status s = state.heartbeat(a, now_ms());
+              if (!s.ok()) return bad(res, 400, s.message());
+              ++heartbeats;
+              if (!known) persist();
+              const Millis now = now_ms();
+              for (const HeartbeatRequest::JobReport& x : r.value().jobs) {
+                state.set_job_telemetry(x.job, a.id, x.telemetry);
+                // The per-job packet counter is the job's activity (job expiry).
+                if (x.has_packets) state.note_job_packets(x.job, a.id, x.packets, now);
+              }
+              json out;
+              out["draining"] = state.aggregators().at(a.id).draining;
+              out["jobs"] = json::array();
+              for (const Assignment& x : state.jobs_on(a.id))
+                out["jobs"].push_back(assignment_json(x));
+              res.set_content(out.dump() + "\n", "application/json");
+            });
 
   http.Get("/v1/aggregators", [this](const httplib::Request&, httplib::Response& res) {
     std::lock_guard<std::mutex> g(mu);
@@ -312,15 +310,16 @@ void ControllerServer::Impl::routes() {
     res.set_content(job_json(*j, state, now_ms()).dump(2) + "\n", "application/json");
   });
 
-  http.Delete(R"(/v1/jobs/(\d+))", [this, bad, status_reply](const httplib::Request& req,
-                                                             httplib::Response& res) {
-    uint32_t id = 0;
-    if (!parse_u32(req.matches[1], &id)) return bad(res, 400, "job id is not a 32-bit number");
-    std::lock_guard<std::mutex> g(mu);
-    const Status s = state.remove_job(id);
-    if (s.ok()) persist();
-    status_reply(res, s);
-  });
+  http.Delete(R"(/v1/jobs/(\d+))",
+              [this, bad, status_reply](const httplib::Request& req, httplib::Response& res) {
+                uint32_t id = 0;
+                if (!parse_u32(req.matches[1], &id))
+                  return bad(res, 400, "job id is not a 32-bit number");
+                std::lock_guard<std::mutex> g(mu);
+                const Status s = state.remove_job(id);
+                if (s.ok()) persist();
+                status_reply(res, s);
+              });
 
   http.Get("/v1/admit", [this](const httplib::Request& req, httplib::Response& res) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -342,31 +341,30 @@ void ControllerServer::Impl::routes() {
     }
     if (r.value().id != known) persist();  // a new job; the other ranks change nothing
     res.set_content(admission_text(r.value(), a.rank, state), "text/plain");
-    const double dt =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int kind = r.value().state != JobState::kActive ? 3
-                     : r.value().is_tree()                 ? 1
-                     : r.value().shards_asked > 1          ? 2
-                                                           : 0;
+                     : r.value().is_tree()                ? 1
+                     : r.value().shards_asked > 1         ? 2
+                                                          : 0;
     admit_seconds_sum[kind] += dt;
     admit_seconds_max[kind] = std::max(admit_seconds_max[kind], dt);
     ++admit_count[kind];
   });
 
-  http.Get("/v1/release", [this, status_reply](const httplib::Request& req,
-                                               httplib::Response& res) {
-    uint32_t rank = 0;
-    if (!parse_u32(req.get_param_value("rank"), &rank)) {
-      res.status = 400;
-      res.set_content("{\"error\":\"rank must be an unsigned decimal number\"}\n",
-                      "application/json");
-      return;
-    }
-    std::lock_guard<std::mutex> g(mu);
-    const Status s = state.release(req.get_param_value("name"), rank);
-    if (s.ok()) persist();
-    status_reply(res, s);
-  });
+  http.Get("/v1/release",
+           [this, status_reply](const httplib::Request& req, httplib::Response& res) {
+             uint32_t rank = 0;
+             if (!parse_u32(req.get_param_value("rank"), &rank)) {
+               res.status = 400;
+               res.set_content("{\"error\":\"rank must be an unsigned decimal number\"}\n",
+                               "application/json");
+               return;
+             }
+             std::lock_guard<std::mutex> g(mu);
+             const Status s = state.release(req.get_param_value("name"), rank);
+             if (s.ok()) persist();
+             status_reply(res, s);
+           });
 
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics(), "text/plain; version=0.0.4");
@@ -500,7 +498,8 @@ uint16_t ControllerServer::port() const { return static_cast<uint16_t>(impl_->po
 Status ControllerServer::run() {
   Impl& m = *impl_;
   std::thread expiry([&m] {
-    const auto period = std::chrono::milliseconds(std::max<int64_t>(m.opts.heartbeat_timeout_ms / 4, 10));
+    const auto period =
+        std::chrono::milliseconds(std::max<int64_t>(m.opts.heartbeat_timeout_ms / 4, 10));
     std::unique_lock<std::mutex> lk(m.stop_mu);
     while (!m.stop_cv.wait_for(lk, period, [&m] { return m.stopping; })) {
       std::lock_guard<std::mutex> g(m.mu);

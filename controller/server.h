@@ -14,10 +14,10 @@ namespace ina::ctl {
 
 struct ServerOptions {
   std::string bind = "127.0.0.1";
-  uint16_t port = 47480;         // 0: any free port (see ControllerServer::port())
-  std::string state_file;        // "" : state is not persisted
+  uint16_t port = 47480;   // 0: any free port (see ControllerServer::port())
+  std::string state_file;  // "" : state is not persisted
   int64_t heartbeat_timeout_ms = 3000;
-  uint32_t default_shards = 1;   // shards for an admission that asks for none
+  uint32_t default_shards = 1;       // shards for an admission that asks for none
   int64_t job_idle_ttl_ms = 600000;  // active job without packets this long expires; 0: never
 };
 

@@ -3,10 +3,10 @@
 // form persisted by ina-controller.
 #include "controller/state.h"
 
-#include "controller/json_fields.h"
-
 #include <algorithm>
 #include <nlohmann/json.hpp>
+
+#include "controller/json_fields.h"
 
 namespace ina::ctl {
 
@@ -39,7 +39,8 @@ const Placement* JobInfo::placement_for_rank(uint32_t rank) const {
   if (placements.empty()) return nullptr;
   if (!is_tree()) return &placements.front();
   for (const Placement& p : placements) {
-    if (p.role == Role::kLeaf && rank >= p.rank_base && rank - p.rank_base < p.local_ranks) return &p;
+    if (p.role == Role::kLeaf && rank >= p.rank_base && rank - p.rank_base < p.local_ranks)
+      return &p;
   }
   return nullptr;
 }
@@ -72,8 +73,10 @@ ControllerState::ControllerState(StateOptions opts, KeyGen keygen)
 
 Status ControllerState::heartbeat(const AggregatorInfo& info, Millis now) {
   if (info.id.empty()) return invalid_argument("aggregator: id must not be empty");
-  if (info.host.empty()) return invalid_argument("aggregator " + info.id + ": host must not be empty");
-  if (info.port == 0) return invalid_argument("aggregator " + info.id + ": port must be in 1..65535");
+  if (info.host.empty())
+    return invalid_argument("aggregator " + info.id + ": host must not be empty");
+  if (info.port == 0)
+    return invalid_argument("aggregator " + info.id + ": port must be in 1..65535");
   if (info.slot_capacity < 1 || info.slot_capacity > 1u << 24) {
     return invalid_argument("aggregator " + info.id + ": slot_capacity must be in 1..16777216");
   }
@@ -136,7 +139,8 @@ uint32_t ControllerState::free_slots(const std::string& aggregator) const {
   if (it == aggs_.end()) return 0;
   uint64_t used = 0;
   for (const Assignment& a : jobs_on(aggregator)) used += a.slots;
-  return used >= it->second.slot_capacity ? 0 : it->second.slot_capacity - static_cast<uint32_t>(used);
+  return used >= it->second.slot_capacity ? 0
+                                          : it->second.slot_capacity - static_cast<uint32_t>(used);
 }
 
 ControllerState::RangeIndex ControllerState::used_ranges() const {
@@ -223,11 +227,12 @@ std::optional<std::vector<Placement>> ControllerState::plan_tree(uint32_t world,
     for (const Placement& p : leaves) any.insert(p.aggregator);
     for (const Placement& p : roots) any.insert(p.aggregator);
     *why = "tree for world " + std::to_string(world) + " needs " + std::to_string(n) +
-           " leaves with fan-in >= " + std::to_string(per_leaf) + " and a root with fan-in >= " +
-           std::to_string(n) + " on another aggregator: only " + std::to_string(any.size()) +
-           " aggregators have " + std::to_string(slots) + " contiguous free slots (" +
-           std::to_string(leaves.size()) + " with fan-in >= " + std::to_string(per_leaf) + ", " +
-           std::to_string(roots.size()) + " with fan-in >= " + std::to_string(n) + ")";
+           " leaves with fan-in >= " + std::to_string(per_leaf) +
+           " and a root with fan-in >= " + std::to_string(n) + " on another aggregator: only " +
+           std::to_string(any.size()) + " aggregators have " + std::to_string(slots) +
+           " contiguous free slots (" + std::to_string(leaves.size()) +
+           " with fan-in >= " + std::to_string(per_leaf) + ", " + std::to_string(roots.size()) +
+           " with fan-in >= " + std::to_string(n) + ")";
     if (n > fan_in) {
       *why += " (a two-level tree of " + std::to_string(n) + " leaves needs a root fan-in of " +
               std::to_string(n) + ", largest " + std::to_string(fan_in) + ")";
@@ -254,17 +259,19 @@ std::optional<std::vector<Placement>> ControllerState::plan_tree(uint32_t world,
 }
 
 Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
-  const bool name_ok =
-      !req.name.empty() && req.name.size() <= 128 &&
-      req.name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") ==
-          std::string::npos;
+  const bool name_ok = !req.name.empty() && req.name.size() <= 128 &&
+                       req.name.find_first_not_of(
+                           "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._:-") ==
+                           std::string::npos;
   if (!name_ok) return invalid_argument("admit: name must be 1..128 of [A-Za-z0-9._:-]");
-  if (req.world < 1 || req.world > kMaxWorld) return invalid_argument("admit: world must be in 1..65535");
+  if (req.world < 1 || req.world > kMaxWorld)
+    return invalid_argument("admit: world must be in 1..65535");
   if (req.rank >= req.world) {
     return invalid_argument("admit: rank " + std::to_string(req.rank) + " must be below world " +
                             std::to_string(req.world));
   }
-  if (req.slots < 1 || req.slots > kMaxSlots) return invalid_argument("admit: slots must be in 1..32768");
+  if (req.slots < 1 || req.slots > kMaxSlots)
+    return invalid_argument("admit: slots must be in 1..32768");
   if (req.block_elems < 1 || req.block_elems > kMaxBlock) {
     return invalid_argument("admit: block must be in 1..16384");
   }
@@ -281,7 +288,8 @@ Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
     if (j.state != JobState::kExpired) {
       if (j.world != req.world) {
         return invalid_argument("admit: job '" + req.name + "' was admitted with world " +
-                                std::to_string(j.world) + ", asked with " + std::to_string(req.world));
+                                std::to_string(j.world) + ", asked with " +
+                                std::to_string(req.world));
       }
       return j;
     }
@@ -306,8 +314,10 @@ Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
     why = "every aggregator is draining";
   } else if (req.world > fan_in) {
     if (req.shards > 1) {
-      why = "shards=" + std::to_string(req.shards) + ": sharding a job that needs an aggregation tree "
-            "(world " + std::to_string(req.world) + " exceeds every aggregator's fan-in, largest " +
+      why = "shards=" + std::to_string(req.shards) +
+            ": sharding a job that needs an aggregation tree "
+            "(world " +
+            std::to_string(req.world) + " exceeds every aggregator's fan-in, largest " +
             std::to_string(fan_in) + ") is not supported; ask without shards";
     } else if (auto tree = plan_tree(req.world, req.slots, fan_in, &why)) {
       j.placements = std::move(*tree);
@@ -324,9 +334,9 @@ Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
       if (j.shards_asked > 1 && j.placements.size() < j.shards_asked) {
         j.reason = "admitted with " + std::to_string(j.placements.size()) + " of " +
                    std::to_string(j.shards_asked) + " shards: only " +
-                   std::to_string(j.placements.size()) + " aggregators with fan-in >= " +
-                   std::to_string(req.world) + " have " + std::to_string(req.slots) +
-                   " contiguous free slots";
+                   std::to_string(j.placements.size()) +
+                   " aggregators with fan-in >= " + std::to_string(req.world) + " have " +
+                   std::to_string(req.slots) + " contiguous free slots";
         ++short_shards_total;
       }
     }
@@ -356,7 +366,8 @@ Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
 
 Status ControllerState::release(const std::string& name, uint32_t rank) {
   auto it = by_name_.find(name);
-  if (it == by_name_.end()) return Status(StatusCode::kNotFound, "release: no job named '" + name + "'");
+  if (it == by_name_.end())
+    return Status(StatusCode::kNotFound, "release: no job named '" + name + "'");
   JobInfo& j = jobs_.at(it->second);
   if (rank >= j.world) {
     return invalid_argument("release: rank " + std::to_string(rank) + " must be below world " +
@@ -417,8 +428,9 @@ bool ControllerState::replace_placements(JobInfo& j, const std::set<std::string>
     ++moved;
   }
   if (next.empty()) {
-    *why = "every shard's aggregator stopped heartbeating and no other has room; the job runs on "
-           "the host fallback";
+    *why =
+        "every shard's aggregator stopped heartbeating and no other has room; the job runs on "
+        "the host fallback";
     return false;
   }
   if (!root_moved_to.empty()) {
@@ -426,7 +438,8 @@ bool ControllerState::replace_placements(JobInfo& j, const std::set<std::string>
       if (p.role == Role::kLeaf) p.parent = root_moved_to;
     }
   }
-  for (const Placement& p : next) j.block_elems = std::min(j.block_elems, aggs_.at(p.aggregator).block_elems);
+  for (const Placement& p : next)
+    j.block_elems = std::min(j.block_elems, aggs_.at(p.aggregator).block_elems);
   j.placements = std::move(next);
   j.replacements += moved;
   replaced_total += moved;
@@ -496,8 +509,7 @@ std::vector<JobId> ControllerState::expire_jobs(Millis now) {
     if (j.packets_seen.empty()) continue;
     j.state = JobState::kExpired;
     j.reason = "no packets on any of its aggregators for " + std::to_string(now - j.last_activity) +
-               " ms (idle TTL " + std::to_string(opts_.job_idle_ttl) +
-               " ms): expired, slots freed";
+               " ms (idle TTL " + std::to_string(opts_.job_idle_ttl) + " ms): expired, slots freed";
     ++expired_total;
     out.push_back(id);
   }
@@ -657,7 +669,8 @@ Status ControllerState::from_json(const std::string& text, Millis now) {
         }
       }
       if (!known) {
-        return invalid_argument("state: job " + std::to_string(x.id) + ": unknown state '" + st + "'");
+        return invalid_argument("state: job " + std::to_string(x.id) + ": unknown state '" + st +
+                                "'");
       }
       x.reason = o.at("reason").get<std::string>();
       if (version == 1) {

@@ -41,8 +41,8 @@
 #include <utility>
 #include <vector>
 
-#include "ina/protocol/siphash.h"
 #include "ina/base/status.h"
+#include "ina/protocol/siphash.h"
 #include "ina/protocol/types.h"
 
 namespace ina::ctl {
@@ -50,8 +50,8 @@ namespace ina::ctl {
 using Millis = int64_t;  // a monotonic-ish time in ms (the server passes a steady clock)
 
 struct AggregatorInfo {
-  std::string id;            // stable name, "host:port" of its data plane
-  std::string host;          // where workers send packets
+  std::string id;    // stable name, "host:port" of its data plane
+  std::string host;  // where workers send packets
   uint16_t port = 0;
   uint32_t slot_capacity = 0;
   uint32_t max_fan_in = 0;   // largest world size it serves alone
@@ -62,10 +62,10 @@ struct AggregatorInfo {
 };
 
 enum class JobState : uint8_t {
-  kActive,    // placed on aggregators
-  kRefused,   // no capacity at admission: the job runs on the host fallback
-  kLost,      // its aggregator stopped heartbeating and it could not be re-placed: host path
-  kExpired,   // no packets on any of its aggregators for the idle TTL: slots freed
+  kActive,   // placed on aggregators
+  kRefused,  // no capacity at admission: the job runs on the host fallback
+  kLost,     // its aggregator stopped heartbeating and it could not be re-placed: host path
+  kExpired,  // no packets on any of its aggregators for the idle TTL: slots freed
 };
 constexpr int kJobStates = 4;
 const char* job_state_name(JobState s);
@@ -75,25 +75,25 @@ const char* role_name(Role r);
 
 // One aggregator's part in a job: a slot range and, in a tree, its role.
 struct Placement {
-  std::string aggregator;     // AggregatorInfo::id
+  std::string aggregator;  // AggregatorInfo::id
   uint32_t slot_base = 0;
   Role role = Role::kFlat;
-  uint32_t rank_base = 0;     // leaf: first global rank it serves
-  uint32_t local_ranks = 0;   // leaf: consecutive ranks from rank_base; root: leaves; flat: world
-  uint32_t child_index = 0;   // leaf: its rank in the root's job
-  std::string parent;         // leaf: the root's aggregator id
+  uint32_t rank_base = 0;    // leaf: first global rank it serves
+  uint32_t local_ranks = 0;  // leaf: consecutive ranks from rank_base; root: leaves; flat: world
+  uint32_t child_index = 0;  // leaf: its rank in the root's job
+  std::string parent;        // leaf: the root's aggregator id
   bool operator==(const Placement&) const = default;
 };
 
 // What the controller tells one aggregator about one job (the heartbeat answer's entry).
 struct Assignment {
   JobId job = 0;
-  Key128 key;                 // the job's 128-bit key (32 hex digits in every text form)
-  uint32_t world = 0;         // the job's world; a root's is its number of leaves
+  Key128 key;          // the job's 128-bit key (32 hex digits in every text form)
+  uint32_t world = 0;  // the job's world; a root's is its number of leaves
   uint32_t slots = 0;
   uint32_t block_elems = 0;
   Placement placement;
-  std::string parent_address; // leaf: the root's data plane "host:port"
+  std::string parent_address;  // leaf: the root's data plane "host:port"
   uint32_t parent_world = 0;   // leaf: the root's world (its number of leaves)
   // leaf: the first global rank of every leaf of the job, by child index (so the leaf can name
   // the ranks behind another leaf in its workers' errors); empty when the placements do not
@@ -105,21 +105,21 @@ struct JobInfo {
   JobId id = 0;
   std::string name;
   uint32_t world = 0;
-  Key128 key;                 // 128-bit, never zero once admitted (keygen)
-  uint32_t slots = 0;         // slot range size (the workers' window)
+  Key128 key;          // 128-bit, never zero once admitted (keygen)
+  uint32_t slots = 0;  // slot range size (the workers' window)
   uint32_t block_elems = 0;
   std::vector<std::string> dtypes;
   JobState state = JobState::kActive;
-  std::string reason;         // why refused, lost or expired; or why fewer shards than asked
+  std::string reason;  // why refused, lost or expired; or why fewer shards than asked
   // kActive (and where it was, for kLost/kExpired): flat: one; sharded: one flat placement per
   // shard, shard order; tree: the leaves by child_index, then the root.
   std::vector<Placement> placements;
   uint32_t shards_asked = 1;
   uint32_t replacements = 0;  // placements moved off silent aggregators
   Millis admitted_at = 0;
-  Millis last_activity = 0;   // admission, re-placement, or new packets reported for the job
+  Millis last_activity = 0;  // admission, re-placement, or new packets reported for the job
   std::map<std::string, uint64_t> packets_seen;  // per aggregator: last reported packet count
-  std::set<uint32_t> released;  // ranks that finished
+  std::set<uint32_t> released;                   // ranks that finished
   // Each of its aggregators' last report on this job (opaque here), by aggregator id.
   std::map<std::string, std::string> telemetry;
 
@@ -138,7 +138,7 @@ struct AdmitRequest {
   uint32_t rank = 0;
   uint32_t slots = 128;
   uint32_t block_elems = 256;
-  uint32_t shards = 0;              // 0: StateOptions::default_shards
+  uint32_t shards = 0;  // 0: StateOptions::default_shards
   std::vector<std::string> dtypes;
 };
 
@@ -193,8 +193,8 @@ class ControllerState {
   uint64_t lost_total = 0;
   uint64_t admitted_tree_total = 0;
   uint64_t admitted_sharded_total = 0;
-  uint64_t short_shards_total = 0;   // sharded admissions with fewer shards than asked
-  uint64_t replaced_total = 0;       // placements moved off a silent aggregator
+  uint64_t short_shards_total = 0;  // sharded admissions with fewer shards than asked
+  uint64_t replaced_total = 0;      // placements moved off a silent aggregator
   uint64_t expired_total = 0;
 
   // Persistence: the whole state as JSON text, and back (jobs and aggregators; an aggregator

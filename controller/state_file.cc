@@ -11,7 +11,8 @@ namespace ina::ctl {
 namespace {
 
 Status io_error(const std::string& what, const std::string& path, int err) {
-  return Status(StatusCode::kUnavailable, "cannot " + what + " " + path + ": " + std::strerror(err));
+  return Status(StatusCode::kUnavailable,
+                "cannot " + what + " " + path + ": " + std::strerror(err));
 }
 
 // The directory part of a path ("." when it has none).

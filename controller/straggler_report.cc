@@ -32,7 +32,8 @@ std::string entry(const json& s, const char* unit) {
          std::to_string(s.value("episodes", 0)) + " hold-ups, " +
          fmt("%.2f", num(s, "mean_episode_ms")) + " ms each)";
   }
-  if (s.contains("cause")) t += ", cause: " + s.value("cause_text", s.value("cause", std::string{}));
+  if (s.contains("cause"))
+    t += ", cause: " + s.value("cause_text", s.value("cause", std::string{}));
   if (s.contains("lost_ms_by_cause") && s["lost_ms_by_cause"].is_object()) {
     std::string parts;
     for (const char* c : {"start", "link", "loss", "return"}) {
@@ -80,8 +81,8 @@ std::string straggler_report(const json& job, size_t top) {
     if (t->contains("lost_window")) {
       const json& w = (*t)["lost_window"];
       out += ": " + fmt("%.1f", num(w, "lost_ms")) + " ms lost in the last " +
-             fmt("%.1f", num(w, "span_s")) + " s, " +
-             std::to_string(w.value("collectives", 0)) + " collectives";
+             fmt("%.1f", num(w, "span_s")) + " s, " + std::to_string(w.value("collectives", 0)) +
+             " collectives";
     }
     out += "\n";
     size_t shown = 0;

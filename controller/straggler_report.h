@@ -4,9 +4,8 @@
 // that leaf's worst rank. Pure: JSON in, text out.
 #pragma once
 
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace ina::ctl {
 

@@ -13,8 +13,8 @@
 #include <immintrin.h>
 #endif
 
-#include "ina/protocol/fp8.h"
 #include "ina/base/half.h"
+#include "ina/protocol/fp8.h"
 #include "ina/protocol/quantize.h"
 
 namespace ina::codec {
@@ -251,8 +251,8 @@ template <class E>
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
     const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + i));
-    out_of_range = _mm256_or_si256(out_of_range, _mm256_or_si256(_mm256_cmpgt_epi64(v, big),
-                                                                 _mm256_cmpgt_epi64(nbig, v)));
+    out_of_range = _mm256_or_si256(
+        out_of_range, _mm256_or_si256(_mm256_cmpgt_epi64(v, big), _mm256_cmpgt_epi64(nbig, v)));
   }
   if (_mm256_movemask_epi8(out_of_range) != 0) return false;
   for (size_t j = i; j < n; ++j) {
@@ -276,10 +276,10 @@ template <class E>
     const __m256d away = _mm256_and_pd(inexact, larger);
     // The 64-bit masks narrowed to 32 bits (the low half of each lane pair after the permute).
     const __m256i perm = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-    const __m128i inexact32 = _mm256_castsi256_si128(
-        _mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), perm));
-    const __m128i away32 = _mm256_castsi256_si128(
-        _mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), perm));
+    const __m128i inexact32 =
+        _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(inexact), perm));
+    const __m128i away32 =
+        _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(_mm256_castpd_si256(away), perm));
     __m128i bits = _mm_castps_si128(f);
     bits = _mm_add_epi32(bits, away32);  // away: all ones, i.e. minus 1 (toward zero)
     bits = _mm_or_si128(bits, _mm_and_si128(inexact32, one));
@@ -516,9 +516,7 @@ void keys_minmax(const void* src, size_t n, DType t, ReduceOp op, int64_t* acc) 
     return;
   }
   dispatch(t, [&]<class E>(E) {
-    run([&](size_t i) {
-      return int64_t{quant::float_to_ordered(E::to_float(load<E>(src, i)))};
-    });
+    run([&](size_t i) { return int64_t{quant::float_to_ordered(E::to_float(load<E>(src, i)))}; });
   });
 }
 

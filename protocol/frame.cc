@@ -71,8 +71,8 @@ Result<Mac> parse_mac(std::string_view text) {
   unsigned v[6];
   char tail = 0;
   const std::string s(text);
-  if (std::sscanf(s.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x%c", &v[0], &v[1], &v[2], &v[3], &v[4],
-                  &v[5], &tail) != 6 ||
+  if (std::sscanf(s.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
+                  &tail) != 6 ||
       s.size() != 17) {
     return invalid_argument("MAC address '" + s + "': expected six hex bytes aa:bb:cc:dd:ee:ff");
   }
@@ -107,8 +107,7 @@ namespace {
 // store_payload_sum16's loop, kBytes / 4 words at a time (vec.h: the byte swap is lowered with
 // the caller's target; vectors stay in locals).
 template <size_t kBytes, bool kShuffle>
-[[gnu::always_inline]] inline uint32_t store_sum_impl(uint8_t* dst, const int32_t* src,
-                                                      size_t n) {
+[[gnu::always_inline]] inline uint32_t store_sum_impl(uint8_t* dst, const int32_t* src, size_t n) {
   using U32 = typename vec::Vec<kBytes>::U32;
   constexpr size_t kLanes = vec::Vec<kBytes>::kLanes;
   U32 hi{}, lo{};
@@ -133,7 +132,6 @@ template <size_t kBytes, bool kShuffle>
   const uint32_t r = static_cast<uint32_t>(s);
   return (r >> 16) + (r & 0xFFFF);
 }
-
 
 #if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__)
 // Chosen at run time: AVX2 (32-byte vectors; tune=haswell keeps GCC's generic tuning from

@@ -27,8 +27,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "ina/protocol/fp8.h"
 #include "ina/base/half.h"
+#include "ina/protocol/fp8.h"
 
 // round_half_even below relies on IEEE double arithmetic with no excess precision and no
 // reassociation; -ffast-math would fold (v + 1.5*2^52) - 1.5*2^52 into v and break rounding.
@@ -233,8 +233,7 @@ void encode_ordered(const void* src, size_t n, int32_t* q) {
 template <typename Store>
 void decode_sum(const int32_t* q, size_t n, int16_t exp, uint32_t world_size, void* dst) {
   // exp == kNoExponent: every contribution was 0 (see encode_sum), so the sum is +0.
-  const double scale =
-      exp == kNoExponent ? 0.0 : pow2_clamped(exp - magnitude_bits(world_size));
+  const double scale = exp == kNoExponent ? 0.0 : pow2_clamped(exp - magnitude_bits(world_size));
   for (size_t i = 0; i < n; ++i) {
     Store::store(dst, i, static_cast<double>(q[i]) * scale);
   }
@@ -276,18 +275,12 @@ int magnitude_bits(uint32_t world_size) {
 
 BlockScan scan_block(const void* src, size_t n, DType t, ReduceOp op) {
   switch (t) {
-    case DType::kFloat32:
-      return scan_float<Abs32>(src, n, kF32, op);
-    case DType::kFloat16:
-      return scan_float<Abs16>(src, n, kF16, op);
-    case DType::kBFloat16:
-      return scan_float<Abs16>(src, n, kBF16, op);
-    case DType::kFloat8E4M3:
-      return scan_float<Abs8E4M3>(src, n, kE4M3, op);
-    case DType::kFloat8E5M2:
-      return scan_float<Abs8>(src, n, kE5M2, op);
-    case DType::kInt32:
-      break;
+    case DType::kFloat32: return scan_float<Abs32>(src, n, kF32, op);
+    case DType::kFloat16: return scan_float<Abs16>(src, n, kF16, op);
+    case DType::kBFloat16: return scan_float<Abs16>(src, n, kBF16, op);
+    case DType::kFloat8E4M3: return scan_float<Abs8E4M3>(src, n, kE4M3, op);
+    case DType::kFloat8E5M2: return scan_float<Abs8>(src, n, kE5M2, op);
+    case DType::kInt32: break;
   }
   return BlockScan{};
 }
@@ -295,16 +288,11 @@ BlockScan scan_block(const void* src, size_t n, DType t, ReduceOp op) {
 void encode(const void* src, size_t n, DType t, ReduceOp op, int16_t exp, uint32_t world_size,
             int32_t* q) {
   switch (t) {
-    case DType::kFloat32:
-      return encode_float<LoadF32>(src, n, op, exp, world_size, q);
-    case DType::kFloat16:
-      return encode_float<LoadF16>(src, n, op, exp, world_size, q);
-    case DType::kBFloat16:
-      return encode_float<LoadBF16>(src, n, op, exp, world_size, q);
-    case DType::kFloat8E4M3:
-      return encode_float<LoadE4M3>(src, n, op, exp, world_size, q);
-    case DType::kFloat8E5M2:
-      return encode_float<LoadE5M2>(src, n, op, exp, world_size, q);
+    case DType::kFloat32: return encode_float<LoadF32>(src, n, op, exp, world_size, q);
+    case DType::kFloat16: return encode_float<LoadF16>(src, n, op, exp, world_size, q);
+    case DType::kBFloat16: return encode_float<LoadBF16>(src, n, op, exp, world_size, q);
+    case DType::kFloat8E4M3: return encode_float<LoadE4M3>(src, n, op, exp, world_size, q);
+    case DType::kFloat8E5M2: return encode_float<LoadE5M2>(src, n, op, exp, world_size, q);
     case DType::kInt32:
       std::memcpy(q, src, n * sizeof *q);  // SUM wraps in the aggregator; MIN/MAX are exact
       return;
@@ -314,19 +302,12 @@ void encode(const void* src, size_t n, DType t, ReduceOp op, int16_t exp, uint32
 void decode(const int32_t* q, size_t n, DType t, ReduceOp op, int16_t exp, uint32_t world_size,
             void* dst) {
   switch (t) {
-    case DType::kFloat32:
-      return decode_float<StoreF32>(q, n, op, exp, world_size, dst);
-    case DType::kFloat16:
-      return decode_float<StoreF16>(q, n, op, exp, world_size, dst);
-    case DType::kBFloat16:
-      return decode_float<StoreBF16>(q, n, op, exp, world_size, dst);
-    case DType::kFloat8E4M3:
-      return decode_float<StoreE4M3>(q, n, op, exp, world_size, dst);
-    case DType::kFloat8E5M2:
-      return decode_float<StoreE5M2>(q, n, op, exp, world_size, dst);
-    case DType::kInt32:
-      std::memcpy(dst, q, n * sizeof *q);
-      return;
+    case DType::kFloat32: return decode_float<StoreF32>(q, n, op, exp, world_size, dst);
+    case DType::kFloat16: return decode_float<StoreF16>(q, n, op, exp, world_size, dst);
+    case DType::kBFloat16: return decode_float<StoreBF16>(q, n, op, exp, world_size, dst);
+    case DType::kFloat8E4M3: return decode_float<StoreE4M3>(q, n, op, exp, world_size, dst);
+    case DType::kFloat8E5M2: return decode_float<StoreE5M2>(q, n, op, exp, world_size, dst);
+    case DType::kInt32: std::memcpy(dst, q, n * sizeof *q); return;
   }
 }
 

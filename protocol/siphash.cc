@@ -11,7 +11,8 @@ namespace ina {
 namespace {
 
 inline uint64_t load_le64(const uint8_t* p) {
-  static_assert(std::endian::native == std::endian::little, "load_le64 assumes a little-endian host");
+  static_assert(std::endian::native == std::endian::little,
+                "load_le64 assumes a little-endian host");
   uint64_t v;
   std::memcpy(&v, p, 8);
   return v;

@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev                # tests
   libsodium-dev                            # tests: cross-check of the in-tree SipHash
   clang libclang-rt-14-dev llvm            # scripts/fuzz.sh: libFuzzer, ASan/UBSan, llvm-symbolizer
+  clang-format                             # tests/ops/format.sh: the layout of .clang-format
   libcli11-dev                             # argument parsing
   libcpp-httplib-dev nlohmann-json3-dev    # controller feature: ina-controller, HTTP endpoints
   libibverbs-dev                           # rdma feature (compiles here; no RDMA at run time)

@@ -44,10 +44,17 @@ static inline int bench_parse_size(const char* s, size_t* out) {
   unsigned long long mult = 1;
   if (*end != '\0') {
     switch (*end) {
-      case 'k': case 'K': mult = 1ULL << 10; break;
-      case 'm': case 'M': mult = 1ULL << 20; break;
-      case 'g': case 'G': mult = 1ULL << 30; break;
-      case 'b': case 'B': mult = 1; end--; break;  /* "8B": no multiplier */
+      case 'k':
+      case 'K': mult = 1ULL << 10; break;
+      case 'm':
+      case 'M': mult = 1ULL << 20; break;
+      case 'g':
+      case 'G': mult = 1ULL << 30; break;
+      case 'b':
+      case 'B':
+        mult = 1;
+        end--;
+        break; /* "8B": no multiplier */
       default: return -1;
     }
     end++;
@@ -62,10 +69,14 @@ static inline int bench_parse_size(const char* s, size_t* out) {
 
 /* Formats a byte count for messages: "64 MiB", "8 B". */
 static inline void bench_format_size(size_t bytes, char* buf, size_t n) {
-  if (bytes >= (1u << 30) && bytes % (1u << 30) == 0) snprintf(buf, n, "%zu GiB", bytes >> 30);
-  else if (bytes >= (1u << 20) && bytes % (1u << 20) == 0) snprintf(buf, n, "%zu MiB", bytes >> 20);
-  else if (bytes >= (1u << 10) && bytes % (1u << 10) == 0) snprintf(buf, n, "%zu KiB", bytes >> 10);
-  else snprintf(buf, n, "%zu B", bytes);
+  if (bytes >= (1u << 30) && bytes % (1u << 30) == 0)
+    snprintf(buf, n, "%zu GiB", bytes >> 30);
+  else if (bytes >= (1u << 20) && bytes % (1u << 20) == 0)
+    snprintf(buf, n, "%zu MiB", bytes >> 20);
+  else if (bytes >= (1u << 10) && bytes % (1u << 10) == 0)
+    snprintf(buf, n, "%zu KiB", bytes >> 10);
+  else
+    snprintf(buf, n, "%zu B", bytes);
 }
 
 #define BENCH_MAX_SIZES 256
@@ -190,13 +201,18 @@ static inline void bench_print_row(FILE* out, size_t bytes, size_t count, const 
                                    long long wrong) {
   char t[32];
   char w[32];
-  if (time_us >= 10000.0) snprintf(t, sizeof t, "%7.0f", time_us);
-  else if (time_us >= 100.0) snprintf(t, sizeof t, "%7.1f", time_us);
-  else snprintf(t, sizeof t, "%7.2f", time_us);
-  if (wrong < 0) snprintf(w, sizeof w, "N/A");
-  else snprintf(w, sizeof w, "%lld", wrong);
-  fprintf(out, "%12zu  %12zu  %8s  %6s  %7s  %6.2f  %6.2f  %6s\n", bytes, count, type, op, t,
-          algbw, busbw, w);
+  if (time_us >= 10000.0)
+    snprintf(t, sizeof t, "%7.0f", time_us);
+  else if (time_us >= 100.0)
+    snprintf(t, sizeof t, "%7.1f", time_us);
+  else
+    snprintf(t, sizeof t, "%7.2f", time_us);
+  if (wrong < 0)
+    snprintf(w, sizeof w, "N/A");
+  else
+    snprintf(w, sizeof w, "%lld", wrong);
+  fprintf(out, "%12zu  %12zu  %8s  %6s  %7s  %6.2f  %6.2f  %6s\n", bytes, count, type, op, t, algbw,
+          busbw, w);
   fflush(out);
 }
 
@@ -229,8 +245,10 @@ static inline int bench_csv_append(const char* path, const char* tool, int ranks
   if (fstat(fileno(f), &st) == 0 && st.st_size == 0)
     fprintf(f, "tool,ranks,bytes,count,dtype,op,time_us,algbw,busbw,wrong\n");
   char w[32];
-  if (wrong < 0) snprintf(w, sizeof w, "NA");
-  else snprintf(w, sizeof w, "%lld", wrong);
+  if (wrong < 0)
+    snprintf(w, sizeof w, "NA");
+  else
+    snprintf(w, sizeof w, "%lld", wrong);
   fprintf(f, "%s,%d,%zu,%zu,%s,%s,%.3f,%.4f,%.4f,%s\n", tool, ranks, bytes, count, type, op,
           time_us, algbw, busbw, w);
   return fclose(f) == 0 ? 0 : -1;
@@ -272,10 +290,10 @@ static inline int32_t bench_int_value(size_t i, int r) {
 /* ---- forked ranks report to their parent through one pipe ---- */
 
 enum {
-  BENCH_REC_SIZE = 1,   /* one size done */
-  BENCH_REC_STATS = 2,  /* counters at the end */
-  BENCH_REC_FAIL = 3,   /* the rank gave up (msg says why) */
-  BENCH_REC_READY = 4,  /* the rank is connected (rendezvous done) */
+  BENCH_REC_SIZE = 1,  /* one size done */
+  BENCH_REC_STATS = 2, /* counters at the end */
+  BENCH_REC_FAIL = 3,  /* the rank gave up (msg says why) */
+  BENCH_REC_READY = 4, /* the rank is connected (rendezvous done) */
 };
 
 /* Counters in a BENCH_REC_STATS record. */
@@ -283,14 +301,14 @@ enum {
 
 /* Fixed-size record (< PIPE_BUF, so writes of concurrent children do not interleave). */
 typedef struct {
-  int32_t kind;        /* BENCH_REC_* */
+  int32_t kind; /* BENCH_REC_* */
   int32_t rank;
-  int32_t size_index;  /* BENCH_REC_SIZE: index into the sweep */
-  int32_t ok;          /* 1: every collective of this size succeeded */
-  double time_us;      /* average time of one collective */
-  int64_t wrong;       /* elements outside the bound (-1: not checked) */
+  int32_t size_index;          /* BENCH_REC_SIZE: index into the sweep */
+  int32_t ok;                  /* 1: every collective of this size succeeded */
+  double time_us;              /* average time of one collective */
+  int64_t wrong;               /* elements outside the bound (-1: not checked) */
   uint64_t stats[BENCH_STATS]; /* BENCH_REC_STATS: tool-specific counters */
-  char msg[256];       /* failure message */
+  char msg[256];               /* failure message */
 } bench_record;
 
 static inline int bench_write_record(int fd, const bench_record* rec) {
@@ -325,7 +343,7 @@ static inline int bench_read_record(int fd, bench_record* rec) {
 }
 
 #ifdef __cplusplus
-}  /* extern "C" */
+} /* extern "C" */
 #endif
 
 #endif /* INA_TESTBED_BENCH_COMMON_H_ */

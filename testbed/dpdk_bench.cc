@@ -24,6 +24,8 @@
 // is capped or shared only the latter compares), and TSC cycles per frame of the busy loop
 // iterations (testpmd: --record-core-cycles). Hugepages when free (scripts/dpdk-hugepages.sh),
 // else --no-huge; the header says which.
+#include <dirent.h>
+#include <fcntl.h>
 #include <rte_cycles.h>
 #include <rte_eal.h>
 #include <rte_eth_ring.h>
@@ -32,13 +34,12 @@
 #include <rte_mbuf.h>
 #include <rte_memcpy.h>
 #include <rte_ring.h>
-#include <dirent.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -49,14 +50,12 @@
 #include <thread>
 #include <vector>
 
-#include <CLI/CLI.hpp>
-
 #include "aggregator/dpdk_backend.h"
 #include "ina/protocol/frame.h"
 #include "ina/protocol/wire.h"
+#include "ina_config.h"
 #include "testbed/dpdk_bench_common.h"
 #include "testbed/dpdk_bench_memif.h"
-#include "ina_config.h"
 
 namespace {
 
@@ -77,9 +76,9 @@ struct SizeResult {
   uint64_t tx_dropped = 0;
   double ring_full_share = 0;
   std::vector<uint64_t> per_lcore;
-  double cpu_s = 0;    // CPU time of the aggregator lcores in their loop
-  double wall_s = 0;   // wall time of the first lcore's loop
-  double cycles = -1;  // TSC cycles per frame of the busy loop iterations, all lcores
+  double cpu_s = 0;         // CPU time of the aggregator lcores in their loop
+  double wall_s = 0;        // wall time of the first lcore's loop
+  double cycles = -1;       // TSC cycles per frame of the busy loop iterations, all lcores
   bool unexpected = false;  // counters that exact aggregation cannot give
 };
 
@@ -99,11 +98,24 @@ TestpmdResult run_testpmd(const std::string& bin, const std::vector<std::string>
   const std::string mbuf = std::to_string(std::max<size_t>(2176, frame_len + 256));
   std::vector<std::string> args = {bin};
   args.insert(args.end(), mem.begin(), mem.end());
-  const std::vector<std::string> rest = {
-      "--no-pci", "--no-telemetry", "--log-level=3", "--file-prefix", prefix, "--lcores", lcores,
-      "--vdev", "net_ring0", "--", "--mbuf-size=" + mbuf, "--total-num-mbufs=16384",
-      "--forward-mode=io", "--tx-first", "--txpkts=" + std::to_string(frame_len),
-      "--stats-period=1", "--nb-cores=1", "--record-core-cycles"};
+  const std::vector<std::string> rest = {"--no-pci",
+                                         "--no-telemetry",
+                                         "--log-level=3",
+                                         "--file-prefix",
+                                         prefix,
+                                         "--lcores",
+                                         lcores,
+                                         "--vdev",
+                                         "net_ring0",
+                                         "--",
+                                         "--mbuf-size=" + mbuf,
+                                         "--total-num-mbufs=16384",
+                                         "--forward-mode=io",
+                                         "--tx-first",
+                                         "--txpkts=" + std::to_string(frame_len),
+                                         "--stats-period=1",
+                                         "--nb-cores=1",
+                                         "--record-core-cycles"};
   args.insert(args.end(), rest.begin(), rest.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -133,7 +145,8 @@ TestpmdResult run_testpmd(const std::string& bin, const std::vector<std::string>
     int n = 0;
     if (FILE* f = std::fopen(out.c_str(), "r")) {
       char line[512];
-      while (std::fgets(line, sizeof line, f) != nullptr) n += std::strstr(line, "Rx-pps:") != nullptr;
+      while (std::fgets(line, sizeof line, f) != nullptr)
+        n += std::strstr(line, "Rx-pps:") != nullptr;
       std::fclose(f);
     }
     return n;
@@ -143,7 +156,8 @@ TestpmdResult run_testpmd(const std::string& bin, const std::vector<std::string>
          waitpid(pid, nullptr, WNOHANG) == 0) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(static_cast<int>(1100 + std::max(1.0, seconds) * 1000)));
+  std::this_thread::sleep_for(
+      std::chrono::milliseconds(static_cast<int>(1100 + std::max(1.0, seconds) * 1000)));
   const double cpu = worker_cpu_seconds(pid);
   kill(pid, SIGINT);
   close(in_pipe[1]);
@@ -183,15 +197,15 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
               bool indirect, rte_mempool* gen_pool, SizeResult* res) {
   static int serial = 0;
   const std::string base = "b" + std::to_string(serial++);
-  rte_ring* rx = rte_ring_create((base + "rx").c_str(), 4096, rte_socket_id(),
-                                 RING_F_SP_ENQ | RING_F_SC_DEQ);
+  rte_ring* rx =
+      rte_ring_create((base + "rx").c_str(), 4096, rte_socket_id(), RING_F_SP_ENQ | RING_F_SC_DEQ);
   std::vector<rte_ring*> tx;
   for (unsigned q = 0; q < lcores; ++q) {
     tx.push_back(rte_ring_create((base + "tx" + std::to_string(q)).c_str(), 8192, rte_socket_id(),
                                  RING_F_SP_ENQ | RING_F_SC_DEQ));
   }
-  const int port = rte_eth_from_rings((base + "p").c_str(), &rx, 1, tx.data(), lcores,
-                                      rte_socket_id());
+  const int port =
+      rte_eth_from_rings((base + "p").c_str(), &rx, 1, tx.data(), lcores, rte_socket_id());
   if (port < 0 || rx == nullptr) {
     std::fprintf(stderr, "ina-dpdk-bench: ring port: %s\n", rte_strerror(rte_errno));
     return false;
@@ -266,8 +280,8 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
         }
         np = kBurst;
       }
-      const unsigned k = rte_ring_enqueue_burst(rx, reinterpret_cast<void* const*>(
-                                                        pending + (kBurst - np)), np, nullptr);
+      const unsigned k = rte_ring_enqueue_burst(
+          rx, reinterpret_cast<void* const*>(pending + (kBurst - np)), np, nullptr);
       ++tries;
       if (k < np) ++full;
       np -= k;
@@ -313,7 +327,6 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
   return true;
 }
 
-
 constexpr uint64_t kMaxMemifFrames = 65536;
 
 // The two-process memif sweep: per size the aggregator, then testpmd, each as the DUT of the
@@ -335,20 +348,22 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
   std::string used;
   // Decided once here: the children must not each look at the free hugepages (the DUT's take some).
   a.mem = eal_memory(a.mem, 128, &used).front() == "--in-memory" ? "huge" : "nohuge";
-  std::printf("# memif: generator process (memif client, %s, prebuilt frames) on CPU %d, DUT "
-              "process (memif server, copy mode) on CPU %d; memory: %s; aggregator results %s; "
-              "testpmd --forward-mode=%s --port-topology=loop\n",
-              memif_gen_zero_copy(a) ? "zero-copy" : "copy mode", gen_cpu, dut_cpu, used.c_str(),
-              a.indirect ? "indirect (chains)" : "copied", fwd.c_str());
-  std::printf("# Mpps: frames back at the generator per second of its window; /cpu: per CPU second"
-              " of the DUT's lcore\n# thread (from /proc, the same meter for both DUTs); cpu%%: "
-              "that thread's share of the window;\n# cyc/f: TSC cycles per frame of the DUT's busy "
-              "loop iterations (testpmd: --record-core-cycles;\n# the aggregator's omit the rx of "
-              "a burst after an idle poll, so compare them with care); full:\n# share of generator"
-              " tx bursts that found the ring full (near 0: the generator is the limit);\n# ratio: "
-              "agg/cpu over tpm/cpu; r_wall: agg_Mpps over tpm_Mpps.\n");
-  std::printf("# %5s %5s %5s | %8s %8s %8s %5s %7s %5s | %8s %8s %5s %7s %5s | %6s %6s\n",
-              "elems", "frame", "bsize", "agg_Mpps", "agg/cpu", "Gel/cpu", "cpu%", "cyc/f", "full",
+  std::printf(
+      "# memif: generator process (memif client, %s, prebuilt frames) on CPU %d, DUT "
+      "process (memif server, copy mode) on CPU %d; memory: %s; aggregator results %s; "
+      "testpmd --forward-mode=%s --port-topology=loop\n",
+      memif_gen_zero_copy(a) ? "zero-copy" : "copy mode", gen_cpu, dut_cpu, used.c_str(),
+      a.indirect ? "indirect (chains)" : "copied", fwd.c_str());
+  std::printf(
+      "# Mpps: frames back at the generator per second of its window; /cpu: per CPU second"
+      " of the DUT's lcore\n# thread (from /proc, the same meter for both DUTs); cpu%%: "
+      "that thread's share of the window;\n# cyc/f: TSC cycles per frame of the DUT's busy "
+      "loop iterations (testpmd: --record-core-cycles;\n# the aggregator's omit the rx of "
+      "a burst after an idle poll, so compare them with care); full:\n# share of generator"
+      " tx bursts that found the ring full (near 0: the generator is the limit);\n# ratio: "
+      "agg/cpu over tpm/cpu; r_wall: agg_Mpps over tpm_Mpps.\n");
+  std::printf("# %5s %5s %5s | %8s %8s %8s %5s %7s %5s | %8s %8s %5s %7s %5s | %6s %6s\n", "elems",
+              "frame", "bsize", "agg_Mpps", "agg/cpu", "Gel/cpu", "cpu%", "cyc/f", "full",
               "tpm_Mpps", "tpm/cpu", "cpu%", "cyc/f", "full", "ratio", "r_wall");
   std::fflush(stdout);
   bool ok = true;
@@ -362,8 +377,9 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
       tp = memif_measure(argv0, testpmd, fwd, a, gen_cpu, dut_cpu);
       if (!tp.ok) tp = memif_measure(argv0, testpmd, fwd, a, gen_cpu, dut_cpu);
     }
-    if (!ag.ok) std::fprintf(stderr, "ina-dpdk-bench: memif %u elements, aggregator: %s\n",
-                             unsigned{e}, ag.error.c_str());
+    if (!ag.ok)
+      std::fprintf(stderr, "ina-dpdk-bench: memif %u elements, aggregator: %s\n", unsigned{e},
+                   ag.error.c_str());
     if (testpmd != "none" && !tp.ok) {
       std::fprintf(stderr, "ina-dpdk-bench: memif %u elements, testpmd: %s\n", unsigned{e},
                    tp.error.c_str());
@@ -378,13 +394,13 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
     auto share = [](const MemifRow& r) {
       return r.ok && r.seconds > 0 ? 100 * r.dut_cpu_s / r.seconds : 0.0;
     };
-    std::printf("  %5u %5zu %5u | %8.3f %8.3f %8.3f %4.0f%% %7.0f %5.2f | %8.3f %8.3f %4.0f%% "
-                "%7.0f %5.2f | %6.3f %6.3f\n",
-                unsigned{e}, memif_frame_len(e), unsigned{memif_bsize(a)}, mpps(ag), per_cpu(ag),
-                per_cpu(ag) * e / 1e3, share(ag), ag.dut_cycles, ag.full_share, mpps(tp),
-                per_cpu(tp), share(tp), tp.dut_cycles, tp.full_share,
-                per_cpu(tp) > 0 ? per_cpu(ag) / per_cpu(tp) : 0.0,
-                mpps(tp) > 0 ? mpps(ag) / mpps(tp) : 0.0);
+    std::printf(
+        "  %5u %5zu %5u | %8.3f %8.3f %8.3f %4.0f%% %7.0f %5.2f | %8.3f %8.3f %4.0f%% "
+        "%7.0f %5.2f | %6.3f %6.3f\n",
+        unsigned{e}, memif_frame_len(e), unsigned{memif_bsize(a)}, mpps(ag), per_cpu(ag),
+        per_cpu(ag) * e / 1e3, share(ag), ag.dut_cycles, ag.full_share, mpps(tp), per_cpu(tp),
+        share(tp), tp.dut_cycles, tp.full_share, per_cpu(tp) > 0 ? per_cpu(ag) / per_cpu(tp) : 0.0,
+        mpps(tp) > 0 ? mpps(ag) / mpps(tp) : 0.0);
     // Every block but the last completes (each rank's frame of a block is sent before the next
     // block's); HELLOs are in packets_in. Results the generator no longer took after its window
     // (tx_dropped) are expected.
@@ -411,8 +427,9 @@ std::string self_exe(const char* argv0) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  CLI::App app{"ina-dpdk-bench: the DPDK aggregator loop vs dpdk-testpmd forwarding, over "
-               "net_memif (two processes) and an in-process net_ring"};
+  CLI::App app{
+      "ina-dpdk-bench: the DPDK aggregator loop vs dpdk-testpmd forwarding, over "
+      "net_memif (two processes) and an in-process net_ring"};
   app.set_version_flag("--version", "ina-dpdk-bench " INA_VERSION);
   std::vector<uint16_t> sizes = {64, 256, 1024};
   double seconds = 1.0;
@@ -433,7 +450,9 @@ int main(int argc, char** argv) {
   app.add_option("--seconds", seconds, "per size and DUT (keep it short: shared machines)")
       ->check(CLI::Range(0.1, 30.0))
       ->capture_default_str();
-  app.add_option("--world", world, "simulated ranks")->check(CLI::Range(1, 1024))->capture_default_str();
+  app.add_option("--world", world, "simulated ranks")
+      ->check(CLI::Range(1, 1024))
+      ->capture_default_str();
   app.add_option("--slots", slots, "slots")->check(CLI::Range(1, 32768))->capture_default_str();
   app.add_option("--lcores", lcores, "aggregator worker lcores (ring mode)")
       ->check(CLI::Range(1, 64))
@@ -499,10 +518,10 @@ int main(int argc, char** argv) {
   const std::string lcore_map = ina::agg::spread_lcores(lcores + 1);
   std::vector<std::string> eal = {"ina-dpdk-bench"};
   eal.insert(eal.end(), mem_args.begin(), mem_args.end());
-  for (const std::string& x : {std::string("--no-pci"), std::string("--no-telemetry"),
-                               std::string("--log-level=3"), std::string("--file-prefix"),
-                               "ina_dpdk_bench_" + std::to_string(getpid()),
-                               std::string("--lcores"), lcore_map}) {
+  for (const std::string& x :
+       {std::string("--no-pci"), std::string("--no-telemetry"), std::string("--log-level=3"),
+        std::string("--file-prefix"), "ina_dpdk_bench_" + std::to_string(getpid()),
+        std::string("--lcores"), lcore_map}) {
     eal.push_back(x);
   }
   eal.insert(eal.end(), eal_extra.begin(), eal_extra.end());
@@ -511,23 +530,25 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ina-dpdk-bench: %s\n", st.to_string().c_str());
     return 77;
   }
-  rte_mempool* gen_pool = rte_pktmbuf_pool_create("gen", 16383, 256, 0, 4096 + 512,
-                                                  static_cast<int>(rte_socket_id()));
+  rte_mempool* gen_pool =
+      rte_pktmbuf_pool_create("gen", 16383, 256, 0, 4096 + 512, static_cast<int>(rte_socket_id()));
   if (gen_pool == nullptr) {
     std::fprintf(stderr, "ina-dpdk-bench: generator pool: %s\n", rte_strerror(rte_errno));
     return 1;
   }
-  std::printf("# ring: %u aggregator lcore(s), results %s, net_ring in process (generator on the "
-              "main lcore); testpmd io fwd on net_ring0 (lcores %s); memory: %s\n",
-              lcores, indirect ? "indirect (chains)" : "copied", lcore_map.c_str(), used.c_str());
-  std::printf("# Mpps: frames per wall second; /cpu: per CPU second of the polling thread(s) (the\n"
-              "# fair figure where CPU is shared or capped); ratio = agg/cpu over testpmd/cpu;\n"
-              "# cyc/f: TSC cycles per frame of busy loop iterations (testpmd --record-core-cycles)."
-              "\n"
-              "# testpmd io fwd on a ring passes pointers and never touches a frame.\n");
-  std::printf("# %5s %5s %9s %9s %8s %8s %6s %7s %10s %10s %7s %7s %6s  %s\n", "elems",
-              "frame", "agg_Mpps", "agg/cpu", "Gelem/s", "Gel/cpu", "cpu%", "cyc/f", "tpmd_Mpps",
-              "tpmd/cpu", "cyc/f", "ratio", "drops", "per-lcore Mpps/cpu");
+  std::printf(
+      "# ring: %u aggregator lcore(s), results %s, net_ring in process (generator on the "
+      "main lcore); testpmd io fwd on net_ring0 (lcores %s); memory: %s\n",
+      lcores, indirect ? "indirect (chains)" : "copied", lcore_map.c_str(), used.c_str());
+  std::printf(
+      "# Mpps: frames per wall second; /cpu: per CPU second of the polling thread(s) (the\n"
+      "# fair figure where CPU is shared or capped); ratio = agg/cpu over testpmd/cpu;\n"
+      "# cyc/f: TSC cycles per frame of busy loop iterations (testpmd --record-core-cycles)."
+      "\n"
+      "# testpmd io fwd on a ring passes pointers and never touches a frame.\n");
+  std::printf("# %5s %5s %9s %9s %8s %8s %6s %7s %10s %10s %7s %7s %6s  %s\n", "elems", "frame",
+              "agg_Mpps", "agg/cpu", "Gelem/s", "Gel/cpu", "cpu%", "cyc/f", "tpmd_Mpps", "tpmd/cpu",
+              "cyc/f", "ratio", "drops", "per-lcore Mpps/cpu");
   for (uint16_t e : sizes) {
     SizeResult r;
     if (!run_size(e, world, slots, lcores, seconds, indirect, gen_pool, &r)) {
@@ -537,8 +558,8 @@ int main(int argc, char** argv) {
     if (r.unexpected) rc = 1;
     TestpmdResult tp;
     if (testpmd != "none") {
-      std::string tp_map = "0@" + std::to_string(cpus[0]) + ",1@" +
-                           std::to_string(cpus[1 % cpus.size()]);
+      std::string tp_map =
+          "0@" + std::to_string(cpus[0]) + ",1@" + std::to_string(cpus[1 % cpus.size()]);
       tp = run_testpmd(testpmd, mem_args, tp_map, r.frame_len, seconds);
     }
     const double mpps = static_cast<double>(r.frames_in) / r.seconds / 1e6;
@@ -550,12 +571,13 @@ int main(int argc, char** argv) {
                     static_cast<double>(r.per_lcore[i]) / (r.cpu_s / r.per_lcore.size()) / 1e6);
       per += b;
     }
-    std::printf("  %5u %5zu %9.2f %9.2f %8.3f %8.3f %5.0f%% %7.0f %10.2f %10.2f %7.1f %7.4f %6" PRIu64
-                "  %s\n",
-                unsigned{e}, r.frame_len, mpps, per_cpu, mpps * e / 1e3, per_cpu * e / 1e3,
-                r.wall_s > 0 ? 100 * r.cpu_s / (r.wall_s * lcores) : 0, r.cycles, tp.mpps,
-                tp.mpps_per_cpu, tp.cycles, tp.mpps_per_cpu > 0 ? per_cpu / tp.mpps_per_cpu : 0.0,
-                r.tx_dropped, per.c_str());
+    std::printf(
+        "  %5u %5zu %9.2f %9.2f %8.3f %8.3f %5.0f%% %7.0f %10.2f %10.2f %7.1f %7.4f %6" PRIu64
+        "  %s\n",
+        unsigned{e}, r.frame_len, mpps, per_cpu, mpps * e / 1e3, per_cpu * e / 1e3,
+        r.wall_s > 0 ? 100 * r.cpu_s / (r.wall_s * lcores) : 0, r.cycles, tp.mpps, tp.mpps_per_cpu,
+        tp.cycles, tp.mpps_per_cpu > 0 ? per_cpu / tp.mpps_per_cpu : 0.0, r.tx_dropped,
+        per.c_str());
     std::fflush(stdout);
   }
   ina::agg::dpdk_eal_cleanup();

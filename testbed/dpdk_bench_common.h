@@ -38,7 +38,8 @@ inline constexpr uint64_t kKey = 42;
 
 inline frame::Endpoint rank_endpoint(uint32_t r) {
   return frame::Endpoint{{0x02, 0xCC, 0, 0, static_cast<uint8_t>(r >> 8), static_cast<uint8_t>(r)},
-                         0x0A0C0100 + r, static_cast<uint16_t>(41000 + r)};
+                         0x0A0C0100 + r,
+                         static_cast<uint16_t>(41000 + r)};
 }
 
 // The generator's frames: one DATA frame per (rank, slot, copy), its block sequence patched in and
@@ -85,7 +86,8 @@ struct FrameTemplates {
       const size_t hl = wire::packet_size(1, 4);
       std::vector<uint8_t> f(frame::kUdpHeadroom + hl);
       wire::encode_header(h, f.data() + frame::kUdpHeadroom);
-      wire::put_le32(f.data() + frame::kUdpHeadroom + wire::kHeaderSize, world);  // control words: LE
+      wire::put_le32(f.data() + frame::kUdpHeadroom + wire::kHeaderSize,
+                     world);  // control words: LE
       wire::seal(std::span<uint8_t>(f.data() + frame::kUdpHeadroom, hl), kBenchKey);
       frame::write_udp_headers(f.data(), rank_endpoint(r), agg, hl,
                                frame::sum16(f.data() + frame::kUdpHeadroom, hl), 1);
@@ -139,8 +141,8 @@ inline double worker_cpu_seconds(pid_t pid) {
     if (open == nullptr || close == nullptr) continue;
     if (std::string(open + 1, close).find("worker") == std::string::npos) continue;
     unsigned long long ut = 0, st = 0;
-    if (std::sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut,
-                    &st) == 2) {
+    if (std::sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu", &ut, &st) ==
+        2) {
       total += static_cast<double>(ut + st) / static_cast<double>(sysconf(_SC_CLK_TCK));
       any = true;
     }

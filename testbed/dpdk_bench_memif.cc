@@ -24,7 +24,6 @@
 #include <rte_ethdev.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
-
 #include <time.h>
 
 #include <algorithm>
@@ -206,9 +205,9 @@ int memif_generator(const MemifArgs& a) {
           wire::put_u32(rte_pktmbuf_mtod(m, uint8_t*) + kSeqAt,
                         static_cast<uint32_t>(next / a.world + 1));
           // A worker's cost too: the tag is resealed over the patched sequence.
-          wire::seal(std::span<uint8_t>(rte_pktmbuf_mtod(m, uint8_t*) + frame::kUdpHeadroom,
-                                        tmpl.dlen),
-                     kBenchKey);
+          wire::seal(
+              std::span<uint8_t>(rte_pktmbuf_mtod(m, uint8_t*) + frame::kUdpHeadroom, tmpl.dlen),
+              kBenchKey);
           pending[i] = m;
         }
         np = kBurst;
@@ -299,8 +298,8 @@ int memif_aggregator(const MemifArgs& a) {
   return 0;
 }
 
-MemifRow memif_measure(const std::string& argv0, const std::string& testpmd,
-                       const std::string& dut, MemifArgs a, int gen_cpu, int dut_cpu) {
+MemifRow memif_measure(const std::string& argv0, const std::string& testpmd, const std::string& dut,
+                       MemifArgs a, int gen_cpu, int dut_cpu) {
   MemifRow row;
   static int serial = 0;
   const std::string tag = std::to_string(getpid()) + "_" + std::to_string(serial++);
@@ -317,10 +316,23 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd,
 
   Child d;
   if (to_agg) {
-    std::vector<std::string> args = {argv0, "--role", "agg", "--sock", a.sock, "--elems", E,
-                                     "--world", std::to_string(a.world), "--slots",
-                                     std::to_string(a.slots), "--cpu", std::to_string(dut_cpu),
-                                     "--mem", a.mem, "--bsize", std::to_string(memif_bsize(a))};
+    std::vector<std::string> args = {argv0,
+                                     "--role",
+                                     "agg",
+                                     "--sock",
+                                     a.sock,
+                                     "--elems",
+                                     E,
+                                     "--world",
+                                     std::to_string(a.world),
+                                     "--slots",
+                                     std::to_string(a.slots),
+                                     "--cpu",
+                                     std::to_string(dut_cpu),
+                                     "--mem",
+                                     a.mem,
+                                     "--bsize",
+                                     std::to_string(memif_bsize(a))};
     if (a.indirect) args.push_back("--indirect");
     if (!d.spawn(args, dut_log, true)) return fail("cannot start the aggregator process");
     std::string line;
@@ -361,12 +373,27 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd,
   }
 
   Child g;
-  std::vector<std::string> gargs = {argv0, "--role", "gen", "--sock", a.sock, "--elems", E,
-                                    "--world", std::to_string(a.world), "--slots",
-                                    std::to_string(a.slots), "--seconds",
-                                    std::to_string(a.seconds), "--cpu", std::to_string(gen_cpu),
-                                    "--mem", a.mem, "--bsize", std::to_string(memif_bsize(a)),
-                                    "--to", to_agg ? "agg" : "testpmd"};
+  std::vector<std::string> gargs = {argv0,
+                                    "--role",
+                                    "gen",
+                                    "--sock",
+                                    a.sock,
+                                    "--elems",
+                                    E,
+                                    "--world",
+                                    std::to_string(a.world),
+                                    "--slots",
+                                    std::to_string(a.slots),
+                                    "--seconds",
+                                    std::to_string(a.seconds),
+                                    "--cpu",
+                                    std::to_string(gen_cpu),
+                                    "--mem",
+                                    a.mem,
+                                    "--bsize",
+                                    std::to_string(memif_bsize(a)),
+                                    "--to",
+                                    to_agg ? "agg" : "testpmd"};
   if (!a.gen_zero_copy) gargs.push_back("--gen-copy");
   if (!g.spawn(gargs, gen_log, true)) {
     d.stop(std::chrono::milliseconds(100));
@@ -381,10 +408,10 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd,
     } else if (line.rfind("END ", 0) == 0) {
       const double c1 = worker_cpu_seconds(d.pid);
       if (c0 >= 0 && c1 >= 0) row.dut_cpu_s = c1 - c0;
-      done = std::sscanf(line.c_str(), "END sent=%" SCNu64 " received=%" SCNu64
-                                       " seconds=%lf full=%lf cpu=%lf",
-                         &row.sent, &row.received, &row.seconds, &row.full_share,
-                         &row.gen_cpu_s) == 5;
+      done =
+          std::sscanf(line.c_str(),
+                      "END sent=%" SCNu64 " received=%" SCNu64 " seconds=%lf full=%lf cpu=%lf",
+                      &row.sent, &row.received, &row.seconds, &row.full_share, &row.gen_cpu_s) == 5;
     } else if (line.rfind("ERROR", 0) == 0) {
       err = line;
       break;

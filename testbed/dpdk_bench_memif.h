@@ -13,19 +13,19 @@ namespace ina::bench {
 
 // Arguments of the child roles (ina-dpdk-bench --role gen|agg ...), also the sweep's settings.
 struct MemifArgs {
-  std::string sock;          // memif control socket path
+  std::string sock;  // memif control socket path
   uint16_t elems = 256;
   uint32_t world = 4;
   uint32_t slots = 128;
-  double seconds = 1.0;      // measured window of the generator
-  int cpu = 0;               // the CPU this process's lcores are pinned to
-  std::string mem = "auto";  // huge | nohuge | auto
-  uint16_t bsize = 0;        // memif buffer size; 0: the frame size rounded up to 128 B (one
-                             // buffer per frame), at least 2048
-  bool to_agg = true;        // generator: the peer is the aggregator (join first) or testpmd
-  bool indirect = false;     // aggregator: results as header + indirect datagram chains
-  bool gen_zero_copy = true; // generator: memif zero-copy client where it can be (hugepages):
-                             // the server copies, the generator does not
+  double seconds = 1.0;       // measured window of the generator
+  int cpu = 0;                // the CPU this process's lcores are pinned to
+  std::string mem = "auto";   // huge | nohuge | auto
+  uint16_t bsize = 0;         // memif buffer size; 0: the frame size rounded up to 128 B (one
+                              // buffer per frame), at least 2048
+  bool to_agg = true;         // generator: the peer is the aggregator (join first) or testpmd
+  bool indirect = false;      // aggregator: results as header + indirect datagram chains
+  bool gen_zero_copy = true;  // generator: memif zero-copy client where it can be (hugepages):
+                              // the server copies, the generator does not
 };
 
 // The roles; each returns the process exit status.
@@ -35,12 +35,12 @@ int memif_aggregator(const MemifArgs& a);
 struct MemifRow {
   bool ok = false;
   std::string error;
-  double seconds = 0;       // generator's measured window
-  uint64_t sent = 0;        // frames the generator sent in the window
-  uint64_t received = 0;    // frames it received back (results, or forwarded frames)
-  double full_share = 0;    // share of the generator's tx bursts that found the ring full
-  double gen_cpu_s = 0;     // generator thread CPU in the window
-  double dut_cpu_s = -1;    // DUT lcore thread CPU in the window (from /proc)
+  double seconds = 0;     // generator's measured window
+  uint64_t sent = 0;      // frames the generator sent in the window
+  uint64_t received = 0;  // frames it received back (results, or forwarded frames)
+  double full_share = 0;  // share of the generator's tx bursts that found the ring full
+  double gen_cpu_s = 0;   // generator thread CPU in the window
+  double dut_cpu_s = -1;  // DUT lcore thread CPU in the window (from /proc)
   // Aggregator DUT only: its own counters over its whole run.
   uint64_t dut_packets_in = 0, dut_completed = 0, dut_tx = 0, dut_tx_dropped = 0, dut_no_mbuf = 0;
   uint64_t dut_idle_polls = 0, dut_polls = 0, dut_malformed = 0;
@@ -51,8 +51,8 @@ struct MemifRow {
 
 // One measurement: spawns the DUT ("agg" or a testpmd forward mode: "io", "macswap"), then the
 // generator (argv0 is this binary), collects both. `testpmd` is the testpmd binary.
-MemifRow memif_measure(const std::string& argv0, const std::string& testpmd,
-                       const std::string& dut, MemifArgs a, int gen_cpu, int dut_cpu);
+MemifRow memif_measure(const std::string& argv0, const std::string& testpmd, const std::string& dut,
+                       MemifArgs a, int gen_cpu, int dut_cpu);
 
 size_t memif_frame_len(uint16_t elems);
 // testpmd's "CPU cycles/packet" (--record-core-cycles) from its log; -1 when absent.

@@ -9,14 +9,13 @@
 // (--batch datagrams).
 #include <time.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "aggregator/engine.h"
 #include "ina/protocol/types.h"
@@ -37,9 +36,9 @@ constexpr uint64_t kKey = 0x0123456789ABCDEFull;
 // negative value (reported on stderr) when not every one of the `rounds` rounds completed and
 // was answered once. `batch` > 0: a clock read every `batch` packets, as the UDP backend's
 // telemetry does per receive batch.
-double timed_run(const ina::agg::EngineOptions& eo, uint32_t world, uint32_t slots,
-                 uint32_t elems, const std::vector<std::vector<uint8_t>>& pkts, uint32_t rounds,
-                 uint32_t batch, const char* what) {
+double timed_run(const ina::agg::EngineOptions& eo, uint32_t world, uint32_t slots, uint32_t elems,
+                 const std::vector<std::vector<uint8_t>>& pkts, uint32_t rounds, uint32_t batch,
+                 const char* what) {
   using namespace ina;
   agg::Engine e(eo);
   if (!e.add_job(bench::job_config(world, slots, elems, kKey)).ok()) return -1;
@@ -74,8 +73,8 @@ double median(std::vector<double> v) {
 // SUM of each type through one engine (tag check and telemetry off), types interleaved, median
 // of the repetitions: the cost of the block codec (float types) against int32's plain adds.
 // `elems` elements per packet for 4-byte types; narrower types carry the same payload bytes.
-int per_dtype(const std::vector<std::string>& names, uint32_t world, uint32_t slots,
-              uint32_t elems, uint32_t rounds, uint32_t reps) {
+int per_dtype(const std::vector<std::string>& names, uint32_t world, uint32_t slots, uint32_t elems,
+              uint32_t rounds, uint32_t reps) {
   using namespace ina;
   struct Row {
     DType dtype;
@@ -88,13 +87,18 @@ int per_dtype(const std::vector<std::string>& names, uint32_t world, uint32_t sl
   for (const std::string& n : names) {
     const std::optional<DType> t = parse_dtype(n);
     if (!t) {
-      std::fprintf(stderr, "bench: --dtype: unknown type '%s' (expected int32, float32, float16, "
-                   "bfloat16, float8_e4m3 or float8_e5m2)\n", n.c_str());
+      std::fprintf(stderr,
+                   "bench: --dtype: unknown type '%s' (expected int32, float32, float16, "
+                   "bfloat16, float8_e4m3 or float8_e5m2)\n",
+                   n.c_str());
       return 2;
     }
     const auto e = static_cast<uint32_t>(elems * 4 / dtype_size(*t));
-    rows.push_back({*t, std::string(dtype_name(*t)), e,
-                    bench::data_stream(rounds, world, slots, e, *t, kKey), {}});
+    rows.push_back({*t,
+                    std::string(dtype_name(*t)),
+                    e,
+                    bench::data_stream(rounds, world, slots, e, *t, kKey),
+                    {}});
   }
   agg::EngineOptions eo;
   eo.check_tag = false;  // the codec's cost alone (the tag's is printed above)
@@ -167,8 +171,8 @@ int main(int argc, char** argv) {
   const double base = median(vs.front().mpps);
   for (const Variant& v : vs) {
     const double med = median(v.mpps);
-    std::printf("  %s  %7.3f Mpps  %6.1f ns/packet  (%+5.1f%% vs tag off, telemetry off)\n",
-                v.name, med, 1e3 / med, (med / base - 1) * 100);
+    std::printf("  %s  %7.3f Mpps  %6.1f ns/packet  (%+5.1f%% vs tag off, telemetry off)\n", v.name,
+                med, 1e3 / med, (med / base - 1) * 100);
   }
   const size_t dg = wire::kHeaderSize + 1024;  // a full 1 KiB block's DATA or RESULT
   const double tag_ns = bench::siphash_ns_per_datagram(dg);

@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "aggregator/engine.h"
-#include "ina/protocol/fp8.h"
 #include "ina/base/half.h"
+#include "ina/protocol/fp8.h"
 #include "ina/protocol/wire.h"
 
 namespace ina::bench {
@@ -82,8 +82,7 @@ inline wire::Header data_header(uint32_t b, uint32_t r, uint32_t slots, uint32_t
 
 // Packet b * world + r is round b of rank r.
 inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t world,
-                                                     uint32_t slots, uint32_t elems,
-                                                     uint64_t key) {
+                                                     uint32_t slots, uint32_t elems, uint64_t key) {
   std::vector<std::vector<uint8_t>> pkts;
   pkts.reserve(size_t{rounds} * world);
   const std::vector<int32_t> payload(elems, 3);

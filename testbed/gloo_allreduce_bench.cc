@@ -305,7 +305,8 @@ int main(int argc, char** argv) {
   const char* type_name = o.is_int ? "int32" : "float32";
 
   auto print_header = [&](const char* where) {
-    std::string title = std::string("ina-gloo-bench: Gloo AllReduce (ring), TCP transport on ") + where;
+    std::string title =
+        std::string("ina-gloo-bench: Gloo AllReduce (ring), TCP transport on ") + where;
     bench_print_preamble(stdout, title.c_str());
     std::printf("# ranks %d, dtype %s, op %s, iters %d, warmup %d, check %d", o.ranks, type_name,
                 o.op.c_str(), o.iters, o.warmup, o.check);
@@ -336,9 +337,8 @@ int main(int argc, char** argv) {
       wrong_total += wrong;
       all_ok = false;
     }
-    if (!o.csv.empty() &&
-        bench_csv_append(o.csv.c_str(), "gloo", o.ranks, bytes, count, type_name, o.op.c_str(),
-                         time_us, algbw, busbw, wrong) != 0)
+    if (!o.csv.empty() && bench_csv_append(o.csv.c_str(), "gloo", o.ranks, bytes, count, type_name,
+                                           o.op.c_str(), time_us, algbw, busbw, wrong) != 0)
       std::fprintf(stderr, "ina-gloo-bench: cannot append to %s: %s\n", o.csv.c_str(),
                    std::strerror(errno));
   };
@@ -366,8 +366,8 @@ int main(int argc, char** argv) {
   }
 
   const char* tmpbase = std::getenv("TMPDIR");
-  std::string tmpl_s = std::string(tmpbase != nullptr && *tmpbase ? tmpbase : "/tmp") +
-                       "/ina-gloo-bench-XXXXXX";
+  std::string tmpl_s =
+      std::string(tmpbase != nullptr && *tmpbase ? tmpbase : "/tmp") + "/ina-gloo-bench-XXXXXX";
   std::vector<char> tmpl(tmpl_s.begin(), tmpl_s.end());
   tmpl.push_back('\0');
   if (mkdtemp(tmpl.data()) == nullptr) {

@@ -58,15 +58,15 @@
 #include "bench_cli.h"
 #include "bench_common.h"
 #include "bench_ranks.h"
+#include "ina/base/half.h"
+#include "ina/base/status.h"
 #include "ina/ina.hpp"
 #include "ina/protocol/fp8.h"
-#include "ina/base/half.h"
 #include "ina/protocol/quantize.h"
-#include "ina/base/status.h"
 #include "ina/protocol/types.h"
+#include "ina_config.h"
 #include "worker/config_internal.h"
 #include "worker/host/socket.h"
-#include "ina_config.h"
 
 namespace {
 
@@ -94,13 +94,13 @@ struct Options {
   double agg_drop_percent = 0;
   unsigned agg_threads = 1;
   std::string max_bytes_per_size = "0";
-  std::string transport = "inc";  // inc | host
-  std::string algo;               // auto | ring | tree | hd (empty: INA_ALGO as set)
-  std::string coll = "allreduce"; // allreduce | alltoall
-  std::string aggregator;  // external mode
-  int aggregators = 1;     // local mode: embedded aggregators the job is sharded over
-  int rank = -1;           // external mode (default INA_RANK)
-  int local_ranks = 1;     // external mode: ranks rank .. rank + local_ranks - 1 as threads
+  std::string transport = "inc";   // inc | host
+  std::string algo;                // auto | ring | tree | hd (empty: INA_ALGO as set)
+  std::string coll = "allreduce";  // allreduce | alltoall
+  std::string aggregator;          // external mode
+  int aggregators = 1;             // local mode: embedded aggregators the job is sharded over
+  int rank = -1;                   // external mode (default INA_RANK)
+  int local_ranks = 1;             // external mode: ranks rank .. rank + local_ranks - 1 as threads
   bool workers_given = false;
   ina::Config env;  // the environment (INA_*) overlaid with the flags given
   bool verbose = false;
@@ -272,9 +272,9 @@ int64_t check_output(const DataSpec& d, int rank, const void* out, size_t count,
     }
     for (size_t j = 0; j < n; ++j) {
       double ref = sums[j];
-      double tol = ina::is_float8(d.dtype)
-                       ? float8_sum_bound(d.dtype, m, d.ranks, ref)
-                       : ina::quant::sum_error_bound(d.dtype, m, static_cast<uint32_t>(d.ranks), ref);
+      double tol = ina::is_float8(d.dtype) ? float8_sum_bound(d.dtype, m, d.ranks, ref)
+                                           : ina::quant::sum_error_bound(
+                                                 d.dtype, m, static_cast<uint32_t>(d.ranks), ref);
       double got = output_value(d.dtype, out, b0 + j);
       if (!(std::fabs(got - ref) <= tol)) {
         wrong++;
@@ -287,17 +287,20 @@ int64_t check_output(const DataSpec& d, int rank, const void* out, size_t count,
 
 // AllToAll: `out` holds, per source rank j, the `per_peer` elements j sent to `rank`: j's input
 // elements [rank * per_peer, (rank + 1) * per_peer). Exact comparison (nothing is reduced).
-int64_t check_alltoall(const DataSpec& d, int rank, const void* out, size_t per_peer, size_t bytes) {
+int64_t check_alltoall(const DataSpec& d, int rank, const void* out, size_t per_peer,
+                       size_t bytes) {
   int64_t wrong = 0;
   for (int j = 0; j < d.ranks; ++j)
     for (size_t i = 0; i < per_peer; ++i) {
       const size_t at = static_cast<size_t>(j) * per_peer + i;
       const size_t src = static_cast<size_t>(rank) * per_peer + i;
-      const double ref = d.dtype == DType::kInt32 ? bench_int_value(src, j) : input_value(d, src, j);
+      const double ref =
+          d.dtype == DType::kInt32 ? bench_int_value(src, j) : input_value(d, src, j);
       const double got = output_value(d.dtype, out, at);
       if (!(got == ref)) {
         if (++wrong <= 5)
-          std::fprintf(stderr, "# rank %d, %zu B: element %zu (from rank %d): got %.9g, expected %.9g\n",
+          std::fprintf(stderr,
+                       "# rank %d, %zu B: element %zu (from rank %d): got %.9g, expected %.9g\n",
                        rank, bytes, at, j, got, ref);
       }
     }
@@ -388,15 +391,25 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
 
 // A rank's counters as reported to the parent (BENCH_REC_STATS), in this order.
 enum StatSlot : size_t {
-  kCollectives, kSent, kReceived, kRetransmits, kDupResults, kMalformed, kNonfinite,
-  kErrorReports, kFallbacks, kHostCollectives, kElements, kSpurious,
+  kCollectives,
+  kSent,
+  kReceived,
+  kRetransmits,
+  kDupResults,
+  kMalformed,
+  kNonfinite,
+  kErrorReports,
+  kFallbacks,
+  kHostCollectives,
+  kElements,
+  kSpurious,
 };
 static_assert(kSpurious + 1 == BENCH_STATS, "one slot per counter");
 
 std::array<uint64_t, BENCH_STATS> stats_array(const ina::CommStats& s, uint64_t elements) {
-  return {s.collectives,       s.packets_sent, s.packets_received, s.retransmits,
-          s.duplicate_results, s.malformed,    s.nonfinite_blocks, s.error_reports,
-          s.fallbacks,         s.host_collectives, elements,       s.spurious_retransmits};
+  return {s.collectives,       s.packets_sent,     s.packets_received, s.retransmits,
+          s.duplicate_results, s.malformed,        s.nonfinite_blocks, s.error_reports,
+          s.fallbacks,         s.host_collectives, elements,           s.spurious_retransmits};
 }
 
 // The summary a user reads after a local in-network run (w: the ranks' counters summed;
@@ -407,14 +420,14 @@ void print_summary(const Options& o, const std::array<uint64_t, BENCH_STATS>& w,
   const std::string type(ina::dtype_name(o.dtype));
   const double elements = static_cast<double>(w[kElements]);
   const double sent = static_cast<double>(w[kSent]);
-  std::printf("# summary: %d ranks, %.4g %s elements reduced per rank; on the wire to the "
-              "aggregator %.2f B per element (the data: %zu B; the wire's words are the data's width, "
-              "plus headers), %.2f%% of packets resent, %llu fallbacks to the host path\n",
-              ranks, elements / std::max(ranks, 1), type.c_str(),
-              elements > 0 ? static_cast<double>(bytes_in) / elements : 0.0,
-              ina::dtype_size(o.dtype),
-              sent > 0 ? 100.0 * static_cast<double>(w[kRetransmits]) / sent : 0.0,
-              static_cast<unsigned long long>(w[kFallbacks]));
+  std::printf(
+      "# summary: %d ranks, %.4g %s elements reduced per rank; on the wire to the "
+      "aggregator %.2f B per element (the data: %zu B; the wire's words are the data's width, "
+      "plus headers), %.2f%% of packets resent, %llu fallbacks to the host path\n",
+      ranks, elements / std::max(ranks, 1), type.c_str(),
+      elements > 0 ? static_cast<double>(bytes_in) / elements : 0.0, ina::dtype_size(o.dtype),
+      sent > 0 ? 100.0 * static_cast<double>(w[kRetransmits]) / sent : 0.0,
+      static_cast<unsigned long long>(w[kFallbacks]));
   if (!o.verbose) return;
   std::printf(
       "# workers: collectives %llu, packets sent %llu, received %llu, retransmits %llu "
@@ -467,9 +480,9 @@ void print_row(const Options& o, int ranks, size_t bytes, double time_us, int64_
     *busbw_sum += busbw;
     (*rows)++;
   }
-  if (!o.csv.empty() && bench_csv_append(o.csv.c_str(), tool_name(o).c_str(), ranks, bytes, count, type, redop,
-                                         time_us, algbw, busbw,
-                                         static_cast<long long>(wrong)) != 0) {
+  if (!o.csv.empty() &&
+      bench_csv_append(o.csv.c_str(), tool_name(o).c_str(), ranks, bytes, count, type, redop,
+                       time_us, algbw, busbw, static_cast<long long>(wrong)) != 0) {
     std::fprintf(stderr, "ina-bench: cannot append to %s: %s\n", o.csv.c_str(),
                  std::strerror(errno));
   }
@@ -550,9 +563,8 @@ int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vect
   std::vector<pid_t> pids;
   int read_fd = -1;
   if (!bench::spawn_ranks(
-          o.workers,
-          [&](int rank, int fd) { return child_main(o, env_cfg, sizes, {}, rank, fd); }, &pids,
-          &read_fd))
+          o.workers, [&](int rank, int fd) { return child_main(o, env_cfg, sizes, {}, rank, fd); },
+          &pids, &read_fd))
     return 1;
   double busbw_sum = 0;
   int rows = 0;
@@ -720,8 +732,8 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
         "not ready %llu, malformed %llu, mismatched %llu, dropped by hook %llu\n",
         aggregators.size() > 1 ? (" " + std::to_string(i)).c_str() : "",
         static_cast<unsigned long long>(c.packets_in), static_cast<double>(c.bytes_in) / 1e6,
-        static_cast<unsigned long long>(c.replies_out), static_cast<unsigned long long>(c.completed),
-        static_cast<unsigned long long>(agg_retx),
+        static_cast<unsigned long long>(c.replies_out),
+        static_cast<unsigned long long>(c.completed), static_cast<unsigned long long>(agg_retx),
         static_cast<unsigned long long>(std::max(c.duplicates, agg_dups)),
         static_cast<unsigned long long>(c.resent_results), static_cast<unsigned long long>(c.stale),
         static_cast<unsigned long long>(c.not_ready), static_cast<unsigned long long>(c.malformed),
@@ -811,11 +823,11 @@ int run_external_rank(const Options& o, const ina::Config& cfg, const std::vecto
   const int ranks = c->size();
   if (rank == 0) {
     bench_print_preamble(stdout, tool_line(o));
-    print_config_line(o, ranks,
-                      (o.host ? "host TCP mesh, store " + cfg.store
-                              : cfg.aggregator_host + ":" + std::to_string(cfg.aggregator_port) +
-                                    " (external)") +
-                          ", job " + std::to_string(cfg.job));
+    print_config_line(
+        o, ranks,
+        (o.host ? "host TCP mesh, store " + cfg.store
+                : cfg.aggregator_host + ":" + std::to_string(cfg.aggregator_port) + " (external)") +
+            ", job " + std::to_string(cfg.job));
     bench_print_table_header(stdout);
   }
   double busbw_sum = 0;
@@ -911,7 +923,8 @@ int main(int argc, char** argv) {
   app.add_option("--coll", o.coll, "allreduce, or alltoall (size/N bytes to each peer)")
       ->check(CLI::IsMember({"allreduce", "alltoall"}))
       ->capture_default_str();
-  app.add_flag("-v,--verbose", o.verbose, "print the protocol counters (explained) and the aggregator's full counter table");
+  app.add_flag("-v,--verbose", o.verbose,
+               "print the protocol counters (explained) and the aggregator's full counter table");
   CLI11_PARSE(app, argc, argv);
   o.workers_given = workers_opt->count() > 0;
   const bool aggregators_given = aggregators_opt->count() > 0;
@@ -988,12 +1001,12 @@ int main(int argc, char** argv) {
   // with a rank given); local mode forks --workers ranks.
   const char* env_agg = std::getenv("INA_AGGREGATOR");
   const char* env_rank = std::getenv("INA_RANK");
-  const bool external =
-      !o.aggregator.empty() || (env_agg != nullptr && *env_agg != '\0') ||
-      (o.host && (o.rank >= 0 || (env_rank != nullptr && *env_rank != '\0')));
+  const bool external = !o.aggregator.empty() || (env_agg != nullptr && *env_agg != '\0') ||
+                        (o.host && (o.rank >= 0 || (env_rank != nullptr && *env_rank != '\0')));
   if (aggregators_given && (external || o.host)) {
-    std::fprintf(stderr, "ina-bench: --aggregators is for local mode through embedded aggregators "
-                         "(external mode: --aggregator h1:p1,h2:p2)\n");
+    std::fprintf(stderr,
+                 "ina-bench: --aggregators is for local mode through embedded aggregators "
+                 "(external mode: --aggregator h1:p1,h2:p2)\n");
     return 1;
   }
   std::vector<size_t> sizes(BENCH_MAX_SIZES);
@@ -1011,9 +1024,11 @@ int main(int argc, char** argv) {
     const size_t unit = ranks * ina::dtype_size(o.dtype);
     std::vector<size_t> kept;
     for (size_t b : sizes)
-      if (b / unit * unit > 0 && (kept.empty() || kept.back() != b / unit * unit)) kept.push_back(b / unit * unit);
+      if (b / unit * unit > 0 && (kept.empty() || kept.back() != b / unit * unit))
+        kept.push_back(b / unit * unit);
     if (kept.empty()) {
-      std::fprintf(stderr, "ina-bench: alltoall needs at least %zu B (one element per rank)\n", unit);
+      std::fprintf(stderr, "ina-bench: alltoall needs at least %zu B (one element per rank)\n",
+                   unit);
       return 1;
     }
     sizes = kept;

@@ -23,16 +23,16 @@
 #include <string>
 #include <vector>
 
-#include "ina/kernels/cpu_quant.h"
 #include "ina/base/half.h"
+#include "ina/kernels/cpu_quant.h"
 #include "ina/protocol/quantize.h"
 #include "ina_config.h"
 
 #if INA_HAVE_CUDA_KERNELS
 #include <cuda_runtime_api.h>
 
-#include "ina/kernels/cuda_quant.h"
 #include "ina/kernels/cuda_probe.h"
+#include "ina/kernels/cuda_quant.h"
 #endif
 
 namespace {
@@ -98,9 +98,10 @@ int run_cpu(size_t n, double seconds) {
   std::printf("# best path on this CPU: %s\n", cpu::isa_name(cpu::best_isa()));
   std::printf("%-9s %-10s %12s %12s %12s %12s %12s\n", "dtype", "path", "quantize", "quant+wire",
               "dequantize", "dequant+wire", "memcpy");
-  const std::vector<cpu::Isa> paths = cpu::best_isa() == cpu::Isa::kAvx2
-                                          ? std::vector<cpu::Isa>{cpu::Isa::kReference, cpu::Isa::kAvx2}
-                                          : std::vector<cpu::Isa>{cpu::Isa::kReference};
+  const std::vector<cpu::Isa> paths =
+      cpu::best_isa() == cpu::Isa::kAvx2
+          ? std::vector<cpu::Isa>{cpu::Isa::kReference, cpu::Isa::kAvx2}
+          : std::vector<cpu::Isa>{cpu::Isa::kReference};
   for (const DType t : kTypes) {
     const size_t elem = ina::dtype_size(t);
     const std::vector<uint8_t> in = make_input(t, n);
@@ -113,34 +114,42 @@ int run_cpu(size_t n, double seconds) {
         time_best([&] { std::memcpy(copy.data(), in.data(), n * elem); }, seconds);
     for (const cpu::Isa isa : paths) {
       if (!cpu::force_isa(isa)) continue;
-      const double t_q = time_best([&] {
-        for (size_t b = 0; b < nb; ++b) {
-          const void* src = in.data() + b * kBlock * elem;
-          const ina::quant::BlockScan s = cpu::scan_block(src, kBlock, t, ReduceOp::kSum);
-          cpu::encode(src, kBlock, t, ReduceOp::kSum, s.exp, kWorld, q.data() + b * kBlock);
-          exps[b] = s.exp;
-        }
-      }, seconds);
-      const double t_qw = time_best([&] {
-        for (size_t b = 0; b < nb; ++b) {
-          const void* src = in.data() + b * kBlock * elem;
-          const ina::quant::BlockScan s = cpu::scan_block(src, kBlock, t, ReduceOp::kSum);
-          cpu::encode_wire(src, kBlock, t, ReduceOp::kSum, s.exp, kWorld,
-                           wire.data() + b * kBlock * 4);
-        }
-      }, seconds);
-      const double t_d = time_best([&] {
-        for (size_t b = 0; b < nb; ++b) {
-          cpu::decode(q.data() + b * kBlock, kBlock, t, ReduceOp::kSum, exps[b], kWorld,
-                      out.data() + b * kBlock * elem);
-        }
-      }, seconds);
-      const double t_dw = time_best([&] {
-        for (size_t b = 0; b < nb; ++b) {
-          cpu::decode_wire(wire.data() + b * kBlock * 4, kBlock, t, ReduceOp::kSum, exps[b],
-                           kWorld, out.data() + b * kBlock * elem);
-        }
-      }, seconds);
+      const double t_q = time_best(
+          [&] {
+            for (size_t b = 0; b < nb; ++b) {
+              const void* src = in.data() + b * kBlock * elem;
+              const ina::quant::BlockScan s = cpu::scan_block(src, kBlock, t, ReduceOp::kSum);
+              cpu::encode(src, kBlock, t, ReduceOp::kSum, s.exp, kWorld, q.data() + b * kBlock);
+              exps[b] = s.exp;
+            }
+          },
+          seconds);
+      const double t_qw = time_best(
+          [&] {
+            for (size_t b = 0; b < nb; ++b) {
+              const void* src = in.data() + b * kBlock * elem;
+              const ina::quant::BlockScan s = cpu::scan_block(src, kBlock, t, ReduceOp::kSum);
+              cpu::encode_wire(src, kBlock, t, ReduceOp::kSum, s.exp, kWorld,
+                               wire.data() + b * kBlock * 4);
+            }
+          },
+          seconds);
+      const double t_d = time_best(
+          [&] {
+            for (size_t b = 0; b < nb; ++b) {
+              cpu::decode(q.data() + b * kBlock, kBlock, t, ReduceOp::kSum, exps[b], kWorld,
+                          out.data() + b * kBlock * elem);
+            }
+          },
+          seconds);
+      const double t_dw = time_best(
+          [&] {
+            for (size_t b = 0; b < nb; ++b) {
+              cpu::decode_wire(wire.data() + b * kBlock * 4, kBlock, t, ReduceOp::kSum, exps[b],
+                               kWorld, out.data() + b * kBlock * elem);
+            }
+          },
+          seconds);
       std::printf("%-9s %-10s %12.2f %12.2f %12.2f %12.2f %12.2f\n", type_name(t),
                   cpu::isa_name(isa), bytes / t_q / 1e9, bytes / t_qw / 1e9, bytes / t_d / 1e9,
                   bytes / t_dw / 1e9, bytes / t_memcpy / 1e9);
@@ -151,21 +160,21 @@ int run_cpu(size_t n, double seconds) {
 }
 
 #if INA_HAVE_CUDA_KERNELS
-#define CUDA_OK(call)                                                                     \
-  do {                                                                                    \
-    const cudaError_t e_ = (call);                                                        \
-    if (e_ != cudaSuccess) {                                                              \
-      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_));                    \
-      return 1;                                                                           \
-    }                                                                                     \
+#define CUDA_OK(call)                                                  \
+  do {                                                                 \
+    const cudaError_t e_ = (call);                                     \
+    if (e_ != cudaSuccess) {                                           \
+      std::fprintf(stderr, "%s: %s\n", #call, cudaGetErrorString(e_)); \
+      return 1;                                                        \
+    }                                                                  \
   } while (0)
-#define INA_OK(call)                                                                      \
-  do {                                                                                    \
-    const ina::Status s_ = (call);                                                        \
-    if (!s_.ok()) {                                                                       \
-      std::fprintf(stderr, "%s: %s\n", #call, s_.to_string().c_str());                    \
-      return 1;                                                                           \
-    }                                                                                     \
+#define INA_OK(call)                                                   \
+  do {                                                                 \
+    const ina::Status s_ = (call);                                     \
+    if (!s_.ok()) {                                                    \
+      std::fprintf(stderr, "%s: %s\n", #call, s_.to_string().c_str()); \
+      return 1;                                                        \
+    }                                                                  \
   } while (0)
 
 int run_cuda(size_t n, int iters) {

@@ -22,10 +22,10 @@ typedef struct {
   size_t min_b, max_b, cap_b;
   double factor;
   int iters, warmup, check;
-  int is_int;    /* 0: float32, 1: int32 */
-  int op;        /* 0 sum, 1 min, 2 max */
+  int is_int; /* 0: float32, 1: int32 */
+  int op;     /* 0 sum, 1 min, 2 max */
   const char* csv;
-  int alltoall;  /* --coll alltoall */
+  int alltoall; /* --coll alltoall */
 } options;
 
 static void usage(FILE* out) {
@@ -71,21 +71,31 @@ static int parse_options(int argc, char** argv, options* o) {
       case 'w': o->warmup = atoi(optarg); break;
       case 'c': o->check = atoi(optarg); break;
       case 'd':
-        if (strcmp(optarg, "float") == 0 || strcmp(optarg, "float32") == 0) o->is_int = 0;
-        else if (strcmp(optarg, "int32") == 0 || strcmp(optarg, "int") == 0) o->is_int = 1;
-        else return -1;
+        if (strcmp(optarg, "float") == 0 || strcmp(optarg, "float32") == 0)
+          o->is_int = 0;
+        else if (strcmp(optarg, "int32") == 0 || strcmp(optarg, "int") == 0)
+          o->is_int = 1;
+        else
+          return -1;
         break;
       case 'o':
-        if (strcmp(optarg, "sum") == 0) o->op = 0;
-        else if (strcmp(optarg, "min") == 0) o->op = 1;
-        else if (strcmp(optarg, "max") == 0) o->op = 2;
-        else return -1;
+        if (strcmp(optarg, "sum") == 0)
+          o->op = 0;
+        else if (strcmp(optarg, "min") == 0)
+          o->op = 1;
+        else if (strcmp(optarg, "max") == 0)
+          o->op = 2;
+        else
+          return -1;
         break;
       case 'C': o->csv = optarg; break;
       case 'L':
-        if (strcmp(optarg, "allreduce") == 0) o->alltoall = 0;
-        else if (strcmp(optarg, "alltoall") == 0) o->alltoall = 1;
-        else return -1;
+        if (strcmp(optarg, "allreduce") == 0)
+          o->alltoall = 0;
+        else if (strcmp(optarg, "alltoall") == 0)
+          o->alltoall = 1;
+        else
+          return -1;
         break;
       case 'h': return 1;
       default: return -1;
@@ -130,8 +140,10 @@ static long long check(const options* o, int rank, int ranks, const void* out, s
         if (v > mx) mx = v;
       }
       int32_t got = ((const int32_t*)out)[i];
-      if (o->op == 0) bad = (uint32_t)got != sum;
-      else bad = got != (o->op == 1 ? mn : mx);
+      if (o->op == 0)
+        bad = (uint32_t)got != sum;
+      else
+        bad = got != (o->op == 1 ? mn : mx);
     } else {
       double sum = 0, mn = 0, mx = 0;
       for (int r = 0; r < ranks; ++r) {
@@ -141,12 +153,13 @@ static long long check(const options* o, int rank, int ranks, const void* out, s
         if (r == 0 || v > mx) mx = v;
       }
       double got = ((const float*)out)[i];
-      if (o->op == 0) bad = !(fabs(got - sum) <= ulp_f32(fabs(sum)));
-      else bad = !(got == (o->op == 1 ? mn : mx));
+      if (o->op == 0)
+        bad = !(fabs(got - sum) <= ulp_f32(fabs(sum)));
+      else
+        bad = !(got == (o->op == 1 ? mn : mx));
     }
     if (bad) {
-      if (wrong < 5)
-        fprintf(stderr, "# rank %d: element %zu wrong\n", rank, i);
+      if (wrong < 5) fprintf(stderr, "# rank %d: element %zu wrong\n", rank, i);
       wrong++;
     }
   }
@@ -162,10 +175,13 @@ static long long check_alltoall(const options* o, int rank, int ranks, const voi
       size_t at = (size_t)j * per_peer + i;
       size_t src = (size_t)rank * per_peer + i;
       int bad;
-      if (o->is_int) bad = ((const int32_t*)out)[at] != bench_int_value(src, j);
-      else bad = ((const float*)out)[at] != (float)bench_float_value(src, j, 256, scale);
+      if (o->is_int)
+        bad = ((const int32_t*)out)[at] != bench_int_value(src, j);
+      else
+        bad = ((const float*)out)[at] != (float)bench_float_value(src, j, 256, scale);
       if (bad) {
-        if (wrong < 5) fprintf(stderr, "# rank %d: element %zu (from rank %d) wrong\n", rank, at, j);
+        if (wrong < 5)
+          fprintf(stderr, "# rank %d: element %zu (from rank %d) wrong\n", rank, at, j);
         wrong++;
       }
     }
@@ -250,17 +266,21 @@ int main(int argc, char** argv) {
     memset(recv, 0xff, bytes);
     int per_peer = (int)(count / (size_t)ranks);
     for (int i = 0; i < warmup; ++i) {
-      if (o.alltoall) MPI_Alltoall(send, per_peer, type, recv, per_peer, type, MPI_COMM_WORLD);
-      else MPI_Allreduce(send, recv, (int)count, type, op, MPI_COMM_WORLD);
+      if (o.alltoall)
+        MPI_Alltoall(send, per_peer, type, recv, per_peer, type, MPI_COMM_WORLD);
+      else
+        MPI_Allreduce(send, recv, (int)count, type, op, MPI_COMM_WORLD);
     }
     MPI_Barrier(MPI_COMM_WORLD);
     double t0 = bench_now_us();
     for (int i = 0; i < iters; ++i) {
-      if (o.alltoall) MPI_Alltoall(send, per_peer, type, recv, per_peer, type, MPI_COMM_WORLD);
-      else MPI_Allreduce(send, recv, (int)count, type, op, MPI_COMM_WORLD);
+      if (o.alltoall)
+        MPI_Alltoall(send, per_peer, type, recv, per_peer, type, MPI_COMM_WORLD);
+      else
+        MPI_Allreduce(send, recv, (int)count, type, op, MPI_COMM_WORLD);
     }
     double t = (bench_now_us() - t0) / iters;
-    long long wrong = !o.check ? 0
+    long long wrong = !o.check     ? 0
                       : o.alltoall ? check_alltoall(&o, rank, ranks, recv, (size_t)per_peer, scale)
                                    : check(&o, rank, ranks, recv, count, scale);
     double tmax = 0;

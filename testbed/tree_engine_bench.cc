@@ -7,12 +7,11 @@
 // every rank): total CPU of all aggregators, and the busiest single aggregator.
 //
 //   ina-tree-engine-bench [--elems 256] [--slots 64] [--rounds 4000] [--reps 5]
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "aggregator/engine.h"
 #include "ina/protocol/wire.h"
@@ -31,7 +30,8 @@ std::span<const uint8_t> encode_into(const agg::Reply& r, std::vector<uint8_t>& 
   const size_t n = r.packet_size();
   if (buf.size() < n) buf.resize(n);
   wire::encode_header(r.hdr, buf.data());
-  if (r.payload != nullptr) std::memcpy(buf.data() + wire::kHeaderSize, r.payload, r.payload_bytes());
+  if (r.payload != nullptr)
+    std::memcpy(buf.data() + wire::kHeaderSize, r.payload, r.payload_bytes());
   wire::seal(std::span<uint8_t>(buf.data(), n), r.key);  // as the backends seal every reply
   return {buf.data(), n};
 }
@@ -153,8 +153,8 @@ int main(int argc, char** argv) {
   };
   const double f = med(flat_ns);
   const double t = med(tree_total_ns);
-  std::printf("8 ranks, %u elements per packet, %u slots, %u rounds per run, median of %u\n",
-              elems, slots, rounds, reps);
+  std::printf("8 ranks, %u elements per packet, %u slots, %u rounds per run, median of %u\n", elems,
+              slots, rounds, reps);
   std::printf("  flat: one aggregator           %8.0f ns/round\n", f);
   std::printf("  tree: all three aggregators    %8.0f ns/round  (%+5.1f%% vs flat)\n", t,
               (t / f - 1) * 100);

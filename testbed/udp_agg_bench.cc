@@ -23,6 +23,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <CLI/CLI.hpp>
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -32,8 +33,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <CLI/CLI.hpp>
 
 #include "aggregator/udp_backend.h"
 #include "aggregator/udp_net.h"  // UDP_SEGMENT, UDP_GRO where libc lacks them
@@ -55,7 +54,7 @@ double cpu_seconds(int who) {
 
 struct Stream {
   uint32_t world = 0, blocks = 0, slots = 0, elems = 0;
-  size_t pkt = 0;                       // bytes per datagram (all equal)
+  size_t pkt = 0;                             // bytes per datagram (all equal)
   std::vector<std::vector<uint8_t>> by_rank;  // rank r's packets, block order, back to back
   std::vector<std::vector<uint8_t>> hellos;
 };
@@ -84,8 +83,8 @@ struct Run {
   bool ok = false;
   std::string error;
   double seconds = 0;
-  double agg_cpu = 0;   // aggregator CPU seconds
-  double gen_cpu = 0;   // generator CPU seconds
+  double agg_cpu = 0;  // aggregator CPU seconds
+  double gen_cpu = 0;  // generator CPU seconds
   uint64_t handed_off = 0;
   uint64_t datagrams = 0;
   unsigned threads = 0;
@@ -308,11 +307,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::printf("# ina-udp-agg-bench: world %u, %u elements per block, %u slots, %u blocks per "
-              "measurement, %u reps (median), %u CPUs\n",
-              world, elems, slots, blocks, reps, std::thread::hardware_concurrency());
-  std::printf("# %-9s %7s %12s %10s %10s %9s %9s %10s\n", "dtype", "threads", "Melem/s",
-              "blocks/s", "vs 1st", "agg cores", "gen cores", "handed off");
+  std::printf(
+      "# ina-udp-agg-bench: world %u, %u elements per block, %u slots, %u blocks per "
+      "measurement, %u reps (median), %u CPUs\n",
+      world, elems, slots, blocks, reps, std::thread::hardware_concurrency());
+  std::printf("# %-9s %7s %12s %10s %10s %9s %9s %10s\n", "dtype", "threads", "Melem/s", "blocks/s",
+              "vs 1st", "agg cores", "gen cores", "handed off");
   bool all_ok = true;
   for (const std::string& d : dtypes) {
     const Stream s = make_stream(world, blocks, slots, elems, known.at(d));

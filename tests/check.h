@@ -10,12 +10,12 @@ namespace ina::testing {
 inline int g_failures = 0;
 }  // namespace ina::testing
 
-#define CHECK(cond, ...)                                 \
-  do {                                                   \
-    if (!(cond)) {                                       \
-      std::printf("FAIL %s:%d: ", __FILE__, __LINE__);   \
-      std::printf(__VA_ARGS__);                          \
-      std::printf("\n");                                 \
-      ++::ina::testing::g_failures;                      \
-    }                                                    \
+#define CHECK(cond, ...)                               \
+  do {                                                 \
+    if (!(cond)) {                                     \
+      std::printf("FAIL %s:%d: ", __FILE__, __LINE__); \
+      std::printf(__VA_ARGS__);                        \
+      std::printf("\n");                               \
+      ++::ina::testing::g_failures;                    \
+    }                                                  \
   } while (0)

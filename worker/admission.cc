@@ -5,9 +5,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <charconv>
 
 #include "ina/base/log.h"
@@ -31,7 +31,8 @@ Result<std::string> http_get(const std::string& host, uint16_t port, const std::
   const auto deadline = host::Clock::now() + timeout;
   INA_ASSIGN_OR_RETURN(int fd, host::connect_tcp(host, port, deadline));
   const std::string what = "controller " + host + ":" + std::to_string(port);
-  const std::string req = "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
+  const std::string req =
+      "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
   Status st = host::send_all(fd, req.data(), req.size(), deadline, what);
   std::string resp;
   while (st.ok()) {
@@ -102,7 +103,8 @@ Result<Admission> parse_admission(std::string_view body) {
     if (line.empty()) continue;
     const size_t sp = line.find(' ');
     const std::string_view k = line.substr(0, sp);
-    const std::string_view v = sp == std::string_view::npos ? std::string_view{} : line.substr(sp + 1);
+    const std::string_view v =
+        sp == std::string_view::npos ? std::string_view{} : line.substr(sp + 1);
     uint64_t x = 0;
     auto bad = [&] {
       return unavailable("controller answer: bad '" + std::string(k) + "' value '" +
@@ -121,8 +123,9 @@ Result<Admission> parse_admission(std::string_view body) {
       have_key = true;
     } else if (k == "shards") {
       if (shards != 0 || !a.aggregators.empty()) {
-        return unavailable("controller answer: 'shards' must come once, before the 'aggregator' "
-                           "lines");
+        return unavailable(
+            "controller answer: 'shards' must come once, before the 'aggregator' "
+            "lines");
       }
       if (!parse_num(v, kMaxShards, &x) || x == 0) {
         return unavailable("controller answer: bad 'shards' value '" + std::string(v) +
@@ -161,7 +164,8 @@ Result<Admission> parse_admission(std::string_view body) {
   }
   if (first) return unavailable("controller answer is empty");
   if (a.admitted && !(have_job && have_key && !a.aggregators.empty() && have_slots && have_block)) {
-    return unavailable("controller answer: 'admitted' lacks one of job, key, aggregator, slots, block");
+    return unavailable(
+        "controller answer: 'admitted' lacks one of job, key, aggregator, slots, block");
   }
   if (a.admitted && shards != 0 && a.aggregators.size() != shards) {
     return unavailable("controller answer: 'shards " + std::to_string(shards) + "' but " +
@@ -179,7 +183,9 @@ std::string admission_name(const Config& cfg) {
   if (!cfg.job_name.empty()) return cfg.job_name;
   if (!cfg.store.empty()) {
     std::string n = "store-";
-    for (char c : cfg.store) n += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == ':' || c == '-') ? c : '_';
+    for (char c : cfg.store)
+      n += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == ':' || c == '-') ? c
+                                                                                             : '_';
     return n;
   }
   return {};
@@ -207,10 +213,12 @@ Status admit(Config* cfg, std::chrono::milliseconds timeout) {
   }
   if (cfg->world_size < 1 || cfg->rank < 0) return cfg->validate();
   const std::string path = "/v1/admit?name=" + name + "&world=" + std::to_string(cfg->world_size) +
-                           "&rank=" + std::to_string(cfg->rank) + "&slots=" +
-                           std::to_string(cfg->window) + "&block=" + std::to_string(cfg->block_elems);
+                           "&rank=" + std::to_string(cfg->rank) +
+                           "&slots=" + std::to_string(cfg->window) +
+                           "&block=" + std::to_string(cfg->block_elems);
   Result<std::string> body = http_get(cfg->controller_host, cfg->controller_port, path, timeout);
-  Result<Admission> a = body.ok() ? parse_admission(body.value()) : Result<Admission>(body.status());
+  Result<Admission> a =
+      body.ok() ? parse_admission(body.value()) : Result<Admission>(body.status());
   if (a.ok() && a.value().admitted) {
     apply_admission(a.value(), cfg);
     return ok_status();
@@ -223,7 +231,8 @@ Status admit(Config* cfg, std::chrono::milliseconds timeout) {
       cfg->host_only = true;
       return ok_status();
     }
-    return unavailable("admission " + why + " (no host fallback: set INA_STORE or MASTER_ADDR "
+    return unavailable("admission " + why +
+                       " (no host fallback: set INA_STORE or MASTER_ADDR "
                        "and MASTER_PORT)");
   }
   return a.status();

@@ -10,15 +10,15 @@
 #include <string_view>
 #include <vector>
 
-#include "ina/ina.hpp"
 #include "ina/base/status.h"
+#include "ina/ina.hpp"
 
 namespace ina::worker {
 
 struct Admission {
   bool admitted = false;
   JobId job = 0;
-  Key128 key;  // the job's key ("key" line: 32 hex digits)
+  Key128 key;                   // the job's key ("key" line: 32 hex digits)
   std::string aggregator_host;  // shard 0's aggregator (the only one unless sharded)
   uint16_t aggregator_port = 0;
   // Every aggregator in shard order: one, or K after a "shards K" line.

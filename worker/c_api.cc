@@ -6,8 +6,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <exception>
+#include <limits>
 #include <memory>
 #include <new>
 #include <string>
@@ -51,26 +51,18 @@ void set_message(std::string& dst, const std::string& msg) noexcept {
 ina_result_t to_result(ina::StatusCode code) {
   using ina::StatusCode;
   switch (code) {
-    case StatusCode::kOk:
-      return INA_SUCCESS;
+    case StatusCode::kOk: return INA_SUCCESS;
     case StatusCode::kInvalidArgument:
     case StatusCode::kFailedPrecondition:
     case StatusCode::kNotFound:
-    case StatusCode::kAlreadyExists:
-      return INA_INVALID_ARGUMENT;
-    case StatusCode::kDeadlineExceeded:
-      return INA_TIMEOUT;
-    case StatusCode::kUnavailable:
-      return INA_UNAVAILABLE;
+    case StatusCode::kAlreadyExists: return INA_INVALID_ARGUMENT;
+    case StatusCode::kDeadlineExceeded: return INA_TIMEOUT;
+    case StatusCode::kUnavailable: return INA_UNAVAILABLE;
     case StatusCode::kAborted:
-    case StatusCode::kDataLoss:
-      return INA_REMOTE_ERROR;
-    case StatusCode::kResourceExhausted:
-      return INA_NO_MEMORY;
-    case StatusCode::kUnimplemented:
-      return INA_NOT_SUPPORTED;
-    case StatusCode::kInternal:
-      return INA_INTERNAL_ERROR;
+    case StatusCode::kDataLoss: return INA_REMOTE_ERROR;
+    case StatusCode::kResourceExhausted: return INA_NO_MEMORY;
+    case StatusCode::kUnimplemented: return INA_NOT_SUPPORTED;
+    case StatusCode::kInternal: return INA_INTERNAL_ERROR;
   }
   return INA_INTERNAL_ERROR;
 }
@@ -159,8 +151,9 @@ ina::Result<ina::Config> merge_config(const ina_config_t* c, bool own_store) {
   }
   if (c->job != 0) cfg.job = c->job;
   if (c->job_key != nullptr && !ina::parse_key_hex(c->job_key, &cfg.job_key)) {
-    return ina::invalid_argument("config.job_key is not valid: expected 32 hexadecimal digits, "
-                                 "the job's 128-bit key (or NULL: INA_JOB_KEY or none)");
+    return ina::invalid_argument(
+        "config.job_key is not valid: expected 32 hexadecimal digits, "
+        "the job's 128-bit key (or NULL: INA_JOB_KEY or none)");
   }
   if (c->block_elems != 0) cfg.block_elems = c->block_elems;
   if (c->window != 0) cfg.window = c->window;
@@ -193,8 +186,7 @@ class CStore final : public ina::ExternalStore {
                                       std::to_string(ms) + " ms");
       }
       if (r != INA_SUCCESS) {
-        return ina::unavailable("ina_store_t.get('" + key + "') failed: " +
-                                ina_result_string(r));
+        return ina::unavailable("ina_store_t.get('" + key + "') failed: " + ina_result_string(r));
       }
       if (size <= value.size()) {
         value.resize(size);
@@ -210,8 +202,7 @@ class CStore final : public ina::ExternalStore {
   ina_store_t s_;
 };
 
-ina_result_t create_comm(const ina_config_t* config, const ina_store_t* store,
-                         ina_comm_t** comm) {
+ina_result_t create_comm(const ina_config_t* config, const ina_store_t* store, ina_comm_t** comm) {
   return guarded(t_create_error, [&]() -> ina_result_t {
     const char* fn = store != nullptr ? "ina_comm_create_with_store" : "ina_comm_create";
     if (comm == nullptr) {
@@ -322,7 +313,8 @@ ina_result_t ina_test(ina_request_t* req, int* done) {
 
 ina_result_t ina_wait(ina_request_t* req) {
   if (req == nullptr) return INA_INVALID_ARGUMENT;
-  return guarded(req->error, [&]() -> ina_result_t { return result_of(req->error, req->req->wait()); });
+  return guarded(req->error,
+                 [&]() -> ina_result_t { return result_of(req->error, req->req->wait()); });
 }
 
 const char* ina_request_error(const ina_request_t* req) {
@@ -368,8 +360,7 @@ ina_result_t ina_reduce_scatter(ina_comm_t* comm, const void* send, void* recv, 
   });
 }
 
-ina_result_t ina_broadcast(ina_comm_t* comm, void* buf, size_t count, ina_dtype_t dtype,
-                           int root) {
+ina_result_t ina_broadcast(ina_comm_t* comm, void* buf, size_t count, ina_dtype_t dtype, int root) {
   if (comm == nullptr) return INA_INVALID_ARGUMENT;
   return guarded(comm->last_error, [&]() -> ina_result_t {
     ina::DType d{};
@@ -402,9 +393,8 @@ ina_result_t ina_alltoallv(ina_comm_t* comm, const void* send, const size_t* sen
   return guarded(comm->last_error, [&]() -> ina_result_t {
     ina::DType d{};
     if (!c_dtype(comm->last_error, "ina_alltoallv", dtype, &d)) return INA_INVALID_ARGUMENT;
-    return result_of(comm->last_error,
-                     comm->comm->alltoallv(send, send_counts, send_displs, recv, recv_counts,
-                                           recv_displs, d));
+    return result_of(comm->last_error, comm->comm->alltoallv(send, send_counts, send_displs, recv,
+                                                             recv_counts, recv_displs, d));
   });
 }
 
@@ -414,22 +404,14 @@ int ina_comm_on_host_path(const ina_comm_t* comm) {
 
 const char* ina_result_string(ina_result_t result) {
   switch (result) {
-    case INA_SUCCESS:
-      return "success";
-    case INA_INVALID_ARGUMENT:
-      return "invalid argument or configuration";
-    case INA_TIMEOUT:
-      return "collective deadline exceeded";
-    case INA_UNAVAILABLE:
-      return "aggregator unavailable";
-    case INA_REMOTE_ERROR:
-      return "the aggregator reported an error";
-    case INA_NO_MEMORY:
-      return "out of memory";
-    case INA_NOT_SUPPORTED:
-      return "not supported";
-    case INA_INTERNAL_ERROR:
-      return "internal error";
+    case INA_SUCCESS: return "success";
+    case INA_INVALID_ARGUMENT: return "invalid argument or configuration";
+    case INA_TIMEOUT: return "collective deadline exceeded";
+    case INA_UNAVAILABLE: return "aggregator unavailable";
+    case INA_REMOTE_ERROR: return "the aggregator reported an error";
+    case INA_NO_MEMORY: return "out of memory";
+    case INA_NOT_SUPPORTED: return "not supported";
+    case INA_INTERNAL_ERROR: return "internal error";
   }
   return "unknown ina_result_t";
 }

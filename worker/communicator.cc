@@ -1,7 +1,8 @@
 // ina::Communicator: validates arguments at the API boundary, then runs each AllReduce on the path
 // the path policy (path_policy.h: in-network, or the host path after a failure), and the host
-// collectives on a TCP or RDMA verbs mesh (INA_HOST_TRANSPORT; host only, the fallback of a lost aggregator, and the
-// collectives no aggregator does: allgather, reduce_scatter, broadcast, barrier, alltoall(v)).
+// collectives on a TCP or RDMA verbs mesh (INA_HOST_TRANSPORT; host only, the fallback of a lost
+// aggregator, and the collectives no aggregator does: allgather, reduce_scatter, broadcast,
+// barrier, alltoall(v)).
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
@@ -13,18 +14,19 @@
 #include <thread>
 #include <vector>
 
-#include "ina/ina.hpp"
-#include "ina/protocol/fp8.h"
+#include "ina/base/features.h"
 #include "ina/base/half.h"
 #include "ina/base/log.h"
+#include "ina/ina.hpp"
 #include "ina/protocol/codec.h"
+#include "ina/protocol/fp8.h"
 #include "ina/protocol/wire.h"
+#include "ina_config.h"
 #include "worker/admission.h"
 #include "worker/communicator_impl.h"
 #include "worker/config_internal.h"
-#include "worker/transport/fault_transport.h"
-#include "worker/host/allgather.h"
 #include "worker/device/async_communicator.h"
+#include "worker/host/allgather.h"
 #include "worker/host/allreduce.h"
 #include "worker/host/alltoall.h"
 #include "worker/host/barrier.h"
@@ -35,12 +37,11 @@
 #include "worker/host/tcp_mesh.h"
 #include "worker/inc_engine.h"
 #include "worker/path_policy.h"
-#include "worker/sharded_engine.h"
-#include "ina/base/features.h"
-#include "worker/plugin/probes.h"
-#include "ina_config.h"
-#include "worker/rdma/verbs_proto.h"
 #include "worker/plugin/plugin_loader.h"
+#include "worker/plugin/probes.h"
+#include "worker/rdma/verbs_proto.h"
+#include "worker/sharded_engine.h"
+#include "worker/transport/fault_transport.h"
 #include "worker/transport/udp_transport.h"
 
 namespace ina {
@@ -160,14 +161,15 @@ class CommunicatorImpl final : public Communicator {
       : cfg_(cfg),
         store_(std::move(store)),
         mesh_(std::move(mesh)),
-        policy_(cfg,
-                transports.empty() ? nullptr
-                                   : std::make_unique<ShardedEngine>(cfg, std::move(transports)),
-                mesh_.get(),
-                [this](const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
-                  return host_allreduce(send, recv, count, dtype, op);
-                },
-                [this](size_t bytes) { return algo(bytes); }) {}
+        policy_(
+            cfg,
+            transports.empty() ? nullptr
+                               : std::make_unique<ShardedEngine>(cfg, std::move(transports)),
+            mesh_.get(),
+            [this](const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+              return host_allreduce(send, recv, count, dtype, op);
+            },
+            [this](size_t bytes) { return algo(bytes); }) {}
 
   ~CommunicatorImpl() override {
     worker::release(cfg_);  // best effort: frees the job's slots once every rank is done
@@ -216,7 +218,8 @@ class CommunicatorImpl final : public Communicator {
   Status allgather(const void* send, void* recv, size_t count, DType dtype) override {
     if (!mesh_) return no_mesh("allgather");
     INA_RETURN_IF_ERROR(check_dtype("allgather", dtype));
-    INA_RETURN_IF_ERROR(check_count("allgather", count, static_cast<size_t>(cfg_.world_size), dtype));
+    INA_RETURN_IF_ERROR(
+        check_count("allgather", count, static_cast<size_t>(cfg_.world_size), dtype));
     INA_RETURN_IF_ERROR(count_host());
     return host::allgather(*mesh_, send, recv, count, dtype);
   }
@@ -236,8 +239,8 @@ class CommunicatorImpl final : public Communicator {
       }
       widen(send, count * static_cast<size_t>(cfg_.world_size), dtype, &wide_);
       wide_out_.resize(count);
-      INA_RETURN_IF_ERROR(host::reduce_scatter(*mesh_, wide_.data(), wide_out_.data(), count,
-                                               DType::kFloat32, op));
+      INA_RETURN_IF_ERROR(
+          host::reduce_scatter(*mesh_, wide_.data(), wide_out_.data(), count, DType::kFloat32, op));
       narrow(wide_out_.data(), count, dtype, recv);
       return ok_status();
     }
@@ -268,7 +271,8 @@ class CommunicatorImpl final : public Communicator {
   Status alltoall(const void* send, void* recv, size_t count, DType dtype) override {
     if (!mesh_) return no_mesh("alltoall");
     INA_RETURN_IF_ERROR(check_dtype("alltoall", dtype));
-    INA_RETURN_IF_ERROR(check_count("alltoall", count, static_cast<size_t>(cfg_.world_size), dtype));
+    INA_RETURN_IF_ERROR(
+        check_count("alltoall", count, static_cast<size_t>(cfg_.world_size), dtype));
     INA_RETURN_IF_ERROR(count_host());
     return host::alltoall(*mesh_, send, recv, count, dtype);
   }
@@ -284,8 +288,8 @@ class CommunicatorImpl final : public Communicator {
     }
     const auto n = static_cast<size_t>(cfg_.world_size);
     INA_RETURN_IF_ERROR(count_host());
-    return host::alltoallv(*mesh_, send, {send_counts, n}, {send_displs, n}, recv,
-                           {recv_counts, n}, {recv_displs, n}, dtype);
+    return host::alltoallv(*mesh_, send, {send_counts, n}, {send_displs, n}, recv, {recv_counts, n},
+                           {recv_displs, n}, dtype);
   }
 
   bool on_host_path() const override { return policy_.on_host_path(); }
@@ -323,8 +327,7 @@ class CommunicatorImpl final : public Communicator {
               "allreduce of 8 B: %s, 1 MiB: %s, 64 MiB: %s",
               cfg_.rank, cfg_.cost_model.empty() ? "measured" : "INA_COST_MODEL",
               cost_model_.alpha_s * 1e6, cost_model_.beta_s_per_byte * 1e9,
-              cost_model_.gamma_s_per_byte * 1e9,
-              host::algorithm_name(algo(8).algorithm).data(),
+              cost_model_.gamma_s_per_byte * 1e9, host::algorithm_name(algo(8).algorithm).data(),
               host::algorithm_name(algo(1 << 20).algorithm).data(),
               host::algorithm_name(algo(64 << 20).algorithm).data());
     return ok_status();
@@ -355,8 +358,7 @@ class CommunicatorImpl final : public Communicator {
       return ok_status();
     }
     if (dtype == DType::kInt32 || cfg_.fallback == FallbackMode::kFloat) {
-      return host::allreduce(*mesh_, send, recv, count, dtype, op,
-                             algo(count * dtype_size(dtype)));
+      return host::allreduce(*mesh_, send, recv, count, dtype, op, algo(count * dtype_size(dtype)));
     }
     // Exact mode: per block, what the aggregator computes (protocol/codec.h, the one codec both
     // use), so the host path returns the in-network path's bits. The block is the job's, in
@@ -387,8 +389,8 @@ class CommunicatorImpl final : public Communicator {
       codec::keys(in, count, dtype, acc_.data());
       q_.resize(count);
       for (size_t i = 0; i < count; ++i) q_[i] = static_cast<int32_t>(acc_[i]);
-      INA_RETURN_IF_ERROR(host::allreduce(*mesh_, q_.data(), q_.data(), count, DType::kInt32, op,
-                                          algo(count * 4)));
+      INA_RETURN_IF_ERROR(
+          host::allreduce(*mesh_, q_.data(), q_.data(), count, DType::kInt32, op, algo(count * 4)));
       for (size_t i = 0; i < count; ++i) acc_[i] = q_[i];
     } else {
       for (size_t b = 0; b < nb; ++b) {
@@ -403,7 +405,8 @@ class CommunicatorImpl final : public Communicator {
         if (limbs == 1) {
           q_[i] = static_cast<int32_t>(acc_[i]);
         } else {
-          for (size_t l = 0; l < 4; ++l) q_[i * 4 + l] = static_cast<int32_t>((u >> (16 * l)) & 0xFFFF);
+          for (size_t l = 0; l < 4; ++l)
+            q_[i * 4 + l] = static_cast<int32_t>((u >> (16 * l)) & 0xFFFF);
         }
       }
       INA_RETURN_IF_ERROR(host::allreduce(*mesh_, q_.data(), q_.data(), q_.size(), DType::kInt32,
@@ -413,7 +416,8 @@ class CommunicatorImpl final : public Communicator {
           acc_[i] = q_[i];
         } else {
           uint64_t u = 0;
-          for (size_t l = 0; l < 4; ++l) u += uint64_t{static_cast<uint32_t>(q_[i * 4 + l])} << (16 * l);
+          for (size_t l = 0; l < 4; ++l)
+            u += uint64_t{static_cast<uint32_t>(q_[i * 4 + l])} << (16 * l);
           acc_[i] = static_cast<int64_t>(u);
         }
       }
@@ -441,9 +445,9 @@ class CommunicatorImpl final : public Communicator {
   PathPolicy policy_;                      // the in-network engine and the path of each AllReduce
   CommStats host_stats_;                   // collectives the communicator ran on the mesh
   mutable CommStats stats_;                // the policy's + host_stats_
-  std::vector<int32_t> meta_;                  // exact mode: per-block flags and exponents
-  std::vector<int32_t> q_;                     // exact mode: the words on the host path
-  std::vector<int64_t> acc_;                   // exact mode: fixed-point words or keys
+  std::vector<int32_t> meta_;              // exact mode: per-block flags and exponents
+  std::vector<int32_t> q_;                 // exact mode: the words on the host path
+  std::vector<int64_t> acc_;               // exact mode: fixed-point words or keys
   std::vector<float> wide_;      // float mode, reduce_scatter: 16-bit elements widened to float32
   std::vector<float> wide_out_;  // reduce_scatter of 16-bit elements: the float32 result
 };
@@ -473,9 +477,9 @@ Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
     so.connect_timeout = cfg.timeout;
     Result<std::unique_ptr<host::TcpStore>> ts = host::TcpStore::create(so);
     if (!ts.ok()) {
-      return Status(ts.status().code(), "the rendezvous store " + cfg.store +
-                                            " (INA_STORE, or MASTER_ADDR:MASTER_PORT): " +
-                                            ts.status().message());
+      return Status(ts.status().code(),
+                    "the rendezvous store " + cfg.store +
+                        " (INA_STORE, or MASTER_ADDR:MASTER_PORT): " + ts.status().message());
     }
     *store = std::move(ts).value();
     base = store->get();
@@ -488,10 +492,11 @@ Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
                                      host::to_bytes(rdma::encode_vote(mine))));
     std::vector<rdma::TransportVote> votes;
     for (int r = 0; r < cfg.world_size; ++r) {
-      INA_ASSIGN_OR_RETURN(host::Bytes b, prefixed.get("transport/" + std::to_string(r), cfg.timeout));
-      INA_ASSIGN_OR_RETURN(rdma::TransportVote v,
-                           rdma::decode_vote(host::to_string(b), "rank " + std::to_string(r) +
-                                                                     "'s host transport"));
+      INA_ASSIGN_OR_RETURN(host::Bytes b,
+                           prefixed.get("transport/" + std::to_string(r), cfg.timeout));
+      INA_ASSIGN_OR_RETURN(
+          rdma::TransportVote v,
+          rdma::decode_vote(host::to_string(b), "rank " + std::to_string(r) + "'s host transport"));
       votes.push_back(v);
     }
     INA_ASSIGN_OR_RETURN(transport, rdma::agree_host_transport(votes));
@@ -604,7 +609,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) 
     return invalid_argument(std::string("INA_TRANSPORT=") + kind + ": a job sharded over " +
                             std::to_string(aggregators.size()) +
                             " aggregators (INA_AGGREGATOR list) needs INA_TRANSPORT=udp (or auto); "
-                            "the " + kind + " transport serves one aggregator");
+                            "the " +
+                            kind + " transport serves one aggregator");
   }
   if (want_dpdk || want_xdp) {
     // The variables are checked first (bypass_endpoint.cc), then the transport's plugin is loaded

@@ -83,8 +83,9 @@ Status parse_percent(std::string_view name, std::string_view value, double* out)
 // by 5 ms more).
 Status parse_straggle(std::string_view value, double* percent, uint32_t* delay_us) {
   constexpr std::string_view kName = "INA_TEST_STRAGGLE";
-  constexpr const char* kForm = "prob_percent:delay_us, a percentage in [0, 100] and microseconds "
-                                "in [0, 4294967295], e.g. 10:5000";
+  constexpr const char* kForm =
+      "prob_percent:delay_us, a percentage in [0, 100] and microseconds "
+      "in [0, 4294967295], e.g. 10:5000";
   const size_t colon = value.find(':');
   if (colon == std::string_view::npos || colon == 0 || colon + 1 == value.size()) {
     return bad_value(kName, value, kForm);
@@ -271,16 +272,17 @@ Status parse_aggregator_list(std::string_view s, std::string_view what,
     if (end == std::string_view::npos) end = s.size();
     const std::string_view elem = s.substr(start, end - start);
     start = end + 1;
-    const std::string name = std::string(what) + " element " + std::to_string(i + 1) + " of " +
-                             std::to_string(count);
+    const std::string name =
+        std::string(what) + " element " + std::to_string(i + 1) + " of " + std::to_string(count);
     if (elem.empty()) {
       return bad_value(name, elem,
                        "host, host:port, [ipv6] or [ipv6]:port between the commas of " +
                            std::string(what) + "=" + quoted(s));
     }
     if (elem.find_first_of(" \t\r\n") != std::string_view::npos) {
-      return bad_value(name, elem, "host, host:port, [ipv6] or [ipv6]:port without spaces (the list "
-                                   "is comma-separated, no blanks around the commas)");
+      return bad_value(name, elem,
+                       "host, host:port, [ipv6] or [ipv6]:port without spaces (the list "
+                       "is comma-separated, no blanks around the commas)");
     }
     AggregatorAddress a;
     INA_RETURN_IF_ERROR(parse_host_port(elem, name, &a.host, &a.port));
@@ -333,14 +335,15 @@ Result<Config> config_from_env(bool own_store) {
   std::string_view controller;
   if (get_env("INA_CONTROLLER", &controller)) {
     INA_RETURN_IF_ERROR(worker::parse_host_port(controller, "INA_CONTROLLER",
-                                                worker::kDefaultControllerPort,
-                                                &c.controller_host, &c.controller_port));
+                                                worker::kDefaultControllerPort, &c.controller_host,
+                                                &c.controller_port));
   }
   std::string_view job_name;
   if (get_env("INA_JOB_NAME", &job_name)) {
-    const bool ok = job_name.size() <= 128 &&
-                    job_name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                               "0123456789._:-") == std::string_view::npos;
+    const bool ok =
+        job_name.size() <= 128 && job_name.find_first_not_of(
+                                      "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                      "0123456789._:-") == std::string_view::npos;
     if (!ok) return bad_value("INA_JOB_NAME", job_name, "1..128 of [A-Za-z0-9._:-]");
     c.job_name = std::string(job_name);
   }
@@ -445,8 +448,8 @@ Result<Config> config_from_env(bool own_store) {
     INA_RETURN_IF_ERROR(parse_unsigned("INA_RETRANSMIT_US", v, 1, kMaxRetransmitUs, false, &us));
     c.retransmit = std::chrono::microseconds(us);
   }
-  INA_RETURN_IF_ERROR(env_unsigned("INA_DEVICE_CHUNK_ELEMS", 1, uint64_t{1} << 32, false,
-                                   &c.device_chunk_elems));
+  INA_RETURN_IF_ERROR(
+      env_unsigned("INA_DEVICE_CHUNK_ELEMS", 1, uint64_t{1} << 32, false, &c.device_chunk_elems));
   INA_RETURN_IF_ERROR(env_unsigned("INA_DEVICE_BUFFERS", 1, 16, false, &c.device_buffers));
   INA_RETURN_IF_ERROR(env_percent("INA_TEST_DROP_PERCENT", &c.fault.drop_send_percent));
   // One knob for both directions: a lossy link loses requests and replies alike.
@@ -505,8 +508,9 @@ Status Config::validate() const {
     const AggregatorAddress& a = aggregators[i];
     const std::string field = "aggregators[" + std::to_string(i) + "]";
     if (a.host.empty()) {
-      return invalid_argument("invalid " + field + ".host \"\": must name the aggregator of shard " +
-                              std::to_string(i) + " (INA_AGGREGATOR)");
+      return invalid_argument("invalid " + field +
+                              ".host \"\": must name the aggregator of shard " + std::to_string(i) +
+                              " (INA_AGGREGATOR)");
     }
     if (a.port == 0) {
       return invalid_argument(range_error(field + ".port", "INA_AGGREGATOR", "0", "[1, 65535]"));

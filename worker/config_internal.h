@@ -6,9 +6,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ina/ina.hpp"
-
 #include "ina/base/status.h"
+#include "ina/ina.hpp"
 
 namespace ina::worker {
 

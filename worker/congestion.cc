@@ -65,10 +65,10 @@
 namespace ina::worker {
 namespace {
 
-constexpr double kBeta = 0.8;           // Swift's multiplicative decrease gain
-constexpr double kMaxDecrease = 0.5;    // at most halve per interval
-constexpr double kRateGain = 0.25;      // smoothing of the delivery rate over intervals
-constexpr int kIdleIntervals = 4;       // an interval longer than this many SRTTs spans idle time
+constexpr double kBeta = 0.8;         // Swift's multiplicative decrease gain
+constexpr double kMaxDecrease = 0.5;  // at most halve per interval
+constexpr double kRateGain = 0.25;    // smoothing of the delivery rate over intervals
+constexpr int kIdleIntervals = 4;     // an interval longer than this many SRTTs spans idle time
 
 double seconds(CongestionControl::Duration d) { return std::chrono::duration<double>(d).count(); }
 

@@ -37,7 +37,7 @@ class CongestionControl {
     uint32_t max_window = 128;  // rounds in flight at most (the job's slots)
     uint32_t initial_window = 16;
     uint32_t min_window = 2;
-    Duration rto_floor = std::chrono::microseconds(2000);    // Config::retransmit
+    Duration rto_floor = std::chrono::microseconds(2000);  // Config::retransmit
     Duration rto_ceiling = std::chrono::microseconds(128000);
     // The standing queue a rank may keep at the bottleneck: max(target_queue, base RTT x
     // target_queue_factor).
@@ -89,8 +89,8 @@ class CongestionControl {
   Duration interval_min_ = Duration::max();
   uint32_t interval_results_ = 0;
   uint32_t interval_max_inflight_ = 0;
-  Duration standing_{};         // the last interval's minimum RTT less the base RTT
-  double delivery_rate_ = 0;    // results per second, smoothed over intervals
+  Duration standing_{};       // the last interval's minimum RTT less the base RTT
+  double delivery_rate_ = 0;  // results per second, smoothed over intervals
   TimePoint last_decrease_{};
 };
 

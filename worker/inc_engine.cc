@@ -200,8 +200,9 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
         const auto max_bytes = static_cast<uint32_t>(pv.word(1));
         const size_t transport_bytes = transport_->max_datagram() - wire::kHeaderSize;
         // A multiple of 4 bytes, so that every element width divides it.
-        payload_bytes_ = std::min({cfg_.block_elems * 4, max_bytes,
-                                   static_cast<uint32_t>(std::min<size_t>(transport_bytes, 0xFFFF))});
+        payload_bytes_ =
+            std::min({cfg_.block_elems * 4, max_bytes,
+                      static_cast<uint32_t>(std::min<size_t>(transport_bytes, 0xFFFF))});
         payload_bytes_ &= ~uint32_t{3};
         if (payload_bytes_ == 0) {
           ++stats_.malformed;
@@ -268,8 +269,8 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
   return unavailable(who + ": no answer from aggregator " + transport_->peer_name() + " within " +
                      limit + " (is it running and serving job " + std::to_string(cfg_.job) +
                      " with this key? it drops, unanswered, every packet whose tag its job key "
-                     "does not give: INA_JOB_KEY must be the job's)" + forged +
-                     refused_note(refusals0));
+                     "does not give: INA_JOB_KEY must be the job's)" +
+                     forged + refused_note(refusals0));
 }
 
 void IncEngine::lower_payload_bytes(uint32_t bytes) {
@@ -625,8 +626,7 @@ Status IncEngine::on_error(const wire::PacketView& pv) {
       }
       break;
     case wire::ErrorReason::kWorldSizeMismatch:
-    default:
-      break;  // not about a collective; joining handles it
+    default: break;  // not about a collective; joining handles it
   }
   return ok_status();
 }
@@ -655,15 +655,14 @@ std::string IncEngine::tree_note_text(const MissingReport& r) const {
   // the tag, flags, the number of leaves the missing ranks are behind, the first few of them.
   const std::vector<uint32_t>& b = r.bitmap;
   const size_t words = (size_t{world_} + 31) / 32;
-  if (!r.valid || r.reason != wire::ErrorReason::kMissingRanks ||
-      b.size() < words + 3 || b[words] != wire::kTreeNoteTag) {
+  if (!r.valid || r.reason != wire::ErrorReason::kMissingRanks || b.size() < words + 3 ||
+      b[words] != wire::kTreeNoteTag) {
     return {};
   }
   const bool by_rule = (b[words + 1] & wire::kTreeNoteByRule) != 0;
   const uint32_t leaves = b[words + 2];
   if (leaves == 0) return {};
-  const size_t listed =
-      std::min<size_t>({b.size() - words - 3, leaves, wire::kTreeNoteMaxLeaves});
+  const size_t listed = std::min<size_t>({b.size() - words - 3, leaves, wire::kTreeNoteMaxLeaves});
   std::string s = leaves == 1 ? " (behind tree leaf " : " (behind tree leaves ";
   for (size_t i = 0; i < listed; ++i) {
     if (i != 0) s += ", ";
@@ -717,8 +716,8 @@ std::string IncEngine::mismatch_text(const wire::PacketView& pv) const {
   const std::string b = "ranks " + missing_ranks_text(first) + ": " +
                         shape(static_cast<uint32_t>(pv.word(4)), static_cast<uint32_t>(pv.word(5)));
   const bool rank0_other = (other[0] & 1u) != 0;
-  return "collective " + std::to_string(coll_.coll) +
-         ": ranks disagree on count/dtype/op (" + (rank0_other ? b + "; " + a : a + "; " + b) +
+  return "collective " + std::to_string(coll_.coll) + ": ranks disagree on count/dtype/op (" +
+         (rank0_other ? b + "; " + a : a + "; " + b) +
          "): every rank must call allreduce with the same arguments; the communicator stays "
          "usable for the next collective";
 }
@@ -774,7 +773,8 @@ Status IncEngine::gone_status(Clock::duration silent) const {
   const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
   return unavailable(describe_collective() + ": aggregator " + transport_->peer_name() +
                      " is gone: it refused our datagrams (ICMP port unreachable: nothing listens "
-                     "at its port) and sent nothing for " + std::to_string(ms) + " ms");
+                     "at its port) and sent nothing for " +
+                     std::to_string(ms) + " ms");
 }
 
 Status IncEngine::deadline_status(std::chrono::milliseconds limit) const {

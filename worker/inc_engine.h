@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "ina/ina.hpp"
 #include "ina/base/status.h"
+#include "ina/ina.hpp"
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
 #include "worker/congestion.h"
@@ -81,7 +81,7 @@ class IncEngine {
     return payload_bytes_ / static_cast<uint32_t>(dtype_size(t));
   }
   uint32_t block_elems() const { return payload_bytes_ / 4; }  // 4-byte elements
-  uint32_t window() const { return window_; }            // adopted at join
+  uint32_t window() const { return window_; }                  // adopted at join
   const CommStats& stats() const { return stats_; }
   Transport& transport() { return *transport_; }
 
@@ -94,15 +94,15 @@ class IncEngine {
     uint32_t pkt_len = 0;
     uint64_t block = 0;  // block of the outstanding round
     BlockSeq seq = 0;
-    uint32_t rounds = 0;           // rounds sent on this slot in this collective
-    uint32_t results = 0;          // block results received on this slot in this collective
-    uint64_t next_block = 0;       // waiting for the window (ready_): the block
-    uint32_t first_use = 0;        // the slot's use counter u[s] when the collective began
-    uint16_t count = 0;            // payload elements of the outstanding round
+    uint32_t rounds = 0;      // rounds sent on this slot in this collective
+    uint32_t results = 0;     // block results received on this slot in this collective
+    uint64_t next_block = 0;  // waiting for the window (ready_): the block
+    uint32_t first_use = 0;   // the slot's use counter u[s] when the collective began
+    uint16_t count = 0;       // payload elements of the outstanding round
     bool shadow = false;
-    bool resealed = false;  // the tag covers the packet as it is now (wire::seal)
-    bool active = false;    // a round is outstanding
-    bool queued = false;    // its packet is in the pending send batch
+    bool resealed = false;       // the tag covers the packet as it is now (wire::seal)
+    bool active = false;         // a round is outstanding
+    bool queued = false;         // its packet is in the pending send batch
     bool retransmitted = false;  // the outstanding round was resent (no RTT sample: Karn)
     Clock::time_point sent_at;   // first transmission of the outstanding round
     Clock::time_point due;       // when to retransmit
@@ -117,11 +117,11 @@ class IncEngine {
     DType dtype = DType::kInt32;
     ReduceOp op = ReduceOp::kSum;
     size_t elem_size = 4;
-    uint32_t block_elems = 0; // K = payload bytes / elem_size
-    uint64_t blocks = 0;      // n = ceil(count / K)
-    uint32_t width = 0;       // W' = min(W, n)
-    BlockSeq base_seq = 0;    // seq of block 0
-    uint32_t coll = 0;        // collective id (the header's coll)
+    uint32_t block_elems = 0;  // K = payload bytes / elem_size
+    uint64_t blocks = 0;       // n = ceil(count / K)
+    uint32_t width = 0;        // W' = min(W, n)
+    BlockSeq base_seq = 0;     // seq of block 0
+    uint32_t coll = 0;         // collective id (the header's coll)
     uint64_t rounds_total = 0;
     uint64_t rounds_left = 0;
   };
@@ -180,15 +180,15 @@ class IncEngine {
   uint32_t payload_bytes_ = 0;
   uint32_t window_ = 0;
   uint32_t world_ = 0;
-  BlockSeq next_seq_ = 1;      // running block sequence of this communicator
-  uint32_t next_coll_ = 1;     // collective id of the next allreduce (every rank counts alike)
+  BlockSeq next_seq_ = 1;   // running block sequence of this communicator
+  uint32_t next_coll_ = 1;  // collective id of the next allreduce (every rank counts alike)
   // Adaptive retransmission timeout: a round's "RTT" is send-to-result, which includes waiting
   // for the slowest rank and the queue of the rest of the window, so it varies with load; a fixed
   // timeout below it resends every block (and adds to the load). Kept across collectives.
   // The window and the timeout of a new round (congestion.h), kept across collectives, reset at
   // join.
   CongestionControl cc_;
-  uint32_t inflight_ = 0;           // rounds outstanding
+  uint32_t inflight_ = 0;  // rounds outstanding
   // Slots whose next block waits for the window: a min-heap on the block (launch_ready).
   std::vector<uint32_t> ready_;
   struct ReadyLater {
@@ -198,7 +198,7 @@ class IncEngine {
     }
   };
   uint64_t straggle_state_ = 0;  // draws of the intermittent-straggler test hook
-  std::vector<uint32_t> use_;  // u[s]: rounds ever sent on slot s (shadow = u & 1)
+  std::vector<uint32_t> use_;    // u[s]: rounds ever sent on slot s (shadow = u & 1)
 
   // Per-collective state, allocated at join / first use and reused.
   std::vector<Slot> slots_;
@@ -210,8 +210,8 @@ class IncEngine {
   Collective coll_;
   MissingReport missing_;                    // the latest report, of any block
   std::vector<MissingReport> slot_missing_;  // per slot: its latest report (seq tells the round)
-  Clock::time_point next_due_;  // earliest retransmission time over active slots
-  bool heard_ = false;          // any valid packet of this job in this collective
+  Clock::time_point next_due_;               // earliest retransmission time over active slots
+  bool heard_ = false;                       // any valid packet of this job in this collective
   uint64_t refusals_at_start_ = 0;
 };
 

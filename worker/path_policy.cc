@@ -62,8 +62,8 @@
 #include "worker/admission.h"
 #include "worker/communicator_impl.h"
 #include "worker/config_internal.h"
-#include "worker/transport/fault_transport.h"
 #include "worker/host/broadcast.h"
+#include "worker/transport/fault_transport.h"
 
 namespace ina::worker {
 namespace {
@@ -133,8 +133,7 @@ CommStats PathPolicy::stats(const CommStats& host) const {
   return s;
 }
 
-Status PathPolicy::allreduce(const void* send, void* recv, size_t count, DType dtype,
-                             ReduceOp op) {
+Status PathPolicy::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
   if (host_path_) {
     INA_RETURN_IF_ERROR(maybe_probe());
     if (host_path_) {
@@ -180,8 +179,9 @@ Status PathPolicy::in_network(const void* send, void* recv, size_t count, DType 
     INA_RETURN_IF_ERROR(recover(kept));
     for (uint8_t h : mine.has_result) {
       if (h != 0 && send == recv) {
-        return internal_error("allreduce: a block of the collective after the failed one completed "
-                              "in-network in place; its input is lost");
+        return internal_error(
+            "allreduce: a block of the collective after the failed one completed "
+            "in-network in place; its input is lost");
       }
     }
     // As every other rank runs it: an AllReduce on the host path (its probe decision first).
@@ -197,8 +197,9 @@ Status PathPolicy::before_host_collective() {
     View kept = kept_view();
     INA_RETURN_IF_ERROR(recover(kept));
   } else if (a == Agreed::kRecoverMine) {
-    return internal_error("a host collective met ranks in a failed in-network allreduce at the "
-                          "same point: ranks called different collectives");
+    return internal_error(
+        "a host collective met ranks in a failed in-network allreduce at the "
+        "same point: ranks called different collectives");
   }
   return ok_status();
 }
@@ -218,7 +219,8 @@ void PathPolicy::keep_tail(const void* recv, size_t count, DType dtype, ReduceOp
   const auto* out = static_cast<const uint8_t*>(recv);
   size_t at = 0;
   for (const BlockRange& r : kept_.tail) {
-    const size_t n = (std::min(count, elem_offset(r.end, dtype)) - elem_offset(r.first, dtype)) * es;
+    const size_t n =
+        (std::min(count, elem_offset(r.end, dtype)) - elem_offset(r.first, dtype)) * es;
     std::memcpy(kept_.bytes.data() + at, out + elem_offset(r.first, dtype) * es, n);
     at += n;
   }
@@ -240,7 +242,9 @@ PathPolicy::View PathPolicy::failed_view(const void* send, void* recv, size_t co
   }
   const size_t es = dtype_size(dtype);
   uint8_t* out = v.output;
-  v.result = [this, out, es, dtype](uint64_t b) -> const uint8_t* { return out + elem_offset(b, dtype) * es; };
+  v.result = [this, out, es, dtype](uint64_t b) -> const uint8_t* {
+    return out + elem_offset(b, dtype) * es;
+  };
   return v;
 }
 
@@ -259,7 +263,9 @@ PathPolicy::View PathPolicy::kept_view() {
     for (uint64_t b = r.first; b < r.end; ++b) {
       v.has_result[b] = 1;
       at[b] = pos;
-      pos += (std::min(kept_.count, elem_offset(b + 1, kept_.dtype)) - elem_offset(b, kept_.dtype)) * es;
+      pos +=
+          (std::min(kept_.count, elem_offset(b + 1, kept_.dtype)) - elem_offset(b, kept_.dtype)) *
+          es;
     }
   }
   v.result = [this, at = std::move(at)](uint64_t b) -> const uint8_t* {
@@ -280,8 +286,10 @@ Result<PathPolicy::Agreed> PathPolicy::agree(int32_t flag, const Status& mine) {
     // that stopped contributing (a dead rank), the mesh then only the first connection it found
     // closed, which may be a live rank that gave up before.
     if (flag != 0) {
-      return Status(mine.code(), mine.message() + "; not redone on the host path: agreeing with "
-                                 "the other ranks failed: " + s.message());
+      return Status(mine.code(), mine.message() +
+                                     "; not redone on the host path: agreeing with "
+                                     "the other ranks failed: " +
+                                     s.message());
     }
     return Status(s.code(), "agreeing on the path after in-network allreduces: " + s.message());
   }

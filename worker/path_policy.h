@@ -11,12 +11,12 @@
 #include <memory>
 #include <vector>
 
-#include "ina/ina.hpp"
 #include "ina/base/status.h"
+#include "ina/ina.hpp"
 #include "worker/host/allreduce.h"
 #include "worker/host/context.h"
-#include "worker/sharded_engine.h"
 #include "worker/shard_split.h"
+#include "worker/sharded_engine.h"
 
 namespace ina::worker {
 
@@ -104,8 +104,8 @@ class PathPolicy {
   host::Context* mesh_;
   HostAllreduce host_allreduce_;
   Algorithm algorithm_;
-  Config engine_cfg_;   // the engine's placement (follow_replacement)
-  CommStats retired_;   // counters of engines replaced since
+  Config engine_cfg_;  // the engine's placement (follow_replacement)
+  CommStats retired_;  // counters of engines replaced since
   uint32_t block_elems_;
   bool host_path_ = false;
   // In-network AllReduces that completed at this rank (count 0 excepted), mod 3 in agreements:

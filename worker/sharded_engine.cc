@@ -23,7 +23,8 @@ ShardedEngine::ShardedEngine(const Config& cfg, std::vector<std::unique_ptr<Tran
     engines_.push_back(std::make_unique<IncEngine>(cfg, std::move(t)));
   }
   payload_bytes_ = cfg.block_elems * 4;
-  for (size_t k = 1; k < engines_.size(); ++k) threads_.emplace_back([this, k] { shard_thread(k); });
+  for (size_t k = 1; k < engines_.size(); ++k)
+    threads_.emplace_back([this, k] { shard_thread(k); });
 }
 
 ShardedEngine::~ShardedEngine() {
@@ -74,8 +75,8 @@ void ShardedEngine::run_all(const std::function<Status(size_t)>& task) {
 }
 
 std::string ShardedEngine::shard_name(size_t k) const {
-  return "shard " + std::to_string(k) + " of " + std::to_string(engines_.size()) +
-         " (aggregator " + peers_[k] + ")";
+  return "shard " + std::to_string(k) + " of " + std::to_string(engines_.size()) + " (aggregator " +
+         peers_[k] + ")";
 }
 
 Status ShardedEngine::combined(const char* what) const {
@@ -85,8 +86,7 @@ Status ShardedEngine::combined(const char* what) const {
   for (size_t k = 0; k < engines_.size(); ++k) {
     if (results_[k].ok()) continue;
     ++failed;
-    if (worst == engines_.size() ||
-        (fallbackable(results_[worst]) && !fallbackable(results_[k]))) {
+    if (worst == engines_.size() || (fallbackable(results_[worst]) && !fallbackable(results_[k]))) {
       worst = k;
     }
   }
@@ -114,7 +114,8 @@ Status ShardedEngine::allreduce(const void* send, void* recv, size_t count, DTyp
     return last_single_;
   }
   for (const auto& e : engines_) {
-    if (!e->joined()) return failed_precondition("allreduce before the communicator joined its job");
+    if (!e->joined())
+      return failed_precondition("allreduce before the communicator joined its job");
   }
   ++collectives_;
   const size_t es = dtype_size(dtype);

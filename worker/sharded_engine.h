@@ -16,8 +16,8 @@
 #include <thread>
 #include <vector>
 
-#include "ina/ina.hpp"
 #include "ina/base/status.h"
+#include "ina/ina.hpp"
 #include "worker/inc_engine.h"
 #include "worker/shard_split.h"
 #include "worker/transport/transport.h"

@@ -25,9 +25,10 @@
 // queue to drain first, so INA sees every rank's calls in the same order.
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
+#include "integrations/mpi/ina_mpi.h"
 
 #include <arpa/inet.h>
+#include <mpi.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -44,7 +45,6 @@
 #include <thread>
 
 #include "ina/ina.hpp"
-#include "integrations/mpi/ina_mpi.h"
 
 static_assert(sizeof(int) == 4, "MPI_INT is mapped to int32");
 static_assert(sizeof(float) == 4, "MPI_FLOAT is mapped to float32");
@@ -76,7 +76,9 @@ class Interposer {
   std::atomic<uint64_t> passed{0};
   std::atomic<uint64_t> errors{0};
 
-  void start_worker() { worker_ = std::thread([this] { run(); }); }
+  void start_worker() {
+    worker_ = std::thread([this] { run(); });
+  }
 
   // Runs one collective on the caller's thread, after everything queued before it.
   ina::Status run_blocking(const void* send, void* recv, size_t count, ina::DType dtype,
@@ -356,8 +358,8 @@ __attribute__((visibility("default"))) int MPI_Init(int* argc, char*** argv) {
   return rc;
 }
 
-__attribute__((visibility("default"))) int MPI_Init_thread(int* argc, char*** argv,
-                                                           int required, int* provided) {
+__attribute__((visibility("default"))) int MPI_Init_thread(int* argc, char*** argv, int required,
+                                                           int* provided) {
   const int rc = PMPI_Init_thread(argc, argv, required, provided);
   if (rc == MPI_SUCCESS) bootstrap();
   return rc;
@@ -415,8 +417,8 @@ __attribute__((visibility("default"))) int MPI_Iallreduce(const void* sendbuf, v
   p->count = static_cast<size_t>(count);
   p->dtype = dtype;
   p->op = rop;
-  const int rc = PMPI_Grequest_start(grequest_query, grequest_free, grequest_cancel, p,
-                                     &p->request);
+  const int rc =
+      PMPI_Grequest_start(grequest_query, grequest_free, grequest_cancel, p, &p->request);
   if (rc != MPI_SUCCESS) {  // passing through here would desynchronize the ranks' INA streams
     delete p;
     in->errors.fetch_add(1, std::memory_order_relaxed);

@@ -14,11 +14,11 @@ extern "C" {
 #endif
 
 typedef struct {
-  int32_t active;               /* 1 when INA serves supported calls in MPI_COMM_WORLD */
-  uint64_t served_blocking;     /* MPI_Allreduce calls INA completed */
-  uint64_t served_nonblocking;  /* MPI_Iallreduce calls INA completed or has queued */
-  uint64_t passed_through;      /* MPI_Allreduce / MPI_Iallreduce calls handed to PMPI */
-  uint64_t errors;              /* INA collectives that failed (reported as MPI_ERR_OTHER) */
+  int32_t active;              /* 1 when INA serves supported calls in MPI_COMM_WORLD */
+  uint64_t served_blocking;    /* MPI_Allreduce calls INA completed */
+  uint64_t served_nonblocking; /* MPI_Iallreduce calls INA completed or has queued */
+  uint64_t passed_through;     /* MPI_Allreduce / MPI_Iallreduce calls handed to PMPI */
+  uint64_t errors;             /* INA collectives that failed (reported as MPI_ERR_OTHER) */
 } ina_mpi_stats_t;
 
 /* This process's counters (valid from MPI_Init until the process exits). */

@@ -93,17 +93,17 @@ typedef void (*ncclDebugLogger_t)(ncclDebugLogLevel level, unsigned long flags, 
 typedef enum { NCCL_NET_DEVICE_HOST = 0, NCCL_NET_DEVICE_UNPACK = 1 } ncclNetDeviceType;
 
 typedef struct {
-  char* name;                       /* for logs */
-  char* pciPath;                    /* the device's PCI path in /sys */
-  uint64_t guid;                    /* identifies the NIC chip */
-  int ptrSupport;                   /* NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF */
-  int regIsGlobal;                  /* regMr not tied to a comm */
-  int speed;                        /* Mbps */
+  char* name;      /* for logs */
+  char* pciPath;   /* the device's PCI path in /sys */
+  uint64_t guid;   /* identifies the NIC chip */
+  int ptrSupport;  /* NCCL_PTR_HOST | NCCL_PTR_CUDA | NCCL_PTR_DMABUF */
+  int regIsGlobal; /* regMr not tied to a comm */
+  int speed;       /* Mbps */
   int port;
-  float latency;                    /* us */
+  float latency; /* us */
   int maxComms;
   int maxRecvs;
-  ncclNetDeviceType netDeviceType;  /* offload type: host */
+  ncclNetDeviceType netDeviceType; /* offload type: host */
   int netDeviceVersion;
 } ncclNetProperties_v8_t;
 
@@ -122,8 +122,7 @@ typedef struct {
   /* Fills a handle (up to NCCL_NET_HANDLE_MAXSIZE bytes) that NCCL exchanges between ranks. */
   ncclResult_t (*listen)(int dev, void* handle, void** listenComm);
   /* Creates the group from every rank's handle; rank is the caller's rank in it. */
-  ncclResult_t (*connect)(void* handles[], int nranks, int rank, void* listenComm,
-                          void** collComm);
+  ncclResult_t (*connect)(void* handles[], int nranks, int rank, void* listenComm, void** collComm);
   /* *supported = 1 when the reduction of dataType with redOp is offloaded. */
   ncclResult_t (*reduceSupport)(ncclDataType_t dataType, ncclRedOp_t redOp, int* supported);
   ncclResult_t (*regMr)(void* collComm, void* data, size_t size, int type, void** mhandle);
@@ -163,8 +162,7 @@ typedef struct {
   ncclResult_t (*connect)(int dev, void* handle, void** sendComm,
                           ncclNetDeviceHandle_v8_t** sendDevComm);
   /* Must not block: may return *recvComm == NULL, to be called again. */
-  ncclResult_t (*accept)(void* listenComm, void** recvComm,
-                         ncclNetDeviceHandle_v8_t** recvDevComm);
+  ncclResult_t (*accept)(void* listenComm, void** recvComm, ncclNetDeviceHandle_v8_t** recvDevComm);
   ncclResult_t (*regMr)(void* comm, void* data, size_t size, int type, void** mhandle);
   ncclResult_t (*regMrDmaBuf)(void* comm, void* data, size_t size, int type, uint64_t offset,
                               int fd, void** mhandle);
@@ -172,8 +170,8 @@ typedef struct {
   ncclResult_t (*isend)(void* sendComm, void* data, int size, int tag, void* mhandle,
                         void** request);
   /* n grouped receives (at most maxRecvs); sizes are the buffers' capacities. */
-  ncclResult_t (*irecv)(void* recvComm, int n, void** data, int* sizes, int* tags,
-                        void** mhandles, void** request);
+  ncclResult_t (*irecv)(void* recvComm, int n, void** data, int* sizes, int* tags, void** mhandles,
+                        void** request);
   ncclResult_t (*iflush)(void* recvComm, int n, void** data, int* sizes, void** mhandles,
                          void** request);
   /* *done = 1 once complete (the request is then freed); sizes: bytes of each receive. */

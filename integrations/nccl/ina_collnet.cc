@@ -45,7 +45,6 @@ namespace {
 
 using ina::nccl::Segment;
 
-
 constexpr uint32_t kHandleMagic = 0x494e4131;  // "INA1"
 
 // What listen() writes into NCCL's handle.
@@ -148,7 +147,8 @@ bool in_region(const void* mhandle, const void* p, size_t bytes) {
   if (mhandle == nullptr || bytes == 0) return true;
   const auto* mr = static_cast<const MemoryRegion*>(mhandle);
   const char* c = static_cast<const char*>(p);
-  return c >= mr->data && bytes <= mr->size && c - mr->data <= static_cast<ptrdiff_t>(mr->size - bytes);
+  return c >= mr->data && bytes <= mr->size &&
+         c - mr->data <= static_cast<ptrdiff_t>(mr->size - bytes);
 }
 
 // Broadcasts `bytes` bytes from root's `data` into every rank's `data` (INA's host broadcast
@@ -272,8 +272,10 @@ ncclResult_t ina_reg_mr(void* coll_comm, void* data, size_t size, int type, void
   *mhandle = nullptr;
   if (coll_comm == nullptr) return ncclInvalidArgument;
   if (type != NCCL_PTR_HOST) {
-    INA_NCCL_WARN("ina: regMr: memory type %d is not supported (host memory only: "
-                  "ptrSupport is NCCL_PTR_HOST)", type);
+    INA_NCCL_WARN(
+        "ina: regMr: memory type %d is not supported (host memory only: "
+        "ptrSupport is NCCL_PTR_HOST)",
+        type);
     return ncclInvalidUsage;
   }
   *mhandle = new MemoryRegion{static_cast<const char*>(data), size};
@@ -300,8 +302,10 @@ ncclResult_t ina_iallreduce(void* coll_comm, void* send, void* recv, int count,
   ina::ReduceOp o;
   if (cc == nullptr || count < 0 || !ina::nccl::map_dtype(dtype, &d) ||
       !ina::nccl::map_op(op, &o)) {
-    INA_NCCL_WARN("ina: iallreduce: datatype %d with op %d is not supported (reduceSupport says "
-                  "which are)", static_cast<int>(dtype), static_cast<int>(op));
+    INA_NCCL_WARN(
+        "ina: iallreduce: datatype %d with op %d is not supported (reduceSupport says "
+        "which are)",
+        static_cast<int>(dtype), static_cast<int>(op));
     return ncclInvalidArgument;
   }
   const size_t bytes = static_cast<size_t>(count) * ina::dtype_size(d);
@@ -378,17 +382,18 @@ ncclResult_t ina_ireducescatter(void* coll_comm, int n_send_parts, ncclNetSGE_v8
   if (n_send_parts < 0 || bytes_per_rank % esize != 0 || window_offset % esize != 0 ||
       window_bytes % esize != 0 || window_bytes > static_cast<size_t>(INT32_MAX) ||
       !ina::nccl::split_window(bytes_per_rank, window_offset, window_bytes, cc->nranks(), &segs)) {
-    INA_NCCL_WARN("ina: ireducescatter: window [%zu, +%zu) of %d slices of %zu bytes is not "
-                  "whole %zu-byte elements inside the buffer",
-                  window_offset, window_bytes, cc->nranks(), bytes_per_rank, esize);
+    INA_NCCL_WARN(
+        "ina: ireducescatter: window [%zu, +%zu) of %d slices of %zu bytes is not "
+        "whole %zu-byte elements inside the buffer",
+        window_offset, window_bytes, cc->nranks(), bytes_per_rank, esize);
     return ncclInvalidArgument;
   }
   std::vector<ncclNetSGE_v8_t> parts(send_parts, send_parts + n_send_parts);
   size_t part_bytes = 0;
   for (const auto& p : parts) part_bytes += p.size;
   if (part_bytes < window_bytes) {
-    INA_NCCL_WARN("ina: ireducescatter: %zu bytes of send parts for a %zu-byte window",
-                  part_bytes, window_bytes);
+    INA_NCCL_WARN("ina: ireducescatter: %zu bytes of send parts for a %zu-byte window", part_bytes,
+                  window_bytes);
     return ncclInvalidArgument;
   }
   for (const Segment& s : segs) {
@@ -397,22 +402,22 @@ ncclResult_t ina_ireducescatter(void* coll_comm, int n_send_parts, ncclNetSGE_v8
       return ncclInvalidArgument;
     }
   }
-  *request = cc->post(static_cast<int>(window_bytes),
-                      [cc, parts, recv, segs, window_bytes, esize, d, o] {
-    std::vector<char> window(window_bytes);
-    size_t pos = 0;
-    for (const auto& p : parts) {
-      const size_t n = std::min<size_t>(p.size, window_bytes - pos);
-      if (n > 0) std::memcpy(window.data() + pos, p.address, n);
-      pos += n;
-    }
-    INA_RETURN_IF_ERROR(
-        cc->comm().allreduce(window.data(), window.data(), window_bytes / esize, d, o));
-    for (const Segment& s : segs) {
-      if (s.owner == cc->rank()) std::memcpy(recv, window.data() + s.window_pos, s.bytes);
-    }
-    return ina::ok_status();
-  });
+  *request =
+      cc->post(static_cast<int>(window_bytes), [cc, parts, recv, segs, window_bytes, esize, d, o] {
+        std::vector<char> window(window_bytes);
+        size_t pos = 0;
+        for (const auto& p : parts) {
+          const size_t n = std::min<size_t>(p.size, window_bytes - pos);
+          if (n > 0) std::memcpy(window.data() + pos, p.address, n);
+          pos += n;
+        }
+        INA_RETURN_IF_ERROR(
+            cc->comm().allreduce(window.data(), window.data(), window_bytes / esize, d, o));
+        for (const Segment& s : segs) {
+          if (s.owner == cc->rank()) std::memcpy(recv, window.data() + s.window_pos, s.bytes);
+        }
+        return ina::ok_status();
+      });
   return ncclSuccess;
 }
 
@@ -457,21 +462,8 @@ ncclResult_t ina_close_listen(void* listen_comm) {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const ncclCollNet_v8_t ncclCollNetPlugin_v8 = {
-    "ina",
-    ina_init,
-    ina_devices,
-    ina_get_properties,
-    ina_listen,
-    ina_connect,
-    ina_reduce_support,
-    ina_reg_mr,
-    ina_reg_mr_dmabuf,
-    ina_dereg_mr,
-    ina_iallreduce,
-    ina_iallgather,
-    ina_ireducescatter,
-    ina_iflush,
-    ina_test,
-    ina_close_coll,
-    ina_close_listen,
+    "ina",          ina_init,           ina_devices,        ina_get_properties, ina_listen,
+    ina_connect,    ina_reduce_support, ina_reg_mr,         ina_reg_mr_dmabuf,  ina_dereg_mr,
+    ina_iallreduce, ina_iallgather,     ina_ireducescatter, ina_iflush,         ina_test,
+    ina_close_coll, ina_close_listen,
 };

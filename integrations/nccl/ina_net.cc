@@ -76,9 +76,9 @@ bool advance(NetRequest* r) {
   auto* hdr = reinterpret_cast<char*>(&r->header);
   while (r->header_done < sizeof(r->header)) {
     const ssize_t n =
-        r->send ? ::send(c->fd, hdr + r->header_done, sizeof(r->header) - r->header_done,
-                         MSG_NOSIGNAL)
-                : ::recv(c->fd, hdr + r->header_done, sizeof(r->header) - r->header_done, 0);
+        r->send
+            ? ::send(c->fd, hdr + r->header_done, sizeof(r->header) - r->header_done, MSG_NOSIGNAL)
+            : ::recv(c->fd, hdr + r->header_done, sizeof(r->header) - r->header_done, 0);
     if (n > 0) {
       r->header_done += static_cast<size_t>(n);
       continue;
@@ -204,8 +204,7 @@ ncclResult_t net_connect(int dev, void* handle, void** send_comm, ncclNetDeviceH
       !set_nonblocking(fd)) {
     char a[INET_ADDRSTRLEN] = "?";
     inet_ntop(AF_INET, &h.addr.sin_addr, a, sizeof(a));
-    INA_NCCL_WARN("ina net: connect to %s:%u: %s", a, ntohs(h.addr.sin_port),
-                  std::strerror(errno));
+    INA_NCCL_WARN("ina net: connect to %s:%u: %s", a, ntohs(h.addr.sin_port), std::strerror(errno));
     if (fd >= 0) close(fd);
     return ncclSystemError;
   }
@@ -332,23 +331,9 @@ ncclResult_t net_close_listen(void* listen_comm) {
 }  // namespace
 
 extern "C" __attribute__((visibility("default"))) const ncclNet_v8_t ncclNetPlugin_v8 = {
-    "ina",
-    net_init,
-    net_devices,
-    net_get_properties,
-    net_listen,
-    net_connect,
-    net_accept,
-    net_reg_mr,
-    net_reg_mr_dmabuf,
-    net_dereg_mr,
-    net_isend,
-    net_irecv,
-    net_iflush,
-    net_test,
-    net_close,
-    net_close,
-    net_close_listen,
+    "ina",      net_init,   net_devices,       net_get_properties, net_listen,       net_connect,
+    net_accept, net_reg_mr, net_reg_mr_dmabuf, net_dereg_mr,       net_isend,        net_irecv,
+    net_iflush, net_test,   net_close,         net_close,          net_close_listen,
     nullptr,  // getDeviceMr: no device offload
     nullptr,  // irecvConsumed: no device offload
 };

@@ -72,8 +72,8 @@ void decode(const int32_t* q, size_t n, DType t, ReduceOp op, int16_t exp, uint3
 void fill_nan(void* dst, size_t n, DType t) { quant::fill_nan(dst, n, t); }
 
 // The reference path of the fused variants: the reference in chunks through a stack buffer.
-void encode_wire(const void* src, size_t n, DType t, ReduceOp op, int16_t exp,
-                 uint32_t world_size, uint8_t* dst) {
+void encode_wire(const void* src, size_t n, DType t, ReduceOp op, int16_t exp, uint32_t world_size,
+                 uint8_t* dst) {
   if (use_avx2() && !is_float8(t)) return avx2::encode_wire(src, n, t, op, exp, world_size, dst);
   constexpr size_t kChunk = 256;
   int32_t tmp[kChunk];

@@ -85,8 +85,8 @@ struct BF16 {
   INA_AVX2 static __m256 load8(const void* p, size_t i) {
     __m256i w = _mm256_cvtepu16_epi32(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(static_cast<const uint16_t*>(p) + i)));
-    const __m256i nan =
-        _mm256_cmpgt_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7FFF)), _mm256_set1_epi32(0x7F80));
+    const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(w, _mm256_set1_epi32(0x7FFF)),
+                                           _mm256_set1_epi32(0x7F80));
     w = _mm256_or_si256(w, _mm256_and_si256(nan, _mm256_set1_epi32(0x0040)));
     return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
   }
@@ -96,10 +96,10 @@ struct BF16 {
     const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, _mm256_set1_epi32(0x7FFFFFFF)),
                                            _mm256_set1_epi32(0x7F800000));
     const __m256i hi = _mm256_srli_epi32(x, 16);
-    const __m256i rounded = _mm256_srli_epi32(
-        _mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)),
-                         _mm256_and_si256(hi, _mm256_set1_epi32(1))),
-        16);
+    const __m256i rounded =
+        _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(x, _mm256_set1_epi32(0x7FFF)),
+                                           _mm256_and_si256(hi, _mm256_set1_epi32(1))),
+                          16);
     const __m256i quiet = _mm256_or_si256(hi, _mm256_set1_epi32(0x0040));
     const __m256i h = _mm256_blendv_epi8(rounded, quiet, nan);
     // Every lane is <= 0xFFFF, so the unsigned-saturating pack is a plain narrowing; it works
@@ -197,8 +197,8 @@ INA_AVX2 quant::BlockScan scan_f32(const float* src, size_t n, ReduceOp op) {
   __m256i ma = _mm256_setzero_si256();
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m256i a = _mm256_and_si256(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)), abs_mask);
+    const __m256i a =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)), abs_mask);
     mf = _mm256_max_epi32(mf, _mm256_and_si256(_mm256_cmpgt_epi32(inf, a), a));
     mn = _mm256_max_epi32(mn, _mm256_and_si256(_mm256_cmpgt_epi32(inf1, a), a));
     ma = _mm256_max_epi32(ma, a);
@@ -222,8 +222,7 @@ INA_AVX2 quant::BlockScan scan_f32(const float* src, size_t n, ReduceOp op) {
 }
 
 // 16-bit patterns: 16 lanes of int16 (magnitude bits fit in 15 bits, so signed compares work).
-INA_AVX2 quant::BlockScan scan_16(const uint16_t* src, size_t n, const Format& fmt,
-                                  ReduceOp op) {
+INA_AVX2 quant::BlockScan scan_16(const uint16_t* src, size_t n, const Format& fmt, ReduceOp op) {
   const __m256i abs_mask = _mm256_set1_epi16(0x7FFF);
   const __m256i inf = _mm256_set1_epi16(static_cast<int16_t>(fmt.inf_bits));
   const __m256i inf1 = _mm256_set1_epi16(static_cast<int16_t>(fmt.inf_bits + 1));
@@ -232,8 +231,8 @@ INA_AVX2 quant::BlockScan scan_16(const uint16_t* src, size_t n, const Format& f
   __m256i ma = _mm256_setzero_si256();
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const __m256i a = _mm256_and_si256(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)), abs_mask);
+    const __m256i a =
+        _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + i)), abs_mask);
     mf = _mm256_max_epi16(mf, _mm256_and_si256(_mm256_cmpgt_epi16(inf, a), a));
     mn = _mm256_max_epi16(mn, _mm256_and_si256(_mm256_cmpgt_epi16(inf1, a), a));
     ma = _mm256_max_epi16(ma, a);
@@ -313,8 +312,8 @@ INA_AVX2 void encode_sum(const void* src, size_t n, int16_t exp, uint32_t world_
 
 // The order-preserving map b ^ ((b >> 31) & 0x7FFFFFFF) (its own inverse).
 INA_AVX2 inline __m256i ordered(__m256i b) {
-  return _mm256_xor_si256(b, _mm256_and_si256(_mm256_srai_epi32(b, 31),
-                                              _mm256_set1_epi32(0x7FFFFFFF)));
+  return _mm256_xor_si256(
+      b, _mm256_and_si256(_mm256_srai_epi32(b, 31), _mm256_set1_epi32(0x7FFFFFFF)));
 }
 
 template <typename L, typename W>
@@ -351,11 +350,9 @@ INA_AVX2 void encode_any(const void* src, size_t n, DType t, ReduceOp op, int16_
     case DType::kBFloat16:
       return sum ? encode_sum<BF16, W>(src, n, exp, world_size, out)
                  : encode_ordered<BF16, W>(src, n, op, out);
-    case DType::kInt32:
-      return copy_words_in<W>(static_cast<const int32_t*>(src), n, out);
+    case DType::kInt32: return copy_words_in<W>(static_cast<const int32_t*>(src), n, out);
     case DType::kFloat8E4M3:
-    case DType::kFloat8E5M2:
-      return;  // not reached: cpu_quant.cc gives float8 to the reference
+    case DType::kFloat8E5M2: return;  // not reached: cpu_quant.cc gives float8 to the reference
   }
 }
 
@@ -415,11 +412,9 @@ INA_AVX2 void decode_any(typename W::CPtr in, size_t n, DType t, ReduceOp op, in
     case DType::kBFloat16:
       return sum ? decode_sum<BF16, W>(in, n, exp, world_size, dst)
                  : decode_ordered<BF16, W>(in, n, op, dst);
-    case DType::kInt32:
-      return copy_words_out<W>(in, n, static_cast<int32_t*>(dst));
+    case DType::kInt32: return copy_words_out<W>(in, n, static_cast<int32_t*>(dst));
     case DType::kFloat8E4M3:
-    case DType::kFloat8E5M2:
-      return;  // not reached: cpu_quant.cc gives float8 to the reference
+    case DType::kFloat8E5M2: return;  // not reached: cpu_quant.cc gives float8 to the reference
   }
 }
 
@@ -429,17 +424,12 @@ bool compiled() { return true; }
 
 quant::BlockScan scan_block(const void* src, size_t n, DType t, ReduceOp op) {
   switch (t) {
-    case DType::kFloat32:
-      return scan_f32(static_cast<const float*>(src), n, op);
-    case DType::kFloat16:
-      return scan_16(static_cast<const uint16_t*>(src), n, kF16, op);
-    case DType::kBFloat16:
-      return scan_16(static_cast<const uint16_t*>(src), n, kBF16, op);
+    case DType::kFloat32: return scan_f32(static_cast<const float*>(src), n, op);
+    case DType::kFloat16: return scan_16(static_cast<const uint16_t*>(src), n, kF16, op);
+    case DType::kBFloat16: return scan_16(static_cast<const uint16_t*>(src), n, kBF16, op);
     case DType::kFloat8E4M3:
-    case DType::kFloat8E5M2:
-      return quant::scan_block(src, n, t, op);
-    case DType::kInt32:
-      break;
+    case DType::kFloat8E5M2: return quant::scan_block(src, n, t, op);
+    case DType::kInt32: break;
   }
   return quant::BlockScan{};
 }
@@ -449,8 +439,8 @@ void encode(const void* src, size_t n, DType t, ReduceOp op, int16_t exp, uint32
   encode_any<HostWords>(src, n, t, op, exp, world_size, q);
 }
 
-void encode_wire(const void* src, size_t n, DType t, ReduceOp op, int16_t exp,
-                 uint32_t world_size, uint8_t* dst) {
+void encode_wire(const void* src, size_t n, DType t, ReduceOp op, int16_t exp, uint32_t world_size,
+                 uint8_t* dst) {
   encode_any<WireWords>(src, n, t, op, exp, world_size, dst);
 }
 

@@ -16,8 +16,8 @@ bool compiled();
 quant::BlockScan scan_block(const void* src, size_t n, DType t, ReduceOp op);
 void encode(const void* src, size_t n, DType t, ReduceOp op, int16_t exp, uint32_t world_size,
             int32_t* q);
-void encode_wire(const void* src, size_t n, DType t, ReduceOp op, int16_t exp,
-                 uint32_t world_size, uint8_t* dst);
+void encode_wire(const void* src, size_t n, DType t, ReduceOp op, int16_t exp, uint32_t world_size,
+                 uint8_t* dst);
 void decode(const int32_t* q, size_t n, DType t, ReduceOp op, int16_t exp, uint32_t world_size,
             void* dst);
 void decode_wire(const uint8_t* src, size_t n, DType t, ReduceOp op, int16_t exp,

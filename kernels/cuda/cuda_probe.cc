@@ -1,9 +1,9 @@
 // CUDA runtime probe: is there a device this process can use?
+#include "ina/kernels/cuda_probe.h"
+
 #include <cuda_runtime_api.h>
 
 #include <string>
-
-#include "ina/kernels/cuda_probe.h"
 
 namespace ina::features {
 

@@ -127,10 +127,26 @@ __device__ __forceinline__ int32_t abs_bits(const void* src, size_t i) {
 }
 
 // inf pattern, stored mantissa bits, bias (quantize.cc's Format).
-template <Kind K> struct Fmt;
-template <> struct Fmt<Kind::kF32> { static constexpr int32_t kInf = 0x7F800000; static constexpr int kMant = 23; static constexpr int kBias = 127; };
-template <> struct Fmt<Kind::kF16> { static constexpr int32_t kInf = 0x7C00; static constexpr int kMant = 10; static constexpr int kBias = 15; };
-template <> struct Fmt<Kind::kBF16> { static constexpr int32_t kInf = 0x7F80; static constexpr int kMant = 7; static constexpr int kBias = 127; };
+template <Kind K>
+struct Fmt;
+template <>
+struct Fmt<Kind::kF32> {
+  static constexpr int32_t kInf = 0x7F800000;
+  static constexpr int kMant = 23;
+  static constexpr int kBias = 127;
+};
+template <>
+struct Fmt<Kind::kF16> {
+  static constexpr int32_t kInf = 0x7C00;
+  static constexpr int kMant = 10;
+  static constexpr int kBias = 15;
+};
+template <>
+struct Fmt<Kind::kBF16> {
+  static constexpr int32_t kInf = 0x7F80;
+  static constexpr int kMant = 7;
+  static constexpr int kBias = 127;
+};
 
 __device__ __forceinline__ int32_t to_ordered(int32_t b) { return b ^ ((b >> 31) & 0x7FFFFFFF); }
 
@@ -172,8 +188,8 @@ __global__ void scan_kernel(const void* __restrict__ src, size_t n, uint32_t blo
     const int field = mf >> Fmt<K>::kMant;
     const uint32_t mant = static_cast<uint32_t>(mf) & ((1u << Fmt<K>::kMant) - 1);
     e = static_cast<int16_t>(field != 0 ? field - Fmt<K>::kBias + 1
-                                        : (32 - __clz(static_cast<int>(mant))) + 1 -
-                                              Fmt<K>::kBias - Fmt<K>::kMant);
+                                        : (32 - __clz(static_cast<int>(mant))) + 1 - Fmt<K>::kBias -
+                                              Fmt<K>::kMant);
   }
   exps[warp] = e;
   if (nonfinite != nullptr) nonfinite[warp] = (ma > inf || (sum && mn == inf)) ? 1 : 0;
@@ -291,7 +307,8 @@ Status launched(const char* what) {
 
 Status check_common(DType t, ReduceOp op, uint32_t block_elems) {
   if (!is_valid_dtype(static_cast<uint8_t>(t))) return invalid_argument("cuda kernels: bad dtype");
-  if (is_float8(t)) return unimplemented("cuda kernels: no float8 kernels yet (the host path serves it)");
+  if (is_float8(t))
+    return unimplemented("cuda kernels: no float8 kernels yet (the host path serves it)");
   if (op != ReduceOp::kSum && op != ReduceOp::kMin && op != ReduceOp::kMax) {
     return invalid_argument("cuda kernels: bad reduce op");
   }
@@ -304,11 +321,15 @@ void launch_encode(const void* src, size_t n, uint32_t k, const int16_t* exps, i
                    bool sum, bool be, cudaStream_t s) {
   const unsigned g = grid_for(n);
   if (sum) {
-    if (be) encode_kernel<K, true, true><<<g, kThreads, 0, s>>>(src, n, k, exps, b, q);
-    else encode_kernel<K, true, false><<<g, kThreads, 0, s>>>(src, n, k, exps, b, q);
+    if (be)
+      encode_kernel<K, true, true><<<g, kThreads, 0, s>>>(src, n, k, exps, b, q);
+    else
+      encode_kernel<K, true, false><<<g, kThreads, 0, s>>>(src, n, k, exps, b, q);
   } else {
-    if (be) encode_kernel<K, false, true><<<g, kThreads, 0, s>>>(src, n, k, exps, b, q);
-    else encode_kernel<K, false, false><<<g, kThreads, 0, s>>>(src, n, k, exps, b, q);
+    if (be)
+      encode_kernel<K, false, true><<<g, kThreads, 0, s>>>(src, n, k, exps, b, q);
+    else
+      encode_kernel<K, false, false><<<g, kThreads, 0, s>>>(src, n, k, exps, b, q);
   }
 }
 
@@ -317,11 +338,15 @@ void launch_decode(const int32_t* q, size_t n, uint32_t k, const int16_t* exps,
                    const uint8_t* nonfinite, int b, void* dst, bool sum, bool be, cudaStream_t s) {
   const unsigned g = grid_for(n);
   if (sum) {
-    if (be) decode_kernel<K, true, true><<<g, kThreads, 0, s>>>(q, n, k, exps, nonfinite, b, dst);
-    else decode_kernel<K, true, false><<<g, kThreads, 0, s>>>(q, n, k, exps, nonfinite, b, dst);
+    if (be)
+      decode_kernel<K, true, true><<<g, kThreads, 0, s>>>(q, n, k, exps, nonfinite, b, dst);
+    else
+      decode_kernel<K, true, false><<<g, kThreads, 0, s>>>(q, n, k, exps, nonfinite, b, dst);
   } else {
-    if (be) decode_kernel<K, false, true><<<g, kThreads, 0, s>>>(q, n, k, exps, nonfinite, b, dst);
-    else decode_kernel<K, false, false><<<g, kThreads, 0, s>>>(q, n, k, exps, nonfinite, b, dst);
+    if (be)
+      decode_kernel<K, false, true><<<g, kThreads, 0, s>>>(q, n, k, exps, nonfinite, b, dst);
+    else
+      decode_kernel<K, false, false><<<g, kThreads, 0, s>>>(q, n, k, exps, nonfinite, b, dst);
   }
 }
 
@@ -341,16 +366,16 @@ Status scan_blocks(const void* src, size_t n, DType t, ReduceOp op, uint32_t blo
   auto s = static_cast<cudaStream_t>(stream);
   switch (kind_of(t)) {
     case Kind::kF32:
-      scan_kernel<Kind::kF32><<<g, kThreads, 0, s>>>(src, n, block_elems, nblocks, sum, exps,
-                                                      nonfinite);
+      scan_kernel<Kind::kF32>
+          <<<g, kThreads, 0, s>>>(src, n, block_elems, nblocks, sum, exps, nonfinite);
       break;
     case Kind::kF16:
-      scan_kernel<Kind::kF16><<<g, kThreads, 0, s>>>(src, n, block_elems, nblocks, sum, exps,
-                                                      nonfinite);
+      scan_kernel<Kind::kF16>
+          <<<g, kThreads, 0, s>>>(src, n, block_elems, nblocks, sum, exps, nonfinite);
       break;
     case Kind::kBF16:
-      scan_kernel<Kind::kBF16><<<g, kThreads, 0, s>>>(src, n, block_elems, nblocks, sum, exps,
-                                                       nonfinite);
+      scan_kernel<Kind::kBF16>
+          <<<g, kThreads, 0, s>>>(src, n, block_elems, nblocks, sum, exps, nonfinite);
       break;
     case Kind::kI32:  // the reference's BlockScan{}: no exponent, never non-finite
       no_exponent_kernel<<<grid_for(nblocks), kThreads, 0, s>>>(nblocks, exps, nonfinite);
@@ -365,32 +390,50 @@ Status encode_blocks(const void* src, size_t n, DType t, ReduceOp op, uint32_t b
   if (Status st = check_common(t, op, block_elems); !st.ok()) return st;
   if (n == 0) return ok_status();
   const bool sum = quant::needs_exponent(t, op);
-  if (sum && exps == nullptr) return invalid_argument("encode_blocks: exps is null for a float SUM");
+  if (sum && exps == nullptr)
+    return invalid_argument("encode_blocks: exps is null for a float SUM");
   const int b = quant::magnitude_bits(world_size);
   auto s = static_cast<cudaStream_t>(stream);
   switch (kind_of(t)) {
-    case Kind::kF32: launch_encode<Kind::kF32>(src, n, block_elems, exps, b, q, sum, big_endian, s); break;
-    case Kind::kF16: launch_encode<Kind::kF16>(src, n, block_elems, exps, b, q, sum, big_endian, s); break;
-    case Kind::kBF16: launch_encode<Kind::kBF16>(src, n, block_elems, exps, b, q, sum, big_endian, s); break;
-    case Kind::kI32: launch_encode<Kind::kI32>(src, n, block_elems, exps, b, q, false, big_endian, s); break;
+    case Kind::kF32:
+      launch_encode<Kind::kF32>(src, n, block_elems, exps, b, q, sum, big_endian, s);
+      break;
+    case Kind::kF16:
+      launch_encode<Kind::kF16>(src, n, block_elems, exps, b, q, sum, big_endian, s);
+      break;
+    case Kind::kBF16:
+      launch_encode<Kind::kBF16>(src, n, block_elems, exps, b, q, sum, big_endian, s);
+      break;
+    case Kind::kI32:
+      launch_encode<Kind::kI32>(src, n, block_elems, exps, b, q, false, big_endian, s);
+      break;
   }
   return launched("encode_blocks");
 }
 
 Status decode_blocks(const int32_t* q, size_t n, DType t, ReduceOp op, uint32_t block_elems,
-                     const int16_t* exps, const uint8_t* nonfinite, uint32_t world_size,
-                     void* dst, bool big_endian, void* stream) {
+                     const int16_t* exps, const uint8_t* nonfinite, uint32_t world_size, void* dst,
+                     bool big_endian, void* stream) {
   if (Status st = check_common(t, op, block_elems); !st.ok()) return st;
   if (n == 0) return ok_status();
   const bool sum = quant::needs_exponent(t, op);
-  if (sum && exps == nullptr) return invalid_argument("decode_blocks: exps is null for a float SUM");
+  if (sum && exps == nullptr)
+    return invalid_argument("decode_blocks: exps is null for a float SUM");
   const int b = quant::magnitude_bits(world_size);
   auto s = static_cast<cudaStream_t>(stream);
   switch (kind_of(t)) {
-    case Kind::kF32: launch_decode<Kind::kF32>(q, n, block_elems, exps, nonfinite, b, dst, sum, big_endian, s); break;
-    case Kind::kF16: launch_decode<Kind::kF16>(q, n, block_elems, exps, nonfinite, b, dst, sum, big_endian, s); break;
-    case Kind::kBF16: launch_decode<Kind::kBF16>(q, n, block_elems, exps, nonfinite, b, dst, sum, big_endian, s); break;
-    case Kind::kI32: launch_decode<Kind::kI32>(q, n, block_elems, exps, nonfinite, b, dst, false, big_endian, s); break;
+    case Kind::kF32:
+      launch_decode<Kind::kF32>(q, n, block_elems, exps, nonfinite, b, dst, sum, big_endian, s);
+      break;
+    case Kind::kF16:
+      launch_decode<Kind::kF16>(q, n, block_elems, exps, nonfinite, b, dst, sum, big_endian, s);
+      break;
+    case Kind::kBF16:
+      launch_decode<Kind::kBF16>(q, n, block_elems, exps, nonfinite, b, dst, sum, big_endian, s);
+      break;
+    case Kind::kI32:
+      launch_decode<Kind::kI32>(q, n, block_elems, exps, nonfinite, b, dst, false, big_endian, s);
+      break;
   }
   return launched("decode_blocks");
 }

@@ -1,25 +1,27 @@
 // The aggregator's control agent as pure functions: the controller's heartbeat answer parsed into
 // jobs (issue 5's tree fields: role, a leaf's rank_base, local_ranks, child_index, parent,
-// parent_world, leaf_bases), with errors naming the entry and the field, and a leaf's telemetry JSON
-// reporting its tree role and global ranks.
+// parent_world, leaf_bases), with errors naming the entry and the field, and a leaf's telemetry
+// JSON reporting its tree role and global ranks.
+#include "aggregator/control_agent.h"
+
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "aggregator/control_agent.h"
-
 namespace ina::agg {
 namespace {
 
 std::string answer(const std::string& jobs) { return "{\"jobs\": [" + jobs + "]}"; }
-constexpr const char* kBase = R"("job": 4, "key": "00000000000000010000000000000063", "world": 8, "slots": 16, "block_elems": 256, "slot_base": 32)";
+constexpr const char* kBase = R"("job": 4, "key": "00000000000000010000000000000063", )"
+                              R"("world": 8, "slots": 16, "block_elems": 256, "slot_base": 32)";
 
 TEST(HeartbeatJobs, FlatLeafAndRoot) {
-  const std::string body = answer(std::string("{") + kBase + "}, {" + kBase +
-                                  R"(, "role": "leaf", "rank_base": 4, "local_ranks": 4,
+  const std::string body =
+      answer(std::string("{") + kBase + "}, {" + kBase +
+             R"(, "role": "leaf", "rank_base": 4, "local_ranks": 4,
                                       "child_index": 1, "parent": "10.0.0.9:47474"}, )" +
-                                  R"({"job": 5, "key": "00000000000000000000000000000001", "world": 2, "slots": 16,
+             R"({"job": 5, "key": "00000000000000000000000000000001", "world": 2, "slots": 16,
                                       "block_elems": 256, "slot_base": 0, "role": "root"})");
   auto jobs = parse_heartbeat_jobs(body);
   ASSERT_TRUE(jobs.ok()) << jobs.status().to_string();
@@ -51,9 +53,11 @@ TEST(HeartbeatJobs, LeafBasesAreTakenAndChecked) {
       "leaf_bases": [0, 4]})"));
   ASSERT_TRUE(jobs.ok()) << jobs.status().to_string();
   EXPECT_EQ((*jobs)[0].tree.leaf_bases, (std::vector<uint32_t>{0, 4}));
-  for (const char* bad : {R"("leaf_bases": 4)", R"("leaf_bases": [0, 8])", R"("leaf_bases": [0, -4])"}) {
+  for (const char* bad :
+       {R"("leaf_bases": 4)", R"("leaf_bases": [0, 8])", R"("leaf_bases": [0, -4])"}) {
     auto r = parse_heartbeat_jobs(answer(std::string("{") + kBase + R"(, "role": "leaf",
-        "rank_base": 4, "local_ranks": 4, "child_index": 1, "parent": "a:1", )" + bad + "}"));
+        "rank_base": 4, "local_ranks": 4, "child_index": 1, "parent": "a:1", )" +
+                                         bad + "}"));
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find("jobs[0]: field \"leaf_bases\" must be an array of ranks "
                                         "below the world of 8"),
@@ -84,7 +88,8 @@ TEST(HeartbeatJobs, ErrorsNameTheEntryAndField) {
   EXPECT_NE(m.find("inside the world of 8"), std::string::npos) << m;
   m = err(answer(R"({"job": 1, "key": 99})"));
   EXPECT_NE(m.find("jobs[0]: field \"key\" must be a string of 32 hexadecimal digits, got 99"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
   m = err(answer(std::string("{") + kBase + R"(}, {"job": -1, "key": 1})"));
   EXPECT_NE(m.find("jobs[1]: field \"job\" must be an integer"), std::string::npos) << m;
 }
@@ -176,7 +181,8 @@ TEST(AgentMetrics, PerJobLabelIsInaJob) {
   const std::string m = prometheus_text(s);
   EXPECT_NE(m.find("ina_aggregator_job_packets_total{ina_job=\"9\"} 0\n"), std::string::npos) << m;
   EXPECT_NE(m.find("ina_aggregator_stalled_missing{ina_job=\"9\",rank=\"1\"} 1\n"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
   EXPECT_EQ(m.find("{job="), std::string::npos) << m;
   EXPECT_EQ(m.find(",job="), std::string::npos) << m;
 }
@@ -198,7 +204,8 @@ TEST(AgentHttp, BusyPortIsRefusedWithItsNumber) {
   const std::string m = second.status().message();
   EXPECT_NE(m.find("--http-port"), std::string::npos) << m;
   EXPECT_NE(m.find("TCP port " + std::to_string(o.http_port) + " is already in use"),
-            std::string::npos) << m;
+            std::string::npos)
+      << m;
 }
 
 }  // namespace

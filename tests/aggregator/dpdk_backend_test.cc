@@ -4,6 +4,9 @@
 // one and on two worker lcores (the slot handoff); malformed frames are counted by reason and never
 // answered; ARP and ICMP echo are answered. Exits 77 (skip) with the reason when the EAL cannot
 // start (it runs with --no-huge, so it needs root-like access to /proc/self/pagemap only).
+#include "aggregator/dpdk_backend.h"
+
+#include <gtest/gtest.h>
 #include <rte_eal.h>
 #include <rte_eth_ring.h>
 #include <rte_ethdev.h>
@@ -11,8 +14,6 @@
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
@@ -22,11 +23,10 @@
 #include <thread>
 #include <tuple>
 
-#include "aggregator/dpdk_backend.h"
 #include "dpdk_test_main.h"
-#include "test_packets.h"
 #include "ina/protocol/frame.h"
 #include "ina/protocol/wire.h"
+#include "test_packets.h"
 
 namespace ina::agg {
 namespace {
@@ -41,7 +41,8 @@ rte_mempool* g_pool = nullptr;  // the test's own frames
 unsigned g_workers = 0;         // worker lcores the EAL gave us
 
 frame::Endpoint rank_ep(uint32_t r) {
-  return frame::Endpoint{{0x02, 0xBB, 0, 0, 0, static_cast<uint8_t>(r)}, 0x0A0B0100 + r,
+  return frame::Endpoint{{0x02, 0xBB, 0, 0, 0, static_cast<uint8_t>(r)},
+                         0x0A0B0100 + r,
                          static_cast<uint16_t>(40000 + r)};
 }
 frame::Endpoint agg_ep() { return frame::Endpoint{kAggMac, kAggIp, kAggPort}; }
@@ -61,13 +62,14 @@ class RingPort {
   explicit RingPort(unsigned txqs) {
     static int serial = 0;
     const std::string base = "t" + std::to_string(serial++);
-    rx_ = rte_ring_create((base + "rx").c_str(), 4096, rte_socket_id(), RING_F_SP_ENQ | RING_F_SC_DEQ);
+    rx_ = rte_ring_create((base + "rx").c_str(), 4096, rte_socket_id(),
+                          RING_F_SP_ENQ | RING_F_SC_DEQ);
     for (unsigned q = 0; q < txqs; ++q) {
       tx_.push_back(rte_ring_create((base + "tx" + std::to_string(q)).c_str(), 8192,
                                     rte_socket_id(), RING_F_SP_ENQ | RING_F_SC_DEQ));
     }
-    const int port = rte_eth_from_rings((base + "port").c_str(), &rx_, 1, tx_.data(), txqs,
-                                        rte_socket_id());
+    const int port =
+        rte_eth_from_rings((base + "port").c_str(), &rx_, 1, tx_.data(), txqs, rte_socket_id());
     EXPECT_GE(port, 0) << rte_strerror(rte_errno);
     port_ = static_cast<uint16_t>(port);
     name_ = std::to_string(port_);  // the ring PMD names it net_ring_<name>; the number is plain
@@ -486,8 +488,10 @@ TEST_P(DpdkLoop, MalformedFramesCountedArpAndPingAnswered) {
   const std::vector<uint8_t>* arp_reply = nullptr;
   const std::vector<uint8_t>* echo_reply = nullptr;
   for (const Rx& rx : got) {
-    if (rx.bytes.size() >= 14 && rx.bytes[12] == 0x08 && rx.bytes[13] == 0x06) arp_reply = &rx.bytes;
-    if (rx.bytes.size() >= 14 && rx.bytes[12] == 0x08 && rx.bytes[13] == 0x00) echo_reply = &rx.bytes;
+    if (rx.bytes.size() >= 14 && rx.bytes[12] == 0x08 && rx.bytes[13] == 0x06)
+      arp_reply = &rx.bytes;
+    if (rx.bytes.size() >= 14 && rx.bytes[12] == 0x08 && rx.bytes[13] == 0x00)
+      echo_reply = &rx.bytes;
   }
   ASSERT_NE(arp_reply, nullptr);
   ASSERT_NE(echo_reply, nullptr);
@@ -536,6 +540,5 @@ INSTANTIATE_TEST_SUITE_P(Lcores, DpdkLoop,
 
 int main(int argc, char** argv) {
   return ina::agg::testing::run_dpdk_tests(argc, argv, "dpdk_backend_test", "ina_dpdk_test_",
-                                           "test_frames", &ina::agg::g_pool,
-                                           &ina::agg::g_workers);
+                                           "test_frames", &ina::agg::g_pool, &ina::agg::g_workers);
 }

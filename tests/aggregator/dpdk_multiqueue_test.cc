@@ -7,6 +7,7 @@
 // completing rounds; jobs added and removed through set_jobs() while the loops run (the per-lcore
 // mailboxes), the merged snapshot (counters, readiness, telemetry), a job whose block exceeds the
 // mbufs refused with its reason. Exits 77 (skip) with the reason when the EAL cannot start.
+#include <gtest/gtest.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_eth_ring.h>
@@ -15,8 +16,6 @@
 #include <rte_mbuf.h>
 #include <rte_ring.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <chrono>
@@ -27,9 +26,9 @@
 
 #include "aggregator/dpdk_backend.h"
 #include "dpdk_test_main.h"
-#include "test_packets.h"
 #include "ina/protocol/frame.h"
 #include "ina/protocol/wire.h"
+#include "test_packets.h"
 
 namespace ina::agg {
 namespace {
@@ -43,7 +42,8 @@ rte_mempool* g_pool = nullptr;  // the test's own frames
 unsigned g_workers = 0;         // worker lcores the EAL gave us
 
 frame::Endpoint rank_ep(uint32_t r) {
-  return frame::Endpoint{{0x02, 0xBB, 0, 0, 1, static_cast<uint8_t>(r)}, 0x0A0C0100 + r,
+  return frame::Endpoint{{0x02, 0xBB, 0, 0, 1, static_cast<uint8_t>(r)},
+                         0x0A0C0100 + r,
                          static_cast<uint16_t>(41000 + r)};
 }
 
@@ -318,7 +318,8 @@ TEST_F(DpdkMultiQueue, JobsChangedWhileRunning) {
   JobConfig too_big = ja;
   too_big.job = 22;
   too_big.slot_base = 8;
-  too_big.slots.max_payload_bytes = static_cast<uint32_t>(4096) * 4;  // beyond max_block_elems: the mbufs cannot hold it
+  too_big.slots.max_payload_bytes =
+      static_cast<uint32_t>(4096) * 4;  // beyond max_block_elems: the mbufs cannot hold it
   h.agg->set_jobs({ja, too_big});
   ASSERT_TRUE(h.serve_until([](const AggregatorSnapshot& s) { return s.jobs.size() == 1; }));
   {
@@ -335,7 +336,8 @@ TEST_F(DpdkMultiQueue, JobsChangedWhileRunning) {
   // The merged snapshot: every round of both lcores, ready everywhere, every rank timed.
   ASSERT_TRUE(h.serve_until([&](const AggregatorSnapshot& s) {
     return s.jobs.size() == 1 && s.jobs[0].counters.completed == 4 * kSlots;
-  })) << "completed " << h.agg->snapshot().jobs.at(0).counters.completed;
+  })) << "completed "
+      << h.agg->snapshot().jobs.at(0).counters.completed;
   {
     const JobSnapshot j = h.agg->snapshot().jobs.at(0);
     EXPECT_TRUE(j.ready);
@@ -379,6 +381,5 @@ TEST_F(DpdkMultiQueue, JobsChangedWhileRunning) {
 
 int main(int argc, char** argv) {
   return ina::agg::testing::run_dpdk_tests(argc, argv, "dpdk_multiqueue_test", "ina_dpdk_mq_",
-                                           "mq_frames", &ina::agg::g_pool,
-                                           &ina::agg::g_workers);
+                                           "mq_frames", &ina::agg::g_pool, &ina::agg::g_workers);
 }

@@ -4,13 +4,12 @@
 // the reason when either cannot start.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <rte_eal.h>
 #include <rte_errno.h>
 #include <rte_lcore.h>
 #include <rte_mbuf.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <cstdio>
 #include <string>
@@ -22,14 +21,22 @@ namespace ina::agg::testing {
 
 // Starts the EAL as `name` with file prefix `prefix` + pid, creates the frame pool `pool_name`
 // into *pool, sets *workers to the worker lcores, runs every test and releases the EAL.
-inline int run_dpdk_tests(int argc, char** argv, const std::string& name,
-                          const std::string& prefix, const char* pool_name, rte_mempool** pool,
-                          unsigned* workers) {
+inline int run_dpdk_tests(int argc, char** argv, const std::string& name, const std::string& prefix,
+                          const char* pool_name, rte_mempool** pool, unsigned* workers) {
   ::testing::InitGoogleTest(&argc, argv);
   const std::string lcores = spread_lcores(3);
-  const std::vector<std::string> eal = {name, "--no-huge", "-m", "512", "--no-shconf", "--no-pci",
-                                        "--no-telemetry", "--log-level=3", "--file-prefix",
-                                        prefix + std::to_string(getpid()), "--lcores", lcores};
+  const std::vector<std::string> eal = {name,
+                                        "--no-huge",
+                                        "-m",
+                                        "512",
+                                        "--no-shconf",
+                                        "--no-pci",
+                                        "--no-telemetry",
+                                        "--log-level=3",
+                                        "--file-prefix",
+                                        prefix + std::to_string(getpid()),
+                                        "--lcores",
+                                        lcores};
   const Status st = dpdk_eal_init(eal);
   if (!st.ok()) {
     std::printf("SKIP: %s\n", st.to_string().c_str());

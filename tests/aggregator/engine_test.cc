@@ -3,15 +3,11 @@
 
 #include <gtest/gtest.h>
 
-#include <limits>
-
-#include <cstring>
-
-#include <cmath>
-
 #include <bit>
-
+#include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <limits>
 #include <vector>
 
 #include "alloc_counter.h"
@@ -186,8 +182,8 @@ TEST_F(EngineTest, CopyCountedElsewhereJoinsWithoutCounting) {
   h.flags = wire::kFlagHello;
   int32_t sender2 = -2;
   JobId job2 = 0;
-  const Reply e = engine_.on_packet(encode_packet(h, std::vector<int32_t>{5}), 0, &sender2, &job2,
-                                    true);
+  const Reply e =
+      engine_.on_packet(encode_packet(h, std::vector<int32_t>{5}), 0, &sender2, &job2, true);
   EXPECT_EQ(e.target, Reply::Target::kSender);
   EXPECT_EQ(engine_.counters().world_size_mismatch, 0u);
   EXPECT_EQ(engine_.counters().packets_in, 1u);
@@ -516,7 +512,8 @@ TEST_F(EngineTest, ReplayedDataIsStaleAndShiftedSeqIsBadTag) {
   EXPECT_EQ(send_bytes(old).target, Reply::Target::kNone);
   EXPECT_EQ(engine_.counters().stale, stale + 1);
   std::vector<uint8_t> ahead = old;
-  wire::put_u32(ahead.data() + wire::kOffSeq, wire::get_u32(old.data() + wire::kOffSeq) ^ (1u << 20));
+  wire::put_u32(ahead.data() + wire::kOffSeq,
+                wire::get_u32(old.data() + wire::kOffSeq) ^ (1u << 20));
   EXPECT_EQ(send_bytes(ahead).target, Reply::Target::kNone);
   EXPECT_EQ(engine_.counters().bad_tag, 1u);
   const CopyView c = engine_.slot_table(kJob)->copy(0, false);
@@ -540,9 +537,8 @@ TEST(EngineTagOption, CheckOffAcceptsAnyTag) {
   ASSERT_TRUE(e.add_job(cfg).ok());
   int32_t rank = -2;
   JobId job = 0;
-  const Reply r =
-      e.on_packet(encode_packet(testing::hello_header(3, 0, 0, 1), std::vector<int32_t>{1}),
-                  &rank, &job);
+  const Reply r = e.on_packet(
+      encode_packet(testing::hello_header(3, 0, 0, 1), std::vector<int32_t>{1}), &rank, &job);
   EXPECT_EQ(r.target, Reply::Target::kAllRanks);
   EXPECT_EQ(r.key, (Key128{1, 2}));  // replies carry the job's key, for the backend to seal
   EXPECT_EQ(e.counters().bad_tag, 0u);
@@ -639,8 +635,8 @@ TEST_F(EngineTest, RemovedOrReplacedJobIsNotServedFromTheLastJobCache) {
 TEST_F(EngineTest, EveryMalformedKindIsCounted) {
   join_all();
   const uint64_t before = engine_.counters().malformed;
-  const std::vector<uint8_t> good = encode_packet(data_header(kJob, kKey, 0, 0, false, 1, 0),
-                                                  std::vector<int32_t>{1, 2});
+  const std::vector<uint8_t> good =
+      encode_packet(data_header(kJob, kKey, 0, 0, false, 1, 0), std::vector<int32_t>{1, 2});
   auto mutate = [&](size_t off, uint8_t v) {
     std::vector<uint8_t> b = good;
     b[off] = v;
@@ -692,8 +688,8 @@ TEST_F(EngineTest, EveryMalformedKindIsCounted) {
   EXPECT_EQ(send_bytes(encode_packet(h0, std::vector<int32_t>{})).target,
             Reply::Target::kNone);  // HELLO without world size
   EXPECT_EQ(send_bytes(encode_packet(h0, std::vector<int32_t>{3, 3})).target,
-            Reply::Target::kNone);  // HELLO with extra words
-  EXPECT_EQ(hello(3, 1).target, Reply::Target::kNone);             // HELLO rank beyond world
+            Reply::Target::kNone);                                    // HELLO with extra words
+  EXPECT_EQ(hello(3, 1).target, Reply::Target::kNone);                // HELLO rank beyond world
   EXPECT_EQ(data(0, 4, false, 1, {1}).target, Reply::Target::kNone);  // slot beyond the table
   EXPECT_EQ(data(3, 0, false, 1, {1}).target, Reply::Target::kNone);  // rank beyond world
   EXPECT_EQ(data(0, 0, false, 1, std::vector<int32_t>(9, 1)).target,
@@ -737,9 +733,9 @@ TEST_F(EngineTest, PacketPathDoesNotAllocate) {
         pkts.push_back(encode_packet(h, std::vector<int32_t>(8, seq)));
       }
     }
-    pkts.push_back(encode_packet(data_header(kJob, kKey, 0, static_cast<uint16_t>(seq % 4),
-                                             (seq / 4) % 2 == 1, seq, 8),
-                                 std::vector<int32_t>(8, seq)));  // resend result
+    pkts.push_back(encode_packet(
+        data_header(kJob, kKey, 0, static_cast<uint16_t>(seq % 4), (seq / 4) % 2 == 1, seq, 8),
+        std::vector<int32_t>(8, seq)));  // resend result
   }
   // A poisoned round (rank 1 disagrees on the count): nothing, nothing, then the mismatch ERROR
   // to the last rank in and to a resend.
@@ -747,9 +743,9 @@ TEST_F(EngineTest, PacketPathDoesNotAllocate) {
     pkts.push_back(encode_packet(data_header(kJob, kKey, r, 0, true, 100, r == 1 ? 3 : 8),
                                  std::vector<int32_t>(r == 1 ? 3 : 8, 1)));
   }
-  pkts.push_back(encode_packet(data_header(kJob, kKey, 0, 0, true, 100, 8),
-                               std::vector<int32_t>(8, 1)));
-  pkts.push_back({1, 2, 3});                                                          // malformed
+  pkts.push_back(
+      encode_packet(data_header(kJob, kKey, 0, 0, true, 100, 8), std::vector<int32_t>(8, 1)));
+  pkts.push_back({1, 2, 3});  // malformed
   pkts.push_back(encode_packet(data_header(kJob + 77, 1, 0, 0, false, 1, 1),
                                {std::vector<int32_t>{1}}));  // unknown job
   size_t replies = 0;

@@ -77,10 +77,12 @@ TEST_F(MultiTenancyTest, TwoJobsAtOnceExactAndIsolated) {
       for (uint16_t r = 0; r < t.world; ++r) {
         std::vector<int32_t> v(16);
         // Distinct per job, rank, round and element, so any cross-talk shows in the sum.
-        for (int i = 0; i < 16; ++i) v[i] = static_cast<int32_t>(t.job * 100000 + r * 1000 + seq * 17 + i);
-        pkts.push_back({encode_packet(data_header(t.job, t.key, r, static_cast<uint16_t>(seq - 1),
-                                                  false, seq, 16), v),
-                        t.job});
+        for (int i = 0; i < 16; ++i)
+          v[i] = static_cast<int32_t>(t.job * 100000 + r * 1000 + seq * 17 + i);
+        pkts.push_back(
+            {encode_packet(
+                 data_header(t.job, t.key, r, static_cast<uint16_t>(seq - 1), false, seq, 16), v),
+             t.job});
       }
     }
   }
@@ -97,7 +99,8 @@ TEST_F(MultiTenancyTest, TwoJobsAtOnceExactAndIsolated) {
     for (int i = 0; i < 16; ++i) {
       int64_t want = 0;
       for (uint32_t rk = 0; rk < t.world; ++rk) want += t.job * 100000 + rk * 1000 + seq * 17 + i;
-      EXPECT_EQ(reinterpret_cast<const int32_t*>(r.payload)[i], static_cast<int32_t>(want)) << "job " << p.job << " seq " << seq;
+      EXPECT_EQ(reinterpret_cast<const int32_t*>(r.payload)[i], static_cast<int32_t>(want))
+          << "job " << p.job << " seq " << seq;
     }
     ++completions[p.job];
   }

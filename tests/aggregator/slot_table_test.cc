@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "ina/base/half.h"
 #include "ina/protocol/codec.h"
 #include "ina/protocol/fp8.h"
-#include "ina/base/half.h"
 #include "test_packets.h"
 
 namespace ina::agg {
@@ -318,7 +318,6 @@ TEST(SlotTableTest, VerdictNames) {
   }
 }
 
-
 // ---------------------------------------------------------------------------------------------
 // Order independence and trees (wire v2)
 
@@ -352,12 +351,8 @@ std::vector<uint8_t> random_block(std::mt19937_64& rng, DType t, ReduceOp op, si
         std::memcpy(&b[2 * i], &h, 2);
         break;
       }
-      case DType::kFloat8E4M3:
-        b[i] = double_to_e4m3(std::ldexp(x, -24));
-        break;
-      case DType::kFloat8E5M2:
-        b[i] = double_to_e5m2(std::ldexp(x, -16));
-        break;
+      case DType::kFloat8E4M3: b[i] = double_to_e4m3(std::ldexp(x, -24)); break;
+      case DType::kFloat8E5M2: b[i] = double_to_e5m2(std::ldexp(x, -16)); break;
     }
   }
   return b;
@@ -433,7 +428,8 @@ TEST_P(OrderIndependence, SameBitsInEveryArrivalOrderWithLossAndDuplicates) {
       for (int round = 0; round < 3; ++round) {
         const size_t n = round == 0 ? block : 1 + rng() % block;
         std::vector<std::vector<uint8_t>> ranks;
-        for (uint32_t r = 0; r < world; ++r) ranks.push_back(random_block(rng, t, op, n, round == 2));
+        for (uint32_t r = 0; r < world; ++r)
+          ranks.push_back(random_block(rng, t, op, n, round == 2));
         const Outcome want = reference(ranks, t, op, n);
         std::vector<uint8_t> first_bits;
         const int orders = world > 16 ? 4 : 12;
@@ -491,7 +487,8 @@ TEST(SlotTableTree, LeavesAndRootGiveTheFlatBits) {
                      std::string(op_name(op)));
         const size_t n = 1 + rng() % (1024 / dtype_size(t));
         std::vector<std::vector<uint8_t>> ranks;
-        for (uint32_t r = 0; r < world; ++r) ranks.push_back(random_block(rng, t, op, n, rng() % 4 == 0));
+        for (uint32_t r = 0; r < world; ++r)
+          ranks.push_back(random_block(rng, t, op, n, rng() % 4 == 0));
         const Outcome want = reference(ranks, t, op, n);
         const uint32_t leaves = world < 4 ? 2 : 4;
         std::vector<std::unique_ptr<SlotTable>> leaf(leaves);
@@ -517,8 +514,8 @@ TEST(SlotTableTree, LeavesAndRootGiveTheFlatBits) {
           }
           const CopyView c = leaf[i]->copy(0, false);
           ASSERT_TRUE(c.complete);
-          wire::Header h = data_header(1, 0, static_cast<uint16_t>(i), 0, false, 5,
-                                       static_cast<uint16_t>(n));
+          wire::Header h =
+              data_header(1, 0, static_cast<uint16_t>(i), 0, false, 5, static_cast<uint16_t>(n));
           h.dtype = t;
           h.op = op;
           h.flags = c.nonfinite ? wire::kFlagNonFinite : 0;
@@ -538,10 +535,11 @@ TEST(SlotTableTree, LeavesAndRootGiveTheFlatBits) {
           ASSERT_EQ(last, Verdict::kExpCompleted);
           const CopyView answer = root->copy(0, false);
           for (uint32_t i = 0; i < leaves; ++i) {
-            ASSERT_TRUE(leaf[i]->quantize_partial(0, false, 5, answer.answer_exp, answer.nonfinite));
+            ASSERT_TRUE(
+                leaf[i]->quantize_partial(0, false, 5, answer.answer_exp, answer.nonfinite));
             const CopyView c = leaf[i]->copy(0, false);
-            wire::Header h = data_header(1, 0, static_cast<uint16_t>(i), 0, false, 5,
-                                         static_cast<uint16_t>(n));
+            wire::Header h =
+                data_header(1, 0, static_cast<uint16_t>(i), 0, false, 5, static_cast<uint16_t>(n));
             h.dtype = t;
             h.op = op;
             h.flags = wire::kFlagPartial;

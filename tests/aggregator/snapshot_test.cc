@@ -1,11 +1,12 @@
 // merge_snapshots: per-lcore snapshots of the DPDK backend as one (summed counters and lag
 // histograms, readiness on every part, the straggler ranking recomputed from the sum, stalled
 // slots pooled oldest first, job errors united); engine_snapshot of a real engine.
+#include "aggregator/snapshot.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "aggregator/snapshot.h"
 #include "test_packets.h"
 
 namespace ina::agg {

@@ -2,6 +2,8 @@
 // arrival streams: noise alone names no one; one intermittent rank among noisy ones is named
 // first; each cause is recognised from its signature; the window forgets; merging parts sums;
 // the alarm is rate-limited.
+#include "aggregator/straggler.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -9,8 +11,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include "aggregator/straggler.h"
 
 namespace ina::agg {
 namespace {
@@ -32,20 +32,20 @@ struct Sim {
   uint32_t ranks = 8;
   uint32_t collectives = 1000;
   uint32_t blocks = 16;
-  uint64_t gap = 1'000;             // ns between a rank's blocks
+  uint64_t gap = 1'000;  // ns between a rank's blocks
   uint64_t rto = 2'000'000;
   double jitter_mean_ns = 20'000;   // exponential start jitter of every rank
   double desched_p = 0.005;         // per rank and collective: a long descheduling ...
   uint64_t desched_ns = 3'000'000;  // ... of this length (noise, any rank)
   // The injected straggler (-1: none).
   int straggler = -1;
-  double delay_p = 0;               // late start: probability per collective ...
+  double delay_p = 0;                     // late start: probability per collective ...
   uint64_t delay_min = 0, delay_max = 0;  // ... and its length, uniform
-  uint64_t slow_gap = 0;            // slow link: its gap between blocks (0: as the others)
-  uint32_t clump = 0;               // slow link through a token bucket: blocks come in clumps
-                                    // of this many at the others' pace, the first clump on time
-  double loss_p = 0;                // lossy link: per block
-  double return_loss_p = 0;         // lossy return path: per result
+  uint64_t slow_gap = 0;                  // slow link: its gap between blocks (0: as the others)
+  uint32_t clump = 0;                     // slow link through a token bucket: blocks come in clumps
+                       // of this many at the others' pace, the first clump on time
+  double loss_p = 0;         // lossy link: per block
+  double return_loss_p = 0;  // lossy return path: per result
   uint64_t seed = 1;
 
   LossTracker tracker;
@@ -65,7 +65,8 @@ struct Sim {
         if (u(rng) < desched_p) s += desched_ns;
         const bool me = static_cast<int>(r) == straggler;
         if (me && u(rng) < delay_p) {
-          s += delay_min + static_cast<uint64_t>(u(rng) * static_cast<double>(delay_max - delay_min));
+          s += delay_min +
+               static_cast<uint64_t>(u(rng) * static_cast<double>(delay_max - delay_min));
         }
         const uint64_t g = me && slow_gap != 0 ? slow_gap : gap;
         for (uint32_t b = 0; b < blocks; ++b) {
@@ -81,7 +82,8 @@ struct Sim {
         }
         if (me && return_loss_p > 0 && u(rng) < return_loss_p * blocks) lost_result[r] = true;
       }
-      std::stable_sort(ev.begin(), ev.end(), [](const Event& a, const Event& b) { return a.t < b.t; });
+      std::stable_sort(ev.begin(), ev.end(),
+                       [](const Event& a, const Event& b) { return a.t < b.t; });
       std::vector<uint32_t> count(blocks, 0);
       std::vector<uint64_t> second(blocks, 0);
       uint32_t inflight = 0;
@@ -117,9 +119,9 @@ std::string describe(const std::vector<RankVerdict>& v) {
   std::string s;
   for (const RankVerdict& x : v) {
     s += "\n rank " + std::to_string(x.rank) + (x.named ? " NAMED" : "") + " lost " +
-         std::to_string(static_cast<double>(x.lost_ns) / 1e6) + " ms z " + std::to_string(x.z) + " p " + std::to_string(x.p) +
-         " share " + std::to_string(x.share) + " episodes " + std::to_string(x.loss.episodes) +
-         " cause " + lag_cause_name(x.cause);
+         std::to_string(static_cast<double>(x.lost_ns) / 1e6) + " ms z " + std::to_string(x.z) +
+         " p " + std::to_string(x.p) + " share " + std::to_string(x.share) + " episodes " +
+         std::to_string(x.loss.episodes) + " cause " + lag_cause_name(x.cause);
   }
   return s;
 }

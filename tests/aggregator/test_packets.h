@@ -19,7 +19,8 @@ inline void seal_test_datagram(std::span<uint8_t> d, uint64_t key) { wire::seal(
 
 // Writes n words of `payload` at dst in the packet's word width (wire::payload_width): 4-byte
 // words as they are, 2-byte and 1-byte ones truncated, 8-byte ones sign-extended.
-inline void store_test_words(uint8_t* dst, const wire::Header& h, const int32_t* payload, size_t n) {
+inline void store_test_words(uint8_t* dst, const wire::Header& h, const int32_t* payload,
+                             size_t n) {
   const size_t w = wire::payload_width(h.flags, h.dtype);
   for (size_t i = 0; i < n; ++i) {
     const int64_t v = payload[i];

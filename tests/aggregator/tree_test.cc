@@ -223,11 +223,8 @@ class Sim {
     if (rep.target == Reply::Target::kNone) return;
     const std::vector<uint8_t> out = encode_reply(rep);
     switch (rep.target) {
-      case Reply::Target::kNone:
-        return;
-      case Reply::Target::kSender:
-        send(node, m.from, out);
-        return;
+      case Reply::Target::kNone: return;
+      case Reply::Target::kSender: send(node, m.from, out); return;
       case Reply::Target::kParent:
         ASSERT_TRUE(node == kLeafNode || node == kLeafNode + 1) << "kParent from node " << node;
         send(node, kRootNode, out);
@@ -345,7 +342,8 @@ TEST_P(TreeVsFlat, EveryRankGetsTheFlatResultBitwise) {
     for (size_t b = 0; b < blocks.size(); ++b) {
       const std::vector<int32_t> want = model(blocks[b]);
       bool want_nonfinite = false;
-      for (uint32_t r = 0; r < kWorld; ++r) want_nonfinite = want_nonfinite || blocks[b].nonfinite[r];
+      for (uint32_t r = 0; r < kWorld; ++r)
+        want_nonfinite = want_nonfinite || blocks[b].nonfinite[r];
       for (uint32_t r = 0; r < kWorld; ++r) {
         const Got& t = tree.got(r, b);
         const Got& f = flat.got(r, b);
@@ -386,21 +384,22 @@ TEST_P(TreeVsFlat, EveryRankGetsTheFlatResultBitwise) {
   EXPECT_GT(parent_results, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Ops, TreeVsFlat,
-    ::testing::Values(Case{DType::kInt32, ReduceOp::kSum, 0, 0},
-                      Case{DType::kInt32, ReduceOp::kSum, 10, 5},
-                      Case{DType::kFloat32, ReduceOp::kSum, 0, 0},
-                      Case{DType::kFloat32, ReduceOp::kSum, 10, 5},
-                      Case{DType::kInt32, ReduceOp::kMin, 10, 5},
-                      Case{DType::kFloat32, ReduceOp::kMax, 10, 5},
-                      Case{DType::kFloat32, ReduceOp::kMin, 0, 0}),
-    [](const ::testing::TestParamInfo<Case>& i) {
-      std::string s = i.param.dtype == DType::kInt32 ? "int32_" : "float32_";
-      s += i.param.op == ReduceOp::kSum ? "sum" : i.param.op == ReduceOp::kMin ? "min" : "max";
-      s += i.param.drop > 0 ? "_lossy" : "_clean";
-      return s;
-    });
+INSTANTIATE_TEST_SUITE_P(Ops, TreeVsFlat,
+                         ::testing::Values(Case{DType::kInt32, ReduceOp::kSum, 0, 0},
+                                           Case{DType::kInt32, ReduceOp::kSum, 10, 5},
+                                           Case{DType::kFloat32, ReduceOp::kSum, 0, 0},
+                                           Case{DType::kFloat32, ReduceOp::kSum, 10, 5},
+                                           Case{DType::kInt32, ReduceOp::kMin, 10, 5},
+                                           Case{DType::kFloat32, ReduceOp::kMax, 10, 5},
+                                           Case{DType::kFloat32, ReduceOp::kMin, 0, 0}),
+                         [](const ::testing::TestParamInfo<Case>& i) {
+                           std::string s = i.param.dtype == DType::kInt32 ? "int32_" : "float32_";
+                           s += i.param.op == ReduceOp::kSum   ? "sum"
+                                : i.param.op == ReduceOp::kMin ? "min"
+                                                               : "max";
+                           s += i.param.drop > 0 ? "_lossy" : "_clean";
+                           return s;
+                         });
 
 // A leaf with an unknown parent world guesses it, learns the root's from its ERROR and joins.
 TEST(TreeLeaf, LearnsTheParentWorldFromTheRoot) {
@@ -464,7 +463,8 @@ class TreeLeafUnit : public ::testing::Test {
     h.job = kJob;
     return send(h, {slots, elems});
   }
-  Reply data(uint16_t global_rank, uint16_t slot, BlockSeq seq, int32_t v, bool retransmit = false) {
+  Reply data(uint16_t global_rank, uint16_t slot, BlockSeq seq, int32_t v,
+             bool retransmit = false) {
     wire::Header h = testing::data_header(kJob, kKey, global_rank, slot, false, seq, 2);
     if (retransmit) h.flags |= wire::kFlagRetransmit;
     return send(h, {v, v * 2});
@@ -564,8 +564,7 @@ TEST_F(TreeLeafUnit, ForwardsPartialsAndTakesOnlyTheResultItWaitsFor) {
   const Reply miss = data(4, 2, 11, 1, true);
   ASSERT_TRUE(miss.hdr.has(wire::kFlagError));
   EXPECT_EQ(miss.hdr.rank, 4);
-  EXPECT_EQ(testing::ranks_in_bitmap(W(miss) + 1, 1),
-            (std::vector<uint32_t>{0, 1, 2, 3, 4}));
+  EXPECT_EQ(testing::ranks_in_bitmap(W(miss) + 1, 1), (std::vector<uint32_t>{0, 1, 2, 3, 4}));
 
   wire::Header res = up.hdr;
 
@@ -787,8 +786,7 @@ TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {
   const Reply down = send(e, {static_cast<int32_t>(wire::ErrorReason::kMissingRanks), 0b101});
   ASSERT_EQ(down.target, Reply::Target::kAllRanks);
   EXPECT_TRUE(down.hdr.shadow);
-  EXPECT_EQ(testing::ranks_in_bitmap(W(down) + 1, 1),
-            (std::vector<uint32_t>{0, 1, 4, 5, 6, 7}));
+  EXPECT_EQ(testing::ranks_in_bitmap(W(down) + 1, 1), (std::vector<uint32_t>{0, 1, 4, 5, 6, 7}));
   EXPECT_EQ(W(down)[3], 0);  // not by the rule: the controller's list
   EXPECT_EQ(W(down)[4], 1);
   EXPECT_EQ(W(down)[5], 1);

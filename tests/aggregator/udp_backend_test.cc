@@ -4,14 +4,13 @@
 #include "aggregator/udp_backend.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <poll.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
@@ -63,9 +62,9 @@ class Client {
   }
 
   void send(const std::vector<uint8_t>& b) {
-    ASSERT_EQ(::sendto(fd_, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&agg_),
-                       sizeof agg_),
-              static_cast<ssize_t>(b.size()));
+    ASSERT_EQ(
+        ::sendto(fd_, b.data(), b.size(), 0, reinterpret_cast<const sockaddr*>(&agg_), sizeof agg_),
+        static_cast<ssize_t>(b.size()));
   }
 
   // Sends equal-size packets as one UDP GSO datagram train. False when the kernel lacks GSO.
@@ -159,7 +158,7 @@ class UdpAggregatorTest : public ::testing::Test {
     EXPECT_EQ(testing::g_counted_allocs.load() - allocs_at_start_, agg_->threads() - 1u)
         << "run() allocated on its packet path";
     return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() -
-                                                                  t0);
+                                                                 t0);
   }
 
   void TearDown() override { stop(); }
@@ -276,9 +275,9 @@ INSTANTIATE_TEST_SUITE_P(Worlds, UdpAggregatorWorldTest, ::testing::Values(2, 3,
 TEST_F(UdpAggregatorTest, MalformedDatagramIsCountedAndDropped) {
   start(2);
   ASSERT_NO_FATAL_FAILURE(join(2));
-  clients_[0]->send({0xDE, 0xAD, 0xBE, 0xEF});             // truncated
+  clients_[0]->send({0xDE, 0xAD, 0xBE, 0xEF});  // truncated
   std::vector<uint8_t> bad = data_packet(0, 0, false, 1, {1});
-  bad[0] = 0;                                                // bad magic
+  bad[0] = 0;  // bad magic
   clients_[0]->send(bad);
   // A retransmitted HELLO is answered: once its WELCOME arrives, the datagrams before it (same
   // socket, same order) have been processed.
@@ -343,7 +342,8 @@ TEST_F(UdpAggregatorTest, GsoTrainsInBothDirections) {
   clients_[0]->send(hello_packet(0, kWorld, true));
   ASSERT_TRUE(clients_[0]->recv().has_value());
   std::vector<std::vector<uint8_t>> train;
-  for (uint16_t s = 0; s < kBlocks; ++s) train.push_back(data_packet(1, s, false, 10 + s, {1, 1, 1}));
+  for (uint16_t s = 0; s < kBlocks; ++s)
+    train.push_back(data_packet(1, s, false, 10 + s, {1, 1, 1}));
   const bool sent_as_train = clients_[1]->send_gso(train);
   if (!sent_as_train) {
     for (const auto& p : train) clients_[1]->send(p);  // a kernel without UDP_SEGMENT
@@ -533,8 +533,8 @@ TEST(UdpAggregatorCreateTest, ThreadsZeroIsOnePerCpu) {
   cpu_set_t set;
   CPU_ZERO(&set);
   ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
-  EXPECT_EQ((*a)->threads(), std::min<unsigned>(static_cast<unsigned>(CPU_COUNT(&set)),
-                                                kMaxUdpThreads));
+  EXPECT_EQ((*a)->threads(),
+            std::min<unsigned>(static_cast<unsigned>(CPU_COUNT(&set)), kMaxUdpThreads));
   o.threads = kMaxUdpThreads + 1;
   auto bad = UdpAggregator::create(o, {});
   ASSERT_FALSE(bad.ok());
@@ -747,7 +747,8 @@ TEST(UdpAggregatorCreateTest, BusyPortIsRefusedWithItsNumber) {
                                   << first_threads << " threads)";
         const std::string m = second.status().message();
         EXPECT_NE(m.find("UDP port " + std::to_string(o.port) + " is already in use"),
-                  std::string::npos) << m;
+                  std::string::npos)
+            << m;
         EXPECT_NE(m.find("--port"), std::string::npos) << m;
       }
     }
@@ -801,7 +802,7 @@ TEST_P(UdpAggregatorLeafThreadsTest, LeafTalksToItsParent) {
   EXPECT_EQ(up->hdr.flags, wire::kFlagHello);
   EXPECT_EQ(up->hdr.rank, 1);
   EXPECT_EQ(up->payload, (std::vector<int32_t>{2}));  // its guess of the parent's world: 4 / 2
-  EXPECT_FALSE(r2.recv(100ms).has_value());            // not welcomed before the parent says so
+  EXPECT_FALSE(r2.recv(100ms).has_value());           // not welcomed before the parent says so
   wire::Header w;
   w.tag = kKey;  // the root seals with the job's key
   w.job = kJob;

@@ -6,11 +6,10 @@
 // so sum() is the true count; HELP and TYPE for each).
 #include "controller/server.h"
 
+#include <gtest/gtest.h>
 #include <httplib.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -96,8 +95,8 @@ TEST(ControllerServer, BusyPortIsRefusedWithItsNumber) {
   ASSERT_FALSE(second.ok()) << "a second controller listens on busy TCP port " << o.port;
   const std::string m = second.status().message();
   EXPECT_NE(m.find("--port"), std::string::npos) << m;
-  EXPECT_NE(m.find("TCP port " + std::to_string(o.port) + " is already in use"),
-            std::string::npos) << m;
+  EXPECT_NE(m.find("TCP port " + std::to_string(o.port) + " is already in use"), std::string::npos)
+      << m;
 }
 
 TEST(ControllerServer, StateFileThatCannotBeCreatedIsRefused) {
@@ -175,8 +174,8 @@ TEST(ControllerServer, FailedStateWritesAreLoggedAndCounted) {
   EXPECT_NE(m.find("\nina_controller_persist_ok 0\n"), std::string::npos) << m;
   EXPECT_NE(m.find("\nina_controller_persist_failures_total 3\n"), std::string::npos) << m;
   // Logged at error level, naming the flag, the file and the reason; rate-limited to one line.
-  const std::string line = "[ina error controller] --state-file " + o.state_file + ": cannot create " +
-                           o.state_file + ".tmp: Is a directory";
+  const std::string line = "[ina error controller] --state-file " + o.state_file +
+                           ": cannot create " + o.state_file + ".tmp: Is a directory";
   const size_t at = err.find(line);
   EXPECT_NE(at, std::string::npos) << err;
   EXPECT_EQ(err.find(line, at + 1), std::string::npos) << "not rate-limited:\n" << err;

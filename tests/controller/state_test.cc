@@ -2,11 +2,12 @@
 // refusal reasons, expiry of silent aggregators and re-placement of their jobs, idle-job expiry,
 // drain, release, and the persisted JSON surviving a restart (the version-1 format included).
 #include "controller/state.h"
-#include "controller/requests.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "controller/requests.h"
 
 namespace ina::ctl {
 namespace {
@@ -201,7 +202,8 @@ TEST_F(StateTest, HeartbeatValidatesFields) {
 TEST_F(StateTest, TreeShapesForWorlds5To16WithFanIn4) {
   for (uint32_t world = 5; world <= 16; ++world) {
     ControllerState s{StateOptions{1000}, [this] { return ++key_; }};
-    for (const char* id : {"a", "b", "c", "d", "e", "f"}) ASSERT_TRUE(s.heartbeat(agg(id, 128, 4), 0).ok());
+    for (const char* id : {"a", "b", "c", "d", "e", "f"})
+      ASSERT_TRUE(s.heartbeat(agg(id, 128, 4), 0).ok());
     const JobInfo j = s.admit(req("t", world, 64), 0).value();
     ASSERT_EQ(j.state, JobState::kActive) << world << ": " << j.reason;
     expect_tree(j, world, 4);
@@ -336,7 +338,7 @@ TEST_F(StateTest, ShardsOnDistinctAggregators) {
 TEST_F(StateTest, ControllerDefaultShards) {
   ControllerState s{StateOptions{1000, 2}, [this] { return ++key_; }};
   for (const char* id : {"a", "b", "c"}) ASSERT_TRUE(s.heartbeat(agg(id, 128, 4), 0).ok());
-  EXPECT_EQ(s.admit(req("d", 4, 8), 0)->placements.size(), 2u);      // the default
+  EXPECT_EQ(s.admit(req("d", 4, 8), 0)->placements.size(), 2u);          // the default
   EXPECT_EQ(s.admit(req("one", 4, 8, 0, 1), 0)->placements.size(), 1u);  // asked for none
   // The default does not apply to a job that needs a tree: it gets the tree.
   const JobInfo t = s.admit(req("t", 6, 8), 0).value();
@@ -353,7 +355,8 @@ TEST_F(StateTest, SilentAggregatorsJobsAreReplaced) {
   ASSERT_EQ(b.placements.at(0).aggregator, "x");
   st.set_job_telemetry(a.id, "x", "{\"packets\":1}");
   st.set_job_telemetry(a.id, "y", "{\"packets\":2}");  // not a's aggregator: ignored
-  EXPECT_EQ(st.job(a.id)->telemetry, (std::map<std::string, std::string>{{"x", "{\"packets\":1}"}}));
+  EXPECT_EQ(st.job(a.id)->telemetry,
+            (std::map<std::string, std::string>{{"x", "{\"packets\":1}"}}));
   ASSERT_TRUE(st.heartbeat(agg("y", 128), 900).ok());
   ASSERT_EQ(st.expire(1500), std::vector<std::string>{"x"});
   EXPECT_TRUE(st.job(a.id)->telemetry.empty());  // x's report went with x
@@ -379,7 +382,8 @@ TEST_F(StateTest, SilentAggregatorsJobsAreReplaced) {
 }
 
 TEST_F(StateTest, TreeLeafAndRootAreReplaced) {
-  for (const char* id : {"a", "b", "c", "d", "e"}) ASSERT_TRUE(st.heartbeat(agg(id, 128, 4), 0).ok());
+  for (const char* id : {"a", "b", "c", "d", "e"})
+    ASSERT_TRUE(st.heartbeat(agg(id, 128, 4), 0).ok());
   const JobInfo t = st.admit(req("t", 8, 32), 0).value();
   ASSERT_TRUE(t.is_tree());
   ASSERT_EQ(t.placements[0].aggregator, "b");
@@ -433,7 +437,8 @@ TEST_F(StateTest, LostShardIsMovedOrDropped) {
   ASSERT_EQ(j->state, JobState::kActive);
   ASSERT_EQ(j->placements.size(), 1u);
   EXPECT_EQ(j->placements[0].aggregator, "x");
-  EXPECT_NE(j->reason.find("running on 1 of 2 shards: lost shard aggregator(s) z"), std::string::npos)
+  EXPECT_NE(j->reason.find("running on 1 of 2 shards: lost shard aggregator(s) z"),
+            std::string::npos)
       << j->reason;
   st.expire(4000);  // x too
   EXPECT_EQ(st.job(s.id)->state, JobState::kLost);
@@ -453,7 +458,7 @@ TEST_F(StateTest, IdleJobExpiresAndFreesItsSlots) {
   const JobInfo c = s.admit(req("c", 2, 8), 0).value();  // no aggregator ever reports it
   ASSERT_EQ(c.placements.at(0).aggregator, "y");
   EXPECT_EQ(s.expire_jobs(5001), std::vector<JobId>{b.id});  // idle since admission
-  s.note_job_packets(a.id, "x", 10, 7500);  // unchanged counter: no activity
+  s.note_job_packets(a.id, "x", 10, 7500);                   // unchanged counter: no activity
   EXPECT_EQ(s.expire_jobs(8000), std::vector<JobId>{});
   EXPECT_EQ(s.expire_jobs(8001), std::vector<JobId>{a.id});
   EXPECT_EQ(s.job(a.id)->state, JobState::kExpired);
@@ -483,7 +488,8 @@ TEST_F(StateTest, IdleJobExpiresAndFreesItsSlots) {
 }
 
 TEST_F(StateTest, PlacementsSurviveARestartThroughJson) {
-  for (const char* id : {"a", "b", "c", "d", "e"}) ASSERT_TRUE(st.heartbeat(agg(id, 128, 4), 0).ok());
+  for (const char* id : {"a", "b", "c", "d", "e"})
+    ASSERT_TRUE(st.heartbeat(agg(id, 128, 4), 0).ok());
   const JobInfo t = st.admit(req("t", 7, 32), 0).value();
   const JobInfo s = st.admit(req("s", 4, 32, 0, 4), 0).value();
   ASSERT_TRUE(t.is_tree());
@@ -514,7 +520,8 @@ TEST_F(StateTest, PlacementsSurviveARestartThroughJson) {
   bad.replace(bad.find("\"leaf\""), 6, "\"twig\"");
   const Status bs = again.from_json(bad, 0);
   EXPECT_EQ(bs.code(), StatusCode::kInvalidArgument);
-  EXPECT_NE(bs.message().find("role 'twig' is not flat, leaf or root"), std::string::npos) << bs.message();
+  EXPECT_NE(bs.message().find("role 'twig' is not flat, leaf or root"), std::string::npos)
+      << bs.message();
 }
 
 TEST_F(StateTest, Version1StateFileStillLoads) {
@@ -570,9 +577,9 @@ TEST_F(StateTest, OutOfRangeNumbersAreRefused) {
   const std::string saved = st.to_json();
   ControllerState again(StateOptions{1000}, [] { return uint64_t{7}; });
   ASSERT_TRUE(again.from_json(saved, 0).ok());
-  for (const auto& [from, to] : {std::pair{"\"port\": 47474", "\"port\": 1e70"},
-                                 std::pair{"\"world\": 2", "\"world\": -2"},
-                                 std::pair{"\"next_id\": 2", "\"next_id\": 4294967296"}}) {
+  for (const auto& [from, to] :
+       {std::pair{"\"port\": 47474", "\"port\": 1e70"}, std::pair{"\"world\": 2", "\"world\": -2"},
+        std::pair{"\"next_id\": 2", "\"next_id\": 4294967296"}}) {
     std::string bad = saved;
     const size_t at = bad.find(from);
     ASSERT_NE(at, std::string::npos) << from;

@@ -1,11 +1,11 @@
 // ina-ctl job's straggler summary (controller/straggler_report.h): a flat job's ranking with
 // causes, a tree's path from the root's worst leaf to that leaf's worst rank, and nothing when
 // there is no telemetry.
+#include "controller/straggler_report.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
-
-#include "controller/straggler_report.h"
 
 namespace ina::ctl {
 namespace {
@@ -13,10 +13,14 @@ namespace {
 using json = nlohmann::json;
 
 json straggler(int rank, bool named, double lost, const char* cause, const char* text) {
-  return {{"rank", rank},         {"straggler", named},
-          {"lost_ms", lost},      {"lost_share", 0.5},
-          {"cause", cause},       {"cause_text", text},
-          {"episodes", 12},       {"collective_fraction", 0.1},
+  return {{"rank", rank},
+          {"straggler", named},
+          {"lost_ms", lost},
+          {"lost_share", 0.5},
+          {"cause", cause},
+          {"cause_text", text},
+          {"episodes", 12},
+          {"collective_fraction", 0.1},
           {"mean_episode_ms", 1.5},
           {"lost_ms_by_cause", {{"start", lost}, {"link", 0}, {"loss", 0}, {"return", 0}}}};
 }
@@ -45,11 +49,14 @@ TEST(StragglerReport, FlatJobListsRanksWithCauses) {
 
 TEST(StragglerReport, TreeShowsThePathFromRootToRank) {
   json root = {{"role", "root"},
-               {"stragglers", {straggler(1, true, 20.0, "start", "late start"),
-                               straggler(0, false, 1.0, "start", "late start")}}};
-  json leaf0 = {{"role", "leaf"}, {"child_index", 0},
+               {"stragglers",
+                {straggler(1, true, 20.0, "start", "late start"),
+                 straggler(0, false, 1.0, "start", "late start")}}};
+  json leaf0 = {{"role", "leaf"},
+                {"child_index", 0},
                 {"stragglers", {straggler(0, false, 1.0, "start", "late start")}}};
-  json leaf1 = {{"role", "leaf"}, {"child_index", 1},
+  json leaf1 = {{"role", "leaf"},
+                {"child_index", 1},
                 {"stragglers", {straggler(5, true, 19.0, "link", "slow link (bandwidth)")}}};
   json job = {{"telemetry_by_aggregator", {{"r:1", root}, {"l0:1", leaf0}, {"l1:1", leaf1}}}};
   std::string t = straggler_report(job);

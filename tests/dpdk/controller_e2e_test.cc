@@ -30,8 +30,8 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "tests/integration/thread_ranks.h"
 #include "tests/check.h"
+#include "tests/integration/thread_ranks.h"
 
 extern char** environ;
 
@@ -41,7 +41,6 @@ using ina::testing::g_failures;
 
 using json = nlohmann::json;
 using namespace std::chrono_literals;
-
 
 constexpr int kAggPort = 47474;
 
@@ -167,8 +166,8 @@ int main(int argc, char** argv) {
   {
     Child ctl, agg;
     // The controller.
-    if (!ctl.spawn({ctl_bin, "--bind", "127.0.0.1", "--port", "0", "--port-file",
-                    dir + "/ctl.port", "--heartbeat-timeout-ms", "3000"},
+    if (!ctl.spawn({ctl_bin, "--bind", "127.0.0.1", "--port", "0", "--port-file", dir + "/ctl.port",
+                    "--heartbeat-timeout-ms", "3000"},
                    dir + "/ctl.log")) {
       std::printf("FAIL: cannot spawn %s\n", ctl_bin);
       return 1;
@@ -184,15 +183,34 @@ int main(int argc, char** argv) {
     const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
     const std::string lcores =
         "0@0,1@" + std::to_string(1 % cpus) + ",2@" + std::to_string(cpus > 2 ? 2 : 0);
-    std::vector<std::string> args = {agg_bin, "--backend", "dpdk", "--dpdk-port", port_name,
-                                     "--ip", kAggIp, "--port", std::to_string(kAggPort),
-                                     "--controller", "127.0.0.1:" + std::to_string(ctl_port),
-                                     "--slot-capacity", "256", "--block-elems", "256",
-                                     "--http-port", "0", "--http-port-file", dir + "/agg.http",
-                                     "--heartbeat-ms", "50", "--stats-interval-ms", "0", "--"};
+    std::vector<std::string> args = {agg_bin,
+                                     "--backend",
+                                     "dpdk",
+                                     "--dpdk-port",
+                                     port_name,
+                                     "--ip",
+                                     kAggIp,
+                                     "--port",
+                                     std::to_string(kAggPort),
+                                     "--controller",
+                                     "127.0.0.1:" + std::to_string(ctl_port),
+                                     "--slot-capacity",
+                                     "256",
+                                     "--block-elems",
+                                     "256",
+                                     "--http-port",
+                                     "0",
+                                     "--http-port-file",
+                                     dir + "/agg.http",
+                                     "--heartbeat-ms",
+                                     "50",
+                                     "--stats-interval-ms",
+                                     "0",
+                                     "--"};
     for (const std::string& a :
          split("--no-huge -m 256 --no-shconf --no-pci --no-telemetry --log-level=3 "
-               "--file-prefix ina_cagg_" + tag + " --vdev=" + vdev + " --lcores " + lcores)) {
+               "--file-prefix ina_cagg_" +
+               tag + " --vdev=" + vdev + " --lcores " + lcores)) {
       args.push_back(a);
     }
     if (!agg.spawn(args, dir + "/agg.log")) {
@@ -207,8 +225,8 @@ int main(int argc, char** argv) {
           agg_exit = agg.exited();
           if (agg_exit >= 0) return true;
           agg_http = read_port(dir + "/agg.http");
-          return agg_http > 0 && slurp(dir + "/agg.log").find("ina-aggregator (dpdk)") !=
-                                     std::string::npos;
+          return agg_http > 0 &&
+                 slurp(dir + "/agg.log").find("ina-aggregator (dpdk)") != std::string::npos;
         },
         20000ms);
     if (agg_exit == 77) {
@@ -216,7 +234,8 @@ int main(int argc, char** argv) {
       return 77;  // the controller is stopped by Child's destructor
     }
     if (!up || agg.pid <= 0) {
-      std::printf("FAIL: the DPDK aggregator did not start:\n%s\n", slurp(dir + "/agg.log").c_str());
+      std::printf("FAIL: the DPDK aggregator did not start:\n%s\n",
+                  slurp(dir + "/agg.log").c_str());
       return 1;
     }
     // One rx queue per worker lcore where the vdev has that many (af_packet qpairs=2).
@@ -281,9 +300,10 @@ int main(int argc, char** argv) {
           CHECK(ranks.comms[i]->stats().host_collectives == 0, "case %zu rank %d: ran on the host",
                 ci, r);
         }
-        std::printf("case %zu: %zu elements, %d ranks admitted by the controller, DPDK "
-                    "aggregator: %s\n",
-                    ci, c.count, world, g_failures == 0 ? "exact" : "WRONG");
+        std::printf(
+            "case %zu: %zu elements, %d ranks admitted by the controller, DPDK "
+            "aggregator: %s\n",
+            ci, c.count, world, g_failures == 0 ? "exact" : "WRONG");
       }
 
       // The controller's view: the job, active, on our aggregator, with its telemetry.
@@ -325,8 +345,8 @@ int main(int argc, char** argv) {
         CHECK(tel[0]["bad_tag"] == 0, "bad keys: %s", tel[0].dump().c_str());
       }
       const std::string m = get_text(agg_http, "/metrics");
-      const std::string series = "ina_aggregator_job_completed_total{ina_job=\"" +
-                                 std::to_string(job_id) + "\"} ";
+      const std::string series =
+          "ina_aggregator_job_completed_total{ina_job=\"" + std::to_string(job_id) + "\"} ";
       const size_t at = m.find(series);
       CHECK(at != std::string::npos, "/metrics lacks %s:\n%s", series.c_str(), m.c_str());
       if (at != std::string::npos) {
@@ -334,8 +354,7 @@ int main(int argc, char** argv) {
         CHECK(done >= rounds, "/metrics: %llu completed rounds, want >= %llu",
               static_cast<unsigned long long>(done), static_cast<unsigned long long>(rounds));
       }
-      CHECK(m.find("ina_aggregator_jobs 1") != std::string::npos, "/metrics: jobs:\n%s",
-            m.c_str());
+      CHECK(m.find("ina_aggregator_jobs 1") != std::string::npos, "/metrics: jobs:\n%s", m.c_str());
     }
     ranks.comms.clear();  // release: the controller forgets the job, the aggregator drops it
 
@@ -364,9 +383,8 @@ int main(int argc, char** argv) {
         CHECK(p != std::string::npos, "no counters of %s", l);
         if (p != std::string::npos) {
           const size_t c = agg_log.find("completed ", p);
-          const uint64_t done = c == std::string::npos
-                                    ? 0
-                                    : std::strtoull(agg_log.c_str() + c + 10, nullptr, 10);
+          const uint64_t done =
+              c == std::string::npos ? 0 : std::strtoull(agg_log.c_str() + c + 10, nullptr, 10);
           CHECK(done > 0, "%s completed no rounds", l);
         }
       }

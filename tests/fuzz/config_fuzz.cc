@@ -15,8 +15,8 @@
 #include <string_view>
 
 #include "fuzz_check.h"
-#include "ina/ina.hpp"
 #include "ina/base/log.h"
+#include "ina/ina.hpp"
 #include "ina/protocol/wire.h"
 #include "worker/admission.h"
 #include "worker/config_internal.h"
@@ -26,14 +26,41 @@ using namespace ina;
 namespace {
 
 // Every variable config.cc's from_env reads.
-constexpr const char* kVars[] = {
-    "INA_RANK", "INA_WORLD_SIZE", "RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "INA_AGGREGATOR", "INA_CONTROLLER",
-    "INA_JOB_NAME", "INA_STORE", "MASTER_ADDR", "MASTER_PORT", "INA_MESH_ADDR", "INA_FALLBACK",
-    "INA_TRANSPORT", "INA_ALGO", "INA_VERBS_DEVICE", "INA_VERBS_GID_INDEX", "INA_HOST_TRANSPORT",
-    "INA_COST_MODEL", "INA_JOB", "INA_JOB_KEY", "INA_BLOCK_ELEMS", "INA_WINDOW", "INA_TIMEOUT_MS",
-    "INA_RETRANSMIT_US", "INA_DEVICE_CHUNK_ELEMS", "INA_DEVICE_BUFFERS", "INA_TEST_DROP_PERCENT",
-    "INA_TEST_DUP_PERCENT", "INA_TEST_DELAY_US", "INA_TEST_STRAGGLE", "INA_TEST_SEED"};
+constexpr const char* kVars[] = {"INA_RANK",
+                                 "INA_WORLD_SIZE",
+                                 "RANK",
+                                 "WORLD_SIZE",
+                                 "OMPI_COMM_WORLD_RANK",
+                                 "OMPI_COMM_WORLD_SIZE",
+                                 "SLURM_PROCID",
+                                 "SLURM_NTASKS",
+                                 "INA_AGGREGATOR",
+                                 "INA_CONTROLLER",
+                                 "INA_JOB_NAME",
+                                 "INA_STORE",
+                                 "MASTER_ADDR",
+                                 "MASTER_PORT",
+                                 "INA_MESH_ADDR",
+                                 "INA_FALLBACK",
+                                 "INA_TRANSPORT",
+                                 "INA_ALGO",
+                                 "INA_VERBS_DEVICE",
+                                 "INA_VERBS_GID_INDEX",
+                                 "INA_HOST_TRANSPORT",
+                                 "INA_COST_MODEL",
+                                 "INA_JOB",
+                                 "INA_JOB_KEY",
+                                 "INA_BLOCK_ELEMS",
+                                 "INA_WINDOW",
+                                 "INA_TIMEOUT_MS",
+                                 "INA_RETRANSMIT_US",
+                                 "INA_DEVICE_CHUNK_ELEMS",
+                                 "INA_DEVICE_BUFFERS",
+                                 "INA_TEST_DROP_PERCENT",
+                                 "INA_TEST_DUP_PERCENT",
+                                 "INA_TEST_DELAY_US",
+                                 "INA_TEST_STRAGGLE",
+                                 "INA_TEST_SEED"};
 
 bool known(std::string_view name) {
   for (const char* v : kVars) {

@@ -72,12 +72,18 @@ const JobConfig* find(const std::vector<JobConfig>& js, JobId id) {
   return nullptr;
 }
 
-constexpr uint8_t kFlagChoices[] = {
-    0, wire::kFlagRetransmit, wire::kFlagNonFinite, wire::kFlagHello,
-    wire::kFlagHello | wire::kFlagRetransmit, wire::kFlagPartial,
-    wire::kFlagPartial | wire::kFlagRetransmit, wire::kFlagResult,
-    wire::kFlagResult | wire::kFlagNonFinite, wire::kFlagHello | wire::kFlagResult,
-    wire::kFlagError, wire::kFlagPartial | wire::kFlagResult};
+constexpr uint8_t kFlagChoices[] = {0,
+                                    wire::kFlagRetransmit,
+                                    wire::kFlagNonFinite,
+                                    wire::kFlagHello,
+                                    wire::kFlagHello | wire::kFlagRetransmit,
+                                    wire::kFlagPartial,
+                                    wire::kFlagPartial | wire::kFlagRetransmit,
+                                    wire::kFlagResult,
+                                    wire::kFlagResult | wire::kFlagNonFinite,
+                                    wire::kFlagHello | wire::kFlagResult,
+                                    wire::kFlagError,
+                                    wire::kFlagPartial | wire::kFlagResult};
 
 // A header of job `cfg` built from the input (layout: make_seeds.py), its payload and the seal.
 std::vector<uint8_t> structured(fuzz::Reader& in, const JobConfig& cfg) {
@@ -113,8 +119,8 @@ std::vector<uint8_t> structured(fuzz::Reader& in, const JobConfig& cfg) {
   // the right one.
   const uint8_t fix = in.u8();
   if (h.has(wire::kFlagHello) && h.count >= 1 && (fix & 1) != 0) {
-    const uint32_t world = (fix & 2) != 0 && cfg.is_leaf() ? cfg.tree.parent_world
-                                                           : cfg.slots.world_size;
+    const uint32_t world =
+        (fix & 2) != 0 && cfg.is_leaf() ? cfg.tree.parent_world : cfg.slots.world_size;
     wire::put_le32(d.data() + wire::kHeaderSize, world);
   }
   wire::seal(d, cfg.key);
@@ -132,7 +138,8 @@ void check_reply(const Reply& r, const std::vector<JobConfig>& js) {
   FUZZ_CHECK(r.payload_bytes() == 0 || r.payload != nullptr);
   std::vector<uint8_t> d(n);
   wire::encode_header(r.hdr, d.data());
-  if (r.payload_bytes() > 0) std::memcpy(d.data() + wire::kHeaderSize, r.payload, r.payload_bytes());
+  if (r.payload_bytes() > 0)
+    std::memcpy(d.data() + wire::kHeaderSize, r.payload, r.payload_bytes());
   wire::seal(d, r.key);
   wire::PacketView v;
   FUZZ_CHECK(wire::decode(d, &v) == wire::DecodeError::kOk);

@@ -23,7 +23,9 @@ namespace {
 
 constexpr LocalConfig kLocal{{0x02, 0x00, 0x00, 0x00, 0x00, 0x01}, 0x0A000001, 47474};  // 10.0.0.1
 
-HwCheck hw(uint8_t bits) { return bits == 1 ? HwCheck::kGood : bits == 2 ? HwCheck::kBad : HwCheck::kUnknown; }
+HwCheck hw(uint8_t bits) {
+  return bits == 1 ? HwCheck::kGood : bits == 2 ? HwCheck::kBad : HwCheck::kUnknown;
+}
 
 void check_checksums(const uint8_t* p, size_t n) {
   const uint16_t ref = fold(sum16(p, n));

@@ -11,7 +11,8 @@
 // sign of zero. int32 SUM uses full-range values and must wrap modulo 2^32; MIN/MAX are exact.
 // A separate test feeds random reals and checks the documented rounding bound
 // |out - exact| <= (P-1) * u * sum_r |x_r| (u = 2^-24 float32, 2^-11 float16, 2^-8 bfloat16,
-// 2^-4 float8 e4m3, 2^-3 e5m2; one rounding per reduction step), and that every rank's output is bitwise identical.
+// 2^-4 float8 e4m3, 2^-3 e5m2; one rounding per reduction step), and that every rank's output is
+// bitwise identical.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -20,8 +21,8 @@
 #include <mutex>
 #include <vector>
 
-#include "ina/protocol/fp8.h"
 #include "ina/base/half.h"
+#include "ina/protocol/fp8.h"
 #include "tests/host/harness.h"
 #include "worker/host/allgather.h"
 #include "worker/host/allreduce.h"
@@ -34,12 +35,11 @@
 namespace ina::host {
 namespace {
 
-constexpr DType kDTypes[] = {DType::kFloat32,     DType::kFloat16,     DType::kBFloat16,
+constexpr DType kDTypes[] = {DType::kFloat32,    DType::kFloat16,    DType::kBFloat16,
                              DType::kFloat8E4M3, DType::kFloat8E5M2, DType::kInt32};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax};
-constexpr AllreduceAlgorithm kAlgos[] = {AllreduceAlgorithm::kRing,
-                                         AllreduceAlgorithm::kHalvingDoubling,
-                                         AllreduceAlgorithm::kTree};
+constexpr AllreduceAlgorithm kAlgos[] = {
+    AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kTree};
 constexpr size_t kCounts[] = {0, 1, 1009};
 constexpr size_t kSmallChunk = 256;  // bytes: several pipeline pieces even for 1009 elements
 
@@ -68,8 +68,12 @@ void store_elem(DType t, void* buf, size_t i, double v) {
   switch (t) {
     case DType::kInt32: static_cast<int32_t*>(buf)[i] = static_cast<int32_t>(v); return;
     case DType::kFloat32: static_cast<float*>(buf)[i] = static_cast<float>(v); return;
-    case DType::kFloat16: static_cast<uint16_t*>(buf)[i] = float_to_half(static_cast<float>(v)); return;
-    case DType::kBFloat16: static_cast<uint16_t*>(buf)[i] = float_to_bf16(static_cast<float>(v)); return;
+    case DType::kFloat16:
+      static_cast<uint16_t*>(buf)[i] = float_to_half(static_cast<float>(v));
+      return;
+    case DType::kBFloat16:
+      static_cast<uint16_t*>(buf)[i] = float_to_bf16(static_cast<float>(v));
+      return;
     case DType::kFloat8E4M3: static_cast<uint8_t*>(buf)[i] = double_to_e4m3(v); return;
     case DType::kFloat8E5M2: static_cast<uint8_t*>(buf)[i] = double_to_e5m2(v); return;
   }
@@ -97,13 +101,16 @@ std::vector<uint8_t> make_input(DType t, int r, size_t count, uint64_t seed) {
 double reference(DType t, ReduceOp op, int world, size_t i, uint64_t seed) {
   if (t == DType::kInt32 && op == ReduceOp::kSum) {
     uint32_t s = 0;
-    for (int r = 0; r < world; ++r) s += static_cast<uint32_t>(static_cast<int32_t>(input(t, r, i, seed)));
+    for (int r = 0; r < world; ++r)
+      s += static_cast<uint32_t>(static_cast<int32_t>(input(t, r, i, seed)));
     return static_cast<int32_t>(s);
   }
   double acc = input(t, 0, i, seed);
   for (int r = 1; r < world; ++r) {
     const double x = input(t, r, i, seed);
-    acc = op == ReduceOp::kSum ? acc + x : op == ReduceOp::kMin ? std::min(acc, x) : std::max(acc, x);
+    acc = op == ReduceOp::kSum   ? acc + x
+          : op == ReduceOp::kMin ? std::min(acc, x)
+                                 : std::max(acc, x);
   }
   return acc;
 }
@@ -138,8 +145,8 @@ TEST_P(HostCollectives, Allreduce) {
         for (ReduceOp op : kOps)
           for (size_t count : kCounts) {
             ++seed;
-            const std::string what = name("allreduce", ctx, t, op, count) + " " +
-                                     std::string(algorithm_name(a));
+            const std::string what =
+                name("allreduce", ctx, t, op, count) + " " + std::string(algorithm_name(a));
             std::vector<uint8_t> in = make_input(t, ctx.rank(), count, seed);
             AllreduceOptions opts;
             opts.algorithm = a;
@@ -166,13 +173,15 @@ TEST_P(HostCollectives, ReduceScatter) {
         for (size_t count : kCounts) {
           ++seed;
           const std::string what = name("reduce_scatter", ctx, t, op, count);
-          std::vector<uint8_t> in = make_input(t, ctx.rank(), count * static_cast<size_t>(ctx.size()), seed);
+          std::vector<uint8_t> in =
+              make_input(t, ctx.rank(), count * static_cast<size_t>(ctx.size()), seed);
           std::vector<uint8_t> out(count * dtype_size(t) + 1, 0xAB);
           ReduceScatterOptions opts;
           opts.chunk_bytes = kSmallChunk;
           Status s = reduce_scatter(ctx, in.data(), out.data(), count, t, op, opts);
           ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
-          expect_reduced(t, op, ctx.size(), out.data(), count * static_cast<size_t>(ctx.rank()), count, seed, what);
+          expect_reduced(t, op, ctx.size(), out.data(), count * static_cast<size_t>(ctx.rank()),
+                         count, seed, what);
           EXPECT_EQ(in, make_input(t, ctx.rank(), count * static_cast<size_t>(ctx.size()), seed))
               << what << ": input modified";
         }
@@ -195,7 +204,8 @@ TEST_P(HostCollectives, Allgather) {
         ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
         for (int r = 0; r < ctx.size(); ++r) {
           const std::vector<uint8_t> want = make_input(t, r, count, seed);
-          EXPECT_EQ(0, std::memcmp(out.data() + count * es * static_cast<size_t>(r), want.data(), count * es))
+          EXPECT_EQ(0, std::memcmp(out.data() + count * es * static_cast<size_t>(r), want.data(),
+                                   count * es))
               << what << ": block of rank " << r;
         }
       }
@@ -209,10 +219,11 @@ TEST_P(HostCollectives, Broadcast) {
       for (DType t : kDTypes)
         for (size_t count : kCounts) {
           ++seed;
-          const std::string what = name("broadcast", ctx, t, ReduceOp::kSum, count) + " root " +
-                                   std::to_string(root);
+          const std::string what =
+              name("broadcast", ctx, t, ReduceOp::kSum, count) + " root " + std::to_string(root);
           std::vector<uint8_t> want = make_input(t, root, count, seed);
-          std::vector<uint8_t> buf = ctx.rank() == root ? want : std::vector<uint8_t>(want.size(), 0xCD);
+          std::vector<uint8_t> buf =
+              ctx.rank() == root ? want : std::vector<uint8_t>(want.size(), 0xCD);
           BroadcastOptions opts;
           opts.root = root;
           opts.chunk_bytes = kSmallChunk;
@@ -234,7 +245,8 @@ TEST_P(HostCollectives, Barrier) {
       Status s = barrier(ctx);
       ASSERT_TRUE(s.ok()) << s.to_string();
       const int seen = entered.load();
-      EXPECT_GE(seen, world * (round + 1)) << "rank " << ctx.rank() << " left round " << round << " early";
+      EXPECT_GE(seen, world * (round + 1))
+          << "rank " << ctx.rank() << " left round " << round << " early";
       EXPECT_LE(seen, world * (round + 2));
     }
   });
@@ -266,7 +278,8 @@ TEST_P(HostCollectives, Alltoall) {
         for (size_t i = 0; i < p; ++i)
           for (size_t k = 0; k < count; ++k)
             for (size_t b = 0; b < es; ++b)
-              bad += out[(i * count + k) * es + b] != a2a_byte(static_cast<int>(i), ctx.rank(), k, b, seed);
+              bad += out[(i * count + k) * es + b] !=
+                     a2a_byte(static_cast<int>(i), ctx.rank(), k, b, seed);
         EXPECT_EQ(bad, 0u) << what;
       }
   });
@@ -318,7 +331,8 @@ TEST_P(HostCollectives, AlltoallvRandomCountsWithZeros) {
           for (size_t k = 0; k < rc[i]; ++k) {
             covered[rd[i] + k] = true;
             for (size_t b = 0; b < es; ++b)
-              bad += out[(rd[i] + k) * es + b] != a2a_byte(static_cast<int>(i), ctx.rank(), k, b, seed);
+              bad += out[(rd[i] + k) * es + b] !=
+                     a2a_byte(static_cast<int>(i), ctx.rank(), k, b, seed);
           }
         for (size_t e = 0; e < recv_elems; ++e)
           if (!covered[e])
@@ -353,14 +367,16 @@ TEST_P(HostAllreduceLarge, MillionElements) {
         opts.algorithm = algo;
         Status s = allreduce(ctx, in.data(), in.data(), kCount, t, op, opts);
         ASSERT_TRUE(s.ok()) << s.to_string();
-        expect_reduced(t, op, ctx.size(), in.data(), 0, kCount, seed,
-                       name("allreduce", ctx, t, op, kCount) + " " + std::string(algorithm_name(algo)));
+        expect_reduced(
+            t, op, ctx.size(), in.data(), 0, kCount, seed,
+            name("allreduce", ctx, t, op, kCount) + " " + std::string(algorithm_name(algo)));
       }
   });
 }
 
 INSTANTIATE_TEST_SUITE_P(Large, HostAllreduceLarge,
-                         ::testing::Combine(::testing::Values(3, 4, 5, 8), ::testing::ValuesIn(kAlgos)),
+                         ::testing::Combine(::testing::Values(3, 4, 5, 8),
+                                            ::testing::ValuesIn(kAlgos)),
                          [](const auto& i) {
                            return "P" + std::to_string(std::get<0>(i.param)) + "_" +
                                   std::string(algorithm_name(std::get<1>(i.param)));
@@ -397,7 +413,8 @@ TEST(HostAllreduceFloat, RandomRealsWithinBoundAndIdenticalOnAllRanks) {
                        : t == DType::kFloat8E4M3 ? 0x1p-4
                                                  : 0x1p-3;
       for (int r = 1; r < kWorld; ++r)
-        EXPECT_EQ(outs[0], outs[static_cast<size_t>(r)]) << algorithm_name(algo) << " " << dtype_name(t);
+        EXPECT_EQ(outs[0], outs[static_cast<size_t>(r)])
+            << algorithm_name(algo) << " " << dtype_name(t);
       ASSERT_EQ(outs[0].size(), kCount * dtype_size(t));
       size_t bad = 0;
       for (size_t i = 0; i < kCount; ++i) {
@@ -408,8 +425,8 @@ TEST(HostAllreduceFloat, RandomRealsWithinBoundAndIdenticalOnAllRanks) {
         }
         const double got = load_elem(t, outs[0].data(), i);
         if (std::fabs(got - exact) > (kWorld - 1) * u * abs_sum && bad++ == 0)
-          ADD_FAILURE() << algorithm_name(algo) << " " << dtype_name(t) << " element " << i
-                        << ": " << got << " vs exact " << exact;
+          ADD_FAILURE() << algorithm_name(algo) << " " << dtype_name(t) << " element " << i << ": "
+                        << got << " vs exact " << exact;
       }
       EXPECT_EQ(bad, 0u);
     }
@@ -455,7 +472,7 @@ namespace {
 // far beyond the socket buffers).
 TEST(HostCollectivesLarge, ReduceScatterAllgatherBroadcastAlltoall) {
   constexpr int kWorld = 4;
-  constexpr size_t kPerRank = 250001;     // 1,000,004 elements in total
+  constexpr size_t kPerRank = 250001;  // 1,000,004 elements in total
   constexpr size_t kBroadcast = 1000003;
   test::run_ranks(kWorld, [](Context& ctx) {
     const auto p = static_cast<size_t>(ctx.size());
@@ -463,10 +480,11 @@ TEST(HostCollectivesLarge, ReduceScatterAllgatherBroadcastAlltoall) {
     {
       std::vector<uint8_t> in = make_input(DType::kInt32, me, kPerRank * p, 77);
       std::vector<int32_t> out(kPerRank);
-      Status s = reduce_scatter(ctx, in.data(), out.data(), kPerRank, DType::kInt32, ReduceOp::kSum);
+      Status s =
+          reduce_scatter(ctx, in.data(), out.data(), kPerRank, DType::kInt32, ReduceOp::kSum);
       ASSERT_TRUE(s.ok()) << s.to_string();
-      expect_reduced(DType::kInt32, ReduceOp::kSum, kWorld, out.data(), kPerRank * static_cast<size_t>(me),
-                     kPerRank, 77, "reduce_scatter large");
+      expect_reduced(DType::kInt32, ReduceOp::kSum, kWorld, out.data(),
+                     kPerRank * static_cast<size_t>(me), kPerRank, 77, "reduce_scatter large");
     }
     {
       std::vector<uint8_t> in = make_input(DType::kFloat32, me, kPerRank, 78);
@@ -491,13 +509,15 @@ TEST(HostCollectivesLarge, ReduceScatterAllgatherBroadcastAlltoall) {
       std::vector<int32_t> in(kPerRank * p), out(kPerRank * p, -1);
       for (size_t j = 0; j < p; ++j)
         for (size_t k = 0; k < kPerRank; ++k)
-          in[j * kPerRank + k] = static_cast<int32_t>((static_cast<size_t>(me) * 16 + j) * 1000003 + k);
+          in[j * kPerRank + k] =
+              static_cast<int32_t>((static_cast<size_t>(me) * 16 + j) * 1000003 + k);
       Status s = alltoall(ctx, in.data(), out.data(), kPerRank, DType::kInt32);
       ASSERT_TRUE(s.ok()) << s.to_string();
       size_t bad = 0;
       for (size_t i = 0; i < p; ++i)
         for (size_t k = 0; k < kPerRank; ++k)
-          bad += out[i * kPerRank + k] != static_cast<int32_t>((i * 16 + static_cast<size_t>(me)) * 1000003 + k);
+          bad += out[i * kPerRank + k] !=
+                 static_cast<int32_t>((i * 16 + static_cast<size_t>(me)) * 1000003 + k);
       EXPECT_EQ(bad, 0u) << "alltoall large";
     }
   });

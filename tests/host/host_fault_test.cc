@@ -48,7 +48,7 @@ enum class Workload { kRing, kHalvingDoubling, kTree, kAlltoall };
       s = alltoall(**mesh, out.data(), in.data(), kCount / kWorld, DType::kFloat32);
     } else {
       AllreduceOptions ao;
-      ao.algorithm = w == Workload::kRing ? AllreduceAlgorithm::kRing
+      ao.algorithm = w == Workload::kRing   ? AllreduceAlgorithm::kRing
                      : w == Workload::kTree ? AllreduceAlgorithm::kTree
                                             : AllreduceAlgorithm::kHalvingDoubling;
       s = allreduce(**mesh, in.data(), out.data(), kCount, DType::kFloat32, ReduceOp::kSum, ao);
@@ -109,7 +109,8 @@ TEST_P(HostFault, KilledRankIsNamedByTheOthersWithinTheDeadline) {
     EXPECT_TRUE(msg.rfind("UNAVAILABLE", 0) == 0 || msg.rfind("DEADLINE_EXCEEDED", 0) == 0)
         << "rank " << r << ": " << msg;
     std::printf("rank %d (after %lld ms): %s\n", r,
-                static_cast<long long>(std::chrono::duration_cast<milliseconds>(Clock::now() - killed_at).count()),
+                static_cast<long long>(
+                    std::chrono::duration_cast<milliseconds>(Clock::now() - killed_at).count()),
                 msg.c_str());
   }
 }

@@ -24,7 +24,6 @@ T val(Result<T> r) {
   return r.ok() ? std::move(r).value() : T{};
 }
 
-
 std::unique_ptr<TcpStore> server_store() {
   TcpStoreOptions opts;
   opts.port = 0;
@@ -250,7 +249,8 @@ TEST(HostTcpMesh, StrayConnectionDuringSetupIsDropped) {
   auto stray = connect_tcp(hp->host, hp->port, Clock::now() + milliseconds(2000));
   ASSERT_TRUE(stray.ok());
   const char junk[16] = "GET / HTTP/1.0\n";
-  ASSERT_TRUE(send_all(*stray, junk, sizeof(junk), Clock::now() + milliseconds(1000), "stray").ok());
+  ASSERT_TRUE(
+      send_all(*stray, junk, sizeof(junk), Clock::now() + milliseconds(1000), "stray").ok());
   auto m1 = TcpMesh::connect(**store, 1, 2, opts);
   rank0.join();
   close(*stray);

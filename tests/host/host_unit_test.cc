@@ -28,7 +28,6 @@ T val(Result<T> r) {
   return r.ok() ? std::move(r).value() : T{};
 }
 
-
 // ---- selection ----
 
 TEST(HostSelect, SmallBuffersPickLogDepthLargePickRing) {
@@ -76,13 +75,14 @@ TEST(HostSelect, ParseCostModel) {
   EXPECT_DOUBLE_EQ(m.alpha_s, 133.5e-6);
   EXPECT_DOUBLE_EQ(m.beta_s_per_byte, 0);
   EXPECT_DOUBLE_EQ(m.gamma_s_per_byte, 0.25e-9);
-  for (const char* bad : {"", "25", "25,", ",0.5", "25,0.5,", "0,0.5", "-1,0.5", "25,-0.5",
-                          "25,0.5,0.1,3", "25 ,0.5", "25,0.5x", "1e3,0.5", "inf,1", "nan,1",
-                          "25;0.5"}) {
+  for (const char* bad :
+       {"", "25", "25,", ",0.5", "25,0.5,", "0,0.5", "-1,0.5", "25,-0.5", "25,0.5,0.1,3", "25 ,0.5",
+        "25,0.5x", "1e3,0.5", "inf,1", "nan,1", "25;0.5"}) {
     Result<CostModel> r = parse_cost_model(bad);
     ASSERT_FALSE(r.ok()) << "'" << bad << "' was accepted";
     EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
-    EXPECT_NE(r.status().message().find("INA_COST_MODEL"), std::string::npos) << r.status().message();
+    EXPECT_NE(r.status().message().find("INA_COST_MODEL"), std::string::npos)
+        << r.status().message();
     EXPECT_NE(r.status().message().find("alpha_us,beta_ns_per_byte"), std::string::npos);
   }
 }
@@ -139,8 +139,8 @@ TEST(HostSelect, OverrideWinsAndBadOverrideIsNamed) {
 }
 
 TEST(HostSelect, AlgorithmNamesRoundTrip) {
-  for (auto a : {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHalvingDoubling,
-                 AllreduceAlgorithm::kTree})
+  for (auto a :
+       {AllreduceAlgorithm::kRing, AllreduceAlgorithm::kHalvingDoubling, AllreduceAlgorithm::kTree})
     EXPECT_EQ(parse_algorithm(algorithm_name(a)), a);
 }
 
@@ -208,8 +208,10 @@ TEST(HostTree, DoubleTreesAreSpanningTreesAndSpreadInnerNodes) {
       };
       both_inner += inner(0) && inner(1);
     }
-    if (n % 2 == 0) EXPECT_EQ(both_inner, 0) << "n=" << n;
-    else EXPECT_LE(both_inner, 2) << "n=" << n;
+    if (n % 2 == 0)
+      EXPECT_EQ(both_inner, 0) << "n=" << n;
+    else
+      EXPECT_LE(both_inner, 2) << "n=" << n;
   }
 }
 
@@ -270,8 +272,9 @@ TEST(HostReduce, VectorLanesMatchTheElementDefinition) {
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const float inf = std::numeric_limits<float>::infinity();
   const float fv[] = {1.5f, -2.f, nan, 0.f, -0.f, inf, -inf, 3.25f, 7.f, -1e30f, 1e30f};
-  const int32_t iv[] = {0, 1, -1, std::numeric_limits<int32_t>::max(),
-                        std::numeric_limits<int32_t>::min(), 12345, -777};
+  const int32_t iv[] = {
+      0,     1,   -1, std::numeric_limits<int32_t>::max(), std::numeric_limits<int32_t>::min(),
+      12345, -777};
   for (size_t n : {size_t{1}, size_t{3}, size_t{4}, size_t{5}, size_t{8}, size_t{13}, size_t{67}}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax}) {
       std::vector<float> fa(n), fb(n), fref(n);
@@ -284,10 +287,13 @@ TEST(HostReduce, VectorLanesMatchTheElementDefinition) {
         const float x = fa[i], y = fb[i];
         if (op == ReduceOp::kSum) {
           fref[i] = x + y;
-          iref[i] = static_cast<int32_t>(static_cast<uint32_t>(ia[i]) + static_cast<uint32_t>(ib[i]));
+          iref[i] =
+              static_cast<int32_t>(static_cast<uint32_t>(ia[i]) + static_cast<uint32_t>(ib[i]));
         } else {
           const bool mn = op == ReduceOp::kMin;
-          fref[i] = std::isnan(y) ? y : std::isnan(x) ? x : (mn ? (y < x ? y : x) : (y > x ? y : x));
+          fref[i] = std::isnan(y)   ? y
+                    : std::isnan(x) ? x
+                                    : (mn ? (y < x ? y : x) : (y > x ? y : x));
           iref[i] = mn ? std::min(ia[i], ib[i]) : std::max(ia[i], ib[i]);
         }
       }
@@ -295,10 +301,12 @@ TEST(HostReduce, VectorLanesMatchTheElementDefinition) {
       reduce_into(ia.data(), ib.data(), n, DType::kInt32, op);
       for (size_t i = 0; i < n; ++i) {
         if (std::isnan(fref[i])) {
-          EXPECT_TRUE(std::isnan(fa[i])) << "n " << n << " op " << static_cast<int>(op) << " i " << i;
+          EXPECT_TRUE(std::isnan(fa[i]))
+              << "n " << n << " op " << static_cast<int>(op) << " i " << i;
         } else {
           EXPECT_EQ(std::memcmp(&fa[i], &fref[i], 4), 0)
-              << "n " << n << " op " << static_cast<int>(op) << " i " << i << ": " << fa[i] << " vs " << fref[i];
+              << "n " << n << " op " << static_cast<int>(op) << " i " << i << ": " << fa[i]
+              << " vs " << fref[i];
         }
         EXPECT_EQ(ia[i], iref[i]) << "n " << n << " op " << static_cast<int>(op) << " i " << i;
       }
@@ -358,7 +366,8 @@ TEST(HostFileStore, AddIsAtomicAcrossClients) {
   for (auto& t : threads) t.join();
   auto s = FileStore::create(dir.path());
   EXPECT_EQ(val((*s)->add("counter", 0)), kThreads * kAdds);
-  EXPECT_EQ(to_string(val((*s)->get("counter", milliseconds(10)))), std::to_string(kThreads * kAdds));
+  EXPECT_EQ(to_string(val((*s)->get("counter", milliseconds(10)))),
+            std::to_string(kThreads * kAdds));
   ASSERT_TRUE((*s)->set("text", to_bytes("abc")).ok());
   EXPECT_EQ((*s)->add("text", 1).status().code(), StatusCode::kInvalidArgument);
 }

@@ -8,15 +8,14 @@
 // Threads are the ranks (one Communicator each); the controller and the aggregators are child
 // processes.
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <httplib.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
@@ -31,8 +30,8 @@
 #include <thread>
 #include <vector>
 
-#include "ina/ina.hpp"
 #include "../free_port.h"
+#include "ina/ina.hpp"
 
 extern char** environ;
 
@@ -122,16 +121,31 @@ class ControllerTest : public ::testing::Test {
     }
     ASSERT_EQ(ctl_.start(a, dir_ + "/ctl.port", &ctl_port_), "");
   }
-  void start_aggregator(uint32_t capacity) { start_aggregator(capacity, &agg_, "agg", 1, &agg_port_, &agg_http_); }
+  void start_aggregator(uint32_t capacity) {
+    start_aggregator(capacity, &agg_, "agg", 1, &agg_port_, &agg_http_);
+  }
   // Another aggregator under `tag`, registered once the controller lists `registered` of them.
   void start_aggregator(uint32_t capacity, Child* child, const std::string& tag, size_t registered,
                         int* port, int* http, std::vector<std::string> extra = {}) {
-    std::vector<std::string> args = {agg_bin_, "--bind", "127.0.0.1", "--port", "0", "--port-file",
-                                  dir_ + "/" + tag + ".port", "--controller",
-                                  "127.0.0.1:" + std::to_string(ctl_port_), "--slot-capacity",
-                                  std::to_string(capacity), "--http-port", "0", "--http-port-file",
-                                  dir_ + "/" + tag + ".http", "--heartbeat-ms", "50",
-                                  "--stats-interval-ms", "0"};
+    std::vector<std::string> args = {agg_bin_,
+                                     "--bind",
+                                     "127.0.0.1",
+                                     "--port",
+                                     "0",
+                                     "--port-file",
+                                     dir_ + "/" + tag + ".port",
+                                     "--controller",
+                                     "127.0.0.1:" + std::to_string(ctl_port_),
+                                     "--slot-capacity",
+                                     std::to_string(capacity),
+                                     "--http-port",
+                                     "0",
+                                     "--http-port-file",
+                                     dir_ + "/" + tag + ".http",
+                                     "--heartbeat-ms",
+                                     "50",
+                                     "--stats-interval-ms",
+                                     "0"};
     args.insert(args.end(), extra.begin(), extra.end());
     ASSERT_EQ(child->start(args, dir_ + "/" + tag + ".port", port), "");
     std::ifstream in(dir_ + "/" + tag + ".http");
@@ -210,11 +224,13 @@ class ControllerTest : public ::testing::Test {
           for (size_t i = 0; i < count; ++i) {
             v[i] = static_cast<int32_t>(name.size() * 1000003u + i * 7 + r * 13 + it);
             int64_t s = 0;
-            for (int k = 0; k < world; ++k) s += static_cast<int64_t>(name.size() * 1000003u + i * 7 + k * 13 + it);
+            for (int k = 0; k < world; ++k)
+              s += static_cast<int64_t>(name.size() * 1000003u + i * 7 + k * 13 + it);
             want[i] = static_cast<int32_t>(s);
           }
           st[r] = (*comm)->allreduce(v.data(), v.data(), count, DType::kInt32, ReduceOp::kSum);
-          if (st[r].ok() && v != want) st[r] = internal_error(name + ": wrong result at iteration " + std::to_string(it));
+          if (st[r].ok() && v != want)
+            st[r] = internal_error(name + ": wrong result at iteration " + std::to_string(it));
         }
         stats_mu_.lock();
         stats_[name + "/" + std::to_string(r)] = (*comm)->stats();
@@ -226,7 +242,8 @@ class ControllerTest : public ::testing::Test {
     return st;
   }
   static void expect_all_ok(const std::vector<Status>& st) {
-    for (size_t r = 0; r < st.size(); ++r) EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+    for (size_t r = 0; r < st.size(); ++r)
+      EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
   }
   // The controller's /v1/jobs/<id> of the job named `name`. A few tries: one HTTP request on a
   // loaded machine can time out (seen once in CI: a job the test then found active). Null when
@@ -304,7 +321,8 @@ TEST_F(ControllerTest, RefusedJobRunsOnTheHostFallback) {
   auto r = probe.Get("/v1/admit?name=big&world=3&slots=64");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->body.substr(0, 7), "refused");
-  EXPECT_NE(r->body.find("no aggregator has 64 contiguous free slots"), std::string::npos) << r->body;
+  EXPECT_NE(r->body.find("no aggregator has 64 contiguous free slots"), std::string::npos)
+      << r->body;
   // Same job name: the workers get the same refusal and fall back.
   // A free port for rank 0's rendezvous store.
   const int store_port = ina::testing::free_loopback_port();
@@ -337,11 +355,11 @@ TEST_F(ControllerTest, ControllerRestartDuringAJob) {
     }
     if (rank == 0 && it == 20) {
       int p = 0;
-      ASSERT_EQ(ctl_.start({ctl_bin_, "--port", std::to_string(port), "--port-file",
-                            dir_ + "/ctl2.port", "--state-file", state,
-                            "--heartbeat-timeout-ms", "1500"},
-                           dir_ + "/ctl2.port", &p),
-                "");
+      ASSERT_EQ(
+          ctl_.start({ctl_bin_, "--port", std::to_string(port), "--port-file", dir_ + "/ctl2.port",
+                      "--state-file", state, "--heartbeat-timeout-ms", "1500"},
+                     dir_ + "/ctl2.port", &p),
+          "");
       restarted = true;
     }
     if (rank == 0 && it == 25) {
@@ -383,8 +401,7 @@ TEST_F(ControllerTest, DelayedRankIsRankedFirst) {
     const std::string name = "straggle-" + std::to_string(t);
     json tele;
     std::vector<Status> st = run_job(
-        name, 8, kIters, 512, [&](Config& c) { c.fault.delay_us = c.rank == slow ? 15000 : 0; },
-        {},
+        name, 8, kIters, 512, [&](Config& c) { c.fault.delay_us = c.rank == slow ? 15000 : 0; }, {},
         [&](int r) {
           // Rank 0 reads the telemetry before it releases the job (so the job still exists).
           if (r != 0) return;
@@ -515,10 +532,15 @@ TEST_F(ControllerTest, LostAggregatorJobFallsBackAndIsMarkedLost) {
 // (`packets` per job: the activity job expiry watches). Returns the controller's answer.
 json fake_heartbeat(int ctl_port, const std::string& id, int data_port, uint32_t fan_in,
                     uint32_t capacity = 1024, const std::map<JobId, uint64_t>& packets = {}) {
-  json body = {{"id", id},          {"host", "127.0.0.1"},        {"port", data_port},
-               {"slot_capacity", capacity}, {"max_fan_in", fan_in}, {"block_elems", 256}};
+  json body = {{"id", id},
+               {"host", "127.0.0.1"},
+               {"port", data_port},
+               {"slot_capacity", capacity},
+               {"max_fan_in", fan_in},
+               {"block_elems", 256}};
   body["jobs"] = json::object();
-  for (const auto& [job, n] : packets) body["jobs"][std::to_string(job)] = {{"job", job}, {"packets", n}};
+  for (const auto& [job, n] : packets)
+    body["jobs"][std::to_string(job)] = {{"job", job}, {"packets", n}};
   httplib::Client c("127.0.0.1", ctl_port);
   c.set_connection_timeout(1, 0);
   auto r = c.Post("/v1/aggregators/heartbeat", body.dump(), "application/json");
@@ -528,10 +550,9 @@ json fake_heartbeat(int ctl_port, const std::string& id, int data_port, uint32_t
 
 std::string run_ctl(const std::string& bin, int ctl_port, const std::string& args, int* rc) {
   std::string out;
-  FILE* p = popen((bin + " --controller 127.0.0.1:" + std::to_string(ctl_port) + " " + args +
-                   " 2>&1")
-                      .c_str(),
-                  "r");
+  FILE* p = popen(
+      (bin + " --controller 127.0.0.1:" + std::to_string(ctl_port) + " " + args + " 2>&1").c_str(),
+      "r");
   char buf[4096];
   size_t n;
   while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
@@ -626,8 +647,10 @@ TEST_F(ControllerTest, InaCtlShowsTreeAndShardPlacements) {
   EXPECT_NE(out.find("ina_controller_trees_total 1\n"), std::string::npos) << out;
   EXPECT_NE(out.find("ina_controller_sharded_total 2\n"), std::string::npos) << out;
   EXPECT_NE(out.find("ina_controller_active_jobs{shape=\"tree\"} 1\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("ina_controller_active_jobs{shape=\"sharded\"} 2\n"), std::string::npos) << out;
-  EXPECT_NE(out.find("ina_controller_admission_seconds_count{kind=\"tree\"} 2\n"), std::string::npos)
+  EXPECT_NE(out.find("ina_controller_active_jobs{shape=\"sharded\"} 2\n"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("ina_controller_admission_seconds_count{kind=\"tree\"} 2\n"),
+            std::string::npos)
       << out;
 }
 
@@ -712,8 +735,8 @@ TEST_F(ControllerTest, JobIsReplacedAndIdleJobExpires) {
 TEST_F(ControllerTest, AdmissionLatencyFlatTreeSharded) {
   start_controller(0, "", {"--heartbeat-timeout-ms", "600000"});
   for (int i = 0; i < 6; ++i) {
-    ASSERT_TRUE(fake_heartbeat(ctl_port_, "agg-" + std::to_string(i), 40021 + i, 8, 1u << 20)
-                    .is_object());
+    ASSERT_TRUE(
+        fake_heartbeat(ctl_port_, "agg-" + std::to_string(i), 40021 + i, 8, 1u << 20).is_object());
   }
   struct Kind {
     const char* name;
@@ -730,7 +753,8 @@ TEST_F(ControllerTest, AdmissionLatencyFlatTreeSharded) {
     for (const Kind& k : kinds) {
       std::vector<double> us;
       for (int i = 0; i < kN; ++i) {
-        const std::string name = std::string(k.name) + "-" + std::to_string(pass) + "-" + std::to_string(i);
+        const std::string name =
+            std::string(k.name) + "-" + std::to_string(pass) + "-" + std::to_string(i);
         httplib::Client c("127.0.0.1", ctl_port_);
         const auto t0 = std::chrono::steady_clock::now();
         auto r = c.Get("/v1/admit?name=" + name + "&" + k.query);
@@ -755,7 +779,8 @@ TEST_F(ControllerTest, AdmissionLatencyFlatTreeSharded) {
   }
   const std::string m = get_text(ctl_port_, "/metrics");
   for (const char* k : {"flat", "tree", "sharded"}) {
-    const std::string key = std::string("ina_controller_admission_seconds_sum{kind=\"") + k + "\"} ";
+    const std::string key =
+        std::string("ina_controller_admission_seconds_sum{kind=\"") + k + "\"} ";
     const size_t at = m.find(key);
     ASSERT_NE(at, std::string::npos) << m;
     std::printf("server-side admission %-7s mean %.1f us (both passes)\n", k,
@@ -928,8 +953,10 @@ TEST_F(ControllerTest, TreeJobSurvivesLosingItsRoot) {
         if (rank == 0 && it == kKilledAt) {
           before = job_json("rootloss");
           killed = root_of(before);
-          for (auto [child, port] : {std::pair{&agg_, agg_port_}, {&agg2_, agg2_port_},
-                                     {&agg3_, agg3_port_}, {&agg4_, agg4_port_}}) {
+          for (auto [child, port] : {std::pair{&agg_, agg_port_},
+                                     {&agg2_, agg2_port_},
+                                     {&agg3_, agg3_port_},
+                                     {&agg4_, agg4_port_}}) {
             if (killed == "127.0.0.1:" + std::to_string(port)) child->stop();
           }
         }

@@ -39,7 +39,8 @@ std::string device_skip_reason() {
   return s.ok() ? "" : s.message();
 }
 
-std::string run_ranks(uint16_t port, const std::function<std::string(int, ina::Communicator&)>& body) {
+std::string run_ranks(uint16_t port,
+                      const std::function<std::string(int, ina::Communicator&)>& body) {
   std::vector<std::string> errs(kWorld);
   std::vector<std::thread> ts;
   for (int r = 0; r < kWorld; ++r) {
@@ -74,9 +75,9 @@ std::string run_ranks(uint16_t port, const std::function<std::string(int, ina::C
   return all;
 }
 
-#define CUDA_OR_RETURN(call)                                                      \
-  do {                                                                            \
-    const cudaError_t e_ = (call);                                                \
+#define CUDA_OR_RETURN(call)                                                        \
+  do {                                                                              \
+    const cudaError_t e_ = (call);                                                  \
     if (e_ != cudaSuccess) return std::string(#call ": ") + cudaGetErrorString(e_); \
   } while (0)
 
@@ -88,35 +89,38 @@ TEST(CudaDeviceAllreduce, BitwiseEqualToHostBuffers) {
   std::vector<Case> cs;
   for (DType t : {DType::kInt32, DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax}) {
-      for (size_t n : {size_t{1}, size_t{7919}, size_t{1000003}}) cs.push_back(Case{t, op, n, false});
+      for (size_t n : {size_t{1}, size_t{7919}, size_t{1000003}})
+        cs.push_back(Case{t, op, n, false});
     }
   }
   std::vector<std::vector<uint8_t>> expected(cs.size());
   for (size_t ci = 0; ci < cs.size(); ++ci) {
     std::vector<std::vector<uint8_t>> inputs(kWorld);
-    for (int r = 0; r < kWorld; ++r) ina::testing::fill_input(inputs[r], cs[ci], r, static_cast<int>(ci));
+    for (int r = 0; r < kWorld; ++r)
+      ina::testing::fill_input(inputs[r], cs[ci], r, static_cast<int>(ci));
     expected[ci] = ina::testing::model_result(inputs, cs[ci], kBlock);
   }
-  const std::string err = run_ranks(agg.port, [&](int rank, ina::Communicator& comm) -> std::string {
-    for (size_t ci = 0; ci < cs.size(); ++ci) {
-      const Case& c = cs[ci];
-      std::vector<uint8_t> in;
-      ina::testing::fill_input(in, c, rank, static_cast<int>(ci));
-      void* d = nullptr;
-      CUDA_OR_RETURN(cudaMalloc(&d, in.size()));
-      CUDA_OR_RETURN(cudaMemcpy(d, in.data(), in.size(), cudaMemcpyHostToDevice));
-      Status s = comm.allreduce(d, d, c.count, c.dtype, c.op);
-      std::vector<uint8_t> dev(in.size());
-      CUDA_OR_RETURN(cudaMemcpy(dev.data(), d, in.size(), cudaMemcpyDeviceToHost));
-      CUDA_OR_RETURN(cudaFree(d));
-      if (!s.ok()) return "case " + std::to_string(ci) + ": " + s.to_string();
-      std::vector<uint8_t> host(in.size());
-      s = comm.allreduce(in.data(), host.data(), c.count, c.dtype, c.op);
-      if (!s.ok()) return "host case " + std::to_string(ci) + ": " + s.to_string();
-      if (dev != host || dev != expected[ci]) return "case " + std::to_string(ci) + " differs";
-    }
-    return "";
-  });
+  const std::string err =
+      run_ranks(agg.port, [&](int rank, ina::Communicator& comm) -> std::string {
+        for (size_t ci = 0; ci < cs.size(); ++ci) {
+          const Case& c = cs[ci];
+          std::vector<uint8_t> in;
+          ina::testing::fill_input(in, c, rank, static_cast<int>(ci));
+          void* d = nullptr;
+          CUDA_OR_RETURN(cudaMalloc(&d, in.size()));
+          CUDA_OR_RETURN(cudaMemcpy(d, in.data(), in.size(), cudaMemcpyHostToDevice));
+          Status s = comm.allreduce(d, d, c.count, c.dtype, c.op);
+          std::vector<uint8_t> dev(in.size());
+          CUDA_OR_RETURN(cudaMemcpy(dev.data(), d, in.size(), cudaMemcpyDeviceToHost));
+          CUDA_OR_RETURN(cudaFree(d));
+          if (!s.ok()) return "case " + std::to_string(ci) + ": " + s.to_string();
+          std::vector<uint8_t> host(in.size());
+          s = comm.allreduce(in.data(), host.data(), c.count, c.dtype, c.op);
+          if (!s.ok()) return "host case " + std::to_string(ci) + ": " + s.to_string();
+          if (dev != host || dev != expected[ci]) return "case " + std::to_string(ci) + " differs";
+        }
+        return "";
+      });
   EXPECT_EQ(err, "");
 }
 
@@ -129,33 +133,34 @@ TEST(CudaDeviceAllreduce, AsyncOrderedOnAStream) {
   std::vector<std::vector<uint8_t>> inputs(kWorld);
   for (int r = 0; r < kWorld; ++r) ina::testing::fill_input(inputs[r], c, r, 5);
   const std::vector<uint8_t> expected = ina::testing::model_result(inputs, c, kBlock);
-  const std::string err = run_ranks(agg.port, [&](int rank, ina::Communicator& comm) -> std::string {
-    const std::vector<uint8_t>& in = inputs[rank];
-    void* pin = nullptr;
-    void* pout = nullptr;
-    void* d = nullptr;
-    cudaStream_t st = nullptr;
-    CUDA_OR_RETURN(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-    CUDA_OR_RETURN(cudaMallocHost(&pin, in.size()));
-    CUDA_OR_RETURN(cudaMallocHost(&pout, in.size()));
-    CUDA_OR_RETURN(cudaMalloc(&d, in.size()));
-    std::memcpy(pin, in.data(), in.size());
-    CUDA_OR_RETURN(cudaMemsetAsync(d, 0, in.size(), st));
-    CUDA_OR_RETURN(cudaMemcpyAsync(d, pin, in.size(), cudaMemcpyHostToDevice, st));
-    auto req = comm.allreduce_async(d, d, c.count, c.dtype, c.op, st);
-    if (!req.ok()) return "submit: " + req.status().to_string();
-    CUDA_OR_RETURN(cudaMemcpyAsync(pout, d, in.size(), cudaMemcpyDeviceToHost, st));
-    CUDA_OR_RETURN(cudaStreamSynchronize(st));  // the stream waited for the collective
-    const bool same = std::memcmp(pout, expected.data(), expected.size()) == 0;
-    Status s = (*req)->wait();
-    CUDA_OR_RETURN(cudaFree(d));
-    CUDA_OR_RETURN(cudaFreeHost(pin));
-    CUDA_OR_RETURN(cudaFreeHost(pout));
-    CUDA_OR_RETURN(cudaStreamDestroy(st));
-    if (!s.ok()) return "wait: " + s.to_string();
-    if (!same) return "the stream-ordered copy of the result differs from the model";
-    return "";
-  });
+  const std::string err =
+      run_ranks(agg.port, [&](int rank, ina::Communicator& comm) -> std::string {
+        const std::vector<uint8_t>& in = inputs[rank];
+        void* pin = nullptr;
+        void* pout = nullptr;
+        void* d = nullptr;
+        cudaStream_t st = nullptr;
+        CUDA_OR_RETURN(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+        CUDA_OR_RETURN(cudaMallocHost(&pin, in.size()));
+        CUDA_OR_RETURN(cudaMallocHost(&pout, in.size()));
+        CUDA_OR_RETURN(cudaMalloc(&d, in.size()));
+        std::memcpy(pin, in.data(), in.size());
+        CUDA_OR_RETURN(cudaMemsetAsync(d, 0, in.size(), st));
+        CUDA_OR_RETURN(cudaMemcpyAsync(d, pin, in.size(), cudaMemcpyHostToDevice, st));
+        auto req = comm.allreduce_async(d, d, c.count, c.dtype, c.op, st);
+        if (!req.ok()) return "submit: " + req.status().to_string();
+        CUDA_OR_RETURN(cudaMemcpyAsync(pout, d, in.size(), cudaMemcpyDeviceToHost, st));
+        CUDA_OR_RETURN(cudaStreamSynchronize(st));  // the stream waited for the collective
+        const bool same = std::memcmp(pout, expected.data(), expected.size()) == 0;
+        Status s = (*req)->wait();
+        CUDA_OR_RETURN(cudaFree(d));
+        CUDA_OR_RETURN(cudaFreeHost(pin));
+        CUDA_OR_RETURN(cudaFreeHost(pout));
+        CUDA_OR_RETURN(cudaStreamDestroy(st));
+        if (!s.ok()) return "wait: " + s.to_string();
+        if (!same) return "the stream-ordered copy of the result differs from the model";
+        return "";
+      });
   EXPECT_EQ(err, "");
 }
 
@@ -167,33 +172,35 @@ TEST(CudaDeviceAllreduceThroughput, DeviceVsHostBuffers) {
   AggregatorProcess agg;
   ASSERT_EQ(agg.start(kWorld), "");
   const size_t n = size_t{16} << 20;
-  const std::string err = run_ranks(agg.port, [&](int rank, ina::Communicator& comm) -> std::string {
-    std::vector<float> h(n, 1.0f + static_cast<float>(rank));
-    void* d = nullptr;
-    CUDA_OR_RETURN(cudaMalloc(&d, n * 4));
-    CUDA_OR_RETURN(cudaMemcpy(d, h.data(), n * 4, cudaMemcpyHostToDevice));
-    double best_dev = 1e9, best_host = 1e9;
-    for (int it = 0; it < 3; ++it) {
-      auto t0 = std::chrono::steady_clock::now();
-      Status s = comm.allreduce(d, d, n, DType::kFloat32, ReduceOp::kSum);
-      CUDA_OR_RETURN(cudaDeviceSynchronize());
-      auto t1 = std::chrono::steady_clock::now();
-      if (!s.ok()) return s.to_string();
-      s = comm.allreduce(h.data(), h.data(), n, DType::kFloat32, ReduceOp::kSum);
-      auto t2 = std::chrono::steady_clock::now();
-      if (!s.ok()) return s.to_string();
-      best_dev = std::min(best_dev, std::chrono::duration<double>(t1 - t0).count());
-      best_host = std::min(best_host, std::chrono::duration<double>(t2 - t1).count());
-    }
-    CUDA_OR_RETURN(cudaFree(d));
-    if (rank == 0) {
-      std::printf("device-buffer allreduce float32 sum, %zu elements, %d ranks on loopback: "
-                  "device %.3f ms (%.2f GB/s), host buffers %.3f ms (%.2f GB/s)\n",
-                  n, kWorld, best_dev * 1e3, n * 4 / best_dev / 1e9, best_host * 1e3,
-                  n * 4 / best_host / 1e9);
-    }
-    return "";
-  });
+  const std::string err =
+      run_ranks(agg.port, [&](int rank, ina::Communicator& comm) -> std::string {
+        std::vector<float> h(n, 1.0f + static_cast<float>(rank));
+        void* d = nullptr;
+        CUDA_OR_RETURN(cudaMalloc(&d, n * 4));
+        CUDA_OR_RETURN(cudaMemcpy(d, h.data(), n * 4, cudaMemcpyHostToDevice));
+        double best_dev = 1e9, best_host = 1e9;
+        for (int it = 0; it < 3; ++it) {
+          auto t0 = std::chrono::steady_clock::now();
+          Status s = comm.allreduce(d, d, n, DType::kFloat32, ReduceOp::kSum);
+          CUDA_OR_RETURN(cudaDeviceSynchronize());
+          auto t1 = std::chrono::steady_clock::now();
+          if (!s.ok()) return s.to_string();
+          s = comm.allreduce(h.data(), h.data(), n, DType::kFloat32, ReduceOp::kSum);
+          auto t2 = std::chrono::steady_clock::now();
+          if (!s.ok()) return s.to_string();
+          best_dev = std::min(best_dev, std::chrono::duration<double>(t1 - t0).count());
+          best_host = std::min(best_host, std::chrono::duration<double>(t2 - t1).count());
+        }
+        CUDA_OR_RETURN(cudaFree(d));
+        if (rank == 0) {
+          std::printf(
+              "device-buffer allreduce float32 sum, %zu elements, %d ranks on loopback: "
+              "device %.3f ms (%.2f GB/s), host buffers %.3f ms (%.2f GB/s)\n",
+              n, kWorld, best_dev * 1e3, n * 4 / best_dev / 1e9, best_host * 1e3,
+              n * 4 / best_host / 1e9);
+        }
+        return "";
+      });
   EXPECT_EQ(err, "");
 }
 

@@ -55,7 +55,8 @@ ina::Result<Rank> make_rank(int rank, uint16_t port, const FakeDeviceOps::Option
   auto ops = std::make_unique<FakeDeviceOps>(o);
   Rank r;
   r.ops = ops.get();
-  INA_ASSIGN_OR_RETURN(r.comm, ina::worker::create_communicator(cfg, std::move(udp), std::move(ops)));
+  INA_ASSIGN_OR_RETURN(r.comm,
+                       ina::worker::create_communicator(cfg, std::move(udp), std::move(ops)));
   return r;
 }
 
@@ -112,7 +113,8 @@ TEST_F(DeviceAllreduce, BitwiseEqualToHostBuffersEveryDtypeOpAndCount) {
   std::vector<std::vector<uint8_t>> expected(cs.size());
   for (size_t ci = 0; ci < cs.size(); ++ci) {
     std::vector<std::vector<uint8_t>> inputs(kWorld);
-    for (int r = 0; r < kWorld; ++r) ina::testing::fill_input(inputs[r], cs[ci], r, static_cast<int>(ci));
+    for (int r = 0; r < kWorld; ++r)
+      ina::testing::fill_input(inputs[r], cs[ci], r, static_cast<int>(ci));
     expected[ci] = ina::testing::model_result(inputs, cs[ci], kBlock);
   }
   const std::string err = run_ranks(agg_.port, {}, [&](int rank, Rank& rk) -> std::string {
@@ -159,7 +161,8 @@ TEST_F(DeviceAllreduce, ShardedOverTwoAggregators) {
   std::vector<std::vector<uint8_t>> expected(cs.size());
   for (size_t ci = 0; ci < cs.size(); ++ci) {
     std::vector<std::vector<uint8_t>> inputs(kWorld);
-    for (int r = 0; r < kWorld; ++r) ina::testing::fill_input(inputs[r], cs[ci], r, static_cast<int>(ci));
+    for (int r = 0; r < kWorld; ++r)
+      ina::testing::fill_input(inputs[r], cs[ci], r, static_cast<int>(ci));
     expected[ci] = ina::testing::model_result(inputs, cs[ci], kBlock);
   }
   std::vector<std::string> errs(kWorld);
@@ -201,8 +204,8 @@ TEST_F(DeviceAllreduce, ShardedOverTwoAggregators) {
           if (!s.ok()) return describe(c) + ": device allreduce: " + s.to_string();
           if (dev != expected[ci]) return describe(c) + ": device result differs from the model";
           std::vector<uint8_t> host = in;
-          auto req = (*comm)->allreduce_async(host.data(), host.data(), c.count, c.dtype, c.op,
-                                              nullptr);
+          auto req =
+              (*comm)->allreduce_async(host.data(), host.data(), c.count, c.dtype, c.op, nullptr);
           if (!req.ok()) return describe(c) + ": submit: " + req.status().to_string();
           s = (*req)->wait();
           if (!s.ok()) return describe(c) + ": async allreduce: " + s.to_string();
@@ -247,10 +250,13 @@ TEST_F(DeviceAllreduce, AsyncRequestsStreamOrderAndLifecycle) {
       ++idx;
     }
     // Earlier work on the stream writes the inputs late: the collectives must wait for it.
-    if (!ops.launch_host_func(*user, [&] {
-          std::this_thread::sleep_for(30ms);
-          for (int i = 0; i < 3; ++i) std::memcpy(dev[i], in[i].data(), in[i].size());
-        }).ok()) {
+    if (!ops.launch_host_func(*user,
+                              [&] {
+                                std::this_thread::sleep_for(30ms);
+                                for (int i = 0; i < 3; ++i)
+                                  std::memcpy(dev[i], in[i].data(), in[i].size());
+                              })
+             .ok()) {
       return "host func";
     }
     std::vector<std::unique_ptr<ina::Request>> reqs;
@@ -262,12 +268,14 @@ TEST_F(DeviceAllreduce, AsyncRequestsStreamOrderAndLifecycle) {
     }
     // Later work on the stream sees the results.
     std::vector<std::vector<uint8_t>> seen(3);
-    if (!ops.launch_host_func(*user, [&] {
-          for (int i = 0; i < 3; ++i) {
-            auto* p = static_cast<uint8_t*>(dev[i]);
-            seen[i].assign(p, p + in[i].size());
-          }
-        }).ok()) {
+    if (!ops.launch_host_func(*user,
+                              [&] {
+                                for (int i = 0; i < 3; ++i) {
+                                  auto* p = static_cast<uint8_t*>(dev[i]);
+                                  seen[i].assign(p, p + in[i].size());
+                                }
+                              })
+             .ok()) {
       return "host func";
     }
     bool done = false;
@@ -286,7 +294,8 @@ TEST_F(DeviceAllreduce, AsyncRequestsStreamOrderAndLifecycle) {
     }
     if (!ops.stream_synchronize(*user).ok()) return "user stream";
     for (int i = 0; i < 3; ++i) {
-      if (seen[i] != exp[i]) return "stream-ordered read of result " + std::to_string(i) + " differs";
+      if (seen[i] != exp[i])
+        return "stream-ordered read of result " + std::to_string(i) + " differs";
     }
 
     // Host buffers through the async form (no stream), then a request freed while pending,
@@ -294,7 +303,8 @@ TEST_F(DeviceAllreduce, AsyncRequestsStreamOrderAndLifecycle) {
     std::vector<uint8_t> hin = in[0];
     {
       ina::testing::fill_input(hin, c32, rank, 100);
-      auto r = rk.comm->allreduce_async(hin.data(), hin.data(), n, DType::kFloat32, ReduceOp::kSum, nullptr);
+      auto r = rk.comm->allreduce_async(hin.data(), hin.data(), n, DType::kFloat32, ReduceOp::kSum,
+                                        nullptr);
       if (!r.ok()) return "host async: " + r.status().to_string();
       s = (*r)->wait();
       if (!s.ok() || hin != exp[0]) return "host async result: " + s.to_string();
@@ -306,13 +316,16 @@ TEST_F(DeviceAllreduce, AsyncRequestsStreamOrderAndLifecycle) {
     {
       std::vector<uint8_t> late(in[2].size(), 0);
       std::vector<uint8_t> after;
-      if (!ops.launch_host_func(*user, [&] {
-            std::this_thread::sleep_for(20ms);
-            late = in[2];
-          }).ok()) {
+      if (!ops.launch_host_func(*user,
+                                [&] {
+                                  std::this_thread::sleep_for(20ms);
+                                  late = in[2];
+                                })
+               .ok()) {
         return "host func";
       }
-      auto r = rk.comm->allreduce_async(late.data(), late.data(), n, DType::kInt32, ReduceOp::kSum, *user);
+      auto r = rk.comm->allreduce_async(late.data(), late.data(), n, DType::kInt32, ReduceOp::kSum,
+                                        *user);
       if (!r.ok()) return "host async on a stream: " + r.status().to_string();
       if (!ops.launch_host_func(*user, [&] { after = late; }).ok()) return "host func";
       if (!ops.stream_synchronize(*user).ok()) return "user stream";
@@ -322,7 +335,8 @@ TEST_F(DeviceAllreduce, AsyncRequestsStreamOrderAndLifecycle) {
     }
     std::memcpy(dev[1], in[1].data(), in[1].size());
     {
-      auto r = rk.comm->allreduce_async(dev[1], dev[1], n, DType::kBFloat16, ReduceOp::kMax, nullptr);
+      auto r =
+          rk.comm->allreduce_async(dev[1], dev[1], n, DType::kBFloat16, ReduceOp::kMax, nullptr);
       if (!r.ok()) return "detached submit: " + r.status().to_string();
     }  // freed pending: detached
     std::vector<uint8_t> hout(in[2].size());

@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "tests/integration/thread_ranks.h"
 #include "tests/check.h"
+#include "tests/integration/thread_ranks.h"
 
 namespace {
 
@@ -35,8 +35,7 @@ std::string common_eal(const std::string& prefix) {
          prefix;
 }
 
-pid_t spawn_aggregator(int world, int agg_lcores, const std::string& sock,
-                       const std::string& log) {
+pid_t spawn_aggregator(int world, int agg_lcores, const std::string& sock, const std::string& log) {
   const char* bin = std::getenv("INA_AGGREGATOR_BIN");
   if (bin == nullptr) return -1;
   const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
@@ -45,18 +44,10 @@ pid_t spawn_aggregator(int world, int agg_lcores, const std::string& sock,
   for (int i = 1; i <= agg_lcores; ++i) {
     lcores += "," + std::to_string(i) + "@" + std::to_string(static_cast<unsigned>(i) % cpus);
   }
-  std::vector<std::string> args = {bin,
-                                   "--backend",
-                                   "dpdk",
-                                   "--dpdk-port",
-                                   "net_memif0",
-                                   "--ip",
-                                   kAggIp,
-                                   "--world-size",
-                                   std::to_string(world),
-                                   "--stats-interval-ms",
-                                   "0",
-                                   "--"};
+  std::vector<std::string> args = {
+      bin,    "--backend", "dpdk",         "--dpdk-port",         "net_memif0",
+      "--ip", kAggIp,      "--world-size", std::to_string(world), "--stats-interval-ms",
+      "0",    "--"};
   std::string eal = common_eal("ina_agg_" + std::to_string(getpid())) +
                     " --vdev=net_memif0,role=server,socket=" + sock + " --lcores " + lcores;
   for (size_t i = 0; i < eal.size();) {
@@ -128,8 +119,9 @@ int main(int argc, char** argv) {
   }
 
   const unsigned cpus = std::max(1u, std::thread::hardware_concurrency());
-  const std::string eal = common_eal("ina_w_" + tag) + " --vdev=net_memif0,role=client,socket=" +
-                          sock + " --lcores 0@" + std::to_string(cpus > 1 ? 1 : 0);
+  const std::string eal = common_eal("ina_w_" + tag) +
+                          " --vdev=net_memif0,role=client,socket=" + sock + " --lcores 0@" +
+                          std::to_string(cpus > 1 ? 1 : 0);
   setenv("INA_TRANSPORT", "dpdk", 1);
   setenv("INA_DPDK_ARGS", eal.c_str(), 1);
   setenv("INA_LOCAL_IP", kWorkerIp, 1);

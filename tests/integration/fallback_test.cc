@@ -20,14 +20,13 @@
 //                               per-step 16-bit rounding is far outside it; MIN/MAX: -0 < +0.
 //   NoStore, UnreachableAggregator  in process, world 1.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
@@ -43,10 +42,10 @@
 #include <thread>
 #include <vector>
 
-#include "ina/ina.hpp"
-#include "ina/base/half.h"
-#include "tests/integration/loopback_support.h"
 #include "../free_port.h"
+#include "ina/base/half.h"
+#include "ina/ina.hpp"
+#include "tests/integration/loopback_support.h"
 
 namespace {
 
@@ -141,8 +140,8 @@ TEST(Fallback, AggregatorKilledMidStream) {
   ASSERT_EQ(why, "");
   const uint16_t store_port = ina::testing::free_loopback_port();
   ASSERT_NE(store_port, 0);
-  void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+  void* mem =
+      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mem, MAP_FAILED);
   auto* sh = new (mem) Shared();
   const auto& cases = stream_cases();
@@ -168,8 +167,8 @@ TEST(Fallback, AggregatorKilledMidStream) {
       const std::string d =
           first_difference(out, model_of(c, static_cast<int>(ci)), ina::dtype_size(c.dtype));
       if (!d.empty()) {
-        std::fprintf(stderr, "rank %d: collective %zu (%s %s, %zu): %s from the model\n", rank,
-                     ci, std::string(ina::dtype_name(c.dtype)).c_str(),
+        std::fprintf(stderr, "rank %d: collective %zu (%s %s, %zu): %s from the model\n", rank, ci,
+                     std::string(ina::dtype_name(c.dtype)).c_str(),
                      std::string(ina::op_name(c.op)).c_str(), c.count, d.c_str());
         ++failures;
       }
@@ -178,7 +177,8 @@ TEST(Fallback, AggregatorKilledMidStream) {
     return failures == 0 ? 0 : 4;
   };
   auto parent = [&] {
-    return sh->kill.kill(kWorld, kKillAt, [&] { return agg.stop(); }, "aggregator");
+    return sh->kill.kill(
+        kWorld, kKillAt, [&] { return agg.stop(); }, "aggregator");
   };
   const std::string err = run_workers(body, parent, 60s);
   EXPECT_EQ(err, "");
@@ -214,8 +214,8 @@ TEST(Fallback, AggregatorSigkilledMovesToTheHostPathBeforeTheDeadline) {
   ASSERT_EQ(agg.start(kWorld), "");
   const uint16_t store_port = ina::testing::free_loopback_port();
   ASSERT_NE(store_port, 0);
-  void* mem = mmap(nullptr, sizeof(SharedKill), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* mem =
+      mmap(nullptr, sizeof(SharedKill), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mem, MAP_FAILED);
   auto* sh = new (mem) SharedKill();
   // 1 Mi floats (4 MiB) per collective: still in flight 3 ms after the ranks start it.
@@ -301,8 +301,8 @@ TEST_P(DeadWorker, EverySurvivorNamesTheDeadRankWithinTheDeadline) {
   if (with_store) {
     ASSERT_NE(store_port, 0);
   }
-  void* mem = mmap(nullptr, sizeof(SharedDead), PROT_READ | PROT_WRITE,
-                   MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* mem =
+      mmap(nullptr, sizeof(SharedDead), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mem, MAP_FAILED);
   auto* sh = new (mem) SharedDead();
   constexpr auto kDeadline = 2000ms;
@@ -338,12 +338,12 @@ TEST_P(DeadWorker, EverySurvivorNamesTheDeadRankWithinTheDeadline) {
     std::smatch m;
     ASSERT_TRUE(std::regex_search(what, m, std::regex("ranks? ([0-9]+)")))
         << "rank " << r << " named no rank: " << what;
-    EXPECT_EQ(m[1].str(), std::to_string(kVictim)) << "rank " << r << " named another rank first: "
-                                                   << what;
+    EXPECT_EQ(m[1].str(), std::to_string(kVictim))
+        << "rank " << r << " named another rank first: " << what;
     EXPECT_LT(sh->ms[r], 1.1 * static_cast<double>(kDeadline.count()) + 1000.0)
         << "rank " << r << ": " << what;
-    std::fprintf(stderr, "mode %d: rank %d: %.0f ms: %s\n", static_cast<int>(mode), r,
-                 sh->ms[r], what.c_str());
+    std::fprintf(stderr, "mode %d: rank %d: %.0f ms: %s\n", static_cast<int>(mode), r, sh->ms[r],
+                 what.c_str());
   }
   munmap(mem, sizeof(SharedDead));
 }
@@ -374,8 +374,8 @@ TEST(Fallback, AggregatorBackReturnsInNetwork) {
   const uint16_t agg_port = agg.port;
   const uint16_t store_port = ina::testing::free_loopback_port();
   ASSERT_NE(store_port, 0);
-  void* mem = mmap(nullptr, sizeof(Shared2), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+  void* mem =
+      mmap(nullptr, sizeof(Shared2), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mem, MAP_FAILED);
   auto* sh = new (mem) Shared2();
   const Case c{ina::DType::kFloat32, ina::ReduceOp::kSum, 3000};
@@ -446,11 +446,11 @@ const std::vector<Case>& exact_cases() {
   using ina::DType;
   using ina::ReduceOp;
   static const std::vector<Case> cases = {
-      {DType::kFloat32, ReduceOp::kSum, 1},         {DType::kFloat32, ReduceOp::kSum, 100003},
+      {DType::kFloat32, ReduceOp::kSum, 1},          {DType::kFloat32, ReduceOp::kSum, 100003},
       {DType::kFloat32, ReduceOp::kSum, 1000, true}, {DType::kFloat16, ReduceOp::kSum, 2049},
-      {DType::kBFloat16, ReduceOp::kSum, 777},      {DType::kFloat32, ReduceOp::kMax, 513},
-      {DType::kFloat16, ReduceOp::kMin, 300, true}, {DType::kBFloat16, ReduceOp::kMax, 1000},
-      {DType::kInt32, ReduceOp::kSum, 1001},        {DType::kInt32, ReduceOp::kMin, 10},
+      {DType::kBFloat16, ReduceOp::kSum, 777},       {DType::kFloat32, ReduceOp::kMax, 513},
+      {DType::kFloat16, ReduceOp::kMin, 300, true},  {DType::kBFloat16, ReduceOp::kMax, 1000},
+      {DType::kInt32, ReduceOp::kSum, 1001},         {DType::kInt32, ReduceOp::kMin, 10},
       {DType::kFloat32, ReduceOp::kSum, 0},
   };
   return cases;
@@ -486,11 +486,14 @@ TEST(Fallback, ExactHostOnlyMatchesInNetwork) {
           return 3;
         }
         std::ofstream f(result_path(dir, rank, ci), std::ios::binary);
-        f.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
+        f.write(reinterpret_cast<const char*>(out.data()),
+                static_cast<std::streamsize>(out.size()));
       }
       return 0;
     };
-    EXPECT_EQ(run_workers(body, [] { return std::string(); }, 60s), "");
+    EXPECT_EQ(run_workers(
+                  body, [] { return std::string(); }, 60s),
+              "");
   }
 
   // 2. Host only, exact (the default) and float mode.
@@ -553,7 +556,9 @@ TEST(Fallback, ExactHostOnlyMatchesInNetwork) {
       }
       return failures == 0 ? 0 : 4;
     };
-    EXPECT_EQ(run_workers(body, [] { return std::string(); }, 60s), "")
+    EXPECT_EQ(run_workers(
+                  body, [] { return std::string(); }, 60s),
+              "")
         << (mode == ina::FallbackMode::kExact ? "exact" : "float");
   }
   for (int r = 0; r < kWorld; ++r)
@@ -625,27 +630,30 @@ TEST(Fallback, FloatModeSumsSixteenBitInFloat32AndOrdersSignedZeros) {
               const int minus = (plus + 1 + static_cast<int>((i / kFloatWorld) % 7)) % kFloatWorld;
               x[i] = to16(rank == plus ? big : rank == minus ? -big : 1.0f, t);
             }
-            const ina::Status st = (*comm)->allreduce(x.data(), y.data(), kCount, t,
-                                                      ina::ReduceOp::kSum);
+            const ina::Status st =
+                (*comm)->allreduce(x.data(), y.data(), kCount, t, ina::ReduceOp::kSum);
             if (!st.ok()) {
               std::fprintf(stderr, "rank %d: %s\n", rank, st.to_string().c_str());
               return 3;
             }
             const double bound = in_network_bound(big, 6.0, t);
             double worst = 0;
-            for (size_t i = 0; i < kCount; ++i) worst = std::max(worst, std::fabs(from16(y[i], t) - 6.0));
+            for (size_t i = 0; i < kCount; ++i)
+              worst = std::max(worst, std::fabs(from16(y[i], t) - 6.0));
             if (!(worst <= bound)) {
               std::fprintf(stderr,
                            "rank %d %s %s: %s SUM error %g exceeds the in-network bound %g "
                            "(%.0fx)\n",
-                           rank, algo, mname, std::string(ina::dtype_name(t)).c_str(), worst, bound, worst / bound);
+                           rank, algo, mname, std::string(ina::dtype_name(t)).c_str(), worst, bound,
+                           worst / bound);
               ++failures;
             }
           }
         }
         // Signed zeros: element 2k has -0 on rank k % 8 only, element 2k+1 has +0 there only.
         constexpr size_t kZeros = 64;
-        for (const ina::DType t : {ina::DType::kFloat32, ina::DType::kFloat16, ina::DType::kBFloat16}) {
+        for (const ina::DType t :
+             {ina::DType::kFloat32, ina::DType::kFloat16, ina::DType::kBFloat16}) {
           for (const ina::ReduceOp op : {ina::ReduceOp::kMin, ina::ReduceOp::kMax}) {
             const size_t es = ina::dtype_size(t);
             std::vector<uint8_t> x(kZeros * es), y(kZeros * es);
@@ -677,8 +685,8 @@ TEST(Fallback, FloatModeSumsSixteenBitInFloat32AndOrdersSignedZeros) {
               if (v != 0.0f || std::signbit(v) != (op == ina::ReduceOp::kMin)) {
                 std::fprintf(stderr, "rank %d %s %s: %s %s of -0 and +0 (element %zu) gave %s%g\n",
                              rank, algo, mname, std::string(ina::dtype_name(t)).c_str(),
-                             std::string(ina::op_name(op)).c_str(), i,
-                             std::signbit(v) ? "-" : "+", std::fabs(v));
+                             std::string(ina::op_name(op)).c_str(), i, std::signbit(v) ? "-" : "+",
+                             std::fabs(v));
                 ++failures;
                 break;
               }
@@ -689,7 +697,9 @@ TEST(Fallback, FloatModeSumsSixteenBitInFloat32AndOrdersSignedZeros) {
     }
     return failures == 0 ? 0 : 4;
   };
-  EXPECT_EQ(ina::testing::run_forked(kFloatWorld, body, [] { return std::string(); }, 90s), "");
+  EXPECT_EQ(ina::testing::run_forked(
+                kFloatWorld, body, [] { return std::string(); }, 90s),
+            "");
 }
 
 // ---- in process, world 1 ----

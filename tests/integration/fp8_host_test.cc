@@ -25,11 +25,11 @@
 #include <string>
 #include <vector>
 
+#include "../free_port.h"
 #include "ina/ina.hpp"
 #include "ina/protocol/fp8.h"
 #include "ina/protocol/quantize.h"
 #include "tests/integration/loopback_support.h"
-#include "../free_port.h"
 
 namespace {
 
@@ -89,7 +89,8 @@ int check_one(ina::Communicator& comm, DType t, ReduceOp op, Range range, bool e
     const size_t n = std::min<size_t>(kBlock, kCount - b0);
     double m = 0;
     for (size_t i = b0; i < b0 + n; ++i)
-      for (int r = 0; r < world; ++r) m = std::max(m, std::fabs(value(t, input_code(t, range, r, i, seed))));
+      for (int r = 0; r < world; ++r)
+        m = std::max(m, std::fabs(value(t, input_code(t, range, r, i, seed))));
     for (size_t i = b0; i < b0 + n; ++i) {
       // MIN/MAX order -0 below +0 (as the in-network path does).
       auto below = [](double a, double b) {
@@ -159,16 +160,16 @@ void run_world(int world) {
         const std::string where = "world " + std::to_string(world) + " rank " +
                                   std::to_string(rank) + " " + algo + " " +
                                   (mode == ina::FallbackMode::kFloat ? "float" : "exact");
-        failures += check_one(**comm, DType::kFloat8E4M3, ReduceOp::kSum, Range::kAll, true,
-                              ++seed, where + " e4m3 sum");
+        failures += check_one(**comm, DType::kFloat8E4M3, ReduceOp::kSum, Range::kAll, true, ++seed,
+                              where + " e4m3 sum");
         failures += check_one(**comm, DType::kFloat8E5M2, ReduceOp::kSum, Range::kNarrow, true,
                               ++seed, where + " e5m2 sum (exponents 11..30)");
         failures += check_one(**comm, DType::kFloat8E5M2, ReduceOp::kSum, Range::kAll, false,
                               ++seed, where + " e5m2 sum (every finite code)");
-        failures += check_one(**comm, DType::kFloat8E4M3, ReduceOp::kMax, Range::kAll, true,
-                              ++seed, where + " e4m3 max");
-        failures += check_one(**comm, DType::kFloat8E5M2, ReduceOp::kMin, Range::kAll, true,
-                              ++seed, where + " e5m2 min");
+        failures += check_one(**comm, DType::kFloat8E4M3, ReduceOp::kMax, Range::kAll, true, ++seed,
+                              where + " e4m3 max");
+        failures += check_one(**comm, DType::kFloat8E5M2, ReduceOp::kMin, Range::kAll, true, ++seed,
+                              where + " e5m2 min");
         if ((*comm)->stats().host_collectives != 5) {
           std::fprintf(stderr, "%s: %llu host collectives, want 5\n", where.c_str(),
                        static_cast<unsigned long long>((*comm)->stats().host_collectives));
@@ -179,7 +180,9 @@ void run_world(int world) {
     unsetenv("INA_ALGO");
     return failures == 0 ? 0 : 4;
   };
-  EXPECT_EQ(ina::testing::run_forked(world, body, [] { return std::string(); }, 120s), "");
+  EXPECT_EQ(ina::testing::run_forked(
+                world, body, [] { return std::string(); }, 120s),
+            "");
 }
 
 TEST(Fp8Host, HostPathSumIsTheExactSumRoundedOnceAt3Ranks) { run_world(3); }
@@ -209,8 +212,8 @@ TEST(Fp8Host, InNetworkCarriesFloat8At3Ranks) {
     int failures = 0;
     failures += check_one(**comm, DType::kFloat8E4M3, ReduceOp::kSum, Range::kAll, true, ++seed,
                           where + " e4m3 sum");
-    failures += check_one(**comm, DType::kFloat8E5M2, ReduceOp::kSum, Range::kNarrow, true,
-                          ++seed, where + " e5m2 sum (exponents 11..30)");
+    failures += check_one(**comm, DType::kFloat8E5M2, ReduceOp::kSum, Range::kNarrow, true, ++seed,
+                          where + " e5m2 sum (exponents 11..30)");
     failures += check_one(**comm, DType::kFloat8E5M2, ReduceOp::kSum, Range::kAll, false, ++seed,
                           where + " e5m2 sum (every finite code)");
     failures += check_one(**comm, DType::kFloat8E4M3, ReduceOp::kMax, Range::kAll, true, ++seed,
@@ -227,7 +230,9 @@ TEST(Fp8Host, InNetworkCarriesFloat8At3Ranks) {
     }
     return failures == 0 ? 0 : 4;
   };
-  EXPECT_EQ(ina::testing::run_forked(kWorld, body, [] { return std::string(); }, 60s), "");
+  EXPECT_EQ(ina::testing::run_forked(
+                kWorld, body, [] { return std::string(); }, 60s),
+            "");
 }
 
 }  // namespace

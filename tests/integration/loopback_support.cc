@@ -15,9 +15,9 @@
 #include <random>
 #include <thread>
 
-#include "ina/protocol/fp8.h"
 #include "ina/base/half.h"
 #include "ina/protocol/codec.h"
+#include "ina/protocol/fp8.h"
 #include "ina/protocol/quantize.h"
 
 extern char** environ;
@@ -168,7 +168,8 @@ std::vector<uint8_t> model_result(const std::vector<std::vector<uint8_t>>& input
       codec::from_sum_int32(acc.data(), n, o);
     } else if (c.op != ReduceOp::kSum) {
       codec::keys(inputs[0].data() + base * es, n, c.dtype, acc.data());
-      for (const auto& in : inputs) codec::keys_minmax(in.data() + base * es, n, c.dtype, c.op, acc.data());
+      for (const auto& in : inputs)
+        codec::keys_minmax(in.data() + base * es, n, c.dtype, c.op, acc.data());
       codec::from_keys(acc.data(), n, c.dtype, o);
     } else {
       std::fill_n(acc.begin(), n, int64_t{0});

@@ -24,8 +24,8 @@ namespace ina::testing {
 // The ina-aggregator named by INA_AGGREGATOR_BIN (set by meson test), on 127.0.0.1.
 struct AggregatorProcess {
   struct Options {
-    uint16_t port = 0;         // 0: an ephemeral port (read back through --port-file)
-    double drop_percent = 0;   // the aggregator's test hooks
+    uint16_t port = 0;        // 0: an ephemeral port (read back through --port-file)
+    double drop_percent = 0;  // the aggregator's test hooks
     double dup_percent = 0;
     std::vector<std::string> extra_args;  // appended to the command line (e.g. a tree leaf's)
     std::string stdout_path;              // "": inherit; else its stdout goes to this file
@@ -149,8 +149,8 @@ std::string run_forked(int world, Body body, Parent while_running, std::chrono::
         done[i] = true;
         --left;
         if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-          err += "rank " + std::to_string(i) + " exited with status " + std::to_string(status) +
-                 "; ";
+          err +=
+              "rank " + std::to_string(i) + " exited with status " + std::to_string(status) + "; ";
         }
       }
     }

@@ -9,12 +9,11 @@
 //     itself is held to the specification.
 // Loss and duplication are injected by the test hooks of both the workers and the aggregator.
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,9 +26,9 @@
 #include <thread>
 #include <vector>
 
+#include "ina/base/half.h"
 #include "ina/ina.hpp"
 #include "ina/protocol/fp8.h"
-#include "ina/base/half.h"
 #include "ina/protocol/quantize.h"
 #include "tests/integration/loopback_support.h"
 
@@ -102,7 +101,7 @@ std::string check_result(const std::vector<uint8_t>& got,
       double ref = element_as_double(&inputs[0][i * es], c.dtype);
       for (size_t r = 1; r < inputs.size(); ++r) {
         double x = element_as_double(&inputs[r][i * es], c.dtype);
-        ref = c.op == ina::ReduceOp::kSum ? ref + x
+        ref = c.op == ina::ReduceOp::kSum   ? ref + x
               : c.op == ina::ReduceOp::kMin ? std::min(ref, x)
                                             : std::max(ref, x);
       }
@@ -193,7 +192,8 @@ int worker_main(int rank, const WorkerPlan& plan) {
 
 // Forks plan.world workers, waits for all within `limit`; returns their exit codes (-1: killed).
 std::vector<int> run_workers(const WorkerPlan& plan, std::chrono::seconds limit) {
-  return ina::testing::fork_ranks(plan.world, [&](int r) { return worker_main(r, plan); }, limit);
+  return ina::testing::fork_ranks(
+      plan.world, [&](int r) { return worker_main(r, plan); }, limit);
 }
 
 std::vector<Case> standard_cases(bool with_large) {
@@ -284,29 +284,33 @@ TEST(Auth, WrongJobKeyFailsNamingTheKey) {
   struct Shared {
     char message[2][1024];
   };
-  void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* mem =
+      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mem, MAP_FAILED);
   auto* shared = new (mem) Shared{};
-  auto codes = ina::testing::fork_ranks(2, [&](int r) {
-    setenv("INA_JOB_KEY", "00112233445566778899aabbccddeefe", 1);  // one bit off
-    auto env = ina::Config::from_env();
-    if (!env.ok()) return 2;
-    ina::Config cfg;
-    cfg.rank = r;
-    cfg.world_size = 2;
-    cfg.aggregator_port = agg.port;
-    cfg.timeout = 1500ms;
-    cfg.retransmit = 1000us;
-    cfg.job_key = env->job_key;
-    auto comm = ina::Communicator::create(cfg);
-    ina::Status s = comm.ok() ? ina::ok_status() : comm.status();
-    if (comm.ok()) {
-      float x = 1.0f;
-      s = (*comm)->allreduce(&x, &x, 1, ina::DType::kFloat32, ina::ReduceOp::kSum);
-    }
-    std::snprintf(shared->message[r], sizeof shared->message[r], "%s", s.to_string().c_str());
-    return s.ok() ? 1 : 0;
-  }, 60s);
+  auto codes = ina::testing::fork_ranks(
+      2,
+      [&](int r) {
+        setenv("INA_JOB_KEY", "00112233445566778899aabbccddeefe", 1);  // one bit off
+        auto env = ina::Config::from_env();
+        if (!env.ok()) return 2;
+        ina::Config cfg;
+        cfg.rank = r;
+        cfg.world_size = 2;
+        cfg.aggregator_port = agg.port;
+        cfg.timeout = 1500ms;
+        cfg.retransmit = 1000us;
+        cfg.job_key = env->job_key;
+        auto comm = ina::Communicator::create(cfg);
+        ina::Status s = comm.ok() ? ina::ok_status() : comm.status();
+        if (comm.ok()) {
+          float x = 1.0f;
+          s = (*comm)->allreduce(&x, &x, 1, ina::DType::kFloat32, ina::ReduceOp::kSum);
+        }
+        std::snprintf(shared->message[r], sizeof shared->message[r], "%s", s.to_string().c_str());
+        return s.ok() ? 1 : 0;
+      },
+      60s);
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(codes[r], 0) << "rank " << r << ": a worker with the wrong key succeeded";
     const std::string m = shared->message[r];
@@ -330,7 +334,8 @@ TEST(Failure, KilledWorkerIsNamedWithinTheDeadline) {
     int code[kWorld];
     double seconds_to_error[kWorld];
   };
-  void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  void* mem =
+      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mem, MAP_FAILED);
   auto* shared = new (mem) Shared{};
 
@@ -351,8 +356,8 @@ TEST(Failure, KilledWorkerIsNamedWithinTheDeadline) {
       for (int iter = 0;; ++iter) {
         if (r == kVictim && iter == 2) shared->victim_running.store(1);
         auto t0 = Clock::now();
-        ina::Status s = (*comm)->allreduce(buf.data(), buf.data(), buf.size(),
-                                           ina::DType::kFloat32, ina::ReduceOp::kSum);
+        ina::Status s = (*comm)->allreduce(buf.data(), buf.data(), buf.size(), ina::DType::kFloat32,
+                                           ina::ReduceOp::kSum);
         if (!s.ok()) {
           shared->seconds_to_error[r] = std::chrono::duration<double>(Clock::now() - t0).count();
           std::snprintf(shared->message[r], sizeof shared->message[r], "%s", s.to_string().c_str());

@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "../free_port.h"
 #include "ina/ina.hpp"
 #include "tests/integration/loopback_support.h"
 #include "tests/integration/thread_ranks.h"
-#include "../free_port.h"
 
 namespace {
 
@@ -70,9 +70,9 @@ void run_all(const char* path, int world, const std::function<ina::Config(int)>&
       const auto i = static_cast<size_t>(r);
       ASSERT_TRUE(tc.status[i].ok()) << "case " << ci << " (" << ina::dtype_name(c.dtype)
                                      << ") rank " << r << ": " << tc.status[i].to_string();
-      EXPECT_EQ(tc.out[i], tc.want) << "case " << ci << ": " << ina::dtype_name(c.dtype) << " op "
-                                    << static_cast<int>(c.op) << " count " << c.count << ", rank "
-                                    << r;
+      EXPECT_EQ(tc.out[i], tc.want)
+          << "case " << ci << ": " << ina::dtype_name(c.dtype) << " op " << static_cast<int>(c.op)
+          << " count " << c.count << ", rank " << r;
     }
   }
   for (int r = 0; r < world; ++r) {
@@ -152,10 +152,10 @@ TEST(PathsAgreeTree, TwoLevelTreeAt8) {
   ASSERT_EQ(root.start(2), "");
   for (int l = 0; l < 2; ++l) {
     AggregatorProcess::Options o;
-    o.extra_args = {"--parent",      "127.0.0.1:" + std::to_string(root.port),
-                    "--child-index", std::to_string(l),
-                    "--rank-base",   std::to_string(l * kPerLeaf),
-                    "--local-ranks", std::to_string(kPerLeaf),
+    o.extra_args = {"--parent",       "127.0.0.1:" + std::to_string(root.port),
+                    "--child-index",  std::to_string(l),
+                    "--rank-base",    std::to_string(l * kPerLeaf),
+                    "--local-ranks",  std::to_string(kPerLeaf),
                     "--parent-world", "2"};
     ASSERT_EQ(leaf[l].start(kWorld, o), "");
   }

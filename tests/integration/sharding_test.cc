@@ -13,9 +13,8 @@
 //   ShardAggregatorBackReturnsInNetwork  B is stopped, the ranks fall back; a new B starts on the
 //                      same port and the probe (joining both aggregators) brings every rank back
 //                      in-network; results equal the model throughout.
-#include <sys/mman.h>
-
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 
 #include <algorithm>
 #include <atomic>
@@ -26,9 +25,9 @@
 #include <thread>
 #include <vector>
 
+#include "../free_port.h"
 #include "ina/ina.hpp"
 #include "tests/integration/loopback_support.h"
-#include "../free_port.h"
 
 namespace {
 
@@ -103,7 +102,7 @@ const std::vector<Case>& cases() {
 constexpr int kMaxCases = 16;
 
 struct Shared {
-  std::atomic<int> phase_done;  // ranks done with the unsharded phase
+  std::atomic<int> phase_done;              // ranks done with the unsharded phase
   ina::testing::KillDuringCollective kill;  // at collective kKillAt
   int failures[kWorld];
   int host_path[kMaxCases][kWorld];
@@ -112,8 +111,8 @@ struct Shared {
 };
 
 Shared* map_shared() {
-  void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+  void* mem =
+      mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) return nullptr;
   return new (mem) Shared();
 }
@@ -162,8 +161,9 @@ TEST(Sharding, ShardedMatchesOneAggregatorBitwise) {
       const std::string d1 = first_difference(out, one[ci], es);
       const std::string d2 = first_difference(out, model_of(cs[ci], static_cast<int>(ci)), es);
       if (!d1.empty() || !d2.empty()) {
-        std::fprintf(stderr, "rank %d: case %zu (%s %s, %zu): vs one aggregator: %s; vs model: %s\n",
-                     rank, ci, std::string(ina::dtype_name(cs[ci].dtype)).c_str(),
+        std::fprintf(stderr,
+                     "rank %d: case %zu (%s %s, %zu): vs one aggregator: %s; vs model: %s\n", rank,
+                     ci, std::string(ina::dtype_name(cs[ci].dtype)).c_str(),
                      std::string(ina::op_name(cs[ci].op)).c_str(), cs[ci].count,
                      d1.empty() ? "same" : d1.c_str(), d2.empty() ? "same" : d2.c_str());
         ++failures;
@@ -173,7 +173,8 @@ TEST(Sharding, ShardedMatchesOneAggregatorBitwise) {
     sh->collectives[rank] = (*comm)->stats().collectives;
     return failures == 0 ? 0 : 6;
   };
-  const std::string err = ina::testing::run_forked(kWorld, body, [] { return std::string(); }, 120s);
+  const std::string err = ina::testing::run_forked(
+      kWorld, body, [] { return std::string(); }, 120s);
   EXPECT_EQ(err, "");
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_EQ(sh->failures[r], 0) << "rank " << r;
@@ -222,7 +223,8 @@ TEST(Sharding, ShardedUnderAggregatorLoss) {
     sh->fallbacks[rank] = (*comm)->stats().retransmits;  // reused: retransmits
     return failures == 0 ? 0 : 4;
   };
-  const std::string err = ina::testing::run_forked(kWorld, body, [] { return std::string(); }, 180s);
+  const std::string err = ina::testing::run_forked(
+      kWorld, body, [] { return std::string(); }, 180s);
   EXPECT_EQ(err, "");
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_EQ(sh->failures[r], 0) << "rank " << r;
@@ -270,7 +272,8 @@ TEST(Sharding, ShardAggregatorKilledMidStream) {
     return failures == 0 ? 0 : 4;
   };
   auto parent = [&] {
-    return sh->kill.kill(kWorld, kKillAt, [&] { return b.stop(); }, "aggregator B");
+    return sh->kill.kill(
+        kWorld, kKillAt, [&] { return b.stop(); }, "aggregator B");
   };
   const auto t0 = Clock::now();
   const std::string err = ina::testing::run_forked(kWorld, body, parent, 90s);
@@ -299,7 +302,7 @@ struct Shared2 {
   std::atomic<int> killed;  // B is gone
   std::atomic<int> fallen;  // ranks on the host path
   std::atomic<int> restarted;
-  std::atomic<int> back;    // ranks in-network again
+  std::atomic<int> back;  // ranks in-network again
   int failures[kWorld];
   uint64_t probes[kWorld];
 };
@@ -311,8 +314,8 @@ TEST(Sharding, ShardAggregatorBackReturnsInNetwork) {
   const uint16_t b_port = b.port;
   const uint16_t store_port = ina::testing::free_loopback_port();
   ASSERT_NE(store_port, 0);
-  void* mem = mmap(nullptr, sizeof(Shared2), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
-                   -1, 0);
+  void* mem =
+      mmap(nullptr, sizeof(Shared2), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   ASSERT_NE(mem, MAP_FAILED);
   auto* sh = new (mem) Shared2();
   const Case c{ina::DType::kFloat32, ina::ReduceOp::kSum, 20000};

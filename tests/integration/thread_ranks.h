@@ -70,8 +70,8 @@ inline ThreadCase run_thread_case(const std::vector<std::unique_ptr<Communicator
     });
   }
   for (auto& x : th) x.join();
-  tc.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
-              .count();
+  tc.ms =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return tc;
 }
 

@@ -18,8 +18,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <utility>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "ina/ina.hpp"
@@ -71,9 +71,11 @@ int worker_main(int rank, uint16_t leaf_port) {
   for (size_t ci = 0; ci < cs.size(); ++ci) {
     const Case& c = cs[ci];
     std::vector<std::vector<uint8_t>> inputs(kWorld);
-    for (int r = 0; r < kWorld; ++r) ina::testing::fill_input(inputs[r], c, r, static_cast<int>(ci));
+    for (int r = 0; r < kWorld; ++r)
+      ina::testing::fill_input(inputs[r], c, r, static_cast<int>(ci));
     std::vector<uint8_t> out(inputs[rank].size());
-    const ina::Status s = (*comm)->allreduce(inputs[rank].data(), out.data(), c.count, c.dtype, c.op);
+    const ina::Status s =
+        (*comm)->allreduce(inputs[rank].data(), out.data(), c.count, c.dtype, c.op);
     if (!s.ok()) {
       std::fprintf(stderr, "rank %d: case %zu: %s\n", rank, ci, s.to_string().c_str());
       return 3;
@@ -158,11 +160,11 @@ void run_tree(double drop_percent, double dup_percent) {
     EXPECT_GT(counter(rep, "parent_results"), 0);
     EXPECT_GE(counter(rep, "parent_hellos"), 1);
     EXPECT_EQ(counter(rep, "malformed"), 0);
-    std::printf("leaf %d: forwarded %lld reforwarded %lld parent_results %lld parent_stale %lld "
-                "hook_dropped %lld (root completed %lld)\n",
-                c, counter(rep, "forwarded"), counter(rep, "reforwarded"),
-                counter(rep, "parent_results"), counter(rep, "parent_stale"),
-                counter(rep, "hook_dropped"), root_completed);
+    std::printf(
+        "leaf %d: forwarded %lld reforwarded %lld parent_results %lld parent_stale %lld "
+        "hook_dropped %lld (root completed %lld)\n",
+        c, counter(rep, "forwarded"), counter(rep, "reforwarded"), counter(rep, "parent_results"),
+        counter(rep, "parent_stale"), counter(rep, "hook_dropped"), root_completed);
     if (drop_percent > 0) {
       EXPECT_GT(counter(rep, "hook_dropped"), 0);
     }
@@ -252,10 +254,11 @@ TEST(Tree, AStoppedRankIsNamedAtBothLeavesWithinTheDeadline) {
     AggregatorProcess::Options lo;
     rep_path[c] = temp_path("leaf");
     lo.stdout_path = rep_path[c];
-    lo.extra_args = {"--parent",      "127.0.0.1:" + std::to_string(root.port),
-                     "--child-index", std::to_string(c),
-                     "--rank-base",   std::to_string(c * kPerLeaf),
-                     "--local-ranks", std::to_string(kPerLeaf), "--parent-world", "2"};
+    lo.extra_args = {"--parent",       "127.0.0.1:" + std::to_string(root.port),
+                     "--child-index",  std::to_string(c),
+                     "--rank-base",    std::to_string(c * kPerLeaf),
+                     "--local-ranks",  std::to_string(kPerLeaf),
+                     "--parent-world", "2"};
     ASSERT_EQ(leaf[c].start(kWorld, lo), "");
   }
   std::vector<std::string> out(kWorld);

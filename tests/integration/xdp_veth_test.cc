@@ -123,15 +123,15 @@ int run_rank(int k, int world) {
     const std::vector<uint8_t> want = ina::testing::model_result(in, cs, 256);
     std::vector<uint8_t> out(in[static_cast<size_t>(k)].size());
     const auto t0 = std::chrono::steady_clock::now();
-    const ina::Status st =
-        (*comm)->allreduce(in[static_cast<size_t>(k)].data(), out.data(), cs.count, cs.dtype, cs.op);
+    const ina::Status st = (*comm)->allreduce(in[static_cast<size_t>(k)].data(), out.data(),
+                                              cs.count, cs.dtype, cs.op);
     const double ms =
         std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const bool exact = st.ok() && out == want && (*comm)->stats().host_collectives == 0;
     if (!exact) ++failures;
     std::printf("rank %d case %zu (dtype %d, %zu elems) over xdp %s: %s in %.1f ms %s\n", k, ci,
-                static_cast<int>(cs.dtype), cs.count, iface.c_str(),
-                exact ? "exact" : "WRONG", ms, st.ok() ? "" : st.to_string().c_str());
+                static_cast<int>(cs.dtype), cs.count, iface.c_str(), exact ? "exact" : "WRONG", ms,
+                st.ok() ? "" : st.to_string().c_str());
   }
   return failures == 0 ? 0 : 1;
 }
@@ -217,8 +217,8 @@ int main(int argc, char** argv) {
     if (std::freopen(log.c_str(), "w", stdout) == nullptr) _exit(126);
     dup2(fileno(stdout), 2);
     const std::string w = std::to_string(world);
-    execl(bin, bin, "--bind", "10.78.0.1", "--port", "47474", "--world-size", w.c_str(),
-          "--no-gso", "--no-gro", "--stats-interval-ms", "0", static_cast<char*>(nullptr));
+    execl(bin, bin, "--bind", "10.78.0.1", "--port", "47474", "--world-size", w.c_str(), "--no-gso",
+          "--no-gro", "--stats-interval-ms", "0", static_cast<char*>(nullptr));
     _exit(127);
   }
   const auto t0 = std::chrono::steady_clock::now();

@@ -2,6 +2,8 @@
 // (protocol/quantize.cc), bit for bit: scan results, int32 words, big-endian wire words and
 // decoded outputs, for every float dtype and op, on random and adversarial blocks, through both
 // paths (the reference path forced, and AVX2 where the CPU has it).
+#include "ina/kernels/cpu_quant.h"
+
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -10,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "ina/kernels/cpu_quant.h"
 #include "ina/protocol/quantize.h"
 #include "ina/protocol/wire.h"
 #include "quant_cases.h"
@@ -64,8 +65,8 @@ void check_block(const Block& blk, size_t offset) {
     ASSERT_EQ(s_ref.nonfinite, s_got.nonfinite);
 
     const bool sum = op == ReduceOp::kSum;
-    const std::vector<int16_t> exps = sum ? testing::exponents_for(s_ref.exp)
-                                          : std::vector<int16_t>{kNoExponent};
+    const std::vector<int16_t> exps =
+        sum ? testing::exponents_for(s_ref.exp) : std::vector<int16_t>{kNoExponent};
     const std::vector<uint32_t> worlds = sum ? testing::world_sizes() : std::vector<uint32_t>{1};
     for (const int16_t e : exps) {
       for (const uint32_t ws : worlds) {
@@ -81,7 +82,8 @@ void check_block(const Block& blk, size_t offset) {
         // Decode what was encoded, and the sum of `ranks` identical contributions (what the
         // aggregator returns when every rank held this block; |q| <= 2^B keeps it in range).
         const int32_t ranks = sum ? static_cast<int32_t>(ws > 3 ? 3 : ws) : 1;
-        for (int32_t& v : q_ref) v = static_cast<int32_t>(static_cast<uint32_t>(v) * static_cast<uint32_t>(ranks));
+        for (int32_t& v : q_ref)
+          v = static_cast<int32_t>(static_cast<uint32_t>(v) * static_cast<uint32_t>(ranks));
         quant::decode(q_ref.data(), n, t, op, e, ws, out_ref.data());
         decode(q_ref.data(), n, t, op, e, ws, out_got.data());
         ASSERT_TRUE(same_bytes(out_ref.data(), out_got.data(), n, elem)) << "decode";

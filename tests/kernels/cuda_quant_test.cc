@@ -3,6 +3,8 @@
 // order and wire order), decoded outputs (NaN-filled for flagged blocks), for every float dtype
 // and op, several block sizes, on the same random and adversarial blocks as the CPU kernel
 // test. Without a usable CUDA device every test reports SKIP with the probe's reason.
+#include "ina/kernels/cuda_quant.h"
+
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -13,7 +15,6 @@
 #include <vector>
 
 #include "ina/kernels/cpu_quant.h"
-#include "ina/kernels/cuda_quant.h"
 #include "ina/kernels/cuda_probe.h"
 #include "ina/protocol/quantize.h"
 #include "ina/protocol/wire.h"
@@ -39,7 +40,9 @@ class DeviceBuffer {
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
   template <typename T = void>
-  T* get() const { return static_cast<T*>(p_); }
+  T* get() const {
+    return static_cast<T*>(p_);
+  }
   bool ok() const { return p_ != nullptr; }
   void upload(const void* src, size_t n) const {
     ASSERT_EQ(cudaMemcpy(p_, src, n, cudaMemcpyHostToDevice), cudaSuccess);
@@ -102,8 +105,9 @@ void check_buffer(const Block& blk, uint32_t k) {
       exps_ref[b] = s.exp;
       nf_ref[b] = s.nonfinite ? 1 : 0;
     }
-    ASSERT_TRUE(scan_blocks(d_src.get(), n, t, op, k, d_exps.get<int16_t>(), d_nf.get<uint8_t>(),
-                            nullptr).ok());
+    ASSERT_TRUE(
+        scan_blocks(d_src.get(), n, t, op, k, d_exps.get<int16_t>(), d_nf.get<uint8_t>(), nullptr)
+            .ok());
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     d_exps.download(exps.data(), nb * 2);
     d_nf.download(nf.data(), nb);
@@ -124,11 +128,13 @@ void check_buffer(const Block& blk, uint32_t k) {
         d_exps.upload(e.data(), nb * 2);
         for (size_t b = 0; b < nb; ++b) {
           const size_t len = (b + 1) * k <= n ? k : n - b * k;
-          quant::encode(blk.bytes.data() + b * k * elem, len, t, op, e[b], ws, q_ref.data() + b * k);
+          quant::encode(blk.bytes.data() + b * k * elem, len, t, op, e[b], ws,
+                        q_ref.data() + b * k);
         }
         for (const bool be : {false, true}) {
           ASSERT_TRUE(encode_blocks(d_src.get(), n, t, op, k, d_exps.get<int16_t>(), ws,
-                                    d_q.get<int32_t>(), be, nullptr).ok());
+                                    d_q.get<int32_t>(), be, nullptr)
+                          .ok());
           d_q.download(q_got.data(), n * 4);
           if (be) {
             ::ina::kernels::cpu::store_be_words(w_ref.data(), q_ref.data(), n);
@@ -159,7 +165,8 @@ void check_buffer(const Block& blk, uint32_t k) {
           }
           ASSERT_EQ(cudaMemset(d_out.get(), 0xA5, n * elem), cudaSuccess);
           ASSERT_TRUE(decode_blocks(d_q.get<int32_t>(), n, t, op, k, d_exps.get<int16_t>(),
-                                    d_nf.get<uint8_t>(), ws, d_out.get(), be, nullptr).ok());
+                                    d_nf.get<uint8_t>(), ws, d_out.get(), be, nullptr)
+                          .ok());
           d_out.download(out_got.data(), n * elem);
           ASSERT_TRUE(same_bytes(out_ref.data(), out_got.data(), n, elem))
               << "decode" << (be ? ", wire order" : "");
@@ -209,7 +216,8 @@ TEST_F(CudaQuant, DecodesArbitraryWords) {
           quant::decode(words.data() + b * k, k, t, op, e[b], ws, ref.data() + b * k * elem);
         }
         ASSERT_TRUE(decode_blocks(d_q.get<int32_t>(), n, t, op, k, d_exps.get<int16_t>(), nullptr,
-                                  ws, d_out.get(), false, nullptr).ok());
+                                  ws, d_out.get(), false, nullptr)
+                        .ok());
         d_out.download(got.data(), n * elem);
         ASSERT_TRUE(same_bytes(ref.data(), got.data(), n, elem))
             << dtype_name(t) << " " << op_name(op) << " world=" << ws;
@@ -227,7 +235,8 @@ TEST_F(CudaQuant, Int32AndFillNan) {
   ASSERT_TRUE(d_src.ok() && d_q.ok() && d_exps.ok() && d_nf.ok());
   d_src.upload(v.data(), n * 4);
   ASSERT_TRUE(scan_blocks(d_src.get(), n, DType::kInt32, ReduceOp::kSum, 10, d_exps.get<int16_t>(),
-                          d_nf.get<uint8_t>(), nullptr).ok());
+                          d_nf.get<uint8_t>(), nullptr)
+                  .ok());
   std::vector<int16_t> e(100);
   std::vector<uint8_t> nf(100);
   d_exps.download(e.data(), 200);
@@ -235,7 +244,8 @@ TEST_F(CudaQuant, Int32AndFillNan) {
   EXPECT_EQ(e, std::vector<int16_t>(100, kNoExponent));
   EXPECT_EQ(nf, std::vector<uint8_t>(100, 0));
   ASSERT_TRUE(encode_blocks(d_src.get(), n, DType::kInt32, ReduceOp::kSum, 10, nullptr, 4,
-                            d_q.get<int32_t>(), false, nullptr).ok());
+                            d_q.get<int32_t>(), false, nullptr)
+                  .ok());
   d_q.download(got.data(), n * 4);
   EXPECT_EQ(v, got);
 
@@ -258,8 +268,8 @@ TEST(CudaQuantArgs, RejectsBadArguments) {
                           false, nullptr)
                 .code(),
             StatusCode::kInvalidArgument);
-  EXPECT_EQ(decode_blocks(nullptr, 10, static_cast<DType>(9), ReduceOp::kSum, 256, nullptr,
-                          nullptr, 4, nullptr, false, nullptr)
+  EXPECT_EQ(decode_blocks(nullptr, 10, static_cast<DType>(9), ReduceOp::kSum, 256, nullptr, nullptr,
+                          4, nullptr, false, nullptr)
                 .code(),
             StatusCode::kInvalidArgument);
   EXPECT_TRUE(encode_blocks(nullptr, 0, DType::kFloat32, ReduceOp::kSum, 256, nullptr, 4, nullptr,

@@ -112,7 +112,8 @@ inline std::vector<Block> make_blocks(DType t, uint64_t seed) {
     Block& b = add("nan_payloads");
     for (int i = 0; i < 64; ++i) {
       if (t == DType::kFloat32) {
-        push_bits(b, (0x7F800001u + static_cast<uint32_t>(rng() % 0x7FFFFF)) | (i & 1 ? 0x80000000u : 0));
+        push_bits(
+            b, (0x7F800001u + static_cast<uint32_t>(rng() % 0x7FFFFF)) | (i & 1 ? 0x80000000u : 0));
       } else {
         const uint32_t inf = t == DType::kFloat16 ? 0x7C00u : 0x7F80u;
         const uint32_t span = t == DType::kFloat16 ? 0x3FFu : 0x7Fu;
@@ -128,7 +129,8 @@ inline std::vector<Block> make_blocks(DType t, uint64_t seed) {
       push(b, 0.96875f);
       for (int i = 0; i < 255; ++i) {
         const int k = static_cast<int>(rng() % 64) * 2 + 1;
-        const float v = std::ldexp(static_cast<float>(k), -(b_bits + 1) + static_cast<int>(rng() % 6));
+        const float v =
+            std::ldexp(static_cast<float>(k), -(b_bits + 1) + static_cast<int>(rng() % 6));
         push(b, i & 1 ? -v : v);
       }
     }
@@ -153,8 +155,8 @@ inline std::vector<uint32_t> world_sizes() {
 // Shared exponents to try for a block whose own exponent is `own`: its own, a few above (other
 // ranks had larger values), one below (a broken peer: the encoder saturates), none, extremes.
 inline std::vector<int16_t> exponents_for(int16_t own) {
-  std::vector<int16_t> e = {kNoExponent, -32767, -300, -149, -130, -100, 0, 1, 100, 128, 200, 300,
-                            32767};
+  std::vector<int16_t> e = {kNoExponent, -32767, -300, -149, -130, -100, 0,
+                            1,           100,    128,  200,  300,  32767};
   if (own != kNoExponent) {
     for (int d : {0, 1, 2, 7, 31, -1, -3}) e.push_back(static_cast<int16_t>(own + d));
   }

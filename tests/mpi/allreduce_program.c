@@ -22,7 +22,7 @@ typedef struct {
   const char* type_name;
   MPI_Op op;
   const char* op_name;
-  int split;     /* 1: on a communicator split from MPI_COMM_WORLD */
+  int split; /* 1: on a communicator split from MPI_COMM_WORLD */
   int inplace;
   int count;
 } Case;
@@ -38,8 +38,10 @@ static void fill(void* buf, MPI_Datatype type, int count, int rank, int salt) {
       ((int*)buf)[i] = (int)(h % (1u << 26)) - (1 << 25);
     } else {
       const double v = sin(k * 0.37 + rank * 1.3) * ldexp(1.0, (k * 7 + rank) % 20 - 10);
-      if (type == MPI_FLOAT) ((float*)buf)[i] = (float)v;
-      else ((double*)buf)[i] = v;
+      if (type == MPI_FLOAT)
+        ((float*)buf)[i] = (float)v;
+      else
+        ((double*)buf)[i] = v;
     }
   }
 }
@@ -145,8 +147,8 @@ int main(int argc, char** argv) {
     snprintf(name, sizeof(name), "r%d_c%d.bin", g_rank, ci);
     write_file(name, out, bytes);
     if (manifest != NULL) {
-      fprintf(manifest, "%d %s %s %s %s blocking %d %.17g\n", ci, c->name, c->type_name,
-              c->op_name, c->split ? "split" : "world", c->count, maxabs);
+      fprintf(manifest, "%d %s %s %s %s blocking %d %.17g\n", ci, c->name, c->type_name, c->op_name,
+              c->split ? "split" : "world", c->count, maxabs);
     }
     free(in);
     free(out);
@@ -180,11 +182,16 @@ int main(int argc, char** argv) {
     write_file(name, fc, 5000 * sizeof(float));
     if (manifest != NULL) {
       fprintf(manifest, "%d iallreduce_int_sum int sum world nonblocking %d 0\n", ncases, n);
-      fprintf(manifest, "%d iallreduce_float_max float max world nonblocking %d 0\n", ncases + 1, n);
+      fprintf(manifest, "%d iallreduce_float_max float max world nonblocking %d 0\n", ncases + 1,
+              n);
       fprintf(manifest, "%d iallreduce_float_min_inplace float min world nonblocking 5000 0\n",
               ncases + 2);
     }
-    free(ia); free(ib); free(fa); free(fb); free(fc);
+    free(ia);
+    free(ib);
+    free(fa);
+    free(fb);
+    free(fc);
   }
   /* An MPI_Iallreduce must not block its caller: rank 0 posts one, then sends 4 MiB (beyond the
    * eager limit, so the send needs rank 1's receive) to rank 1, which receives before posting
@@ -218,7 +225,9 @@ int main(int argc, char** argv) {
       fprintf(manifest, "%d iallreduce_int_max_overlap int max world nonblocking %d 0\n",
               ncases + 3, n);
     }
-    free(a); free(b); free(msg);
+    free(a);
+    free(b);
+    free(msg);
   }
   if (manifest != NULL) fclose(manifest);
   MPI_Comm_free(&half);

@@ -35,14 +35,14 @@ constexpr uint32_t kBlock = 256;  // the aggregator's and the worker's default b
 int g_rank = -1;
 int g_failures = 0;
 
-#define CHECK(cond, ...)                                          \
-  do {                                                            \
-    if (!(cond)) {                                                \
+#define CHECK(cond, ...)                                                         \
+  do {                                                                           \
+    if (!(cond)) {                                                               \
       std::fprintf(stderr, "rank %d: FAIL %s:%d: ", g_rank, __FILE__, __LINE__); \
-      std::fprintf(stderr, __VA_ARGS__);                          \
-      std::fprintf(stderr, "\n");                                 \
-      ++g_failures;                                               \
-    }                                                             \
+      std::fprintf(stderr, __VA_ARGS__);                                         \
+      std::fprintf(stderr, "\n");                                                \
+      ++g_failures;                                                              \
+    }                                                                            \
   } while (0)
 
 void logger(ncclDebugLogLevel level, unsigned long, const char* file, int line, const char* fmt,
@@ -138,11 +138,10 @@ void check_allreduce(const ncclCollNet_v8_t* p, void* comm) {
         mrs.push_back(std::make_unique<Mr>(p, comm, send[k].data(), send[k].size()));
         mrs.push_back(std::make_unique<Mr>(p, comm, out, send[k].size()));
         void* req = nullptr;
-        const ncclResult_t rc =
-            p->iallreduce(comm, send[k].data(), out, static_cast<int>(count), t, ops[k],
-                          mrs[mrs.size() - 2]->h, mrs.back()->h, &req);
-        CHECK(rc == ncclSuccess && req != nullptr, "iallreduce dtype %d op %d count %zu posted",
-              t, ops[k], count);
+        const ncclResult_t rc = p->iallreduce(comm, send[k].data(), out, static_cast<int>(count), t,
+                                              ops[k], mrs[mrs.size() - 2]->h, mrs.back()->h, &req);
+        CHECK(rc == ncclSuccess && req != nullptr, "iallreduce dtype %d op %d count %zu posted", t,
+              ops[k], count);
         reqs.push_back(req);
         bytes.push_back(static_cast<int>(send[k].size()));
       }
@@ -153,8 +152,8 @@ void check_allreduce(const ncclCollNet_v8_t* p, void* comm) {
           ina::testing::fill_input(inputs[r], cases[k], r, case_index + k);
         const auto want = ina::testing::model_result(inputs, cases[k], kBlock);
         const auto& got = k == 2 ? send[k] : recv[k];
-        CHECK(got == want, "iallreduce dtype %d op %d count %zu differs from the model", t,
-              ops[k], count);
+        CHECK(got == want, "iallreduce dtype %d op %d count %zu differs from the model", t, ops[k],
+              count);
       }
       case_index += 3;
     }
@@ -166,7 +165,7 @@ void check_allreduce(const ncclCollNet_v8_t* p, void* comm) {
 uint8_t slice_byte(int rank, size_t i) { return static_cast<uint8_t>(rank * 37 + i * 11 + 5); }
 
 void check_allgather(const ncclCollNet_v8_t* p, void* comm) {
-  const size_t bpr = 1001;  // odd: the plugin pads bytes into words
+  const size_t bpr = 1001;    // odd: the plugin pads bytes into words
   const size_t window = 700;  // windows cross slice boundaries
   std::vector<uint8_t> mine(bpr);
   for (size_t i = 0; i < bpr; ++i) mine[i] = slice_byte(g_rank, i);
@@ -179,9 +178,9 @@ void check_allgather(const ncclCollNet_v8_t* p, void* comm) {
     const size_t my_begin = static_cast<size_t>(g_rank) * bpr;
     uint8_t* send = mine.data();
     if (wo >= my_begin && wo < my_begin + bpr) send += wo - my_begin;
-    ncclNetSGE_v8_t parts[2] = {{nullptr, out.data() + wo, static_cast<uint32_t>(wb / 3)},
-                                {nullptr, out.data() + wo + wb / 3,
-                                 static_cast<uint32_t>(wb - wb / 3)}};
+    ncclNetSGE_v8_t parts[2] = {
+        {nullptr, out.data() + wo, static_cast<uint32_t>(wb / 3)},
+        {nullptr, out.data() + wo + wb / 3, static_cast<uint32_t>(wb - wb / 3)}};
     void* req = nullptr;
     CHECK(p->iallgather(comm, send, 2, parts, bpr, wo, wb, mr.h, &req) == ncclSuccess && req,
           "iallgather window %zu posted", wo);
@@ -193,8 +192,8 @@ void check_allgather(const ncclCollNet_v8_t* p, void* comm) {
   for (int r = 0; r < kRanks; ++r)
     for (size_t i = 0; i < bpr; ++i) bad += out[r * bpr + i] != slice_byte(r, i);
   CHECK(bad == 0, "iallgather: %zu wrong bytes", bad);
-  std::fprintf(stderr, "rank %d: iallgather: %zu bytes in %zu windows exact\n", g_rank,
-               out.size(), reqs.size());
+  std::fprintf(stderr, "rank %d: iallgather: %zu bytes in %zu windows exact\n", g_rank, out.size(),
+               reqs.size());
 }
 
 void check_reducescatter(const ncclCollNet_v8_t* p, void* comm) {
@@ -233,7 +232,8 @@ void check_reducescatter(const ncclCollNet_v8_t* p, void* comm) {
                                   {nullptr, src + split, static_cast<uint32_t>(wb - split)}};
       void* req = nullptr;
       CHECK(p->ireducescatter(comm, 2, parts, recv, bpr, wo, wb, c.t, c.op, mr.h, &req) ==
-                    ncclSuccess && req,
+                    ncclSuccess &&
+                req,
             "ireducescatter window %zu posted", wo);
       reqs.push_back(req);
       bytes.push_back(static_cast<int>(wb));
@@ -311,7 +311,9 @@ void check_net(const ncclNet_v8_t* n, int to_parent, int from_parent) {
     void* sreq = nullptr;
     void* rreq = nullptr;
     CHECK(n->isend(send_comm, out[m].data(), static_cast<int>(sizes[m]), 7, smh, &sreq) ==
-              ncclSuccess && sreq, "isend %zu", m);
+                  ncclSuccess &&
+              sreq,
+          "isend %zu", m);
     void* data = in[m].data();
     int cap = static_cast<int>(in[m].size());
     int tag = 7;
@@ -368,7 +370,8 @@ int run_rank(const char* path, int to_parent, int from_parent) {
     for (int op = 0; op < ncclNumOps; ++op) {
       int s = -1;
       CHECK(p->reduceSupport(static_cast<ncclDataType_t>(t), static_cast<ncclRedOp_t>(op), &s) ==
-                ncclSuccess, "reduceSupport");
+                ncclSuccess,
+            "reduceSupport");
       const bool want = (t == ncclInt32 || t == ncclFloat32 || t == ncclFloat16 ||
                          t == ncclBfloat16 || t == ncclFloat8e4m3 || t == ncclFloat8e5m2) &&
                         (op == ncclSum || op == ncclMin || op == ncclMax);
@@ -402,10 +405,12 @@ int run_rank(const char* path, int to_parent, int from_parent) {
         "regMrDmaBuf must be refused");
   void* req = nullptr;
   CHECK(p->iallreduce(comm, buf.data(), buf.data(), 8, ncclInt64, ncclSum, nullptr, nullptr,
-                      &req) != ncclSuccess && req == nullptr,
+                      &req) != ncclSuccess &&
+            req == nullptr,
         "iallreduce of int64 must be refused");
   CHECK(p->iallreduce(comm, buf.data(), buf.data(), 8, ncclFloat32, ncclProd, nullptr, nullptr,
-                      &req) != ncclSuccess && req == nullptr,
+                      &req) != ncclSuccess &&
+            req == nullptr,
         "iallreduce with PROD must be refused");
 
   check_allreduce(p, comm);

@@ -1,9 +1,9 @@
 // The CollNet plugin's pure logic: the supported (datatype, op) table and window splitting.
+#include "integrations/nccl/collnet_logic.h"
+
 #include <gtest/gtest.h>
 
 #include <vector>
-
-#include "integrations/nccl/collnet_logic.h"
 
 namespace ina::nccl {
 namespace {
@@ -51,7 +51,7 @@ TEST(CollNetLogic, WindowInsideOneSlice) {
 TEST(CollNetLogic, WindowAcrossSlices) {
   std::vector<Segment> s;
   ASSERT_FALSE(split_window(100, 150, 260, 4, &s));  // [150, 410) of 400: past the end
-  ASSERT_TRUE(split_window(100, 150, 250, 4, &s));  // [150, 400)
+  ASSERT_TRUE(split_window(100, 150, 250, 4, &s));   // [150, 400)
   ASSERT_EQ(s.size(), 3u);
   EXPECT_EQ(s[0].owner, 1);
   EXPECT_EQ(s[0].bytes, 50u);

@@ -1,21 +1,22 @@
 // The wire v2 block codec (codec.h) against its specification: exact quantization (rint of the
 // scaled value), one correct rounding of the integer sum to the user's type, the order-preserving
 // MIN/MAX image, NaN fill, and the PARTIAL test vectors.
+#include "ina/protocol/codec.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <bit>
-#include <string>
-#include <cstring>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
-#include "ina/protocol/codec.h"
-#include "ina/protocol/fp8.h"
 #include "ina/base/half.h"
+#include "ina/protocol/fp8.h"
 #include "ina/protocol/wire.h"
 #include "testdata.h"
 
@@ -41,7 +42,7 @@ TEST(Codec, RoundToOdd53) {
   EXPECT_EQ(round_to_odd53(0), 0.0);
   EXPECT_EQ(round_to_odd53((int64_t{1} << 53) - 1), 0x1p53 - 1);
   EXPECT_EQ(round_to_odd53((int64_t{1} << 53) + 1), 0x1p53 + 2);
-  EXPECT_EQ(round_to_odd53((int64_t{1} << 54) + 4), 0x1p54 + 4);  // exact
+  EXPECT_EQ(round_to_odd53((int64_t{1} << 54) + 4), 0x1p54 + 4);      // exact
   EXPECT_EQ(round_to_odd53(-(int64_t{1} << 54) - 1), -(0x1p54 + 4));  // spacing 4 there
   std::mt19937_64 rng(1);
   for (int i = 0; i < 100000; ++i) {
@@ -94,7 +95,9 @@ TEST(Codec, DequantizeRoundsOnceCorrectlyFloat32) {
 TEST(Codec, DequantizeRoundsOnceCorrectly16Bit) {
   std::mt19937_64 rng(3);
   for (const DType t : {DType::kFloat16, DType::kBFloat16}) {
-    auto to_f = [t](uint16_t b) { return t == DType::kFloat16 ? half_to_float(b) : bf16_to_float(b); };
+    auto to_f = [t](uint16_t b) {
+      return t == DType::kFloat16 ? half_to_float(b) : bf16_to_float(b);
+    };
     for (int i = 0; i < 200000; ++i) {
       const int64_t q = static_cast<int32_t>(rng()) >> (rng() % 31);
       const int scale = t == DType::kFloat16 ? static_cast<int>(rng() % 50) - 50
@@ -112,8 +115,10 @@ TEST(Codec, DequantizeRoundsOnceCorrectly16Bit) {
                                     : to_f(static_cast<uint16_t>(out - 1));
       const LD d0 = std::fabs(static_cast<LD>(f) - v);
       EXPECT_LE(d0, std::fabs(static_cast<LD>(away) - v)) << int(t) << " q " << q << " s " << scale;
-      EXPECT_LE(d0, std::fabs(static_cast<LD>(toward) - v)) << int(t) << " q " << q << " s " << scale;
-      if (d0 == std::fabs(static_cast<LD>(away) - v) || d0 == std::fabs(static_cast<LD>(toward) - v)) {
+      EXPECT_LE(d0, std::fabs(static_cast<LD>(toward) - v))
+          << int(t) << " q " << q << " s " << scale;
+      if (d0 == std::fabs(static_cast<LD>(away) - v) ||
+          d0 == std::fabs(static_cast<LD>(toward) - v)) {
         if (d0 != 0) {
           EXPECT_EQ(out & 1, 0) << "tie not to even: q " << q;
         }
@@ -141,7 +146,8 @@ TEST(Codec, QuantizeIsRintOfTheScaledValue) {
     for (int rep = 0; rep < 50; ++rep) {
       float m = 0;
       for (float& v : x) {
-        v = static_cast<float>(std::ldexp(static_cast<double>(static_cast<int32_t>(rng())), -int(rng() % 60)));
+        v = static_cast<float>(
+            std::ldexp(static_cast<double>(static_cast<int32_t>(rng())), -int(rng() % 60)));
         m = std::max(m, std::fabs(v));
       }
       const Scan s = scan(x.data(), x.size(), DType::kFloat32, ReduceOp::kSum);
@@ -300,8 +306,10 @@ TEST(Codec, FastPathsMatchTheReference) {
           // Just above a tie of the user's type, by less than float32 resolves: the float32 of
           // Q lands on the tie, so only a rounding to odd in between keeps the final rounding
           // right (significand bits: 11 float16, 8 bfloat16, 4 e4m3, 3 e5m2).
-          const int sig = t == DType::kFloat16 ? 11 : t == DType::kBFloat16 ? 8
-                          : t == DType::kFloat8E4M3 ? 4 : 3;
+          const int sig = t == DType::kFloat16      ? 11
+                          : t == DType::kBFloat16   ? 8
+                          : t == DType::kFloat8E4M3 ? 4
+                                                    : 3;
           const int sh = 30 - sig;
           const int64_t m =
               (int64_t{1} << (sig - 1)) | static_cast<int64_t>(rng() % (1u << (sig - 1)));
@@ -372,7 +380,8 @@ TEST(Codec, KeysRoundTripEvery16BitPattern) {
   keys_minmax(v, 5, DType::kFloat32, ReduceOp::kMin, acc);
   float out[5];
   from_keys(acc, 5, DType::kFloat32, out);
-  for (int i = 0; i < 5; ++i) EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(v[i]));
+  for (int i = 0; i < 5; ++i)
+    EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(v[i]));
 }
 
 TEST(Codec, Int32SumWraps) {

@@ -16,9 +16,9 @@
 #include <xmmintrin.h>
 #endif
 
+#include "ina/base/half.h"
 #include "ina/protocol/fp8.h"
 #include "ina/protocol/fp_narrow.h"
-#include "ina/base/half.h"
 
 namespace ina {
 namespace {
@@ -71,9 +71,8 @@ std::vector<double> magnitudes(uint32_t max_finite, double (*value)(uint32_t)) {
 }
 
 uint8_t ref_e4m3(double x) {
-  static const std::vector<double> v = magnitudes(0x7E, [](uint32_t c) {
-    return e4m3_value(static_cast<uint8_t>(c));
-  });
+  static const std::vector<double> v =
+      magnitudes(0x7E, [](uint32_t c) { return e4m3_value(static_cast<uint8_t>(c)); });
   const uint8_t sign = std::signbit(x) ? 0x80 : 0;
   if (std::isnan(x)) return sign | 0x7F;
   const double a = std::fabs(x);
@@ -82,9 +81,8 @@ uint8_t ref_e4m3(double x) {
 }
 
 uint8_t ref_e5m2(double x) {
-  static const std::vector<double> v = magnitudes(0x7B, [](uint32_t c) {
-    return e5m2_value(static_cast<uint8_t>(c));
-  });
+  static const std::vector<double> v =
+      magnitudes(0x7B, [](uint32_t c) { return e5m2_value(static_cast<uint8_t>(c)); });
   const uint8_t sign = std::signbit(x) ? 0x80 : 0;
   if (std::isnan(x)) return sign | 0x7E;
   const double a = std::fabs(x);
@@ -187,7 +185,7 @@ TEST(Fp8, NaNAndInfAsDocumented) {
   EXPECT_EQ(double_to_e4m3(nan), 0x7F);
   EXPECT_EQ(double_to_e4m3(-nan), 0xFF);
   EXPECT_EQ(float_to_e4m3(std::bit_cast<float>(0x7F800001u)), 0x7F);  // signalling, tiny payload
-  EXPECT_EQ(double_to_e4m3(kInf), 0x7E);  // saturates: e4m3 has no Inf
+  EXPECT_EQ(double_to_e4m3(kInf), 0x7E);                              // saturates: e4m3 has no Inf
   EXPECT_EQ(double_to_e4m3(-kInf), 0xFE);
   EXPECT_EQ(double_to_e5m2(nan), 0x7E);
   EXPECT_EQ(double_to_e5m2(-nan), 0xFE);
@@ -204,7 +202,7 @@ TEST(Fp8, NaNAndInfAsDocumented) {
 
 TEST(Fp8, OverflowSaturatesE4M3AndGoesToInfForE5M2) {
   EXPECT_EQ(double_to_e4m3(448.0), 0x7E);
-  EXPECT_EQ(double_to_e4m3(464.0), 0x7E);   // the tie with 512 (not a code): 448's side
+  EXPECT_EQ(double_to_e4m3(464.0), 0x7E);     // the tie with 512 (not a code): 448's side
   EXPECT_EQ(double_to_e4m3(464.0001), 0x7E);  // would round to 480: saturated
   EXPECT_EQ(double_to_e4m3(1e300), 0x7E);
   EXPECT_EQ(double_to_e4m3(-1e300), 0xFE);
@@ -247,10 +245,10 @@ TEST(Fp8, TiesGoToTheEvenCode) {
 
 TEST(Fp8, Subnormals) {
   EXPECT_EQ(double_to_e4m3(0x1p-9), 0x01);
-  EXPECT_EQ(double_to_e4m3(0x1p-10), 0x00);  // half the smallest subnormal: tie to 0 (even)
+  EXPECT_EQ(double_to_e4m3(0x1p-10), 0x00);   // half the smallest subnormal: tie to 0 (even)
   EXPECT_EQ(double_to_e4m3(-0x1p-10), 0x80);  // -0
   EXPECT_EQ(double_to_e4m3(0x1.0000000000001p-10), 0x01);
-  EXPECT_EQ(double_to_e4m3(3 * 0x1p-10), 0x02);  // 1.5 subnormal ulps: tie to 2 (even)
+  EXPECT_EQ(double_to_e4m3(3 * 0x1p-10), 0x02);   // 1.5 subnormal ulps: tie to 2 (even)
   EXPECT_EQ(double_to_e4m3(7.5 * 0x1p-9), 0x08);  // the largest subnormal rounds up to 2^-6
   EXPECT_EQ(double_to_e4m3(0x1p-1074), 0x00);     // a double subnormal
   EXPECT_EQ(double_to_e4m3(-0.0), 0x80);
@@ -290,8 +288,7 @@ double random_double(Gen& g, int emin, int emax) {
   std::uniform_int_distribution<int> bits(1, 20);
   const double sign = (g() & 1) ? -1.0 : 1.0;
   switch (kind(g)) {
-    case 0:
-      return sign * std::ldexp(1.0 + std::ldexp(static_cast<double>(mant(g)), -52), ex(g));
+    case 0: return sign * std::ldexp(1.0 + std::ldexp(static_cast<double>(mant(g)), -52), ex(g));
     case 1: {  // few significant bits: often exact ties of the narrow format
       const int k = bits(g);
       const uint64_t m = (uint64_t{1} << k) | (mant(g) & ((uint64_t{1} << k) - 1));

@@ -2,7 +2,6 @@
 // malformed frames (one test per drop reason), ARP and ICMP echo replies, and UDP replies built
 // in place, with checksums checked by an independent byte-pair implementation.
 #include "ina/protocol/frame.h"
-#include "ina/protocol/wire.h"
 
 #include <gtest/gtest.h>
 
@@ -10,6 +9,8 @@
 #include <cstring>
 #include <random>
 #include <vector>
+
+#include "ina/protocol/wire.h"
 
 namespace ina::frame {
 namespace {
@@ -58,8 +59,14 @@ std::vector<uint8_t> udp_frame(const std::vector<uint8_t>& payload, size_t ip_op
   wr16(ip + 4, 7);
   ip[8] = 64;
   ip[9] = kIpProtoUdp;
-  ip[12] = 10; ip[13] = 0; ip[14] = 0; ip[15] = 34;
-  ip[16] = 10; ip[17] = 0; ip[18] = 0; ip[19] = 1;
+  ip[12] = 10;
+  ip[13] = 0;
+  ip[14] = 0;
+  ip[15] = 34;
+  ip[16] = 10;
+  ip[17] = 0;
+  ip[18] = 0;
+  ip[19] = 1;
   for (size_t i = 0; i < ip_opts; ++i) ip[kIpv4MinHeader + i] = 1;  // NOP options
   wr16(ip + 10, ref_checksum(ip, ihl));
   uint8_t* udp = ip + ihl;
@@ -181,8 +188,8 @@ TEST(Frame, HeaderTemplateWritesWhatWriteUdpHeadersWrites) {
     const uint16_t id = static_cast<uint16_t>(u32());
     std::vector<uint8_t> want(kUdpHeadroom, 0x5A), got(kUdpHeadroom, 0xA5);
     const UdpHeaderTemplate t(src, dst);
-    EXPECT_EQ(t.write(got.data(), len, sum, id), write_udp_headers(want.data(), src, dst, len,
-                                                                     sum, id));
+    EXPECT_EQ(t.write(got.data(), len, sum, id),
+              write_udp_headers(want.data(), src, dst, len, sum, id));
     ASSERT_EQ(got, want) << "len " << len << " sum " << sum << " id " << id;
   }
 }
@@ -226,30 +233,50 @@ TEST(Frame, EachMalformationHasItsVerdict) {
   EXPECT_EQ(mutate([](auto& f) { f.resize(kEthHeader + 12); }), Verdict::kTooShort);
   EXPECT_EQ(mutate([](auto& f) { wr16(f.data() + 12, 0x86DD); }), Verdict::kBadEtherType);
   EXPECT_EQ(mutate([](auto& f) { wr16(f.data() + 12, 0x8100); }), Verdict::kBadEtherType);
-  EXPECT_EQ(mutate([](auto& f) { f[kEthHeader] = 0x65; fix_ip_checksum(f); }),
+  EXPECT_EQ(mutate([](auto& f) {
+              f[kEthHeader] = 0x65;
+              fix_ip_checksum(f);
+            }),
             Verdict::kBadIpVersion);
   EXPECT_EQ(mutate([](auto& f) { f[kEthHeader] = 0x44; }), Verdict::kBadIpHeaderLength);
-  EXPECT_EQ(mutate([](auto& f) { f[kEthHeader] = 0x4F; f.resize(kEthHeader + 40); }),
+  EXPECT_EQ(mutate([](auto& f) {
+              f[kEthHeader] = 0x4F;
+              f.resize(kEthHeader + 40);
+            }),
             Verdict::kBadIpHeaderLength);
   EXPECT_EQ(mutate([](auto& f) {
               wr16(f.data() + kEthHeader + 2, static_cast<uint16_t>(f.size()));
               fix_ip_checksum(f);
             }),
             Verdict::kBadIpTotalLength);
-  EXPECT_EQ(mutate([](auto& f) { wr16(f.data() + kEthHeader + 2, 19); fix_ip_checksum(f); }),
+  EXPECT_EQ(mutate([](auto& f) {
+              wr16(f.data() + kEthHeader + 2, 19);
+              fix_ip_checksum(f);
+            }),
             Verdict::kBadIpTotalLength);
-  EXPECT_EQ(mutate([](auto& f) { wr16(f.data() + kEthHeader + 6, 0x2000); fix_ip_checksum(f); }),
+  EXPECT_EQ(mutate([](auto& f) {
+              wr16(f.data() + kEthHeader + 6, 0x2000);
+              fix_ip_checksum(f);
+            }),
             Verdict::kIpFragment);
-  EXPECT_EQ(mutate([](auto& f) { wr16(f.data() + kEthHeader + 6, 0x0010); fix_ip_checksum(f); }),
+  EXPECT_EQ(mutate([](auto& f) {
+              wr16(f.data() + kEthHeader + 6, 0x0010);
+              fix_ip_checksum(f);
+            }),
             Verdict::kIpFragment);
   EXPECT_EQ(mutate([](auto& f) { f[kEthHeader + 8] ^= 1; }), Verdict::kBadIpChecksum);
-  EXPECT_EQ(mutate([](auto& f) { f[kEthHeader + 19] = 2; fix_ip_checksum(f); }),
+  EXPECT_EQ(mutate([](auto& f) {
+              f[kEthHeader + 19] = 2;
+              fix_ip_checksum(f);
+            }),
             Verdict::kIpNotForUs);
-  EXPECT_EQ(mutate([](auto& f) { f[kEthHeader + 9] = 6; fix_ip_checksum(f); }),
+  EXPECT_EQ(mutate([](auto& f) {
+              f[kEthHeader + 9] = 6;
+              fix_ip_checksum(f);
+            }),
             Verdict::kBadIpProtocol);
   EXPECT_EQ(mutate([](auto& f) { wr16(f.data() + kEthHeader + 24, 7); }), Verdict::kBadUdpLength);
-  EXPECT_EQ(mutate([](auto& f) { wr16(f.data() + kEthHeader + 24, 30); }),
-            Verdict::kBadUdpLength);
+  EXPECT_EQ(mutate([](auto& f) { wr16(f.data() + kEthHeader + 24, 30); }), Verdict::kBadUdpLength);
   EXPECT_EQ(mutate([](auto& f) { f.back() ^= 0x55; }), Verdict::kBadUdpChecksum);
   EXPECT_EQ(classify_vec(udp_frame(payload_of(8), 0, 9999)), Verdict::kWrongUdpPort);
 }
@@ -265,8 +292,7 @@ TEST(Frame, OffloadFlagsSkipOrForceChecksumVerdicts) {
   const auto good = udp_frame(payload_of(16));
   EXPECT_EQ(classify_vec(good, nullptr, {HwCheck::kBad, HwCheck::kUnknown}),
             Verdict::kBadIpChecksum);
-  EXPECT_EQ(classify_vec(good, nullptr, {HwCheck::kGood, HwCheck::kBad}),
-            Verdict::kBadUdpChecksum);
+  EXPECT_EQ(classify_vec(good, nullptr, {HwCheck::kGood, HwCheck::kBad}), Verdict::kBadUdpChecksum);
 }
 
 std::vector<uint8_t> arp_request(uint32_t target_ip, uint16_t op = 1) {
@@ -281,9 +307,14 @@ std::vector<uint8_t> arp_request(uint32_t target_ip, uint16_t op = 1) {
   a[5] = 4;
   wr16(a + 6, op);
   std::memcpy(a + 8, kPeerMac.data(), 6);
-  a[14] = 10; a[15] = 0; a[16] = 0; a[17] = 34;
-  a[24] = uint8_t(target_ip >> 24); a[25] = uint8_t(target_ip >> 16);
-  a[26] = uint8_t(target_ip >> 8); a[27] = uint8_t(target_ip);
+  a[14] = 10;
+  a[15] = 0;
+  a[16] = 0;
+  a[17] = 34;
+  a[24] = uint8_t(target_ip >> 24);
+  a[25] = uint8_t(target_ip >> 16);
+  a[26] = uint8_t(target_ip >> 8);
+  a[27] = uint8_t(target_ip);
   return f;
 }
 
@@ -384,8 +415,8 @@ TEST(Frame, UdpReplyInPlaceSwapsAddressesAndFixesChecksums) {
       f.resize(std::max(f.size(), kUdpHeadroom + reply_len));
       const auto reply = payload_of(reply_len + 1);
       std::memcpy(f.data() + udp_reply_offset(), reply.data() + 1, reply_len);
-      const size_t n = udp_reply(f.data(), p, local(), reply_len,
-                                 sum16(f.data() + kUdpHeadroom, reply_len), 99);
+      const size_t n =
+          udp_reply(f.data(), p, local(), reply_len, sum16(f.data() + kUdpHeadroom, reply_len), 99);
       ASSERT_EQ(n, kUdpHeadroom + reply_len);
       f.resize(n);
       EXPECT_EQ(0, std::memcmp(f.data(), kPeerMac.data(), 6));

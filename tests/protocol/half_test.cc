@@ -1,5 +1,7 @@
 // half.h: float16/bfloat16 conversions against known bit patterns, every 16-bit pattern, and an
 // independent round-to-nearest-even reference built from the sorted list of representable values.
+#include "ina/base/half.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,8 +10,6 @@
 #include <cstdint>
 #include <limits>
 #include <vector>
-
-#include "ina/base/half.h"
 
 namespace ina {
 namespace {
@@ -42,8 +42,8 @@ uint16_t reference_float_to_half(float f) {
   const double a = std::fabs(static_cast<double>(f));
   if (a >= 65520.0) return sign | 0x7C00;
   // values is increasing; lo = largest pattern whose value <= a.
-  const size_t lo = static_cast<size_t>(std::upper_bound(values.begin(), values.end(), a) -
-                                        values.begin()) - 1;
+  const size_t lo =
+      static_cast<size_t>(std::upper_bound(values.begin(), values.end(), a) - values.begin()) - 1;
   if (lo == values.size() - 1) return static_cast<uint16_t>(sign | lo);  // (65504, 65520)
   const double dlo = a - values[lo];
   const double dhi = values[lo + 1] - a;
@@ -65,9 +65,9 @@ TEST(Half, KnownPatternsToFloat) {
   EXPECT_EQ(half_to_float(0x3C00), 1.0f);
   EXPECT_EQ(half_to_float(0xC000), -2.0f);
   EXPECT_EQ(half_to_float(0x7BFF), 65504.0f);
-  EXPECT_EQ(half_to_float(0x0400), 0x1p-14f);          // smallest normal
-  EXPECT_EQ(half_to_float(0x0001), 0x1p-24f);          // smallest subnormal
-  EXPECT_EQ(half_to_float(0x03FF), 1023 * 0x1p-24f);   // largest subnormal
+  EXPECT_EQ(half_to_float(0x0400), 0x1p-14f);         // smallest normal
+  EXPECT_EQ(half_to_float(0x0001), 0x1p-24f);         // smallest subnormal
+  EXPECT_EQ(half_to_float(0x03FF), 1023 * 0x1p-24f);  // largest subnormal
   EXPECT_EQ(half_to_float(0x8001), -0x1p-24f);
   EXPECT_EQ(bits(half_to_float(0x0000)), 0x00000000u);
   EXPECT_EQ(bits(half_to_float(0x8000)), 0x80000000u);  // -0 keeps its sign
@@ -92,9 +92,9 @@ TEST(Half, KnownPatternsFromFloat) {
   EXPECT_EQ(float_to_half(-0.0f), 0x8000);
   // Subnormals and the ties around them.
   EXPECT_EQ(float_to_half(0x1p-24f), 0x0001);
-  EXPECT_EQ(float_to_half(0x1p-25f), 0x0000);            // tie between 0 and 1 unit: even
+  EXPECT_EQ(float_to_half(0x1p-25f), 0x0000);  // tie between 0 and 1 unit: even
   EXPECT_EQ(float_to_half(from_bits(bits(0x1p-25f) + 1)), 0x0001);
-  EXPECT_EQ(float_to_half(3 * 0x1p-25f), 0x0002);        // tie between 1 and 2 units: even
+  EXPECT_EQ(float_to_half(3 * 0x1p-25f), 0x0002);  // tie between 1 and 2 units: even
   EXPECT_EQ(float_to_half(-3 * 0x1p-25f), 0x8002);
   EXPECT_EQ(float_to_half(0x1p-14f - 0x1p-25f), 0x0400);  // tie below the smallest normal
   EXPECT_EQ(float_to_half(0x1p-40f), 0x0000);
@@ -134,8 +134,8 @@ TEST(Half, EveryPatternWidensExactlyAndRoundTrips) {
 // rounding can go wrong.
 TEST(Half, MidpointsRoundToNearestEven) {
   for (uint32_t i = 0; i < 0x7BFF; ++i) {
-    const double mid = (half_value(static_cast<uint16_t>(i)) +
-                        half_value(static_cast<uint16_t>(i + 1))) / 2;
+    const double mid =
+        (half_value(static_cast<uint16_t>(i)) + half_value(static_cast<uint16_t>(i + 1))) / 2;
     const float m = static_cast<float>(mid);
     ASSERT_EQ(static_cast<double>(m), mid);  // midpoints are floats
     for (const float f : {m, from_bits(bits(m) - 1), from_bits(bits(m) + 1)}) {

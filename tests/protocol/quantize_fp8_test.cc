@@ -20,7 +20,9 @@ constexpr DType kFp8[] = {DType::kFloat8E4M3, DType::kFloat8E5M2};
 double value(DType t, uint8_t c) {
   return t == DType::kFloat8E4M3 ? e4m3_to_float(c) : e5m2_to_float(c);
 }
-bool is_nan(DType t, uint8_t c) { return t == DType::kFloat8E4M3 ? e4m3_is_nan(c) : e5m2_is_nan(c); }
+bool is_nan(DType t, uint8_t c) {
+  return t == DType::kFloat8E4M3 ? e4m3_is_nan(c) : e5m2_is_nan(c);
+}
 bool is_inf(DType t, uint8_t c) { return t == DType::kFloat8E5M2 && (c & 0x7F) == 0x7C; }
 uint8_t round_once(DType t, double x) {
   return t == DType::kFloat8E4M3 ? double_to_e4m3(x) : double_to_e5m2(x);
@@ -61,7 +63,8 @@ TEST(QuantizeFp8, SumDecodesTheQuantizedSumRoundedOnce) {
       std::vector<std::vector<uint8_t>> in(world, std::vector<uint8_t>(kN));
       for (auto& r : in)
         for (auto& c : r) {
-          do c = static_cast<uint8_t>(g()); while (is_nan(t, c) || is_inf(t, c));
+          do c = static_cast<uint8_t>(g());
+          while (is_nan(t, c) || is_inf(t, c));
         }
       int16_t e = kNoExponent;
       for (const auto& r : in) e = max_exponent(e, scan_block(r.data(), kN, t, ReduceOp::kSum).exp);
@@ -115,7 +118,8 @@ TEST(QuantizeFp8, MinMaxAreExactAndOrderSignedZeros) {
       std::vector<int32_t> qa(n), qb(n), r(n);
       encode(a.data(), n, t, op, kNoExponent, 2, qa.data());
       encode(b.data(), n, t, op, kNoExponent, 2, qb.data());
-      for (size_t i = 0; i < n; ++i) r[i] = op == ReduceOp::kMin ? std::min(qa[i], qb[i]) : std::max(qa[i], qb[i]);
+      for (size_t i = 0; i < n; ++i)
+        r[i] = op == ReduceOp::kMin ? std::min(qa[i], qb[i]) : std::max(qa[i], qb[i]);
       std::vector<uint8_t> out(n);
       decode(r.data(), n, t, op, kNoExponent, 2, out.data());
       for (size_t i = 0; i < n; ++i) {

@@ -3,6 +3,8 @@
 // values, the aggregator's MAX gives the shared exponent E, every rank encodes with E, the
 // aggregator adds the int32 words, and the decoded sum is compared with the exact sum (in double)
 // of the values the ranks really held.
+#include "ina/protocol/quantize.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -15,9 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "ina/protocol/codec.h"
 #include "ina/base/half.h"
-#include "ina/protocol/quantize.h"
+#include "ina/protocol/codec.h"
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
 #include "testdata.h"
@@ -34,8 +35,8 @@ float from_bits(uint32_t b) { return std::bit_cast<float>(b); }
 
 struct Block {
   DType t;
-  std::vector<float> f32;      // kFloat32
-  std::vector<uint16_t> u16;   // kFloat16, kBFloat16
+  std::vector<float> f32;     // kFloat32
+  std::vector<uint16_t> u16;  // kFloat16, kBFloat16
   size_t size() const { return t == DType::kFloat32 ? f32.size() : u16.size(); }
   const void* data() const {
     return t == DType::kFloat32 ? static_cast<const void*>(f32.data()) : u16.data();
@@ -65,8 +66,8 @@ struct Output {
   DType t;
   std::vector<float> f32;
   std::vector<uint16_t> u16;
-  Output(DType type, size_t n) : t(type), f32(type == DType::kFloat32 ? n : 0),
-                                 u16(type == DType::kFloat32 ? 0 : n) {}
+  Output(DType type, size_t n)
+      : t(type), f32(type == DType::kFloat32 ? n : 0), u16(type == DType::kFloat32 ? 0 : n) {}
   void* data() { return t == DType::kFloat32 ? static_cast<void*>(f32.data()) : u16.data(); }
   float value(size_t i) const {
     switch (t) {
@@ -79,8 +80,8 @@ struct Output {
 
 // Spacing of the output type's values at |s| (subnormal spacing below the smallest normal).
 double ulp_out(DType t, double s) {
-  int precision = 24;          // significand bits, implicit bit included
-  int min_normal_exp = -126;   // the smallest normal is 2^min_normal_exp
+  int precision = 24;         // significand bits, implicit bit included
+  int min_normal_exp = -126;  // the smallest normal is 2^min_normal_exp
   if (t == DType::kFloat16) {
     precision = 11;
     min_normal_exp = -14;
@@ -173,8 +174,8 @@ SumOutcome run_sum(const std::vector<Block>& ranks) {
     const double got = out.value(i);
     const double err = std::fabs(got - s);
     const double allowed = o.bound + ulp_out(t, s);
-    EXPECT_LE(err, allowed) << "element " << i << ": got " << got << ", exact " << s
-                            << ", E " << e << ", M " << o.block_max;
+    EXPECT_LE(err, allowed) << "element " << i << ": got " << got << ", exact " << s << ", E " << e
+                            << ", M " << o.block_max;
     o.max_err = std::max(o.max_err, err);
     if (o.bound > 0) o.max_quant_ratio = std::max(o.max_quant_ratio, quant_err / o.bound);
     o.max_out_ratio = std::max(o.max_out_ratio, err / allowed);
@@ -195,13 +196,15 @@ SumOutcome run_sum(const std::vector<Block>& ranks) {
     EXPECT_LE(std::fabs(static_cast<long double>(acc2[i])), limit2) << "overflow at " << i;
     long double s = 0;  // the exact sum (long double holds these sums closely enough)
     for (const Block& b : ranks) s += b.value(i);
-    const long double v = e == kNoExponent ? 0.0L : std::ldexp(static_cast<long double>(acc2[i]), scale);
+    const long double v =
+        e == kNoExponent ? 0.0L : std::ldexp(static_cast<long double>(acc2[i]), scale);
     EXPECT_LE(std::fabs(v - s), static_cast<long double>(qb2) * (1 + 1e-12L)) << "v2 element " << i;
     const double err = static_cast<double>(std::fabs(static_cast<long double>(out2.value(i)) - s));
     const double allowed2 = qb2 + 0.5 * ulp_out(t, static_cast<double>(std::fabs(s)) + qb2);
     EXPECT_LE(err, allowed2) << "v2 element " << i << ": got " << out2.value(i);
     // No looser than v1's bound.
-    EXPECT_LE(allowed2, o.bound + ulp_out(t, static_cast<double>(s)) + ulp_out(t, std::fabs(static_cast<double>(s)) + o.bound));
+    EXPECT_LE(allowed2, o.bound + ulp_out(t, static_cast<double>(s)) +
+                            ulp_out(t, std::fabs(static_cast<double>(s)) + o.bound));
     o.max_err_v2 = std::max(o.max_err_v2, err);
     if (allowed2 > 0) o.max_out_ratio_v2 = std::max(o.max_out_ratio_v2, err / allowed2);
   }
@@ -227,9 +230,7 @@ std::vector<float> normal(std::mt19937_64& rng, size_t k, double sigma) {
 }
 
 // The largest magnitude a rank may hold so that the sum over n ranks stays finite in type t.
-double safe_max(DType t, uint32_t n) {
-  return t == DType::kFloat16 ? 65504.0 / n : 1e30;
-}
+double safe_max(DType t, uint32_t n) { return t == DType::kFloat16 ? 65504.0 / n : 1e30; }
 
 struct Scenario {
   const char* name;
@@ -303,10 +304,11 @@ TEST_P(SumRound, ErrorStaysWithinTheDocumentedBound) {
       if (o.block_max > 0) worst_rel_v2 = std::max(worst_rel_v2, o.max_err_v2 / o.block_max);
     }
     // Observed errors, for the record (QUANTIZATION.md quotes them).
-    std::printf("[ error    ] %-8s N=%-5u %-23s quant/bound %.3f  out/(bound+ulp) %.3f  "
-                "out/M %.2e  v2: out/bound2 %.3f  out/M %.2e\n",
-                std::string(dtype_name(t)).c_str(), n, sc.name, worst_quant, worst_out, worst_rel,
-                worst_v2, worst_rel_v2);
+    std::printf(
+        "[ error    ] %-8s N=%-5u %-23s quant/bound %.3f  out/(bound+ulp) %.3f  "
+        "out/M %.2e  v2: out/bound2 %.3f  out/M %.2e\n",
+        std::string(dtype_name(t)).c_str(), n, sc.name, worst_quant, worst_out, worst_rel, worst_v2,
+        worst_rel_v2);
   }
 }
 
@@ -334,7 +336,7 @@ TEST(SumBound, IsTightEnoughToMatter) {
   const SumOutcome o = run_sum(ranks);
   EXPECT_LT(o.max_err, 1e-5 * o.block_max);
   EXPECT_LT(o.bound, 1e-6 * o.block_max);  // N * 2^-B = 8 * 2^-27
-  EXPECT_GT(o.max_err, 0.0);                // and quantization did round something
+  EXPECT_GT(o.max_err, 0.0);               // and quantization did round something
   // v2: int64 words make the float32 quantization error negligible beside the final rounding.
   EXPECT_LT(o.max_err_v2, 1e-7 * o.block_max);
   EXPECT_LE(o.max_err_v2, o.max_err);
@@ -370,7 +372,7 @@ TEST(Quantize, ScanExponentIsFrexpOfTheLargest) {
   const auto exp_of = [](std::vector<float> v) {
     return scan_block(v.data(), v.size(), DType::kFloat32, ReduceOp::kSum).exp;
   };
-  EXPECT_EQ(exp_of({1.0f}), 1);    // 1 < 2^1
+  EXPECT_EQ(exp_of({1.0f}), 1);  // 1 < 2^1
   EXPECT_EQ(exp_of({0.75f}), 0);
   EXPECT_EQ(exp_of({0.5f}), 0);
   EXPECT_EQ(exp_of({-3.0f, 0.1f}), 2);
@@ -412,7 +414,7 @@ TEST(Quantize, ScanMatchesPerElementFrexp) {
       bool nan = false;
       bool inf = false;
       for (size_t i = 0; i < k; ++i) {
-        const float x = t == DType::kFloat32 ? from_bits(raw[i])
+        const float x = t == DType::kFloat32   ? from_bits(raw[i])
                         : t == DType::kFloat16 ? half_to_float(u16[i])
                                                : bf16_to_float(u16[i]);
         nan |= std::isnan(x);
@@ -621,11 +623,22 @@ TEST(QuantizeInt32, MinMaxExact) {
 
 TEST(QuantizeOrdered, MapIsMonotoneAndInvertible) {
   // An increasing list of floats spanning every class, -0 before +0.
-  const std::vector<float> sorted = {
-      -kInf, -std::numeric_limits<float>::max(), -1e30f, -2.0f, -1.0f,
-      -std::numeric_limits<float>::min(), -std::numeric_limits<float>::denorm_min(), -0.0f,
-      0.0f, std::numeric_limits<float>::denorm_min(), std::numeric_limits<float>::min(), 1.0f,
-      from_bits(bits(1.0f) + 1), 1e30f, std::numeric_limits<float>::max(), kInf};
+  const std::vector<float> sorted = {-kInf,
+                                     -std::numeric_limits<float>::max(),
+                                     -1e30f,
+                                     -2.0f,
+                                     -1.0f,
+                                     -std::numeric_limits<float>::min(),
+                                     -std::numeric_limits<float>::denorm_min(),
+                                     -0.0f,
+                                     0.0f,
+                                     std::numeric_limits<float>::denorm_min(),
+                                     std::numeric_limits<float>::min(),
+                                     1.0f,
+                                     from_bits(bits(1.0f) + 1),
+                                     1e30f,
+                                     std::numeric_limits<float>::max(),
+                                     kInf};
   for (size_t i = 0; i + 1 < sorted.size(); ++i) {
     EXPECT_LT(float_to_ordered(sorted[i]), float_to_ordered(sorted[i + 1])) << sorted[i];
   }
@@ -647,8 +660,8 @@ TEST(QuantizeOrdered, MapIsMonotoneAndInvertible) {
 
 TEST(QuantizeOrdered, MinMaxExactForEveryType) {
   std::mt19937_64 rng(17);
-  const std::vector<float> specials = {kInf, -kInf, 0.0f, -0.0f, 1e-40f, -1e-40f, 65504.0f,
-                                       -65504.0f, 1.0f, -1.0f, 3.1415927f};
+  const std::vector<float> specials = {kInf,     -kInf,     0.0f, -0.0f, 1e-40f,    -1e-40f,
+                                       65504.0f, -65504.0f, 1.0f, -1.0f, 3.1415927f};
   for (const DType t : {DType::kFloat32, DType::kFloat16, DType::kBFloat16}) {
     for (const ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
       SCOPED_TRACE(std::string(dtype_name(t)) + " " + std::string(op_name(op)));
@@ -672,7 +685,7 @@ TEST(QuantizeOrdered, MinMaxExactForEveryType) {
         EXPECT_FALSE(scan_block(ranks[r].data(), k, t, op).nonfinite);  // Inf is fine here
         encode(ranks[r].data(), k, t, op, kNoExponent, n, q.data());
         for (size_t i = 0; i < k; ++i) {
-          red[i] = r == 0 ? q[i]
+          red[i] = r == 0                 ? q[i]
                    : op == ReduceOp::kMin ? std::min(red[i], q[i])
                                           : std::max(red[i], q[i]);
         }

@@ -3,18 +3,19 @@
 // values must reproduce the vector's bytes. Then every DecodeError is provoked, and random and
 // mutated inputs are decoded from exact-size heap buffers (run under -fsanitize=address to catch
 // any read past the end).
+#include "ina/protocol/wire.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstring>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "ina/protocol/types.h"
-#include "ina/protocol/wire.h"
 #include "testdata.h"
 
 namespace ina::wire {
@@ -72,8 +73,8 @@ std::vector<Vector> expected_vectors() {
                    kNoExponent, kNoRoot),
        {1, -1, INT32_MAX, INT32_MIN}},
       {"data_f32_sum.hex",
-       make_header(kFlagRetransmit | kFlagNonFinite, 0x10, 3, 2, false, 4, kF32, kSum,
-                   0xFFFFFFFFu, 0xFFFFFFFFu, kNoExponent, kNoRoot),
+       make_header(kFlagRetransmit | kFlagNonFinite, 0x10, 3, 2, false, 4, kF32, kSum, 0xFFFFFFFFu,
+                   0xFFFFFFFFu, kNoExponent, kNoRoot),
        {0x3DCCCCCD, 0xBA83126F, 0x3DF5C28F, 0xBD800000}},
       {"data_f16_min.hex",
        make_header(0, 0x11, 1, 9, true, 5, kF16, kMin, 1, 5, kNoExponent, 2),
@@ -119,8 +120,8 @@ std::vector<Vector> expected_vectors() {
                    kNoRoot),
        {512, 1024}},
       {"error_missing_ranks.hex",
-       make_header(kFlagError, 0xA1B2C3D4u, 515, 0x0123, true, 3, kI32, kSum, 7, 65540,
-                   kNoExponent, kNoRoot),
+       make_header(kFlagError, 0xA1B2C3D4u, 515, 0x0123, true, 3, kI32, kSum, 7, 65540, kNoExponent,
+                   kNoRoot),
        {static_cast<int32_t>(ErrorReason::kMissingRanks), static_cast<int32_t>(0x80000027u),
         0x00000081}},
   };
@@ -146,7 +147,8 @@ std::vector<uint8_t> encode_vector(const Vector& v) {
   const size_t w = width_of(v.hdr);
   for (size_t i = 0; i < v.words.size(); ++i) {
     for (size_t b = 0; b < w; ++b) {
-      out[kHeaderSize + i * w + b] = static_cast<uint8_t>(static_cast<uint64_t>(v.words[i]) >> (8 * b));
+      out[kHeaderSize + i * w + b] =
+          static_cast<uint8_t>(static_cast<uint64_t>(v.words[i]) >> (8 * b));
     }
   }
   return out;
@@ -192,7 +194,8 @@ TEST(WireVectors, DecodeToTheDocumentedFields) {
     ASSERT_EQ(view.payload, storage.data() + kHeaderSize);
     ASSERT_EQ(view.payload_bytes, v.words.size() * width_of(v.hdr));
     for (size_t i = 0; i < v.words.size(); ++i) {
-      EXPECT_EQ(load_word(view.payload, width_of(v.hdr), i), truncate_word(v.words[i], width_of(v.hdr)))
+      EXPECT_EQ(load_word(view.payload, width_of(v.hdr), i),
+                truncate_word(v.words[i], width_of(v.hdr)))
           << "word " << i;
     }
     if (width_of(v.hdr) == kControlWordSize && !v.words.empty()) {
@@ -227,9 +230,10 @@ TEST(WireVectors, UserWordsAreTheUsersBytes) {
 TEST(WireVectors, EveryKindAndDtypeIsCovered) {
   std::set<std::pair<int, int>> seen;  // (kind, dtype) for DATA/RESULT/PARTIAL
   for (const Vector& v : expected_vectors()) {
-    const int kind = v.hdr.has(kFlagPartial) ? 2 : v.hdr.has(kFlagHello | kFlagError) ? 3
-                     : v.hdr.has(kFlagResult)  ? 1
-                                               : 0;
+    const int kind = v.hdr.has(kFlagPartial)              ? 2
+                     : v.hdr.has(kFlagHello | kFlagError) ? 3
+                     : v.hdr.has(kFlagResult)             ? 1
+                                                          : 0;
     if (kind < 3) seen.insert({kind, static_cast<int>(v.hdr.dtype)});
   }
   for (int d = 1; d <= 4; ++d) {
@@ -457,7 +461,9 @@ TEST(WireFuzz, RandomBytesNeverCrash) {
     if (len >= kHeaderSize && (iter & 3) == 1) {
       b[kOffDtype] = static_cast<uint8_t>(1 + rng() % 4);
       b[kOffOp] = static_cast<uint8_t>(1 + rng() % 3);
-      put_u16(b.data() + kOffCount, static_cast<uint16_t>((len - kHeaderSize) / payload_width(b[kOffFlags], static_cast<DType>(b[kOffDtype]))));
+      put_u16(b.data() + kOffCount,
+              static_cast<uint16_t>((len - kHeaderSize) /
+                                    payload_width(b[kOffFlags], static_cast<DType>(b[kOffDtype]))));
       put_u16(b.data() + kOffExp, static_cast<uint16_t>(kNoExponent));
     }
     PacketView view;

@@ -14,9 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "../free_port.h"
 #include "ina/ina.hpp"
 #include "worker/plugin/probes.h"
-#include "../free_port.h"
 
 namespace ina {
 namespace {

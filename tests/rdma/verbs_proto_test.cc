@@ -1,6 +1,8 @@
 // Pure logic of the RDMA verbs transport (worker/rdma/verbs_proto.h), no device needed: queue pair
 // info serialization and validation, chunking, immediates, credit windows (with an in-memory
 // model of the slot-ring protocol streaming random messages), and INA_HOST_TRANSPORT selection.
+#include "worker/rdma/verbs_proto.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "ina/ina.hpp"
-#include "worker/rdma/verbs_proto.h"
 
 namespace ina::rdma {
 namespace {
@@ -81,7 +82,8 @@ TEST(VerbsPeerInfo, RejectsBadFieldsNamingThem) {
       {[](VerbsPeerInfo& v) { v.slot_count = 4097; }, "slot_count 4097 out of range [1, 4096]"},
       {[](VerbsPeerInfo& v) { std::memset(v.gid, 0, 16); }, "neither lid nor gid"},
       {[](VerbsPeerInfo& v) { v.slots_addr = 0; }, "slots_addr is 0"},
-      {[](VerbsPeerInfo& v) { v.credit_addr = 0x1004; }, "credit_addr 4100 is not a non-zero multiple of 8"},
+      {[](VerbsPeerInfo& v) { v.credit_addr = 0x1004; },
+       "credit_addr 4100 is not a non-zero multiple of 8"},
   };
   for (const Case& c : cases) {
     VerbsPeerInfo v = sample_info();
@@ -273,7 +275,8 @@ TEST(Credits, ModelStreamsRandomMessagesIntact) {
           if (!in_flight_slots.empty()) {
             const uint32_t s = in_flight_slots.front();
             ASSERT_FALSE(remote_full[s]) << "slot " << s << " overwritten before consumption";
-            std::memcpy(remote.data() + s * slot_bytes, staging.data() + s * slot_bytes, slot_bytes);
+            std::memcpy(remote.data() + s * slot_bytes, staging.data() + s * slot_bytes,
+                        slot_bytes);
             remote_full[s] = true;
             ASSERT_TRUE(rw.on_arrival().ok());
             arrived.push_back(in_flight_imm.front());
@@ -295,8 +298,8 @@ TEST(Credits, ModelStreamsRandomMessagesIntact) {
             ASSERT_TRUE(check_chunk(c, msg.size(), slot_bytes, recv_chunk, "rank 0").ok());
             const uint32_t s = rw.next_slot();
             ASSERT_TRUE(remote_full[s]);
-            std::memcpy(got[recv_msg].data() + recv_chunk * slot_bytes, remote.data() + s * slot_bytes,
-                        c.length);
+            std::memcpy(got[recv_msg].data() + recv_chunk * slot_bytes,
+                        remote.data() + s * slot_bytes, c.length);
             remote_full[s] = false;
             rw.on_consume();
             arrived.pop_front();
@@ -322,7 +325,8 @@ TEST(HostTransport, Choice) {
   auto t = choose_host_transport(HostTransport::kAuto, true, true, "devices: mlx5_0");
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(*t, HostTransport::kVerbs);
-  t = choose_host_transport(HostTransport::kAuto, true, false, "no RDMA device: ibv_get_device_list found 0");
+  t = choose_host_transport(HostTransport::kAuto, true, false,
+                            "no RDMA device: ibv_get_device_list found 0");
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(*t, HostTransport::kTcp);
   t = choose_host_transport(HostTransport::kAuto, false, false, "configure with -Drdma=enabled");
@@ -331,7 +335,8 @@ TEST(HostTransport, Choice) {
   t = choose_host_transport(HostTransport::kTcp, true, true, "devices: mlx5_0");
   ASSERT_TRUE(t.ok());
   EXPECT_EQ(*t, HostTransport::kTcp);
-  t = choose_host_transport(HostTransport::kVerbs, true, false, "no RDMA device: ibv_get_device_list found 0");
+  t = choose_host_transport(HostTransport::kVerbs, true, false,
+                            "no RDMA device: ibv_get_device_list found 0");
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), StatusCode::kFailedPrecondition);
   EXPECT_EQ(t.status().message(),
@@ -361,8 +366,9 @@ TEST(VerbsSelection, StrictParsing) {
   for (const char* bad : {":1", "mlx5_0:", "mlx5_0:0", "mlx5_0:256", "mlx5_0:x", "a b"}) {
     s = parse_verbs_selection(bad, nullptr);
     ASSERT_FALSE(s.ok()) << bad;
-    EXPECT_NE(s.status().message().find("INA_VERBS_DEVICE=\"" + std::string(bad) + "\" is not valid"),
-              std::string::npos)
+    EXPECT_NE(
+        s.status().message().find("INA_VERBS_DEVICE=\"" + std::string(bad) + "\" is not valid"),
+        std::string::npos)
         << s.status().message();
   }
   for (const char* bad : {"-1", "256", "1x", " 1"}) {
@@ -374,8 +380,9 @@ TEST(VerbsSelection, StrictParsing) {
 
 TEST(HostTransport, RanksAgree) {
   using T = HostTransport;
-  for (const TransportVote& v : {TransportVote{T::kVerbs, T::kAuto}, TransportVote{T::kTcp, T::kVerbs},
-                                 TransportVote{T::kTcp, T::kTcp}}) {
+  for (const TransportVote& v :
+       {TransportVote{T::kVerbs, T::kAuto}, TransportVote{T::kTcp, T::kVerbs},
+        TransportVote{T::kTcp, T::kTcp}}) {
     auto d = decode_vote(encode_vote(v), "rank 1's host transport");
     ASSERT_TRUE(d.ok());
     EXPECT_EQ(d->chosen, v.chosen);
@@ -401,8 +408,9 @@ TEST(HostTransport, RanksAgree) {
   // verbs demanded on one rank, tcp on another: a clear error naming both.
   a = agree_host_transport({{T::kTcp, T::kAuto}, {T::kVerbs, T::kAuto}, {T::kVerbs, T::kVerbs}});
   ASSERT_FALSE(a.ok());
-  EXPECT_EQ(a.status().message(),
-            "host transport mismatch: rank 2 uses verbs (INA_HOST_TRANSPORT=verbs), rank 0 tcp (auto)");
+  EXPECT_EQ(
+      a.status().message(),
+      "host transport mismatch: rank 2 uses verbs (INA_HOST_TRANSPORT=verbs), rank 0 tcp (auto)");
 }
 
 class EnvGuard {
@@ -413,8 +421,10 @@ class EnvGuard {
     setenv(name, value, 1);
   }
   ~EnvGuard() {
-    if (had_) setenv(name_, old_.c_str(), 1);
-    else unsetenv(name_);
+    if (had_)
+      setenv(name_, old_.c_str(), 1);
+    else
+      unsetenv(name_);
   }
 
  private:
@@ -431,8 +441,9 @@ TEST(HostTransport, StrictEnvParsing) {
     ASSERT_TRUE(c.ok()) << c.status().to_string();
     EXPECT_EQ(c->host_transport, HostTransport::kAuto);
   }
-  const std::pair<const char*, HostTransport> good[] = {
-      {"auto", HostTransport::kAuto}, {"tcp", HostTransport::kTcp}, {"verbs", HostTransport::kVerbs}};
+  const std::pair<const char*, HostTransport> good[] = {{"auto", HostTransport::kAuto},
+                                                        {"tcp", HostTransport::kTcp},
+                                                        {"verbs", HostTransport::kVerbs}};
   for (const auto& [text, want] : good) {
     EnvGuard t("INA_HOST_TRANSPORT", text);
     auto c = Config::from_env();

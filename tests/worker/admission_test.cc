@@ -9,7 +9,8 @@ namespace {
 
 TEST(AdmissionTest, ParsesAdmittedAndRefused) {
   Result<Admission> a = parse_admission(
-      "admitted\njob 12\nkey ffffffffffffffff0000000000000001\naggregator 10.0.0.5:4000\nslots 64\nblock "
+      "admitted\njob 12\nkey ffffffffffffffff0000000000000001\naggregator 10.0.0.5:4000\nslots "
+      "64\nblock "
       "128\nfuture-field x\n");
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   EXPECT_TRUE(a->admitted);
@@ -29,12 +30,17 @@ TEST(AdmissionTest, RejectsMalformedAnswers) {
   EXPECT_FALSE(parse_admission("").ok());
   EXPECT_FALSE(parse_admission("maybe\n").ok());
   // Admitted but incomplete.
-  EXPECT_FALSE(parse_admission("admitted\njob 1\nkey 00000000000000000000000000000002\naggregator h:1\nslots 4\n").ok());
-  const char* bad[] = {"job x", "job 4294967296", "key -1", "key 2", "key 0x2",
-                       "key 0000000000000000000000000000000g", "aggregator h:0", "slots 0",
-                       "slots 40000", "block 16385"};
+  EXPECT_FALSE(
+      parse_admission(
+          "admitted\njob 1\nkey 00000000000000000000000000000002\naggregator h:1\nslots 4\n")
+          .ok());
+  const char* bad[] = {"job x",          "job 4294967296", "key -1",
+                       "key 2",          "key 0x2",        "key 0000000000000000000000000000000g",
+                       "aggregator h:0", "slots 0",        "slots 40000",
+                       "block 16385"};
   for (const char* line : bad) {
-    std::string body = "admitted\njob 1\nkey 00000000000000000000000000000002\naggregator h:1\nslots 4\nblock 8\n";
+    std::string body =
+        "admitted\njob 1\nkey 00000000000000000000000000000002\naggregator h:1\nslots 4\nblock 8\n";
     body += line;
     body += "\n";
     Result<Admission> a = parse_admission(body);
@@ -48,7 +54,8 @@ TEST(AdmissionTest, RejectsMalformedAnswers) {
 // The contract's sharded answer: "shards K", then K aggregator lines in shard order.
 TEST(AdmissionTest, ParsesAShardedAnswer) {
   Result<Admission> a = parse_admission(
-      "admitted\njob 9\nkey 00000000000000000000000000000005\nshards 3\naggregator 10.0.0.1:4000\naggregator "
+      "admitted\njob 9\nkey 00000000000000000000000000000005\nshards 3\naggregator "
+      "10.0.0.1:4000\naggregator "
       "10.0.0.2:4001\naggregator [fe80::3]:4002\nslots 32\nblock 256\n");
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   ASSERT_EQ(a->aggregators.size(), 3u);
@@ -72,7 +79,8 @@ TEST(AdmissionTest, ParsesAShardedAnswer) {
   EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
 
   // An unsharded admission after a sharded static config: one aggregator again.
-  a = parse_admission("admitted\njob 1\nkey 00000000000000000000000000000002\naggregator h:7\nslots 4\nblock 8\n");
+  a = parse_admission(
+      "admitted\njob 1\nkey 00000000000000000000000000000002\naggregator h:7\nslots 4\nblock 8\n");
   ASSERT_TRUE(a.ok());
   ASSERT_EQ(a->aggregators.size(), 1u);
   apply_admission(*a, &c);
@@ -80,13 +88,16 @@ TEST(AdmissionTest, ParsesAShardedAnswer) {
   EXPECT_EQ(c.aggregator_host, "h");
   EXPECT_EQ(c.aggregator_port, 7);
   // "shards 1" is an ordinary job too.
-  a = parse_admission("admitted\njob 1\nkey 00000000000000000000000000000002\nshards 1\naggregator h:7\nslots 4\nblock 8\n");
+  a = parse_admission(
+      "admitted\njob 1\nkey 00000000000000000000000000000002\nshards 1\naggregator h:7\nslots "
+      "4\nblock 8\n");
   ASSERT_TRUE(a.ok()) << a.status().to_string();
   EXPECT_EQ(a->aggregators.size(), 1u);
 }
 
 TEST(AdmissionTest, RejectsInconsistentShardLines) {
-  const std::string head = "admitted\njob 1\nkey 00000000000000000000000000000002\nslots 4\nblock 8\n";
+  const std::string head =
+      "admitted\njob 1\nkey 00000000000000000000000000000002\nslots 4\nblock 8\n";
   struct Bad {
     const char* lines;
     const char* names;

@@ -34,10 +34,10 @@ class Env : public ::testing::Test {
     c.aggregator_port = 5000;
     return c;
   }
-  static constexpr const char* kVars[] = {
-      "INA_TRANSPORT",   "INA_DPDK_ARGS",  "INA_DPDK_PORT", "INA_LOCAL_IP",
-      "INA_LOCAL_MAC",   "INA_LOCAL_PORT", "INA_AGGREGATOR_MAC", "INA_XDP_IFACE",
-      "INA_XDP_QUEUE",   "INA_XDP_COPY",   "INA_RANK",      "INA_WORLD_SIZE"};
+  static constexpr const char* kVars[] = {"INA_TRANSPORT",      "INA_DPDK_ARGS", "INA_DPDK_PORT",
+                                          "INA_LOCAL_IP",       "INA_LOCAL_MAC", "INA_LOCAL_PORT",
+                                          "INA_AGGREGATOR_MAC", "INA_XDP_IFACE", "INA_XDP_QUEUE",
+                                          "INA_XDP_COPY",       "INA_RANK",      "INA_WORLD_SIZE"};
 };
 
 void expect_error(const Status& s, const std::string& names) {

@@ -10,25 +10,24 @@
  * Exit status: 0 pass, 1 fail, 77 skip (Meson's convention). */
 #define _POSIX_C_SOURCE 200809L
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "ina/ina.h"
-
 #include "c_check.h"
+#include "ina/ina.h"
 
 #define CHECK_CONTAINS(haystack, needle)                                             \
   do {                                                                               \
@@ -41,12 +40,26 @@
   } while (0)
 
 static void clear_env(void) {
-  static const char* const vars[] = {
-      "INA_RANK",          "INA_WORLD_SIZE",        "INA_AGGREGATOR",       "INA_JOB",
-      "INA_JOB_KEY",       "INA_BLOCK_ELEMS",       "INA_WINDOW",           "INA_TIMEOUT_MS",
-      "INA_RETRANSMIT_US", "INA_TEST_DROP_PERCENT", "INA_TEST_DUP_PERCENT", "INA_TEST_DELAY_US",
-      "INA_TEST_SEED",     "INA_STORE",             "MASTER_ADDR",          "MASTER_PORT",
-      "INA_MESH_ADDR",     "INA_FALLBACK",          "INA_TRANSPORT",        "INA_ALGO"};
+  static const char* const vars[] = {"INA_RANK",
+                                     "INA_WORLD_SIZE",
+                                     "INA_AGGREGATOR",
+                                     "INA_JOB",
+                                     "INA_JOB_KEY",
+                                     "INA_BLOCK_ELEMS",
+                                     "INA_WINDOW",
+                                     "INA_TIMEOUT_MS",
+                                     "INA_RETRANSMIT_US",
+                                     "INA_TEST_DROP_PERCENT",
+                                     "INA_TEST_DUP_PERCENT",
+                                     "INA_TEST_DELAY_US",
+                                     "INA_TEST_SEED",
+                                     "INA_STORE",
+                                     "MASTER_ADDR",
+                                     "MASTER_PORT",
+                                     "INA_MESH_ADDR",
+                                     "INA_FALLBACK",
+                                     "INA_TRANSPORT",
+                                     "INA_ALGO"};
   for (size_t i = 0; i < sizeof vars / sizeof vars[0]; ++i) unsetenv(vars[i]);
 }
 
@@ -405,13 +418,12 @@ struct host_rank {
   int failures;
 };
 
-#define HCHECK(a, cond)                                                              \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
-      fprintf(stderr, "rank %d: %s:%d: CHECK failed: %s\n", (a)->rank, __FILE__, __LINE__, \
-              #cond);                                                                \
-      ++(a)->failures;                                                               \
-    }                                                                                \
+#define HCHECK(a, cond)                                                                            \
+  do {                                                                                             \
+    if (!(cond)) {                                                                                 \
+      fprintf(stderr, "rank %d: %s:%d: CHECK failed: %s\n", (a)->rank, __FILE__, __LINE__, #cond); \
+      ++(a)->failures;                                                                             \
+    }                                                                                              \
   } while (0)
 
 static void* host_rank_main(void* p) {
@@ -449,7 +461,8 @@ static void* host_rank_main(void* p) {
   }
   float sbuf[16], rbuf[16];
   for (int j = 0; j < HOST_WORLD; ++j)
-    for (size_t k = 0; k < scount[j]; ++k) sbuf[sdispl[j] + k] = (float)(r * 1000 + j * 10 + (int)k);
+    for (size_t k = 0; k < scount[j]; ++k)
+      sbuf[sdispl[j] + k] = (float)(r * 1000 + j * 10 + (int)k);
   for (int i = 0; i < 16; ++i) rbuf[i] = -1.0f;
   HCHECK(a, ina_alltoallv(comm, sbuf, scount, sdispl, rbuf, rcount, rdispl, INA_FLOAT32) ==
                 INA_SUCCESS);

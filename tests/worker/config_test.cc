@@ -12,15 +12,40 @@ namespace ina {
 namespace {
 
 const char* const kAllVars[] = {
-    "INA_RANK",          "INA_WORLD_SIZE",        "INA_AGGREGATOR",       "INA_JOB",
-    "INA_JOB_KEY",       "INA_BLOCK_ELEMS",       "INA_WINDOW",           "INA_TIMEOUT_MS",
-    "INA_RETRANSMIT_US", "INA_TEST_DROP_PERCENT", "INA_TEST_DUP_PERCENT", "INA_TEST_DELAY_US",
-    "INA_TEST_SEED",     "INA_STORE",             "MASTER_ADDR",          "MASTER_PORT",
-    "INA_MESH_ADDR",     "INA_FALLBACK",          "INA_TRANSPORT",        "INA_TEST_STRAGGLE",
-    "INA_DEVICE_CHUNK_ELEMS", "INA_DEVICE_BUFFERS", "INA_COST_MODEL",
-    "RANK",              "WORLD_SIZE",            "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-    "SLURM_PROCID",      "SLURM_NTASKS",          "INA_CONTROLLER",       "INA_JOB_NAME",
-    "INA_ALGO",          "INA_VERBS_DEVICE",      "INA_VERBS_GID_INDEX",
+    "INA_RANK",
+    "INA_WORLD_SIZE",
+    "INA_AGGREGATOR",
+    "INA_JOB",
+    "INA_JOB_KEY",
+    "INA_BLOCK_ELEMS",
+    "INA_WINDOW",
+    "INA_TIMEOUT_MS",
+    "INA_RETRANSMIT_US",
+    "INA_TEST_DROP_PERCENT",
+    "INA_TEST_DUP_PERCENT",
+    "INA_TEST_DELAY_US",
+    "INA_TEST_SEED",
+    "INA_STORE",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "INA_MESH_ADDR",
+    "INA_FALLBACK",
+    "INA_TRANSPORT",
+    "INA_TEST_STRAGGLE",
+    "INA_DEVICE_CHUNK_ELEMS",
+    "INA_DEVICE_BUFFERS",
+    "INA_COST_MODEL",
+    "RANK",
+    "WORLD_SIZE",
+    "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE",
+    "SLURM_PROCID",
+    "SLURM_NTASKS",
+    "INA_CONTROLLER",
+    "INA_JOB_NAME",
+    "INA_ALGO",
+    "INA_VERBS_DEVICE",
+    "INA_VERBS_GID_INDEX",
 };
 
 class ConfigEnvTest : public ::testing::Test {
@@ -160,8 +185,10 @@ TEST_F(ConfigEnvTest, TransportAlgorithmAndVerbsAreParsedStrictly) {
   EXPECT_EQ(c.verbs_device, "");
   EXPECT_EQ(c.verbs_gid_index, 0);
   const std::pair<const char*, AggregatorTransport> kinds[] = {
-      {"auto", AggregatorTransport::kAuto}, {"udp", AggregatorTransport::kUdp},
-      {"dpdk", AggregatorTransport::kDpdk}, {"xdp", AggregatorTransport::kXdp},
+      {"auto", AggregatorTransport::kAuto},
+      {"udp", AggregatorTransport::kUdp},
+      {"dpdk", AggregatorTransport::kDpdk},
+      {"xdp", AggregatorTransport::kXdp},
       {"host", AggregatorTransport::kHost}};
   for (const auto& [name, kind] : kinds) {
     setenv("INA_TRANSPORT", name, 1);
@@ -286,9 +313,9 @@ TEST_F(ConfigEnvTest, JobKeyIs32HexDigits) {
   unsetenv("INA_JOB_KEY");
   EXPECT_TRUE(parse_ok().job_key.is_zero());  // none: the zero key
   // Anything else is refused, naming the variable and the form, without echoing the value.
-  for (const char* bad : {"0x10", "16", "18446744073709551615", "0x0123456789abcdef0123456789abcdef",
-                          "0123456789abcdef0123456789abcdeg", "0123456789abcdef0123456789abcde",
-                          "0123456789abcdef0123456789abcdef0"}) {
+  for (const char* bad : {"0x10", "16", "18446744073709551615",
+                          "0x0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdeg",
+                          "0123456789abcdef0123456789abcde", "0123456789abcdef0123456789abcdef0"}) {
     setenv("INA_JOB_KEY", bad, 1);
     Result<Config> r = Config::from_env();
     ASSERT_FALSE(r.ok()) << bad << " was accepted";
@@ -363,7 +390,7 @@ TEST_F(ConfigEnvTest, AggregatorListErrorsNameTheElement) {
       {"a:1,b:x", "INA_AGGREGATOR element 2 of 2=\"b:x\""},
       {"a:1,b:2,a:1", "repeats element 1"},
       {"a:1, b:2", "INA_AGGREGATOR element 2 of 2=\" b:2\""},  // no stray spaces
-      {"10.0.0.1,10.0.0.1:47474", "repeats element 1"},  // the same address spelled twice
+      {"10.0.0.1,10.0.0.1:47474", "repeats element 1"},        // the same address spelled twice
   };
   for (const Bad& b : cases) {
     setenv("INA_AGGREGATOR", b.value, 1);
@@ -472,9 +499,9 @@ TEST_F(ConfigEnvTest, RankFromEachLauncher) {
     const char* rank_var;
     const char* size_var;
   };
-  for (const Case& k : {Case{"RANK", "WORLD_SIZE"},
-                        Case{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
-                        Case{"SLURM_PROCID", "SLURM_NTASKS"}}) {
+  for (const Case& k :
+       {Case{"RANK", "WORLD_SIZE"}, Case{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+        Case{"SLURM_PROCID", "SLURM_NTASKS"}}) {
     SCOPED_TRACE(k.rank_var);
     setenv(k.rank_var, "5", 1);
     setenv(k.size_var, "16", 1);

@@ -11,8 +11,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <deque>
 #include <queue>
 #include <random>
@@ -48,7 +48,7 @@ struct Outcome {
   uint64_t resends = 0;         // of rank 0
   uint64_t resends_second_half = 0;
   uint32_t window_end = 0;
-  Duration max_queue_delay{};   // the worst queueing delay a packet met on rank 0's uplink
+  Duration max_queue_delay{};  // the worst queueing delay a packet met on rank 0's uplink
   uint64_t drops = 0;
   bool completed = false;  // rank 0 completed every block within a virtual minute
 };
@@ -136,7 +136,7 @@ Outcome simulate(const Model& m) {
     std::unique_ptr<Control> cc;
     std::vector<Slot> slots;
     std::vector<uint32_t> ready;  // slots whose next block waits for the window (min-heap)
-    std::vector<uint64_t> next;  // the next block of each slot
+    std::vector<uint64_t> next;   // the next block of each slot
     uint32_t inflight = 0;
     uint64_t done = 0;
   };
@@ -287,12 +287,12 @@ TEST(CongestionModel, ConvergesToTheBottleneckRateWithoutSpuriousResends) {
       m.ranks = ranks;
       const Outcome o = simulate(m);
       SCOPED_TRACE(std::to_string(ranks) + " ranks at " + std::to_string(rate / 1e6) + " Mbit/s");
-      std::printf("%d ranks, %.0f Mbit/s: %.1f%% of the rate, %llu resends of %llu packets, window "
-                  "%u at the end, worst queueing delay %.0f us\n",
-                  ranks, rate / 1e6, 100 * o.goodput_fraction,
-                  static_cast<unsigned long long>(o.resends),
-                  static_cast<unsigned long long>(o.packets), o.window_end,
-                  std::chrono::duration<double, std::micro>(o.max_queue_delay).count());
+      std::printf(
+          "%d ranks, %.0f Mbit/s: %.1f%% of the rate, %llu resends of %llu packets, window "
+          "%u at the end, worst queueing delay %.0f us\n",
+          ranks, rate / 1e6, 100 * o.goodput_fraction, static_cast<unsigned long long>(o.resends),
+          static_cast<unsigned long long>(o.packets), o.window_end,
+          std::chrono::duration<double, std::micro>(o.max_queue_delay).count());
       EXPECT_GE(o.goodput_fraction, 0.95);
       EXPECT_EQ(o.resends, 0u) << "nothing is lost: every resend is spurious";
       EXPECT_EQ(o.drops, 0u);
@@ -311,11 +311,12 @@ TEST(CongestionModel, TheFormerFixedWindowResendsOnQueueingDelay) {
   Model m;
   m.ranks = 8;
   const Outcome o = simulate<FixedWindow>(m);
-  std::printf("former rules, 8 ranks, 500 Mbit/s: %.1f%% of the rate, %llu resends of %llu "
-              "packets, worst queueing delay %.0f us\n",
-              100 * o.goodput_fraction, static_cast<unsigned long long>(o.resends),
-              static_cast<unsigned long long>(o.packets),
-              std::chrono::duration<double, std::micro>(o.max_queue_delay).count());
+  std::printf(
+      "former rules, 8 ranks, 500 Mbit/s: %.1f%% of the rate, %llu resends of %llu "
+      "packets, worst queueing delay %.0f us\n",
+      100 * o.goodput_fraction, static_cast<unsigned long long>(o.resends),
+      static_cast<unsigned long long>(o.packets),
+      std::chrono::duration<double, std::micro>(o.max_queue_delay).count());
   EXPECT_GT(o.resends, 0u);
   EXPECT_GT(o.max_queue_delay, microseconds(2000));
 }

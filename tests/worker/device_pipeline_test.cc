@@ -9,8 +9,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <thread>
 #include <numeric>
+#include <thread>
 #include <vector>
 
 #include "fake_device_ops.h"
@@ -77,8 +77,9 @@ TEST_P(PipelineShapes, EveryElementOnceInOrderWithoutHazards) {
   {
     DevicePipeline p(ops);
     PipelineOptions po{sh.chunk, sh.buffers};
-    ASSERT_TRUE(p.run(dsend, drecv, sh.count, DType::kInt32, po, nullptr,
-                      transform(ops, &sizes, &depth)).ok());
+    ASSERT_TRUE(
+        p.run(dsend, drecv, sh.count, DType::kInt32, po, nullptr, transform(ops, &sizes, &depth))
+            .ok());
     const size_t chunks = (sh.count + sh.chunk - 1) / sh.chunk;
     ASSERT_EQ(sizes.size(), chunks);
     for (size_t k = 0; k < chunks; ++k) {
@@ -103,10 +104,9 @@ TEST_P(PipelineShapes, EveryElementOnceInOrderWithoutHazards) {
 
 INSTANTIATE_TEST_SUITE_P(Counts, PipelineShapes,
                          ::testing::Values(Shape{0, 64, 2}, Shape{1, 64, 2}, Shape{7, 64, 2},
-                                           Shape{64, 64, 2}, Shape{65, 64, 2},
-                                           Shape{1009, 64, 1}, Shape{1009, 64, 2},
-                                           Shape{1009, 64, 3}, Shape{1009, 256, 16},
-                                           Shape{1000003, 4096, 2}));
+                                           Shape{64, 64, 2}, Shape{65, 64, 2}, Shape{1009, 64, 1},
+                                           Shape{1009, 64, 2}, Shape{1009, 64, 3},
+                                           Shape{1009, 256, 16}, Shape{1000003, 4096, 2}));
 
 TEST(DevicePipeline, InPlaceAndMixedHostDevice) {
   FakeDeviceOps ops;
@@ -121,11 +121,14 @@ TEST(DevicePipeline, InPlaceAndMixedHostDevice) {
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<int32_t*>(d)[i], three_x_plus_1(in[i]));
   // Host send, device recv.
   std::vector<int32_t> out(n);
-  ASSERT_TRUE(p.run(in.data(), d, n, DType::kInt32, {96, 2}, nullptr, transform(ops, &sizes, &depth)).ok());
+  ASSERT_TRUE(
+      p.run(in.data(), d, n, DType::kInt32, {96, 2}, nullptr, transform(ops, &sizes, &depth)).ok());
   std::memcpy(out.data(), d, n * 4);
   for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], three_x_plus_1(in[i]));
   // A larger chunk later grows the staging buffers.
-  ASSERT_TRUE(p.run(in.data(), d, n, DType::kInt32, {512, 2}, nullptr, transform(ops, &sizes, &depth)).ok());
+  ASSERT_TRUE(
+      p.run(in.data(), d, n, DType::kInt32, {512, 2}, nullptr, transform(ops, &sizes, &depth))
+          .ok());
   EXPECT_EQ(p.stats().staging_allocations, 4u);
   EXPECT_EQ(ops.hazards(), std::vector<std::string>{});
   ops.free_device(d);
@@ -138,10 +141,13 @@ TEST(DevicePipeline, StartsAfterTheStreamsEarlierWork) {
   auto user = ops.create_stream();
   ASSERT_TRUE(user.ok());
   // "A kernel" on the user's stream fills the input late; the start event is recorded after it.
-  ASSERT_TRUE(ops.launch_host_func(*user, [d, n] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(30));
-    for (size_t i = 0; i < n; ++i) static_cast<int32_t*>(d)[i] = static_cast<int32_t>(i);
-  }).ok());
+  ASSERT_TRUE(ops.launch_host_func(*user,
+                                   [d, n] {
+                                     std::this_thread::sleep_for(std::chrono::milliseconds(30));
+                                     for (size_t i = 0; i < n; ++i)
+                                       static_cast<int32_t*>(d)[i] = static_cast<int32_t>(i);
+                                   })
+                  .ok());
   auto start = ops.create_event();
   ASSERT_TRUE(start.ok());
   ASSERT_TRUE(ops.record_event(*start, *user).ok());
@@ -149,9 +155,11 @@ TEST(DevicePipeline, StartsAfterTheStreamsEarlierWork) {
   std::vector<uint64_t> depth;
   {
     DevicePipeline p(ops);
-    ASSERT_TRUE(p.run(d, d, n, DType::kInt32, {64, 2}, *start, transform(ops, &sizes, &depth)).ok());
+    ASSERT_TRUE(
+        p.run(d, d, n, DType::kInt32, {64, 2}, *start, transform(ops, &sizes, &depth)).ok());
   }
-  for (size_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<int32_t*>(d)[i], three_x_plus_1(static_cast<int32_t>(i)));
+  for (size_t i = 0; i < n; ++i)
+    ASSERT_EQ(static_cast<int32_t*>(d)[i], three_x_plus_1(static_cast<int32_t>(i)));
   ops.destroy_event(*start);
   ops.destroy_stream(*user);
   ops.free_device(d);
@@ -192,8 +200,8 @@ TEST_P(PipelineFaults, ErrorNamesTheChunkAndDrainsEveryCopy) {
     }
     // The pipeline is reusable after a failure.
     std::vector<size_t> sizes2;
-    ASSERT_TRUE(p.run(d, d, n, DType::kInt32, {64, 2}, nullptr,
-                      transform(ops, &sizes2, &depth)).ok());
+    ASSERT_TRUE(
+        p.run(d, d, n, DType::kInt32, {64, 2}, nullptr, transform(ops, &sizes2, &depth)).ok());
     EXPECT_EQ(sizes2.size(), 5u);
   }
   EXPECT_EQ(ops.shared()->live_pinned.load(), 0);
@@ -203,11 +211,12 @@ TEST_P(PipelineFaults, ErrorNamesTheChunkAndDrainsEveryCopy) {
 
 INSTANTIATE_TEST_SUITE_P(
     Steps, PipelineFaults,
-    ::testing::Values(Fault{1, 0, SIZE_MAX, "device-to-host copy of chunk 0 of 5 (elements 0 .. 64)"},
-                      Fault{3, 0, SIZE_MAX, "host-to-device copy of chunk 0 of 5"},
-                      Fault{4, 0, SIZE_MAX, "device-to-host copy of chunk 2 of 5 (elements 128 .. 192)"},
-                      Fault{0, 2, SIZE_MAX, "device-to-host copy of chunk 1 of 5"},
-                      Fault{0, 0, 3, "reduction of chunk 3 of 5 (elements 192 .. 256): network down"}));
+    ::testing::Values(
+        Fault{1, 0, SIZE_MAX, "device-to-host copy of chunk 0 of 5 (elements 0 .. 64)"},
+        Fault{3, 0, SIZE_MAX, "host-to-device copy of chunk 0 of 5"},
+        Fault{4, 0, SIZE_MAX, "device-to-host copy of chunk 2 of 5 (elements 128 .. 192)"},
+        Fault{0, 2, SIZE_MAX, "device-to-host copy of chunk 1 of 5"},
+        Fault{0, 0, 3, "reduction of chunk 3 of 5 (elements 192 .. 256): network down"}));
 
 // The point of the pipeline: with copies and the network of equal length (10 ms each), chunk k's
 // network step runs while chunk k+1 is copied in and chunk k-1 copied out. With 3 buffers
@@ -234,8 +243,10 @@ double pipeline_ms(uint32_t buffers) {
 
 TEST(DevicePipeline, CopiesOverlapTheNetwork) {
   const double one = pipeline_ms(1), two = pipeline_ms(2), three = pipeline_ms(3);
-  std::printf("8 chunks, 10 ms per copy and per network step: 1 buffer %.0f ms, 2 buffers %.0f ms, "
-              "3 buffers %.0f ms\n", one, two, three);
+  std::printf(
+      "8 chunks, 10 ms per copy and per network step: 1 buffer %.0f ms, 2 buffers %.0f ms, "
+      "3 buffers %.0f ms\n",
+      one, two, three);
   EXPECT_GE(one, 230.0);
   EXPECT_GE(three, 90.0);
   EXPECT_LT(three, 160.0);
@@ -252,7 +263,9 @@ TEST(DevicePipeline, CountZeroWithAStartStillQueuedOnABusyStream) {
   FakeDeviceOps ops;
   auto user = ops.create_stream();
   ASSERT_TRUE(user.ok());
-  ASSERT_TRUE(ops.launch_host_func(*user, [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); }).ok());
+  ASSERT_TRUE(ops.launch_host_func(
+                     *user, [] { std::this_thread::sleep_for(std::chrono::milliseconds(50)); })
+                  .ok());
   auto start = ops.create_event();
   ASSERT_TRUE(start.ok());
   ASSERT_TRUE(ops.record_event(*start, *user).ok());
@@ -266,7 +279,9 @@ TEST(DevicePipeline, CountZeroWithAStartStillQueuedOnABusyStream) {
   // A wait enqueued before the destruction also keeps the event alive.
   auto ev = ops.create_event();
   ASSERT_TRUE(ev.ok());
-  ASSERT_TRUE(ops.launch_host_func(*user, [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); }).ok());
+  ASSERT_TRUE(ops.launch_host_func(
+                     *user, [] { std::this_thread::sleep_for(std::chrono::milliseconds(20)); })
+                  .ok());
   ASSERT_TRUE(ops.record_event(*ev, *user).ok());
   auto other = ops.create_stream();
   ASSERT_TRUE(other.ok());
@@ -288,7 +303,8 @@ TEST(DevicePipeline, RejectsBadOptions) {
   int32_t x = 0;
   EXPECT_EQ(p.run(&x, &x, 1, DType::kInt32, {0, 2}, nullptr, transform(ops, &sizes, &depth)).code(),
             StatusCode::kInvalidArgument);
-  const Status s = p.run(&x, &x, 1, DType::kInt32, {64, 17}, nullptr, transform(ops, &sizes, &depth));
+  const Status s =
+      p.run(&x, &x, 1, DType::kInt32, {64, 17}, nullptr, transform(ops, &sizes, &depth));
   EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("buffers is 17, expected 1 .. 16"), std::string::npos);
 }

@@ -6,6 +6,8 @@
 // receives (with more ranks than cores they did, timers fired, each resend drew a duplicate
 // result, and the aggregator's ring to the port overflowed). Then the other rank gets every frame
 // once, in order. Exits 77 with the reason when the EAL cannot start.
+#include "worker/transport/dpdk_transport.h"
+
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
 #include <rte_ring.h>
@@ -22,7 +24,6 @@
 #include "ina/protocol/frame.h"
 #include "ina/protocol/wire.h"
 #include "tests/aggregator/test_packets.h"
-#include "worker/transport/dpdk_transport.h"
 #include "tests/check.h"
 
 namespace {
@@ -41,8 +42,15 @@ int main() {
   using namespace ina;
   using worker::DpdkTransport;
   worker::DpdkTransportOptions o;
-  o.eal_args = {"--no-huge", "-m", "256", "--no-shconf", "--no-pci", "--no-telemetry",
-                "--log-level=3", "--file-prefix", "ina_dt_" + std::to_string(getpid()),
+  o.eal_args = {"--no-huge",
+                "-m",
+                "256",
+                "--no-shconf",
+                "--no-pci",
+                "--no-telemetry",
+                "--log-level=3",
+                "--file-prefix",
+                "ina_dt_" + std::to_string(getpid()),
                 "--vdev=net_ring0"};
   o.port = "net_ring0";
   o.local_ip = kLocalIp;

@@ -129,7 +129,8 @@ void FakeDeviceOps::check_host_access(const void* p, size_t bytes) {
   std::lock_guard<std::mutex> lk(sh_->mu);
   for (const auto* v : {&sh_->pending_reads, &sh_->pending_writes}) {
     for (auto [s, e] : *v) {
-      if (s < a + bytes && a < e) sh_->hazards.push_back("host touched a staging buffer with a copy pending");
+      if (s < a + bytes && a < e)
+        sh_->hazards.push_back("host touched a staging buffer with a copy pending");
     }
   }
 }
@@ -235,7 +236,8 @@ Status FakeDeviceOps::stream_synchronize(void* s) { return stream_of(s)->synchro
 
 Status FakeDeviceOps::copy_async(void* dst, const void* src, size_t bytes, void* s) {
   const uint64_t n = ++sh_->copies_enqueued;
-  if (n == opts_.fail_enqueue_copy) return internal_error("fake: copy " + std::to_string(n) + " refused");
+  if (n == opts_.fail_enqueue_copy)
+    return internal_error("fake: copy " + std::to_string(n) + " refused");
   const bool fail = n == opts_.fail_run_copy;
   const auto d = reinterpret_cast<uintptr_t>(dst);
   const auto r = reinterpret_cast<uintptr_t>(src);
@@ -267,7 +269,8 @@ Status FakeDeviceOps::copy_async(void* dst, const void* src, size_t bytes, void*
         erase(sh->pending_writes, d, d + bytes);
         // Overwriting a staging buffer whose content still waits to be copied out.
         for (auto [a, b] : sh->pending_reads) {
-          if (a < d + bytes && d < b) sh->hazards.push_back("staging buffer overwritten before it was copied out");
+          if (a < d + bytes && d < b)
+            sh->hazards.push_back("staging buffer overwritten before it was copied out");
         }
       }
       if (src_pinned) erase(sh->pending_reads, r, r + bytes);

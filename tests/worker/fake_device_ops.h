@@ -27,9 +27,9 @@ namespace ina::testing {
 class FakeDeviceOps final : public worker::DeviceOps {
  public:
   struct Options {
-    uint32_t copy_delay_us = 0;       // each copy sleeps this long on its stream
-    uint64_t fail_enqueue_copy = 0;   // the n-th copy_async (1-based) returns an error; 0: never
-    uint64_t fail_run_copy = 0;       // the n-th copy fails when it runs; 0: never
+    uint32_t copy_delay_us = 0;      // each copy sleeps this long on its stream
+    uint64_t fail_enqueue_copy = 0;  // the n-th copy_async (1-based) returns an error; 0: never
+    uint64_t fail_run_copy = 0;      // the n-th copy fails when it runs; 0: never
     bool available = true;
   };
 

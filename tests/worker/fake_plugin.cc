@@ -16,11 +16,11 @@ const DpdkApi kApi{&create};
 
 const PluginHeader* header() {
 #ifdef FAKE_STALE
-  static const PluginHeader h{kPluginMagic, kPluginAbi + 1, INA_VERSION, kLayout, "stale",
-                              &attach_host, &kApi};
+  static const PluginHeader h{kPluginMagic, kPluginAbi + 1, INA_VERSION, kLayout,
+                              "stale",      &attach_host,   &kApi};
 #else
-  static const PluginHeader h{kPluginMagic, kPluginAbi, INA_VERSION, kLayout, "fake",
-                              &attach_host, &kApi};
+  static const PluginHeader h{kPluginMagic, kPluginAbi,   INA_VERSION, kLayout,
+                              "fake",       &attach_host, &kApi};
 #endif
   return &h;
 }

@@ -3,11 +3,10 @@
 #include "worker/inc_engine.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <algorithm>
 #include <atomic>
@@ -23,14 +22,14 @@
 #include <thread>
 #include <vector>
 
+#include "../free_port.h"
+#include "ina/base/half.h"
 #include "ina/ina.hpp"
 #include "ina/protocol/fp8.h"
-#include "ina/base/half.h"
 #include "ina/protocol/quantize.h"
 #include "tests/worker/mem_network.h"
 #include "worker/communicator_impl.h"
 #include "worker/transport/fault_transport.h"
-#include "../free_port.h"
 
 namespace ina::worker {
 namespace {
@@ -112,12 +111,8 @@ void store(DType t, void* buf, size_t i, double v) {
       std::memcpy(static_cast<uint8_t*>(buf) + 2 * i, &h, 2);
       break;
     }
-    case DType::kFloat8E4M3:
-      static_cast<uint8_t*>(buf)[i] = double_to_e4m3(v);
-      break;
-    case DType::kFloat8E5M2:
-      static_cast<uint8_t*>(buf)[i] = double_to_e5m2(v);
-      break;
+    case DType::kFloat8E4M3: static_cast<uint8_t*>(buf)[i] = double_to_e4m3(v); break;
+    case DType::kFloat8E5M2: static_cast<uint8_t*>(buf)[i] = double_to_e5m2(v); break;
   }
 }
 
@@ -461,10 +456,9 @@ TEST(IncEngineAllreduce, NonFiniteBlocksBecomeNaN) {
         ASSERT_TRUE(e.allreduce(in[r].data(), out[r].data(), count, t, op).ok());
         nonfinite[r] = e.stats().nonfinite_blocks;
       });
-      const std::vector<size_t> nan_blocks =
-          op != ReduceOp::kSum ? std::vector<size_t>{1}
-          : k == 256           ? std::vector<size_t>{1, 3}
-                               : std::vector<size_t>{0, 1};
+      const std::vector<size_t> nan_blocks = op != ReduceOp::kSum ? std::vector<size_t>{1}
+                                             : k == 256           ? std::vector<size_t>{1, 3}
+                                                                  : std::vector<size_t>{0, 1};
       for (int r = 0; r < world; ++r) {
         SCOPED_TRACE(std::string(dtype_name(t)) + " " + std::string(op_name(op)));
         check_result(t, op, world, 5, count, k, in, out[r].data(), nan_blocks);
@@ -538,8 +532,8 @@ TEST(IncEngineAllreduce, MismatchGivesEveryRankTheSameErrorAndTheNextCollectiveW
   MemNetwork net(kWorld, job_config(kWorld));
   std::vector<std::unique_ptr<IncEngine>> engines(kWorld);
   for (int r = 0; r < kWorld; ++r) {
-    engines[r] = std::make_unique<IncEngine>(rank_config(r, kWorld, milliseconds(2000)),
-                                             net.transport(r));
+    engines[r] =
+        std::make_unique<IncEngine>(rank_config(r, kWorld, milliseconds(2000)), net.transport(r));
   }
   run_ranks(kWorld, [&](int r) { ASSERT_TRUE(engines[r]->join().ok()); });
   for (int round = 0; round < 3; ++round) {
@@ -655,7 +649,8 @@ TEST(IncEngineAllreduce, RepliesWithABadTagAreDroppedAndCounted) {
     ASSERT_TRUE(e.join().ok());
     std::vector<int32_t> buf(1000);
     for (size_t i = 0; i < buf.size(); ++i) buf[i] = static_cast<int32_t>(i) * (r + 1);
-    ASSERT_TRUE(e.allreduce(buf.data(), buf.data(), buf.size(), DType::kInt32, ReduceOp::kSum).ok());
+    ASSERT_TRUE(
+        e.allreduce(buf.data(), buf.data(), buf.size(), DType::kInt32, ReduceOp::kSum).ok());
     for (size_t i = 0; i < buf.size(); ++i) EXPECT_EQ(buf[i], static_cast<int32_t>(i) * 6) << i;
     st[r] = e.stats();
   });
@@ -894,8 +889,9 @@ TEST(CommunicatorTest, OneRankLosesItsResultsAndEveryRankTakesTheHostPath) {
     }
     // 1. In-network.
     in_network[r].resize(x.size());
-    ASSERT_TRUE(cm.allreduce(x.data(), in_network[r].data(), x.size(), DType::kFloat32,
-                             ReduceOp::kSum).ok());
+    ASSERT_TRUE(
+        cm.allreduce(x.data(), in_network[r].data(), x.size(), DType::kFloat32, ReduceOp::kSum)
+            .ok());
     EXPECT_FALSE(cm.on_host_path());
     // 2. int32, 4 blocks on 4 slots in one batch: rank 2 sends all of them, then hears nothing;
     // ranks 0 and 1 get every result and return (no agreement when nothing failed), rank 2 misses
@@ -910,8 +906,9 @@ TEST(CommunicatorTest, OneRankLosesItsResultsAndEveryRankTakesTheHostPath) {
     // contributes; at their deadline they meet rank 2 in the agreement, give it the results of
     // collective 2 it lacks, and redo this one on the host path (exact mode): the same bytes.
     host[r] = x;
-    ASSERT_TRUE(cm.allreduce(host[r].data(), host[r].data(), x.size(), DType::kFloat32,
-                             ReduceOp::kSum).ok());
+    ASSERT_TRUE(
+        cm.allreduce(host[r].data(), host[r].data(), x.size(), DType::kFloat32, ReduceOp::kSum)
+            .ok());
     EXPECT_TRUE(cm.on_host_path());
     EXPECT_EQ(cm.stats().fallbacks, 1u);
   });
@@ -974,17 +971,17 @@ KillRun run_kill(uint64_t kill) {
                                 std::pow(10.0, static_cast<double>((i / 64) % 5) - 2));
     }
     std::vector<float> first(a.size());
-    EXPECT_TRUE(cm.allreduce(a.data(), first.data(), a.size(), DType::kFloat32, ReduceOp::kSum)
-                    .ok());
+    EXPECT_TRUE(
+        cm.allreduce(a.data(), first.data(), a.size(), DType::kFloat32, ReduceOp::kSum).ok());
     sync.arrive_and_wait();
     std::vector<float> out(b.size());
     if (r % 2 == 1) {
       out = b;
-      run.status[r] = cm.allreduce(out.data(), out.data(), out.size(), DType::kFloat32,
-                                   ReduceOp::kSum);
+      run.status[r] =
+          cm.allreduce(out.data(), out.data(), out.size(), DType::kFloat32, ReduceOp::kSum);
     } else {
-      run.status[r] = cm.allreduce(b.data(), out.data(), out.size(), DType::kFloat32,
-                                   ReduceOp::kSum);
+      run.status[r] =
+          cm.allreduce(b.data(), out.data(), out.size(), DType::kFloat32, ReduceOp::kSum);
     }
     run.out[r].assign(reinterpret_cast<const uint8_t*>(out.data()),
                       reinterpret_cast<const uint8_t*>(out.data() + out.size()));
@@ -1010,14 +1007,14 @@ TEST(PathAgreement, AggregatorKilledInTheLastRoundsEveryRankReturnsTheSameBits) 
   }
   const uint64_t first = calib.replies_before;
   const uint64_t last = calib.replies_after;  // collective 2's last reply is number `last`
-  // 16 blocks (wire v2: no priming round), 4 copies of each result; more when a rank stalled past its
-  // timeout (a loaded machine) and a resend was answered. Then the kill points below shift a
+  // 16 blocks (wire v2: no priming round), 4 copies of each result; more when a rank stalled past
+  // its timeout (a loaded machine) and a resend was answered. Then the kill points below shift a
   // little, and every rank must still return the same bits.
   ASSERT_GE(last - first, 64u);
   // Dies before reply k: the last round's results reach some ranks and not others (last - 3 ..
   // last), the last two rounds (last - 7 ..), half the collective, or none of it (first + 1).
-  for (const uint64_t k : {last, last - 1, last - 2, last - 3, last - 5, last - 7, first + 33,
-                           first + 1}) {
+  for (const uint64_t k :
+       {last, last - 1, last - 2, last - 3, last - 5, last - 7, first + 33, first + 1}) {
     SCOPED_TRACE("the aggregator dies before reply " + std::to_string(k) + " (collective 2: " +
                  std::to_string(first + 1) + " .. " + std::to_string(last) + ")");
     const KillRun run = run_kill(k);

@@ -126,7 +126,8 @@ void MemNetwork::aggregator_loop() {
     if (r.target == agg::Reply::Target::kNone) continue;
     out.assign(r.packet_size(), 0);
     wire::encode_header(r.hdr, out.data());
-    if (r.payload != nullptr) std::memcpy(out.data() + wire::kHeaderSize, r.payload, r.payload_bytes());
+    if (r.payload != nullptr)
+      std::memcpy(out.data() + wire::kHeaderSize, r.payload, r.payload_bytes());
     wire::seal(out, r.key);  // as the backends seal every reply
     auto send = [&](size_t e) {
       if (faults_.forge_replies) {

@@ -21,9 +21,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ina/ina.h"
-
 #include "c_check.h"
+#include "ina/ina.h"
 
 static void check_contains(const char* what, const char* text, const char* needle) {
   if (text == NULL || strstr(text, needle) == NULL) {
@@ -103,7 +102,8 @@ static const char* reason(const char* name, int plugins, const char* syslib) {
 
 int main(int argc, char** argv) {
   if (argc < 5) {
-    fprintf(stderr, "usage: %s <aggregator host:port> <store port> <all|none> <built> [lib.so ...]\n",
+    fprintf(stderr,
+            "usage: %s <aggregator host:port> <store port> <all|none> <built> [lib.so ...]\n",
             argv[0]);
     return 2;
   }
@@ -140,8 +140,7 @@ int main(int argc, char** argv) {
   /* INA_HOST_TRANSPORT=verbs: the verbs plugin, or libibverbs, cannot be loaded. */
   setenv("INA_HOST_TRANSPORT", "verbs", 1);
   {
-    const char* n[] = {"INA_HOST_TRANSPORT=verbs",
-                       built("verbs") ? "libina-verbs.so" : "rdma",
+    const char* n[] = {"INA_HOST_TRANSPORT=verbs", built("verbs") ? "libina-verbs.so" : "rdma",
                        reason("verbs", plugins, "libibverbs.so.1: cannot open shared object file"),
                        NULL};
     expect_create_error("verbs", aggregator, n);

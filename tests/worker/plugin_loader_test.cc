@@ -1,16 +1,17 @@
 // plugin::load and check_header (worker/plugin/plugin_loader.h): the built plugins load from
 // INA_PLUGIN_DIR; a missing one, a stale one (another plugin ABI) and a foreign header are errors
 // naming the library and the reason; a plugin's INA_LOG goes through libina's level.
+#include "worker/plugin/plugin_loader.h"
+
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <unistd.h>
 
 #include <string>
 
-#include "worker/plugin/probes.h"
 #include "ina/base/log.h"
 #include "ina_config.h"
-#include "worker/plugin/plugin_loader.h"
+#include "worker/plugin/probes.h"
 
 namespace ina::worker::plugin {
 namespace {
@@ -25,7 +26,8 @@ class PluginDir {
 };
 
 void expect_contains(const std::string& text, const std::string& needle) {
-  EXPECT_NE(text.find(needle), std::string::npos) << "\"" << text << "\" lacks \"" << needle << "\"";
+  EXPECT_NE(text.find(needle), std::string::npos)
+      << "\"" << text << "\" lacks \"" << needle << "\"";
 }
 
 TEST(PluginLoader, MissingPluginNamesWhatTheLibraryAndDlerror) {

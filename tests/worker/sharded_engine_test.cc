@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
@@ -119,7 +119,8 @@ void run_ranks(int world, const std::function<void(int)>& fn) {
 // A transport with its own name (MemNetwork's are all "mem-aggregator:1").
 class Named final : public Transport {
  public:
-  Named(std::unique_ptr<Transport> t, std::string name) : t_(std::move(t)), name_(std::move(name)) {}
+  Named(std::unique_ptr<Transport> t, std::string name)
+      : t_(std::move(t)), name_(std::move(name)) {}
   Status send_batch(std::span<const std::span<const uint8_t>> p) override {
     return t_->send_batch(p);
   }
@@ -191,8 +192,8 @@ std::vector<std::vector<std::vector<uint8_t>>> run_cases(int world, const Runner
       const std::vector<uint8_t> in = make_input(cs[ci], r, static_cast<int>(ci));
       std::vector<uint8_t>& o = out[ci][r];
       o = in;
-      const Status s = ci % 2 == 1 ? run(r, cs[ci], o.data(), o.data())
-                                   : run(r, cs[ci], in.data(), o.data());
+      const Status s =
+          ci % 2 == 1 ? run(r, cs[ci], o.data(), o.data()) : run(r, cs[ci], in.data(), o.data());
       EXPECT_TRUE(s.ok()) << "rank " << r << " case " << ci << ": " << s.to_string();
     }
     done(r);
@@ -234,8 +235,8 @@ TEST(ShardedEngine, TwoAndThreeShardsMatchOneAggregatorBitwiseUnderLoss) {
     SCOPED_TRACE(std::to_string(shards) + " shards");
     std::vector<std::unique_ptr<MemNetwork>> nets;
     for (size_t k = 0; k < shards; ++k) {
-      nets.push_back(std::make_unique<MemNetwork>(
-          world, job_config(world), NetFaults{2, 2, 5, 11 + k}));
+      nets.push_back(
+          std::make_unique<MemNetwork>(world, job_config(world), NetFaults{2, 2, 5, 11 + k}));
     }
     std::vector<std::unique_ptr<ShardedEngine>> e(world);
     std::vector<CommStats> stats(world);
@@ -325,7 +326,8 @@ TEST(ShardedEngine, MissingRankInAShardIsNamedWithTheShard) {
     ShardedEngine e(rank_config(r, world, milliseconds(800)), std::move(ts));
     ASSERT_TRUE(e.join().ok());
     if (r == 2) {  // joined, never calls allreduce; alive until the others gave up
-      for (int i = 0; i < 1000 && finished.load() < 2; ++i) std::this_thread::sleep_for(milliseconds(5));
+      for (int i = 0; i < 1000 && finished.load() < 2; ++i)
+        std::this_thread::sleep_for(milliseconds(5));
       return;
     }
     std::vector<float> buf(2000, 1.0f);

@@ -87,8 +87,8 @@ class RequestImpl final : public Request {
   std::shared_ptr<Completion> c_;
 };
 
-Status check_args(const char* what, const void* send, const void* recv, size_t count,
-                  DType dtype, ReduceOp op) {
+Status check_args(const char* what, const void* send, const void* recv, size_t count, DType dtype,
+                  ReduceOp op) {
   if (!is_valid_dtype(static_cast<uint8_t>(dtype))) {
     return invalid_argument(std::string(what) + ": unknown dtype " +
                             std::to_string(static_cast<int>(dtype)) +
@@ -128,8 +128,7 @@ class AsyncCommunicator final : public Communicator {
     if (thread_.joinable()) thread_.join();  // runs what was submitted first
   }
 
-  Status allreduce(const void* send, void* recv, size_t count, DType dtype,
-                   ReduceOp op) override {
+  Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) override {
     drain();
     if (!device_path(send, recv)) return inner_->allreduce(send, recv, count, dtype, op);
     INA_RETURN_IF_ERROR(check_args("allreduce", send, recv, count, dtype, op));
@@ -190,9 +189,8 @@ class AsyncCommunicator final : public Communicator {
     drain();
     const size_t es = dtype_size(dtype);
     const size_t world = static_cast<size_t>(size());
-    return staged(send, count * es, recv, count * es * world, [&](const void* s, void* r) {
-      return inner_->allgather(s, r, count, dtype);
-    });
+    return staged(send, count * es, recv, count * es * world,
+                  [&](const void* s, void* r) { return inner_->allgather(s, r, count, dtype); });
   }
   Status reduce_scatter(const void* send, void* recv, size_t count, DType dtype,
                         ReduceOp op) override {
@@ -206,9 +204,8 @@ class AsyncCommunicator final : public Communicator {
   Status broadcast(void* buf, size_t count, DType dtype, int root) override {
     drain();
     const size_t bytes = count * dtype_size(dtype);
-    return staged(buf, bytes, buf, bytes, [&](const void*, void* r) {
-      return inner_->broadcast(r, count, dtype, root);
-    });
+    return staged(buf, bytes, buf, bytes,
+                  [&](const void*, void* r) { return inner_->broadcast(r, count, dtype, root); });
   }
   Status barrier() override {
     drain();
@@ -217,9 +214,8 @@ class AsyncCommunicator final : public Communicator {
   Status alltoall(const void* send, void* recv, size_t count, DType dtype) override {
     drain();
     const size_t bytes = count * dtype_size(dtype) * static_cast<size_t>(size());
-    return staged(send, bytes, recv, bytes, [&](const void* s, void* r) {
-      return inner_->alltoall(s, r, count, dtype);
-    });
+    return staged(send, bytes, recv, bytes,
+                  [&](const void* s, void* r) { return inner_->alltoall(s, r, count, dtype); });
   }
   Status alltoallv(const void* send, const size_t* send_counts, const size_t* send_displs,
                    void* recv, const size_t* recv_counts, const size_t* recv_displs,
@@ -229,8 +225,7 @@ class AsyncCommunicator final : public Communicator {
       return invalid_argument(
           "alltoallv: device buffers are not supported (copy them to host memory first)");
     }
-    return inner_->alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs,
-                             dtype);
+    return inner_->alltoallv(send, send_counts, send_displs, recv, recv_counts, recv_displs, dtype);
   }
 
   // After the submitted collectives (one of them may switch the path).
@@ -307,15 +302,24 @@ class AsyncCommunicator final : public Communicator {
     void* hout = nullptr;
     Status s;
     auto in_r = ops_->alloc_pinned(send_bytes == 0 ? 1 : send_bytes);
-    if (!in_r.ok()) s = in_r.status(); else hin = *in_r;
+    if (!in_r.ok())
+      s = in_r.status();
+    else
+      hin = *in_r;
     if (s.ok()) {
       auto out_r = ops_->alloc_pinned(recv_bytes == 0 ? 1 : recv_bytes);
-      if (!out_r.ok()) s = out_r.status(); else hout = *out_r;
+      if (!out_r.ok())
+        s = out_r.status();
+      else
+        hout = *out_r;
     }
     void* start = nullptr;
     if (s.ok()) {
       auto e = ops_->create_event();
-      if (!e.ok()) s = e.status(); else start = *e;
+      if (!e.ok())
+        s = e.status();
+      else
+        start = *e;
     }
     if (s.ok()) s = ops_->record_event(start, nullptr);
     if (s.ok()) s = ops_->stream_wait_event(stream, start);

@@ -19,7 +19,8 @@ Status cuda_status(const char* what, cudaError_t err) {
   (void)cudaGetLastError();
   std::string m = std::string(what) + ": " + cudaGetErrorName(err) + ": " + cudaGetErrorString(err);
   if (err == cudaErrorMemoryAllocation) return resource_exhausted(std::move(m));
-  if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver) return unavailable(std::move(m));
+  if (err == cudaErrorNoDevice || err == cudaErrorInsufficientDriver)
+    return unavailable(std::move(m));
   return internal_error(std::move(m));
 }
 
@@ -63,7 +64,8 @@ class CudaDeviceOps final : public DeviceOps {
 
   Result<void*> alloc_pinned(size_t bytes) override {
     void* p = nullptr;
-    INA_RETURN_IF_ERROR(cuda_status("cudaHostAlloc", cudaHostAlloc(&p, bytes, cudaHostAllocPortable)));
+    INA_RETURN_IF_ERROR(
+        cuda_status("cudaHostAlloc", cudaHostAlloc(&p, bytes, cudaHostAllocPortable)));
     return p;
   }
   void free_pinned(void* p) override {
@@ -94,9 +96,8 @@ class CudaDeviceOps final : public DeviceOps {
                        cudaEventRecord(static_cast<cudaEvent_t>(e), static_cast<cudaStream_t>(s)));
   }
   Status stream_wait_event(void* s, void* e) override {
-    return cuda_status("cudaStreamWaitEvent",
-                       cudaStreamWaitEvent(static_cast<cudaStream_t>(s),
-                                           static_cast<cudaEvent_t>(e), 0));
+    return cuda_status("cudaStreamWaitEvent", cudaStreamWaitEvent(static_cast<cudaStream_t>(s),
+                                                                  static_cast<cudaEvent_t>(e), 0));
   }
   Status event_synchronize(void* e) override {
     return cuda_status("cudaEventSynchronize", cudaEventSynchronize(static_cast<cudaEvent_t>(e)));
@@ -129,6 +130,8 @@ class CudaDeviceOps final : public DeviceOps {
 
 }  // namespace
 
-std::unique_ptr<DeviceOps> make_cuda_runtime_device_ops() { return std::make_unique<CudaDeviceOps>(); }
+std::unique_ptr<DeviceOps> make_cuda_runtime_device_ops() {
+  return std::make_unique<CudaDeviceOps>();
+}
 
 }  // namespace ina::worker

@@ -119,8 +119,8 @@ Status DevicePipeline::run(const void* send, void* recv, size_t count, DType dty
   if (start != nullptr) {
     Status s = ops_.stream_wait_event(to_host_, start);
     if (s.ok()) s = ops_.stream_wait_event(to_device_, start);
-    if (!s.ok()) return drain(Status(s.code(), "device allreduce: waiting for the stream: " +
-                                                     s.message()));
+    if (!s.ok())
+      return drain(Status(s.code(), "device allreduce: waiting for the stream: " + s.message()));
   }
   for (size_t k = 0; k < n; ++k) {
     const Status s = copy_in(k);

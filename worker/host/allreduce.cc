@@ -15,7 +15,8 @@ std::string_view algorithm_name(AllreduceAlgorithm a) {
 
 std::optional<AllreduceAlgorithm> parse_algorithm(std::string_view s) {
   if (s == "ring") return AllreduceAlgorithm::kRing;
-  if (s == "hd" || s == "halving-doubling" || s == "rabenseifner") return AllreduceAlgorithm::kHalvingDoubling;
+  if (s == "hd" || s == "halving-doubling" || s == "rabenseifner")
+    return AllreduceAlgorithm::kHalvingDoubling;
   if (s == "tree" || s == "dbtree") return AllreduceAlgorithm::kTree;
   return std::nullopt;
 }

@@ -20,9 +20,9 @@
 namespace ina::host {
 
 enum class AllreduceAlgorithm {
-  kRing,              // allreduce_ring.cc
-  kHalvingDoubling,   // allreduce_halving_doubling.cc (Rabenseifner)
-  kTree,              // allreduce_tree.cc (double binary tree)
+  kRing,             // allreduce_ring.cc
+  kHalvingDoubling,  // allreduce_halving_doubling.cc (Rabenseifner)
+  kTree,             // allreduce_tree.cc (double binary tree)
 };
 
 std::string_view algorithm_name(AllreduceAlgorithm a);  // "ring", "hd", "tree"
@@ -42,8 +42,8 @@ Status allreduce(Context& ctx, const void* send, void* recv, size_t count, DType
 
 Status allreduce_ring(Context& ctx, const void* send, void* recv, size_t count, DType t,
                       ReduceOp op, size_t chunk_bytes);
-Status allreduce_halving_doubling(Context& ctx, const void* send, void* recv, size_t count,
-                                  DType t, ReduceOp op);
+Status allreduce_halving_doubling(Context& ctx, const void* send, void* recv, size_t count, DType t,
+                                  ReduceOp op);
 Status allreduce_tree(Context& ctx, const void* send, void* recv, size_t count, DType t,
                       ReduceOp op, size_t chunk_bytes);
 

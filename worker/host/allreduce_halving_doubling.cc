@@ -32,8 +32,8 @@
 
 namespace ina::host {
 
-Status allreduce_halving_doubling(Context& ctx, const void* send, void* recv, size_t count,
-                                  DType t, ReduceOp op) {
+Status allreduce_halving_doubling(Context& ctx, const void* send, void* recv, size_t count, DType t,
+                                  ReduceOp op) {
   INA_RETURN_IF_ERROR(check_dtype_op("allreduce", t, op));
   INA_RETURN_IF_ERROR(check_buffers("allreduce", send, recv, count));
   if (count == 0) return ok_status();
@@ -51,9 +51,10 @@ Status allreduce_halving_doubling(Context& ctx, const void* send, void* recv, si
   auto real = [r](int nr) { return nr < r ? 2 * nr + 1 : nr + r; };
 
   // Scratch for the fold (the whole buffer) or the halves received while halving.
-  uint8_t* tmp = ctx.scratch(
-      0, std::max(rank < 2 * r || count * es <= kRecursiveDoublingMaxBytes ? count : 0,
-                  count / 2 + 1) * es);
+  uint8_t* tmp =
+      ctx.scratch(0, std::max(rank < 2 * r || count * es <= kRecursiveDoublingMaxBytes ? count : 0,
+                              count / 2 + 1) *
+                         es);
   int nr = -1;  // new rank, -1 for a folded-away even rank
   if (rank < 2 * r) {
     if (rank % 2 == 0) {
@@ -81,19 +82,24 @@ Status allreduce_halving_doubling(Context& ctx, const void* send, void* recv, si
       }
     }
   } else if (nr >= 0) {
-    auto off = [&](int block) { return split_point(count, static_cast<size_t>(p2), static_cast<size_t>(block)); };
+    auto off = [&](int block) {
+      return split_point(count, static_cast<size_t>(p2), static_cast<size_t>(block));
+    };
     int lo = 0, hi = p2;  // window of blocks
     for (int d = p2 / 2; d >= 1; d /= 2) {
       const int partner = real(nr ^ d);
       const int mid = (lo + hi) / 2;
       int keep_lo = lo, keep_hi = mid, give_lo = mid, give_hi = hi;
       if (nr & d) {
-        keep_lo = mid; keep_hi = hi; give_lo = lo; give_hi = mid;
+        keep_lo = mid;
+        keep_hi = hi;
+        give_lo = lo;
+        give_hi = mid;
       }
       const size_t keep_n = off(keep_hi) - off(keep_lo);
       const size_t give_n = off(give_hi) - off(give_lo);
-      INA_RETURN_IF_ERROR(ctx.sendrecv(partner, buf + off(give_lo) * es, give_n * es, partner,
-                                       tmp, keep_n * es));
+      INA_RETURN_IF_ERROR(
+          ctx.sendrecv(partner, buf + off(give_lo) * es, give_n * es, partner, tmp, keep_n * es));
       reduce_into(buf + off(keep_lo) * es, tmp, keep_n, t, op);
       lo = keep_lo;
       hi = keep_hi;

@@ -34,7 +34,8 @@ Status allreduce_ring(Context& ctx, const void* send, void* recv, size_t count, 
       src = in;
   }
   std::vector<size_t> offsets(static_cast<size_t>(p) + 1);
-  for (int i = 0; i <= p; ++i) offsets[i] = split_point(count, static_cast<size_t>(p), static_cast<size_t>(i));
+  for (int i = 0; i <= p; ++i)
+    offsets[i] = split_point(count, static_cast<size_t>(p), static_cast<size_t>(i));
   RingPhases phases;
   phases.owned = mod(ctx.rank() + 1, p);
   return ring_run(ctx, out, offsets, t, op, phases, chunk_bytes, src);

@@ -47,7 +47,8 @@ Status allreduce_tree(Context& ctx, const void* send, void* recv, size_t count, 
   const size_t span_lo[2] = {0, half};
   const size_t span_n[2] = {half, count - half};
   const size_t chunk_elems = std::max<size_t>(1, chunk_bytes / es);
-  const size_t k_chunks = std::max<size_t>(1, (std::max(span_n[0], span_n[1]) + chunk_elems - 1) / chunk_elems);
+  const size_t k_chunks =
+      std::max<size_t>(1, (std::max(span_n[0], span_n[1]) + chunk_elems - 1) / chunk_elems);
   auto chunk = [&](int tree, size_t c, size_t* lo, size_t* n) {
     const size_t a = split_point(span_n[tree], k_chunks, c);
     *lo = span_lo[tree] + a;
@@ -76,8 +77,8 @@ Status allreduce_tree(Context& ctx, const void* send, void* recv, size_t count, 
         if (links[tr].child[j] < 0) continue;
         size_t lo = 0, n = 0;
         chunk(tr, c, &lo, &n);
-        recvs[tr][j][c % kWindow] = ctx.irecv(
-            links[tr].child[j], scratch[tr][j] + (c % kWindow) * max_chunk * es, n * es);
+        recvs[tr][j][c % kWindow] =
+            ctx.irecv(links[tr].child[j], scratch[tr][j] + (c % kWindow) * max_chunk * es, n * es);
       }
   };
 
@@ -93,7 +94,8 @@ Status allreduce_tree(Context& ctx, const void* send, void* recv, size_t count, 
         INA_RETURN_IF_ERROR(ctx.wait(recvs[tr][j][c % kWindow]));
         reduce_into(buf + lo * es, scratch[tr][j] + (c % kWindow) * max_chunk * es, n, t, op);
       }
-      if (links[tr].parent >= 0) sends.push_back(ctx.isend(links[tr].parent, buf + lo * es, n * es));
+      if (links[tr].parent >= 0)
+        sends.push_back(ctx.isend(links[tr].parent, buf + lo * es, n * es));
     }
     if (c + kWindow < k_chunks) post_child_recvs(c + kWindow);
   }
@@ -115,7 +117,8 @@ Status allreduce_tree(Context& ctx, const void* send, void* recv, size_t count, 
       chunk(tr, c, &lo, &n);
       if (links[tr].parent >= 0) INA_RETURN_IF_ERROR(ctx.wait(down[tr][c]));
       for (int j = 0; j < 2; ++j)
-        if (links[tr].child[j] >= 0) sends.push_back(ctx.isend(links[tr].child[j], buf + lo * es, n * es));
+        if (links[tr].child[j] >= 0)
+          sends.push_back(ctx.isend(links[tr].child[j], buf + lo * es, n * es));
     }
   return ctx.wait_all(sends);
 }

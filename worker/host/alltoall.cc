@@ -1,11 +1,12 @@
 // Pairwise AllToAll(v) (Gloo's alltoall.cc, MPICH's pairwise exchange).
 //
-// Rank r copies its own block locally (while the first round is in flight); in round i = 1 .. P-1 sends its block for r+i to
-// r+i while it receives the block from r-i. Every round pairs each rank with exactly one sender
-// and one receiver, so no link is oversubscribed and no rank receives from many at once; a few
-// rounds are kept in flight (kInFlight) so that the latency of one round overlaps the next. The
-// variable-size form is the same schedule with per-peer counts and displacements; zero-size
-// blocks still exchange an (empty) message, which keeps the schedule identical on every rank.
+// Rank r copies its own block locally (while the first round is in flight); in round i = 1 .. P-1
+// sends its block for r+i to r+i while it receives the block from r-i. Every round pairs each rank
+// with exactly one sender and one receiver, so no link is oversubscribed and no rank receives from
+// many at once; a few rounds are kept in flight (kInFlight) so that the latency of one round
+// overlaps the next. The variable-size form is the same schedule with per-peer counts and
+// displacements; zero-size blocks still exchange an (empty) message, which keeps the schedule
+// identical on every rank.
 #include "worker/host/alltoall.h"
 
 #include <cstring>

@@ -21,7 +21,6 @@ Status alltoall(Context& ctx, const void* send, void* recv, size_t count, DType 
 // rank i). Zero counts are allowed. All four spans have size() entries.
 Status alltoallv(Context& ctx, const void* send, std::span<const size_t> send_counts,
                  std::span<const size_t> send_displs, void* recv,
-                 std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
-                 DType t);
+                 std::span<const size_t> recv_counts, std::span<const size_t> recv_displs, DType t);
 
 }  // namespace ina::host

@@ -11,8 +11,8 @@ namespace ina::host {
 Status barrier(Context& ctx) {
   const int p = ctx.size();
   for (int dist = 1; dist < p; dist *= 2) {
-    INA_RETURN_IF_ERROR(ctx.sendrecv(mod(ctx.rank() + dist, p), nullptr, 0,
-                                     mod(ctx.rank() - dist, p), nullptr, 0));
+    INA_RETURN_IF_ERROR(
+        ctx.sendrecv(mod(ctx.rank() + dist, p), nullptr, 0, mod(ctx.rank() - dist, p), nullptr, 0));
   }
   return ok_status();
 }

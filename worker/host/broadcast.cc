@@ -2,9 +2,10 @@
 //
 // With v = (rank - root) mod P, rank v receives from v - 2^k, where 2^k is v's lowest set bit,
 // and sends to v + 2^j for every 2^j < 2^k (while v + 2^j < P; the root, v = 0, to every power
-// of two below P): the root reaches every rank in ceil(log2 P) rounds. The buffer is cut into chunks; a rank posts a receive for
-// every chunk at once and forwards each chunk to its children as soon as it has arrived, so a
-// large buffer streams down the tree instead of waiting at every level.
+// of two below P): the root reaches every rank in ceil(log2 P) rounds. The buffer is cut into
+// chunks; a rank posts a receive for every chunk at once and forwards each chunk to its children as
+// soon as it has arrived, so a large buffer streams down the tree instead of waiting at every
+// level.
 #include "worker/host/broadcast.h"
 
 #include <algorithm>

@@ -15,7 +15,8 @@ inline int mod(int a, int p) { return ((a % p) + p) % p; }
 inline Status check_dtype_op(const char* what, DType t, ReduceOp op) {
   if (!is_valid_dtype(static_cast<uint8_t>(t)))
     return invalid_argument(std::string(what) + ": bad dtype");
-  if (!is_valid_op(static_cast<uint8_t>(op))) return invalid_argument(std::string(what) + ": bad op");
+  if (!is_valid_op(static_cast<uint8_t>(op)))
+    return invalid_argument(std::string(what) + ": bad op");
   return ok_status();
 }
 

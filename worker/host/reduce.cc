@@ -3,8 +3,8 @@
 #include <cstdint>
 #include <cstring>
 
-#include "ina/protocol/fp8.h"
 #include "ina/base/half.h"
+#include "ina/protocol/fp8.h"
 
 namespace ina::host {
 
@@ -15,8 +15,7 @@ namespace {
 // order the ranks are combined in.
 inline float combine(float a, float b, ReduceOp op) {
   switch (op) {
-    case ReduceOp::kSum:
-      return a + b;
+    case ReduceOp::kSum: return a + b;
     case ReduceOp::kMin:
     case ReduceOp::kMax: {
       if (b != b) return b;  // NaN in b propagates; NaN in a is never replaced

@@ -32,8 +32,8 @@ Status reduce_scatter(Context& ctx, const void* send, void* recv, size_t count, 
   RingPhases phases;
   phases.allgather = false;
   phases.owned = ctx.rank();
-  INA_RETURN_IF_ERROR(
-      ring_run(ctx, work, offsets, t, op, phases, opts.chunk_bytes, static_cast<const uint8_t*>(send)));
+  INA_RETURN_IF_ERROR(ring_run(ctx, work, offsets, t, op, phases, opts.chunk_bytes,
+                               static_cast<const uint8_t*>(send)));
   std::memcpy(recv, work + offsets[ctx.rank()] * es, count * es);
   return ok_status();
 }

@@ -22,9 +22,9 @@
 // rather than a whole segment queued in the socket buffers. (This schedule once received whole
 // segments into segment-sized scratch and posted every first-step send at once: at 2 ranks perf
 // showed it spending 3-4x the tree's CPU time in the reduction and in the kernel's copy to user
-// space, both reading data that had left the cache.) Allgather pieces land in place; before a region is
-// overwritten (or reduced into) the send that still reads it is waited. Every wait depends only
-// on messages of lower index on some rank, so a window of any size cannot deadlock.
+// space, both reading data that had left the cache.) Allgather pieces land in place; before a
+// region is overwritten (or reduced into) the send that still reads it is waited. Every wait
+// depends only on messages of lower index on some rank, so a window of any size cannot deadlock.
 //
 // Out of place (src != nullptr): a piece is read from src until the ring writes it in buf
 // (copied next to its reduction, while the piece is in cache), instead of copying the whole input
@@ -83,7 +83,9 @@ Status ring_run(Context& ctx, uint8_t* buf, std::span<const size_t> seg_offsets,
     *lo = a;  // relative to the segment
     *len = split_point(n, k_pieces, k + 1) - a;
   };
-  auto at = [&](uint8_t* base, int seg, size_t lo) { return base + (seg_offsets[seg] + lo) * esize; };
+  auto at = [&](uint8_t* base, int seg, size_t lo) {
+    return base + (seg_offsets[seg] + lo) * esize;
+  };
   auto idx = [&](int seg, size_t k) { return static_cast<size_t>(seg) * k_pieces + k; };
 
   uint8_t* window = nullptr;

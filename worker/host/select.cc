@@ -42,9 +42,10 @@ double CostModel::cost(AllreduceAlgorithm a, size_t bytes, int world) const {
 Result<CostModel> parse_cost_model(std::string_view text, std::string_view name,
                                    const CostModel& defaults) {
   auto bad = [&] {
-    return invalid_argument(std::string(name) + "=\"" + std::string(text) +
-                            "\" is not valid: expected alpha_us,beta_ns_per_byte[,gamma_ns_per_byte]"
-                            " (decimal numbers, alpha > 0, beta and gamma >= 0; e.g. 25,0.5)");
+    return invalid_argument(
+        std::string(name) + "=\"" + std::string(text) +
+        "\" is not valid: expected alpha_us,beta_ns_per_byte[,gamma_ns_per_byte]"
+        " (decimal numbers, alpha > 0, beta and gamma >= 0; e.g. 25,0.5)");
   };
   double v[3] = {0, 0, defaults.gamma_s_per_byte * 1e9};
   int n = 0;
@@ -55,8 +56,8 @@ Result<CostModel> parse_cost_model(std::string_view text, std::string_view name,
     const std::string_view field =
         text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
     if (field.empty()) return bad();
-    auto [ptr, ec] = std::from_chars(field.data(), field.data() + field.size(), v[n],
-                                     std::chars_format::fixed);
+    auto [ptr, ec] =
+        std::from_chars(field.data(), field.data() + field.size(), v[n], std::chars_format::fixed);
     if (ec != std::errc() || ptr != field.data() + field.size() || !std::isfinite(v[n]) || v[n] < 0)
       return bad();
     ++n;

@@ -42,7 +42,8 @@ Result<int> accept_tcp(int listen_fd, Clock::time_point deadline);
 Status set_nonblocking(int fd);
 // Writes/reads exactly n bytes on a non-blocking socket, polling until `deadline`. `what` names
 // the peer in errors ("store server", "rank 3").
-Status send_all(int fd, const void* buf, size_t n, Clock::time_point deadline, std::string_view what);
+Status send_all(int fd, const void* buf, size_t n, Clock::time_point deadline,
+                std::string_view what);
 Status recv_all(int fd, void* buf, size_t n, Clock::time_point deadline, std::string_view what);
 
 // Little-endian fixed-width coding for the store's and the mesh's framing.

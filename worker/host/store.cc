@@ -40,8 +40,9 @@ Status poll_keys(const std::vector<std::string>& keys, std::chrono::milliseconds
     if (!missing.ok()) return missing.status();
     if (missing->empty()) return ok_status();
     if (Clock::now() >= deadline) return deadline_exceeded(missing_keys_message(*missing, timeout));
-    std::this_thread::sleep_for(std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                    deadline - Clock::now() + std::chrono::milliseconds(1))));
+    std::this_thread::sleep_for(
+        std::min(pause, std::chrono::duration_cast<std::chrono::milliseconds>(
+                            deadline - Clock::now() + std::chrono::milliseconds(1))));
     pause = std::min(pause * 2, std::chrono::milliseconds(20));
   }
 }
@@ -64,7 +65,7 @@ Result<int64_t> parse_counter(const Bytes& b, const std::string& key) {
 Result<std::unique_ptr<FileStore>> FileStore::create(const std::string& dir) {
   if (dir.empty()) return invalid_argument("FileStore: empty directory");
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) return errno_status("mkdir " + dir, errno);
-  struct stat st{};
+  struct stat st {};
   if (stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
     return invalid_argument("FileStore: '" + dir + "' is not a directory");
   return std::unique_ptr<FileStore>(new FileStore(dir));
@@ -146,13 +147,13 @@ Status FileStore::set(const std::string& key, const Bytes& value) {
 }
 
 Status FileStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
-  return poll_keys(keys, timeout, [this](const std::vector<std::string>& ks)
-                                      -> Result<std::vector<std::string>> {
-    std::vector<std::string> missing;
-    for (const auto& k : ks)
-      if (!exists(k)) missing.push_back(k);
-    return missing;
-  });
+  return poll_keys(keys, timeout,
+                   [this](const std::vector<std::string>& ks) -> Result<std::vector<std::string>> {
+                     std::vector<std::string> missing;
+                     for (const auto& k : ks)
+                       if (!exists(k)) missing.push_back(k);
+                     return missing;
+                   });
 }
 
 Result<Bytes> FileStore::get(const std::string& key, std::chrono::milliseconds timeout) {
@@ -183,7 +184,10 @@ Result<int64_t> FileStore::add(const std::string& key, int64_t delta) {
       s = cur.status();
     } else {
       Result<int64_t> v = parse_counter(*cur, key);
-      if (v.ok()) value = *v; else s = v.status();
+      if (v.ok())
+        value = *v;
+      else
+        s = v.status();
     }
   }
   if (s.ok()) {
@@ -200,8 +204,9 @@ Result<int64_t> FileStore::add(const std::string& key, int64_t delta) {
 // TcpStore wire format. Every message is framed as [u32 length][body]. Requests:
 //   SET   [u8 1][u32 klen][key][value...]             reply [u8 0]
 //   GET   [u8 2][u32 klen][key]                       reply [u8 found][value...]
-//   ADD   [u8 3][u64 delta][u32 klen][key]            reply [u8 0|1][u64 new value] (1: not a counter)
-//   CHECK [u8 4]([u32 klen][key])*                    reply [u8 0]([u32 index of a missing key])*
+//   ADD   [u8 3][u64 delta][u32 klen][key]            reply [u8 0|1][u64 new value] (1: not a
+//   counter) CHECK [u8 4]([u32 klen][key])*                    reply [u8 0]([u32 index of a missing
+//   key])*
 // Integers are little-endian. A malformed request closes that client's connection.
 
 namespace {
@@ -276,7 +281,8 @@ class TcpStore::Server {
       fds.push_back({wake_[0], POLLIN, 0});
       fds.push_back({listen_fd_, POLLIN, 0});
       for (auto& c : clients_)
-        fds.push_back({c.fd, static_cast<short>(POLLIN | (c.out.size() > c.out_done ? POLLOUT : 0)), 0});
+        fds.push_back(
+            {c.fd, static_cast<short>(POLLIN | (c.out.size() > c.out_done ? POLLOUT : 0)), 0});
       if (poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR) return;
       if (fds[0].revents) return;  // stop
       if (fds[1].revents & POLLIN) {
@@ -396,8 +402,7 @@ class TcpStore::Server {
         }
         return true;
       }
-      default:
-        return false;
+      default: return false;
     }
   }
 
@@ -418,8 +423,8 @@ Result<std::unique_ptr<TcpStore>> TcpStore::create(const TcpStoreOptions& opts) 
     store->port_ = store->server_->port();
     if (connect_host.empty() || connect_host == "0.0.0.0") connect_host = "127.0.0.1";
   }
-  INA_ASSIGN_OR_RETURN(store->fd_,
-                       connect_tcp(connect_host, store->port_, Clock::now() + opts.connect_timeout));
+  INA_ASSIGN_OR_RETURN(
+      store->fd_, connect_tcp(connect_host, store->port_, Clock::now() + opts.connect_timeout));
   return store;
 }
 
@@ -436,7 +441,8 @@ Result<std::unique_ptr<TcpStore>> TcpStore::from_env(int rank, std::chrono::mill
     const char* addr = std::getenv("MASTER_ADDR");
     const char* port = std::getenv("MASTER_PORT");
     if (addr == nullptr || port == nullptr)
-      return invalid_argument("no rendezvous store: set INA_STORE=host:port or MASTER_ADDR and MASTER_PORT");
+      return invalid_argument(
+          "no rendezvous store: set INA_STORE=host:port or MASTER_ADDR and MASTER_PORT");
     Result<HostPort> hp = parse_host_port(std::string(addr) + ":" + port);
     if (!hp.ok()) return invalid_argument("MASTER_ADDR/MASTER_PORT: " + hp.status().message());
     opts.host = hp->host;
@@ -532,9 +538,9 @@ Status ExternalStoreAdapter::wait(const std::vector<std::string>& keys,
   const auto deadline = Clock::now() + timeout;
   std::vector<std::string> missing;
   for (const auto& k : keys) {
-    const auto left = std::max(std::chrono::milliseconds(0),
-                               std::chrono::duration_cast<std::chrono::milliseconds>(
-                                   deadline - Clock::now()));
+    const auto left =
+        std::max(std::chrono::milliseconds(0),
+                 std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()));
     Result<Bytes> v = store_.get(k, left);
     if (v.ok()) continue;
     if (v.status().code() != StatusCode::kDeadlineExceeded) return v.status();

@@ -23,8 +23,8 @@
 #include <string_view>
 #include <vector>
 
-#include "ina/ina.hpp"
 #include "ina/base/status.h"
+#include "ina/ina.hpp"
 
 namespace ina::host {
 
@@ -115,9 +115,7 @@ class ExternalStoreAdapter final : public Store {
  public:
   explicit ExternalStoreAdapter(ExternalStore& store) : store_(store) {}
 
-  Status set(const std::string& key, const Bytes& value) override {
-    return store_.set(key, value);
-  }
+  Status set(const std::string& key, const Bytes& value) override { return store_.set(key, value); }
   Result<Bytes> get(const std::string& key, std::chrono::milliseconds timeout) override {
     return store_.get(key, timeout);
   }

@@ -40,12 +40,14 @@ Result<int> check_hello(const uint8_t* p, int size, const std::string& from) {
     return invalid_argument(from + ": world size " + std::to_string(get_u32(p + 8)) +
                             ", this rank has " + std::to_string(size));
   const uint32_t r = get_u32(p + 4);
-  if (r >= static_cast<uint32_t>(size)) return invalid_argument(from + ": bad rank " + std::to_string(r));
+  if (r >= static_cast<uint32_t>(size))
+    return invalid_argument(from + ": bad rank " + std::to_string(r));
   return static_cast<int>(r);
 }
 
 constexpr int kRecvSliceMs = 100;
-constexpr size_t kSmallMessage = 64 << 10;  // the blocking path's limit (larger ones poll)  // a blocking receive re-checks the deadline this often
+constexpr size_t kSmallMessage = 64 << 10;  // the blocking path's limit (larger ones poll)  // a
+                                            // blocking receive re-checks the deadline this often
 
 // After the handshake: a blocking socket (every call but the small-message receive passes
 // MSG_DONTWAIT) whose blocking receives return EAGAIN after kRecvSliceMs.
@@ -84,14 +86,16 @@ Result<std::unique_ptr<TcpMesh>> TcpMesh::connect(Store& store, int rank, int si
   } closer{lfd};
   INA_ASSIGN_OR_RETURN(uint16_t port, local_port(lfd));
   const bool v6 = opts.address.find(':') != std::string::npos;
-  const std::string me = (v6 ? "[" + opts.address + "]" : opts.address) + ":" + std::to_string(port);
+  const std::string me =
+      (v6 ? "[" + opts.address + "]" : opts.address) + ":" + std::to_string(port);
   INA_RETURN_IF_ERROR(store.set("mesh/addr/" + std::to_string(rank), to_bytes(me)));
 
   uint8_t hello[16];
   put_hello(hello, rank, size);
   // Lower ranks: connect, say hello, expect theirs.
   for (int peer = 0; peer < rank; ++peer) {
-    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     INA_ASSIGN_OR_RETURN(Bytes addr, store.get("mesh/addr/" + std::to_string(peer),
                                                std::max(left, std::chrono::milliseconds(1))));
     INA_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(to_string(addr)));
@@ -113,9 +117,11 @@ Result<std::unique_ptr<TcpMesh>> TcpMesh::connect(Store& store, int rank, int si
     if (!fd.ok()) {
       std::string missing;
       for (int p = rank + 1; p < size; ++p)
-        if (mesh->peers_[static_cast<size_t>(p)].fd < 0) missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+        if (mesh->peers_[static_cast<size_t>(p)].fd < 0)
+          missing += (missing.empty() ? "" : ", ") + std::to_string(p);
       return deadline_exceeded("TcpMesh: rank " + std::to_string(rank) + ": ranks " + missing +
-                               " did not connect within " + std::to_string(opts.timeout.count()) + " ms");
+                               " did not connect within " + std::to_string(opts.timeout.count()) +
+                               " ms");
     }
     uint8_t got_hello[16];
     Status s = recv_all(*fd, got_hello, sizeof(got_hello), deadline, "mesh peer");
@@ -127,7 +133,8 @@ Result<std::unique_ptr<TcpMesh>> TcpMesh::connect(Store& store, int rank, int si
     }
     Result<int> peer = s.ok() ? check_hello(got_hello, size, "mesh peer") : Result<int>(s);
     if (peer.ok() && (*peer <= rank || mesh->peers_[static_cast<size_t>(*peer)].fd >= 0))
-      peer = invalid_argument("mesh peer: unexpected connection from rank " + std::to_string(*peer));
+      peer =
+          invalid_argument("mesh peer: unexpected connection from rank " + std::to_string(*peer));
     if (!peer.ok()) {
       close(*fd);
       return peer.status();
@@ -335,8 +342,10 @@ Status TcpMesh::poll_once(int timeout_ms) {
     if (re == 0 || fds[i].events == POLLRDHUP) continue;
     const int r = who[i];
     Peer& p = peers_[static_cast<size_t>(r)];
-    if (!p.recvs.empty() && (re & (POLLIN | POLLHUP | POLLERR))) INA_RETURN_IF_ERROR(progress_recv(r));
-    if (!p.sends.empty() && (re & (POLLOUT | POLLHUP | POLLERR))) INA_RETURN_IF_ERROR(progress_send(r));
+    if (!p.recvs.empty() && (re & (POLLIN | POLLHUP | POLLERR)))
+      INA_RETURN_IF_ERROR(progress_recv(r));
+    if (!p.sends.empty() && (re & (POLLOUT | POLLHUP | POLLERR)))
+      INA_RETURN_IF_ERROR(progress_send(r));
   }
   return ok_status();
 }
@@ -354,7 +363,8 @@ std::vector<int> TcpMesh::closed_in_order() const {
     if (peers_[static_cast<size_t>(r)].closed) v.push_back(r);
   }
   std::sort(v.begin(), v.end(), [this](int a, int b) {
-    return peers_[static_cast<size_t>(a)].closed_order < peers_[static_cast<size_t>(b)].closed_order;
+    return peers_[static_cast<size_t>(a)].closed_order <
+           peers_[static_cast<size_t>(b)].closed_order;
   });
   return v;
 }
@@ -378,8 +388,9 @@ Status TcpMesh::peer_gone(int peer, Status s) {
 }
 
 Status TcpMesh::timeout_error(const Op& op) const {
-  const std::string what = rank_name(op.peer) + (op.is_send ? " did not receive" : " did not send") +
-                           " within " + std::to_string(timeout_.count()) + " ms";
+  const std::string what = rank_name(op.peer) +
+                           (op.is_send ? " did not receive" : " did not send") + " within " +
+                           std::to_string(timeout_.count()) + " ms";
   std::string closed;
   for (int r : closed_in_order()) closed += (closed.empty() ? "" : ", ") + std::to_string(r);
   if (!closed.empty())
@@ -408,10 +419,10 @@ Status TcpMesh::wait(Handle h) {
     return ok_status();
   }
   // Try the waited-for peer first: small messages often complete without a poll.
-  Status s = op->is_send ? (peers_[static_cast<size_t>(op->peer)].send_full
-                               ? ok_status()
-                               : progress_send(op->peer))
-                         : progress_recv(op->peer);
+  Status s = op->is_send
+                 ? (peers_[static_cast<size_t>(op->peer)].send_full ? ok_status()
+                                                                    : progress_send(op->peer))
+                 : progress_recv(op->peer);
   if (!s.ok()) return fail(std::move(s));
   while (!op->complete) {
     const int ms = ms_until(deadline);

@@ -9,19 +9,21 @@
 //
 // Data: every message is framed by its 8-byte length (little-endian) so that a size mismatch is
 // caught. Every socket operation but one is non-blocking (MSG_DONTWAIT); wait() polls every peer
-// with posted operations and moves bytes with sendmsg/recvmsg as the kernel allows, so sends and receives to different peers progress
-// together. A send goes to the kernel as soon as it is posted, even behind queued ones, unless the
-// socket was full at the last try (then POLLOUT resumes it): a rank working through received data
-// without polling (each wait completing at once) still feeds its peers, instead of holding its
-// sends until its next poll, which stalled a pipelined ring behind the slowest-scheduled rank.
+// with posted operations and moves bytes with sendmsg/recvmsg as the kernel allows, so sends and
+// receives to different peers progress together. A send goes to the kernel as soon as it is posted,
+// even behind queued ones, unless the socket was full at the last try (then POLLOUT resumes it): a
+// rank working through received data without polling (each wait completing at once) still feeds its
+// peers, instead of holding its sends until its next poll, which stalled a pipelined ring behind
+// the slowest-scheduled rank.
 //
-// Small-message path: a wait() on a receive of at most 64 KiB while no send is queued anywhere (the latency-bound
-// steps of hd, tree and the agreement messages: the send went out eagerly when posted) blocks in
-// recvmsg() on that one socket instead of poll() + read: one send and one receive system call per
-// step. The blocking receive wakes every kRecvSliceMs (SO_RCVTIMEO) to check the deadline and to
-// notice peers that closed meanwhile, so a vanished rank is still named. Errors name the rank: "rank 3: connection closed", "rank 3: connection reset",
-// "rank 3 did not send within 5000 ms". A peer that closes while this rank waits on another one is
-// remembered and named when that wait times out (the peer that died is the cause).
+// Small-message path: a wait() on a receive of at most 64 KiB while no send is queued anywhere (the
+// latency-bound steps of hd, tree and the agreement messages: the send went out eagerly when
+// posted) blocks in recvmsg() on that one socket instead of poll() + read: one send and one receive
+// system call per step. The blocking receive wakes every kRecvSliceMs (SO_RCVTIMEO) to check the
+// deadline and to notice peers that closed meanwhile, so a vanished rank is still named. Errors
+// name the rank: "rank 3: connection closed", "rank 3: connection reset", "rank 3 did not send
+// within 5000 ms". A peer that closes while this rank waits on another one is remembered and named
+// when that wait times out (the peer that died is the cause).
 #pragma once
 
 #include <poll.h>
@@ -77,9 +79,9 @@ class TcpMesh final : public Context {
   };
   struct Peer {
     int fd = -1;
-    bool closed = false;  // the peer shut its side while we had nothing posted
+    bool closed = false;        // the peer shut its side while we had nothing posted
     uint64_t closed_order = 0;  // when closed: 1 for the first peer seen closing, 2 the next...
-    bool send_full = false;  // the last sendmsg hit EAGAIN: wait for POLLOUT before trying again
+    bool send_full = false;     // the last sendmsg hit EAGAIN: wait for POLLOUT before trying again
     std::deque<Op*> sends;
     std::deque<Op*> recvs;
   };

@@ -4,8 +4,8 @@
 namespace ina::host {
 
 struct TreeLinks {
-  int parent = -1;             // -1: the root
-  int child[2] = {-1, -1};     // -1: none
+  int parent = -1;          // -1: the root
+  int child[2] = {-1, -1};  // -1: none
 };
 
 // NCCL's in-order binary tree (ncclGetBtree): rank 0 is the root with one child, the largest

@@ -1,6 +1,6 @@
 // libina-dpdk.so: the DPDK transport (INA_TRANSPORT=dpdk) as a plugin (plugin_abi.h).
-#include "worker/transport/dpdk_transport.h"
 #include "worker/plugin/plugin_side.h"
+#include "worker/transport/dpdk_transport.h"
 
 namespace ina::worker::plugin {
 namespace {

@@ -38,15 +38,15 @@
 #include <initializer_list>
 #include <memory>
 
-#include "ina/ina.hpp"
 #include "ina/base/features.h"
 #include "ina/base/log.h"
 #include "ina/base/status.h"
+#include "ina/ina.hpp"
 #include "worker/device/device_ops.h"
-#include "worker/transport/dpdk_transport.h"
 #include "worker/host/context.h"
 #include "worker/host/store.h"
 #include "worker/rdma/verbs_mesh.h"
+#include "worker/transport/dpdk_transport.h"
 #include "worker/transport/transport.h"
 #include "worker/transport/xdp_transport.h"
 
@@ -95,14 +95,14 @@ struct CudaApi {
 
 struct PluginHeader {
   // Fixed for every ABI: read before anything else.
-  uint32_t magic;        // kPluginMagic
-  uint32_t abi;          // kPluginAbi
-  const char* version;   // INA_VERSION
-  uint64_t layout;       // kLayout of the plugin's headers
+  uint32_t magic;       // kPluginMagic
+  uint32_t abi;         // kPluginAbi
+  const char* version;  // INA_VERSION
+  uint64_t layout;      // kLayout of the plugin's headers
   // Valid once the checks passed.
-  const char* name;      // "dpdk", "xdp", "verbs", "cuda"
+  const char* name;                        // "dpdk", "xdp", "verbs", "cuda"
   void (*attach)(const PluginHost* host);  // called once, before the api is used
-  const void* api;       // DpdkApi, XdpApi, VerbsApi or CudaApi
+  const void* api;                         // DpdkApi, XdpApi, VerbsApi or CudaApi
 };
 
 }  // namespace ina::worker::plugin

@@ -69,8 +69,7 @@ Status check_header(const PluginHeader* h, const char* name, const std::string& 
   const bool version_ok = h->version != nullptr && std::strcmp(h->version, INA_VERSION) == 0;
   if (h->abi != kPluginAbi || !version_ok || h->layout != kLayout) {
     char buf[160];
-    std::snprintf(buf, sizeof buf, "plugin ABI %" PRIu32 ", layout %016" PRIx64, h->abi,
-                  h->layout);
+    std::snprintf(buf, sizeof buf, "plugin ABI %" PRIu32 ", layout %016" PRIx64, h->abi, h->layout);
     char mine[160];
     std::snprintf(mine, sizeof mine, "plugin ABI %" PRIu32 ", layout %016" PRIx64, kPluginAbi,
                   kLayout);
@@ -101,7 +100,8 @@ Result<const PluginHeader*> load(const char* name, const std::string& what,
   if (const char* dir = std::getenv("INA_PLUGIN_DIR"); dir != nullptr && *dir != '\0') {
     path = std::string(dir) + "/" + file;
     handle = open(path, &why);
-    if (handle == nullptr) return failed_precondition(prefix + why + " (INA_PLUGIN_DIR=" + dir + ")");
+    if (handle == nullptr)
+      return failed_precondition(prefix + why + " (INA_PLUGIN_DIR=" + dir + ")");
   } else {
     const std::string own = own_directory();
     std::string beside_why;
@@ -117,9 +117,8 @@ Result<const PluginHeader*> load(const char* name, const std::string& what,
       path = file;
       handle = open(file, &why);
       if (handle == nullptr) {
-        return failed_precondition(
-            prefix + (beside_why.empty() ? "" : beside_why + "; by name: ") + why +
-            " (install it beside libina.so, or set INA_PLUGIN_DIR)");
+        return failed_precondition(prefix + (beside_why.empty() ? "" : beside_why + "; by name: ") +
+                                   why + " (install it beside libina.so, or set INA_PLUGIN_DIR)");
       }
     }
   }

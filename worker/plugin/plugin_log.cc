@@ -18,7 +18,8 @@ std::atomic<const PluginHost*> g_host{nullptr};
 }  // namespace
 
 void attach_host(const PluginHost* host) {
-  if (host != nullptr && host->size >= sizeof(PluginHost)) g_host.store(host, std::memory_order_release);
+  if (host != nullptr && host->size >= sizeof(PluginHost))
+    g_host.store(host, std::memory_order_release);
 }
 
 }  // namespace ina::worker::plugin

@@ -14,12 +14,15 @@ void attach_host(const PluginHost* host);
 }  // namespace ina::worker::plugin
 
 // Defines ina_plugin_entry for the plugin `name` with `api` (a DpdkApi, XdpApi, ... object).
-#define INA_DEFINE_PLUGIN(name, api)                                                         \
-  extern "C" __attribute__((visibility("default"))) const ::ina::worker::plugin::PluginHeader* \
-  ina_plugin_entry() {                                                                       \
-    static const ::ina::worker::plugin::PluginHeader header{                                 \
-        ::ina::worker::plugin::kPluginMagic, ::ina::worker::plugin::kPluginAbi, INA_VERSION,  \
-        ::ina::worker::plugin::kLayout,      name,                                           \
-        &::ina::worker::plugin::attach_host, &(api)};                                        \
-    return &header;                                                                          \
+#define INA_DEFINE_PLUGIN(name, api)                                                             \
+  extern "C" __attribute__((visibility("default"))) const ::ina::worker::plugin::PluginHeader*   \
+  ina_plugin_entry() {                                                                           \
+    static const ::ina::worker::plugin::PluginHeader header{::ina::worker::plugin::kPluginMagic, \
+                                                            ::ina::worker::plugin::kPluginAbi,   \
+                                                            INA_VERSION,                         \
+                                                            ::ina::worker::plugin::kLayout,      \
+                                                            name,                                \
+                                                            &::ina::worker::plugin::attach_host, \
+                                                            &(api)};                             \
+    return &header;                                                                              \
   }

@@ -18,9 +18,9 @@ namespace {
 
 Result<std::unique_ptr<Transport>> create_dpdk_transport(const DpdkTransportOptions& o) {
 #if INA_HAVE_DPDK
-  INA_ASSIGN_OR_RETURN(const plugin::DpdkApi* api,
-                       plugin::api<plugin::DpdkApi>("dpdk", "INA_TRANSPORT=dpdk",
-                                                    "the DPDK transport plugin"));
+  INA_ASSIGN_OR_RETURN(
+      const plugin::DpdkApi* api,
+      plugin::api<plugin::DpdkApi>("dpdk", "INA_TRANSPORT=dpdk", "the DPDK transport plugin"));
   return api->create(o);
 #else
   (void)o;
@@ -30,9 +30,9 @@ Result<std::unique_ptr<Transport>> create_dpdk_transport(const DpdkTransportOpti
 
 Result<std::unique_ptr<Transport>> create_xdp_transport(const XdpTransportOptions& o) {
 #if INA_HAVE_XDP
-  INA_ASSIGN_OR_RETURN(const plugin::XdpApi* api,
-                       plugin::api<plugin::XdpApi>("xdp", "INA_TRANSPORT=xdp",
-                                                   "the AF_XDP transport plugin"));
+  INA_ASSIGN_OR_RETURN(
+      const plugin::XdpApi* api,
+      plugin::api<plugin::XdpApi>("xdp", "INA_TRANSPORT=xdp", "the AF_XDP transport plugin"));
   return api->create(o);
 #else
   (void)o;
@@ -43,9 +43,9 @@ Result<std::unique_ptr<Transport>> create_xdp_transport(const XdpTransportOption
 Result<std::unique_ptr<host::Context>> connect_verbs_mesh(host::Store& store, int rank, int size,
                                                           const rdma::VerbsMeshOptions& o) {
 #if INA_HAVE_RDMA
-  INA_ASSIGN_OR_RETURN(const plugin::VerbsApi* api,
-                       plugin::api<plugin::VerbsApi>("verbs", "INA_HOST_TRANSPORT=verbs",
-                                                     "the RDMA verbs plugin"));
+  INA_ASSIGN_OR_RETURN(
+      const plugin::VerbsApi* api,
+      plugin::api<plugin::VerbsApi>("verbs", "INA_HOST_TRANSPORT=verbs", "the RDMA verbs plugin"));
   return api->connect(store, rank, size, o);
 #else
   (void)store, (void)rank, (void)size, (void)o;
@@ -73,8 +73,8 @@ namespace features {
 
 #if INA_HAVE_RDMA
 Probe probe_rdma() {
-  Result<const worker::plugin::VerbsApi*> api = worker::plugin::api<worker::plugin::VerbsApi>(
-      "verbs", "", "the RDMA verbs plugin");
+  Result<const worker::plugin::VerbsApi*> api =
+      worker::plugin::api<worker::plugin::VerbsApi>("verbs", "", "the RDMA verbs plugin");
   if (!api.ok()) return {true, false, api.status().message()};
   return api.value()->probe();
 }

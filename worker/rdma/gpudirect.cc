@@ -208,9 +208,10 @@ DeviceRegistration register_device_memory(ibv_pd* pd, void* ptr, size_t bytes, i
       if (reg.mr != nullptr) {
         reg.kind = DeviceRegKind::kPeerMem;
       } else {
-        reg.detail += std::string("; peer memory: ibv_reg_mr: ") + std::strerror(errno) +
-                      (::access("/sys/module/nvidia_peermem", F_OK) == 0 ? ""
-                                                                       : " (nvidia-peermem not loaded)");
+        reg.detail +=
+            std::string("; peer memory: ibv_reg_mr: ") + std::strerror(errno) +
+            (::access("/sys/module/nvidia_peermem", F_OK) == 0 ? ""
+                                                               : " (nvidia-peermem not loaded)");
       }
     }
   }

@@ -47,8 +47,8 @@ Result<DeviceAllocation> device_allocation(const void* p);
 struct DeviceRegistration {
   ibv_mr* mr = nullptr;  // null with kHostStaging
   DeviceRegKind kind = DeviceRegKind::kHostStaging;
-  int dmabuf_fd = -1;    // kept open while the region lives (closed by deregister)
-  std::string detail;    // why the faster kinds were not used
+  int dmabuf_fd = -1;  // kept open while the region lives (closed by deregister)
+  std::string detail;  // why the faster kinds were not used
 };
 
 // Registers [ptr, ptr + bytes) of device memory with `pd` (access: IBV_ACCESS_* flags).

@@ -61,20 +61,20 @@ struct VerbsMesh::Op {
   int peer = -1;
   bool is_send = false;
   bool complete = false;
-  bool device = false;        // a CUDA device buffer
+  bool device = false;  // a CUDA device buffer
   uint8_t* buf = nullptr;
   size_t bytes = 0;
-  size_t chunks = 0;          // chunk_count(bytes)
-  size_t chunks_done = 0;     // sends: posted; receives: copied out
-  uint64_t last_seq = 0;      // sends: the ring sequence of the last chunk
-  ibv_mr* mr = nullptr;       // zero-copy device sends: the cached registration it uses
-  uint64_t mr_key = 0;        // its cache key (CUDA buffer id)
+  size_t chunks = 0;       // chunk_count(bytes)
+  size_t chunks_done = 0;  // sends: posted; receives: copied out
+  uint64_t last_seq = 0;   // sends: the ring sequence of the last chunk
+  ibv_mr* mr = nullptr;    // zero-copy device sends: the cached registration it uses
+  uint64_t mr_key = 0;     // its cache key (CUDA buffer id)
 };
 
 struct VerbsMesh::CachedMr {
   uint64_t key = 0;
   DeviceRegistration reg;
-  int in_use = 0;             // pending sends reading through it
+  int in_use = 0;  // pending sends reading through it
   uint64_t last_use = 0;
 };
 
@@ -91,7 +91,7 @@ struct VerbsMesh::Peer {
   VerbsPeerInfo remote;
   SendWindow send_window{1};
   RecvWindow recv_window{1};
-  int sq_outstanding = 0;     // signalled work requests not yet completed
+  int sq_outstanding = 0;  // signalled work requests not yet completed
   bool credit_inflight = false;
   std::deque<Op*> sends;      // posted, chunks left to post
   std::deque<Op*> zero_copy;  // all chunks posted from device memory, awaiting completions
@@ -192,13 +192,13 @@ Status to_init(ibv_qp* qp, uint8_t port) {
   a.pkey_index = 0;
   a.port_num = port;
   a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-  const int r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT |
-                                          IBV_QP_ACCESS_FLAGS);
+  const int r =
+      ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
   return r == 0 ? ok_status() : verbs_errno("ibv_modify_qp(INIT)", r);
 }
 
-Status to_rtr_rts(ibv_qp* qp, uint8_t port, const ibv_port_attr& pa, int gid_index,
-                  uint32_t my_psn, const VerbsPeerInfo& peer, const std::string& name) {
+Status to_rtr_rts(ibv_qp* qp, uint8_t port, const ibv_port_attr& pa, int gid_index, uint32_t my_psn,
+                  const VerbsPeerInfo& peer, const std::string& name) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = static_cast<ibv_mtu>(std::min<int>(pa.active_mtu, peer.mtu));
@@ -215,19 +215,20 @@ Status to_rtr_rts(ibv_qp* qp, uint8_t port, const ibv_port_attr& pa, int gid_ind
     a.ah_attr.grh.sgid_index = static_cast<uint8_t>(gid_index);
     a.ah_attr.grh.hop_limit = 64;
   }
-  int r = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                    IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                    IBV_QP_MIN_RNR_TIMER);
+  int r = ibv_modify_qp(qp, &a,
+                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
   if (r != 0) return verbs_errno(name + ": ibv_modify_qp(RTR)", r);
   ibv_qp_attr s{};
   s.qp_state = IBV_QPS_RTS;
-  s.timeout = 14;   // 4.096 us * 2^14 = 67 ms per try
+  s.timeout = 14;  // 4.096 us * 2^14 = 67 ms per try
   s.retry_cnt = 7;
   s.rnr_retry = 7;  // infinite: the receive ring is always posted, RNR only while reposting
   s.sq_psn = my_psn;
   s.max_rd_atomic = 1;
-  r = ibv_modify_qp(qp, &s, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
+  r = ibv_modify_qp(qp, &s,
+                    IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                        IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
   return r == 0 ? ok_status() : verbs_errno(name + ": ibv_modify_qp(RTS)", r);
 }
 
@@ -249,10 +250,11 @@ Result<std::unique_ptr<VerbsMesh>> VerbsMesh::connect(host::Store& store, int ra
                             std::to_string(size));
   if (opts.slot_bytes < 1 || opts.slot_bytes > VerbsPeerInfo::kMaxSlotBytes)
     return invalid_argument("VerbsMesh: slot_bytes " + std::to_string(opts.slot_bytes) +
-                            " out of range [1, " + std::to_string(VerbsPeerInfo::kMaxSlotBytes) + "]");
+                            " out of range [1, " + std::to_string(VerbsPeerInfo::kMaxSlotBytes) +
+                            "]");
   if (opts.slots < 1 || opts.slots > VerbsPeerInfo::kMaxSlots)
-    return invalid_argument("VerbsMesh: slots " + std::to_string(opts.slots) + " out of range [1, " +
-                            std::to_string(VerbsPeerInfo::kMaxSlots) + "]");
+    return invalid_argument("VerbsMesh: slots " + std::to_string(opts.slots) +
+                            " out of range [1, " + std::to_string(VerbsPeerInfo::kMaxSlots) + "]");
   auto mesh = std::unique_ptr<VerbsMesh>(new VerbsMesh(rank, size, opts));
   Resources& res = *mesh->res_;
   INA_RETURN_IF_ERROR(open_device(opts, &res.ctx, &res.port, &res.port_attr, &mesh->device_name_));
@@ -263,7 +265,8 @@ Result<std::unique_ptr<VerbsMesh>> VerbsMesh::connect(host::Store& store, int ra
                     std::chrono::milliseconds(1));
   };
 
-  if (ibv_query_gid(res.ctx, res.port, opts.gid_index, &res.gid) != 0) std::memset(&res.gid, 0, sizeof(res.gid));
+  if (ibv_query_gid(res.ctx, res.port, opts.gid_index, &res.gid) != 0)
+    std::memset(&res.gid, 0, sizeof(res.gid));
   res.pd = ibv_alloc_pd(res.ctx);
   if (res.pd == nullptr) return verbs_errno("ibv_alloc_pd", errno);
   const int peers = size - 1;
@@ -286,7 +289,8 @@ Result<std::unique_ptr<VerbsMesh>> VerbsMesh::connect(host::Store& store, int ra
   if (res.mr == nullptr) return verbs_errno("ibv_reg_mr(slots)", errno);
 
   // Each rank's n-th mesh of this job meets the others' n-th.
-  INA_ASSIGN_OR_RETURN(int64_t incarnation, store.add("verbs/incarnation/" + std::to_string(rank), 1));
+  INA_ASSIGN_OR_RETURN(int64_t incarnation,
+                       store.add("verbs/incarnation/" + std::to_string(rank), 1));
   std::random_device rd;
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
@@ -327,14 +331,15 @@ Result<std::unique_ptr<VerbsMesh>> VerbsMesh::connect(host::Store& store, int ra
     me.slot_count = opts.slots;
     me.credit_addr = reinterpret_cast<uintptr_t>(peer.header);
     me.credit_rkey = res.mr->rkey;
-    INA_RETURN_IF_ERROR(store.set(peer_info_key(static_cast<uint64_t>(incarnation), rank, p),
-                                  me.serialize()));
+    INA_RETURN_IF_ERROR(
+        store.set(peer_info_key(static_cast<uint64_t>(incarnation), rank, p), me.serialize()));
   }
   for (int p = 0; p < size; ++p) {
     if (p == rank) continue;
     Peer& peer = mesh->peers_[static_cast<size_t>(p)];
     const std::string name = rank_name(p);
-    Result<host::Bytes> b = store.get(peer_info_key(static_cast<uint64_t>(incarnation), p, rank), left());
+    Result<host::Bytes> b =
+        store.get(peer_info_key(static_cast<uint64_t>(incarnation), p, rank), left());
     if (!b.ok())
       return Status(b.status().code(), "VerbsMesh: rank " + std::to_string(rank) + ": " + name +
                                            " did not publish its queue pair info (" +
@@ -343,20 +348,23 @@ Result<std::unique_ptr<VerbsMesh>> VerbsMesh::connect(host::Store& store, int ra
     const VerbsPeerInfo& r = peer.remote;
     if (r.world_size != static_cast<uint32_t>(size) || r.from_rank != static_cast<uint32_t>(p) ||
         r.to_rank != static_cast<uint32_t>(rank))
-      return invalid_argument(name + "'s queue pair info is for rank " + std::to_string(r.from_rank) +
-                              " -> " + std::to_string(r.to_rank) + " of " +
-                              std::to_string(r.world_size) + ", expected " + std::to_string(p) +
-                              " -> " + std::to_string(rank) + " of " + std::to_string(size));
+      return invalid_argument(
+          name + "'s queue pair info is for rank " + std::to_string(r.from_rank) + " -> " +
+          std::to_string(r.to_rank) + " of " + std::to_string(r.world_size) + ", expected " +
+          std::to_string(p) + " -> " + std::to_string(rank) + " of " + std::to_string(size));
     if (r.slot_bytes != opts.slot_bytes || r.slot_count != opts.slots)
       return invalid_argument(name + " uses " + std::to_string(r.slot_count) + " slots of " +
                               std::to_string(r.slot_bytes) + " bytes, this rank " +
-                              std::to_string(opts.slots) + " of " + std::to_string(opts.slot_bytes));
-    INA_RETURN_IF_ERROR(to_rtr_rts(peer.qp, res.port, res.port_attr, opts.gid_index, peer.psn, r, name));
+                              std::to_string(opts.slots) + " of " +
+                              std::to_string(opts.slot_bytes));
+    INA_RETURN_IF_ERROR(
+        to_rtr_rts(peer.qp, res.port, res.port_attr, opts.gid_index, peer.psn, r, name));
     INA_DEBUG("rdma", "rank %d -> rank %d: qpn %u -> %u, mtu %d, %s", rank, p, peer.qp->qp_num,
               r.qpn, mtu_bytes(std::min<int>(res.port_attr.active_mtu, r.mtu)),
               r.lid != 0 ? "lid" : "gid");
   }
-  INA_RETURN_IF_ERROR(store.set(ready_key(static_cast<uint64_t>(incarnation), rank), host::to_bytes("1")));
+  INA_RETURN_IF_ERROR(
+      store.set(ready_key(static_cast<uint64_t>(incarnation), rank), host::to_bytes("1")));
   std::vector<std::string> ready;
   for (int p = 0; p < size; ++p)
     if (p != rank) ready.push_back(ready_key(static_cast<uint64_t>(incarnation), p));
@@ -391,7 +399,8 @@ ibv_mr* VerbsMesh::device_mr(const void* p, uint64_t* cache_key) {
   if (mr_cache_.size() >= kMaxCachedMrs) {
     auto victim = mr_cache_.end();
     for (auto it = mr_cache_.begin(); it != mr_cache_.end(); ++it)
-      if (it->in_use == 0 && (victim == mr_cache_.end() || it->last_use < victim->last_use)) victim = it;
+      if (it->in_use == 0 && (victim == mr_cache_.end() || it->last_use < victim->last_use))
+        victim = it;
     if (victim == mr_cache_.end()) return nullptr;  // all in use: stage this one
     deregister_device_memory(&victim->reg);
     mr_cache_.erase(victim);
@@ -466,7 +475,8 @@ Status VerbsMesh::fail(Status s) {
 Status VerbsMesh::progress_sends(int peer) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   if (p.sends.empty()) return ok_status();
-  INA_RETURN_IF_ERROR(p.send_window.on_remote_consumed(__atomic_load_n(p.credit_word(), __ATOMIC_ACQUIRE)));
+  INA_RETURN_IF_ERROR(
+      p.send_window.on_remote_consumed(__atomic_load_n(p.credit_word(), __ATOMIC_ACQUIRE)));
   while (!p.sends.empty() && p.send_window.can_post() && p.sq_outstanding < res_->sq_cap - 1) {
     Op* op = p.sends.front();
     const size_t i = op->chunks_done;
@@ -509,7 +519,7 @@ Status VerbsMesh::progress_sends(int peer) {
       if (op->mr != nullptr) {
         p.zero_copy.push_back(op);  // the NIC still reads the user's buffer
       } else {
-        op->complete = true;        // the data is in the staging slots
+        op->complete = true;  // the data is in the staging slots
       }
     }
   }
@@ -549,7 +559,8 @@ Status VerbsMesh::progress_recvs(int peer) {
     Op* op = p.recvs.front();
     const ChunkImm c = decode_imm(p.arrived.front());
     INA_RETURN_IF_ERROR(check_chunk(c, op->bytes, slot_bytes_, op->chunks_done, rank_name(peer)));
-    const uint8_t* slot = p.recv_slots + static_cast<size_t>(p.recv_window.next_slot()) * slot_bytes_;
+    const uint8_t* slot =
+        p.recv_slots + static_cast<size_t>(p.recv_window.next_slot()) * slot_bytes_;
     uint8_t* dst = op->buf + op->chunks_done * slot_bytes_;
     if (op->device) {
       INA_RETURN_IF_ERROR(copy_host_to_device(dst, slot, c.length));
@@ -621,8 +632,9 @@ Status VerbsMesh::progress() {
 }
 
 Status VerbsMesh::timeout_error(const Op& op) const {
-  return deadline_exceeded(rank_name(op.peer) + (op.is_send ? " did not receive" : " did not send") +
-                           " within " + std::to_string(timeout_.count()) + " ms");
+  return deadline_exceeded(rank_name(op.peer) +
+                           (op.is_send ? " did not receive" : " did not send") + " within " +
+                           std::to_string(timeout_.count()) + " ms");
 }
 
 Status VerbsMesh::wait(Handle h) {

@@ -56,11 +56,11 @@ struct ibv_wc;
 namespace ina::rdma {
 
 struct VerbsMeshOptions {
-  std::string device;         // ibv device name ("mlx5_0"); empty: the first with an active port
-  uint8_t port = 0;           // HCA port; 0: the first active one
-  int gid_index = 0;          // GID table index (RoCE v2 usually wants the IPv4-mapped entry)
-  uint32_t slot_bytes = 256 * 1024;  // chunk size
-  uint32_t slots = 16;               // receive slots per peer (credits)
+  std::string device;  // ibv device name ("mlx5_0"); empty: the first with an active port
+  uint8_t port = 0;    // HCA port; 0: the first active one
+  int gid_index = 0;   // GID table index (RoCE v2 usually wants the IPv4-mapped entry)
+  uint32_t slot_bytes = 256 * 1024;          // chunk size
+  uint32_t slots = 16;                       // receive slots per peer (credits)
   std::chrono::milliseconds timeout{30000};  // setup, and every wait
 };
 

@@ -16,8 +16,9 @@ features::Probe probe_verbs() {
   ibv_device** list = ibv_get_device_list(&n);
   if (list == nullptr) {
     // ENOSYS: the kernel has no RDMA support (no /sys/class/infiniband_verbs).
-    p.detail = errno == ENOSYS ? std::string("no RDMA device: ibv_get_device_list found 0 (kernel has no RDMA)")
-                               : std::string("ibv_get_device_list: ") + std::strerror(errno);
+    p.detail = errno == ENOSYS
+                   ? std::string("no RDMA device: ibv_get_device_list found 0 (kernel has no RDMA)")
+                   : std::string("ibv_get_device_list: ") + std::strerror(errno);
     return p;
   }
   if (n == 0) {

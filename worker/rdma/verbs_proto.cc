@@ -24,9 +24,9 @@ uint16_t get_u16(const uint8_t* p) { return static_cast<uint16_t>(p[0] | (p[1] <
 
 // Layout (little-endian): the offsets of every field.
 constexpr size_t kOffMagic = 0, kOffVersion = 4, kOffPort = 6, kOffMtu = 7, kOffWorld = 8,
-                 kOffFrom = 12, kOffTo = 16, kOffLid = 20, kOffGid = 24, kOffQpn = 40,
-                 kOffPsn = 44, kOffSlotsAddr = 48, kOffSlotsRkey = 56, kOffSlotBytes = 60,
-                 kOffSlotCount = 64, kOffCreditAddr = 68, kOffCreditRkey = 76, kEnd = 80;
+                 kOffFrom = 12, kOffTo = 16, kOffLid = 20, kOffGid = 24, kOffQpn = 40, kOffPsn = 44,
+                 kOffSlotsAddr = 48, kOffSlotsRkey = 56, kOffSlotBytes = 60, kOffSlotCount = 64,
+                 kOffCreditAddr = 68, kOffCreditRkey = 76, kEnd = 80;
 static_assert(kEnd == VerbsPeerInfo::kWireBytes);
 
 Status field_range(const std::string& what, const char* field, uint64_t v, uint64_t lo,
@@ -196,7 +196,8 @@ Result<VerbsSelection> parse_verbs_selection(const char* device, const char* gid
     const std::string_view name = d.substr(0, colon);
     uint64_t port = 0;
     bool ok = !name.empty() && name.find_first_of(" /\t") == std::string_view::npos;
-    if (ok && colon != std::string_view::npos) ok = parse_decimal(d.substr(colon + 1), 255, &port) && port >= 1;
+    if (ok && colon != std::string_view::npos)
+      ok = parse_decimal(d.substr(colon + 1), 255, &port) && port >= 1;
     if (!ok)
       return invalid_argument("INA_VERBS_DEVICE=\"" + std::string(d) +
                               "\" is not valid: expected an RDMA device name, optionally with "
@@ -241,10 +242,14 @@ std::string encode_vote(const TransportVote& v) {
 Result<TransportVote> decode_vote(const std::string& s, const std::string& what) {
   const size_t slash = s.find('/');
   auto parse = [](std::string_view t, HostTransport* out) {
-    if (t == "auto") *out = HostTransport::kAuto;
-    else if (t == "tcp") *out = HostTransport::kTcp;
-    else if (t == "verbs") *out = HostTransport::kVerbs;
-    else return false;
+    if (t == "auto")
+      *out = HostTransport::kAuto;
+    else if (t == "tcp")
+      *out = HostTransport::kTcp;
+    else if (t == "verbs")
+      *out = HostTransport::kVerbs;
+    else
+      return false;
     return true;
   };
   TransportVote v;
@@ -269,10 +274,10 @@ Result<HostTransport> agree_host_transport(const std::vector<TransportVote>& vot
     if (votes[r].chosen == HostTransport::kTcp && tcp < 0) tcp = static_cast<int>(r);
   }
   if (forced_verbs < 0) return HostTransport::kTcp;  // some rank cannot do verbs: all use tcp
-  return failed_precondition(
-      "host transport mismatch: rank " + std::to_string(forced_verbs) +
-      " uses verbs (INA_HOST_TRANSPORT=verbs), rank " + std::to_string(tcp) + " tcp (" +
-      host_transport_name(votes[static_cast<size_t>(tcp)].requested) + ")");
+  return failed_precondition("host transport mismatch: rank " + std::to_string(forced_verbs) +
+                             " uses verbs (INA_HOST_TRANSPORT=verbs), rank " + std::to_string(tcp) +
+                             " tcp (" +
+                             host_transport_name(votes[static_cast<size_t>(tcp)].requested) + ")");
 }
 
 }  // namespace ina::rdma

@@ -21,8 +21,8 @@
 #include <string>
 #include <vector>
 
-#include "ina/ina.hpp"
 #include "ina/base/status.h"
+#include "ina/ina.hpp"
 
 namespace ina::rdma {
 
@@ -34,15 +34,15 @@ struct VerbsPeerInfo {
   static constexpr uint32_t kMaxSlotBytes = 1u << 30;  // fits the immediate's 31 length bits
 
   uint32_t world_size = 0;
-  uint32_t from_rank = 0;  // the rank that owns the queue pair and memory described
-  uint32_t to_rank = 0;    // the peer this queue pair is connected to
-  uint16_t lid = 0;        // InfiniBand local id (0 on RoCE)
-  uint8_t gid[16] = {};    // port GID (RoCE, or IB across subnets); all zero: none
-  uint8_t port = 1;        // the HCA port
-  uint8_t mtu = 0;         // enum ibv_mtu: 1 (256) .. 5 (4096)
-  uint32_t qpn = 0;        // queue pair number, 24 bits
-  uint32_t psn = 0;        // first packet sequence number, 24 bits
-  uint64_t slots_addr = 0; // receive slots of this pair (the peer writes its chunks here)
+  uint32_t from_rank = 0;   // the rank that owns the queue pair and memory described
+  uint32_t to_rank = 0;     // the peer this queue pair is connected to
+  uint16_t lid = 0;         // InfiniBand local id (0 on RoCE)
+  uint8_t gid[16] = {};     // port GID (RoCE, or IB across subnets); all zero: none
+  uint8_t port = 1;         // the HCA port
+  uint8_t mtu = 0;          // enum ibv_mtu: 1 (256) .. 5 (4096)
+  uint32_t qpn = 0;         // queue pair number, 24 bits
+  uint32_t psn = 0;         // first packet sequence number, 24 bits
+  uint64_t slots_addr = 0;  // receive slots of this pair (the peer writes its chunks here)
   uint32_t slots_rkey = 0;
   uint32_t slot_bytes = 0;
   uint32_t slot_count = 0;
@@ -157,10 +157,10 @@ Result<HostTransport> choose_host_transport(HostTransport requested, bool rdma_b
 // verbs only asked for auto, all use tcp; else kFailedPrecondition naming a rank on each side:
 // "host transport mismatch: rank 0 uses verbs (INA_HOST_TRANSPORT=verbs), rank 2 tcp (auto)".
 struct TransportVote {
-  HostTransport chosen = HostTransport::kTcp;     // kTcp or kVerbs
+  HostTransport chosen = HostTransport::kTcp;  // kTcp or kVerbs
   HostTransport requested = HostTransport::kAuto;
 };
-std::string encode_vote(const TransportVote& v);                          // "verbs/auto"
+std::string encode_vote(const TransportVote& v);  // "verbs/auto"
 Result<TransportVote> decode_vote(const std::string& s, const std::string& what);
 Result<HostTransport> agree_host_transport(const std::vector<TransportVote>& votes);
 

@@ -60,8 +60,8 @@ Result<BypassEndpoint> bypass_endpoint_from_env(const Config& cfg, std::string_v
   o.local_port = static_cast<uint16_t>(base + static_cast<unsigned>(cfg.rank));
   Result<uint32_t> aip = frame::parse_ipv4(cfg.aggregator_host);
   if (!aip.ok()) {
-    return invalid_argument("invalid INA_AGGREGATOR host \"" + cfg.aggregator_host + "\": " +
-                            which + " needs an IPv4 address a.b.c.d (no names)");
+    return invalid_argument("invalid INA_AGGREGATOR host \"" + cfg.aggregator_host +
+                            "\": " + which + " needs an IPv4 address a.b.c.d (no names)");
   }
   o.aggregator_ip = aip.value();
   o.aggregator_port = cfg.aggregator_port;
@@ -94,8 +94,7 @@ Result<DpdkTransportOptions> dpdk_options_from_env(const Config& cfg) {
   if (o.eal_args.empty()) return env_error("INA_DPDK_ARGS", a, "EAL arguments");
   if (const char* v = nonempty_env("INA_DPDK_PORT")) o.port = v;
 
-  INA_ASSIGN_OR_RETURN(BypassEndpoint e,
-                       bypass_endpoint_from_env(cfg, "dpdk", "on the port"));
+  INA_ASSIGN_OR_RETURN(BypassEndpoint e, bypass_endpoint_from_env(cfg, "dpdk", "on the port"));
   apply_endpoint(e, &o);
   return o;
 }
@@ -121,10 +120,10 @@ Result<XdpTransportOptions> xdp_options_from_env(const Config& cfg) {
     if (s != "0" && s != "1") return env_error("INA_XDP_COPY", s, "0 or 1");
     o.force_copy = s == "1";
   }
-  INA_ASSIGN_OR_RETURN(
-      BypassEndpoint e,
-      bypass_endpoint_from_env(cfg, "xdp", "(not configured on the kernel interface; the "
-                                           "transport answers ARP for it)"));
+  INA_ASSIGN_OR_RETURN(BypassEndpoint e,
+                       bypass_endpoint_from_env(cfg, "xdp",
+                                                "(not configured on the kernel interface; the "
+                                                "transport answers ARP for it)"));
   apply_endpoint(e, &o);
   return o;
 }

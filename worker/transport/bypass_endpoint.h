@@ -6,18 +6,18 @@
 #include <cstdint>
 #include <string_view>
 
+#include "ina/base/status.h"
 #include "ina/ina.hpp"
 #include "ina/protocol/frame.h"
-#include "ina/base/status.h"
 
 namespace ina::worker {
 
 struct BypassEndpoint {
-  uint32_t local_ip = 0;         // host order
-  bool local_mac_set = false;    // else the port's / interface's MAC
+  uint32_t local_ip = 0;       // host order
+  bool local_mac_set = false;  // else the port's / interface's MAC
   frame::Mac local_mac{};
-  uint16_t local_port = 0;       // INA_LOCAL_PORT (default 47500) + rank
-  uint32_t aggregator_ip = 0;    // host order
+  uint16_t local_port = 0;     // INA_LOCAL_PORT (default 47500) + rank
+  uint32_t aggregator_ip = 0;  // host order
   uint16_t aggregator_port = 47474;
   bool aggregator_mac_set = false;  // else ARP
   frame::Mac aggregator_mac{};

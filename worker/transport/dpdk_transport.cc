@@ -20,8 +20,8 @@
 #include <mutex>
 #include <thread>
 
-#include "ina/protocol/frame_dpdk.h"
 #include "ina/base/log.h"
+#include "ina/protocol/frame_dpdk.h"
 
 namespace ina::worker {
 
@@ -36,7 +36,6 @@ constexpr uint16_t kDescriptors = 1024;
 constexpr uint16_t kPollBurst = 32;
 constexpr int kDrainBursts = kRxRingSize / kPollBurst;  // one rank ring's worth of frames
 constexpr int kTxAttempts = 8;
-
 
 void set_len(rte_mbuf* m, size_t len) {
   m->data_len = static_cast<uint16_t>(len);
@@ -97,7 +96,7 @@ class DpdkPort {
   std::mutex tx_lock_;
   std::array<DpdkTransport::Endpoint*, kMaxEndpoints> eps_{};
   size_t n_eps_ = 0;
-  frame::Counters drops_;  // under rx_lock_
+  frame::Counters drops_;       // under rx_lock_
   uint64_t multi_segment_ = 0;  // scattered frames (never INA-sized here), dropped; under rx_lock_
   uint64_t no_rank_ = 0;        // frames while no rank is registered; under rx_lock_
   uint64_t generation_ = 0;     // which acquire() started the port (see the destructor)
@@ -112,7 +111,7 @@ bool g_eal_tried = false;
 Status g_eal_status;
 rte_mempool* g_pool = nullptr;
 uint16_t g_started_port = RTE_MAX_ETHPORTS;  // for the exit handler
-uint64_t g_generation = 0;                     // acquire() calls that started the port
+uint64_t g_generation = 0;                   // acquire() calls that started the port
 
 // A communicator still alive at exit or unload (leaked, or exit() from another thread): stop the
 // port so the peer sees a clean disconnect. A destructor rather than atexit(): it also runs when
@@ -138,9 +137,9 @@ Status start_eal(const std::vector<std::string>& args) {
   const int rc = rte_eal_init(static_cast<int>(copy.size()), argv.data());
   if (have_affinity) (void)sched_setaffinity(0, sizeof saved, &saved);
   if (rc < 0) {
-    g_eal_status = Status(StatusCode::kUnavailable,
-                          std::string("dpdk: the EAL cannot start with INA_DPDK_ARGS: ") +
-                              rte_strerror(rte_errno));
+    g_eal_status = Status(
+        StatusCode::kUnavailable,
+        std::string("dpdk: the EAL cannot start with INA_DPDK_ARGS: ") + rte_strerror(rte_errno));
   } else if (static_cast<size_t>(rc) + 1 != copy.size()) {
     g_eal_status = invalid_argument("invalid INA_DPDK_ARGS: the EAL did not understand '" +
                                     copy[static_cast<size_t>(rc) + 1] + "'");
@@ -181,11 +180,9 @@ Result<std::shared_ptr<DpdkPort>> DpdkPort::acquire(const DpdkTransportOptions& 
   (void)rte_eth_dev_get_name_by_port(p->id_, name);
   p->name_ = name;
   if (g_pool == nullptr) {
-    g_pool = rte_pktmbuf_pool_create("ina_worker_pool", kPoolMbufs, 0, 0,
-                                     RTE_MBUF_DEFAULT_BUF_SIZE,
-                                     rte_eth_dev_socket_id(p->id_) < 0
-                                         ? SOCKET_ID_ANY
-                                         : rte_eth_dev_socket_id(p->id_));
+    g_pool = rte_pktmbuf_pool_create(
+        "ina_worker_pool", kPoolMbufs, 0, 0, RTE_MBUF_DEFAULT_BUF_SIZE,
+        rte_eth_dev_socket_id(p->id_) < 0 ? SOCKET_ID_ANY : rte_eth_dev_socket_id(p->id_));
     if (g_pool == nullptr) return dpdk_error("rte_pktmbuf_pool_create", rte_errno);
   }
   p->pool_ = g_pool;
@@ -323,14 +320,12 @@ void DpdkPort::dispatch(rte_mbuf* m) {
       for (size_t i = 0; i < n_eps_; ++i) {
         uint32_t ip = 0;
         frame::Mac mac{};
-        if (frame::arp_reply_sender(f, eps_[i]->local, &ip, &mac) &&
-            ip == eps_[i]->aggregator_ip) {
+        if (frame::arp_reply_sender(f, eps_[i]->local, &ip, &mac) && ip == eps_[i]->aggregator_ip) {
           eps_[i]->owner->learn_aggregator_mac(mac);
         }
       }
       break;
-    default:
-      break;
+    default: break;
   }
   rte_pktmbuf_free(m);
 }
@@ -365,8 +360,8 @@ Status DpdkTransport::init(const DpdkTransportOptions& opts) {
 
   static std::atomic<unsigned> ring_seq{0};
   const std::string ring_name = "ina_rx" + std::to_string(ring_seq.fetch_add(1));
-  ep_.ring = rte_ring_create(ring_name.c_str(), kRxRingSize, SOCKET_ID_ANY,
-                             RING_F_SP_ENQ | RING_F_SC_DEQ);
+  ep_.ring =
+      rte_ring_create(ring_name.c_str(), kRxRingSize, SOCKET_ID_ANY, RING_F_SP_ENQ | RING_F_SC_DEQ);
   if (ep_.ring == nullptr) return dpdk_error("rte_ring_create", rte_errno);
   ep_.local = local_;
   ep_.aggregator_ip = opts.aggregator_ip;
@@ -491,8 +486,8 @@ Result<size_t> DpdkTransport::recv_batch(std::span<Datagram> out,
     // skipping the drain then (try-lock, as the one-burst poll did) gave 27-39 ms at 4 MiB and
     // once 26 ms at 1 MiB (7 ms otherwise) in 4 alternated pairs with 27-29 ms.
     port_->drain();
-    const unsigned got = rte_ring_sc_dequeue_burst(ep_.ring, reinterpret_cast<void**>(held_.data()),
-                                                   want, nullptr);
+    const unsigned got =
+        rte_ring_sc_dequeue_burst(ep_.ring, reinterpret_cast<void**>(held_.data()), want, nullptr);
     if (got > 0) {
       for (unsigned k = 0; k < got; ++k) {
         out[k] = Datagram(rte_pktmbuf_mtod(held_[k], const uint8_t*), held_[k]->data_len);

@@ -23,9 +23,9 @@
 #include <string>
 #include <vector>
 
+#include "ina/base/status.h"
 #include "ina/ina.hpp"
 #include "ina/protocol/frame.h"
-#include "ina/base/status.h"
 #include "worker/transport/transport.h"
 
 struct rte_mbuf;
@@ -39,10 +39,10 @@ struct DpdkTransportOptions {
   uint32_t local_ip = 0;              // host order, required
   bool local_mac_set = false;         // else the port's MAC
   frame::Mac local_mac{};
-  uint16_t local_port = 0;            // our UDP port
-  uint32_t aggregator_ip = 0;         // host order
+  uint16_t local_port = 0;     // our UDP port
+  uint32_t aggregator_ip = 0;  // host order
   uint16_t aggregator_port = 47474;
-  bool aggregator_mac_set = false;    // else ARP
+  bool aggregator_mac_set = false;  // else ARP
   frame::Mac aggregator_mac{};
   uint16_t burst = 32;
   std::chrono::milliseconds link_timeout{10000};  // wait for the link (memif: the server) and ARP

@@ -9,8 +9,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <chrono>
+#include <cstring>
 #include <ctime>
 #include <thread>
 
@@ -236,16 +236,14 @@ Status UdpTransport::send_batch(std::span<const std::span<const uint8_t>> pkts) 
     }
     const int err = r == 0 ? EAGAIN : errno;
     switch (err) {
-      case EINTR:
-        continue;
+      case EINTR: continue;
       case ECONNREFUSED:
         // The aggregator's port answered ICMP port unreachable for an earlier datagram. The
         // error is consumed now and this datagram was not sent: retry it.
         ++counters_.refusals;
         continue;
       case EHOSTUNREACH:
-      case ENETUNREACH:
-        continue;  // an earlier datagram's ICMP error: loss, retry this one
+      case ENETUNREACH: continue;  // an earlier datagram's ICMP error: loss, retry this one
       case EPERM:
         // A firewall in this host's output path (nftables/iptables drop) refused the call's
         // first entry (one datagram, or a GSO super-datagram, which netfilter sees whole): it
@@ -272,8 +270,7 @@ Status UdpTransport::send_batch(std::span<const std::span<const uint8_t>> pkts) 
           continue;
         }
         return errno_status("sendmmsg to aggregator " + peer_name_, err);
-      default:
-        return errno_status("sendmmsg to aggregator " + peer_name_, err);
+      default: return errno_status("sendmmsg to aggregator " + peer_name_, err);
     }
     break;  // the socket buffer stays full: the rest counts as lost
   }
@@ -339,13 +336,9 @@ int UdpTransport::read_now() {
     case EAGAIN:
     case EINTR:
     case EHOSTUNREACH:
-    case ENETUNREACH:
-      return 0;
-    case ECONNREFUSED:
-      ++counters_.refusals;
-      return 0;
-    default:
-      return -errno;
+    case ENETUNREACH: return 0;
+    case ECONNREFUSED: ++counters_.refusals; return 0;
+    default: return -errno;
   }
 }
 

@@ -87,14 +87,15 @@ Status XdpTransport::init(const XdpTransportOptions& o) {
     if (ioctl(fd, SIOCGIFMTU, &ifr) == 0) mtu = ifr.ifr_mtu;
     ::close(fd);
     max_datagram_ = static_cast<size_t>(
-        std::clamp(mtu, 576, static_cast<int>(kFrameSize - XDP_PACKET_HEADROOM - frame::kEthHeader)) -
+        std::clamp(mtu, 576,
+                   static_cast<int>(kFrameSize - XDP_PACKET_HEADROOM - frame::kEthHeader)) -
         static_cast<int>(frame::kIpv4MinHeader + frame::kUdpHeader));
   }
   if (max_datagram_ == 0) max_datagram_ = 1500 - frame::kIpv4MinHeader - frame::kUdpHeader;
 
   s_->area_size = size_t{kFrames} * kFrameSize;
-  void* area = mmap(nullptr, s_->area_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                    -1, 0);
+  void* area =
+      mmap(nullptr, s_->area_size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (area == MAP_FAILED) return errno_status("xdp: UMEM mmap", errno);
   s_->area = area;
   xsk_umem_config ucfg{};
@@ -139,8 +140,8 @@ Status XdpTransport::init(const XdpTransportOptions& o) {
   }
   if (s_->xsk == nullptr) {
     return Status(StatusCode::kUnavailable, "xdp: cannot bind an AF_XDP socket to " + o.iface +
-                                                " queue " + std::to_string(o.queue) + " (" +
-                                                tried + ")");
+                                                " queue " + std::to_string(o.queue) + " (" + tried +
+                                                ")");
   }
   s_->fd = xsk_socket__fd(s_->xsk);
 
@@ -222,7 +223,8 @@ void XdpTransport::kick_tx() {
 void XdpTransport::reclaim_tx() {
   uint32_t idx = 0;
   const uint32_t n = xsk_ring_cons__peek(&s_->comp, kRingSize, &idx);
-  for (uint32_t i = 0; i < n; ++i) tx_free_.push_back(*xsk_ring_cons__comp_addr(&s_->comp, idx + i));
+  for (uint32_t i = 0; i < n; ++i)
+    tx_free_.push_back(*xsk_ring_cons__comp_addr(&s_->comp, idx + i));
   if (n > 0) xsk_ring_cons__release(&s_->comp, n);
   s_->tx_outstanding -= std::min(s_->tx_outstanding, n);
 }
@@ -268,9 +270,8 @@ size_t XdpTransport::drain(std::span<Datagram> out) {
         tx_free_.pop_back();
         auto* t = static_cast<uint8_t*>(xsk_umem__get_data(s_->area, addr));
         std::memcpy(t, f, d->len);
-        const size_t len = v == frame::Verdict::kArpRequest
-                               ? frame::arp_reply(t, p, local_)
-                               : frame::icmp_echo_reply(t, p, local_);
+        const size_t len = v == frame::Verdict::kArpRequest ? frame::arp_reply(t, p, local_)
+                                                            : frame::icmp_echo_reply(t, p, local_);
         xdp_desc* td = xsk_ring_prod__tx_desc(&s_->tx, ti);
         td->addr = addr;
         td->len = static_cast<uint32_t>(len);
@@ -310,7 +311,8 @@ Result<size_t> XdpTransport::recv_batch(std::span<Datagram> out,
   for (;;) {
     const size_t n = drain(out);
     if (n > 0) return n;
-    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+    const auto left =
+        std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
     if (left.count() <= 0) return size_t{0};
     if (xsk_ring_prod__needs_wakeup(&s_->fill) || !zero_copy_) {
       pollfd pfd{s_->fd, POLLIN, 0};
@@ -333,8 +335,8 @@ Status XdpTransport::send_batch(std::span<const std::span<const uint8_t>> pkts) 
   size_t i = 0;
   while (i < pkts.size()) {
     reclaim_tx();
-    const auto want = static_cast<uint32_t>(
-        std::min<size_t>({pkts.size() - i, tx_free_.size(), size_t{batch_}}));
+    const auto want =
+        static_cast<uint32_t>(std::min<size_t>({pkts.size() - i, tx_free_.size(), size_t{batch_}}));
     uint32_t ti = 0;
     const uint32_t n = want == 0 ? 0 : xsk_ring_prod__reserve(&s_->tx, want, &ti);
     if (n == 0) {
@@ -351,8 +353,8 @@ Status XdpTransport::send_batch(std::span<const std::span<const uint8_t>> pkts) 
       const uint32_t sum = frame::sum16(f + frame::kUdpHeadroom, d.size());
       xdp_desc* td = xsk_ring_prod__tx_desc(&s_->tx, ti + k);
       td->addr = addr;
-      td->len = static_cast<uint32_t>(frame::write_udp_headers(f, src_, dst_, d.size(), sum,
-                                                               ip_id_++));
+      td->len =
+          static_cast<uint32_t>(frame::write_udp_headers(f, src_, dst_, d.size(), sum, ip_id_++));
     }
     xsk_ring_prod__submit(&s_->tx, n);
     s_->tx_outstanding += n;

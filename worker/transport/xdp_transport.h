@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
-#include "ina/ina.hpp"
 #include "ina/base/features.h"
-#include "ina/protocol/frame.h"
 #include "ina/base/status.h"
+#include "ina/ina.hpp"
+#include "ina/protocol/frame.h"
 #include "worker/transport/transport.h"
 
 namespace ina::worker {
@@ -31,7 +31,7 @@ namespace ina::worker {
 struct XdpTransportOptions {
   std::string iface;
   uint32_t queue = 0;
-  uint32_t local_ip = 0;  // host order
+  uint32_t local_ip = 0;       // host order
   bool local_mac_set = false;  // else the interface's
   frame::Mac local_mac{};
   uint16_t local_port = 0;

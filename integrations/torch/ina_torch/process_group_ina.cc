@@ -7,10 +7,10 @@
 // chains its gradient hooks on it).
 //
 // Paths: AllReduce goes in-network through the aggregator of INA_AGGREGATOR, or the one
-// INA_CONTROLLER admits the job to (with libina's host fallback); allgather, reduce_scatter, broadcast, barrier and alltoall run on libina's host TCP
-// mesh. Rendezvous: the mesh meets through the c10d::Store the backend receives
-// (ina::Config::external_store), so libina never starts its own store on MASTER_PORT, where
-// PyTorch's TCPStore already listens.
+// INA_CONTROLLER admits the job to (with libina's host fallback); allgather, reduce_scatter,
+// broadcast, barrier and alltoall run on libina's host TCP mesh. Rendezvous: the mesh meets through
+// the c10d::Store the backend receives (ina::Config::external_store), so libina never starts its
+// own store on MASTER_PORT, where PyTorch's TCPStore already listens.
 //
 // Reductions take float32, float16, bfloat16 and int32 (what the aggregator sums); AVG is SUM,
 // then a division by the world size on this rank (floats only). The collectives that only move
@@ -18,9 +18,6 @@
 // PyTorch's own int64 metadata exchanges (DDP's parameter shape check) work too.
 #include <ATen/ATen.h>
 #include <pybind11/chrono.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
-#include <torch/csrc/distributed/c10d/Store.hpp>
-#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/csrc/utils/pybind.h>
 
 #include <atomic>
@@ -32,6 +29,9 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <utility>
 #include <vector>
 
@@ -45,8 +45,7 @@ namespace {
 std::atomic<bool> g_aggregator_taken{false};
 
 [[noreturn]] void fail(const std::string& what, const Status& s) {
-  TORCH_CHECK(false, "ProcessGroupINA ", what, ": ", status_code_name(s.code()), ": ",
-              s.message());
+  TORCH_CHECK(false, "ProcessGroupINA ", what, ": ", status_code_name(s.code()), ": ", s.message());
 }
 
 // PyTorch's store (a PrefixStore per process group) as libina's rendezvous store.
@@ -133,8 +132,7 @@ Words move_words(const at::Tensor& t, size_t block_bytes, const char* what) {
               "count per block");
 }
 
-ReduceOp reduce_op(const c10d::ReduceOp& op, const at::Tensor& t, const char* what,
-                   bool* average) {
+ReduceOp reduce_op(const c10d::ReduceOp& op, const at::Tensor& t, const char* what, bool* average) {
   *average = false;
   switch (op.op_) {
     case c10d::ReduceOp::SUM: return ReduceOp::kSum;
@@ -161,8 +159,8 @@ ReduceOp reduce_op(const c10d::ReduceOp& op, const at::Tensor& t, const char* wh
 }
 
 void check_cpu(const at::Tensor& t, const char* what) {
-  TORCH_CHECK(t.device().is_cpu(), "ProcessGroupINA ", what, ": only CPU tensors are supported (got ",
-              t.device(), ")");
+  TORCH_CHECK(t.device().is_cpu(), "ProcessGroupINA ", what,
+              ": only CPU tensors are supported (got ", t.device(), ")");
   TORCH_CHECK(t.layout() == at::kStrided, "ProcessGroupINA ", what,
               ": only dense (strided) tensors are supported");
 }
@@ -195,8 +193,7 @@ class ProcessGroupINA final : public c10d::ProcessGroup {
     cfg.world_size = size;
     cfg.external_store = &store_;
     bool expected = false;
-    owns_aggregator_ =
-        !cfg.host_only && g_aggregator_taken.compare_exchange_strong(expected, true);
+    owns_aggregator_ = !cfg.host_only && g_aggregator_taken.compare_exchange_strong(expected, true);
     cfg.host_only = !owns_aggregator_;
     Result<std::unique_ptr<Communicator>> comm = Communicator::create(cfg);
     if (!comm.ok()) {
@@ -300,10 +297,10 @@ class ProcessGroupINA final : public c10d::ProcessGroup {
     static constexpr const char* kWhat = "_allgather_base";
     check_cpu(input, kWhat);
     check_cpu(output, kWhat);
-    TORCH_CHECK(output.numel() == input.numel() * size_ &&
-                    output.scalar_type() == input.scalar_type(),
-                "ProcessGroupINA _allgather_base: output must hold world size (", size_,
-                ") x input numel (", input.numel(), ") elements of the input's dtype");
+    TORCH_CHECK(
+        output.numel() == input.numel() * size_ && output.scalar_type() == input.scalar_type(),
+        "ProcessGroupINA _allgather_base: output must hold world size (", size_,
+        ") x input numel (", input.numel(), ") elements of the input's dtype");
     const size_t bytes = input.numel() * input.element_size();
     const Words wd = move_words(input, bytes, kWhat);
     at::Tensor in = input;
@@ -329,23 +326,25 @@ class ProcessGroupINA final : public c10d::ProcessGroup {
       check_cpu(i, kWhat);
       TORCH_CHECK(i.numel() == out.numel() && i.scalar_type() == out.scalar_type(),
                   "ProcessGroupINA reduce_scatter: every input tensor must have the output's "
-                  "numel (", out.numel(), ") and dtype (", out.scalar_type(), ")");
+                  "numel (",
+                  out.numel(), ") and dtype (", out.scalar_type(), ")");
     }
     const DType dtype = reduce_dtype(out, kWhat);
     bool average = false;
     const ReduceOp op = reduce_op(opts.reduceOp, out, kWhat, &average);
     std::vector<at::Tensor> ins = inputs[0];
-    return enqueue(c10d::OpType::REDUCE_SCATTER, {out},
-                   [this, out, ins, dtype, op, average]() mutable {
-      std::vector<at::Tensor> flat_ins;
-      flat_ins.reserve(ins.size());
-      for (const auto& i : ins) flat_ins.push_back(i.reshape({-1}));
-      at::Tensor send = at::cat(flat_ins);
-      at::Tensor w = dense(out);
-      check(kWhat, comm_->reduce_scatter(send.data_ptr(), w.data_ptr(), out.numel(), dtype, op));
-      if (average) w.div_(size_);
-      write_back(out, w);
-    });
+    return enqueue(
+        c10d::OpType::REDUCE_SCATTER, {out}, [this, out, ins, dtype, op, average]() mutable {
+          std::vector<at::Tensor> flat_ins;
+          flat_ins.reserve(ins.size());
+          for (const auto& i : ins) flat_ins.push_back(i.reshape({-1}));
+          at::Tensor send = at::cat(flat_ins);
+          at::Tensor w = dense(out);
+          check(kWhat,
+                comm_->reduce_scatter(send.data_ptr(), w.data_ptr(), out.numel(), dtype, op));
+          if (average) w.div_(size_);
+          write_back(out, w);
+        });
   }
 
   c10::intrusive_ptr<c10d::Work> _reduce_scatter_base(
@@ -353,30 +352,30 @@ class ProcessGroupINA final : public c10d::ProcessGroup {
     static constexpr const char* kWhat = "_reduce_scatter_base";
     check_cpu(input, kWhat);
     check_cpu(output, kWhat);
-    TORCH_CHECK(input.numel() == output.numel() * size_ &&
-                    output.scalar_type() == input.scalar_type(),
-                "ProcessGroupINA _reduce_scatter_base: input must hold world size (", size_,
-                ") x output numel (", output.numel(), ") elements of the output's dtype");
+    TORCH_CHECK(
+        input.numel() == output.numel() * size_ && output.scalar_type() == input.scalar_type(),
+        "ProcessGroupINA _reduce_scatter_base: input must hold world size (", size_,
+        ") x output numel (", output.numel(), ") elements of the output's dtype");
     const DType dtype = reduce_dtype(output, kWhat);
     bool average = false;
     const ReduceOp op = reduce_op(opts.reduceOp, output, kWhat, &average);
     at::Tensor in = input;
     at::Tensor out = output;
-    return enqueue(c10d::OpType::_REDUCE_SCATTER_BASE, {out},
-                   [this, in, out, dtype, op, average]() mutable {
-      at::Tensor src = dense(in);
-      at::Tensor w = dense(out);
-      check(kWhat, comm_->reduce_scatter(src.data_ptr(), w.data_ptr(), out.numel(), dtype, op));
-      if (average) w.div_(size_);
-      write_back(out, w);
-    });
+    return enqueue(
+        c10d::OpType::_REDUCE_SCATTER_BASE, {out}, [this, in, out, dtype, op, average]() mutable {
+          at::Tensor src = dense(in);
+          at::Tensor w = dense(out);
+          check(kWhat, comm_->reduce_scatter(src.data_ptr(), w.data_ptr(), out.numel(), dtype, op));
+          if (average) w.div_(size_);
+          write_back(out, w);
+        });
   }
 
   // alltoall_single: dim 0 split in equal parts, or by the split sizes (rows).
   c10::intrusive_ptr<c10d::Work> alltoall_base(at::Tensor& output, at::Tensor& input,
-                                                std::vector<int64_t>& output_splits,
-                                                std::vector<int64_t>& input_splits,
-                                                const c10d::AllToAllOptions&) override {
+                                               std::vector<int64_t>& output_splits,
+                                               std::vector<int64_t>& input_splits,
+                                               const c10d::AllToAllOptions&) override {
     static constexpr const char* kWhat = "alltoall_base";
     check_cpu(input, kWhat);
     check_cpu(output, kWhat);
@@ -390,22 +389,23 @@ class ProcessGroupINA final : public c10d::ProcessGroup {
     at::Tensor out = output;
     return enqueue(c10d::OpType::ALLTOALL_BASE, {out},
                    [this, in, out, send_counts, recv_counts]() mutable {
-      at::Tensor src = dense(in);
-      at::Tensor w = dense(out);
-      if (w.data_ptr() == src.data_ptr()) w = w.clone();  // libina: send and recv disjoint
-      run_alltoallv(src, send_counts, w, recv_counts);
-      write_back(out, w);
-    });
+                     at::Tensor src = dense(in);
+                     at::Tensor w = dense(out);
+                     if (w.data_ptr() == src.data_ptr())
+                       w = w.clone();  // libina: send and recv disjoint
+                     run_alltoallv(src, send_counts, w, recv_counts);
+                     write_back(out, w);
+                   });
   }
 
   c10::intrusive_ptr<c10d::Work> alltoall(std::vector<at::Tensor>& outputs,
                                           std::vector<at::Tensor>& inputs,
                                           const c10d::AllToAllOptions&) override {
     static constexpr const char* kWhat = "alltoall";
-    TORCH_CHECK(outputs.size() == static_cast<size_t>(size_) &&
-                    inputs.size() == static_cast<size_t>(size_),
-                "ProcessGroupINA alltoall: expects ", size_, " input and ", size_,
-                " output tensors (got ", inputs.size(), " and ", outputs.size(), ")");
+    TORCH_CHECK(
+        outputs.size() == static_cast<size_t>(size_) && inputs.size() == static_cast<size_t>(size_),
+        "ProcessGroupINA alltoall: expects ", size_, " input and ", size_, " output tensors (got ",
+        inputs.size(), " and ", outputs.size(), ")");
     std::vector<size_t> send_counts;
     std::vector<size_t> recv_counts;
     for (int r = 0; r < size_; ++r) {
@@ -422,19 +422,19 @@ class ProcessGroupINA final : public c10d::ProcessGroup {
     std::vector<at::Tensor> outs = outputs;
     return enqueue(c10d::OpType::ALLTOALL, outs,
                    [this, ins, outs, send_counts, recv_counts]() mutable {
-      std::vector<at::Tensor> flat_ins;
-      for (const auto& i : ins) flat_ins.push_back(i.reshape({-1}));
-      at::Tensor send = at::cat(flat_ins);
-      size_t total = 0;
-      for (size_t c : recv_counts) total += c;
-      at::Tensor recv = at::empty({static_cast<int64_t>(total)}, send.options());
-      run_alltoallv(send, send_counts, recv, recv_counts);
-      int64_t off = 0;
-      for (auto& o : outs) {
-        o.copy_(recv.narrow(0, off, o.numel()).view(o.sizes()));
-        off += o.numel();
-      }
-    });
+                     std::vector<at::Tensor> flat_ins;
+                     for (const auto& i : ins) flat_ins.push_back(i.reshape({-1}));
+                     at::Tensor send = at::cat(flat_ins);
+                     size_t total = 0;
+                     for (size_t c : recv_counts) total += c;
+                     at::Tensor recv = at::empty({static_cast<int64_t>(total)}, send.options());
+                     run_alltoallv(send, send_counts, recv, recv_counts);
+                     int64_t off = 0;
+                     for (auto& o : outs) {
+                       o.copy_(recv.narrow(0, off, o.numel()).view(o.sizes()));
+                       off += o.numel();
+                     }
+                   });
   }
 
   c10::intrusive_ptr<c10d::Work> barrier(const c10d::BarrierOptions&) override {
@@ -458,8 +458,9 @@ class ProcessGroupINA final : public c10d::ProcessGroup {
       for (auto& c : counts) c = static_cast<size_t>(rows / size_ * row_elems);
       return counts;
     }
-    TORCH_CHECK(splits.size() == static_cast<size_t>(size_), "ProcessGroupINA alltoall_base: ",
-                name, " has ", splits.size(), " entries, expected the world size (", size_, ")");
+    TORCH_CHECK(splits.size() == static_cast<size_t>(size_),
+                "ProcessGroupINA alltoall_base: ", name, " has ", splits.size(),
+                " entries, expected the world size (", size_, ")");
     int64_t sum = 0;
     for (int r = 0; r < size_; ++r) {
       TORCH_CHECK(splits[r] >= 0, "ProcessGroupINA alltoall_base: ", name, "[", r, "] is negative");
@@ -477,8 +478,10 @@ class ProcessGroupINA final : public c10d::ProcessGroup {
                      at::Tensor& recv, const std::vector<size_t>& recv_counts) {
     const size_t es = send.element_size();
     size_t unit = es % 4 == 0 ? 4 : 2;
-    for (size_t c : send_counts) if (c * es % unit != 0) unit = 1;
-    for (size_t c : recv_counts) if (c * es % unit != 0) unit = 1;
+    for (size_t c : send_counts)
+      if (c * es % unit != 0) unit = 1;
+    for (size_t c : recv_counts)
+      if (c * es % unit != 0) unit = 1;
     TORCH_CHECK(unit != 1, "ProcessGroupINA alltoall: 1-byte dtype ", send.scalar_type(),
                 " needs even counts for every peer");
     const DType dtype = unit == 4 ? DType::kInt32 : DType::kFloat16;

@@ -66,9 +66,9 @@ extern "C" {
 typedef enum {
   INA_SUCCESS = 0,
   INA_INVALID_ARGUMENT = 1, /* bad argument or config; the message names it */
-  INA_TIMEOUT = 2,          /* the collective missed its deadline; the message names missing ranks */
-  INA_UNAVAILABLE = 3,      /* the aggregator cannot be reached */
-  INA_REMOTE_ERROR = 4,     /* the aggregator reported an error */
+  INA_TIMEOUT = 2,      /* the collective missed its deadline; the message names missing ranks */
+  INA_UNAVAILABLE = 3,  /* the aggregator cannot be reached */
+  INA_REMOTE_ERROR = 4, /* the aggregator reported an error */
   INA_NO_MEMORY = 5,
   INA_NOT_SUPPORTED = 6,
   INA_INTERNAL_ERROR = 7,
@@ -99,18 +99,18 @@ typedef struct ina_comm ina_comm_t;
 /* A sized, versioned config: initialize with INA_CONFIG_INITIALIZER or ina_config_init(), then
  * set fields. Zero / NULL fields take the environment's value, then the default. */
 typedef struct {
-  size_t struct_size;      /* sizeof(ina_config_t) */
-  uint32_t version;        /* INA_CONFIG_VERSION */
-  int32_t rank;            /* -1: INA_RANK */
-  int32_t world_size;      /* 0: INA_WORLD_SIZE */
-  const char* aggregator;  /* "host:port" or "h1:p1,h2:p2,..." (sharded); NULL: INA_AGGREGATOR */
-  uint32_t job;            /* 0: INA_JOB or 1 */
-  const char* job_key;     /* 32 hex digits, the job's 128-bit key; NULL: INA_JOB_KEY or none
-                              (version 2: was a uint64_t in version 1) */
-  uint32_t block_elems;    /* 0: INA_BLOCK_ELEMS or 256 */
-  uint32_t window;         /* 0: INA_WINDOW or 128 */
-  uint32_t timeout_ms;     /* 0: INA_TIMEOUT_MS or 30000 */
-  uint32_t retransmit_us;  /* 0: INA_RETRANSMIT_US or 2000 */
+  size_t struct_size;     /* sizeof(ina_config_t) */
+  uint32_t version;       /* INA_CONFIG_VERSION */
+  int32_t rank;           /* -1: INA_RANK */
+  int32_t world_size;     /* 0: INA_WORLD_SIZE */
+  const char* aggregator; /* "host:port" or "h1:p1,h2:p2,..." (sharded); NULL: INA_AGGREGATOR */
+  uint32_t job;           /* 0: INA_JOB or 1 */
+  const char* job_key;    /* 32 hex digits, the job's 128-bit key; NULL: INA_JOB_KEY or none
+                             (version 2: was a uint64_t in version 1) */
+  uint32_t block_elems;   /* 0: INA_BLOCK_ELEMS or 256 */
+  uint32_t window;        /* 0: INA_WINDOW or 128 */
+  uint32_t timeout_ms;    /* 0: INA_TIMEOUT_MS or 30000 */
+  uint32_t retransmit_us; /* 0: INA_RETRANSMIT_US or 2000 */
 } ina_config_t;
 
 #define INA_CONFIG_VERSION 2
@@ -130,8 +130,8 @@ void ina_config_init(ina_config_t* config);
 typedef struct {
   void* ctx; /* passed back to every callback */
   ina_result_t (*set)(void* ctx, const char* key, const void* value, size_t size);
-  ina_result_t (*get)(void* ctx, const char* key, uint32_t timeout_ms, void* value,
-                      size_t capacity, size_t* size);
+  ina_result_t (*get)(void* ctx, const char* key, uint32_t timeout_ms, void* value, size_t capacity,
+                      size_t* size);
 } ina_store_t;
 
 /* Creates a communicator and joins the job (a barrier with every rank, within the deadline).
@@ -201,8 +201,7 @@ ina_result_t ina_allgather(ina_comm_t* comm, const void* send, void* recv, size_
                            ina_dtype_t dtype);
 ina_result_t ina_reduce_scatter(ina_comm_t* comm, const void* send, void* recv, size_t count,
                                 ina_dtype_t dtype, ina_op_t op);
-ina_result_t ina_broadcast(ina_comm_t* comm, void* buf, size_t count, ina_dtype_t dtype,
-                           int root);
+ina_result_t ina_broadcast(ina_comm_t* comm, void* buf, size_t count, ina_dtype_t dtype, int root);
 ina_result_t ina_barrier(ina_comm_t* comm);
 ina_result_t ina_alltoall(ina_comm_t* comm, const void* send, void* recv, size_t count,
                           ina_dtype_t dtype);

@@ -11,9 +11,9 @@
 namespace ina::features {
 
 struct Probe {
-  bool built = false;      // compiled with the feature
-  bool usable = false;     // the machine can use it now (a device, a driver, permissions)
-  std::string detail;      // why not, or what was found
+  bool built = false;   // compiled with the feature
+  bool usable = false;  // the machine can use it now (a device, a driver, permissions)
+  std::string detail;   // why not, or what was found
 };
 
 // "cuda: built, not usable (no CUDA driver)"

@@ -10,8 +10,8 @@ namespace ina::log {
 
 enum class Level : int { kError = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 
-Level level();                  // current level
-void set_level(Level l);        // overrides the environment (tools' --verbose)
+Level level();            // current level
+void set_level(Level l);  // overrides the environment (tools' --verbose)
 bool parse_level(const char* s, Level* out);
 
 // printf-style; prefixes "<UTC time> [ina <level> <component>] ", the time as ISO 8601 with
@@ -26,11 +26,10 @@ size_t format_timestamp(long long unix_ms, char (&out)[kTimestampLen + 1]);
 
 }  // namespace ina::log
 
-#define INA_LOG(lvl, component, ...)                                            \
-  do {                                                                          \
-    if (static_cast<int>(::ina::log::Level::lvl) <=                             \
-        static_cast<int>(::ina::log::level()))                                  \
-      ::ina::log::write(::ina::log::Level::lvl, component, __VA_ARGS__);        \
+#define INA_LOG(lvl, component, ...)                                                       \
+  do {                                                                                     \
+    if (static_cast<int>(::ina::log::Level::lvl) <= static_cast<int>(::ina::log::level())) \
+      ::ina::log::write(::ina::log::Level::lvl, component, __VA_ARGS__);                   \
   } while (0)
 #define INA_ERROR(component, ...) INA_LOG(kError, component, __VA_ARGS__)
 #define INA_WARN(component, ...) INA_LOG(kWarn, component, __VA_ARGS__)

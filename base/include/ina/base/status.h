@@ -15,17 +15,17 @@ namespace ina {
 
 enum class StatusCode : uint8_t {
   kOk = 0,
-  kInvalidArgument,    // a bad config, argument or input; names the field
-  kDeadlineExceeded,   // a collective or wait ran past its deadline
-  kUnavailable,        // the peer or aggregator cannot be reached (retryable, drives fallback)
+  kInvalidArgument,   // a bad config, argument or input; names the field
+  kDeadlineExceeded,  // a collective or wait ran past its deadline
+  kUnavailable,       // the peer or aggregator cannot be reached (retryable, drives fallback)
   kNotFound,
   kAlreadyExists,
   kResourceExhausted,  // out of memory, slots, ports
   kFailedPrecondition,
-  kAborted,            // a peer reported an error
+  kAborted,  // a peer reported an error
   kDataLoss,
   kUnimplemented,
-  kInternal,           // a bug
+  kInternal,  // a bug
 };
 
 std::string_view status_code_name(StatusCode code);
@@ -49,14 +49,22 @@ class [[nodiscard]] Status {
 };
 
 inline Status ok_status() { return Status(); }
-inline Status invalid_argument(std::string m) { return {StatusCode::kInvalidArgument, std::move(m)}; }
-inline Status deadline_exceeded(std::string m) { return {StatusCode::kDeadlineExceeded, std::move(m)}; }
+inline Status invalid_argument(std::string m) {
+  return {StatusCode::kInvalidArgument, std::move(m)};
+}
+inline Status deadline_exceeded(std::string m) {
+  return {StatusCode::kDeadlineExceeded, std::move(m)};
+}
 inline Status unavailable(std::string m) { return {StatusCode::kUnavailable, std::move(m)}; }
 inline Status internal_error(std::string m) { return {StatusCode::kInternal, std::move(m)}; }
 inline Status unimplemented(std::string m) { return {StatusCode::kUnimplemented, std::move(m)}; }
-inline Status resource_exhausted(std::string m) { return {StatusCode::kResourceExhausted, std::move(m)}; }
+inline Status resource_exhausted(std::string m) {
+  return {StatusCode::kResourceExhausted, std::move(m)};
+}
 inline Status aborted(std::string m) { return {StatusCode::kAborted, std::move(m)}; }
-inline Status failed_precondition(std::string m) { return {StatusCode::kFailedPrecondition, std::move(m)}; }
+inline Status failed_precondition(std::string m) {
+  return {StatusCode::kFailedPrecondition, std::move(m)};
+}
 // errno-based error: "<what>: <strerror(err)>", mapped to a code.
 Status errno_status(std::string_view what, int err);
 
@@ -64,8 +72,8 @@ Status errno_status(std::string_view what, int err);
 template <typename T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::move(value)) {}          // NOLINT(google-explicit-constructor)
-  Result(Status status) : v_(std::move(status)) {}   // NOLINT(google-explicit-constructor)
+  Result(T value) : v_(std::move(value)) {}         // NOLINT(google-explicit-constructor)
+  Result(Status status) : v_(std::move(status)) {}  // NOLINT(google-explicit-constructor)
 
   bool ok() const { return std::holds_alternative<T>(v_); }
   const Status& status() const {
@@ -89,10 +97,10 @@ class [[nodiscard]] Result {
 #define INA_CONCAT_(a, b) INA_CONCAT_INNER_(a, b)
 
 // Returns the Status from the enclosing function when `expr` is not OK.
-#define INA_RETURN_IF_ERROR(expr)                 \
-  do {                                            \
-    ::ina::Status ina_status_ = (expr);           \
-    if (!ina_status_.ok()) return ina_status_;    \
+#define INA_RETURN_IF_ERROR(expr)              \
+  do {                                         \
+    ::ina::Status ina_status_ = (expr);        \
+    if (!ina_status_.ok()) return ina_status_; \
   } while (0)
 
 // INA_ASSIGN_OR_RETURN(auto x, f()): unwraps a Result or returns its Status.

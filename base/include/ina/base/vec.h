@@ -53,9 +53,9 @@ template <size_t kBytes, bool kShuffle>
         __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12));
   } else if constexpr (kShuffle && kBytes == 32) {
     const typename V::U8 b = reinterpret_cast<typename V::U8>(w);
-    w = reinterpret_cast<typename V::U32>(__builtin_shufflevector(
-        b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12, 19, 18, 17, 16, 23, 22, 21,
-        20, 27, 26, 25, 24, 31, 30, 29, 28));
+    w = reinterpret_cast<typename V::U32>(
+        __builtin_shufflevector(b, b, 3, 2, 1, 0, 7, 6, 5, 4, 11, 10, 9, 8, 15, 14, 13, 12, 19, 18,
+                                17, 16, 23, 22, 21, 20, 27, 26, 25, 24, 31, 30, 29, 28));
   } else {
     w = (w >> 24) | ((w >> 8) & 0xFF00u) | ((w << 8) & 0xFF0000u) | (w << 24);
   }

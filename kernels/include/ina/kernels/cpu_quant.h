@@ -48,8 +48,8 @@ void fill_nan(void* dst, size_t n, DType t);
 
 // encode(...) followed by store_be_words(dst, q, n): n big-endian 4-byte words at dst (no
 // alignment required).
-void encode_wire(const void* src, size_t n, DType t, ReduceOp op, int16_t exp,
-                 uint32_t world_size, uint8_t* dst);
+void encode_wire(const void* src, size_t n, DType t, ReduceOp op, int16_t exp, uint32_t world_size,
+                 uint8_t* dst);
 // load_be_words(q, src, n) followed by decode(q, ...).
 void decode_wire(const uint8_t* src, size_t n, DType t, ReduceOp op, int16_t exp,
                  uint32_t world_size, void* dst);

@@ -41,8 +41,8 @@ Status encode_blocks(const void* src, size_t n, DType t, ReduceOp op, uint32_t b
                      void* stream);
 
 Status decode_blocks(const int32_t* q, size_t n, DType t, ReduceOp op, uint32_t block_elems,
-                     const int16_t* exps, const uint8_t* nonfinite, uint32_t world_size,
-                     void* dst, bool big_endian, void* stream);
+                     const int16_t* exps, const uint8_t* nonfinite, uint32_t world_size, void* dst,
+                     bool big_endian, void* stream);
 
 // n quiet NaNs of type t (quant::fill_nan); int32 leaves dst unchanged.
 Status fill_nan(void* dst, size_t n, DType t, void* stream);

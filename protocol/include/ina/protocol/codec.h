@@ -81,8 +81,8 @@ void store_acc(const int64_t* acc, size_t n, DType t, uint8_t* dst);
 void add_acc(const uint8_t* src, size_t n, DType t, int64_t* acc);
 
 // Helpers exposed for tests.
-double round_to_odd53(int64_t q);      // q rounded to odd at 53 significant bits (exact: q)
-float round_to_odd_float(double d);    // d rounded to odd at float32 precision
+double round_to_odd53(int64_t q);    // q rounded to odd at 53 significant bits (exact: q)
+float round_to_odd_float(double d);  // d rounded to odd at float32 precision
 double widen(const void* src, size_t i, DType t);  // element i, exactly
 
 }  // namespace ina::codec

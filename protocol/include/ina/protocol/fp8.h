@@ -28,8 +28,8 @@
 #include <bit>
 #include <cstdint>
 
-#include "ina/protocol/fp_narrow.h"
 #include "ina/base/half.h"
+#include "ina/protocol/fp_narrow.h"
 
 namespace ina {
 namespace fp_detail {

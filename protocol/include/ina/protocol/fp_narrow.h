@@ -74,7 +74,8 @@ inline uint32_t narrow_double(double x, const Narrow& f) {
   return static_cast<uint32_t>(sign | select64(a > kInf, nan, mag));
 }
 
-inline constexpr Narrow kToFloat32{23, -126, 0x7F7FFFFFu, 0x7F800000u, 0x7F800000u, 0x7FC00000u, 31};
+inline constexpr Narrow kToFloat32{23,          -126,        0x7F7FFFFFu, 0x7F800000u,
+                                   0x7F800000u, 0x7FC00000u, 31};
 inline constexpr Narrow kToFloat16{10, -14, 0x7BFFu, 0x7C00u, 0x7C00u, 0x7E00u, 15};
 inline constexpr Narrow kToBFloat16{7, -126, 0x7F7Fu, 0x7F80u, 0x7F80u, 0x7FC0u, 15};
 

@@ -53,26 +53,26 @@ struct LocalConfig {
 
 // What a frame is. Everything after kIcmpEcho is a drop reason.
 enum class Verdict : uint8_t {
-  kIna,               // UDP to our address and port: out.ina is the INA datagram
-  kArpRequest,        // ARP request for our address: answer with arp_reply()
-  kIcmpEcho,          // ICMP echo request to our address: answer with icmp_echo_reply()
-  kTooShort,          // shorter than an Ethernet header, or than the headers it announces
-  kBadEtherType,      // neither IPv4 nor ARP (VLAN tags included)
-  kArpMalformed,      // not Ethernet/IPv4 ARP, or truncated
-  kArpNotRequest,     // ARP reply or other opcode (we never ask)
-  kArpNotForUs,       // ARP request for another address
+  kIna,            // UDP to our address and port: out.ina is the INA datagram
+  kArpRequest,     // ARP request for our address: answer with arp_reply()
+  kIcmpEcho,       // ICMP echo request to our address: answer with icmp_echo_reply()
+  kTooShort,       // shorter than an Ethernet header, or than the headers it announces
+  kBadEtherType,   // neither IPv4 nor ARP (VLAN tags included)
+  kArpMalformed,   // not Ethernet/IPv4 ARP, or truncated
+  kArpNotRequest,  // ARP reply or other opcode (we never ask)
+  kArpNotForUs,    // ARP request for another address
   kBadIpVersion,
-  kBadIpHeaderLength, // IHL < 5 or beyond the frame
-  kBadIpTotalLength,  // total length < header length or beyond the frame
-  kIpFragment,        // MF set or fragment offset non-zero: refused
+  kBadIpHeaderLength,  // IHL < 5 or beyond the frame
+  kBadIpTotalLength,   // total length < header length or beyond the frame
+  kIpFragment,         // MF set or fragment offset non-zero: refused
   kBadIpChecksum,
-  kIpNotForUs,        // destination address is not ours
-  kBadIpProtocol,     // neither UDP nor ICMP
-  kBadUdpLength,      // UDP length < 8 or != IP payload length
+  kIpNotForUs,     // destination address is not ours
+  kBadIpProtocol,  // neither UDP nor ICMP
+  kBadUdpLength,   // UDP length < 8 or != IP payload length
   kBadUdpChecksum,
   kWrongUdpPort,
-  kIcmpMalformed,     // truncated ICMP message
-  kIcmpNotEcho,       // ICMP other than echo request
+  kIcmpMalformed,  // truncated ICMP message
+  kIcmpNotEcho,    // ICMP other than echo request
   kBadIcmpChecksum,
   kCount_,
 };
@@ -89,9 +89,9 @@ struct RxOffload {
 
 // Offsets found by classify(); valid for kIna, kArpRequest, kIcmpEcho.
 struct Parsed {
-  size_t l3 = kEthHeader;  // IPv4 or ARP header
-  size_t l4 = 0;           // UDP or ICMP header
-  size_t l3_len = 0;       // IP total length (frame bytes after l3 + l3_len are padding)
+  size_t l3 = kEthHeader;        // IPv4 or ARP header
+  size_t l4 = 0;                 // UDP or ICMP header
+  size_t l3_len = 0;             // IP total length (frame bytes after l3 + l3_len are padding)
   std::span<const uint8_t> ina;  // INA datagram (UDP payload), for kIna
   // The sender, for kIna (host order): where the reply goes.
   Mac src_mac{};
@@ -125,8 +125,7 @@ inline uint32_t sum16(const uint8_t* p, size_t n, uint32_t acc = 0) {
   uint64_t s = acc;
   size_t i = 0;
   for (; i + 4 <= n; i += 4) {
-    s += (uint32_t{p[i]} << 24) | (uint32_t{p[i + 1]} << 16) | (uint32_t{p[i + 2]} << 8) |
-         p[i + 3];
+    s += (uint32_t{p[i]} << 24) | (uint32_t{p[i + 1]} << 16) | (uint32_t{p[i + 2]} << 8) | p[i + 3];
   }
   if (i + 2 <= n) {
     s += (uint32_t{p[i]} << 8) | p[i + 1];
@@ -154,7 +153,9 @@ uint32_t store_payload_sum16(uint8_t* dst, const int32_t* src, size_t n);
 // equivalence), the aggregator's result path (wire v2 payloads are copied, not encoded).
 uint32_t copy_sum16(uint8_t* dst, const uint8_t* src, size_t n);
 // Checksum field value over `n` bytes (the field itself must be zero in the data).
-inline uint16_t checksum(const uint8_t* p, size_t n) { return static_cast<uint16_t>(~fold(sum16(p, n))); }
+inline uint16_t checksum(const uint8_t* p, size_t n) {
+  return static_cast<uint16_t>(~fold(sum16(p, n)));
+}
 
 // ---- replies, built in place in the received frame ----
 // ARP reply to a kArpRequest frame; returns the reply's length (28-byte ARP after Ethernet).
@@ -173,8 +174,8 @@ size_t icmp_echo_reply(uint8_t* frame, const Parsed& p, const LocalConfig& local
 // A UDP endpoint on the link.
 struct Endpoint {
   Mac mac{};
-  uint32_t ip = 0;     // host order
-  uint16_t port = 0;   // host order
+  uint32_t ip = 0;    // host order
+  uint16_t port = 0;  // host order
 };
 
 // Writes Ethernet + 20-byte IPv4 + UDP headers (kUdpHeadroom bytes at `frame`) for a datagram of

@@ -44,14 +44,11 @@ inline constexpr bool is_valid_op(uint8_t v) { return v >= 1 && v <= 3; }
 inline constexpr size_t dtype_size(DType t) {
   switch (t) {
     case DType::kInt32:
-    case DType::kFloat32:
-      return 4;
+    case DType::kFloat32: return 4;
     case DType::kFloat16:
-    case DType::kBFloat16:
-      return 2;
+    case DType::kBFloat16: return 2;
     case DType::kFloat8E4M3:
-    case DType::kFloat8E5M2:
-      return 1;
+    case DType::kFloat8E5M2: return 1;
   }
   return 0;
 }
@@ -59,7 +56,7 @@ inline constexpr size_t dtype_size(DType t) {
 // Views of string literals: .data() is NUL-terminated.
 // "int32", "float32", "float16", "bfloat16", "float8_e4m3", "float8_e5m2"
 std::string_view dtype_name(DType t);
-std::string_view op_name(ReduceOp op); // "sum", "min", "max"
+std::string_view op_name(ReduceOp op);  // "sum", "min", "max"
 // Accepts the names above, the nccl-tests spellings ("float", "half", "bfloat16", "int") and
 // "e4m3", "e5m2", "fp8_e4m3", "fp8_e5m2" (and nccl-tests' "f8e4m3", "f8e5m2").
 std::optional<DType> parse_dtype(std::string_view s);

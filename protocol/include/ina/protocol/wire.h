@@ -37,16 +37,16 @@ static_assert(std::endian::native == std::endian::little,
 inline constexpr uint16_t kMagic = 0x494E;  // "IN"
 inline constexpr uint8_t kVersion = 2;
 inline constexpr size_t kHeaderSize = 40;
-inline constexpr size_t kControlWordSize = 4;  // HELLO, WELCOME and ERROR payload words (u32)
-inline constexpr uint16_t kMaxSlot = 0x7FFF;   // 15-bit slot index
-inline constexpr uint16_t kShadowBit = 0x8000; // which of the slot's two copies
+inline constexpr size_t kControlWordSize = 4;   // HELLO, WELCOME and ERROR payload words (u32)
+inline constexpr uint16_t kMaxSlot = 0x7FFF;    // 15-bit slot index
+inline constexpr uint16_t kShadowBit = 0x8000;  // which of the slot's two copies
 // A multi-threaded aggregator gives each thread runs of kSlotRun consecutive slots (thread
 // (slot / kSlotRun) % threads), steered by the slot in the header. A sender that batches
 // datagrams (UDP GSO: the receiver's kernel places a train by its first datagram) keeps a batch
 // within one run, so that it reaches its thread whole (WIRE.md, "Slots and threads").
 inline constexpr uint16_t kSlotRun = 16;
 inline constexpr uint16_t kDefaultPort = 47474;
-inline constexpr uint16_t kNoRoot = 0xFFFF;    // `root` of a collective without one
+inline constexpr uint16_t kNoRoot = 0xFFFF;  // `root` of a collective without one
 // A job's block in bytes when nothing else is configured: 256 float32, 512 16-bit elements.
 inline constexpr uint32_t kDefaultPayloadBytes = 1024;
 
@@ -97,35 +97,35 @@ struct Header {
   uint8_t version = kVersion;
   uint8_t flags = 0;
   JobId job = 0;
-  BlockSeq seq = 0;       // block sequence (HELLO: incarnation nonce)
+  BlockSeq seq = 0;  // block sequence (HELLO: incarnation nonce)
   uint16_t rank = 0;
-  uint16_t slot = 0;      // 0..kMaxSlot
-  bool shadow = false;    // copy 1 of the slot when set
-  uint16_t count = 0;     // payload words
+  uint16_t slot = 0;    // 0..kMaxSlot
+  bool shadow = false;  // copy 1 of the slot when set
+  uint16_t count = 0;   // payload words
   DType dtype = DType::kInt32;
   ReduceOp op = ReduceOp::kSum;
-  uint32_t coll = 0;      // collective id (per communicator, the same on every rank)
-  uint32_t elems = 0;     // the collective's element count mod 2^32
+  uint32_t coll = 0;          // collective id (per communicator, the same on every rank)
+  uint32_t elems = 0;         // the collective's element count mod 2^32
   int16_t exp = kNoExponent;  // PARTIAL only: see WIRE.md; else kNoExponent
   uint16_t root = kNoRoot;    // rooted collectives: the root rank
-  uint64_t tag = 0;       // authentication tag (seal(), tag_ok()); encode_header writes it as is
+  uint64_t tag = 0;  // authentication tag (seal(), tag_ok()); encode_header writes it as is
 
   bool has(uint8_t f) const { return (flags & f) != 0; }
 };
 
 enum class DecodeError : uint8_t {
   kOk = 0,
-  kTruncated,            // shorter than the header
+  kTruncated,  // shorter than the header
   kBadMagic,
   kBadVersion,
   kUnknownFlags,
   kUnknownDtype,
   kUnknownOp,
-  kCountBeyondPayload,   // count * width > bytes after the header
-  kTrailingBytes,        // bytes after the payload
-  kBadPartial,           // PARTIAL with HELLO or ERROR, or not a float SUM
-  kBadExponent,          // exp set on a packet that is not PARTIAL
-  kCount_,               // number of values, for counter arrays
+  kCountBeyondPayload,  // count * width > bytes after the header
+  kTrailingBytes,       // bytes after the payload
+  kBadPartial,          // PARTIAL with HELLO or ERROR, or not a float SUM
+  kBadExponent,         // exp set on a packet that is not PARTIAL
+  kCount_,              // number of values, for counter arrays
 };
 std::string_view decode_error_name(DecodeError e);
 
@@ -137,7 +137,10 @@ inline constexpr size_t payload_width(uint8_t flags, DType t) {
 }
 
 // ---- byte-order helpers (the only place that converts) ----
-inline void put_u16(uint8_t* p, uint16_t v) { p[0] = uint8_t(v >> 8); p[1] = uint8_t(v); }
+inline void put_u16(uint8_t* p, uint16_t v) {
+  p[0] = uint8_t(v >> 8);
+  p[1] = uint8_t(v);
+}
 inline void put_u32(uint8_t* p, uint32_t v) {
   v = __builtin_bswap32(v);
   std::memcpy(p, &v, 4);
@@ -177,9 +180,8 @@ struct PacketView {
 
 // Header byte offsets (drawn in WIRE.md).
 inline constexpr size_t kOffMagic = 0, kOffVersion = 2, kOffFlags = 3, kOffJob = 4, kOffSeq = 8,
-                        kOffRank = 12, kOffSlot = 14, kOffCount = 16, kOffDtype = 18,
-                        kOffOp = 19, kOffColl = 20, kOffElems = 24, kOffExp = 28,
-                        kOffRoot = 30, kOffTag = 32;
+                        kOffRank = 12, kOffSlot = 14, kOffCount = 16, kOffDtype = 18, kOffOp = 19,
+                        kOffColl = 20, kOffElems = 24, kOffExp = 28, kOffRoot = 30, kOffTag = 32;
 inline constexpr size_t kTagSize = 8;
 static_assert(kOffTag % 8 == 0 && kOffTag + kTagSize <= kHeaderSize,
               "the tag is one whole SipHash message word of the header");
