@@ -19,6 +19,9 @@
 //                               host algorithm: 16-bit SUM within the in-network bound where
 //                               per-step 16-bit rounding is far outside it; MIN/MAX: -0 < +0.
 //   NoStore, UnreachableAggregator  in process, world 1.
+//
+// Length: one suite over one subject; its cases share the helpers above them and each one is
+// independent (run one with --gtest_filter).
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -289,14 +292,20 @@ struct SharedDead {
 };
 constexpr int kVictim = 3;
 
-enum class DeadMode { kNoStore, kWithStore };
+// kNoStore/kWithStore: in-network, with and without the host fallback armed. kHostRing/kHostHd:
+// no aggregator, the host mesh alone, where a rank of the ring or of halving-doubling waits on a
+// live neighbour rather than on the dead rank.
+enum class DeadMode { kNoStore, kWithStore, kHostRing, kHostHd };
 class DeadWorker : public ::testing::TestWithParam<DeadMode> {};
 
 TEST_P(DeadWorker, EverySurvivorNamesTheDeadRankWithinTheDeadline) {
   const DeadMode mode = GetParam();
   const bool with_store = mode != DeadMode::kNoStore;
+  const bool host_only = mode == DeadMode::kHostRing || mode == DeadMode::kHostHd;
   AggregatorProcess agg;
-  ASSERT_EQ(agg.start(kWorld), "");
+  if (!host_only) {
+    ASSERT_EQ(agg.start(kWorld), "");
+  }
   const uint16_t store_port = with_store ? ina::testing::free_loopback_port() : 0;
   if (with_store) {
     ASSERT_NE(store_port, 0);
@@ -308,10 +317,19 @@ TEST_P(DeadWorker, EverySurvivorNamesTheDeadRankWithinTheDeadline) {
   constexpr auto kDeadline = 2000ms;
   const Case c{ina::DType::kFloat32, ina::ReduceOp::kSum, size_t{1} << 16};
   auto body = [&](int rank) -> int {
-    ina::Config cfg = worker_config(rank, agg.port, store_port);
+    // Host only: nothing serves port 1 (unused).
+    ina::Config cfg = worker_config(rank, host_only ? 1 : agg.port, store_port);
     cfg.timeout = kDeadline;
+    if (host_only) {
+      cfg.host_only = true;
+      cfg.host_algorithm = mode == DeadMode::kHostRing ? "ring" : "hd";
+    }
     auto comm = ina::Communicator::create(cfg);
-    if (!comm.ok()) return 2;
+    if (!comm.ok()) {
+      std::snprintf(sh->what[rank], sizeof sh->what[rank], "create: %s",
+                    comm.status().to_string().c_str());
+      return 2;
+    }
     std::vector<uint8_t> out;
     if (!run_case(**comm, c, 0, rank, &out).ok()) return 3;
     sh->ready.fetch_add(1);
@@ -349,11 +367,14 @@ TEST_P(DeadWorker, EverySurvivorNamesTheDeadRankWithinTheDeadline) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, DeadWorker,
-                         ::testing::Values(DeadMode::kNoStore, DeadMode::kWithStore),
+                         ::testing::Values(DeadMode::kNoStore, DeadMode::kWithStore,
+                                           DeadMode::kHostRing, DeadMode::kHostHd),
                          [](const ::testing::TestParamInfo<DeadMode>& p) {
                            switch (p.param) {
                              case DeadMode::kNoStore: return std::string("no_store");
                              case DeadMode::kWithStore: return std::string("with_store");
+                             case DeadMode::kHostRing: return std::string("host_ring");
+                             case DeadMode::kHostHd: return std::string("host_hd");
                            }
                            return std::string("?");
                          });

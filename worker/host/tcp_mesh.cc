@@ -45,9 +45,21 @@ Result<int> check_hello(const uint8_t* p, int size, const std::string& from) {
   return static_cast<int>(r);
 }
 
-constexpr int kRecvSliceMs = 100;
-constexpr size_t kSmallMessage = 64 << 10;  // the blocking path's limit (larger ones poll)  // a
-                                            // blocking receive re-checks the deadline this often
+constexpr int kRecvSliceMs = 100;           // a blocking receive re-checks the deadline this often
+constexpr size_t kSmallMessage = 64 << 10;  // the blocking path's limit (larger ones poll)
+
+// An abort notice: in place of a message's 8-byte length, 0xFFFFFFFF then the rank that a failing
+// rank found gone (see TcpMesh::fail). No message is 2^32 times 4 GiB long.
+constexpr uint32_t kAbortMark = 0xFFFFFFFF;
+void put_abort(uint8_t* p, int culprit) {
+  put_u32(p, static_cast<uint32_t>(culprit));
+  put_u32(p + 4, kAbortMark);
+}
+// The rank an abort notice names, or -1 when the 8 bytes are not one.
+int abort_culprit(const uint8_t* p, int size) {
+  if (get_u32(p + 4) != kAbortMark || get_u32(p) >= static_cast<uint32_t>(size)) return -1;
+  return static_cast<int>(get_u32(p));
+}
 
 // After the handshake: a blocking socket (every call but the small-message receive passes
 // MSG_DONTWAIT) whose blocking receives return EAGAIN after kRecvSliceMs.
@@ -187,13 +199,32 @@ Context::Handle TcpMesh::irecv(int peer, void* buf, size_t bytes) {
 }
 
 Status TcpMesh::fail(Status s) {
-  if (broken_.ok()) broken_ = std::move(s);
+  if (broken_.ok()) {
+    broken_ = std::move(s);
+    send_abort_notices();
+  }
   for (auto& p : peers_) {
     p.sends.clear();
     p.recvs.clear();
   }
   ops_.clear();
   return broken_;
+}
+
+// This rank fails because culprit_ is gone: it tells every other live peer, so that a rank waiting
+// on this one (a ring or halving-doubling neighbour, which never talks to the culprit) names the
+// culprit too, not this rank that merely stopped. Best effort and never blocking; skipped on a
+// connection with a message half sent (the notice would land inside it).
+void TcpMesh::send_abort_notices() {
+  if (culprit_ < 0) return;
+  uint8_t notice[8];
+  put_abort(notice, culprit_);
+  for (int r = 0; r < size_; ++r) {
+    const Peer& p = peers_[static_cast<size_t>(r)];
+    if (r == culprit_ || p.fd < 0 || p.closed) continue;
+    if (!p.sends.empty() && p.sends.front()->done != 0) continue;
+    (void)!send(p.fd, notice, sizeof notice, MSG_NOSIGNAL | MSG_DONTWAIT);
+  }
 }
 
 // Moves as many bytes of the queued sends as the socket takes.
@@ -252,15 +283,7 @@ Status TcpMesh::progress_recv(int peer) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return ok_status();
       return peer_gone(peer, peer_errno(peer, errno));
     }
-    if (op->done < 8) {
-      // The header arrived in `got`; it overwrites op->header (which held the expected size).
-      const size_t hdr_part = std::min<size_t>(static_cast<size_t>(k), 8 - op->done);
-      uint8_t expected[8];
-      put_u64(expected, op->bytes);
-      if (std::memcmp(got, expected + op->done, hdr_part) != 0)
-        return invalid_argument(rank_name(peer) + " sent a message of another size than the " +
-                                std::to_string(op->bytes) + " bytes expected");
-    }
+    if (op->done < 8) INA_RETURN_IF_ERROR(check_header(*op, got, static_cast<size_t>(k)));
     op->done += static_cast<size_t>(k);
     if (op->done == op->bytes + 8) {
       op->complete = true;
@@ -268,6 +291,32 @@ Status TcpMesh::progress_recv(int peer) {
     }
   }
   return ok_status();
+}
+
+// k bytes arrived for op, the first of them (up to the header's end) in `got`. They are kept in
+// op.header until the header is whole; it must then be op's length, or an abort notice.
+Status TcpMesh::check_header(Op& op, const uint8_t* got, size_t k) {
+  const size_t part = std::min<size_t>(k, 8 - op.done);
+  std::memcpy(op.header + op.done, got, part);
+  if (op.done + part < 8) return ok_status();
+  uint8_t expected[8];
+  put_u64(expected, op.bytes);
+  if (std::memcmp(op.header, expected, 8) == 0) return ok_status();
+  const int culprit = abort_culprit(op.header, size_);
+  if (culprit >= 0) return reported_gone(culprit, op.peer);
+  return invalid_argument(rank_name(op.peer) + " sent a message of another size than the " +
+                          std::to_string(op.bytes) + " bytes expected");
+}
+
+// `reporter` sent an abort notice naming `culprit`: the error names the culprit first.
+Status TcpMesh::reported_gone(int culprit, int reporter) {
+  if (culprit == rank_) {
+    return unavailable(rank_name(reporter) + " failed, naming this rank gone");
+  }
+  culprit_ = culprit;
+  mark_closed(culprit);
+  mark_closed(reporter);
+  return unavailable(rank_name(culprit) + ": gone (reported by " + rank_name(reporter) + ")");
 }
 
 bool TcpMesh::sends_queued() const {
@@ -297,14 +346,7 @@ Status TcpMesh::recv_blocking(Op& op) {
       if (errno == EAGAIN || errno == EWOULDBLOCK) return ok_status();  // a slice went by
       return peer_gone(op.peer, peer_errno(op.peer, errno));
     }
-    if (op.done < 8) {
-      const size_t hdr_part = std::min<size_t>(static_cast<size_t>(k), 8 - op.done);
-      uint8_t expected[8];
-      put_u64(expected, op.bytes);
-      if (std::memcmp(got, expected + op.done, hdr_part) != 0)
-        return invalid_argument(rank_name(op.peer) + " sent a message of another size than the " +
-                                std::to_string(op.bytes) + " bytes expected");
-    }
+    if (op.done < 8) INA_RETURN_IF_ERROR(check_header(op, got, static_cast<size_t>(k)));
     op.done += static_cast<size_t>(k);
     if (op.done == op.bytes + 8) {
       op.complete = true;
@@ -350,6 +392,21 @@ Status TcpMesh::poll_once(int timeout_ms) {
   return ok_status();
 }
 
+void TcpMesh::note_closed_peers(int except) {
+  std::vector<pollfd> fds;  // not poll_fds_: poll_once may be iterating over it (an error path)
+  std::vector<int> who;
+  for (int r = 0; r < size_; ++r) {
+    const Peer& p = peers_[static_cast<size_t>(r)];
+    if (r == except || p.fd < 0 || p.closed) continue;
+    fds.push_back({p.fd, POLLRDHUP, 0});
+    who.push_back(r);
+  }
+  if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return;
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) mark_closed(who[i]);
+  }
+}
+
 void TcpMesh::mark_closed(int peer) {
   Peer& p = peers_[static_cast<size_t>(peer)];
   if (p.closed) return;
@@ -373,7 +430,23 @@ std::vector<int> TcpMesh::closed_in_order() const {
 // rank reported is the one seen closing first (this poll loop watches every idle peer's
 // connection for its close), the others follow.
 Status TcpMesh::peer_gone(int peer, Status s) {
+  // A rank that dies closes all its connections at once, and a neighbour reacts to that only
+  // later: look at the other connections first, so that a rank waiting on the neighbour (the ring,
+  // halving-doubling) still finds the dead rank's close already there and names it first.
+  note_closed_peers(peer);
+  // A peer that closed may have said why first: an abort notice still in its socket (this peer's
+  // first, then the others').
+  for (int i = 0; i < size_; ++i) {
+    const int r = (peer + i) % size_;
+    const Peer& q = peers_[static_cast<size_t>(r)];
+    if (r == rank_ || q.fd < 0 || (r != peer && !q.closed)) continue;
+    uint8_t notice[8];
+    if (recv(q.fd, notice, sizeof notice, MSG_PEEK | MSG_DONTWAIT) != 8) continue;
+    const int culprit = abort_culprit(notice, size_);
+    if (culprit >= 0 && culprit != rank_) return reported_gone(culprit, r);
+  }
   const std::vector<int> before = closed_in_order();
+  culprit_ = before.empty() || before[0] == peer ? peer : before[0];
   mark_closed(peer);
   std::string others;  // closed before, other than the first and this one
   for (size_t i = 1; i < before.size(); ++i) {

@@ -23,7 +23,10 @@
 // deadline and to notice peers that closed meanwhile, so a vanished rank is still named. Errors
 // name the rank: "rank 3: connection closed", "rank 3: connection reset", "rank 3 did not send
 // within 5000 ms". A peer that closes while this rank waits on another one is remembered and named
-// when that wait times out (the peer that died is the cause).
+// when that wait times out (the peer that died is the cause). A rank that fails because a peer is
+// gone sends its other peers an abort notice naming that peer (in place of a message's length),
+// so a rank that waits on it, and never talks to the dead one, names the dead one too: "rank 3:
+// gone (reported by rank 1)".
 #pragma once
 
 #include <poll.h>
@@ -98,9 +101,15 @@ class TcpMesh final : public Context {
   Status timeout_error(const Op& op) const;
   // Marks a peer closed, in the order they are seen; the ranks seen closed, first seen first.
   void mark_closed(int peer);
+  // Marks every other peer whose connection has closed by now (a poll that does not wait).
+  void note_closed_peers(int except);
   std::vector<int> closed_in_order() const;
   uint64_t closed_seen_ = 0;
   Status peer_gone(int peer, Status s);
+  Status check_header(Op& op, const uint8_t* got, size_t k);
+  Status reported_gone(int culprit, int reporter);
+  void send_abort_notices();
+  int culprit_ = -1;  // the rank this mesh's failure names first, when a peer went away
 
   int rank_;
   int size_;
