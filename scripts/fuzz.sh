@@ -6,6 +6,8 @@
 #   scripts/fuzz.sh [seconds per harness, default 60] [harness ...]    (harnesses: all by default)
 # Harnesses: wire frame engine agg_jobs controller config. Only the harnesses and the code they
 # cover are built (the rest of the project is configured but not compiled).
+# INA_FUZZ_RUNS=N also stops each harness after N executions: a campaign of 10^7 executions per
+# harness is `INA_FUZZ_RUNS=10000000 scripts/fuzz.sh 100000`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}

@@ -23,6 +23,8 @@ rm -f "$crashes"/*
 args=(-max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048
       -error_exitcode=1 -timeout_exitcode=1 -artifact_prefix="$crashes/" -max_len=4096)
 if [ -f "$src/$name.dict" ]; then args+=(-dict="$src/$name.dict"); fi
+# INA_FUZZ_RUNS=N: stop after N executions too (whichever of time and count comes first).
+if [ -n "${INA_FUZZ_RUNS:-}" ]; then args+=(-runs="$INA_FUZZ_RUNS"); fi
 dirs=("$corpus")
 if [ -d "$seeds" ]; then dirs+=("$seeds"); fi
 # halt_on_error: UBSan findings are crashes too; leaks are checked (libFuzzer's -detect_leaks).
