@@ -17,21 +17,23 @@
 // rendezvous store on a free 127.0.0.1 port (INA_STORE if set) and the host path reduces in float
 // (INA_FALLBACK=float unless set). --algo ring|tree|hd sets INA_ALGO for the ranks; auto leaves
 // the choice to the cost model. AllToAll always runs on the host mesh (no aggregator does it), so
-// --coll alltoall gives local mode a store with either transport; so does -d float8_* (the
-// in-network path does not carry float8 yet: each such AllReduce runs on the mesh).
+// --coll alltoall gives local mode a store with either transport.
 //
 // Every size: fill the send buffer (rank r, element i: bench_float_value / bench_int_value),
 // run the warmup and the timed iterations out of place, then check every element of the last
 // output against the exact reduction of all ranks' inputs, computed in double (int32: wrapping):
 //   float SUM: |out - s| <= quant::sum_error_bound(dtype, M, N, s) (quantize.h), M the block's
 //              largest |x| over ranks (blocks of --block-elems elements);
-//   float8 SUM (the host path only, until wire v2 carries it): |out - s| <= e + ulp8(|s| + e),
+//   float8 SUM (either path; the host path's is the looser): |out - s| <= e + ulp8(|s| + e),
 //              e = max(qb, (N - 1) * 2^-24 * N * M): the larger of the exact mode's quantization
 //              bound qb = N * M * 2^-B and the float mode's float32 chain (N - 1 additions, each
 //              rounding a partial sum of at most N * M by at most half its float32 ulp), plus
 //              one rounding to float8 (ulp8: its spacing, quantize.h's output_ulp);
 //   MIN, MAX and int32: exact.
 // AllToAll: rank r's block from rank j must equal, exactly, rank j's input for r.
+//
+// Length: a command-line program whose local, external and host modes share the table, the
+// element check and the summary; the shared pieces for other benches are in bench_common.h.
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -608,9 +610,8 @@ int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vect
 int run_local(const Options& o, const std::vector<size_t>& sizes) {
   // Flags and the environment were merged into o.env by main().
   ina::Config env_cfg = o.env;
-  // A rendezvous store for the host mesh (the host transport, AllToAll, and float8, which the
-  // in-network path does not carry yet).
-  if ((o.host || o.alltoall || ina::is_float8(o.dtype)) && env_cfg.store.empty()) {
+  // A rendezvous store for the host mesh (the host transport, AllToAll).
+  if ((o.host || o.alltoall) && env_cfg.store.empty()) {
     ina::Result<uint16_t> p = ina::host::free_tcp_port("127.0.0.1");
     if (!p.ok()) {
       std::fprintf(stderr, "ina-bench: %s\n", p.status().to_string().c_str());
