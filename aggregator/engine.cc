@@ -24,6 +24,9 @@
 // Every reply is built in place (header + a pointer to the payload): RESULT payloads point at the
 // slot copy's accumulator, control payloads at scratch_, sized in add_job(), so nothing here
 // allocates per packet.
+//
+// Length: the engine's per-datagram state machine (barrier, slots, tree roles, errors) over one
+// Job struct private to this file; the tree-leaf relay moving out is issue 15's.
 #include "aggregator/engine.h"
 
 #include <algorithm>

@@ -1,6 +1,10 @@
 // ControllerState (see state.h): registry, placement (flat first fit, two-level trees, shards),
 // sticky admission, expiry of aggregators with re-placement, expiry of idle jobs, and the JSON
 // form persisted by ina-controller.
+//
+// Length: the slot accounting invariants (admit, release, expiry, drain, re-placement, load)
+// are kept by the functions of this one class, and its JSON form (to_json, from_json) must
+// round-trip every field it holds (the fuzz harness checks it); the file I/O is state_file.cc.
 #include "controller/state.h"
 
 #include <algorithm>

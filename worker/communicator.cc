@@ -3,6 +3,9 @@
 // collectives on a TCP or RDMA verbs mesh (INA_HOST_TRANSPORT; host only, the fallback of a lost
 // aggregator, and the collectives no aggregator does: allgather, reduce_scatter, broadcast,
 // barrier, alltoall(v)).
+//
+// Length: one short check-then-dispatch function per collective of ina.hpp, plus the mesh and
+// path setup they share; splitting them would scatter the API's argument checks.
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>

@@ -3,6 +3,9 @@
 // Every variable is parsed as a whole (std::from_chars must consume it all) and range checked, so
 // "INA_RANK=1x" or "INA_WINDOW=0" is an error that names the variable, the value and the expected
 // form instead of a silently wrong job. An unset or empty variable keeps the default.
+//
+// Length: every INA_* variable's parse, range and message sit in this one file, beside the
+// Config fields they fill, so a variable, its default and its error cannot drift apart.
 #include <charconv>
 #include <cstdlib>
 #include <limits>

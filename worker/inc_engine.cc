@@ -57,6 +57,9 @@
 //
 // Cost per packet: two copies (into the kept packet, out of the result), no allocation, no lock,
 // no log. Sends of one loop iteration go out as one batch.
+//
+// Length: one state machine (the window, resends, the deadline and its error) documented where
+// it is implemented; its codec is protocol/codec.h and its I/O the transports.
 #include "worker/inc_engine.h"
 
 #include <algorithm>

@@ -1,4 +1,7 @@
 // Engine: decode, job/key checks, join barrier, slot table verdicts and the replies they produce.
+//
+// Length: one suite over one subject; its cases share the helpers above them and each one is
+// independent (run one with --gtest_filter).
 #include "aggregator/engine.h"
 
 #include <gtest/gtest.h>

@@ -7,6 +7,9 @@
 // MAX). Plus the leaf's join barrier, the parent's
 // packets it accepts or refuses, error bitmaps in global ranks (the root's missing leaves turned
 // into the other leaves' ranks) and the configuration checks.
+//
+// Length: one suite over one subject; its cases share the helpers above them and each one is
+// independent (run one with --gtest_filter).
 #include <gtest/gtest.h>
 
 #include <algorithm>

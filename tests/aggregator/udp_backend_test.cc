@@ -1,6 +1,9 @@
 // UdpAggregator on loopback: a real socket served by run() in a thread, driven by test sockets
 // that play the workers (HELLO/WELCOME, DATA rounds, retransmission, malformed input, UDP GSO/GRO
 // batches, the drop/dup hooks, stop).
+//
+// Length: one suite over one subject; its cases share the helpers above them and each one is
+// independent (run one with --gtest_filter).
 #include "aggregator/udp_backend.h"
 
 #include <arpa/inet.h>

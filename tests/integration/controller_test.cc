@@ -7,6 +7,9 @@
 // answers show them (registered aggregators without a data plane); admission latency by kind.
 // Threads are the ranks (one Communicator each); the controller and the aggregators are child
 // processes.
+//
+// Length: one suite over one subject; its cases share the helpers above them and each one is
+// independent (run one with --gtest_filter).
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <httplib.h>

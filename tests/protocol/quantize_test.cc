@@ -3,6 +3,9 @@
 // values, the aggregator's MAX gives the shared exponent E, every rank encodes with E, the
 // aggregator adds the int32 words, and the decoded sum is compared with the exact sum (in double)
 // of the values the ranks really held.
+//
+// Length: one suite over one subject; its cases share the helpers above them and each one is
+// independent (run one with --gtest_filter).
 #include "ina/protocol/quantize.h"
 
 #include <gtest/gtest.h>

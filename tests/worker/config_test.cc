@@ -1,5 +1,8 @@
 // Config::from_env and Config::validate: every variable parsed, every malformed value rejected
 // with a message that names the variable, and validate() naming the first bad field.
+//
+// Length: one suite over one subject; its cases share the helpers above them and each one is
+// independent (run one with --gtest_filter).
 #include <gtest/gtest.h>
 
 #include <cstdlib>

@@ -1,5 +1,8 @@
 // The in-network collective engine against the real aggregator logic (ina::agg::Engine) over an
 // in-memory network with loss, duplication and reordering: one thread per rank.
+//
+// Length: one suite over one subject; its cases share the helpers above them and each one is
+// independent (run one with --gtest_filter).
 #include "worker/inc_engine.h"
 
 #include <arpa/inet.h>

@@ -1,4 +1,7 @@
 // VerbsMesh: the host collectives' Context over RDMA verbs RC queue pairs (see verbs_mesh.h).
+//
+// Length: queue-pair setup (the RC state machine over the store) and the data path share the
+// QP table and its memory registrations; split them if a second verbs Context appears.
 #include "worker/rdma/verbs_mesh.h"
 
 #include <arpa/inet.h>
