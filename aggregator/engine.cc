@@ -97,12 +97,6 @@ constexpr uint8_t kTreeHaveResult = 2;  // the parent's result replaced the part
 constexpr uint8_t kTreeExpSent = 3;     // float SUM: the exponent request went up; E is awaited
 constexpr uint16_t kNoRank = 0xFFFF;    // served ranks are below 65535
 
-uint64_t mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 bool test_bit(std::span<const uint64_t> bm, uint32_t r) { return (bm[r / 64] >> (r % 64)) & 1; }
 
 // A slot copy's round in a reply: its sequence, shape and result (the user's type).
@@ -389,19 +383,27 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
     counters_.malformed += one;
     return {};
   }
-  // A valid packet of this job: the backend may learn the rank's address from it.
-  *sender_rank = static_cast<int32_t>(local);
-  *sender_job = h.job;
   RankCounters& rc = job.ranks[local];
   rc.packets += one;
   if (h.has(wire::kFlagRetransmit)) rc.retransmits += one;
+  moved_ = false;
+  Reply r;
   if (job.leaf) {
     // The handlers and the slot table see the served rank.
     wire::PacketView lp = pkt;
     lp.hdr.rank = static_cast<uint16_t>(local);
-    return keyed(hello ? handle_hello(job, lp) : handle_data(job, lp, now_ns));
+    r = hello ? handle_hello(job, lp) : handle_data(job, lp, now_ns);
+  } else {
+    r = hello ? handle_hello(job, pkt) : handle_data(job, pkt, now_ns);
   }
-  return keyed(hello ? handle_hello(job, pkt) : handle_data(job, pkt, now_ns));
+  if (moved_) {
+    // A packet that moved the job on: the backend may learn the rank's address from it. A
+    // replay (a stale round, a duplicate, an old incarnation's HELLO) is answered at most to its
+    // sender and redirects nothing.
+    *sender_rank = static_cast<int32_t>(local);
+    *sender_job = h.job;
+  }
+  return keyed(std::move(r));
 }
 
 // Join barrier. Each rank's HELLO carries a random nonce that names its incarnation (its
@@ -456,6 +458,16 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
     return error_reply(job, pkt, wire::ErrorReason::kMissingRanks, job.hello_bitmap, 0);
   };
 
+  // Nonces only grow (WIRE.md): a HELLO older than the newest incarnation seen of its rank (the
+  // current one, or the one waiting for the next barrier; also after the barrier started over)
+  // is a replay, and changes nothing.
+  const bool is_next = job.ready && test_bit(job.next_bitmap, h.rank);
+  const BlockSeq newest = is_next ? job.next_nonce[h.rank] : job.nonce[h.rank];
+  if (newest != 0 && h.seq != newest && h.seq != job.nonce[h.rank] &&
+      !wire::nonce_newer(h.seq, newest)) {
+    ++counters_.stale_hellos;
+    return {};
+  }
   if (test_bit(job.hello_bitmap, h.rank)) {
     if (job.nonce[h.rank] == h.seq) {
       // Same incarnation: its WELCOME was lost (or the barrier is still open).
@@ -466,6 +478,7 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
     }
     if (job.ready) {
       // A new incarnation of this rank while the others run: it waits for the next barrier.
+      moved_ = true;
       if (!test_bit(job.next_bitmap, h.rank)) {
         job.next_bitmap[h.rank / 64] |= uint64_t{1} << (h.rank % 64);
         ++job.next_joined;
@@ -491,6 +504,7 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
     job.ready = false;
     job.counters.parent_joined = false;
   }
+  moved_ = true;
   job.hello_bitmap[h.rank / 64] |= uint64_t{1} << (h.rank % 64);
   job.nonce[h.rank] = h.seq;
   if (++job.joined == job.nranks) {
@@ -510,11 +524,17 @@ Reply Engine::barrier_complete(Job& job, const wire::Header& h) {
   job.inflight = 0;
   if (job.leaf) {
     // Every local rank joined: this leaf joins its parent, and WELCOMEs its ranks only when
-    // the parent WELCOMEs it. Its nonce changes whenever one of its ranks' nonces does.
+    // the parent WELCOMEs it. Its nonce grows whenever one of its ranks' nonces does (the
+    // root orders a leaf's incarnations as the leaf orders its ranks'): the newest of its ranks'
+    // nonces, and past its own previous one.
     std::fill(job.tree_state.begin(), job.tree_state.end(), kTreeNone);
-    uint64_t x = 0x494E412D54524545ull;  // any constant
-    for (uint32_t r = 0; r < job.nranks; ++r) x = mix64(x ^ job.nonce[r] ^ (uint64_t{r} << 32));
-    job.parent_nonce = static_cast<BlockSeq>(x ^ (x >> 32));
+    BlockSeq newest = job.nonce[0];
+    for (uint32_t r = 1; r < job.nranks; ++r) {
+      if (wire::nonce_newer(job.nonce[r], newest)) newest = job.nonce[r];
+    }
+    job.parent_nonce = job.parent_nonce == 0 || wire::nonce_newer(newest, job.parent_nonce)
+                           ? newest
+                           : job.parent_nonce + 1;
     job.counters.parent_joined = false;
     return parent_hello(job, false);
   }
@@ -536,6 +556,8 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
 
   const Verdict v = job.table->on_data(pkt);
   ++counters_.by_verdict[static_cast<size_t>(v)];
+  moved_ = v == Verdict::kAdded || v == Verdict::kCompleted || v == Verdict::kExpCompleted ||
+           v == Verdict::kMismatchPending;
   if ((v == Verdict::kAdded || v == Verdict::kCompleted) && opts_.telemetry && now_ns != 0) {
     // The lag behind the round's first contribution; the first one starts the clock.
     const size_t copy = copy_index(h.slot, h.shadow);

@@ -127,6 +127,9 @@ struct EngineCounters {
   uint64_t not_ready = 0;  // data before the join barrier completed
   uint64_t hellos = 0;
   uint64_t world_size_mismatch = 0;  // HELLOs whose world size differs from the job's
+  // HELLOs with a valid tag naming an incarnation older than the rank's current (or next) one:
+  // a replay, dropped with no state change (the nonce order: WIRE.md).
+  uint64_t stale_hellos = 0;
   uint64_t nonfinite_blocks = 0;
   // Aggregation trees (leaf jobs).
   uint64_t forwarded = 0;       // completed partials sent to the parent
@@ -161,6 +164,7 @@ void for_each_scalar_counter(F&& f) {
   f("not_ready", &EngineCounters::not_ready);
   f("hellos", &EngineCounters::hellos);
   f("world_size_mismatch", &EngineCounters::world_size_mismatch);
+  f("stale_hellos", &EngineCounters::stale_hellos);
   f("nonfinite_blocks", &EngineCounters::nonfinite_blocks);
   f("forwarded", &EngineCounters::forwarded);
   f("reforwarded", &EngineCounters::reforwarded);
@@ -261,7 +265,9 @@ class Engine {
   const JobConfig* job_config(JobId job) const;
 
   // Processes one received datagram (the INA header and payload). `sender_rank` is set to the
-  // packet's rank when it is valid for its job (so the backend can learn the rank's address),
+  // packet's rank when it is valid for its job and moved the job on: a HELLO that joined or
+  // started an incarnation, DATA that added a contribution (so the backend can learn the rank's
+  // address from it; a replayed packet, valid tag and all, moves nothing and redirects nothing),
   // and to -1 otherwise; for a leaf job it is the rank's index among the served ranks (global
   // rank - rank_base). Packets of a leaf job's parent (RESULT, WELCOME, ERROR) leave it -1.
   Reply on_packet(std::span<const uint8_t> datagram, int32_t* sender_rank, JobId* sender_job) {
@@ -330,6 +336,7 @@ class Engine {
   uint32_t slot_capacity_ = 0;
   EngineCounters counters_;
   std::vector<int32_t> scratch_;  // payload of control replies
+  bool moved_ = false;            // the packet on_packet handles moved its job on (sender_rank)
 };
 
 }  // namespace ina::agg

@@ -63,9 +63,9 @@
 #include "worker/inc_engine.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cinttypes>
 #include <cstring>
-#include <random>
 #include <thread>
 
 #include "ina/base/log.h"
@@ -84,13 +84,23 @@ uint32_t seq_offset(BlockSeq seq, BlockSeq base) { return static_cast<uint32_t>(
 // sent (DATA, HELLO; a retransmission re-seals, the RETRANSMIT flag being covered).
 void seal_tag(std::span<uint8_t> packet, const Key128& key) { wire::seal(packet, key); }
 
-uint32_t random_nonce() {
-  std::random_device rd;
-  uint64_t x = (uint64_t{rd()} << 32) ^ rd() ^
-               static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-  x ^= x >> 32;
-  const uint32_t n = static_cast<uint32_t>(x);
-  return n == 0 ? 1 : n;
+// The incarnation nonce of a join (wire::next_nonce): from the clock, and past every nonce this
+// process gave before (two communicators of one rank created within one tick differ too). The
+// aggregator drops a HELLO older than the rank's newest, so a captured HELLO replayed later
+// cannot restart the barrier; a rank restarted on a host whose clock is behind the previous
+// one's waits for it to catch up (a deadline error names the join).
+uint32_t incarnation_nonce() {
+  static std::atomic<uint32_t> last{0};
+  const auto unix_ms =
+      static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                std::chrono::system_clock::now().time_since_epoch())
+                                .count());
+  uint32_t prev = last.load(std::memory_order_relaxed);
+  uint32_t n;
+  do {
+    n = wire::next_nonce(unix_ms, prev);
+  } while (!last.compare_exchange_weak(prev, n, std::memory_order_relaxed));
+  return n;
 }
 
 double ms_since(std::chrono::steady_clock::time_point t0) {
@@ -116,7 +126,7 @@ IncEngine::~IncEngine() = default;
 Status IncEngine::join(std::chrono::milliseconds timeout) {
   joined_ = false;
   const std::chrono::milliseconds limit_ms = timeout.count() > 0 ? timeout : cfg_.timeout;
-  const uint32_t nonce = random_nonce();
+  const uint32_t nonce = incarnation_nonce();
   std::array<uint8_t, wire::control_packet_size(1)> hello{};
   wire::Header h;
   h.flags = wire::kFlagHello;

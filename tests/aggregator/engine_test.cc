@@ -207,10 +207,10 @@ TEST_F(EngineTest, NewIncarnationRestartsBarrierAndResetsSlots) {
 
   // Rank 1 restarted (new nonce, the job's tag): its new incarnation waits for the next barrier;
   // the running ranks are not disturbed (the job stays ready, the half-finished round stays).
-  EXPECT_EQ(hello(1, 777).target, Reply::Target::kNone);
+  EXPECT_EQ(hello(1, 1777).target, Reply::Target::kNone);
   EXPECT_TRUE(engine_.job_ready(kJob));
   EXPECT_TRUE(engine_.slot_table(kJob)->copy(0, false).used);
-  Sent s = hello(1, 777, /*retransmit=*/true);  // names the ranks the next barrier lacks
+  Sent s = hello(1, 1777, /*retransmit=*/true);  // names the ranks the next barrier lacks
   expect_error(s, wire::ErrorReason::kMissingRanks);
   EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{1}));
   EXPECT_EQ(s.sender_rank, 1);  // its (new) address is learned
@@ -233,14 +233,14 @@ TEST_F(EngineTest, NewIncarnationRestartsBarrierAndResetsSlots) {
   EXPECT_EQ(s.target, Reply::Target::kAllRanks);
   EXPECT_EQ(s.payload, (std::vector<int32_t>{6}));
   // Its nonces are the current ones: a HELLO with one is a lost WELCOME.
-  EXPECT_EQ(hello(1, 777).target, Reply::Target::kSender);
+  EXPECT_EQ(hello(1, 1777).target, Reply::Target::kSender);
 }
 
 TEST_F(EngineTest, NewIncarnationBeforeTheBarrierCompletesRestartsIt) {
   hello(0, 1000);
   hello(1, 1001);
   // Rank 1 restarted before the barrier completed: everyone joins again.
-  EXPECT_EQ(hello(1, 777).target, Reply::Target::kNone);
+  EXPECT_EQ(hello(1, 1777).target, Reply::Target::kNone);
   Sent s = hello(0, 1000, /*retransmit=*/true);
   expect_error(s, wire::ErrorReason::kMissingRanks);
   EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{0, 1}));
@@ -264,12 +264,67 @@ TEST_F(EngineTest, WorldSizeMismatchIsReported) {
   EXPECT_FALSE(engine_.job_ready(kJob));
 }
 
+// A HELLO older than its rank's newest incarnation is a replay (nonces only grow): it changes
+// neither the running job nor an open barrier, nor where the rank's results go.
+TEST_F(EngineTest, ReplayedOldHelloChangesNothing) {
+  // An open barrier: the replay does not start it over.
+  hello(0, 1000);
+  Sent s = hello(1, 1001);
+  EXPECT_EQ(s.sender_rank, 1);
+  s = hello(1, 900);
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  EXPECT_EQ(s.sender_rank, -1);
+  EXPECT_EQ(engine_.counters().stale_hellos, 1u);
+  EXPECT_EQ(hello(1, 900, /*retransmit=*/true).target, Reply::Target::kNone);
+  EXPECT_EQ(hello(2, 1002).target, Reply::Target::kAllRanks);  // completes: nothing was reset
+  ASSERT_TRUE(engine_.job_ready(kJob));
+
+  // A running job: the replay joins no next barrier.
+  data(0, 0, false, 1, {5});
+  s = hello(2, 1001);
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  EXPECT_EQ(s.sender_rank, -1);
+  EXPECT_EQ(engine_.counters().stale_hellos, 3u);
+  EXPECT_TRUE(engine_.job_ready(kJob));
+  EXPECT_TRUE(engine_.slot_table(kJob)->copy(0, false).used);
+  // Rank 2's newer incarnation waits for the next barrier; a replay of an incarnation older than
+  // that one, but newer than the running one, is dropped as well.
+  hello(2, 1500);
+  EXPECT_EQ(hello(2, 1400).target, Reply::Target::kNone);
+  EXPECT_EQ(engine_.counters().stale_hellos, 4u);
+  // The running incarnation's own HELLO is still a lost WELCOME.
+  EXPECT_EQ(hello(2, 1002, /*retransmit=*/true).target, Reply::Target::kSender);
+
+  // After a restart opened the barrier again, the replayed old incarnation stays out.
+  hello(0, 2000);
+  hello(1, 2001);
+  EXPECT_EQ(hello(1, 1001).target, Reply::Target::kNone);
+  EXPECT_EQ(engine_.counters().stale_hellos, 5u);
+}
+
+// Where a rank's results go is learned only from packets that moved its job on; a replayed DATA
+// (a duplicate, a completed round's) is answered to its sender and redirects nothing.
+TEST_F(EngineTest, ReplayedDataRedirectsNothing) {
+  join_all();
+  Sent s = data(0, 0, false, 1, {1});
+  EXPECT_EQ(s.sender_rank, 0);
+  s = data(0, 0, false, 1, {1});  // duplicate of an incomplete round
+  EXPECT_EQ(s.sender_rank, -1);
+  data(1, 0, false, 1, {2});
+  s = data(2, 0, false, 1, {3});
+  EXPECT_EQ(s.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(s.sender_rank, 2);
+  s = data(0, 0, false, 1, {1}, wire::kFlagRetransmit);  // the completed round, again
+  EXPECT_EQ(s.target, Reply::Target::kSender);
+  EXPECT_EQ(s.sender_rank, -1);
+}
+
 TEST_F(EngineTest, DataBeforeBarrierIsDroppedAndExplainedOnRetransmit) {
   hello(0, 1);
   hello(2, 3);
   Sent s = data(0, 0, false, 1, {9});
   EXPECT_EQ(s.target, Reply::Target::kNone);
-  EXPECT_EQ(s.sender_rank, 0);
+  EXPECT_EQ(s.sender_rank, -1);  // it moved nothing: no address is learned from it
   s = data(0, 0, false, 1, {9}, wire::kFlagRetransmit);
   expect_error(s, wire::ErrorReason::kJobNotReady);
   EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{0, 2}));

@@ -12,7 +12,8 @@
 //   RESULT   aggregator -> worker   RESULT (| NONFINITE | RETRANSMIT): the reduced block, same
 //   PARTIAL  tree leaf <-> root     PARTIAL (| RESULT from the root): count 0 = an exponent
 //                                   request/answer (exp), else acc_bytes(dtype) fixed-point words
-//   HELLO    worker -> aggregator   HELLO (| RETRANSMIT): join barrier; seq = incarnation nonce,
+//   HELLO    worker -> aggregator   HELLO (| RETRANSMIT): join barrier; seq = incarnation nonce
+//                                   (it grows: next_nonce),
 //                                   payload [world_size]                         (u32 words)
 //   WELCOME  aggregator -> worker   HELLO | RESULT: payload [num_slots, max_payload_bytes] (u32)
 //   ERROR    aggregator -> worker   ERROR: payload [reason, ...] (see ErrorReason)       (u32)
@@ -287,6 +288,21 @@ inline size_t packet_size(uint16_t count, size_t width) { return kHeaderSize + c
 // A HELLO, WELCOME or ERROR packet of `count` u32 words.
 inline constexpr size_t control_packet_size(size_t count) {
   return kHeaderSize + count * kControlWordSize;
+}
+
+// HELLO nonces name incarnations and only grow (WIRE.md "Join barrier"): the Unix time in units
+// of kNonceTickMs, mod 2^32, and past the previous nonce of the process. `a` is newer than `b`
+// when it is less than 2^31 ticks ahead (serial-number arithmetic: 397 days), so an aggregator
+// can drop a replayed HELLO of an earlier incarnation.
+inline constexpr uint32_t kNonceTickMs = 16;
+inline constexpr bool nonce_newer(uint32_t a, uint32_t b) {
+  return static_cast<int32_t>(a - b) > 0;
+}
+// The nonce of an incarnation that starts at `unix_ms`, after one that had `previous` (0: none).
+inline constexpr uint32_t next_nonce(uint64_t unix_ms, uint32_t previous) {
+  uint32_t n = static_cast<uint32_t>(unix_ms / kNonceTickMs);
+  if (previous != 0 && !nonce_newer(n, previous)) n = previous + 1;
+  return n == 0 ? 1 : n;
 }
 // PARTIAL words are at most this many times wider than the elements they stand for (int32 words
 // of float8 elements; int64 of float32 and int32 of 16-bit elements are 2x).
