@@ -184,8 +184,9 @@ void UdpAggregator::Lane::handle(std::span<const uint8_t> d, const sockaddr_in& 
   // cost up to 100 ns on a loaded VM.
   const Reply r = engine->on_packet(d, now, &rank, &job, hello_copy);
   if (rank >= 0) {
-    // Learn (or follow a move of) the rank's address. Only packets with the job's tag get here
-    // (the engine sets rank after it), so nobody without the key can redirect its results.
+    // Learn (or follow a move of) the rank's address. The engine sets rank only for a packet
+    // with the job's tag that moved the job on (a joining HELLO, an added contribution), so
+    // nobody without the key can redirect its results, nor anyone replaying its packets.
     if (std::vector<udp::Peer>* p = peers.find(job); p != nullptr) {
       udp::Peer& peer = (*p)[static_cast<size_t>(rank)];
       if (!peer.known || !udp::same_addr(peer.addr, src)) {

@@ -18,6 +18,10 @@
 //   FloatModeSumsSixteenBitInFloat32AndOrdersSignedZeros  8 ranks, host only, float mode, each
 //                               host algorithm: 16-bit SUM within the in-network bound where
 //                               per-step 16-bit rounding is far outside it; MIN/MAX: -0 < +0.
+//   DeadWorker/{no_store,with_store,host_ring,host_hd}  rank 3 SIGKILLs itself mid-collective
+//                               (in-network with and without the fallback armed, the host mesh
+//                               alone): every survivor names rank 3 first, within 1.1x the
+//                               deadline.
 //   NoStore, UnreachableAggregator  in process, world 1.
 //
 // Length: one suite over one subject; its cases share the helpers above them and each one is
