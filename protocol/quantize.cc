@@ -294,7 +294,7 @@ void encode(const void* src, size_t n, DType t, ReduceOp op, int16_t exp, uint32
     case DType::kFloat8E4M3: return encode_float<LoadE4M3>(src, n, op, exp, world_size, q);
     case DType::kFloat8E5M2: return encode_float<LoadE5M2>(src, n, op, exp, world_size, q);
     case DType::kInt32:
-      std::memcpy(q, src, n * sizeof *q);  // SUM wraps in the aggregator; MIN/MAX are exact
+      if (n != 0) std::memcpy(q, src, n * sizeof *q);  // SUM wraps in the aggregator; MIN/MAX exact
       return;
   }
 }
@@ -307,7 +307,9 @@ void decode(const int32_t* q, size_t n, DType t, ReduceOp op, int16_t exp, uint3
     case DType::kBFloat16: return decode_float<StoreBF16>(q, n, op, exp, world_size, dst);
     case DType::kFloat8E4M3: return decode_float<StoreE4M3>(q, n, op, exp, world_size, dst);
     case DType::kFloat8E5M2: return decode_float<StoreE5M2>(q, n, op, exp, world_size, dst);
-    case DType::kInt32: std::memcpy(dst, q, n * sizeof *q); return;
+    case DType::kInt32:
+      if (n != 0) std::memcpy(dst, q, n * sizeof *q);
+      return;
   }
 }
 

@@ -91,8 +91,18 @@ ina_result_t guarded(std::string& err, F&& body) noexcept {
 }
 
 // Range-checks a C enum as an int: a cast to the 8-bit C++ enum would wrap 257 to 1.
-bool c_dtype(std::string& err, const char* fn, ina_dtype_t dtype, ina::DType* out) {
-  const int d = static_cast<int>(dtype);
+// A C enum's value as the caller stored it. A C caller may pass any int, and loading a C++ enum
+// object outside its range is undefined (UBSan's -fsanitize=enum): read the bytes instead.
+template <class E>
+int raw_enum(const E& e) {
+  static_assert(sizeof(E) == sizeof(int), "C enums are int-sized here");
+  int v;
+  std::memcpy(&v, &e, sizeof v);
+  return v;
+}
+
+bool c_dtype(std::string& err, const char* fn, const ina_dtype_t& dtype, ina::DType* out) {
+  const int d = raw_enum(dtype);
   if (!(d >= 1 && d <= 6)) {
     set_message(err, std::string(fn) + ": unknown dtype " + std::to_string(d) +
                          " (INA_INT32, INA_FLOAT32, INA_FLOAT16, INA_BFLOAT16, INA_FLOAT8_E4M3, "
@@ -103,8 +113,8 @@ bool c_dtype(std::string& err, const char* fn, ina_dtype_t dtype, ina::DType* ou
   return true;
 }
 
-bool c_op(std::string& err, const char* fn, ina_op_t op, ina::ReduceOp* out) {
-  const int o = static_cast<int>(op);
+bool c_op(std::string& err, const char* fn, const ina_op_t& op, ina::ReduceOp* out) {
+  const int o = raw_enum(op);
   if (!(o >= 1 && o <= 3)) {
     set_message(err, std::string(fn) + ": unknown op " + std::to_string(o) +
                          " (INA_SUM, INA_MIN, INA_MAX)");

@@ -128,10 +128,10 @@ struct HostWords {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p + i));
   }
   static void store_tail(Ptr p, size_t i, const int32_t* w, size_t n) {
-    std::memcpy(p + i, w, n * sizeof *w);
+    if (n != 0) std::memcpy(p + i, w, n * sizeof *w);  // (p is null for an empty block)
   }
   static void load_tail(CPtr p, size_t i, int32_t* w, size_t n) {
-    std::memcpy(w, p + i, n * sizeof *w);
+    if (n != 0) std::memcpy(w, p + i, n * sizeof *w);
   }
 };
 

@@ -8,7 +8,10 @@
 namespace ina::agg::testing {
 
 std::atomic<size_t> g_counted_allocs{0};
+namespace {
 thread_local bool t_count_allocs = false;
+}  // namespace
+void count_allocs(bool on) { t_count_allocs = on; }
 
 }  // namespace ina::agg::testing
 

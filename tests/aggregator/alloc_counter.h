@@ -9,13 +9,15 @@
 namespace ina::agg::testing {
 
 extern std::atomic<size_t> g_counted_allocs;
-extern thread_local bool t_count_allocs;
+// Whether this thread's allocations count. A function, not an extern thread_local: gcc 12's
+// UBSan reported the store through the latter's TLS wrapper as a store to null.
+void count_allocs(bool on);
 
 // Counts this thread's allocations while alive.
 class CountAllocs {
  public:
-  CountAllocs() { t_count_allocs = true; }
-  ~CountAllocs() { t_count_allocs = false; }
+  CountAllocs() { count_allocs(true); }
+  ~CountAllocs() { count_allocs(false); }
   CountAllocs(const CountAllocs&) = delete;
   CountAllocs& operator=(const CountAllocs&) = delete;
 };

@@ -361,7 +361,7 @@ std::vector<uint8_t> random_block(std::mt19937_64& rng, DType t, ReduceOp op, si
 std::vector<uint8_t> packet(const wire::Header& h, const std::vector<uint8_t>& payload) {
   std::vector<uint8_t> b(wire::kHeaderSize + payload.size());
   wire::encode_header(h, b.data());
-  std::memcpy(b.data() + wire::kHeaderSize, payload.data(), payload.size());
+  if (!payload.empty()) std::memcpy(b.data() + wire::kHeaderSize, payload.data(), payload.size());
   return b;
 }
 

@@ -259,7 +259,9 @@ TEST(Credits, ModelStreamsRandomMessagesIntact) {
             const size_t len = chunk_length(msg.size(), slot_bytes, send_chunk);
             const bool last = send_chunk + 1 == chunk_count(msg.size(), slot_bytes);
             const uint32_t s = sw.next_slot();
-            std::memcpy(staging.data() + s * slot_bytes, msg.data() + send_chunk * slot_bytes, len);
+            if (len != 0)
+              std::memcpy(staging.data() + s * slot_bytes, msg.data() + send_chunk * slot_bytes,
+                          len);
             in_flight_slots.push_back(s);
             in_flight_imm.push_back(encode_imm(len, last));
             sw.on_post();
@@ -298,8 +300,9 @@ TEST(Credits, ModelStreamsRandomMessagesIntact) {
             ASSERT_TRUE(check_chunk(c, msg.size(), slot_bytes, recv_chunk, "rank 0").ok());
             const uint32_t s = rw.next_slot();
             ASSERT_TRUE(remote_full[s]);
-            std::memcpy(got[recv_msg].data() + recv_chunk * slot_bytes,
-                        remote.data() + s * slot_bytes, c.length);
+            if (c.length != 0)
+              std::memcpy(got[recv_msg].data() + recv_chunk * slot_bytes,
+                          remote.data() + s * slot_bytes, c.length);
             remote_full[s] = false;
             rw.on_consume();
             arrived.pop_front();

@@ -152,6 +152,9 @@ def main():
         sys.exit(__doc__)
     program, libina, plugin_dir, aggregator = sys.argv[1:5]
     extra = sys.argv[5:]
+    if os.environ.get("INA_SANITIZERS"):
+        skip("built with -Db_sanitize=%s: its programs need the sanitizer runtimes, which a "
+             "minimal root leaves out on purpose" % os.environ["INA_SANITIZERS"])
     if os.geteuid() != 0:
         skip("needs root to chroot into a root without DPDK, rdma-core, libxdp and CUDA")
     base = locate_base(program)
