@@ -90,7 +90,6 @@ ina_result_t guarded(std::string& err, F&& body) noexcept {
   }
 }
 
-// Range-checks a C enum as an int: a cast to the 8-bit C++ enum would wrap 257 to 1.
 // A C enum's value as the caller stored it. A C caller may pass any int, and loading a C++ enum
 // object outside its range is undefined (UBSan's -fsanitize=enum): read the bytes instead.
 template <class E>
@@ -101,6 +100,7 @@ int raw_enum(const E& e) {
   return v;
 }
 
+// Range-checks a C enum as an int: a cast to the 8-bit C++ enum would wrap 257 to 1.
 bool c_dtype(std::string& err, const char* fn, const ina_dtype_t& dtype, ina::DType* out) {
   const int d = raw_enum(dtype);
   if (!(d >= 1 && d <= 6)) {

@@ -376,9 +376,7 @@ Status TcpMesh::poll_once(int timeout_ms) {
   if (n < 0) return errno == EINTR ? ok_status() : errno_status("poll", errno);
   // Peers that closed, noted before any error is returned: when a rank dies and a neighbour that
   // saw it fails and closes too, the error names both (peer_gone), the one seen first first.
-  for (size_t i = 0; i < fds.size(); ++i) {
-    if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) mark_closed(who[i]);
-  }
+  mark_hung_up(fds, who);
   for (size_t i = 0; i < fds.size(); ++i) {
     const short re = fds[i].revents;
     if (re == 0 || fds[i].events == POLLRDHUP) continue;
@@ -392,6 +390,13 @@ Status TcpMesh::poll_once(int timeout_ms) {
   return ok_status();
 }
 
+// Marks closed every peer whose entry of a finished poll() reports a hang-up, in fds' order.
+void TcpMesh::mark_hung_up(const std::vector<pollfd>& fds, const std::vector<int>& who) {
+  for (size_t i = 0; i < fds.size(); ++i) {
+    if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) mark_closed(who[i]);
+  }
+}
+
 void TcpMesh::note_closed_peers(int except) {
   std::vector<pollfd> fds;  // not poll_fds_: poll_once may be iterating over it (an error path)
   std::vector<int> who;
@@ -402,9 +407,7 @@ void TcpMesh::note_closed_peers(int except) {
     who.push_back(r);
   }
   if (fds.empty() || poll(fds.data(), fds.size(), 0) <= 0) return;
-  for (size_t i = 0; i < fds.size(); ++i) {
-    if ((fds[i].revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0) mark_closed(who[i]);
-  }
+  mark_hung_up(fds, who);
 }
 
 void TcpMesh::mark_closed(int peer) {

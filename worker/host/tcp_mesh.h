@@ -101,6 +101,7 @@ class TcpMesh final : public Context {
   Status timeout_error(const Op& op) const;
   // Marks a peer closed, in the order they are seen; the ranks seen closed, first seen first.
   void mark_closed(int peer);
+  void mark_hung_up(const std::vector<pollfd>& fds, const std::vector<int>& who);
   // Marks every other peer whose connection has closed by now (a poll that does not wait).
   void note_closed_peers(int except);
   std::vector<int> closed_in_order() const;
