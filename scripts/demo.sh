@@ -11,7 +11,7 @@
 # 12.5 s against 11.6 s, two runs each, alternated, load 8 on 2 cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Meson compiles the CUDA kernels with nvcc, which it looks for on PATH.
+# Meson finds the CUDA toolkit (for libina-cuda.so) through nvcc on PATH or CUDA_PATH.
 if [ -d /usr/local/cuda/bin ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
 scripts/setup-debian.sh
 if [ ! -f build/build.ninja ]; then

@@ -5,7 +5,7 @@
 # harness (scripts/fuzz.sh 5: a clang build of the harnesses in build-fuzz/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Meson compiles the CUDA kernels with nvcc, which it looks for on PATH.
+# Meson finds the CUDA toolkit (for libina-cuda.so) through nvcc on PATH or CUDA_PATH.
 if [ -d /usr/local/cuda/bin ]; then export PATH="/usr/local/cuda/bin:$PATH"; fi
 scripts/setup-debian.sh
 if [ -f build-test/build.ninja ]; then

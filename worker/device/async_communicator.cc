@@ -21,11 +21,9 @@
 // Device pointers: DeviceOps::is_device_pointer (cudaPointerGetAttributes) on send and recv; if
 // either is device memory the device pipeline (device_pipeline.cc) stages the buffer through
 // pinned host memory, and each chunk is reduced by the host Communicator's allreduce: the
-// in-network engine, which quantizes on the CPU with the SIMD kernels bitwise equal to the
-// reference, or the host fallback. Why the CPU quantizes staged chunks rather than the GPU
-// quantizing: the engine agrees each block's exponent through the aggregator one round ahead
-// (inc_engine.cc), so a GPU encode would have to wait for the network per block; and a 16-bit
-// gradient crosses PCIe in half the bytes of its int32 words. The other collectives with device
+// in-network engine, which sends the values as they are (wire v2: the aggregator quantizes), or
+// the host fallback. No kernel runs on the device: a chunk crosses PCIe once each way at the
+// user's width (a 16-bit gradient at 2 bytes per element). The other collectives with device
 // buffers are staged whole (copy in, host collective, copy out).
 #include "worker/device/async_communicator.h"
 

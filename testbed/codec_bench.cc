@@ -1,0 +1,167 @@
+// ina-codec-bench: throughput of the block codec (protocol/codec.h), the payload loops the
+// aggregators and the exact host fallback run, per dtype, one thread. The buffer is cut into the
+// blocks of one wire packet (--payload bytes of the user's type, 1024 by default) and each step
+// runs over every block, as the slot table does for one rank's packets:
+//   scan        block exponent and non-finite mark (every float SUM block, once per rank)
+//   quant_add   acc += rint(x * 2^(B-E)) (float SUM, once per rank) / acc += x (int32 SUM)
+//   dequant     the fixed-point sum back to the user's type (float SUM, once per block)
+//   minmax      acc = max(acc, key(x)) (MIN/MAX, once per rank)
+//   memcpy      the same buffer copied, the yardstick of the machine's memory path
+// GB/s is 1e9 bytes of the user's buffer per second (the median of --reps timed passes).
+//
+//   ina-codec-bench [--dtype float32,bfloat16,...] [--elems N] [--world N] [--payload B]
+#include <CLI/CLI.hpp>
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ina/base/half.h"
+#include "ina/protocol/codec.h"
+#include "ina/protocol/fp8.h"
+#include "ina/protocol/types.h"
+#include "ina_config.h"
+
+namespace {
+
+using ina::DType;
+using ina::ReduceOp;
+namespace codec = ina::codec;
+
+// Gaussian gradients (sigma 1e-2) in type t, as raw little-endian bytes.
+std::vector<uint8_t> make_input(DType t, size_t n) {
+  std::mt19937_64 rng(42);
+  std::normal_distribution<float> g(0.0f, 1e-2f);
+  const size_t w = ina::dtype_size(t);
+  std::vector<uint8_t> buf(n * w);
+  for (size_t i = 0; i < n; ++i) {
+    const float x = g(rng);
+    uint32_t bits = 0;
+    switch (t) {
+      case DType::kFloat32: std::memcpy(&bits, &x, 4); break;
+      case DType::kFloat16: bits = ina::float_to_half(x); break;
+      case DType::kBFloat16: bits = ina::float_to_bf16(x); break;
+      case DType::kFloat8E4M3: bits = ina::float_to_e4m3(x * 100); break;
+      case DType::kFloat8E5M2: bits = ina::float_to_e5m2(x * 100); break;
+      case DType::kInt32: bits = static_cast<uint32_t>(static_cast<int32_t>(x * 1e6f)); break;
+    }
+    std::memcpy(buf.data() + i * w, &bits, w);
+  }
+  return buf;
+}
+
+// Median seconds of `reps` calls of f (one warm-up call first).
+template <class F>
+double median_seconds(int reps, F&& f) {
+  f();
+  std::vector<double> s;
+  for (int r = 0; r < reps; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"ina-codec-bench: the block codec's loops (protocol/codec.h) per dtype, GB/s"};
+  app.set_version_flag("--version", std::string("ina-codec-bench ") + INA_VERSION);
+  std::string dtypes = "int32,float32,float16,bfloat16,float8_e4m3,float8_e5m2";
+  size_t elems = size_t{1} << 20;
+  uint32_t world = 8;
+  uint32_t payload = 1024;
+  int reps = 7;
+  app.add_option("--dtype", dtypes, "comma-separated dtypes")->capture_default_str();
+  app.add_option("--elems", elems, "elements per buffer")
+      ->capture_default_str()
+      ->check(CLI::Range(size_t{1}, size_t{1} << 28));
+  app.add_option("--world", world, "world size (sets the fixed-point scale B)")
+      ->capture_default_str()
+      ->check(CLI::Range(1u, 65535u));
+  app.add_option("--payload", payload, "bytes of user data per block (one packet)")
+      ->capture_default_str()
+      ->check(CLI::Range(4u, 65536u));
+  app.add_option("--reps", reps, "timed passes per figure (the median is printed)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1000));
+  CLI11_PARSE(app, argc, argv);
+
+  std::vector<DType> types;
+  std::stringstream ss(dtypes);
+  for (std::string item; std::getline(ss, item, ',');) {
+    const auto t = ina::parse_dtype(item);
+    if (!t) {
+      std::fprintf(stderr,
+                   "--dtype: unknown type '%s' (expected int32, float32, float16, "
+                   "bfloat16, float8_e4m3 or float8_e5m2)\n",
+                   item.c_str());
+      return 2;
+    }
+    types.push_back(*t);
+  }
+
+  std::printf("# ina-codec-bench: %zu elements, world %u, %u-byte blocks, median of %d\n", elems,
+              world, payload, reps);
+  std::printf("# GB/s of the user's buffer; '-' where the step does not apply\n");
+  std::printf("%-12s %6s %9s %9s %9s %9s %9s\n", "dtype", "block", "scan", "quant_add", "dequant",
+              "minmax", "memcpy");
+  for (const DType t : types) {
+    const size_t w = ina::dtype_size(t);
+    const size_t block = std::max<size_t>(1, payload / w);
+    const std::vector<uint8_t> in = make_input(t, elems);
+    std::vector<uint8_t> out(in.size());
+    std::vector<int64_t> acc(elems, 0);
+    const double bytes = static_cast<double>(in.size());
+    auto per_block = [&](auto&& step) {
+      return median_seconds(reps, [&] {
+        for (size_t off = 0; off < elems; off += block) step(off, std::min(block, elems - off));
+      });
+    };
+    const bool is_float = t != DType::kInt32;
+    std::vector<int16_t> exps((elems + block - 1) / block, 0);
+    double scan_s = 0, quant_s = 0, deq_s = 0;
+    if (is_float) {
+      scan_s = per_block([&](size_t off, size_t n) {
+        exps[off / block] = codec::scan(in.data() + off * w, n, t, ReduceOp::kSum).exp;
+      });
+      quant_s = per_block([&](size_t off, size_t n) {
+        codec::quantize_add(in.data() + off * w, n, t, exps[off / block], world, acc.data() + off);
+      });
+      deq_s = per_block([&](size_t off, size_t n) {
+        codec::dequantize(acc.data() + off, n, t,
+                          codec::scale_exponent(t, exps[off / block], world), out.data() + off * w);
+      });
+    } else {
+      quant_s = per_block([&](size_t off, size_t n) {
+        codec::add_int32(in.data() + off * w, n, acc.data() + off);
+      });
+    }
+    std::fill(acc.begin(), acc.end(), int64_t{INT64_MIN});
+    const double mm_s = per_block([&](size_t off, size_t n) {
+      codec::keys_minmax(in.data() + off * w, n, t, ReduceOp::kMax, acc.data() + off);
+    });
+    const double cp_s =
+        median_seconds(reps, [&] { std::memcpy(out.data(), in.data(), in.size()); });
+    auto gbs = [&](double s) {
+      char b[16];
+      if (s <= 0) return std::string("-");
+      std::snprintf(b, sizeof b, "%.2f", bytes / s / 1e9);
+      return std::string(b);
+    };
+    std::printf("%-12s %6zu %9s %9s %9s %9s %9s\n", std::string(ina::dtype_name(t)).c_str(), block,
+                gbs(scan_s).c_str(), gbs(quant_s).c_str(), gbs(deq_s).c_str(), gbs(mm_s).c_str(),
+                gbs(cp_s).c_str());
+    // Keep the results alive (and the compiler honest).
+    volatile uint8_t sink = out[elems * w / 2];
+    (void)sink;
+  }
+  return 0;
+}
