@@ -14,6 +14,7 @@
 #include <cuda_runtime.h>
 #include <infiniband/verbs.h>
 
+#include "ina/kernels/cuda_probe.h"
 #include "tests/host/harness.h"
 #include "worker/rdma/gpudirect.h"
 #include "worker/rdma/verbs_mesh.h"
@@ -116,10 +117,9 @@ int main(int argc, char** argv) {
     std::printf("SKIP: %s\n", why.c_str());
     return 77;
   }
-  int gpus = 0;
-  const cudaError_t e = cudaGetDeviceCount(&gpus);
-  if (e != cudaSuccess || gpus == 0) {
-    std::printf("SKIP: no CUDA GPU (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+  const ina::features::Probe gpu = ina::features::probe_cuda();
+  if (!gpu.usable) {
+    std::printf("SKIP: no CUDA GPU (%s)\n", gpu.detail.c_str());
     return 77;
   }
   if (!ina::rdma::cuda_driver_available(&why)) {
