@@ -354,7 +354,11 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
     return r;
   };
   job.counters.packets += one;
-  if (h.has(wire::kFlagResult) || h.has(wire::kFlagError)) [[unlikely]] {
+  // The one ERROR a worker sends: it gives up on a round (wire.h, kAborted).
+  const bool abort =
+      h.flags == wire::kFlagError && h.count == 3 &&
+      static_cast<uint32_t>(pkt.word(0)) == static_cast<uint32_t>(wire::ErrorReason::kAborted);
+  if (!abort && (h.has(wire::kFlagResult) || h.has(wire::kFlagError))) [[unlikely]] {
     // A leaf's parent answers with RESULT, WELCOME, ERROR and exponent answers (tag checked).
     if (job.leaf) return keyed(handle_parent(job, pkt));
     // Only the aggregator sends RESULT, WELCOME and ERROR: a worker (or a loop in the network)
@@ -388,7 +392,11 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
   if (h.has(wire::kFlagRetransmit)) rc.retransmits += one;
   moved_ = false;
   Reply r;
-  if (job.leaf) {
+  if (abort) [[unlikely]] {
+    wire::PacketView lp = pkt;
+    lp.hdr.rank = static_cast<uint16_t>(local);
+    r = handle_abort(job, lp, h.rank);
+  } else if (job.leaf) {
     // The handlers and the slot table see the served rank.
     wire::PacketView lp = pkt;
     lp.hdr.rank = static_cast<uint16_t>(local);
@@ -670,10 +678,34 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
       // Poisoned, some ranks not in yet: they are all told once every rank is (their resends).
       ++counters_.mismatched;
       return {};
+    case Verdict::kAborted: {
+      // A rank gave up on this round: the sender, which came late, fails as that rank did.
+      const CopyView c = job.table->copy(h.slot, h.shadow);
+      scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kAborted);
+      scratch_[1] = static_cast<int32_t>(c.aborted_by);
+      scratch_[2] = static_cast<int32_t>(c.abort_cause);
+      return error_to_sender(job, pkt, 3);
+    }
     case Verdict::kBadSlot:
     case Verdict::kBadRank:
     case Verdict::kTooLarge:
     case Verdict::kCount_: ++counters_.malformed; return {};
+  }
+  return {};
+}
+
+// A worker's ERROR kAborted (wire.h): rank `global_rank` gives up on the round the header names
+// (its deadline passed). The round is marked aborted unless it completed, so that a rank that
+// comes later cannot complete it and return success where this one failed; nothing is sent back
+// (the rank has moved on). The payload must name the sender itself: a rank gives up only for
+// itself.
+Reply Engine::handle_abort(Job& job, const wire::PacketView& pkt, uint32_t global_rank) {
+  if (!job.ready || static_cast<uint32_t>(pkt.word(1)) != global_rank) {
+    ++counters_.malformed;
+    return {};
+  }
+  if (job.table->abort(pkt.hdr, global_rank, static_cast<uint32_t>(pkt.word(2)))) {
+    ++counters_.aborted_rounds;
   }
   return {};
 }

@@ -131,6 +131,9 @@ struct EngineCounters {
   // a replay, dropped with no state change (the nonce order: WIRE.md).
   uint64_t stale_hellos = 0;
   uint64_t nonfinite_blocks = 0;
+  // ERROR kAborted from workers that marked a round aborted (a rank gave up at its deadline);
+  // DATA for such a round is answered with the same words (by_verdict[kAborted]).
+  uint64_t aborted_rounds = 0;
   // Aggregation trees (leaf jobs).
   uint64_t forwarded = 0;       // completed partials sent to the parent
   uint64_t reforwarded = 0;     // partials sent again for a worker's retransmission
@@ -166,6 +169,7 @@ void for_each_scalar_counter(F&& f) {
   f("world_size_mismatch", &EngineCounters::world_size_mismatch);
   f("stale_hellos", &EngineCounters::stale_hellos);
   f("nonfinite_blocks", &EngineCounters::nonfinite_blocks);
+  f("aborted_rounds", &EngineCounters::aborted_rounds);
   f("forwarded", &EngineCounters::forwarded);
   f("reforwarded", &EngineCounters::reforwarded);
   f("parent_results", &EngineCounters::parent_results);
@@ -314,6 +318,7 @@ class Engine {
   Reply result_reply(const Job& job, const wire::Header& h, Reply::Target target,
                      uint8_t extra_flags);
   Reply handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns);
+  Reply handle_abort(Job& job, const wire::PacketView& pkt, uint32_t global_rank);
   Reply handle_parent(Job& job, const wire::PacketView& pkt);
   Reply parent_hello(Job& job, bool retransmit);
   Reply forward_partial(Job& job, uint16_t slot, bool shadow, bool retransmit);

@@ -34,6 +34,8 @@ struct SlotTable::Copy {
   bool nonfinite = false;
   bool partial_ready = false;
   bool poisoned = false;  // ranks disagreed on the shape (CopyView)
+  uint32_t aborted_by = CopyView::kNoAbort;
+  uint32_t abort_cause = 0;
   uint16_t other_count = 0;
   uint16_t other_root = wire::kNoRoot;
   DType other_dtype = DType::kInt32;
@@ -68,6 +70,7 @@ const char* verdict_name(Verdict v) {
     case Verdict::kStale: return "stale";
     case Verdict::kMismatch: return "mismatch";
     case Verdict::kMismatchPending: return "mismatch_pending";
+    case Verdict::kAborted: return "aborted";
     case Verdict::kBadSlot: return "bad_slot";
     case Verdict::kBadRank: return "bad_rank";
     case Verdict::kTooLarge: return "too_large";
@@ -215,6 +218,8 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt) {
 
   const uint64_t bit = uint64_t{1} << (h.rank % 64);
   uint64_t& word = bitmap[h.rank / 64];
+  if (c.aborted_by != CopyView::kNoAbort) [[unlikely]]
+    return Verdict::kAborted;
   if (c.poisoned) return poisoned_data(k, h);
   if ((word & bit) != 0) {
     if (c.complete) return c.mode == CopyMode::kExp ? Verdict::kResendExp : Verdict::kResendResult;
@@ -345,6 +350,28 @@ bool SlotTable::store_result(const wire::PacketView& pkt) {
   return true;
 }
 
+bool SlotTable::abort(const wire::Header& h, uint32_t rank, uint32_t cause) {
+  if (h.slot >= cfg_.num_slots) return false;
+  const size_t k = copy_index(h.slot, h.shadow);
+  Copy& c = copies_[k];
+  if (c.used) {
+    const int32_t ahead = static_cast<int32_t>(h.seq - c.seq);  // as on_data()
+    if (ahead < 0 || (ahead == 0 && c.complete)) return false;
+    if (ahead == 0 && c.aborted_by != CopyView::kNoAbort) return true;  // the first one stays
+  }
+  if (!c.used || h.seq != c.seq) {
+    // The round has not started here (the rank that gave up may be the only one that sent it, and
+    // its DATA was lost): it starts aborted, so that the ranks still to come cannot complete it.
+    c = Copy{};
+    c.used = true;
+    c.seq = h.seq;
+    std::fill_n(bitmaps_.data() + k * bitmap_words_, bitmap_words_, uint64_t{0});
+  }
+  c.aborted_by = rank;
+  c.abort_cause = cause;
+  return true;
+}
+
 uint32_t SlotTable::contributors(uint16_t slot, bool shadow) const {
   if (slot >= cfg_.num_slots) return 0;
   return copies_[copy_index(slot, shadow)].contributors;
@@ -383,6 +410,8 @@ CopyView SlotTable::copy(uint16_t slot, bool shadow) const {
   v.other_root = c.other_root;
   v.other_ranks =
       std::span<const uint64_t>(other_bitmaps_.data() + k * bitmap_words_, bitmap_words_);
+  v.aborted_by = c.aborted_by;
+  v.abort_cause = c.abort_cause;
   return v;
 }
 

@@ -19,6 +19,9 @@
 //     incomplete older round (its collective was abandoned after a deadline);
 //   * older sequence: a stale duplicate delayed past its round; dropped. (SwitchML, which has no
 //     sequence, would add such a packet to the next round.)
+//   * an aborted round (abort(): a rank gave up on it at its deadline): never completes; every
+//     DATA for it is answered with kAborted, so that a rank arriving late fails as the others
+//     did instead of completing what they abandoned.
 // How a round reduces (wire v2, protocol/QUANTIZATION.md): int32 SUM and MIN/MAX as the
 // contributions arrive, in an int64 accumulator per element (MIN/MAX of floats through the
 // codec's order-preserving keys); a float SUM keeps every rank's raw words and block exponent and,
@@ -77,6 +80,8 @@ enum class Verdict : uint8_t {
                      // CopyView::poisoned), or a leaf's words without their exponent round: the
                      // sender is told
   kMismatchPending,  // a poisoned copy still waiting for ranks: nothing to send yet
+  kAborted,          // the round was aborted by a rank that gave up on it (abort()): the sender
+                     // is told (CopyView::aborted_by)
   kBadSlot,          // slot index beyond the table: dropped
   kBadRank,          // rank >= world size: dropped
   kTooLarge,         // payload beyond the job's block: dropped
@@ -128,6 +133,10 @@ struct CopyView {
   uint32_t other_elems = 0;
   uint16_t other_root = wire::kNoRoot;
   std::span<const uint64_t> other_ranks;
+  // A rank gave up on the round (abort()): it never completes. kNoAbort: not aborted.
+  static constexpr uint32_t kNoAbort = 0xFFFFFFFFu;
+  uint32_t aborted_by = kNoAbort;
+  uint32_t abort_cause = 0;
 };
 
 class SlotTable {
@@ -148,6 +157,12 @@ class SlotTable {
   // aggregator sent (same round: seq, count, dtype and op), with the parent's non-finite mark.
   // False, and nothing changed, when the copy is not complete or the packet is not for its round.
   bool store_result(const wire::PacketView& result);
+  // Rank `rank` gives up on the round (h.slot, h.shadow, h.seq), for `cause` (wire::kAbort*):
+  // an incomplete round of that sequence, or a copy that holds an older round or none, is marked
+  // aborted, so that every later DATA for that round gets Verdict::kAborted instead of completing
+  // it. False, and nothing changed, for a complete round, an older sequence than the copy holds
+  // (a replay) or a slot beyond the table.
+  bool abort(const wire::Header& h, uint32_t rank, uint32_t cause);
   // Contributors of a copy's current round (0 for a slot beyond the table); cheap.
   uint32_t contributors(uint16_t slot, bool shadow) const;
   // Forgets every round (a new incarnation of the job).

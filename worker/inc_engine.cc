@@ -362,7 +362,11 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   Clock::time_point last_rx = start;  // when a datagram last came from the aggregator
   while (c.rounds_left > 0) {
     Clock::time_point now = Clock::now();
-    if (now >= deadline) return deadline_status(cfg_.timeout);
+    if (now >= deadline) {
+      Status st = deadline_status(cfg_.timeout);  // reads the outstanding rounds
+      send_aborts();
+      return st;
+    }
     const auto wait =
         std::chrono::ceil<std::chrono::microseconds>(std::min(next_due_, deadline) - now);
     INA_ASSIGN_OR_RETURN(size_t n, transport_->recv_batch(rx_, wait));
@@ -638,6 +642,21 @@ Status IncEngine::on_error(const wire::PacketView& pv) {
         return invalid_argument(std::move(m));
       }
       break;
+    case wire::ErrorReason::kAborted: {
+      // Another rank gave up on a round this rank still waits for (it reached its deadline
+      // before this rank's block arrived): every rank fails the collective. Only the outstanding
+      // round counts: the answer to a delayed duplicate of an older round says nothing.
+      const Slot* sl = h.slot < coll_.width ? &slots_[h.slot] : nullptr;
+      if (sl == nullptr || !sl->active || sl->seq != h.seq || sl->shadow != h.shadow ||
+          h.count < 3) {
+        break;
+      }
+      return deadline_exceeded(
+          describe_collective() + ": aborted: rank " + std::to_string(pv.word(1)) +
+          " gave up on block seq " + std::to_string(h.seq) + " (slot " + std::to_string(h.slot) +
+          ") at its deadline (INA_TIMEOUT_MS) before this rank's block arrived; every rank fails "
+          "this collective, and the communicator stays usable for the next one");
+    }
     case wire::ErrorReason::kWorldSizeMismatch:
     default: break;  // not about a collective; joining handles it
   }
@@ -733,6 +752,43 @@ std::string IncEngine::mismatch_text(const wire::PacketView& pv) const {
          (rank0_other ? b + "; " + a : a + "; " + b) +
          "): every rank must call allreduce with the same arguments; the communicator stays "
          "usable for the next collective";
+}
+
+void IncEngine::send_aborts() {
+  tx_.clear();
+  for (uint32_t s = 0; s < coll_.width; ++s) {
+    Slot& sl = slots_[s];
+    if (!sl.active) continue;
+    wire::Header h;
+    h.flags = wire::kFlagError;
+    h.job = cfg_.job;
+    h.seq = sl.seq;
+    h.rank = static_cast<uint16_t>(cfg_.rank);
+    h.slot = static_cast<uint16_t>(s);
+    h.shadow = sl.shadow;
+    h.count = 3;
+    h.dtype = DType::kInt32;  // the payload: u32 control words
+    h.op = ReduceOp::kSum;
+    h.coll = coll_.coll;
+    h.elems = static_cast<uint32_t>(coll_.count);
+    h.exp = kNoExponent;
+    h.root = wire::kNoRoot;
+    wire::encode_header(h, sl.pkt);
+    const uint32_t words[3] = {static_cast<uint32_t>(wire::ErrorReason::kAborted),
+                               static_cast<uint32_t>(cfg_.rank), wire::kAbortDeadline};
+    for (size_t w = 0; w < 3; ++w) wire::put_le32(sl.pkt + wire::kHeaderSize + 4 * w, words[w]);
+    sl.pkt_len = static_cast<uint32_t>(wire::kHeaderSize + sizeof words);
+    seal_tag(std::span<uint8_t>(sl.pkt, sl.pkt_len), cfg_.job_key);
+    sl.active = false;  // the round is given up
+    tx_.emplace_back(sl.pkt, sl.pkt_len);
+  }
+  if (tx_.empty()) return;
+  // Twice: one lost copy must not let a late rank complete the round. Best effort: the
+  // collective has failed already, and a send error says nothing new.
+  for (int i = 0; i < 2; ++i) {
+    stats_.packets_sent += tx_.size();
+    (void)transport_->send_batch(tx_);
+  }
 }
 
 // After a mismatch every rank fails the collective (the poisoned rounds tell them all), but each

@@ -166,6 +166,10 @@ class IncEngine {
   std::string missing_ranks_text(const std::vector<uint32_t>& bitmap) const;
   std::string mismatch_text(const wire::PacketView& pv) const;
   void resync_after_mismatch();
+  // At the deadline: tells the aggregator this rank gives up on every round it has outstanding
+  // (ERROR kAborted, each sent twice, best effort), so that a rank arriving late cannot complete
+  // them and return success where this one fails. The slots' packet buffers are reused.
+  void send_aborts();
   // " (behind tree leaf 1)" from a leaf's tree note in the last missing report; empty without.
   std::string tree_note_text(const MissingReport& r) const;
   std::string refused_note(uint64_t refusals_at_start) const;

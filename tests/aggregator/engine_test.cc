@@ -319,6 +319,62 @@ TEST_F(EngineTest, ReplayedDataRedirectsNothing) {
   EXPECT_EQ(s.sender_rank, -1);
 }
 
+// A rank gives up on a round at its deadline (ERROR kAborted, WIRE.md): an incomplete round is
+// marked aborted and a late rank's DATA for it is answered with the same words instead of
+// completing it; a complete round stays answerable; the abort names its sender only; a newer
+// round on the copy starts afresh; a round aborted before any DATA of it arrived never completes.
+TEST_F(EngineTest, AbortedRoundCannotBeCompletedByALateRank) {
+  join_all();
+  const std::vector<int32_t> abort0 = {static_cast<int32_t>(wire::ErrorReason::kAborted), 0,
+                                       static_cast<int32_t>(wire::kAbortDeadline)};
+  data(0, 0, false, 1, {1});
+  data(1, 0, false, 1, {2});
+  Sent s = data(0, 0, false, 1, abort0, wire::kFlagError);
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  EXPECT_EQ(engine_.counters().aborted_rounds, 1u);
+  for (const uint8_t flags : {uint8_t{0}, wire::kFlagRetransmit}) {
+    s = data(2, 0, false, 1, {3}, flags);
+    expect_error(s, wire::ErrorReason::kAborted);
+    EXPECT_EQ(s.payload, abort0);
+    EXPECT_EQ(s.hdr.seq, 1u);
+    EXPECT_EQ(s.sender_rank, -1);  // it moved nothing
+  }
+  EXPECT_FALSE(engine_.slot_table(kJob)->copy(0, false).complete);
+
+  // An abort must name its sender: rank 1 cannot give up for rank 0.
+  const uint64_t malformed = engine_.counters().malformed;
+  data(1, 1, false, 2, {4});
+  data(1, 1, false, 2, abort0, wire::kFlagError);
+  EXPECT_EQ(engine_.counters().malformed, malformed + 1);
+  EXPECT_EQ(engine_.counters().aborted_rounds, 1u);
+  data(0, 1, false, 2, {5});
+  s = data(2, 1, false, 2, {6});
+  EXPECT_EQ(s.target, Reply::Target::kAllRanks);  // completes: nothing was aborted
+  // A complete round stays as it is: a rank that lost the result still gets it.
+  data(0, 1, false, 2, abort0, wire::kFlagError);
+  EXPECT_EQ(engine_.counters().aborted_rounds, 1u);
+  s = data(0, 1, false, 2, {5}, wire::kFlagRetransmit);
+  EXPECT_EQ(s.target, Reply::Target::kSender);
+  EXPECT_EQ(s.hdr.flags, wire::kFlagResult | wire::kFlagRetransmit);
+
+  // The next round on the aborted copy (a newer sequence) starts afresh and completes.
+  data(0, 0, false, 5, {1});
+  data(1, 0, false, 5, {1});
+  s = data(2, 0, false, 5, {1});
+  EXPECT_EQ(s.target, Reply::Target::kAllRanks);
+  ASSERT_EQ(s.payload.size(), 1u);
+  EXPECT_EQ(s.payload[0], 3);
+  // An older abort (a replay) changes nothing.
+  data(0, 0, false, 1, abort0, wire::kFlagError);
+  EXPECT_TRUE(engine_.slot_table(kJob)->copy(0, false).complete);
+
+  // Given up before any DATA of the round arrived here (its DATA was lost): nobody completes it.
+  data(0, 2, true, 7, abort0, wire::kFlagError);
+  EXPECT_EQ(engine_.counters().aborted_rounds, 2u);
+  for (uint16_t r = 0; r < 3; ++r)
+    expect_error(data(r, 2, true, 7, {1}), wire::ErrorReason::kAborted);
+}
+
 TEST_F(EngineTest, DataBeforeBarrierIsDroppedAndExplainedOnRetransmit) {
   hello(0, 1);
   hello(2, 3);

@@ -576,6 +576,52 @@ TEST(IncEngineAllreduce, MismatchGivesEveryRankTheSameErrorAndTheNextCollectiveW
   }
 }
 
+// A rank that comes after the others' deadline (issue 19, recovery): the others fail with the
+// deadline naming it and give their rounds up (ERROR kAborted), so the late rank cannot complete
+// them and return success: it fails too, within its own deadline, naming the rank that gave up.
+// The next collective, called alike by every rank, succeeds on every rank with the exact sum. One
+// collective within the window (every round outstanding at the deadline) and one of several
+// rounds per slot (the late rank's first rounds hit the aborted copies).
+TEST(IncEngineAllreduce, LateRankFailsAsTheOthersDidAndTheNextCollectiveWorks) {
+  constexpr int kWorld = 3;
+  constexpr int kLate = 2;
+  const milliseconds deadline(300);
+  MemNetwork net(kWorld, job_config(kWorld));
+  std::vector<std::unique_ptr<IncEngine>> engines(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    engines[r] = std::make_unique<IncEngine>(rank_config(r, kWorld, deadline), net.transport(r));
+  }
+  run_ranks(kWorld, [&](int r) { ASSERT_TRUE(engines[r]->join().ok()); });
+  for (const size_t count : {size_t{1000}, size_t{100000}}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    std::vector<Status> st(kWorld), after(kWorld);
+    std::vector<std::vector<int32_t>> out(kWorld);
+    run_ranks(kWorld, [&](int r) {
+      // The late rank starts once the others have failed (and sent their aborts).
+      if (r == kLate) std::this_thread::sleep_for(deadline + milliseconds(150));
+      std::vector<int32_t> buf(count, r + 1);
+      st[r] = engines[r]->allreduce(buf.data(), buf.data(), count, DType::kInt32, ReduceOp::kSum);
+    });
+    run_ranks(kWorld, [&](int r) {
+      out[r].assign(count, r + 1);
+      after[r] =
+          engines[r]->allreduce(out[r].data(), out[r].data(), count, DType::kInt32, ReduceOp::kSum);
+    });
+    for (int r = 0; r < kWorld; ++r) {
+      EXPECT_EQ(st[r].code(), StatusCode::kDeadlineExceeded)
+          << "rank " << r << ": " << st[r].to_string();
+      EXPECT_TRUE(after[r].ok()) << "rank " << r << ": " << after[r].to_string();
+      EXPECT_EQ(out[r], std::vector<int32_t>(count, 6)) << "rank " << r;
+    }
+    for (int r = 0; r < kWorld; ++r) {
+      if (r == kLate) continue;
+      EXPECT_NE(st[r].message().find("rank 2 did not contribute"), std::string::npos)
+          << st[r].message();
+    }
+    EXPECT_NE(st[kLate].message().find("aborted: rank "), std::string::npos) << st[kLate].message();
+  }
+}
+
 TEST(IncEngineAllreduce, NoAnswerDuringCollectiveIsUnavailable) {
   // The aggregator answers the join, then goes silent: simulated by a second network whose
   // aggregator is dead, reached through a transport switch.

@@ -79,7 +79,16 @@ enum class ErrorReason : uint32_t {
   // of the ranks that sent a shape other than the first (ceil(world/32) words): every rank of the
   // round gets the same words.
   kRoundMismatch = 4,
+  // The one ERROR a worker sends. Worker to aggregator: rank payload[1] gave up on the round
+  // (slot, shadow, seq) for cause payload[2] (kAbortDeadline) and will not wait for its result;
+  // the aggregator marks the round aborted if it is incomplete, so that no rank can complete it
+  // later (a late rank would return success where the others failed). Aggregator to worker, in
+  // answer to DATA for an aborted round: the same three words.
+  kAborted = 5,
 };
+
+// ErrorReason::kAborted's cause (payload[2]).
+inline constexpr uint32_t kAbortDeadline = 1;  // the rank's collective deadline passed
 
 // The tree note of a kMissingRanks ERROR (see ErrorReason::kMissingRanks).
 inline constexpr uint32_t kTreeNoteTag = 0x54524545;  // "TREE"
