@@ -667,7 +667,14 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
       const CopyView c = job.table->copy(h.slot, h.shadow);
       return error_reply(job, pkt, wire::ErrorReason::kMissingRanks, c.bitmap, 0);
     }
-    case Verdict::kStale: ++counters_.stale; return {};
+    case Verdict::kStale: {
+      // The others have moved past this round: a sender still waiting for it learns so now
+      // (wire.h, kSuperseded); a delayed duplicate's sender ignores the answer.
+      ++counters_.stale;
+      scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kSuperseded);
+      scratch_[1] = static_cast<int32_t>(job.table->copy(h.slot, h.shadow).seq);
+      return error_to_sender(job, pkt, 2);
+    }
     case Verdict::kMismatch: {
       ++counters_.mismatched;
       const CopyView c = job.table->copy(h.slot, h.shadow);

@@ -17,8 +17,9 @@
 //     it can name the missing ranks;
 //   * newer sequence (serial-number arithmetic): starts a new round in this copy, discarding an
 //     incomplete older round (its collective was abandoned after a deadline);
-//   * older sequence: a stale duplicate delayed past its round; dropped. (SwitchML, which has no
-//     sequence, would add such a packet to the next round.)
+//   * older sequence: a stale duplicate delayed past its round, or a late rank's packet for a
+//     round the others gave up; dropped (the engine tells the sender which round the copy holds:
+//     kSuperseded). (SwitchML, which has no sequence, would add such a packet to the next round.)
 //   * an aborted round (abort(): a rank gave up on it at its deadline): never completes; every
 //     DATA for it is answered with kAborted, so that a rank arriving late fails as the others
 //     did instead of completing what they abandoned.

@@ -642,20 +642,26 @@ Status IncEngine::on_error(const wire::PacketView& pv) {
         return invalid_argument(std::move(m));
       }
       break;
-    case wire::ErrorReason::kAborted: {
+    case wire::ErrorReason::kAborted:
+    case wire::ErrorReason::kSuperseded: {
       // Another rank gave up on a round this rank still waits for (it reached its deadline
-      // before this rank's block arrived): every rank fails the collective. Only the outstanding
-      // round counts: the answer to a delayed duplicate of an older round says nothing.
+      // before this rank's block arrived), or the others have moved past it since: every rank
+      // fails the collective. Only the outstanding round counts: the answer to a delayed
+      // duplicate of an older round says nothing.
       const Slot* sl = h.slot < coll_.width ? &slots_[h.slot] : nullptr;
+      const bool aborted = reason == wire::ErrorReason::kAborted;
       if (sl == nullptr || !sl->active || sl->seq != h.seq || sl->shadow != h.shadow ||
-          h.count < 3) {
+          h.count < (aborted ? 3 : 2)) {
         break;
       }
-      return deadline_exceeded(
-          describe_collective() + ": aborted: rank " + std::to_string(pv.word(1)) +
-          " gave up on block seq " + std::to_string(h.seq) + " (slot " + std::to_string(h.slot) +
-          ") at its deadline (INA_TIMEOUT_MS) before this rank's block arrived; every rank fails "
-          "this collective, and the communicator stays usable for the next one");
+      const std::string who = aborted ? "rank " + std::to_string(pv.word(1)) + " gave up on"
+                                      : "the other ranks gave up "
+                                        "on and moved past";
+      return deadline_exceeded(describe_collective() + ": aborted: " + who + " block seq " +
+                               std::to_string(h.seq) + " (slot " + std::to_string(h.slot) +
+                               ") at their deadline (INA_TIMEOUT_MS) before this rank's block "
+                               "arrived; every rank fails this collective, and the communicator "
+                               "stays usable for the next one");
     }
     case wire::ErrorReason::kWorldSizeMismatch:
     default: break;  // not about a collective; joining handles it

@@ -500,13 +500,20 @@ TEST_F(EngineTest, RetransmissionsAndDuplicates) {
   EXPECT_EQ(rc[2].retransmits, 1u);
 }
 
-TEST_F(EngineTest, StaleIsCountedAndDropped) {
+// A round older than its copy holds is counted and changes nothing; its sender is told the
+// copy's round (ERROR kSuperseded: a rank still waiting for the old round fails at once, others
+// ignore it).
+TEST_F(EngineTest, StaleIsCountedAndAnsweredWithTheNewerRound) {
   join_all();
   for (uint16_t r = 0; r < 3; ++r) data(r, 0, false, 10, {1});
-  for (uint16_t r = 0; r < 3; ++r) data(r, 0, false, 12, {2});
+  for (uint16_t r = 0; r < 2; ++r) data(r, 0, false, 12, {2});
   const Sent s = data(1, 0, false, 10, {1}, wire::kFlagRetransmit);
-  EXPECT_EQ(s.target, Reply::Target::kNone);
+  expect_error(s, wire::ErrorReason::kSuperseded);
+  EXPECT_EQ(s.payload, (std::vector<int32_t>{6, 12}));
+  EXPECT_EQ(s.hdr.seq, 10u);
+  EXPECT_EQ(s.sender_rank, -1);
   EXPECT_EQ(engine_.counters().stale, 1u);
+  EXPECT_EQ(engine_.slot_table(kJob)->copy(0, false).contributors, 2u);
 }
 
 // The tag (WIRE.md): every datagram carries SipHash-2-4 under the job's key over all its bytes.
@@ -623,7 +630,9 @@ TEST_F(EngineTest, ReplayedDataIsStaleAndShiftedSeqIsBadTag) {
   EXPECT_EQ(send_bytes(pkt(2, 10, 3)).payload, (std::vector<int32_t>{6}));
   for (uint16_t r = 0; r < 2; ++r) send_bytes(pkt(r, 12, 10));  // the next round, in flight
   const uint64_t stale = engine_.counters().stale;
-  EXPECT_EQ(send_bytes(old).target, Reply::Target::kNone);
+  const Sent replay = send_bytes(old);  // answered to its sender only: the copy's newer round
+  expect_error(replay, wire::ErrorReason::kSuperseded);
+  EXPECT_EQ(replay.sender_rank, -1);
   EXPECT_EQ(engine_.counters().stale, stale + 1);
   std::vector<uint8_t> ahead = old;
   wire::put_u32(ahead.data() + wire::kOffSeq,

@@ -22,6 +22,8 @@
 //                               (in-network with and without the fallback armed, the host mesh
 //                               alone): every survivor names rank 3 first, within 1.1x the
 //                               deadline.
+//   LateWorker                  rank 3 comes after the others' deadline: every rank fails that
+//                               collective (rank 3: "aborted"), the next one is exact, twice.
 //   NoStore, UnreachableAggregator  in process, world 1.
 //
 // Length: one suite over one subject; its cases share the helpers above them and each one is
@@ -367,6 +369,56 @@ TEST_P(DeadWorker, EverySurvivorNamesTheDeadRankWithinTheDeadline) {
     std::fprintf(stderr, "mode %d: rank %d: %.0f ms: %s\n", static_cast<int>(mode), r, sh->ms[r],
                  what.c_str());
   }
+  munmap(mem, sizeof(SharedDead));
+}
+
+// Rank 3 comes to collective 1 after the others' deadline (in-network, no store, real sockets):
+// the others fail naming it, and it fails too ("aborted", the rounds the others gave up) instead
+// of completing what they abandoned; collective 2, called alike, is exact on every rank. Twice,
+// so that the recovery is exercised once more after itself.
+TEST(LateWorker, FailsAsTheOthersDidAndTheNextCollectiveIsExact) {
+  AggregatorProcess agg;
+  ASSERT_EQ(agg.start(kWorld), "");
+  void* mem =
+      mmap(nullptr, sizeof(SharedDead), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* sh = new (mem) SharedDead();
+  constexpr auto kDeadline = 1000ms;
+  const Case c{ina::DType::kFloat32, ina::ReduceOp::kSum, size_t{1} << 16};
+  auto body = [&](int rank) -> int {
+    ina::Config cfg = worker_config(rank, agg.port, 0);
+    cfg.timeout = kDeadline;
+    auto comm = ina::Communicator::create(cfg);
+    if (!comm.ok()) {
+      std::snprintf(sh->what[rank], sizeof sh->what[rank], "create: %s",
+                    comm.status().to_string().c_str());
+      return 2;
+    }
+    std::vector<uint8_t> out;
+    for (int ci = 1; ci <= 4; ci += 2) {
+      if (rank == kVictim) std::this_thread::sleep_for(kDeadline + 300ms);
+      const ina::Status late = run_case(**comm, c, ci, rank, &out);
+      if (late.ok() || late.code() != ina::StatusCode::kDeadlineExceeded) {
+        std::snprintf(sh->what[rank], sizeof sh->what[rank], "collective %d: %s", ci,
+                      late.to_string().c_str());
+        return 3;
+      }
+      if (rank == kVictim && late.message().find(": aborted: ") == std::string::npos) {
+        std::snprintf(sh->what[rank], sizeof sh->what[rank], "collective %d: %s", ci,
+                      late.to_string().c_str());
+        return 4;
+      }
+      const ina::Status next = run_case(**comm, c, ci + 1, rank, &out);
+      if (!next.ok() || out != model_of(c, ci + 1)) {
+        std::snprintf(sh->what[rank], sizeof sh->what[rank], "collective %d: %s", ci + 1,
+                      next.ok() ? "result differs from the model" : next.to_string().c_str());
+        return 5;
+      }
+    }
+    return 0;
+  };
+  const std::vector<int> codes = ina::testing::fork_ranks(kWorld, body, 60s);
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r << ": " << sh->what[r];
   munmap(mem, sizeof(SharedDead));
 }
 

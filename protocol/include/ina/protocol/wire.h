@@ -85,6 +85,12 @@ enum class ErrorReason : uint32_t {
   // later (a late rank would return success where the others failed). Aggregator to worker, in
   // answer to DATA for an aborted round: the same three words.
   kAborted = 5,
+  // DATA for a round older than the one its slot copy holds (a stale round): the other ranks have
+  // moved past it, so it can never complete. payload[1] is the sequence the copy holds. A worker
+  // still waiting for that round fails its collective (the others gave up on it at their
+  // deadline and went on); any other worker ignores it (a delayed duplicate of a round whose
+  // result it has).
+  kSuperseded = 6,
 };
 
 // ErrorReason::kAborted's cause (payload[2]).
