@@ -32,6 +32,7 @@
 #include <algorithm>
 #include <string>
 
+#include "aggregator/reply_build.h"
 #include "ina/protocol/codec.h"
 
 namespace ina::agg {
@@ -97,39 +98,6 @@ constexpr uint8_t kTreeHaveResult = 2;  // the parent's result replaced the part
 constexpr uint8_t kTreeExpSent = 3;     // float SUM: the exponent request went up; E is awaited
 constexpr uint16_t kNoRank = 0xFFFF;    // served ranks are below 65535
 
-bool test_bit(std::span<const uint64_t> bm, uint32_t r) { return (bm[r / 64] >> (r % 64)) & 1; }
-
-// A slot copy's round in a reply: its sequence, shape and result (the user's type).
-void set_round(Reply* r, const CopyView& c) {
-  r->hdr.seq = c.seq;
-  r->hdr.count = c.count;
-  r->hdr.dtype = c.dtype;
-  r->hdr.op = c.op;
-  r->hdr.elems = c.elems;
-  r->hdr.root = c.root;
-  r->hdr.exp = kNoExponent;
-  r->payload = c.result;
-}
-
-// Header fields shared by every reply about `pkt`'s job and slot (the collective id echoed).
-wire::Header reply_header(const JobConfig& cfg, const wire::Header& in, uint8_t flags) {
-  wire::Header h;
-  h.flags = flags;
-  h.job = cfg.job;
-  h.seq = in.seq;
-  h.rank = 0;  // from the aggregator
-  h.slot = in.slot;
-  h.shadow = in.shadow;
-  h.dtype = DType::kInt32;
-  h.op = ReduceOp::kSum;
-  h.coll = in.coll;
-  h.elems = in.elems;
-  h.exp = kNoExponent;
-  h.root = in.root;
-  h.tag = 0;  // sealed by the backend with the job's key
-  return h;
-}
-
 // The datagram's tag is the one the job's key gives (WIRE.md).
 bool verify_tag(const JobConfig& cfg, std::span<const uint8_t> datagram) {
   return wire::tag_ok(datagram, cfg.key);
@@ -141,10 +109,6 @@ void put_bitmap_words(std::span<const uint64_t> bitmap, uint32_t words, int32_t*
   for (uint32_t w = 0; w < words; ++w) {
     dst[w] = static_cast<int32_t>(static_cast<uint32_t>(bitmap[w / 2] >> (32 * (w % 2))));
   }
-}
-
-const uint8_t* bytes_of(const std::vector<int32_t>& words) {
-  return reinterpret_cast<const uint8_t*>(words.data());  // little-endian: wire order (wire.h)
 }
 
 }  // namespace
