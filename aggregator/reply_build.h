@@ -1,7 +1,6 @@
-// How the engine builds a Reply in place: the header fields every reply shares, a slot copy's
-// round, control words as the payload. Private to the aggregator's packet logic; out of engine.cc
-// so that the tree-leaf relay, which leaves engine.cc next, builds its replies the same way.
-// Inline, as they were in engine.cc.
+// How the engine and a leaf job's relay (leaf_relay.h) build a Reply in place: the header fields
+// every reply shares, a slot copy's round, control words as the payload. Private to the
+// aggregator's packet logic (engine.cc, leaf_relay.cc); inline, as they were in engine.cc.
 #pragma once
 
 #include <cstdint>
