@@ -12,27 +12,26 @@
 //   4. HELLO -> join barrier; DATA -> slot table, once the barrier is complete.
 // A leaf job of an aggregation tree serves global ranks [rank_base, rank_base + local_ranks): its
 // slot table, counters and telemetry are indexed by rank - rank_base, and replies and error
-// bitmaps name global ranks. Its join barrier has two stages (its local ranks, then its own HELLO
-// to the parent as rank child_index, with a nonce mixed from its ranks' nonces so that a new
-// worker incarnation is a new leaf incarnation at the root); its completed copies go to the parent
-// (Reply::Target::kParent; float SUM first as a PARTIAL exponent request, whose answer the leaf
-// quantizes its ranks' words with before it sends them: WIRE.md) and wait there, per copy, for
-// the parent's RESULT, which replaces the
-// partial in the slot table and is multicast to the local ranks. A worker's retransmission for a
-// copy still waiting re-forwards the partial (once per wave of timeouts: see reforward_rank), so
-// every loss is repaired by the workers' timers.
+// bitmaps name global ranks. What it does beyond a flat job (join its parent once its local ranks
+// joined, send its completed copies' partials up and relay the parent's RESULTs, the root's
+// missing-children report) is its LeafRelay's (leaf_relay.h), which the engine calls at a few
+// points: the parent's packets (handle_parent), a completed barrier, a completed copy, a
+// retransmission for a copy still waiting for the parent, and the bitmaps of its errors.
 // Every reply is built in place (header + a pointer to the payload): RESULT payloads point at the
 // slot copy's accumulator, control payloads at scratch_, sized in add_job(), so nothing here
 // allocates per packet.
 //
-// Length: the engine's per-datagram state machine (barrier, slots, tree roles, errors) over one
-// Job struct private to this file; the tree-leaf relay moving out is issue 15's.
+// Length (over 600 lines): one per-datagram state machine (decode, tag, the join barrier with its
+// incarnations, the slot verdicts and their replies, errors, telemetry) whose handlers all work on
+// the one Job struct private to this file, plus the per-job queries; split further, that struct
+// would have to leave this file. The tree-leaf relay is leaf_relay.cc's.
 #include "aggregator/engine.h"
 
 #include <algorithm>
 #include <string>
 
-#include "ina/protocol/codec.h"
+#include "aggregator/leaf_relay.h"
+#include "aggregator/reply_build.h"
 
 namespace ina::agg {
 
@@ -65,70 +64,15 @@ struct Engine::Job {
   // Served ranks: a leaf's [rank_base, rank_base + nranks); flat and root: [0, world).
   uint32_t nranks = 0;
   uint32_t rank_base = 0;
-  bool leaf = false;
   // WELCOME payload: the job's slots and block, for a leaf at most the parent's.
   uint32_t welcome_slots = 0;
   uint32_t welcome_bytes = 0;  // max_payload_bytes
-  // Leaf only. Every local rank joined this incarnation: joined == nranks; the parent WELCOMEd
-  // it: ready (a leaf is ready only then).
-  uint32_t parent_world = 0;        // sent in the HELLO to the parent
-  BlockSeq parent_nonce = 0;        // this leaf incarnation's nonce at the parent
-  std::vector<uint8_t> tree_state;  // per copy (copy_index): kTree* of its completed round
-  // Per copy: the served rank whose retransmission last re-forwarded the partial (kNoRank: none
-  // yet). Only that rank's next retransmission re-forwards again, so one wave of timeouts at the
-  // local ranks sends the partial once, not once per rank.
-  std::vector<uint16_t> reforward_rank;
-  // Per copy: the root's last missing-children report for the waiting round, in global ranks
-  // (pm_words int32 bitmap words of the world, then the wire tree note), valid while
-  // pm_seq[copy] is the copy's seq and pm_valid[copy] is set.
-  uint32_t pm_words = 0;
-  std::vector<int32_t> pm;  // copies * (pm_words + wire::kTreeNoteWords)
-  std::vector<BlockSeq> pm_seq;
-  std::vector<uint8_t> pm_valid;
+  // A leaf's link to its parent (null for flat and root jobs). A leaf is ready only once the
+  // parent WELCOMEd it: every local rank joined this incarnation (joined == nranks) is not enough.
+  std::unique_ptr<LeafRelay> relay;
 };
 
 namespace {
-
-// Leaf: what happened to a copy's completed round (meaningful only while the copy is complete:
-// every completion sets kTreeForwarded).
-constexpr uint8_t kTreeNone = 0;
-constexpr uint8_t kTreeForwarded = 1;   // the partial went to the parent; its result is awaited
-constexpr uint8_t kTreeHaveResult = 2;  // the parent's result replaced the partial
-constexpr uint8_t kTreeExpSent = 3;     // float SUM: the exponent request went up; E is awaited
-constexpr uint16_t kNoRank = 0xFFFF;    // served ranks are below 65535
-
-bool test_bit(std::span<const uint64_t> bm, uint32_t r) { return (bm[r / 64] >> (r % 64)) & 1; }
-
-// A slot copy's round in a reply: its sequence, shape and result (the user's type).
-void set_round(Reply* r, const CopyView& c) {
-  r->hdr.seq = c.seq;
-  r->hdr.count = c.count;
-  r->hdr.dtype = c.dtype;
-  r->hdr.op = c.op;
-  r->hdr.elems = c.elems;
-  r->hdr.root = c.root;
-  r->hdr.exp = kNoExponent;
-  r->payload = c.result;
-}
-
-// Header fields shared by every reply about `pkt`'s job and slot (the collective id echoed).
-wire::Header reply_header(const JobConfig& cfg, const wire::Header& in, uint8_t flags) {
-  wire::Header h;
-  h.flags = flags;
-  h.job = cfg.job;
-  h.seq = in.seq;
-  h.rank = 0;  // from the aggregator
-  h.slot = in.slot;
-  h.shadow = in.shadow;
-  h.dtype = DType::kInt32;
-  h.op = ReduceOp::kSum;
-  h.coll = in.coll;
-  h.elems = in.elems;
-  h.exp = kNoExponent;
-  h.root = in.root;
-  h.tag = 0;  // sealed by the backend with the job's key
-  return h;
-}
 
 // The datagram's tag is the one the job's key gives (WIRE.md).
 bool verify_tag(const JobConfig& cfg, std::span<const uint8_t> datagram) {
@@ -141,10 +85,6 @@ void put_bitmap_words(std::span<const uint64_t> bitmap, uint32_t words, int32_t*
   for (uint32_t w = 0; w < words; ++w) {
     dst[w] = static_cast<int32_t>(static_cast<uint32_t>(bitmap[w / 2] >> (32 * (w % 2))));
   }
-}
-
-const uint8_t* bytes_of(const std::vector<int32_t>& words) {
-  return reinterpret_cast<const uint8_t*>(words.data());  // little-endian: wire order (wire.h)
 }
 
 }  // namespace
@@ -167,64 +107,7 @@ Status Engine::add_job(const JobConfig& cfg) {
     return Status(StatusCode::kAlreadyExists,
                   "engine: job " + std::to_string(cfg.job) + " is already served");
   }
-  const std::string name = "engine: job " + std::to_string(cfg.job);
-  if (cfg.is_leaf()) {
-    const TreeConfig& t = cfg.tree;
-    if (t.local_ranks < 1) {
-      return invalid_argument(name + ": leaf local_ranks must be at least 1, got 0");
-    }
-    if (uint64_t{t.rank_base} + t.local_ranks > cfg.slots.world_size) {
-      return invalid_argument(name + ": leaf ranks [rank_base " + std::to_string(t.rank_base) +
-                              ", + local_ranks " + std::to_string(t.local_ranks) +
-                              ") must lie inside the world of " +
-                              std::to_string(cfg.slots.world_size) + " ranks");
-    }
-    if (t.child_index > 65534) {
-      return invalid_argument(name + ": leaf child_index must be in 0..65534, got " +
-                              std::to_string(t.child_index));
-    }
-    if (t.parent_world != 0 && t.child_index >= t.parent_world) {
-      return invalid_argument(name + ": leaf child_index " + std::to_string(t.child_index) +
-                              " must be below parent_world " + std::to_string(t.parent_world));
-    }
-    if (!t.leaf_bases.empty()) {
-      const auto& b = t.leaf_bases;
-      const std::string form =
-          " (the first global rank of each leaf by child index: starting "
-          "at 0, strictly ascending, below the world of " +
-          std::to_string(cfg.slots.world_size) + ")";
-      if (t.parent_world != 0 && b.size() != t.parent_world) {
-        return invalid_argument(name + ": leaf_bases has " + std::to_string(b.size()) +
-                                " entries, parent_world is " + std::to_string(t.parent_world) +
-                                form);
-      }
-      if (t.child_index >= b.size()) {
-        return invalid_argument(name + ": leaf_bases has " + std::to_string(b.size()) +
-                                " entries, too few for child_index " +
-                                std::to_string(t.child_index) + form);
-      }
-      for (size_t i = 0; i < b.size(); ++i) {
-        if ((i == 0 && b[i] != 0) || (i > 0 && b[i] <= b[i - 1]) || b[i] >= cfg.slots.world_size) {
-          return invalid_argument(name + ": leaf_bases[" + std::to_string(i) +
-                                  "] = " + std::to_string(b[i]) + " is out of order" + form);
-        }
-      }
-      const uint64_t end =
-          t.child_index + 1 < b.size() ? b[t.child_index + 1] : cfg.slots.world_size;
-      if (b[t.child_index] != t.rank_base || end != uint64_t{t.rank_base} + t.local_ranks) {
-        return invalid_argument(name + ": leaf_bases gives leaf " + std::to_string(t.child_index) +
-                                " ranks [" + std::to_string(b[t.child_index]) + ", " +
-                                std::to_string(end) + "), rank_base/local_ranks say [" +
-                                std::to_string(t.rank_base) + ", " +
-                                std::to_string(uint64_t{t.rank_base} + t.local_ranks) + ")");
-      }
-    }
-  } else if (cfg.tree != TreeConfig{.role = cfg.tree.role}) {  // a leaf-only field is set
-    return invalid_argument(name +
-                            ": rank_base, local_ranks, child_index, parent, "
-                            "parent_world and leaf_bases are for role leaf only (role is " +
-                            tree_role_name(cfg.tree.role) + ")");
-  }
+  INA_RETURN_IF_ERROR(LeafRelay::check_config(cfg));
   SlotTableConfig table_cfg = cfg.slots;
   table_cfg.world_size = cfg.served_ranks();
   if (cfg.is_leaf()) {
@@ -259,23 +142,13 @@ Status Engine::add_job(const JobConfig& cfg) {
   job->world = cfg.slots.world_size;
   job->nranks = cfg.served_ranks();
   job->rank_base = cfg.first_rank();
-  job->leaf = cfg.is_leaf();
   job->welcome_slots = cfg.slots.num_slots;
   job->welcome_bytes = cfg.slots.max_payload_bytes;
-  if (job->leaf) {
-    job->parent_world =
-        cfg.tree.parent_world != 0 ? cfg.tree.parent_world
-        : !cfg.tree.leaf_bases.empty()
-            ? static_cast<uint32_t>(cfg.tree.leaf_bases.size())
-            : (cfg.slots.world_size + cfg.tree.local_ranks - 1) / cfg.tree.local_ranks;
-    job->tree_state.assign(size_t{cfg.slots.num_slots} * 2, kTreeNone);
-    job->reforward_rank.assign(size_t{cfg.slots.num_slots} * 2, kNoRank);
-    job->pm_words = (cfg.slots.world_size + 31) / 32;
-    job->pm.assign(size_t{cfg.slots.num_slots} * 2 * (job->pm_words + wire::kTreeNoteWords), 0);
-    job->pm_seq.assign(size_t{cfg.slots.num_slots} * 2, 0);
-    job->pm_valid.assign(size_t{cfg.slots.num_slots} * 2, 0);
-  }
   job->table = std::move(table);
+  if (cfg.is_leaf()) {
+    job->relay =
+        std::make_unique<LeafRelay>(job->cfg, *job->table, job->counters, counters_, scratch_);
+  }
   job->hello_bitmap.assign(job->table->bitmap_words(), 0);
   job->nonce.assign(job->nranks, 0);
   job->next_bitmap.assign(job->table->bitmap_words(), 0);
@@ -290,7 +163,7 @@ Status Engine::add_job(const JobConfig& cfg) {
   // note]; WELCOME needs 2.
   // A poisoned round's ERROR: [reason, count, elems, shape, other elems, other shape, ranks].
   scratch_.resize(std::max<size_t>(scratch_.size(), 6 + (size_t{job->world} + 31) / 32 +
-                                                        (job->leaf ? wire::kTreeNoteWords : 0)));
+                                                        (job->relay ? wire::kTreeNoteWords : 0)));
   jobs_.emplace(cfg.job, std::move(job));
   last_job_ = nullptr;
   return ok_status();
@@ -360,7 +233,7 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
       static_cast<uint32_t>(pkt.word(0)) == static_cast<uint32_t>(wire::ErrorReason::kAborted);
   if (!abort && (h.has(wire::kFlagResult) || h.has(wire::kFlagError))) [[unlikely]] {
     // A leaf's parent answers with RESULT, WELCOME, ERROR and exponent answers (tag checked).
-    if (job.leaf) return keyed(handle_parent(job, pkt));
+    if (job.relay) return keyed(handle_parent(job, pkt));
     // Only the aggregator sends RESULT, WELCOME and ERROR: a worker (or a loop in the network)
     // sending one is broken, and it must never be added to a slot.
     counters_.malformed += one;
@@ -396,7 +269,7 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
     wire::PacketView lp = pkt;
     lp.hdr.rank = static_cast<uint16_t>(local);
     r = handle_abort(job, lp, h.rank);
-  } else if (job.leaf) {
+  } else if (job.relay) {
     // The handlers and the slot table see the served rank.
     wire::PacketView lp = pkt;
     lp.hdr.rank = static_cast<uint16_t>(local);
@@ -481,7 +354,7 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
       // Same incarnation: its WELCOME was lost (or the barrier is still open).
       if (job.ready) return welcome(Reply::Target::kSender);
       // A leaf waiting for its parent: the worker's timer repairs a lost HELLO or WELCOME there.
-      if (job.joined == job.nranks) return retransmit ? parent_hello(job, true) : Reply{};
+      if (job.relay && job.joined == job.nranks) return retransmit ? job.relay->rejoin() : Reply{};
       return missing();
     }
     if (job.ready) {
@@ -530,21 +403,11 @@ Reply Engine::barrier_complete(Job& job, const wire::Header& h) {
   std::fill(job.first_ns.begin(), job.first_ns.end(), uint64_t{0});
   std::fill(job.open.begin(), job.open.end(), uint8_t{0});
   job.inflight = 0;
-  if (job.leaf) {
+  if (job.relay) {
     // Every local rank joined: this leaf joins its parent, and WELCOMEs its ranks only when
-    // the parent WELCOMEs it. Its nonce grows whenever one of its ranks' nonces does (the
-    // root orders a leaf's incarnations as the leaf orders its ranks'): the newest of its ranks'
-    // nonces, and past its own previous one.
-    std::fill(job.tree_state.begin(), job.tree_state.end(), kTreeNone);
-    BlockSeq newest = job.nonce[0];
-    for (uint32_t r = 1; r < job.nranks; ++r) {
-      if (wire::nonce_newer(job.nonce[r], newest)) newest = job.nonce[r];
-    }
-    job.parent_nonce = job.parent_nonce == 0 || wire::nonce_newer(newest, job.parent_nonce)
-                           ? newest
-                           : job.parent_nonce + 1;
+    // the parent WELCOMEs it (handle_parent).
     job.counters.parent_joined = false;
-    return parent_hello(job, false);
+    return job.relay->join(job.nonce);
   }
   job.ready = true;
   return welcome_reply(job, h, Reply::Target::kAllRanks);
@@ -608,18 +471,9 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
     case Verdict::kCompleted: {
       ++counters_.completed;
       ++job.counters.completed;
-      if (job.leaf) {
-        // The partial goes up (float SUM: its exponent first); the result comes back in
-        // handle_parent().
-        job.tree_state[k] = job.table->copy(h.slot, h.shadow).mode == CopyMode::kRaw
-                                ? kTreeExpSent
-                                : kTreeForwarded;
-        job.reforward_rank[k] = kNoRank;
-        job.pm_valid[k] = 0;
-        ++counters_.forwarded;
-        ++job.counters.forwarded;
-        return forward_partial(job, h.slot, h.shadow, false);
-      }
+      // A leaf's partial goes up (float SUM: its exponent first); the result comes back in
+      // handle_parent().
+      if (job.relay) return job.relay->forward(h.slot, h.shadow);
       return result_reply(job, h, Reply::Target::kAllRanks, 0);
     }
     case Verdict::kExpCompleted:
@@ -632,25 +486,8 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
     case Verdict::kResendResult: {
       ++counters_.duplicates;
       ++rc.duplicates;
-      if (job.leaf && job.tree_state[k] != kTreeHaveResult) {
-        // Complete here, no result from the parent yet: the partial or the parent's result was
-        // lost (or is slow). A retransmission sends the partial again; the parent answers a
-        // duplicate of a completed copy with its result.
-        if (!retransmit) return {};
-        uint16_t& by = job.reforward_rank[k];
-        if (by != kNoRank && by != h.rank) {
-          // This wave already re-forwarded it; what the root said it lacks answers this rank.
-          const CopyView c = job.table->copy(h.slot, h.shadow);
-          if (job.pm_valid[k] != 0 && job.pm_seq[k] == c.seq) {
-            return parent_missing_reply(job, k, Reply::Target::kSender, h.rank + job.rank_base, h);
-          }
-          return {};
-        }
-        by = h.rank;
-        ++counters_.reforwarded;
-        ++job.counters.reforwarded;
-        return forward_partial(job, h.slot, h.shadow, true);
-      }
+      // A leaf's copy complete here, no result from the parent yet: the relay repairs it.
+      if (job.relay && !job.relay->has_result(k)) return job.relay->on_resend(h);
       ++counters_.resent_results;
       // Marked RETRANSMIT so that the worker can tell this copy from the original result: an
       // original arriving after the worker resent its DATA proves the resend was spurious
@@ -678,7 +515,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
     case Verdict::kMismatch: {
       ++counters_.mismatched;
       const CopyView c = job.table->copy(h.slot, h.shadow);
-      if (c.poisoned && !job.leaf) return mismatch_reply(job, pkt, c);
+      if (c.poisoned && !job.relay) return mismatch_reply(job, pkt, c);
       return error_reply(job, pkt, wire::ErrorReason::kRoundMismatch, {}, c.count);
     }
     case Verdict::kMismatchPending:
@@ -745,21 +582,11 @@ Reply Engine::error_reply(const Job& job, const wire::PacketView& pkt, wire::Err
   uint16_t n = 2;
   if (!bitmap.empty()) {
     const uint32_t words = (job.world + 31) / 32;
-    if (!job.leaf) {
+    // A leaf's bitmap covers its served ranks: the relay puts them at their global positions.
+    if (!job.relay) {
       put_bitmap_words(bitmap, words, scratch_.data() + 1);
     } else {
-      // A leaf's bitmap covers its served ranks: shift it to their global positions, and mark the
-      // ranks of other leaves present (this aggregator is not waiting for them).
-      for (uint32_t w = 0; w < words; ++w) {
-        uint32_t bits = 0;
-        for (uint32_t b = 0; b < 32; ++b) {
-          const uint32_t r = w * 32 + b;
-          if (r >= job.world) break;
-          const uint32_t local = r - job.rank_base;  // wraps below rank_base
-          if (local >= job.nranks || test_bit(bitmap, local)) bits |= uint32_t{1} << b;
-        }
-        scratch_[1 + w] = static_cast<int32_t>(bits);
-      }
+      job.relay->put_global_bitmap(bitmap, scratch_.data() + 1);
     }
     n = static_cast<uint16_t>(1 + words);
   } else {
@@ -776,57 +603,6 @@ Reply Engine::error_to_sender(const Job& job, const wire::PacketView& pkt, uint1
   r.hdr.rank = static_cast<uint16_t>(pkt.hdr.rank + job.rank_base);  // the (global) rank it answers
   r.hdr.count = n;
   r.payload = bytes_of(scratch_);
-  ++counters_.replies_out;
-  return r;
-}
-
-// The leaf's HELLO to its parent: rank child_index of the parent's job, payload [parent world].
-Reply Engine::parent_hello(Job& job, bool retransmit) {
-  Reply r;
-  r.target = Reply::Target::kParent;
-  r.hdr = reply_header(job.cfg, wire::Header{},
-                       wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : uint8_t{0}));
-  r.hdr.seq = job.parent_nonce;
-  r.hdr.rank = static_cast<uint16_t>(job.cfg.tree.child_index);
-  r.hdr.count = 1;
-  scratch_[0] = static_cast<int32_t>(job.parent_world);
-  r.payload = bytes_of(scratch_);
-  ++counters_.parent_hellos;
-  ++counters_.replies_out;
-  return r;
-}
-
-// A leaf's completed copy to the parent as rank child_index, so the parent reduces it as one more
-// rank: int32 and MIN/MAX as a DATA packet of the reduced block; float SUM first as a PARTIAL
-// exponent request (count 0, exp = MAX over the local ranks, NONFINITE ORed) and, once the root
-// answered, as PARTIAL fixed-point words (exp = E - B, the unit's exponent). Which one: the copy's
-// tree state.
-Reply Engine::forward_partial(Job& job, uint16_t slot, bool shadow, bool retransmit) {
-  const CopyView c = job.table->copy(slot, shadow);
-  const uint8_t state = job.tree_state[copy_index(slot, shadow)];
-  Reply r;
-  r.target = Reply::Target::kParent;
-  wire::Header in;
-  in.coll = c.coll;
-  uint8_t flags = (c.nonfinite ? wire::kFlagNonFinite : uint8_t{0}) |
-                  (retransmit ? wire::kFlagRetransmit : uint8_t{0});
-  if (c.mode == CopyMode::kRaw) flags |= wire::kFlagPartial;
-  r.hdr = reply_header(job.cfg, in, flags);
-  set_round(&r, c);
-  if (c.mode == CopyMode::kRaw) {
-    if (state == kTreeExpSent) {
-      r.hdr.count = 0;
-      r.hdr.exp = c.exp;
-      r.payload = nullptr;
-    } else {
-      const int scale = codec::scale_exponent(c.dtype, c.answer_exp, job.world);
-      r.hdr.exp = scale == codec::kNoScale ? kNoExponent : static_cast<int16_t>(scale);
-      r.payload = c.partial;
-    }
-  }
-  r.hdr.rank = static_cast<uint16_t>(job.cfg.tree.child_index);
-  r.hdr.slot = slot;
-  r.hdr.shadow = shadow;
   ++counters_.replies_out;
   return r;
 }
@@ -849,148 +625,30 @@ Reply Engine::exp_answer(const Job& job, const wire::Header& h, Reply::Target ta
   return r;
 }
 
-// The root's kMissingRanks ERROR about a copy this leaf forwarded and still waits for: its
-// bitmap names the root's ranks, i.e. the leaves. Turned into global ranks (the missing leaves'
-// rank ranges cleared, from leaf_bases or the balanced rule), kept for the ranks' later
-// retransmissions, and sent to every local rank now (they are all waiting on the copy).
-Reply Engine::on_parent_missing(Job& job, const wire::PacketView& pkt) {
-  const wire::Header& h = pkt.hdr;
-  if (!job.ready || h.slot >= job.cfg.slots.num_slots) {
-    ++counters_.parent_stale;
-    return {};
-  }
-  const size_t k = copy_index(h.slot, h.shadow);
-  const CopyView c = job.table->copy(h.slot, h.shadow);
-  if ((job.tree_state[k] != kTreeForwarded && job.tree_state[k] != kTreeExpSent) || !c.complete ||
-      c.seq != h.seq) {
-    ++counters_.parent_stale;
-    return {};
-  }
-  const TreeConfig& t = job.cfg.tree;
-  const uint32_t n = job.parent_world;
-  const uint32_t W = job.world;
-  const bool by_rule = t.leaf_bases.empty();
-  auto first_rank = [&](uint32_t leaf) -> uint32_t {
-    if (leaf >= n) return W;
-    if (!by_rule) return leaf < t.leaf_bases.size() ? t.leaf_bases[leaf] : W;
-    return static_cast<uint32_t>(uint64_t{leaf} * W / n);
-  };
-  int32_t* bits = job.pm.data() + k * (job.pm_words + wire::kTreeNoteWords);
-  int32_t* note = bits + job.pm_words;
-  for (uint32_t w = 0; w < job.pm_words; ++w) {
-    const uint32_t lo = w * 32;
-    const uint32_t valid = W - lo >= 32 ? ~uint32_t{0} : (uint32_t{1} << (W - lo)) - 1;
-    bits[w] = static_cast<int32_t>(valid);
-  }
-  uint32_t m = 0;
-  for (uint32_t leaf = 0; leaf < n; ++leaf) {
-    const size_t word = 1 + leaf / 32;
-    const bool present =
-        word < h.count && ((static_cast<uint32_t>(pkt.word(word)) >> (leaf % 32)) & 1u) != 0;
-    // This leaf's own ranks all contributed (the copy is complete here).
-    if (present || leaf == t.child_index) continue;
-    if (m < wire::kTreeNoteMaxLeaves) note[3 + m] = static_cast<int32_t>(leaf);
-    ++m;
-    const uint32_t hi = first_rank(leaf + 1);
-    for (uint32_t r = first_rank(leaf); r < hi && r < W; ++r) {
-      bits[r / 32] =
-          static_cast<int32_t>(static_cast<uint32_t>(bits[r / 32]) & ~(uint32_t{1} << (r % 32)));
-    }
-  }
-  note[0] = static_cast<int32_t>(wire::kTreeNoteTag);
-  note[1] = static_cast<int32_t>(by_rule ? wire::kTreeNoteByRule : 0u);
-  note[2] = static_cast<int32_t>(m);
-  job.pm_seq[k] = c.seq;
-  job.pm_valid[k] = 1;
-  ++counters_.parent_missing;
-  return parent_missing_reply(job, k, Reply::Target::kAllRanks, 0, h);
-}
-
-// A kMissingRanks ERROR about copy `k` from its stored root report: [reason, global bitmap, tree
-// note with the missing leaves listed].
-Reply Engine::parent_missing_reply(Job& job, size_t k, Reply::Target target, uint32_t rank,
-                                   const wire::Header& in) {
-  const int32_t* src = job.pm.data() + k * (job.pm_words + wire::kTreeNoteWords);
-  const uint32_t listed =
-      std::min<uint32_t>(static_cast<uint32_t>(src[job.pm_words + 2]), wire::kTreeNoteMaxLeaves);
-  const size_t n = job.pm_words + 3 + listed;
-  scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kMissingRanks);
-  std::copy(src, src + n, scratch_.begin() + 1);
-  Reply r;
-  r.target = target;
-  r.hdr = reply_header(job.cfg, in, wire::kFlagError);
-  r.hdr.seq = job.pm_seq[k];
-  r.hdr.slot = static_cast<uint16_t>(k / 2);
-  r.hdr.shadow = (k % 2) != 0;
-  r.hdr.rank = static_cast<uint16_t>(rank);
-  r.hdr.count = static_cast<uint16_t>(1 + n);
-  r.payload = bytes_of(scratch_);
-  counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
-  return r;
-}
-
-// What a leaf's parent sends it (the key was checked): WELCOME completes the leaf's join, RESULT
-// of a forwarded copy replaces its partial and goes to the local ranks, ERROR is counted (a
-// world-size mismatch teaches the parent's world when it was not configured).
+// What a leaf's parent sends it (the key was checked): the relay checks and counts it; a WELCOME
+// of its join completes the leaf's barrier, a RESULT goes to the local ranks.
 Reply Engine::handle_parent(Job& job, const wire::PacketView& pkt) {
-  const wire::Header& h = pkt.hdr;
-  if (h.has(wire::kFlagError)) {
-    ++counters_.parent_errors;
-    if (h.count >= 2 &&
-        static_cast<wire::ErrorReason>(pkt.word(0)) == wire::ErrorReason::kMissingRanks) {
-      return on_parent_missing(job, pkt);
-    }
-    if (h.count >= 2 &&
-        static_cast<wire::ErrorReason>(pkt.word(0)) == wire::ErrorReason::kWorldSizeMismatch &&
-        job.cfg.tree.parent_world == 0) {
-      const auto w = static_cast<uint32_t>(pkt.word(1));
-      if (w > job.cfg.tree.child_index && w <= 65535 && w != job.parent_world) {
-        job.parent_world = w;
-        if (job.joined == job.nranks && !job.ready) return parent_hello(job, false);
-      }
-    }
-    return {};
+  using Join = LeafRelay::Join;
+  const Join join = job.ready                  ? Join::kDone
+                    : job.joined == job.nranks ? Join::kParent
+                                               : Join::kOpen;
+  Reply r;
+  switch (job.relay->on_parent(pkt, join, &r)) {
+    case LeafRelay::FromParent::kReply: return r;
+    case LeafRelay::FromParent::kJoined:
+      job.counters.parent_joined = true;
+      job.ready = true;
+      // The ranks use at most what both levels hold.
+      job.welcome_slots = std::min(job.cfg.slots.num_slots, static_cast<uint32_t>(pkt.word(0)));
+      job.welcome_bytes =
+          std::min<uint32_t>(job.cfg.slots.max_payload_bytes, static_cast<uint32_t>(pkt.word(1)));
+      return welcome_reply(job, pkt.hdr, Reply::Target::kAllRanks);
+    case LeafRelay::FromParent::kResult:
+      // RETRANSMIT stays: such a result answers a re-forward, i.e. some rank's retransmission.
+      return result_reply(job, pkt.hdr, Reply::Target::kAllRanks,
+                          static_cast<uint8_t>(pkt.hdr.flags & wire::kFlagRetransmit));
   }
-  if (h.has(wire::kFlagHello)) {  // WELCOME
-    if (job.joined != job.nranks || job.ready || h.count != 2 || pkt.word(0) < 1 ||
-        pkt.word(1) < 1) {
-      ++counters_.parent_stale;
-      return {};
-    }
-    job.counters.parent_joined = true;
-    job.ready = true;
-    // The ranks use at most what both levels hold.
-    job.welcome_slots = std::min(job.cfg.slots.num_slots, static_cast<uint32_t>(pkt.word(0)));
-    job.welcome_bytes =
-        std::min<uint32_t>(job.cfg.slots.max_payload_bytes, static_cast<uint32_t>(pkt.word(1)));
-    return welcome_reply(job, h, Reply::Target::kAllRanks);
-  }
-  if (h.has(wire::kFlagPartial)) {
-    // The root's exponent for a float SUM round this leaf asked about: quantize the local ranks'
-    // words with it and send them up.
-    const size_t k = copy_index(h.slot, h.shadow);
-    if (!job.ready || h.slot >= job.cfg.slots.num_slots || h.count != 0 ||
-        job.tree_state[k] != kTreeExpSent ||
-        !job.table->quantize_partial(h.slot, h.shadow, h.seq, h.exp, h.has(wire::kFlagNonFinite))) {
-      ++counters_.parent_stale;
-      return {};
-    }
-    job.tree_state[k] = kTreeForwarded;
-    return forward_partial(job, h.slot, h.shadow, false);
-  }
-  // RESULT of a copy this leaf forwarded and still waits for (the slot table checks the round).
-  const size_t k = copy_index(h.slot, h.shadow);
-  if (!job.ready || h.slot >= job.cfg.slots.num_slots || job.tree_state[k] != kTreeForwarded ||
-      !job.table->store_result(pkt)) {
-    ++counters_.parent_stale;
-    return {};
-  }
-  job.tree_state[k] = kTreeHaveResult;
-  ++counters_.parent_results;
-  ++job.counters.parent_results;
-  // RETRANSMIT stays: such a result answers a re-forward, i.e. some rank's retransmission.
-  return result_reply(job, h, Reply::Target::kAllRanks,
-                      static_cast<uint8_t>(h.flags & wire::kFlagRetransmit));
+  return r;
 }
 
 std::span<const RankCounters> Engine::rank_counters(JobId job) const {
@@ -1073,9 +731,8 @@ std::vector<StalledSlot> Engine::stalled_slots(JobId job, uint64_t now_ns, uint6
       if (first == 0 || now_ns < first || now_ns - first < min_age_ns) continue;
       const CopyView c = j.table->copy(static_cast<uint16_t>(slot), shadow);
       if (!c.used) continue;
-      const uint8_t tree =
-          j.leaf ? j.tree_state[copy_index(static_cast<uint16_t>(slot), shadow)] : kTreeNone;
-      const bool waiting_parent = c.complete && (tree == kTreeForwarded || tree == kTreeExpSent);
+      const size_t k = copy_index(static_cast<uint16_t>(slot), shadow);
+      const bool waiting_parent = c.complete && j.relay && j.relay->awaits_parent(k);
       if (c.complete && !waiting_parent) continue;
       StalledSlot s;
       s.waiting_parent = waiting_parent;
@@ -1087,14 +744,8 @@ std::vector<StalledSlot> Engine::stalled_slots(JobId job, uint64_t now_ns, uint6
       for (uint32_t r = 0; r < j.nranks; ++r) {
         if (((c.bitmap[r / 64] >> (r % 64)) & 1) == 0) s.missing.push_back(j.rank_base + r);
       }
-      const size_t k = copy_index(static_cast<uint16_t>(slot), shadow);
-      if (waiting_parent && j.pm_valid[k] != 0 && j.pm_seq[k] == c.seq) {
-        // The root's last report, in global ranks: the ranks behind the other leaves it lacks.
-        const int32_t* bits = j.pm.data() + k * (j.pm_words + wire::kTreeNoteWords);
-        for (uint32_t r = 0; r < j.world; ++r) {
-          if (((static_cast<uint32_t>(bits[r / 32]) >> (r % 32)) & 1u) == 0) s.missing.push_back(r);
-        }
-      }
+      // The root's last report, in global ranks: the ranks behind the other leaves it lacks.
+      if (waiting_parent) j.relay->append_root_missing(k, c.seq, &s.missing);
       out.push_back(std::move(s));
     }
   }

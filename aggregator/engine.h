@@ -320,17 +320,12 @@ class Engine {
   Reply handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns);
   Reply handle_abort(Job& job, const wire::PacketView& pkt, uint32_t global_rank);
   Reply handle_parent(Job& job, const wire::PacketView& pkt);
-  Reply parent_hello(Job& job, bool retransmit);
-  Reply forward_partial(Job& job, uint16_t slot, bool shadow, bool retransmit);
   Reply exp_answer(const Job& job, const wire::Header& h, Reply::Target target,
                    uint8_t extra_flags);
   Reply mismatch_reply(const Job& job, const wire::PacketView& pkt, const CopyView& c);
   Reply error_to_sender(const Job& job, const wire::PacketView& pkt, uint16_t n);
   Reply error_reply(const Job& job, const wire::PacketView& pkt, wire::ErrorReason reason,
                     std::span<const uint64_t> bitmap, uint32_t extra);
-  Reply on_parent_missing(Job& job, const wire::PacketView& pkt);
-  Reply parent_missing_reply(Job& job, size_t copy, Reply::Target target, uint32_t rank,
-                             const wire::Header& in);
 
   EngineOptions opts_;
   std::map<JobId, std::unique_ptr<Job>> jobs_;

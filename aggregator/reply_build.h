@@ -1,0 +1,57 @@
+// How the engine and a leaf job's relay (leaf_relay.h) build a Reply in place: the header fields
+// every reply shares, a slot copy's round, control words as the payload. Private to the
+// aggregator's packet logic (engine.cc, leaf_relay.cc); inline, as they were in engine.cc.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "aggregator/engine.h"
+#include "aggregator/slot_table.h"
+#include "ina/protocol/wire.h"
+
+namespace ina::agg {
+
+// Bit r of a rank bitmap in uint64 words (the slot table's and the join barrier's).
+inline bool test_bit(std::span<const uint64_t> bm, uint32_t r) {
+  return (bm[r / 64] >> (r % 64)) & 1;
+}
+
+// A slot copy's round in a reply: its sequence, shape and result (the user's type).
+inline void set_round(Reply* r, const CopyView& c) {
+  r->hdr.seq = c.seq;
+  r->hdr.count = c.count;
+  r->hdr.dtype = c.dtype;
+  r->hdr.op = c.op;
+  r->hdr.elems = c.elems;
+  r->hdr.root = c.root;
+  r->hdr.exp = kNoExponent;
+  r->payload = c.result;
+}
+
+// Header fields shared by every reply about `in`'s job and slot (the collective id echoed).
+inline wire::Header reply_header(const JobConfig& cfg, const wire::Header& in, uint8_t flags) {
+  wire::Header h;
+  h.flags = flags;
+  h.job = cfg.job;
+  h.seq = in.seq;
+  h.rank = 0;  // from the aggregator
+  h.slot = in.slot;
+  h.shadow = in.shadow;
+  h.dtype = DType::kInt32;
+  h.op = ReduceOp::kSum;
+  h.coll = in.coll;
+  h.elems = in.elems;
+  h.exp = kNoExponent;
+  h.root = in.root;
+  h.tag = 0;  // sealed by the backend with the job's key
+  return h;
+}
+
+// Control words as a reply's payload.
+inline const uint8_t* bytes_of(const std::vector<int32_t>& words) {
+  return reinterpret_cast<const uint8_t*>(words.data());  // little-endian: wire order (wire.h)
+}
+
+}  // namespace ina::agg
