@@ -103,6 +103,9 @@ struct DpdkOptions {
   // has INA frames, and report rounds older than stall_after as stalled.
   bool telemetry = false;
   std::chrono::milliseconds stall_after{1000};
+  // Benchmarks only (ina-dpdk-bench --no-tag): skip the per-job tag check to measure its cost.
+  // Never off in a served aggregator (ina-aggregator has no switch for it).
+  bool check_tag = true;
 };
 
 // Per-lcore counters of the I/O loop (the Engine's own counters are in Engine::counters()).

@@ -392,7 +392,9 @@ Result<std::unique_ptr<DpdkAggregator::Lcore>> DpdkAggregator::Lcore::make(
   l->lcore_id = lcore_id;
   l->has_rxq = i < a->rx_queues_;
   l->queue = static_cast<uint16_t>(i);
-  l->engine = std::make_unique<Engine>();
+  EngineOptions eo;
+  eo.check_tag = a->opts_.check_tag;
+  l->engine = std::make_unique<Engine>(eo);
   l->engine->set_slot_capacity(a->opts_.slot_capacity);
   l->apply_jobs(jobs);
   if (!l->job_errors.empty()) {

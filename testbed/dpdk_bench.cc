@@ -350,10 +350,10 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
   a.mem = eal_memory(a.mem, 128, &used).front() == "--in-memory" ? "huge" : "nohuge";
   std::printf(
       "# memif: generator process (memif client, %s, prebuilt frames) on CPU %d, DUT "
-      "process (memif server, copy mode) on CPU %d; memory: %s; aggregator results %s; "
-      "testpmd --forward-mode=%s --port-topology=loop\n",
+      "process (memif server, copy mode) on CPU %d; memory: %s; aggregator results %s, tag "
+      "check %s; testpmd --forward-mode=%s --port-topology=loop\n",
       memif_gen_zero_copy(a) ? "zero-copy" : "copy mode", gen_cpu, dut_cpu, used.c_str(),
-      a.indirect ? "indirect (chains)" : "copied", fwd.c_str());
+      a.indirect ? "indirect (chains)" : "copied", a.no_tag ? "off" : "on", fwd.c_str());
   std::printf(
       "# Mpps: frames back at the generator per second of its window; /cpu: per CPU second"
       " of the DUT's lcore\n# thread (from /proc, the same meter for both DUTs); cpu%%: "
@@ -471,6 +471,9 @@ int main(int argc, char** argv) {
                "generator does less work per frame than the DUT it drives)");
   app.add_flag("--indirect", indirect,
                "results to every rank as header + indirect datagram chains instead of copies");
+  bool no_tag = false;
+  app.add_flag("--no-tag", no_tag,
+               "the aggregator skips the per-job tag check (SipHash), to measure what it costs");
   app.add_option("--bsize", bsize, "memif buffer size (0: one buffer per frame)")
       ->capture_default_str();
   app.add_option("--testpmd", testpmd, "dpdk-testpmd binary, or 'none'")->capture_default_str();
@@ -494,6 +497,7 @@ int main(int argc, char** argv) {
   memif.mem = mem;
   memif.bsize = bsize;
   memif.indirect = indirect;
+  memif.no_tag = no_tag;
   memif.gen_zero_copy = !gen_copy;
   if (!role.empty()) {
     MemifArgs a = memif;

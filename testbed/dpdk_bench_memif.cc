@@ -263,6 +263,7 @@ int memif_aggregator(const MemifArgs& a) {
   o.lcores = 1;
   o.mbufs = 16383;
   o.indirect_multicast = a.indirect;
+  o.check_tag = !a.no_tag;
   agg::JobConfig job;
   job.job = kJob;
   job.slots.world_size = a.world;
@@ -334,6 +335,7 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd, con
                                      "--bsize",
                                      std::to_string(memif_bsize(a))};
     if (a.indirect) args.push_back("--indirect");
+    if (a.no_tag) args.push_back("--no-tag");
     if (!d.spawn(args, dut_log, true)) return fail("cannot start the aggregator process");
     std::string line;
     bool ready = false;

@@ -24,6 +24,7 @@ struct MemifArgs {
                               // buffer per frame), at least 2048
   bool to_agg = true;         // generator: the peer is the aggregator (join first) or testpmd
   bool indirect = false;      // aggregator: results as header + indirect datagram chains
+  bool no_tag = false;        // aggregator: skip the tag check (its cost: --no-tag)
   bool gen_zero_copy = true;  // generator: memif zero-copy client where it can be (hugepages):
                               // the server copies, the generator does not
 };
