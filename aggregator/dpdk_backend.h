@@ -95,8 +95,9 @@ struct DpdkOptions {
   uint16_t rx_queues = 0;
   // Jobs added at run time (set_jobs): the slot memory shared by all jobs (0: unchecked) and the
   // largest block (in bytes) a job may have (sizes the mbufs and the MTU for DATA and RESULT; a
-  // tree root's PARTIAL words are twice a block or more and need frames that large; 0: the
-  // largest of the jobs given to create(), which may then be empty only if this is set).
+  // tree root's PARTIAL words are up to 4x a block: a root given to create() is sized for them,
+  // one that set_jobs brings later needs this set to 4x its block; 0: the largest of the jobs
+  // given to create(), which may then be empty only if this is set).
   uint32_t slot_capacity = 0;
   uint32_t max_payload_bytes = 0;
   // Telemetry (lag histograms, stalled-slot ages): read CLOCK_MONOTONIC once per loop pass that
@@ -166,6 +167,9 @@ class DpdkAggregator {
   const frame::LocalConfig& local() const { return local_; }
   unsigned lcores() const { return static_cast<unsigned>(lcores_.size()); }
   uint16_t rx_queues() const { return rx_queues_; }
+  // The largest INA datagram its mbufs (and the port's MTU) hold: every job's DATA, RESULT and
+  // control packets, and a tree root's PARTIAL words.
+  size_t max_packet() const { return max_packet_; }
   // Safe while running: frames lcore i received from its rx queue (0 for an lcore without one).
   uint64_t rx_frames(unsigned i) const;
 

@@ -33,9 +33,13 @@ void DpdkAggregator::Lcore::answer_mail() {
 void DpdkAggregator::Lcore::apply_jobs(const std::vector<JobConfig>& desired) {
   JobHooks h;
   h.admit = [this](const JobConfig& j) -> Status {
-    if (wire::max_data_packet_size(j.slots.max_payload_bytes, 1) > self->max_packet_) {
-      return invalid_argument("block of " + std::to_string(j.slots.max_payload_bytes) +
-                              " bytes exceeds this aggregator's mbufs (max_payload_bytes)");
+    if (dpdk::job_packet_size(j, 1) > self->max_packet_) {
+      return invalid_argument("block of " + std::to_string(j.slots.max_payload_bytes) + " bytes" +
+                              (j.tree.role == TreeRole::kRoot
+                                   ? " (a tree root: PARTIAL words up to "
+                                     "4x the block)"
+                                   : "") +
+                              " exceeds this aggregator's mbufs (max_payload_bytes)");
     }
     if (j.is_leaf()) {
       return invalid_argument("a tree leaf (parent " + j.tree.parent +

@@ -39,6 +39,10 @@ inline uint64_t now_ns(clockid_t clock) {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// A job's largest packet of `world` ranks' control replies: DATA, RESULT, control; a tree root's
+// also the leaves' PARTIAL words (dpdk_port.cc).
+size_t job_packet_size(const JobConfig& j, size_t world);
+
 // Published counters, read by the main lcore while the loop runs.
 struct alignas(64) Published {
   std::atomic<uint64_t> rx{0}, tx{0}, completed{0}, dropped{0}, handed_off{0};

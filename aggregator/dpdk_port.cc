@@ -105,18 +105,30 @@ Result<std::vector<unsigned>> worker_lcores(unsigned want) {
   return workers;
 }
 
-// Largest packet: headers + the largest packet of any job (control replies are smaller), or of
-// the largest block set_jobs may bring.
-// (DATA, RESULT and control packets; a tree root's PARTIAL words are larger, see DpdkOptions.)
-// Jobs from set_jobs: their control replies for worlds up to 65535 ranks are sent from fresh
-// mbufs when they outgrow the block (send path), as in v1.
+}  // namespace
+
+namespace dpdk {
+// Float SUM's PARTIAL words: up to wire::kMaxPartialGrowth times the block.
+size_t job_packet_size(const JobConfig& j, size_t world) {
+  return j.tree.role == TreeRole::kRoot
+             ? wire::max_packet_size(j.slots.max_payload_bytes, world)
+             : wire::max_data_packet_size(j.slots.max_payload_bytes, world);
+}
+}  // namespace dpdk
+
+namespace {
+
+// Largest packet: headers + the largest packet of any job, or of the largest block set_jobs may
+// bring (DpdkOptions::max_payload_bytes, DATA-sized: a root that comes later with PARTIAL words
+// needs it set to kMaxPartialGrowth times its block). Jobs from set_jobs: their control replies
+// for worlds up to 65535 ranks are sent from fresh mbufs when they outgrow the block (send path),
+// as in v1.
 size_t max_packet_size(const DpdkOptions& opts, const std::vector<JobConfig>& jobs) {
   size_t max_packet = opts.max_payload_bytes == 0
                           ? wire::control_packet_size(2)
                           : wire::max_data_packet_size(opts.max_payload_bytes, 1);
   for (const JobConfig& j : jobs) {
-    max_packet = std::max(
-        max_packet, wire::max_data_packet_size(j.slots.max_payload_bytes, j.slots.world_size));
+    max_packet = std::max(max_packet, dpdk::job_packet_size(j, j.slots.world_size));
   }
   return max_packet;
 }

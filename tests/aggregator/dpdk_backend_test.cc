@@ -184,7 +184,7 @@ struct Running {
 };
 
 std::unique_ptr<Running> start(unsigned lcores, uint32_t world, uint32_t slots, uint16_t elems,
-                               bool indirect = false) {
+                               bool indirect = false, TreeRole role = TreeRole::kFlat) {
   auto r = std::make_unique<Running>();
   r->port = std::make_unique<RingPort>(lcores);
   DpdkOptions o;
@@ -202,6 +202,7 @@ std::unique_ptr<Running> start(unsigned lcores, uint32_t world, uint32_t slots, 
   j.slots.world_size = world;
   j.slots.num_slots = slots;
   j.slots.max_payload_bytes = static_cast<uint32_t>(elems) * 4;
+  j.tree.role = role;
   auto a = DpdkAggregator::create(o, {j});
   if (!a.ok()) {
     ADD_FAILURE() << a.status().to_string();
@@ -275,6 +276,51 @@ TEST(DpdkCreate, RefusesATreeLeafJob) {
   EXPECT_EQ(a.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(a.status().message().find("tree leaf"), std::string::npos) << a.status().to_string();
   EXPECT_NE(a.status().message().find("--backend udp"), std::string::npos);
+}
+
+// A tree root on the DPDK loop (issue 15): the leaves' float SUM PARTIAL words are twice the
+// block (an int64 per float32 element, 2112-byte frames for a 1024-byte block), so the root's
+// mbufs and MTU are sized for them. Two leaves ask for the exponent (the MAX comes back to both),
+// then send their words; both get the float32 sum, converted once.
+TEST(DpdkRoot, CarriesFloatSumPartialWords) {
+  constexpr uint32_t kLeaves = 2, kSlots = 4;
+  constexpr uint16_t kElems = 256;
+  auto run = start(1, kLeaves, kSlots, kElems, false, TreeRole::kRoot);
+  ASSERT_NE(run, nullptr);
+  join(*run, kLeaves, kSlots, kElems);
+  // The ring PMD hands the test's own mbufs to the loop, so the size the root's pool and MTU are
+  // given is asserted here: a leaf's words frame must fit.
+  EXPECT_GE(run->agg->max_packet(), wire::kHeaderSize + size_t{kElems} * 8);
+  auto partial = [&](uint32_t leaf, uint16_t count, int16_t exp, int32_t word) {
+    wire::Header h =
+        testing::data_header(kJob, kKey, static_cast<uint16_t>(leaf), 0, false, 1, count);
+    h.flags = wire::kFlagPartial;
+    h.dtype = DType::kFloat32;
+    h.exp = exp;
+    run->port->inject(ina_frame(leaf, h, std::vector<int32_t>(count, word)));
+  };
+  auto replies = [&] {
+    auto got = run->port->wait_for([&](const std::vector<Rx>& v) { return v.size() >= kLeaves; });
+    EXPECT_EQ(got.size(), kLeaves);
+    std::vector<Decoded> out(got.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_TRUE(decode_reply(got[i], kLeaves, &out[i]));
+    return out;
+  };
+  partial(0, 0, 3, 0);  // exponent requests: E = MAX(3, 5)
+  partial(1, 0, 5, 0);
+  for (const Decoded& d : replies()) {
+    EXPECT_EQ(d.pkt.hdr.flags, wire::kFlagPartial | wire::kFlagResult);
+    EXPECT_EQ(d.pkt.hdr.exp, 5);
+  }
+  // The words at scale 2^-20 (what the leaves quantized with E): 3 + 5 = 8 units.
+  partial(0, kElems, -20, 3);
+  partial(1, kElems, -20, 5);
+  for (const Decoded& d : replies()) {
+    EXPECT_EQ(d.pkt.hdr.flags, wire::kFlagResult);
+    ASSERT_EQ(d.pkt.hdr.count, kElems);
+    for (const int32_t w : d.words) ASSERT_EQ(std::bit_cast<float>(w), 8 * 0x1p-20f);
+  }
+  EXPECT_EQ(run->agg->loop_totals().multi_segment, 0u);
 }
 
 TEST_P(DpdkLoop, ShuffledDuplicatedLossyTrafficGivesExactSums) {
