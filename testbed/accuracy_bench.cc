@@ -39,6 +39,7 @@
 #include "ina/protocol/quantize.h"
 #include "ina/protocol/types.h"
 #include "ina_config.h"
+#include "testbed/dtype_list.h"
 #include "worker/host/reduce.h"
 
 namespace {
@@ -109,17 +110,7 @@ int main(int argc, char** argv) {
     return v;
   };
   std::vector<DType> types;
-  for (const std::string& d : split(dtypes)) {
-    const auto t = ina::parse_dtype(d);
-    if (!t || *t == DType::kInt32) {
-      std::fprintf(stderr,
-                   "--dtype: '%s' is not a float type (expected float32, float16, "
-                   "bfloat16, float8_e4m3 or float8_e5m2)\n",
-                   d.c_str());
-      return 2;
-    }
-    types.push_back(*t);
-  }
+  if (!ina::bench::parse_dtype_list(dtypes, true, &types)) return 2;
   for (const std::string& d : split(dists)) {
     if (d != "gauss" && d != "wide" && d != "cancel") {
       std::fprintf(stderr, "--dist: unknown '%s' (expected gauss, wide or cancel)\n", d.c_str());

@@ -17,7 +17,6 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,6 +25,7 @@
 #include "ina/protocol/fp8.h"
 #include "ina/protocol/types.h"
 #include "ina_config.h"
+#include "testbed/dtype_list.h"
 
 namespace {
 
@@ -95,18 +95,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   std::vector<DType> types;
-  std::stringstream ss(dtypes);
-  for (std::string item; std::getline(ss, item, ',');) {
-    const auto t = ina::parse_dtype(item);
-    if (!t) {
-      std::fprintf(stderr,
-                   "--dtype: unknown type '%s' (expected int32, float32, float16, "
-                   "bfloat16, float8_e4m3 or float8_e5m2)\n",
-                   item.c_str());
-      return 2;
-    }
-    types.push_back(*t);
-  }
+  if (!ina::bench::parse_dtype_list(dtypes, false, &types)) return 2;
 
   std::printf("# ina-codec-bench: %zu elements, world %u, %u-byte blocks, median of %d\n", elems,
               world, payload, reps);

@@ -655,8 +655,7 @@ Status IncEngine::on_error(const wire::PacketView& pv) {
         break;
       }
       const std::string who = aborted ? "rank " + std::to_string(pv.word(1)) + " gave up on"
-                                      : "the other ranks gave up "
-                                        "on and moved past";
+                                      : std::string("the other ranks gave up on and moved past");
       return deadline_exceeded(describe_collective() + ": aborted: " + who + " block seq " +
                                std::to_string(h.seq) + " (slot " + std::to_string(h.slot) +
                                ") at their deadline (INA_TIMEOUT_MS) before this rank's block "

@@ -298,6 +298,22 @@ struct SharedDead {
 };
 constexpr int kVictim = 3;
 
+// A SharedDead in memory the forked ranks share with the test (MAP_SHARED), unmapped at scope
+// exit.
+struct SharedMap {
+  SharedMap() {
+    void* mem = mmap(nullptr, sizeof(SharedDead), PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (mem != MAP_FAILED) sh = new (mem) SharedDead();
+  }
+  ~SharedMap() {
+    if (sh != nullptr) munmap(sh, sizeof(SharedDead));
+  }
+  SharedMap(const SharedMap&) = delete;
+  SharedMap& operator=(const SharedMap&) = delete;
+  SharedDead* sh = nullptr;
+};
+
 // kNoStore/kWithStore: in-network, with and without the host fallback armed. kHostRing/kHostHd:
 // no aggregator, the host mesh alone, where a rank of the ring or of halving-doubling waits on a
 // live neighbour rather than on the dead rank.
@@ -316,10 +332,9 @@ TEST_P(DeadWorker, EverySurvivorNamesTheDeadRankWithinTheDeadline) {
   if (with_store) {
     ASSERT_NE(store_port, 0);
   }
-  void* mem =
-      mmap(nullptr, sizeof(SharedDead), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(mem, MAP_FAILED);
-  auto* sh = new (mem) SharedDead();
+  SharedMap shared;
+  ASSERT_NE(shared.sh, nullptr);
+  SharedDead* sh = shared.sh;
   constexpr auto kDeadline = 2000ms;
   const Case c{ina::DType::kFloat32, ina::ReduceOp::kSum, size_t{1} << 16};
   auto body = [&](int rank) -> int {
@@ -369,7 +384,6 @@ TEST_P(DeadWorker, EverySurvivorNamesTheDeadRankWithinTheDeadline) {
     std::fprintf(stderr, "mode %d: rank %d: %.0f ms: %s\n", static_cast<int>(mode), r, sh->ms[r],
                  what.c_str());
   }
-  munmap(mem, sizeof(SharedDead));
 }
 
 // Rank 3 comes to collective 1 after the others' deadline (in-network, no store, real sockets):
@@ -379,10 +393,9 @@ TEST_P(DeadWorker, EverySurvivorNamesTheDeadRankWithinTheDeadline) {
 TEST(LateWorker, FailsAsTheOthersDidAndTheNextCollectiveIsExact) {
   AggregatorProcess agg;
   ASSERT_EQ(agg.start(kWorld), "");
-  void* mem =
-      mmap(nullptr, sizeof(SharedDead), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-  ASSERT_NE(mem, MAP_FAILED);
-  auto* sh = new (mem) SharedDead();
+  SharedMap shared;
+  ASSERT_NE(shared.sh, nullptr);
+  SharedDead* sh = shared.sh;
   constexpr auto kDeadline = 1000ms;
   const Case c{ina::DType::kFloat32, ina::ReduceOp::kSum, size_t{1} << 16};
   auto body = [&](int rank) -> int {
@@ -419,7 +432,6 @@ TEST(LateWorker, FailsAsTheOthersDidAndTheNextCollectiveIsExact) {
   };
   const std::vector<int> codes = ina::testing::fork_ranks(kWorld, body, 60s);
   for (int r = 0; r < kWorld; ++r) EXPECT_EQ(codes[r], 0) << "rank " << r << ": " << sh->what[r];
-  munmap(mem, sizeof(SharedDead));
 }
 
 INSTANTIATE_TEST_SUITE_P(Paths, DeadWorker,
