@@ -4,11 +4,9 @@
 #include <charconv>
 #include <chrono>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
-#include "ina/base/log.h"
 #include "worker/host/common.h"
 #include "worker/host/reduce.h"
 
@@ -91,15 +89,6 @@ Result<AllreduceAlgorithm> select_allreduce(const CostModel& model, size_t bytes
     }
   }
   return best;
-}
-
-Result<AllreduceAlgorithm> select_allreduce(const CostModel& model, size_t bytes, int world) {
-  const char* env = std::getenv("INA_ALGO");
-  Result<AllreduceAlgorithm> a = select_allreduce(model, bytes, world, env != nullptr ? env : "");
-  if (a.ok())
-    INA_DEBUG("host", "allreduce of %zu bytes over %d ranks: %s%s", bytes, world,
-              algorithm_name(*a).data(), env != nullptr && *env != '\0' ? " (INA_ALGO)" : "");
-  return a;
 }
 
 namespace {

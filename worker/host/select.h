@@ -50,8 +50,6 @@ Result<CostModel> parse_cost_model(std::string_view text, std::string_view name 
 // An unknown override is a kInvalidArgument naming INA_ALGO.
 Result<AllreduceAlgorithm> select_allreduce(const CostModel& model, size_t bytes, int world,
                                             std::string_view override_name);
-// The same, with the override read from INA_ALGO; the choice is logged at debug level.
-Result<AllreduceAlgorithm> select_allreduce(const CostModel& model, size_t bytes, int world);
 
 // Measures the model on the job's own links (a collective: every rank calls it). alpha: the
 // time of one ring step (send to r+1 while receiving from r-1) of 8 bytes; beta: the extra time
