@@ -142,3 +142,14 @@ vector("error_missing_ranks.hex",
        0x04, 0xA1B2C3D4, 515, 0x0123, True, 3, 1, 1, 7, 65540, NOEXP, 0xFFFF,
        [1, 0x80000027, 0x00000081], ["reason 1 = kMissingRanks", "bitmap[0] ranks 0, 1, 2, 5, 31",
                                      "bitmap[1] ranks 32, 39"])
+vector("error_aborted.hex",
+       "ERROR, worker -> aggregator: kAborted, the one ERROR a worker sends: rank 2 gives up on\n"
+       "the round (seq, slot, shadow) at its deadline. The aggregator answers a late rank's DATA\n"
+       "for that round with the same three words.",
+       0x04, 0x00001234, 2, 9, True, 3, 1, 1, 11, 1000, NOEXP, 0xFFFF,
+       [5, 2, 1], ["reason 5 = kAborted", "the rank that gave up: 2", "cause 1 = its deadline"])
+vector("error_superseded.hex",
+       "ERROR, aggregator -> worker: kSuperseded, the answer to DATA for a round older than the\n"
+       "one its slot copy holds (seq 0x1234 there, the copy holds 0x1274).",
+       0x04, 0x00001234, 3, 9, True, 2, 1, 1, 11, 1000, NOEXP, 0xFFFF,
+       [6, 0x1274], ["reason 6 = kSuperseded", "the sequence the copy holds: 0x1274"])

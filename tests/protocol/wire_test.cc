@@ -124,6 +124,12 @@ std::vector<Vector> expected_vectors() {
                    kNoRoot),
        {static_cast<int32_t>(ErrorReason::kMissingRanks), static_cast<int32_t>(0x80000027u),
         0x00000081}},
+      {"error_aborted.hex",
+       make_header(kFlagError, 0x1234, 2, 9, true, 3, kI32, kSum, 11, 1000, kNoExponent, kNoRoot),
+       {static_cast<int32_t>(ErrorReason::kAborted), 2, static_cast<int32_t>(kAbortDeadline)}},
+      {"error_superseded.hex",
+       make_header(kFlagError, 0x1234, 3, 9, true, 2, kI32, kSum, 11, 1000, kNoExponent, kNoRoot),
+       {static_cast<int32_t>(ErrorReason::kSuperseded), 0x1274}},
   };
 }
 
