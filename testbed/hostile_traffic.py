@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Hostile traffic against a running job (issue 19): does any collective fail or go wrong?
 
 Starts an ina-aggregator on 127.0.0.1 with a job key, and ina-bench as the job's ranks (threads
