@@ -14,6 +14,7 @@
 #include <string>
 #include <string_view>
 
+#include "../worker/config_env_vars.h"
 #include "fuzz_check.h"
 #include "ina/base/log.h"
 #include "ina/ina.hpp"
@@ -25,45 +26,8 @@ using namespace ina;
 
 namespace {
 
-// Every variable config.cc's from_env reads.
-constexpr const char* kVars[] = {"INA_RANK",
-                                 "INA_WORLD_SIZE",
-                                 "RANK",
-                                 "WORLD_SIZE",
-                                 "OMPI_COMM_WORLD_RANK",
-                                 "OMPI_COMM_WORLD_SIZE",
-                                 "SLURM_PROCID",
-                                 "SLURM_NTASKS",
-                                 "INA_AGGREGATOR",
-                                 "INA_CONTROLLER",
-                                 "INA_JOB_NAME",
-                                 "INA_STORE",
-                                 "MASTER_ADDR",
-                                 "MASTER_PORT",
-                                 "INA_MESH_ADDR",
-                                 "INA_FALLBACK",
-                                 "INA_TRANSPORT",
-                                 "INA_ALGO",
-                                 "INA_VERBS_DEVICE",
-                                 "INA_VERBS_GID_INDEX",
-                                 "INA_HOST_TRANSPORT",
-                                 "INA_COST_MODEL",
-                                 "INA_JOB",
-                                 "INA_JOB_KEY",
-                                 "INA_BLOCK_ELEMS",
-                                 "INA_WINDOW",
-                                 "INA_TIMEOUT_MS",
-                                 "INA_RETRANSMIT_US",
-                                 "INA_DEVICE_CHUNK_ELEMS",
-                                 "INA_DEVICE_BUFFERS",
-                                 "INA_TEST_DROP_PERCENT",
-                                 "INA_TEST_DUP_PERCENT",
-                                 "INA_TEST_DELAY_US",
-                                 "INA_TEST_STRAGGLE",
-                                 "INA_TEST_SEED"};
-
 bool known(std::string_view name) {
-  for (const char* v : kVars) {
+  for (const char* v : kInaConfigEnvVars) {
     if (name == v) return true;
   }
   return false;
@@ -81,7 +45,7 @@ void check_config(const Config& c) {
 }
 
 void env_mode(std::string_view text) {
-  for (const char* v : kVars) ::unsetenv(v);
+  for (const char* v : kInaConfigEnvVars) ::unsetenv(v);
   while (!text.empty()) {
     const size_t nl = text.find('\n');
     const std::string_view line = text.substr(0, nl);

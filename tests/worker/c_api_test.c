@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include "c_check.h"
+#include "config_env_vars.h"
 #include "ina/ina.h"
 
 #define CHECK_CONTAINS(haystack, needle)                                             \
@@ -40,27 +41,7 @@
   } while (0)
 
 static void clear_env(void) {
-  static const char* const vars[] = {"INA_RANK",
-                                     "INA_WORLD_SIZE",
-                                     "INA_AGGREGATOR",
-                                     "INA_JOB",
-                                     "INA_JOB_KEY",
-                                     "INA_BLOCK_ELEMS",
-                                     "INA_WINDOW",
-                                     "INA_TIMEOUT_MS",
-                                     "INA_RETRANSMIT_US",
-                                     "INA_TEST_DROP_PERCENT",
-                                     "INA_TEST_DUP_PERCENT",
-                                     "INA_TEST_DELAY_US",
-                                     "INA_TEST_SEED",
-                                     "INA_STORE",
-                                     "MASTER_ADDR",
-                                     "MASTER_PORT",
-                                     "INA_MESH_ADDR",
-                                     "INA_FALLBACK",
-                                     "INA_TRANSPORT",
-                                     "INA_ALGO"};
-  for (size_t i = 0; i < sizeof vars / sizeof vars[0]; ++i) unsetenv(vars[i]);
+  for (size_t i = 0; i < INA_CONFIG_ENV_VAR_COUNT; ++i) unsetenv(kInaConfigEnvVars[i]);
 }
 
 /* ---- unit ---- */

@@ -8,56 +8,20 @@
 #include <cstdlib>
 #include <string>
 
+#include "config_env_vars.h"
 #include "ina/ina.hpp"
 #include "worker/config_internal.h"
 
 namespace ina {
 namespace {
 
-const char* const kAllVars[] = {
-    "INA_RANK",
-    "INA_WORLD_SIZE",
-    "INA_AGGREGATOR",
-    "INA_JOB",
-    "INA_JOB_KEY",
-    "INA_BLOCK_ELEMS",
-    "INA_WINDOW",
-    "INA_TIMEOUT_MS",
-    "INA_RETRANSMIT_US",
-    "INA_TEST_DROP_PERCENT",
-    "INA_TEST_DUP_PERCENT",
-    "INA_TEST_DELAY_US",
-    "INA_TEST_SEED",
-    "INA_STORE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "INA_MESH_ADDR",
-    "INA_FALLBACK",
-    "INA_TRANSPORT",
-    "INA_TEST_STRAGGLE",
-    "INA_DEVICE_CHUNK_ELEMS",
-    "INA_DEVICE_BUFFERS",
-    "INA_COST_MODEL",
-    "RANK",
-    "WORLD_SIZE",
-    "OMPI_COMM_WORLD_RANK",
-    "OMPI_COMM_WORLD_SIZE",
-    "SLURM_PROCID",
-    "SLURM_NTASKS",
-    "INA_CONTROLLER",
-    "INA_JOB_NAME",
-    "INA_ALGO",
-    "INA_VERBS_DEVICE",
-    "INA_VERBS_GID_INDEX",
-};
-
 class ConfigEnvTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v : kAllVars) unsetenv(v);
+    for (const char* v : kInaConfigEnvVars) unsetenv(v);
   }
   void TearDown() override {
-    for (const char* v : kAllVars) unsetenv(v);
+    for (const char* v : kInaConfigEnvVars) unsetenv(v);
   }
   static Config parse_ok() {
     Result<Config> r = Config::from_env();
