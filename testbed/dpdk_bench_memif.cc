@@ -314,26 +314,30 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd, con
     row.error = why;
     return row;
   };
+  // The child roles' common arguments (this binary as --role agg or gen, on its CPU).
+  auto role_args = [&](const char* role, int cpu) {
+    return std::vector<std::string>{argv0,
+                                    "--role",
+                                    role,
+                                    "--sock",
+                                    a.sock,
+                                    "--elems",
+                                    E,
+                                    "--world",
+                                    std::to_string(a.world),
+                                    "--slots",
+                                    std::to_string(a.slots),
+                                    "--cpu",
+                                    std::to_string(cpu),
+                                    "--mem",
+                                    a.mem,
+                                    "--bsize",
+                                    std::to_string(memif_bsize(a))};
+  };
 
   Child d;
   if (to_agg) {
-    std::vector<std::string> args = {argv0,
-                                     "--role",
-                                     "agg",
-                                     "--sock",
-                                     a.sock,
-                                     "--elems",
-                                     E,
-                                     "--world",
-                                     std::to_string(a.world),
-                                     "--slots",
-                                     std::to_string(a.slots),
-                                     "--cpu",
-                                     std::to_string(dut_cpu),
-                                     "--mem",
-                                     a.mem,
-                                     "--bsize",
-                                     std::to_string(memif_bsize(a))};
+    std::vector<std::string> args = role_args("agg", dut_cpu);
     if (a.indirect) args.push_back("--indirect");
     if (a.no_tag) args.push_back("--no-tag");
     if (!d.spawn(args, dut_log, true)) return fail("cannot start the aggregator process");
@@ -375,27 +379,11 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd, con
   }
 
   Child g;
-  std::vector<std::string> gargs = {argv0,
-                                    "--role",
-                                    "gen",
-                                    "--sock",
-                                    a.sock,
-                                    "--elems",
-                                    E,
-                                    "--world",
-                                    std::to_string(a.world),
-                                    "--slots",
-                                    std::to_string(a.slots),
-                                    "--seconds",
-                                    std::to_string(a.seconds),
-                                    "--cpu",
-                                    std::to_string(gen_cpu),
-                                    "--mem",
-                                    a.mem,
-                                    "--bsize",
-                                    std::to_string(memif_bsize(a)),
-                                    "--to",
-                                    to_agg ? "agg" : "testpmd"};
+  std::vector<std::string> gargs = role_args("gen", gen_cpu);
+  for (const std::string& x : {std::string("--seconds"), std::to_string(a.seconds),
+                               std::string("--to"), std::string(to_agg ? "agg" : "testpmd")}) {
+    gargs.push_back(x);
+  }
   if (!a.gen_zero_copy) gargs.push_back("--gen-copy");
   if (!g.spawn(gargs, gen_log, true)) {
     d.stop(std::chrono::milliseconds(100));
