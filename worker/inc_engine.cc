@@ -764,7 +764,7 @@ void IncEngine::send_aborts() {
   for (uint32_t s = 0; s < coll_.width; ++s) {
     Slot& sl = slots_[s];
     if (!sl.active) continue;
-    wire::Header h;
+    wire::Header h;  // dtype int32, op sum: the payload is control words
     h.flags = wire::kFlagError;
     h.job = cfg_.job;
     h.seq = sl.seq;
@@ -772,17 +772,13 @@ void IncEngine::send_aborts() {
     h.slot = static_cast<uint16_t>(s);
     h.shadow = sl.shadow;
     h.count = 3;
-    h.dtype = DType::kInt32;  // the payload: u32 control words
-    h.op = ReduceOp::kSum;
     h.coll = coll_.coll;
     h.elems = static_cast<uint32_t>(coll_.count);
-    h.exp = kNoExponent;
-    h.root = wire::kNoRoot;
     wire::encode_header(h, sl.pkt);
-    const uint32_t words[3] = {static_cast<uint32_t>(wire::ErrorReason::kAborted),
-                               static_cast<uint32_t>(cfg_.rank), wire::kAbortDeadline};
-    for (size_t w = 0; w < 3; ++w) wire::put_le32(sl.pkt + wire::kHeaderSize + 4 * w, words[w]);
-    sl.pkt_len = static_cast<uint32_t>(wire::kHeaderSize + sizeof words);
+    const int32_t words[3] = {static_cast<int32_t>(wire::ErrorReason::kAborted), cfg_.rank,
+                              static_cast<int32_t>(wire::kAbortDeadline)};
+    wire::store_words(sl.pkt + wire::kHeaderSize, words, 3);
+    sl.pkt_len = static_cast<uint32_t>(wire::control_packet_size(3));
     seal_tag(std::span<uint8_t>(sl.pkt, sl.pkt_len), cfg_.job_key);
     sl.active = false;  // the round is given up
     tx_.emplace_back(sl.pkt, sl.pkt_len);
