@@ -41,6 +41,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -295,6 +296,13 @@ struct SharedDead {
   std::atomic<int> ready{0};  // ranks at collective 1
   double ms[kWorld];
   char what[kWorld][512];
+  // Writes rank's outcome (printf style) where the test reads it.
+  [[gnu::format(printf, 3, 4)]] void note(int rank, const char* fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    std::vsnprintf(what[rank], sizeof what[rank], fmt, ap);
+    va_end(ap);
+  }
 };
 constexpr int kVictim = 3;
 
@@ -347,8 +355,7 @@ TEST_P(DeadWorker, EverySurvivorNamesTheDeadRankWithinTheDeadline) {
     }
     auto comm = ina::Communicator::create(cfg);
     if (!comm.ok()) {
-      std::snprintf(sh->what[rank], sizeof sh->what[rank], "create: %s",
-                    comm.status().to_string().c_str());
+      sh->note(rank, "create: %s", comm.status().to_string().c_str());
       return 2;
     }
     std::vector<uint8_t> out;
@@ -362,7 +369,7 @@ TEST_P(DeadWorker, EverySurvivorNamesTheDeadRankWithinTheDeadline) {
     const auto t0 = Clock::now();
     const ina::Status st = run_case(**comm, c, 1, rank, &out);
     sh->ms[rank] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-    std::snprintf(sh->what[rank], sizeof sh->what[rank], "%s", st.to_string().c_str());
+    sh->note(rank, "%s", st.to_string().c_str());
     return st.ok() ? 4 : 0;
   };
   const std::vector<int> codes = ina::testing::fork_ranks(kWorld, body, 60s);
@@ -403,8 +410,7 @@ TEST(LateWorker, FailsAsTheOthersDidAndTheNextCollectiveIsExact) {
     cfg.timeout = kDeadline;
     auto comm = ina::Communicator::create(cfg);
     if (!comm.ok()) {
-      std::snprintf(sh->what[rank], sizeof sh->what[rank], "create: %s",
-                    comm.status().to_string().c_str());
+      sh->note(rank, "create: %s", comm.status().to_string().c_str());
       return 2;
     }
     std::vector<uint8_t> out;
@@ -412,19 +418,17 @@ TEST(LateWorker, FailsAsTheOthersDidAndTheNextCollectiveIsExact) {
       if (rank == kVictim) std::this_thread::sleep_for(kDeadline + 300ms);
       const ina::Status late = run_case(**comm, c, ci, rank, &out);
       if (late.ok() || late.code() != ina::StatusCode::kDeadlineExceeded) {
-        std::snprintf(sh->what[rank], sizeof sh->what[rank], "collective %d: %s", ci,
-                      late.to_string().c_str());
+        sh->note(rank, "collective %d: %s", ci, late.to_string().c_str());
         return 3;
       }
       if (rank == kVictim && late.message().find(": aborted: ") == std::string::npos) {
-        std::snprintf(sh->what[rank], sizeof sh->what[rank], "collective %d: %s", ci,
-                      late.to_string().c_str());
+        sh->note(rank, "collective %d: %s", ci, late.to_string().c_str());
         return 4;
       }
       const ina::Status next = run_case(**comm, c, ci + 1, rank, &out);
       if (!next.ok() || out != model_of(c, ci + 1)) {
-        std::snprintf(sh->what[rank], sizeof sh->what[rank], "collective %d: %s", ci + 1,
-                      next.ok() ? "result differs from the model" : next.to_string().c_str());
+        sh->note(rank, "collective %d: %s", ci + 1,
+                 next.ok() ? "result differs from the model" : next.to_string().c_str());
         return 5;
       }
     }
