@@ -1,5 +1,8 @@
 // The block codec (see codec.h and QUANTIZATION.md). Every loop dispatches on the dtype once per
-// block and runs a template over its element traits.
+// block and runs a template over its element traits. The hot loops have AVX2 versions (chosen at
+// run time, have_avx2()) that give the plain loops' bits for every input: they work eight
+// elements at a time through widen8 / narrow8, register-level forms of the traits' conversions
+// (QUANTIZATION.md, "Implementation notes (version 2 codec)", says why each is exact).
 #include "ina/protocol/codec.h"
 
 #include <algorithm>
