@@ -20,7 +20,6 @@
 
 #include "ina/base/half.h"
 #include "ina/protocol/fp8.h"
-#include "ina/protocol/quantize.h"
 
 namespace ina::codec {
 namespace {
