@@ -4,7 +4,8 @@
 // runs over every block, as the slot table does for one rank's packets:
 //   scan        block exponent and non-finite mark (every float SUM block, once per rank)
 //   quant_add   acc += rint(x * 2^(B-E)) (float SUM, once per rank) / acc += x (int32 SUM)
-//   dequant     the fixed-point sum back to the user's type (float SUM, once per block)
+//   dequant     the fixed-point sum of --world ranks' words back to the user's type (float SUM,
+//               once per block)
 //   minmax      acc = max(acc, key(x)) (MIN/MAX, once per rank)
 //   memcpy      the same buffer copied, the yardstick of the machine's memory path
 // GB/s is 1e9 bytes of the user's buffer per second (the median of --reps timed passes).
@@ -124,6 +125,15 @@ int main(int argc, char** argv) {
       quant_s = per_block([&](size_t off, size_t n) {
         codec::quantize_add(in.data() + off * w, n, t, exps[off / block], world, acc.data() + off);
       });
+      // The sums dequantize sees: `world` ranks' words (the timed passes above added 1 + reps
+      // copies, which past 2^30 no honest sum reaches).
+      std::fill(acc.begin(), acc.end(), int64_t{0});
+      for (uint32_t r = 0; r < world; ++r) {
+        for (size_t off = 0; off < elems; off += block) {
+          codec::quantize_add(in.data() + off * w, std::min(block, elems - off), t,
+                              exps[off / block], world, acc.data() + off);
+        }
+      }
       deq_s = per_block([&](size_t off, size_t n) {
         codec::dequantize(acc.data() + off, n, t,
                           codec::scale_exponent(t, exps[off / block], world), out.data() + off * w);

@@ -17,6 +17,7 @@
 
 #include "ina/base/half.h"
 #include "ina/protocol/fp8.h"
+#include "ina/protocol/quantize.h"
 #include "ina/protocol/wire.h"
 #include "testdata.h"
 
@@ -340,6 +341,290 @@ TEST(Codec, FastPathsMatchTheReference) {
             << "i " << i << " of " << n << " q " << q[i] << " scale " << scale;
       }
     }
+  }
+}
+
+// The AVX2 loops (and the portable ones, run with set_simd_for_testing(false)) against the
+// scalar codec as it was before them (codec.cc at 1e325c9, copied here), bit for bit: every
+// 16-bit and 8-bit pattern through the MIN/MAX keys and the quantizer, a sweep of 6.3 million
+// float32 patterns (every top 20 bits: all exponents, signs, NaN payloads, subnormals, Infs;
+// below them exact, tie and just-above-tie tails) through from_keys' narrowing, and the sums a
+// dequantize can see: every finite value of each narrow type, the midpoints to its neighbours
+// and one unit either side, each as sums of several widths (the int32-lane path, the wide
+// words' fallback, the double path outside [-126, 127]), plus random words and scales.
+namespace old {
+float to_float(DType t, uint32_t b) {
+  switch (t) {
+    case DType::kFloat32: return std::bit_cast<float>(b);
+    case DType::kFloat16: return half_to_float(static_cast<uint16_t>(b));
+    case DType::kBFloat16: return bf16_to_float(static_cast<uint16_t>(b));
+    case DType::kFloat8E4M3: return e4m3_to_float(static_cast<uint8_t>(b));
+    case DType::kFloat8E5M2: return e5m2_to_float(static_cast<uint8_t>(b));
+    default: return 0;
+  }
+}
+uint32_t from_float(DType t, float f) {
+  switch (t) {
+    case DType::kFloat32: return std::bit_cast<uint32_t>(f);
+    case DType::kFloat16: return float_to_half(f);
+    case DType::kBFloat16: return float_to_bf16(f);
+    case DType::kFloat8E4M3: return float_to_e4m3(f);
+    case DType::kFloat8E5M2: return float_to_e5m2(f);
+    default: return 0;
+  }
+}
+uint32_t from_double(DType t, double d) {
+  switch (t) {
+    case DType::kFloat32: return std::bit_cast<uint32_t>(static_cast<float>(d));
+    case DType::kFloat16: return float_to_half(round_to_odd_float(d));
+    case DType::kBFloat16: return float_to_bf16(round_to_odd_float(d));
+    case DType::kFloat8E4M3: return double_to_e4m3(d);
+    case DType::kFloat8E5M2: return double_to_e5m2(d);
+    default: return 0;
+  }
+}
+float round_to_odd24(int64_t q) {
+  const uint64_t m = q < 0 ? uint64_t{0} - static_cast<uint64_t>(q) : static_cast<uint64_t>(q);
+  const int shift = std::max(0, static_cast<int>(std::bit_width(m)) - 24);
+  const uint64_t hi = (m >> shift) | ((m & ((uint64_t{1} << shift) - 1)) != 0 ? 1u : 0u);
+  const float scale = std::bit_cast<float>(static_cast<uint32_t>(127 + shift) << 23);
+  const float r = static_cast<float>(hi) * scale;
+  return q < 0 ? -r : r;
+}
+uint32_t dequantize(DType t, int64_t q, int scale) {
+  if (scale == kNoScale) return from_double(t, 0.0);
+  if (scale >= -126 && scale <= 127) {
+    const float f = std::bit_cast<float>(static_cast<uint32_t>(127 + scale) << 23);
+    if (t == DType::kFloat32) return std::bit_cast<uint32_t>(static_cast<float>(q) * f);
+    return from_float(t, round_to_odd24(q) * f);
+  }
+  return from_double(t, round_to_odd53(q) * std::ldexp(1.0, std::clamp(scale, -1000, 1000)));
+}
+int64_t key(DType t, uint32_t b) {
+  if (t == DType::kInt32) return static_cast<int32_t>(b);
+  return quant::float_to_ordered(to_float(t, b));
+}
+uint32_t from_key(DType t, int64_t k) {
+  if (t == DType::kInt32) return static_cast<uint32_t>(k);
+  return from_float(t, quant::ordered_to_float(static_cast<int32_t>(k)));
+}
+int64_t quantize(DType t, uint32_t b, int16_t exp, int bits) {
+  if (exp == kNoExponent) return 0;
+  const double scale = std::ldexp(1.0, std::clamp(bits - int{exp}, -1000, 1000));
+  const double limit = std::ldexp(1.0, bits);
+  const float x = to_float(t, b);
+  double v = std::isfinite(x) ? static_cast<double>(x) * scale : 0.0;
+  v = std::clamp(v, -limit, limit);
+  const double a = std::fabs(v);
+  return static_cast<int64_t>(std::copysign(a < 0x1p52 ? (a + 0x1p52) - 0x1p52 : a, v));
+}
+}  // namespace old
+
+// Runs f() with the SIMD loops (where the CPU has them) and with the portable loops.
+template <class F>
+void both_paths(F&& f) {
+  for (const bool simd : {true, false}) {
+    SCOPED_TRACE(simd ? "simd" : "portable");
+    set_simd_for_testing(simd);
+    f();
+    set_simd_for_testing(true);
+  }
+}
+
+// n elements of w bytes, little-endian, one byte past an aligned start (no path may rely on
+// alignment).
+struct Elems {
+  Elems(size_t n, size_t width) : w(width), buf(n * width + 1) {}
+  uint8_t* data() { return buf.data() + 1; }
+  uint32_t get(size_t i) const {
+    uint32_t b = 0;
+    std::memcpy(&b, buf.data() + 1 + i * w, w);
+    return b;
+  }
+  void set(size_t i, uint32_t b) { std::memcpy(buf.data() + 1 + i * w, &b, w); }
+  size_t w;
+  std::vector<uint8_t> buf;
+};
+
+const DType kFloatTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3,
+                             DType::kFloat8E5M2};
+
+TEST(CodecExhaustive, EveryPatternKeysAndQuantizesAsTheScalarCode) {
+  std::mt19937_64 rng(21);
+  for (const DType t : {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3, DType::kFloat8E5M2,
+                        DType::kInt32, DType::kFloat32}) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const size_t w = dtype_size(t);
+    // Every pattern of the narrow types twice, in order and then shuffled (so that each sits at
+    // more than one lane position); int32 and float32 take random patterns here (float32's keys
+    // are in the sweep below).
+    const size_t patterns = w == 1 ? 256 : w == 2 ? 65536 : 65536;
+    const size_t n = 2 * patterns + 5;  // a tail after the vector bodies
+    std::vector<uint32_t> pat(n);
+    for (size_t i = 0; i < n; ++i) {
+      pat[i] = w == 4 ? static_cast<uint32_t>(rng()) : static_cast<uint32_t>(i % patterns);
+    }
+    std::shuffle(pat.begin() + patterns, pat.end(), rng);
+    Elems in(n, w);
+    for (size_t i = 0; i < n; ++i) in.set(i, pat[i]);
+    std::vector<int64_t> acc0(n);
+    for (int64_t& a : acc0) a = static_cast<int64_t>(rng()) >> (rng() % 40);
+    both_paths([&] {
+      std::vector<int64_t> k(n);
+      keys(in.data(), n, t, k.data());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(k[i], old::key(t, in.get(i))) << "keys, pattern 0x" << std::hex << in.get(i);
+      }
+      for (const ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
+        std::vector<int64_t> acc = acc0;
+        keys_minmax(in.data(), n, t, op, acc.data());
+        for (size_t i = 0; i < n; ++i) {
+          const int64_t want = op == ReduceOp::kMax ? std::max(acc0[i], old::key(t, in.get(i)))
+                                                    : std::min(acc0[i], old::key(t, in.get(i)));
+          ASSERT_EQ(acc[i], want) << "keys_minmax, pattern 0x" << std::hex << in.get(i);
+        }
+      }
+      // And back: every key (NaNs' included) to the same element the scalar code gives.
+      Elems back(n, w);
+      from_keys(k.data(), n, t, back.data());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(back.get(i), old::from_key(t, k[i])) << "from_keys, key " << k[i];
+      }
+      if (t == DType::kInt32) return;
+      // quantize: the block's own exponent, a broken (too small) one, a large one and a few
+      // around each type's range, with every world size class.
+      const int16_t own = scan(in.data(), n, t, ReduceOp::kSum).exp;
+      for (const int16_t e : {own, static_cast<int16_t>(own - 20), int16_t{-140}, int16_t{-20},
+                              int16_t{-3}, int16_t{0}, int16_t{9}, int16_t{17}, int16_t{129}}) {
+        for (const uint32_t world : {1u, 8u, 1000u}) {
+          const int b = magnitude_bits(t, world);
+          std::vector<int64_t> q(n), acc = acc0;
+          quantize(in.data(), n, t, e, world, q.data());
+          quantize_add(in.data(), n, t, e, world, acc.data());
+          for (size_t i = 0; i < n; ++i) {
+            const int64_t want = old::quantize(t, in.get(i), e, b);
+            ASSERT_EQ(q[i], want) << "quantize, pattern 0x" << std::hex << in.get(i) << std::dec
+                                  << " exp " << e << " world " << world;
+            ASSERT_EQ(acc[i], acc0[i] + want) << "quantize_add " << i;
+          }
+        }
+      }
+    });
+  }
+}
+
+TEST(CodecExhaustive, FloatSweepNarrowsAsTheScalarCode) {
+  // Every top 20 bits of a float32 (sign, exponent, 11 mantissa bits) with low 12 bits that make
+  // it exact, a tie or just off one at every narrow type's rounding position (13 float16, 16
+  // bfloat16, 20 e4m3, 21 e5m2; the bits below the position come from the top 20 otherwise).
+  const uint32_t lows[] = {0x000, 0x001, 0x7FF, 0x800, 0x801, 0xFFF};
+  const size_t n = (size_t{1} << 20) * std::size(lows);
+  std::vector<int64_t> k(n);
+  for (size_t i = 0; i < n; ++i) {
+    const auto bits = static_cast<uint32_t>(((i / std::size(lows)) << 12) | lows[i % 6]);
+    k[i] = quant::float_to_ordered(std::bit_cast<float>(bits));
+  }
+  for (const DType t : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const size_t w = dtype_size(t);
+    std::vector<uint32_t> want(n);
+    for (size_t i = 0; i < n; ++i) want[i] = old::from_key(t, k[i]);
+    both_paths([&] {
+      Elems out(n, w);
+      from_keys(k.data(), n, t, out.data());
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(out.get(i), want[i])
+            << "float 0x" << std::hex
+            << std::bit_cast<uint32_t>(quant::ordered_to_float(static_cast<int32_t>(k[i])));
+      }
+      if (t == DType::kFloat32) {
+        // float32 keys of the same patterns (every top 20 bits).
+        Elems f(n, 4);
+        for (size_t i = 0; i < n; ++i) f.set(i, static_cast<uint32_t>(want[i]));
+        std::vector<int64_t> back(n);
+        keys(f.data(), n, t, back.data());
+        for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], k[i]) << i;
+      }
+    });
+  }
+}
+
+TEST(CodecExhaustive, DequantizeSweepAsTheScalarCode) {
+  std::mt19937_64 rng(22);
+  for (const DType t : kFloatTypes) {
+    SCOPED_TRACE(std::string(dtype_name(t)));
+    const size_t w = dtype_size(t);
+    std::vector<int64_t> q;
+    std::vector<int> sc;
+    auto add = [&](int64_t v, int scale) {
+      q.push_back(v);
+      sc.push_back(scale);
+    };
+    if (t != DType::kFloat32) {
+      // Every finite positive value p of the type and the midpoint to the next one (for the
+      // largest, the midpoint to where the next binade would start: the overflow threshold),
+      // written as Q * 2^scale with Q of L bits; Q - 1, Q, Q + 1 and their negatives.
+      const uint32_t top = w == 1 ? 0x7F : 0x7FFF;
+      for (uint32_t p = 0; p < top; ++p) {
+        const double v = old::to_float(t, p);
+        const double next = old::to_float(t, p + 1);
+        if (!std::isfinite(v)) break;
+        const double up = std::isfinite(next) ? next : 2 * v - old::to_float(t, p - 1);
+        for (const double x : {v, (v + up) / 2}) {
+          if (x == 0) continue;
+          int e = 0;
+          std::frexp(x, &e);
+          for (const int bits : {13, 20, 24, 25, 29, 30, 31, 33, 45, 52, 55, 62}) {
+            const int scale = e - bits;  // x * 2^-scale has `bits` integer bits, an integer
+            const auto m = static_cast<int64_t>(std::ldexp(x, -scale));
+            for (const int64_t d : {int64_t{-1}, int64_t{0}, int64_t{1}}) {
+              add(m + d, scale);
+              add(-(m + d), scale);
+            }
+          }
+        }
+      }
+    }
+    // Random words of every width and random (in part out-of-range) scales, zeros, the
+    // extremes.
+    for (int i = 0; i < 400000; ++i) {
+      const int64_t v = static_cast<int64_t>(rng()) >> (rng() % 64);
+      const int scale =
+          i % 1000 == 0 ? static_cast<int>(rng()) : static_cast<int>(rng() % 400) - 200;
+      add(i % 50 == 0 ? 0 : v, scale);
+    }
+    for (const int64_t v :
+         {INT64_MIN, INT64_MAX, int64_t{1} << 30, -(int64_t{1} << 30), (int64_t{1} << 30) - 1,
+          1 - (int64_t{1} << 30), int64_t{INT32_MIN}, int64_t{INT32_MAX}, int64_t{INT32_MIN} + 1,
+          (int64_t{1} << 31) - 64, int64_t{1} << 51, -(int64_t{1} << 51), int64_t{1} << 32}) {
+      for (const int scale : {-126, -127, 127, 128, 0, -30, kNoScale}) add(v, scale);
+    }
+    // Blocks of one scale (dequantize takes one per call) and random length, the words of a
+    // scale with |Q| < 2^30 (the int32-lane path) first and the wider ones after them, so that
+    // most groups of eight take one path and some mix the two.
+    auto narrow = [&](size_t i) { return q[i] > -(int64_t{1} << 30) && q[i] < (int64_t{1} << 30); };
+    std::vector<size_t> order(q.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+      return sc[a] != sc[b] ? sc[a] < sc[b] : narrow(a) > narrow(b);
+    });
+    both_paths([&] {
+      size_t i = 0;
+      while (i < order.size()) {
+        const int scale = sc[order[i]];
+        size_t j = i;
+        while (j < order.size() && j - i < 1 + rng() % 1100 && sc[order[j]] == scale) ++j;
+        std::vector<int64_t> words;
+        for (size_t k = i; k < j; ++k) words.push_back(q[order[k]]);
+        Elems out(words.size(), w);
+        dequantize(words.data(), words.size(), t, scale, out.data());
+        for (size_t k = 0; k < words.size(); ++k) {
+          ASSERT_EQ(out.get(k), old::dequantize(t, words[k], scale))
+              << "q " << words[k] << " scale " << scale;
+        }
+        i = j;
+      }
+    });
   }
 }
 

@@ -84,5 +84,8 @@ void add_acc(const uint8_t* src, size_t n, DType t, int64_t* acc);
 double round_to_odd53(int64_t q);    // q rounded to odd at 53 significant bits (exact: q)
 float round_to_odd_float(double d);  // d rounded to odd at float32 precision
 double widen(const void* src, size_t i, DType t);  // element i, exactly
+// false: every loop takes its portable path (the plain loops the SIMD ones are held to) until
+// set back to true (the default); for tests, which compare the two.
+void set_simd_for_testing(bool enabled);
 
 }  // namespace ina::codec
