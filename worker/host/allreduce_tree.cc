@@ -15,6 +15,16 @@
 // of ranks (which may be linked in both trees) are then posted in the same order on both ends.
 // Children's chunks are received into a window of kWindow scratch chunks per (tree, child);
 // broadcast chunks land in place once this rank's own sends up have completed.
+//
+// What a rank does in a tree where it is a leaf waits on nothing, and the loop must not make it
+// wait. In the dtree almost every rank is a leaf in one tree and an inner node in the other. When
+// the loop posted the leaf's chunk c+1 up only after its inner tree's chunk c had arrived from
+// its children, and those children were inner nodes of the first tree waiting for that very chunk,
+// each link carried one direction at a time: the tree ran at half its bound on a link-bound star
+// (30-47% at N >= 4, testbed/results/REPORT.md of 2026-12-02). So a leaf posts all its chunks up
+// before the loop, and in the broadcast it waits only for the trees it forwards in. The one
+// exception keeps the matching rule: where a rank's parent is the same in both trees (N = 3), the
+// messages to it stay in the loop's order.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -82,11 +92,27 @@ Status allreduce_tree(Context& ctx, const void* send, void* recv, size_t count, 
       }
   };
 
+  auto has_children = [&](int tr) { return links[tr].child[0] >= 0 || links[tr].child[1] >= 0; };
+  const bool shared_parent = links[0].parent >= 0 && links[0].parent == links[1].parent;
+  // early[tr]: this rank is a leaf of tree tr, and its sends up go before the loop.
+  bool early[2];
+  for (int tr = 0; tr < 2; ++tr)
+    early[tr] = links[tr].parent >= 0 && !has_children(tr) && !shared_parent;
+
   // Reduce up.
   std::vector<Context::Handle> sends;
+  for (int tr = 0; tr < 2; ++tr) {
+    if (!early[tr]) continue;
+    for (size_t c = 0; c < k_chunks; ++c) {
+      size_t lo = 0, n = 0;
+      chunk(tr, c, &lo, &n);
+      sends.push_back(ctx.isend(links[tr].parent, buf + lo * es, n * es));
+    }
+  }
   for (size_t c = 0; c < std::min(kWindow, k_chunks); ++c) post_child_recvs(c);
   for (size_t c = 0; c < k_chunks; ++c) {
     for (int tr = 0; tr < 2; ++tr) {
+      if (early[tr]) continue;
       size_t lo = 0, n = 0;
       chunk(tr, c, &lo, &n);
       for (int j = 0; j < 2; ++j) {
@@ -111,8 +137,10 @@ Status allreduce_tree(Context& ctx, const void* send, void* recv, size_t count, 
       chunk(tr, c, &lo, &n);
       down[tr].push_back(ctx.irecv(links[tr].parent, buf + lo * es, n * es));
     }
+  // A tree this rank only receives in is waited for at the end, not chunk by chunk.
   for (size_t c = 0; c < k_chunks; ++c)
     for (int tr = 0; tr < 2; ++tr) {
+      if (!has_children(tr)) continue;
       size_t lo = 0, n = 0;
       chunk(tr, c, &lo, &n);
       if (links[tr].parent >= 0) INA_RETURN_IF_ERROR(ctx.wait(down[tr][c]));
@@ -120,6 +148,8 @@ Status allreduce_tree(Context& ctx, const void* send, void* recv, size_t count, 
         if (links[tr].child[j] >= 0)
           sends.push_back(ctx.isend(links[tr].child[j], buf + lo * es, n * es));
     }
+  for (int tr = 0; tr < 2; ++tr)
+    if (!has_children(tr)) INA_RETURN_IF_ERROR(ctx.wait_all(down[tr]));
   return ctx.wait_all(sends);
 }
 
