@@ -170,7 +170,7 @@ def hd_traffic(n):
     return t + (1.0 if n2 != n else 0.0)
 
 
-BOUND_KIND = {"ina": "ina", "ina-dpdk": "ina", "ina-veth": "ina", "host-ring": "ring",
+BOUND_KIND = {"ina": "ina", "ina-dpdk": "ina", "ina-xdp": "ina", "ina-veth": "ina", "host-ring": "ring",
               "gloo": "ring", "mpi": "ring", "mpi-ring": "ring", "host-hd": "hd",
               "host-tree": "tree"}
 
@@ -284,7 +284,7 @@ def describe_check(bps, rows):
 
 # ---- tables ----
 
-VARIANT_ORDER = ["ina", "ina-dpdk", "host-ring", "host-hd", "host-tree", "gloo", "mpi", "mpi-ring"]
+VARIANT_ORDER = ["ina", "ina-xdp", "ina-dpdk", "host-ring", "host-hd", "host-tree", "gloo", "mpi", "mpi-ring"]
 
 
 def _num(r, k, conv=float):

@@ -9,6 +9,13 @@ the sweep), then every variant in turn, one process per rank in the workers' nam
   ina-dpdk   ina-bench ranks (kernel UDP) -> ina-aggregator --backend dpdk on agg1's eth0
              (net_af_packet, --no-huge, the kernel holds no address there); run last in a
              topology, since it turns the workers' transmit checksum offload off
+  ina-xdp    ina-bench ranks over AF_XDP (INA_TRANSPORT=xdp on each worker's eth0, copy mode,
+             an address of their own in 10.77.3.0/24 that the kernel does not hold) ->
+             ina-aggregator (kernel UDP) in agg0, whose transmit checksum offload it turns off
+             (an AF_XDP socket sees frames as they are); run after the kernel variants. AF_XDP's
+             transmit path bypasses the qdisc, so a worker's uplink is unshaped here: its
+             downlink (tbf on the switch port) still holds INA to the same bound, since each
+             worker receives its data once
   host-ring, host-tree, host-hd
              ina-bench --transport host --algo X: libina's host algorithms over its TCP mesh
   gloo       ina-gloo-bench --rank R (external ranks, FileStore in a fresh directory of DIR)
@@ -34,7 +41,8 @@ import linkbound  # noqa: E402
 import topo  # noqa: E402
 
 LINK_VARIANTS = ["ina", "host-ring", "host-tree", "host-hd", "gloo", "mpi", "mpi-ring",
-                 "ina-dpdk"]
+                 "ina-xdp", "ina-dpdk"]
+LATE = ("ina-xdp", "ina-dpdk")  # run last in a topology, in this order: they change offloads
 FLOAT32_ONLY = {"gloo", "mpi", "mpi-ring"}
 SUBNET = "10.77.0.0/16"
 
@@ -70,28 +78,34 @@ class LinkSweep:
     # ---- planning ----
     def plan(self, variants, dtypes):
         """[(rate, n, dtype, variant)] in run order: per topology every dtype's variants, the
-        DPDK aggregator last."""
+        kernel-bypass ones (LATE) last."""
         out = []
         for rate in self.a.link_rate:
             for n in self.a.ranks:
-                later = []
+                later = {v: [] for v in LATE}
                 for dt in dtypes:
                     for v in variants:
                         if v in FLOAT32_ONLY and dt != "float32":
                             continue
-                        (later if v == "ina-dpdk" else out).append((rate, n, dt, v))
-                out += later
+                        (later[v] if v in later else out).append((rate, n, dt, v))
+                for v in LATE:
+                    out += later[v]
         return out
 
     def unavailable(self, variant):
         if not self.h.root_ok:
             return self.h.root_why
         exe = lambda k: os.access(self.h.bin[k], os.X_OK)  # noqa: E731
-        if variant in ("ina", "ina-dpdk") and not exe("agg"):
+        if variant in ("ina", "ina-dpdk", "ina-xdp") and not exe("agg"):
             return f"{self.h.bin['agg']} is not built"
+        if variant == "ina-xdp" and not os.path.exists(self.xdp_plugin()):
+            return f"{self.xdp_plugin()} is not built (libxdp-dev, libbpf-dev, -Dxdp)"
         if variant == "ina-dpdk" and "--backend" not in self.h.agg_help:
             return "ina-aggregator has no DPDK backend in this build (-Ddpdk)"
         return self.h.unavailable(variant if variant != "mpi-ring" else "mpi")
+
+    def xdp_plugin(self):
+        return os.path.join(self.h.build, "worker", "libina-xdp.so")
 
     # ---- one run ----
     def _env(self, **kw):
@@ -161,9 +175,9 @@ class LinkSweep:
         timeout = self.a.timeout
         bench, agg_bin = self.h.bin["ina"], self.h.bin["agg"]
         csv_of = lambda r: ["--csv", tmpcsv] if r == 0 else []  # noqa: E731
-        if variant in ("ina", "ina-dpdk"):
+        if variant in ("ina", "ina-dpdk", "ina-xdp"):
             agg_log = os.path.join(self.scratch, "aggregator.txt")
-            if variant == "ina":
+            if variant in ("ina", "ina-xdp"):
                 agg = t.aggregators()[0]
                 port_file = os.path.join(self.scratch, f"agg-port-{port}")
                 argv = [agg_bin, "--bind", agg.ip, "--port", str(port), "--world-size", str(n),
@@ -188,9 +202,16 @@ class LinkSweep:
                     raise RunFailed(f"the aggregator did not start (see {agg_log})")
                 # Defaults only: the engine's window and timer adapt to the link (a figure that
                 # needs a tuning variable does not count).
+                def env_of(w):
+                    if variant != "ina-xdp":
+                        return self._env(INA_TRANSPORT="udp", INA_TIMEOUT_MS=20000)
+                    return self._env(INA_TRANSPORT="xdp", INA_XDP_IFACE="eth0",
+                                     INA_LOCAL_IP=f"10.77.3.{w.index + 1}",
+                                     INA_PLUGIN_DIR=os.path.dirname(self.xdp_plugin()),
+                                     INA_TIMEOUT_MS=20000)
                 jobs = [([bench, "--aggregator", f"{agg.ip}:{port}", "--rank", str(w.index),
                           "--workers", str(n), "--transport", "inc", *sizes, *csv_of(w.index)],
-                         self._env(INA_TRANSPORT="udp", INA_TIMEOUT_MS=20000)) for w in ws]
+                         env_of(w)) for w in ws]
                 return self._ranks(jobs, timeout, log)
             finally:
                 self._stop(ap, agg_log, log, f"aggregator ({variant})")
@@ -280,7 +301,7 @@ class LinkSweep:
                             i += 1
                             uw.writerow([v, "allreduce", n, 0, "refused", 0, refused, rate, dt])
                         continue
-                    csum_off = False
+                    csum_off, agg_csum_off = False, False
                     for (_, _, dt, v) in items:
                         i += 1
                         if self.a.budget_min > 0 and time.time() - t0 > self.a.budget_min * 60:
@@ -289,6 +310,11 @@ class LinkSweep:
                             uw.writerow([v, "allreduce", n, 0, "skipped", 0, why, rate, dt])
                             print(f"[{i}/{len(plan)}] {v:10s} N={n} skipped ({why})", flush=True)
                             continue
+                        if v == "ina-xdp" and not agg_csum_off:
+                            t._ns(t.aggregators()[0].ns, sys.executable,
+                                  os.path.join(os.path.dirname(HERE), "scripts",
+                                               "tx_checksum_off.py"), "eth0")
+                            agg_csum_off = True
                         if v == "ina-dpdk" and not csum_off:
                             for w in t.workers():
                                 t._ns(w.ns, sys.executable,

@@ -111,9 +111,11 @@ def link_section(rdirs, outdir, rel):
           f"link rate ({', '.join(linkbound.rate_name(r) for r in rates)}; burst "
           f"{linkbound.TBF_BURST}, limit {linkbound.TBF_LIMIT}) on both ends of every worker "
           "link; the aggregators' links unshaped (the aggregator plays the switch). Variants: "
-          "`ina` ina-bench ranks (kernel UDP) to ina-aggregator (kernel UDP); `ina-dpdk` the same "
-          "ranks to ina-aggregator's DPDK backend (net_af_packet on its namespace's veth, "
-          "--no-huge, one busy-polling lcore); `host-ring`, `host-hd`, `host-tree` libina's "
+          "`ina` ina-bench ranks (kernel UDP) to ina-aggregator (kernel UDP); `ina-xdp` the ranks "
+          "over AF_XDP (copy mode on each worker's veth) to the same aggregator (AF_XDP's "
+          "transmit path bypasses the qdisc, so their uplinks are unshaped: the shaped downlinks "
+          "hold them to INA's bound); `ina-dpdk` kernel-UDP ranks to ina-aggregator's DPDK "
+          "backend (net_af_packet on its namespace's veth, --no-huge, one busy-polling lcore); `host-ring`, `host-hd`, `host-tree` libina's "
           "host algorithms over its TCP mesh; `gloo` Gloo's ring (ina-gloo-bench external "
           "ranks); `mpi` Open MPI's MPI_Allreduce as its tuned component chooses (mpirun in the "
           "aggregator's namespace, each rank exec'd into its worker's); `mpi-ring` Open MPI with "
@@ -201,7 +203,7 @@ def link_sim_section(rdirs):
         md.append(f"| {v} | {e['model']} | {e['rows']} | {e['mean_rel_err'] * 100:.0f}% | "
                   f"{e['max_rel_err'] * 100:.0f}% | {target} | {e['small_rows']} | {small} |")
     md += ["", "Target: <= 25% mean and <= 50% max for ina, host-ring, host-tree and host-hd at "
-           "the measured N. `ina-dpdk`, `gloo` and `mpi-ring` are predicted with the INA and "
+           "the measured N. `ina-xdp`, `ina-dpdk`, `gloo` and `mpi-ring` are predicted with the INA and "
            "ring models fitted on `ina` and `host-ring` (not their own rows).", ""]
     if fit["inc"]:
         rate = max(r["rate"] for r in rows)

@@ -240,7 +240,7 @@ def validate(rows, p):
 LINK_MIN_BYTES = 1 << 20
 LINK_HOST = {"host-ring": "ring", "host-hd": "hd", "host-tree": "tree", "gloo": "ring",
              "mpi-ring": "ring"}
-LINK_INC = ("ina", "ina-dpdk")
+LINK_INC = ("ina", "ina-xdp", "ina-dpdk")
 
 
 def _linkbound():

@@ -26,10 +26,11 @@ import topo  # noqa: E402
 
 BUILD = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(ROOT, "build")
 HARNESS = os.path.join(TESTBED, "harness.py")
-RATE = "200mbit"
+RATE = "200mbit"  # low enough that a loaded 2-core machine still saturates it
 DPDK = "--backend" in subprocess.run([os.path.join(BUILD, "aggregator", "ina-aggregator"),
                                       "--help"], capture_output=True, text=True).stdout \
-    if os.access(os.path.join(BUILD, "aggregator", "ina-aggregator"), os.X_OK) else False  # low enough that a loaded 2-core machine still saturates it
+    if os.access(os.path.join(BUILD, "aggregator", "ina-aggregator"), os.X_OK) else False
+XDP = os.path.exists(os.path.join(BUILD, "worker", "libina-xdp.so"))  # the AF_XDP plugin (-Dxdp)
 
 
 def exe(*p):
@@ -252,7 +253,8 @@ class PeersAcrossNamespaces(unittest.TestCase):
     def test_gloo_and_mpi_rows(self):
         prefix = f"inatbp{os.getpid() % 10000}"
         with tempfile.TemporaryDirectory() as out:
-            variants = ["gloo", "mpi"] + (["ina-dpdk"] if DPDK else [])
+            variants = (["gloo", "mpi"] + (["ina-xdp"] if XDP else []) +
+                        (["ina-dpdk"] if DPDK else []))
             r = harness(out, prefix, "-N", "2", "-b", "8", "-e", "8M", "-f", "16", "-n", "3",
                         "-w", "1", "-d", "float32", "--variants", ",".join(variants),
                         "--no-report")
