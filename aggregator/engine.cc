@@ -528,6 +528,12 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
       scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kAborted);
       scratch_[1] = static_cast<int32_t>(c.aborted_by);
       scratch_[2] = static_cast<int32_t>(c.abort_cause);
+      // A root answers a leaf: a fourth word, so that the leaf tells it from its own ranks'
+      // three-word aborts (on_packet) and relays it to them (leaf_relay.h).
+      if (job.cfg.tree.role == TreeRole::kRoot) {
+        scratch_[3] = static_cast<int32_t>(wire::kTreeNoteTag);
+        return error_to_sender(job, pkt, 4);
+      }
       return error_to_sender(job, pkt, 3);
     }
     case Verdict::kBadSlot:
@@ -542,15 +548,15 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
 // (its deadline passed). The round is marked aborted unless it completed, so that a rank that
 // comes later cannot complete it and return success where this one failed; nothing is sent back
 // (the rank has moved on). The payload must name the sender itself: a rank gives up only for
-// itself.
+// itself. A leaf also tells its parent, so that the round fails above it too (leaf_relay.h).
 Reply Engine::handle_abort(Job& job, const wire::PacketView& pkt, uint32_t global_rank) {
   if (!job.ready || static_cast<uint32_t>(pkt.word(1)) != global_rank) {
     ++counters_.malformed;
     return {};
   }
-  if (job.table->abort(pkt.hdr, global_rank, static_cast<uint32_t>(pkt.word(2)))) {
-    ++counters_.aborted_rounds;
-  }
+  const auto cause = static_cast<uint32_t>(pkt.word(2));
+  if (job.table->abort(pkt.hdr, global_rank, cause)) ++counters_.aborted_rounds;
+  if (job.relay) return job.relay->forward_abort(pkt.hdr, cause);
   return {};
 }
 

@@ -144,6 +144,8 @@ struct EngineCounters {
   // local ranks (at once to all of them, and again to any that retransmits for the copy).
   uint64_t parent_missing = 0;
   uint64_t parent_hellos = 0;  // HELLOs sent to the parent
+  // Local ranks' aborts passed on to the parent as this leaf's (LeafRelay::forward_abort).
+  uint64_t aborts_forwarded = 0;
   wire::DecodeCounters decode;
   std::array<uint64_t, static_cast<size_t>(Verdict::kCount_)> by_verdict{};
 };
@@ -177,6 +179,7 @@ void for_each_scalar_counter(F&& f) {
   f("parent_errors", &EngineCounters::parent_errors);
   f("parent_missing", &EngineCounters::parent_missing);
   f("parent_hellos", &EngineCounters::parent_hellos);
+  f("aborts_forwarded", &EngineCounters::aborts_forwarded);
 }
 
 // Adds every counter of `from` (scalars, decode errors, verdicts) into `into`.

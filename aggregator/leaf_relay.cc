@@ -83,6 +83,7 @@ LeafRelay::LeafRelay(const JobConfig& cfg, SlotTable& table, JobCounters& job_co
   const size_t copies = size_t{cfg.slots.num_slots} * 2;
   tree_state_.assign(copies, kNone);
   reforward_rank_.assign(copies, kNoRank);
+  abort_words_.assign(copies * 2, 0);
   report_words_ = (world + 31) / 32;
   report_.assign(copies * (report_words_ + wire::kTreeNoteWords), 0);
   report_seq_.assign(copies, 0);
@@ -130,9 +131,13 @@ Reply LeafRelay::forward(uint16_t slot, bool shadow) {
 }
 
 Reply LeafRelay::on_resend(const wire::Header& h) {
+  const size_t k = copy_index(h.slot, h.shadow);
+  // The parent gave up on this round: so does every rank that asks about it.
+  if (tree_state_[k] == kAborted) {
+    return abort_reply(k, Reply::Target::kSender, h.rank + cfg_.tree.rank_base, h);
+  }
   // The parent answers a duplicate of a completed copy with its result.
   if (!h.has(wire::kFlagRetransmit)) return {};
-  const size_t k = copy_index(h.slot, h.shadow);
   uint16_t& by = reforward_rank_[k];
   if (by != kNoRank && by != h.rank) {
     // This wave already re-forwarded it; what the root said it lacks answers this rank.
@@ -230,6 +235,7 @@ Reply LeafRelay::on_error(const wire::PacketView& pkt, Join join) {
   if (h.count < 2) return {};
   const auto reason = static_cast<wire::ErrorReason>(pkt.word(0));
   if (reason == wire::ErrorReason::kMissingRanks) return on_root_missing(pkt, join);
+  if (reason == wire::ErrorReason::kAborted) return on_root_abort(pkt, join);
   if (reason == wire::ErrorReason::kWorldSizeMismatch && cfg_.tree.parent_world == 0) {
     const auto w = static_cast<uint32_t>(pkt.word(1));
     if (w > cfg_.tree.child_index && w <= 65535 && w != parent_world_) {
@@ -260,11 +266,6 @@ Reply LeafRelay::on_root_missing(const wire::PacketView& pkt, Join join) {
   const uint32_t n = parent_world_;
   const uint32_t W = cfg_.slots.world_size;
   const bool by_rule = t.leaf_bases.empty();
-  auto first_rank = [&](uint32_t leaf) -> uint32_t {
-    if (leaf >= n) return W;
-    if (!by_rule) return leaf < t.leaf_bases.size() ? t.leaf_bases[leaf] : W;
-    return static_cast<uint32_t>(uint64_t{leaf} * W / n);
-  };
   int32_t* bits = report(k);
   int32_t* note = bits + report_words_;
   for (uint32_t w = 0; w < report_words_; ++w) {
@@ -298,6 +299,76 @@ Reply LeafRelay::on_root_missing(const wire::PacketView& pkt, Join join) {
 
 // A kMissingRanks ERROR about copy `k` from its stored root report: [reason, global bitmap, tree
 // note with the missing leaves listed].
+uint32_t LeafRelay::first_rank(uint32_t leaf) const {
+  const TreeConfig& t = cfg_.tree;
+  const uint32_t W = cfg_.slots.world_size;
+  if (leaf >= parent_world_) return W;
+  if (!t.leaf_bases.empty()) return leaf < t.leaf_bases.size() ? t.leaf_bases[leaf] : W;
+  return static_cast<uint32_t>(uint64_t{leaf} * W / parent_world_);
+}
+
+// A local rank's abort (Engine::handle_abort) for a round this leaf has no result of: the parent
+// hears it as this leaf giving up, [kAborted, child_index, cause]. Sent for every abort a rank
+// sends (each sends it twice, best effort): the root keeps the first and ignores the rest.
+Reply LeafRelay::forward_abort(const wire::Header& h, uint32_t cause) {
+  if (h.slot >= cfg_.slots.num_slots) return {};
+  const size_t k = copy_index(h.slot, h.shadow);
+  const CopyView c = table_.copy(h.slot, h.shadow);
+  // An incomplete round never went up; a complete one did, and counts while it awaits the parent.
+  if (c.seq != h.seq || (c.complete && !awaits_parent(k))) return {};
+  scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kAborted);
+  scratch_[1] = static_cast<int32_t>(cfg_.tree.child_index);
+  scratch_[2] = static_cast<int32_t>(cause);
+  Reply r;
+  r.target = Reply::Target::kParent;
+  r.hdr = reply_header(cfg_, h, wire::kFlagError);
+  r.hdr.rank = static_cast<uint16_t>(cfg_.tree.child_index);
+  r.hdr.count = 3;
+  r.payload = bytes_of(scratch_);
+  ++counters_.replies_out;
+  ++counters_.aborts_forwarded;
+  return r;
+}
+
+// The root's ERROR kAborted in answer to this leaf's partial (or exponent request) for a copy it
+// waits on: another leaf gave up on the round. Every local rank fails it now, and their
+// retransmissions get the same answer (on_resend).
+Reply LeafRelay::on_root_abort(const wire::PacketView& pkt, Join join) {
+  const wire::Header& h = pkt.hdr;
+  if (join != Join::kDone || h.slot >= cfg_.slots.num_slots || h.count < 3) {
+    ++counters_.parent_stale;
+    return {};
+  }
+  const size_t k = copy_index(h.slot, h.shadow);
+  const CopyView c = table_.copy(h.slot, h.shadow);
+  if (!awaits_parent(k) || !c.complete || c.seq != h.seq) {
+    ++counters_.parent_stale;
+    return {};
+  }
+  tree_state_[k] = kAborted;
+  abort_words_[2 * k] = first_rank(static_cast<uint32_t>(pkt.word(1)));
+  abort_words_[2 * k + 1] = static_cast<uint32_t>(pkt.word(2));
+  return abort_reply(k, Reply::Target::kAllRanks, 0, h);
+}
+
+Reply LeafRelay::abort_reply(size_t k, Reply::Target target, uint32_t rank,
+                             const wire::Header& in) {
+  scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kAborted);
+  scratch_[1] = static_cast<int32_t>(abort_words_[2 * k]);
+  scratch_[2] = static_cast<int32_t>(abort_words_[2 * k + 1]);
+  Reply r;
+  r.target = target;
+  r.hdr = reply_header(cfg_, in, wire::kFlagError);
+  r.hdr.seq = table_.copy(static_cast<uint16_t>(k / 2), (k % 2) != 0).seq;
+  r.hdr.slot = static_cast<uint16_t>(k / 2);
+  r.hdr.shadow = (k % 2) != 0;
+  r.hdr.rank = static_cast<uint16_t>(rank);
+  r.hdr.count = 3;
+  r.payload = bytes_of(scratch_);
+  counters_.replies_out += target == Reply::Target::kAllRanks ? cfg_.tree.local_ranks : 1;
+  return r;
+}
+
 Reply LeafRelay::root_missing_reply(size_t k, Reply::Target target, uint32_t rank,
                                     const wire::Header& in) {
   const int32_t* src = report(k);

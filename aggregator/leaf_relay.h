@@ -18,6 +18,12 @@
 //  - The root's missing-children report for a waiting copy names leaves: the relay turns it into
 //    global ranks plus a tree note, sends it to every local rank, and keeps it for their later
 //    retransmissions and for Engine::stalled_slots().
+//  - Aborts (wire.h, ErrorReason::kAborted). A local rank that gives up on a round has it marked
+//    aborted here, and the relay tells the parent as well, as rank child_index giving up: the
+//    root's round then cannot complete either, whichever leaf comes late. A late leaf's partial
+//    is answered by the root with the abort, which the relay hands to every local rank (the abort
+//    names the first global rank of the leaf that gave up) and keeps for their retransmissions:
+//    every rank of the tree fails the round, as on a flat aggregator.
 // Pure logic, like the engine: no sockets, clock or logging, and every vector is sized by the
 // constructor, so nothing allocates per packet. The relay borrows its job's config, slot table and
 // counters and its engine's counters and control-payload scratch; they outlive it (the engine's Job
@@ -60,6 +66,10 @@ class LeafRelay {
 
   // A copy completed here: its partial goes to the parent (float SUM: the exponent request first).
   Reply forward(uint16_t slot, bool shadow);
+  // Local rank `global_rank` gave up on the round `h` names (its ERROR kAborted, cause `cause`),
+  // which has no result here: the same abort to the parent, as this leaf's. Target kNone when the
+  // copy holds another round or its result.
+  Reply forward_abort(const wire::Header& h, uint32_t cause);
   // The parent's RESULT has replaced copy `copy`'s partial (copy_index).
   bool has_result(size_t copy) const { return tree_state_[copy] == kHaveResult; }
   // DATA of a local rank (`h.rank`: its served rank) for a copy complete here and not has_result():
@@ -105,6 +115,7 @@ class LeafRelay {
     kForwarded = 1,   // the partial went to the parent; its result is awaited
     kHaveResult = 2,  // the parent's result replaced the partial
     kExpSent = 3,     // float SUM: the exponent request went up; E is awaited
+    kAborted = 4,     // the parent answered the partial with an abort (abort_words_)
   };
   static constexpr uint16_t kNoRank = 0xFFFF;  // served ranks are below 65535
 
@@ -112,6 +123,12 @@ class LeafRelay {
   Reply send_partial(uint16_t slot, bool shadow, bool retransmit);
   Reply on_error(const wire::PacketView& pkt, Join join);
   Reply on_root_missing(const wire::PacketView& pkt, Join join);
+  Reply on_root_abort(const wire::PacketView& pkt, Join join);
+  // ERROR kAborted about copy `copy`'s round from abort_words_, to `target`.
+  Reply abort_reply(size_t copy, Reply::Target target, uint32_t rank, const wire::Header& in);
+  // The first global rank of leaf `leaf` of the parent (leaf_bases, or the balanced rule); the
+  // world size for a leaf beyond the parent's world.
+  uint32_t first_rank(uint32_t leaf) const;
   Reply root_missing_reply(size_t copy, Reply::Target target, uint32_t rank,
                            const wire::Header& in);
   // Copy `copy`'s stored report: report_words_ bitmap words, then the tree note.
@@ -137,6 +154,8 @@ class LeafRelay {
   // yet). Only that rank's next retransmission re-forwards again, so one wave of timeouts at the
   // local ranks sends the partial once, not once per rank.
   std::vector<uint16_t> reforward_rank_;
+  // Per copy in state kAborted: [global rank that gave up, cause] of the parent's abort.
+  std::vector<uint32_t> abort_words_;
   // Per copy: the root's last missing-children report for the waiting round, in global ranks
   // (report_words_ int32 bitmap words of the world, then the wire tree note), valid while
   // report_seq_[copy] is the copy's seq and report_valid_[copy] is set.

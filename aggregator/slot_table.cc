@@ -356,7 +356,8 @@ bool SlotTable::abort(const wire::Header& h, uint32_t rank, uint32_t cause) {
   Copy& c = copies_[k];
   if (c.used) {
     const int32_t ahead = static_cast<int32_t>(h.seq - c.seq);  // as on_data()
-    if (ahead < 0 || (ahead == 0 && c.complete)) return false;
+    // A root's finished exponent round is not the round's result: the words are still to come.
+    if (ahead < 0 || (ahead == 0 && c.complete && c.mode != CopyMode::kExp)) return false;
     if (ahead == 0 && c.aborted_by != CopyView::kNoAbort) return true;  // the first one stays
   }
   if (!c.used || h.seq != c.seq) {

@@ -751,6 +751,110 @@ TEST_F(TreeLeafUnit, TurnsTheRootsMissingLeavesIntoGlobalRanksForItsWorkers) {
   EXPECT_FALSE(kept.hdr.has(wire::kFlagError));
 }
 
+// A worker's ERROR kAborted (it gave up at its deadline) for `seq` in `slot`.
+wire::Header abort_header(uint16_t global_rank, uint16_t slot, BlockSeq seq) {
+  wire::Header h = testing::data_header(kJob, kKey, global_rank, slot, false, seq, 3);
+  h.flags = wire::kFlagError;
+  return h;
+}
+std::vector<int32_t> abort_words(uint16_t global_rank) {
+  return {static_cast<int32_t>(wire::ErrorReason::kAborted), global_rank,
+          static_cast<int32_t>(wire::kAbortDeadline)};
+}
+
+// Leaf 0 gave up on a round (its ranks' deadline passed) while this leaf, leaf 1, was late: the
+// root's round is aborted, so this leaf's partial gets the abort, which every rank of this leaf
+// gets too; nobody gets a result. Without the relay's abort handling, leaf 1's ranks would wait
+// out their own deadline (or, had leaf 0 not told the root, succeed where leaf 0's ranks failed).
+TEST_F(TreeLeafUnit, ALateLeafFailsTheRoundAnotherLeafGaveUpOn) {
+  for (uint16_t r = 4; r < 7; ++r) hello(r, 900 + r);
+  const Reply up_hello = hello(7, 907);
+  Engine root;
+  join_root(root, 2, up_hello, 1);
+  ASSERT_EQ(welcome_from_parent().target, Reply::Target::kAllRanks);
+
+  // Leaf 0's partial is in at the root, then leaf 0 passes its ranks' abort on.
+  wire::Header d0 = testing::data_header(kJob, kKey, 0, 1, false, 10, 2);
+  int32_t rank;
+  JobId job;
+  EXPECT_EQ(root.on_packet(encode_packet(d0, std::vector<int32_t>{1, 1}), &rank, &job).target,
+            Reply::Target::kNone);
+  EXPECT_EQ(
+      root.on_packet(encode_packet(abort_header(0, 1, 10), abort_words(0)), &rank, &job).target,
+      Reply::Target::kNone);
+  EXPECT_EQ(root.counters().aborted_rounds, 1u);
+
+  // Leaf 1's ranks come late: its partial goes up and the root answers with the abort.
+  for (uint16_t r = 4; r < 7; ++r) data(r, 1, 10, r);
+  const Reply up = data(7, 1, 10, 7);
+  ASSERT_EQ(up.target, Reply::Target::kParent);
+  const Reply root_abort = to_root(root, up);
+  ASSERT_EQ(root_abort.target, Reply::Target::kSender);
+  ASSERT_TRUE(root_abort.hdr.has(wire::kFlagError));
+  ASSERT_EQ(root_abort.hdr.count, 4);  // the tree note tag: not a rank's own abort
+  EXPECT_EQ(W(root_abort)[0], static_cast<int32_t>(wire::ErrorReason::kAborted));
+  EXPECT_EQ(static_cast<uint32_t>(W(root_abort)[3]), wire::kTreeNoteTag);
+
+  const Reply down = to_root(leaf_, root_abort);
+  ASSERT_EQ(down.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(down.hdr.flags, wire::kFlagError);
+  EXPECT_EQ(down.hdr.seq, 10u);
+  EXPECT_EQ(down.hdr.slot, 1);
+  ASSERT_EQ(down.hdr.count, 3);
+  EXPECT_EQ(W(down)[0], static_cast<int32_t>(wire::ErrorReason::kAborted));
+  EXPECT_EQ(W(down)[1], 0);  // leaf 0's first global rank
+  EXPECT_EQ(W(down)[2], static_cast<int32_t>(wire::kAbortDeadline));
+  // A rank that lost it asks again and gets it again; the root never produced a result.
+  const Reply again = data(6, 1, 10, 6, true);
+  ASSERT_EQ(again.target, Reply::Target::kSender);
+  EXPECT_EQ(again.hdr.flags, wire::kFlagError);
+  EXPECT_EQ(again.hdr.rank, 6);
+  EXPECT_EQ(W(again)[0], static_cast<int32_t>(wire::ErrorReason::kAborted));
+  EXPECT_EQ(root.counters().completed, 0u);
+}
+
+// This leaf's ranks gave up while leaf 0 was late: the leaf passes the abort on to the root, so
+// leaf 0's late partial cannot complete the root's round (its ranks fail too, instead of
+// succeeding where this leaf's failed).
+TEST_F(TreeLeafUnit, PassesItsRanksAbortToTheRoot) {
+  for (uint16_t r = 4; r < 7; ++r) hello(r, 900 + r);
+  const Reply up_hello = hello(7, 907);
+  Engine root;
+  join_root(root, 2, up_hello, 1);
+  ASSERT_EQ(welcome_from_parent().target, Reply::Target::kAllRanks);
+
+  for (uint16_t r = 4; r < 7; ++r) data(r, 1, 10, r);
+  const Reply up = data(7, 1, 10, 7);
+  EXPECT_EQ(to_root(root, up).target, Reply::Target::kNone);  // leaf 0 is late
+
+  // Rank 5 gives up: the leaf's copy is complete here (forwarded), so the abort goes up as leaf
+  // 1's, naming the leaf and the rank's cause.
+  const Reply ab = send(abort_header(5, 1, 10), abort_words(5));
+  ASSERT_EQ(ab.target, Reply::Target::kParent);
+  EXPECT_EQ(ab.hdr.flags, wire::kFlagError);
+  EXPECT_EQ(ab.hdr.rank, 1);
+  EXPECT_EQ(ab.hdr.seq, 10u);
+  ASSERT_EQ(ab.hdr.count, 3);
+  EXPECT_EQ(W(ab)[1], 1);
+  EXPECT_EQ(leaf_.counters().aborts_forwarded, 1u);
+  EXPECT_EQ(to_root(root, ab).target, Reply::Target::kNone);
+  EXPECT_EQ(root.counters().aborted_rounds, 1u);
+
+  // Leaf 0's partial arrives: the abort, not a result.
+  wire::Header d0 = testing::data_header(kJob, kKey, 0, 1, false, 10, 2);
+  int32_t rank;
+  JobId job;
+  const Reply late = root.on_packet(encode_packet(d0, std::vector<int32_t>{1, 1}), &rank, &job);
+  ASSERT_EQ(late.target, Reply::Target::kSender);
+  EXPECT_EQ(late.hdr.flags, wire::kFlagError);
+  EXPECT_EQ(W(late)[0], static_cast<int32_t>(wire::ErrorReason::kAborted));
+  EXPECT_EQ(W(late)[1], 1);  // leaf 1 gave up
+  EXPECT_EQ(root.counters().completed, 0u);
+
+  // An abort for a round that is not this copy's is not passed on.
+  EXPECT_EQ(send(abort_header(5, 1, 9), abort_words(5)).target, Reply::Target::kNone);
+}
+
 TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {
   // Three unbalanced leaves over 8 ranks: [0, 2), [2, 4), [4, 8); this is leaf 2.
   Engine leaf;
