@@ -616,15 +616,16 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) 
                             kind + " transport serves one aggregator");
   }
   if (want_dpdk || want_xdp) {
-    // The variables are checked first (bypass_endpoint.cc), then the transport's plugin is loaded
+    // The options are built from cfg first (its fields were parsed from INA_LOCAL_IP ... by
+    // Config::from_env and checked by validate), then the transport's plugin is loaded
     // (libina-dpdk.so, libina-xdp.so: plugin_loader.h); a plugin that cannot be loaded is an
     // error naming it (kFailedPrecondition: no silent move to the host path).
     Result<std::unique_ptr<worker::Transport>> t = unimplemented("");
     if (want_dpdk) {
-      INA_ASSIGN_OR_RETURN(worker::DpdkTransportOptions o, worker::dpdk_options_from_env(cfg));
+      INA_ASSIGN_OR_RETURN(worker::DpdkTransportOptions o, worker::dpdk_options_from_config(cfg));
       t = worker::create_dpdk_transport(o);
     } else {
-      INA_ASSIGN_OR_RETURN(worker::XdpTransportOptions o, worker::xdp_options_from_env(cfg));
+      INA_ASSIGN_OR_RETURN(worker::XdpTransportOptions o, worker::xdp_options_from_config(cfg));
       t = worker::create_xdp_transport(o);
     }
     if (!t.ok()) {

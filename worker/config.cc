@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "ina/ina.hpp"
+#include "ina/protocol/frame.h"
 #include "ina/protocol/wire.h"
 #include "worker/config_internal.h"
 #include "worker/host/allreduce.h"
@@ -158,6 +159,69 @@ std::string range_error(std::string_view field, std::string_view env, const std:
     m += ')';
   }
   return m;
+}
+
+// The kernel-bypass transports' variables (INA_TRANSPORT=dpdk|xdp; Config::local_ip ...). Every
+// one set is parsed, whatever INA_TRANSPORT says; the ones a transport requires are checked by
+// validate (worker::validate_bypass).
+Status bypass_from_env(Config* c) {
+  constexpr const char* kMacForm = "a MAC address aa:bb:cc:dd:ee:ff";
+  std::string_view v;
+  if (get_env("INA_LOCAL_IP", &v)) {
+    Result<uint32_t> ip = frame::parse_ipv4(v);
+    if (!ip.ok()) return bad_value("INA_LOCAL_IP", v, "an IPv4 address a.b.c.d");
+    if (ip.value() == 0)
+      return bad_value("INA_LOCAL_IP", v, "an IPv4 address a.b.c.d, not 0.0.0.0");
+    c->local_ip = ip.value();
+  }
+  if (get_env("INA_LOCAL_MAC", &v)) {
+    Result<frame::Mac> m = frame::parse_mac(v);
+    if (!m.ok()) return bad_value("INA_LOCAL_MAC", v, kMacForm);
+    c->local_mac = m.value();
+  }
+  if (get_env("INA_AGGREGATOR_MAC", &v)) {
+    Result<frame::Mac> m = frame::parse_mac(v);
+    if (!m.ok()) return bad_value("INA_AGGREGATOR_MAC", v, kMacForm);
+    c->aggregator_mac = m.value();
+  }
+  if (get_env("INA_LOCAL_PORT", &v)) {
+    uint64_t port = 0;
+    if (!parse_unsigned("INA_LOCAL_PORT", v, 1, 65535, false, &port).ok()) {
+      return bad_value("INA_LOCAL_PORT", v, "a UDP port in [1, 65535] (rank r uses it + r)");
+    }
+    c->local_port = static_cast<uint16_t>(port);
+  }
+  if (get_env("INA_DPDK_ARGS", &v)) {
+    if (v.find_first_of("'\"\\") != std::string_view::npos) {
+      return bad_value("INA_DPDK_ARGS", v, "EAL arguments separated by blanks, without quoting");
+    }
+    std::vector<std::string> args;
+    size_t i = 0;
+    while (i < v.size()) {
+      while (i < v.size() && (v[i] == ' ' || v[i] == '\t' || v[i] == '\n')) ++i;
+      size_t j = i;
+      while (j < v.size() && v[j] != ' ' && v[j] != '\t' && v[j] != '\n') ++j;
+      if (j > i) args.emplace_back(v.substr(i, j - i));
+      i = j;
+    }
+    if (args.empty()) return bad_value("INA_DPDK_ARGS", v, "EAL arguments");
+    c->dpdk_args = std::move(args);
+  }
+  if (get_env("INA_DPDK_PORT", &v)) c->dpdk_port = std::string(v);
+  if (get_env("INA_XDP_IFACE", &v)) c->xdp_iface = std::string(v);
+  if (get_env("INA_XDP_QUEUE", &v)) {
+    uint64_t q = 0;
+    if (!parse_unsigned("INA_XDP_QUEUE", v, 0, std::numeric_limits<uint32_t>::max(), false, &q)
+             .ok()) {
+      return bad_value("INA_XDP_QUEUE", v, "a queue number (0, 1, ...)");
+    }
+    c->xdp_queue = static_cast<uint32_t>(q);
+  }
+  if (get_env("INA_XDP_COPY", &v)) {
+    if (v != "0" && v != "1") return bad_value("INA_XDP_COPY", v, "0 or 1");
+    c->xdp_copy = v == "1";
+  }
+  return ok_status();
 }
 
 // Rank and world size from the launcher for what INA_RANK/INA_WORLD_SIZE do not give. Sources in
@@ -318,6 +382,37 @@ std::vector<AggregatorAddress> aggregator_list(const Config& cfg) {
   return {AggregatorAddress{cfg.aggregator_host, cfg.aggregator_port}};
 }
 
+Status validate_bypass(const Config& cfg, AggregatorTransport kind) {
+  const bool dpdk = kind == AggregatorTransport::kDpdk;
+  const std::string which = dpdk ? "INA_TRANSPORT=dpdk" : "INA_TRANSPORT=xdp";
+  if (dpdk && cfg.dpdk_args.empty()) {
+    return invalid_argument(
+        "INA_TRANSPORT=dpdk needs INA_DPDK_ARGS (dpdk_args): the EAL arguments, e.g. \"--no-huge "
+        "-m 256 --no-shconf --no-pci -l 0 --file-prefix w0 "
+        "--vdev=net_memif0,role=client,socket=/run/ina.sock\"");
+  }
+  if (!dpdk && cfg.xdp_iface.empty()) {
+    return invalid_argument(
+        "INA_TRANSPORT=xdp needs INA_XDP_IFACE (xdp_iface): the interface to bind");
+  }
+  if (cfg.local_ip == 0) {
+    return invalid_argument(which +
+                            " needs INA_LOCAL_IP (local_ip): this worker's IPv4 address a.b.c.d " +
+                            (dpdk ? "on the port"
+                                  : "(not configured on the kernel interface; the transport "
+                                    "answers ARP for it)"));
+  }
+  if (cfg.local_port == 0) {
+    return invalid_argument(range_error("local_port", "INA_LOCAL_PORT", "0", "[1, 65535]"));
+  }
+  if (cfg.rank >= 0 &&
+      static_cast<unsigned>(cfg.local_port) + static_cast<unsigned>(cfg.rank) > 65535) {
+    return invalid_argument("INA_LOCAL_PORT=" + std::to_string(cfg.local_port) + " + rank " +
+                            std::to_string(cfg.rank) + " exceeds 65535");
+  }
+  return ok_status();
+}
+
 }  // namespace worker
 
 namespace {
@@ -386,7 +481,7 @@ Result<Config> config_from_env(bool own_store) {
   std::string_view transport;
   if (get_env("INA_TRANSPORT", &transport)) {
     // dpdk, xdp: the kernel-bypass transports, configured by their own variables
-    // (bypass_endpoint.cc) when Communicator::create() builds the transport.
+    // (bypass_from_env), whatever the transport: a malformed one is an error here.
     if (transport == "auto") {
       c.transport = AggregatorTransport::kAuto;
     } else if (transport == "udp") {
@@ -402,6 +497,7 @@ Result<Config> config_from_env(bool own_store) {
       return bad_value("INA_TRANSPORT", transport, "auto, udp, dpdk, xdp or host");
     }
   }
+  INA_RETURN_IF_ERROR(bypass_from_env(&c));
   std::string_view algo;
   if (get_env("INA_ALGO", &algo)) {
     if (!host::parse_algorithm(algo)) return bad_value("INA_ALGO", algo, "ring, hd or tree");
@@ -586,6 +682,11 @@ Status Config::validate() const {
   if (verbs_gid_index < 0 || verbs_gid_index > 255) {
     return invalid_argument(range_error("verbs_gid_index", "INA_VERBS_GID_INDEX",
                                         std::to_string(verbs_gid_index), "[0, 255]"));
+  }
+  // What the kernel-bypass transport needs, unless the job never uses it (host_only).
+  if (!host_only &&
+      (transport == AggregatorTransport::kDpdk || transport == AggregatorTransport::kXdp)) {
+    INA_RETURN_IF_ERROR(worker::validate_bypass(*this, transport));
   }
   struct Pct {
     const char* field;

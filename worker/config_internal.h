@@ -33,6 +33,12 @@ void set_aggregators(Config* cfg, std::vector<AggregatorAddress> list);
 // The job's aggregators in shard order: cfg.aggregators, else the one aggregator_host:port.
 std::vector<AggregatorAddress> aggregator_list(const Config& cfg);
 
+// The fields INA_TRANSPORT=dpdk|xdp (`kind`: kDpdk or kXdp) requires: dpdk_args
+// (INA_DPDK_ARGS) or xdp_iface (INA_XDP_IFACE), local_ip (INA_LOCAL_IP), and local_port + rank
+// within 65535. Errors name the variable. Config::validate calls it for its transport unless
+// host_only; the transport's options are built after it (bypass_endpoint.h).
+Status validate_bypass(const Config& cfg, AggregatorTransport kind);
+
 // The most aggregators one job may be sharded over (each costs the communicator a thread and a
 // socket).
 inline constexpr size_t kMaxShards = 64;

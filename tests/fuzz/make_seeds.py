@@ -153,6 +153,11 @@ def config_seeds():
                      "INA_TEST_STRAGGLE=10:2000\nINA_TEST_SEED=0x10\nINA_HOST_TRANSPORT=tcp\n"
                      "INA_COST_MODEL=alpha=1,beta=2\nINA_CONTROLLER=ctl:47480\nINA_JOB_NAME=j.1\n"
                      "INA_VERBS_DEVICE=mlx5_0\nINA_VERBS_GID_INDEX=3\nINA_DEVICE_BUFFERS=2\n",
+        "env-bypass": "INA_RANK=1\nINA_WORLD_SIZE=2\nINA_AGGREGATOR=10.0.0.1\nINA_TRANSPORT=xdp\n"
+                      "INA_LOCAL_IP=10.0.0.2\nINA_LOCAL_MAC=02:00:00:00:00:01\n"
+                      "INA_AGGREGATOR_MAC=02:00:00:00:00:02\nINA_LOCAL_PORT=47500\n"
+                      "INA_DPDK_ARGS=--no-huge -m 64 --vdev=net_null0\nINA_DPDK_PORT=net_null0\n"
+                      "INA_XDP_IFACE=eth1\nINA_XDP_QUEUE=1\nINA_XDP_COPY=1\n",
         "admitted": "admitted\njob 3\nkey 00112233445566778899aabbccddeeff\n"
                     "aggregator 10.0.0.5:47474\nslots 64\nblock 256\n",
         "admitted-sharded": "admitted\njob 4\nkey 00112233445566778899aabbccddeeff\nshards 2\n"

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
+#include "ina/protocol/frame.h"
 #include "tests/check.h"
 #include "tests/integration/thread_ranks.h"
 
@@ -33,6 +34,18 @@ constexpr const char* kWorkerIp = "10.77.0.2";
 std::string common_eal(const std::string& prefix) {
   return "--no-huge -m 256 --no-shconf --no-pci --no-telemetry --log-level=3 --file-prefix " +
          prefix;
+}
+
+// EAL arguments separated by single blanks, as a vector.
+std::vector<std::string> split_blanks(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size();) {
+    const size_t j = s.find(' ', i);
+    out.push_back(s.substr(i, j == std::string::npos ? std::string::npos : j - i));
+    if (j == std::string::npos) break;
+    i = j + 1;
+  }
+  return out;
 }
 
 pid_t spawn_aggregator(int world, int agg_lcores, const std::string& sock, const std::string& log) {
@@ -50,12 +63,7 @@ pid_t spawn_aggregator(int world, int agg_lcores, const std::string& sock, const
       "0",    "--"};
   std::string eal = common_eal("ina_agg_" + std::to_string(getpid())) +
                     " --vdev=net_memif0,role=server,socket=" + sock + " --lcores " + lcores;
-  for (size_t i = 0; i < eal.size();) {
-    const size_t j = eal.find(' ', i);
-    args.push_back(eal.substr(i, j == std::string::npos ? std::string::npos : j - i));
-    if (j == std::string::npos) break;
-    i = j + 1;
-  }
+  for (std::string& a : split_blanks(eal)) args.push_back(std::move(a));
   const pid_t pid = fork();
   if (pid == 0) {
     FILE* f = std::freopen(log.c_str(), "w", stdout);
@@ -122,14 +130,16 @@ int main(int argc, char** argv) {
   const std::string eal = common_eal("ina_w_" + tag) +
                           " --vdev=net_memif0,role=client,socket=" + sock + " --lcores 0@" +
                           std::to_string(cpus > 1 ? 1 : 0);
-  setenv("INA_TRANSPORT", "dpdk", 1);
-  setenv("INA_DPDK_ARGS", eal.c_str(), 1);
-  setenv("INA_LOCAL_IP", kWorkerIp, 1);
-  unsetenv("INA_AGGREGATOR_MAC");  // ARP
+  const std::vector<std::string> eal_args = split_blanks(eal);
+  const uint32_t worker_ip = ina::frame::parse_ipv4(kWorkerIp).value();
 
   ina::testing::ThreadRanks ranks = ina::testing::create_thread_ranks(world, [&](int r) {
+    // What INA_TRANSPORT=dpdk, INA_DPDK_ARGS and INA_LOCAL_IP give through Config::from_env; no
+    // aggregator_mac: ARP finds it.
     ina::Config c;
-    c.transport = ina::AggregatorTransport::kDpdk;  // INA_TRANSPORT=dpdk through Config::from_env
+    c.transport = ina::AggregatorTransport::kDpdk;
+    c.dpdk_args = eal_args;
+    c.local_ip = worker_ip;
     c.rank = r;
     c.world_size = world;
     c.aggregator_host = kAggIp;

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "ina/ina.hpp"
+#include "ina/protocol/frame.h"
 #include "loopback_support.h"
 
 namespace {
@@ -90,13 +91,13 @@ int run_rank(int k, int world) {
   }
   const std::string iface = "w" + std::to_string(k);
   const std::string ip = "10.78.0." + std::to_string(10 + k);
-  setenv("INA_TRANSPORT", "xdp", 1);
-  setenv("INA_XDP_IFACE", iface.c_str(), 1);
-  setenv("INA_XDP_QUEUE", "0", 1);
-  setenv("INA_LOCAL_IP", ip.c_str(), 1);
-  unsetenv("INA_AGGREGATOR_MAC");
+  // What INA_TRANSPORT=xdp, INA_XDP_IFACE, INA_XDP_QUEUE and INA_LOCAL_IP give through
+  // Config::from_env; no aggregator_mac: ARP finds it.
   ina::Config c;
-  c.transport = ina::AggregatorTransport::kXdp;  // INA_TRANSPORT=xdp through Config::from_env
+  c.transport = ina::AggregatorTransport::kXdp;
+  c.xdp_iface = iface;
+  c.xdp_queue = 0;
+  c.local_ip = ina::frame::parse_ipv4(ip).value();
   c.rank = k;
   c.world_size = world;
   c.aggregator_host = "10.78.0.1";

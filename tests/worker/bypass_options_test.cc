@@ -1,11 +1,13 @@
-// The kernel-bypass transports' configuration (dpdk_options_from_env, xdp_options_from_env, and
-// INA_TRANSPORT in Config::from_env): every malformed variable is an error naming it and the
-// expected form; good values are parsed. No EAL is started and no socket is bound here.
+// The kernel-bypass transports' configuration (INA_TRANSPORT and the INA_LOCAL_*, INA_DPDK_*,
+// INA_XDP_* variables parsed by Config::from_env, then dpdk_options_from_config and
+// xdp_options_from_config): every malformed or missing variable is an error naming it and the
+// expected form; good values reach the options. No EAL is started and no socket is bound here.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
 #include <string>
 
+#include "config_env_vars.h"
 #include "ina/ina.hpp"
 #include "ina_config.h"
 #if INA_HAVE_DPDK
@@ -21,23 +23,32 @@ namespace {
 class Env : public ::testing::Test {
  protected:
   void SetUp() override {
-    for (const char* v : kVars) unsetenv(v);
+    for (const char* v : kInaConfigEnvVars) unsetenv(v);
   }
   void TearDown() override {
-    for (const char* v : kVars) unsetenv(v);
+    for (const char* v : kInaConfigEnvVars) unsetenv(v);
   }
-  static Config cfg(int rank = 1) {
-    Config c;
+  // Config::from_env over the variables set, with this rank and an aggregator by IPv4 literal.
+  static Result<Config> cfg(int rank = 1) {
+    INA_ASSIGN_OR_RETURN(Config c, Config::from_env());
     c.rank = rank;
     c.world_size = 4;
     c.aggregator_host = "10.1.2.3";
     c.aggregator_port = 5000;
     return c;
   }
-  static constexpr const char* kVars[] = {"INA_TRANSPORT",      "INA_DPDK_ARGS", "INA_DPDK_PORT",
-                                          "INA_LOCAL_IP",       "INA_LOCAL_MAC", "INA_LOCAL_PORT",
-                                          "INA_AGGREGATOR_MAC", "INA_XDP_IFACE", "INA_XDP_QUEUE",
-                                          "INA_XDP_COPY",       "INA_RANK",      "INA_WORLD_SIZE"};
+#if INA_HAVE_DPDK
+  static Result<DpdkTransportOptions> dpdk(const Result<Config>& c) {
+    if (!c.ok()) return c.status();
+    return dpdk_options_from_config(c.value());
+  }
+#endif
+#if INA_HAVE_XDP
+  static Result<XdpTransportOptions> xdp(const Result<Config>& c) {
+    if (!c.ok()) return c.status();
+    return xdp_options_from_config(c.value());
+  }
+#endif
 };
 
 void expect_error(const Status& s, const std::string& names) {
@@ -61,27 +72,28 @@ TEST_F(Env, TransportNamesAreStrict) {
 
 #if INA_HAVE_DPDK
 TEST_F(Env, DpdkOptionsAreParsedStrictly) {
-  expect_error(dpdk_options_from_env(cfg()).status(), "INA_DPDK_ARGS");
+  expect_error(dpdk(cfg()).status(), "INA_DPDK_ARGS");
   setenv("INA_DPDK_ARGS", "--vdev 'net_memif0'", 1);
-  expect_error(dpdk_options_from_env(cfg()).status(), "INA_DPDK_ARGS");
+  expect_error(dpdk(cfg()).status(), "INA_DPDK_ARGS");
   setenv("INA_DPDK_ARGS", "  --no-huge   -m 256\t--vdev=net_memif0,role=client ", 1);
-  expect_error(dpdk_options_from_env(cfg()).status(), "INA_LOCAL_IP");
+  expect_error(dpdk(cfg()).status(), "INA_LOCAL_IP");
   setenv("INA_LOCAL_IP", "10.1.2", 1);
-  expect_error(dpdk_options_from_env(cfg()).status(), "INA_LOCAL_IP");
+  expect_error(dpdk(cfg()).status(), "INA_LOCAL_IP");
   setenv("INA_LOCAL_IP", "10.1.2.4", 1);
   setenv("INA_LOCAL_PORT", "70000", 1);
-  expect_error(dpdk_options_from_env(cfg()).status(), "INA_LOCAL_PORT");
+  expect_error(dpdk(cfg()).status(), "INA_LOCAL_PORT");
   setenv("INA_LOCAL_PORT", "65535", 1);
-  expect_error(dpdk_options_from_env(cfg()).status(), "INA_LOCAL_PORT");  // + rank 1
+  expect_error(dpdk(cfg()).status(), "INA_LOCAL_PORT");  // + rank 1
   setenv("INA_LOCAL_PORT", "40000", 1);
   setenv("INA_AGGREGATOR_MAC", "02:00:00:00:00", 1);
-  expect_error(dpdk_options_from_env(cfg()).status(), "INA_AGGREGATOR_MAC");
+  expect_error(dpdk(cfg()).status(), "INA_AGGREGATOR_MAC");
   setenv("INA_AGGREGATOR_MAC", "02:00:00:00:00:0a", 1);
-  Config named = cfg();
-  named.aggregator_host = "aggregator.local";
-  expect_error(dpdk_options_from_env(named).status(), "INA_AGGREGATOR");
+  Result<Config> named = cfg();
+  ASSERT_TRUE(named.ok()) << named.status().to_string();
+  named->aggregator_host = "aggregator.local";
+  expect_error(dpdk(named).status(), "INA_AGGREGATOR");
 
-  auto o = dpdk_options_from_env(cfg());
+  auto o = dpdk(cfg());
   ASSERT_TRUE(o.ok()) << o.status().to_string();
   EXPECT_EQ(o->eal_args,
             (std::vector<std::string>{"--no-huge", "-m", "256", "--vdev=net_memif0,role=client"}));
@@ -97,29 +109,31 @@ TEST_F(Env, DpdkOptionsAreParsedStrictly) {
 
 #if INA_HAVE_XDP
 TEST_F(Env, XdpOptionsAreParsedStrictly) {
-  expect_error(xdp_options_from_env(cfg()).status(), "INA_XDP_IFACE");
+  expect_error(xdp(cfg()).status(), "INA_XDP_IFACE");
   setenv("INA_XDP_IFACE", "nonexistent9", 1);
   setenv("INA_XDP_QUEUE", "x1", 1);
-  expect_error(xdp_options_from_env(cfg()).status(), "INA_XDP_QUEUE");
+  expect_error(xdp(cfg()).status(), "INA_XDP_QUEUE");
   setenv("INA_XDP_QUEUE", "3", 1);
   setenv("INA_XDP_COPY", "yes", 1);
-  expect_error(xdp_options_from_env(cfg()).status(), "INA_XDP_COPY");
+  expect_error(xdp(cfg()).status(), "INA_XDP_COPY");
   setenv("INA_XDP_COPY", "1", 1);
-  expect_error(xdp_options_from_env(cfg()).status(), "INA_LOCAL_IP");
+  expect_error(xdp(cfg()).status(), "INA_LOCAL_IP");
   setenv("INA_LOCAL_IP", "10.1.2.9", 1);
   setenv("INA_LOCAL_MAC", "zz:00:00:00:00:01", 1);
-  expect_error(xdp_options_from_env(cfg()).status(), "INA_LOCAL_MAC");
+  expect_error(xdp(cfg()).status(), "INA_LOCAL_MAC");
   unsetenv("INA_LOCAL_MAC");
-  auto o = xdp_options_from_env(cfg(2));
+  auto o = xdp(cfg(2));
   ASSERT_TRUE(o.ok()) << o.status().to_string();
   EXPECT_EQ(o->iface, "nonexistent9");
   EXPECT_EQ(o->queue, 3u);
   EXPECT_TRUE(o->force_copy);
   EXPECT_EQ(o->local_port, 47502);
   // The interface is checked when the transport is created: a clear error, before any bind.
-  Config x = cfg(2);
-  x.transport = AggregatorTransport::kXdp;  // what INA_TRANSPORT=xdp gives through from_env
-  auto comm = Communicator::create(x);
+  setenv("INA_TRANSPORT", "xdp", 1);
+  Result<Config> x = cfg(2);
+  ASSERT_TRUE(x.ok()) << x.status().to_string();
+  EXPECT_EQ(x->transport, AggregatorTransport::kXdp);
+  auto comm = Communicator::create(x.value());
   ASSERT_FALSE(comm.ok());
   expect_error(comm.status(), "INA_XDP_IFACE");
 }

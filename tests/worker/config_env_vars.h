@@ -42,6 +42,15 @@ static const char* const kInaConfigEnvVars[] = {
     "INA_TEST_DELAY_US",
     "INA_TEST_STRAGGLE",
     "INA_TEST_SEED",
+    "INA_LOCAL_IP",
+    "INA_LOCAL_MAC",
+    "INA_AGGREGATOR_MAC",
+    "INA_LOCAL_PORT",
+    "INA_DPDK_ARGS",
+    "INA_DPDK_PORT",
+    "INA_XDP_IFACE",
+    "INA_XDP_QUEUE",
+    "INA_XDP_COPY",
 };
 #define INA_CONFIG_ENV_VAR_COUNT (sizeof kInaConfigEnvVars / sizeof kInaConfigEnvVars[0])
 

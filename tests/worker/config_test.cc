@@ -211,6 +211,118 @@ TEST_F(ConfigEnvTest, TransportAlgorithmAndVerbsAreParsedStrictly) {
   EXPECT_NE(v.validate().message().find("INA_TRANSPORT"), std::string::npos);
 }
 
+// The kernel-bypass transports' variables (INA_TRANSPORT=dpdk|xdp), which bypass_endpoint.cc read
+// itself when the transport was built: parsed by from_env whatever INA_TRANSPORT says, a missing
+// required one rejected by validate for the transport that needs it.
+TEST_F(ConfigEnvTest, BypassVariablesAreParsedStrictly) {
+  Config c = parse_ok();
+  EXPECT_EQ(c.local_ip, 0u);
+  EXPECT_FALSE(c.local_mac.has_value());
+  EXPECT_FALSE(c.aggregator_mac.has_value());
+  EXPECT_EQ(c.local_port, 47500);
+  EXPECT_TRUE(c.dpdk_args.empty());
+  EXPECT_EQ(c.dpdk_port, "");
+  EXPECT_EQ(c.xdp_iface, "");
+  EXPECT_EQ(c.xdp_queue, 0u);
+  EXPECT_FALSE(c.xdp_copy);
+
+  setenv("INA_LOCAL_IP", "10.1.2.4", 1);
+  setenv("INA_LOCAL_MAC", "02:00:00:00:00:0b", 1);
+  setenv("INA_AGGREGATOR_MAC", "02:00:00:00:00:0A", 1);
+  setenv("INA_LOCAL_PORT", "40000", 1);
+  setenv("INA_DPDK_ARGS", "  --no-huge   -m 256\t--vdev=net_memif0,role=client ", 1);
+  setenv("INA_DPDK_PORT", "net_memif0", 1);
+  setenv("INA_XDP_IFACE", "veth1", 1);
+  setenv("INA_XDP_QUEUE", "3", 1);
+  setenv("INA_XDP_COPY", "1", 1);
+  c = parse_ok();
+  EXPECT_EQ(c.local_ip, 0x0A010204u);
+  ASSERT_TRUE(c.local_mac.has_value());
+  EXPECT_EQ((*c.local_mac)[5], 0x0B);
+  ASSERT_TRUE(c.aggregator_mac.has_value());
+  EXPECT_EQ((*c.aggregator_mac)[5], 0x0A);
+  EXPECT_EQ(c.local_port, 40000);
+  EXPECT_EQ(c.dpdk_args,
+            (std::vector<std::string>{"--no-huge", "-m", "256", "--vdev=net_memif0,role=client"}));
+  EXPECT_EQ(c.dpdk_port, "net_memif0");
+  EXPECT_EQ(c.xdp_iface, "veth1");
+  EXPECT_EQ(c.xdp_queue, 3u);
+  EXPECT_TRUE(c.xdp_copy);
+  setenv("INA_XDP_COPY", "0", 1);
+  EXPECT_FALSE(parse_ok().xdp_copy);
+  for (const char* v : kInaConfigEnvVars) unsetenv(v);
+
+  // Malformed: rejected by from_env even when INA_TRANSPORT does not use them.
+  expect_rejected("INA_LOCAL_IP", "10.1.2");
+  expect_rejected("INA_LOCAL_IP", "0.0.0.0");
+  expect_rejected("INA_LOCAL_MAC", "zz:00:00:00:00:01");
+  expect_rejected("INA_LOCAL_MAC", "02:00:00:00:00");
+  expect_rejected("INA_AGGREGATOR_MAC", "02:00:00:00:00:0a:0b");
+  expect_rejected("INA_LOCAL_PORT", "0");
+  expect_rejected("INA_LOCAL_PORT", "70000");
+  expect_rejected("INA_LOCAL_PORT", "4x");
+  expect_rejected("INA_DPDK_ARGS", "--vdev 'net_memif0'");
+  expect_rejected("INA_DPDK_ARGS", "--vdev \"net_memif0\"");
+  expect_rejected("INA_DPDK_ARGS", "   ");
+  expect_rejected("INA_XDP_QUEUE", "x1");
+  expect_rejected("INA_XDP_QUEUE", "-1");
+  expect_rejected("INA_XDP_QUEUE", "4294967296");
+  expect_rejected("INA_XDP_COPY", "yes");
+  setenv("INA_TRANSPORT", "xdp", 1);
+  expect_rejected("INA_LOCAL_MAC", "02-00-00-00-00-01");
+  unsetenv("INA_TRANSPORT");
+
+  // Required for the chosen transport: validate names the variable.
+  setenv("INA_RANK", "1", 1);
+  setenv("INA_WORLD_SIZE", "4", 1);
+  setenv("INA_TRANSPORT", "xdp", 1);
+  setenv("INA_XDP_IFACE", "veth1", 1);
+  c = parse_ok();  // from_env parses; what is missing is validate's
+  Status s = c.validate();
+  EXPECT_EQ(s.code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("INA_LOCAL_IP"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("INA_TRANSPORT=xdp"), std::string::npos) << s.message();
+  unsetenv("INA_XDP_IFACE");
+  setenv("INA_LOCAL_IP", "10.1.2.4", 1);
+  s = parse_ok().validate();
+  EXPECT_NE(s.message().find("INA_XDP_IFACE"), std::string::npos) << s.message();
+  setenv("INA_XDP_IFACE", "veth1", 1);
+  EXPECT_TRUE(parse_ok().validate().ok()) << parse_ok().validate().to_string();
+  setenv("INA_TRANSPORT", "dpdk", 1);
+  s = parse_ok().validate();
+  EXPECT_NE(s.message().find("INA_DPDK_ARGS"), std::string::npos) << s.message();
+  setenv("INA_DPDK_ARGS", "--no-huge --vdev=net_null0", 1);
+  EXPECT_TRUE(parse_ok().validate().ok()) << parse_ok().validate().to_string();
+  setenv("INA_LOCAL_PORT", "65535", 1);  // + rank 1
+  s = parse_ok().validate();
+  EXPECT_NE(s.message().find("INA_LOCAL_PORT"), std::string::npos) << s.message();
+  setenv("INA_LOCAL_PORT", "65534", 1);
+  EXPECT_TRUE(parse_ok().validate().ok()) << parse_ok().validate().to_string();
+  // Not needed by the other transports, nor when the job runs on the host mesh only.
+  unsetenv("INA_LOCAL_IP");
+  unsetenv("INA_DPDK_ARGS");
+  setenv("INA_TRANSPORT", "udp", 1);
+  EXPECT_TRUE(parse_ok().validate().ok()) << parse_ok().validate().to_string();
+  setenv("INA_TRANSPORT", "dpdk", 1);
+  setenv("INA_STORE", "127.0.0.1:29500", 1);  // no aggregator named: host only
+  c = parse_ok();
+  EXPECT_TRUE(c.host_only);
+  EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
+
+  // The same fields set in code (a Config with transport kDpdk or kXdp) are checked alike.
+  Config v;
+  v.rank = 0;
+  v.world_size = 1;
+  v.transport = AggregatorTransport::kDpdk;
+  EXPECT_NE(v.validate().message().find("INA_DPDK_ARGS"), std::string::npos);
+  v.dpdk_args = {"--no-huge"};
+  EXPECT_NE(v.validate().message().find("INA_LOCAL_IP"), std::string::npos);
+  v.local_ip = 0x0A000001;
+  EXPECT_TRUE(v.validate().ok()) << v.validate().to_string();
+  v.local_port = 0;
+  EXPECT_NE(v.validate().message().find("local_port"), std::string::npos);
+}
+
 // from_env_with_store: the application's store (PyTorch's, the MPI shim's) counts as a store for
 // the host-only rule, and host_only_reason says what chose the host mesh.
 TEST_F(ConfigEnvTest, ApplicationStoreFollowsTheSameRules) {

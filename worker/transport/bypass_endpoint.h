@@ -1,10 +1,9 @@
 // The Ethernet/IPv4/UDP identity shared by the kernel-bypass worker transports (DPDK and AF_XDP):
 // they build whole frames, so each needs this worker's IPv4 and MAC, its UDP port, and the
-// aggregator's IPv4, port and (unless ARP finds it) MAC. One parser of the environment for both.
+// aggregator's IPv4, port and (unless ARP finds it) MAC. One reader of Config's fields for both.
 #pragma once
 
 #include <cstdint>
-#include <string_view>
 
 #include "ina/base/status.h"
 #include "ina/ina.hpp"
@@ -23,17 +22,11 @@ struct BypassEndpoint {
   frame::Mac aggregator_mac{};
 };
 
-// Reads INA_LOCAL_IP (required), INA_LOCAL_MAC, INA_LOCAL_PORT (default 47500; rank r uses it +
-// r), INA_AGGREGATOR_MAC, and the aggregator from cfg (an IPv4 literal: no name resolution on
-// these paths). `transport` ("dpdk", "xdp") and `local_ip_hint` go into the errors, which name the
-// variable and the expected form.
-Result<BypassEndpoint> bypass_endpoint_from_env(const Config& cfg, std::string_view transport,
-                                                std::string_view local_ip_hint);
-
-// "invalid NAME="VALUE": expected FORM".
-Status env_error(const char* name, std::string_view value, std::string_view form);
-// The variable's value, nullptr when unset or empty.
-const char* nonempty_env(const char* name);
+// The endpoint of Config's fields (local_ip, local_mac, local_port + rank, aggregator_mac; from
+// INA_LOCAL_IP ... by Config::from_env) and its aggregator, which must be an IPv4 literal (no name
+// resolution on these paths). Checks validate_bypass(cfg, kind) first (config_internal.h); `kind`
+// (kDpdk, kXdp) goes into the errors, which name the variable.
+Result<BypassEndpoint> bypass_endpoint_from_config(const Config& cfg, AggregatorTransport kind);
 
 // Copies the endpoint into a transport's options (which have the same field names).
 template <class Options>

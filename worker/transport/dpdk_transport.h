@@ -48,10 +48,10 @@ struct DpdkTransportOptions {
   std::chrono::milliseconds link_timeout{10000};  // wait for the link (memif: the server) and ARP
 };
 
-// Reads INA_DPDK_ARGS (EAL arguments separated by blanks, no quoting), INA_DPDK_PORT,
-// INA_LOCAL_IP, INA_LOCAL_MAC, INA_LOCAL_PORT (default 47500; + rank), INA_AGGREGATOR_MAC, and the
-// aggregator's address from cfg (must be an IPv4 literal). Errors name the variable and the form.
-Result<DpdkTransportOptions> dpdk_options_from_env(const Config& cfg);
+// The options of cfg's fields (Config::from_env parsed INA_DPDK_ARGS, INA_DPDK_PORT, INA_LOCAL_IP,
+// INA_LOCAL_MAC, INA_LOCAL_PORT, INA_AGGREGATOR_MAC into them) and its aggregator (must be an IPv4
+// literal). A missing required field is an error naming its variable (bypass_endpoint.h).
+Result<DpdkTransportOptions> dpdk_options_from_config(const Config& cfg);
 
 struct DpdkTransportCounters {
   uint64_t sent = 0;

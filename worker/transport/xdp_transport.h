@@ -44,10 +44,10 @@ struct XdpTransportOptions {
   std::chrono::milliseconds arp_timeout{5000};
 };
 
-// INA_XDP_IFACE (required), INA_XDP_QUEUE (default 0), INA_XDP_COPY=1 (force copy mode),
-// INA_LOCAL_IP, INA_LOCAL_MAC, INA_LOCAL_PORT (default 47500; + rank), INA_AGGREGATOR_MAC, and the
-// aggregator from cfg (an IPv4 literal).
-Result<XdpTransportOptions> xdp_options_from_env(const Config& cfg);
+// The options of cfg's fields (Config::from_env parsed INA_XDP_IFACE, INA_XDP_QUEUE,
+// INA_XDP_COPY, INA_LOCAL_IP, INA_LOCAL_MAC, INA_LOCAL_PORT, INA_AGGREGATOR_MAC into them) and its
+// aggregator (an IPv4 literal). A missing required field is an error naming its variable.
+Result<XdpTransportOptions> xdp_options_from_config(const Config& cfg);
 
 // libxdp's and libbpf's versions (in libina-xdp.so; libina's features::probe_xdp asks it).
 features::Probe probe_libxdp();

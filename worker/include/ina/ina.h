@@ -46,8 +46,9 @@
  *   INA_DEVICE_BUFFERS           device buffers: pinned staging buffers in rotation (default 3)
  *   INA_COST_MODEL=a,b[,g]       the cost model's alpha (us per message), beta and gamma (ns per
  *                                byte sent, reduced), e.g. 25,0.5; default: measured at startup
- * The host-path settings (INA_STORE .. INA_COST_MODEL) come from the environment only: ina_config_t
- * has no fields for them.
+ * The host-path settings (INA_STORE .. INA_COST_MODEL) and the kernel-bypass ones (INA_LOCAL_*,
+ * INA_DPDK_*, INA_XDP_*) come from the environment only: ina_config_t has no fields for them (a
+ * new version of the struct could add them; the C++ Config has them).
  */
 #ifndef INA_INA_H_
 #define INA_INA_H_

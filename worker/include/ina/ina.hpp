@@ -11,10 +11,12 @@
 // communicator probes the aggregator again with backoff; see communicator.cc.
 #pragma once
 
+#include <array>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,7 +80,8 @@ enum class HostTransport : uint8_t { kAuto = 0, kTcp = 1, kVerbs = 2 };
 // The in-network path's transport (INA_TRANSPORT=auto|udp|dpdk|xdp|host):
 //   kAuto, kUdp  kernel UDP sockets, one per aggregator (auto is udp today).
 //   kDpdk, kXdp  the kernel-bypass transports (libina-dpdk.so, libina-xdp.so), configured by their
-//                own variables (INA_DPDK_*, INA_XDP_*, INA_LOCAL_*); one aggregator per process.
+//                own fields (Config::local_ip ..., from INA_LOCAL_*, INA_DPDK_*, INA_XDP_*); one
+//                aggregator per process.
 //   kHost        no aggregator: every collective on the host mesh (sets Config::host_only).
 // A Config built in code keeps kAuto, so it never starts DPDK or binds AF_XDP by surprise.
 enum class AggregatorTransport : uint8_t { kAuto = 0, kUdp = 1, kDpdk = 2, kXdp = 3, kHost = 4 };
@@ -154,6 +157,19 @@ struct Config {
   std::string host_algorithm;  // INA_ALGO=ring|hd|tree: the host AllReduce; empty: cost model
   std::string verbs_device;    // INA_VERBS_DEVICE=name[:port]; empty: the first active port
   int verbs_gid_index = 0;     // INA_VERBS_GID_INDEX, 0 .. 255
+
+  // The kernel-bypass transports (transport kDpdk or kXdp; README). from_env rejects a malformed
+  // value, validate a missing required one: local_ip for both, dpdk_args for dpdk, xdp_iface for
+  // xdp. Unused by the other transports. Not in the C ABI's ina_config_t: the environment only.
+  uint32_t local_ip = 0;  // INA_LOCAL_IP: this worker's IPv4 address, host order; 0: unset
+  std::optional<std::array<uint8_t, 6>> local_mac;       // INA_LOCAL_MAC; unset: the port's
+  std::optional<std::array<uint8_t, 6>> aggregator_mac;  // INA_AGGREGATOR_MAC; unset: ARP
+  uint16_t local_port = 47500;  // INA_LOCAL_PORT: the UDP port base, rank r uses local_port + r
+  std::vector<std::string> dpdk_args;  // INA_DPDK_ARGS, split at blanks: the EAL's arguments
+  std::string dpdk_port;               // INA_DPDK_PORT: name or number; empty: the first port
+  std::string xdp_iface;               // INA_XDP_IFACE: the interface to bind
+  uint32_t xdp_queue = 0;              // INA_XDP_QUEUE
+  bool xdp_copy = false;               // INA_XDP_COPY=1: skip the zero-copy attempt
 
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
