@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
+#include <map>
 #include <span>
 #include <vector>
 
@@ -30,6 +31,43 @@ class ScopedEpochOf {
   ScopedEpochOf(const ScopedEpochOf&) = delete;
   ScopedEpochOf& operator=(const ScopedEpochOf&) = delete;
 };
+
+// Tests that play workers over a backend (sockets, DPDK rings): the epoch each job's workers
+// learned from their own WELCOMEs (learn_welcome) and the one a test playing a leaf's parent
+// names in its WELCOME; hook_worker_epochs() points epoch_of() at them (RESULT and ERROR sealed as
+// the parent, the rest as the workers).
+inline std::map<JobId, uint64_t>& worker_epochs() {
+  static std::map<JobId, uint64_t> m;
+  return m;
+}
+inline uint64_t& parent_epoch() {
+  static uint64_t e = 0;
+  return e;
+}
+inline void hook_worker_epochs() {
+  epoch_of() = [](JobId job, uint8_t flags) -> uint64_t {
+    if ((flags & (wire::kFlagResult | wire::kFlagError)) != 0) return parent_epoch();
+    auto it = worker_epochs().find(job);
+    return it == worker_epochs().end() ? 0 : it->second;
+  };
+}
+// A WELCOME answering a HELLO (not the notice, seq 0) names its job's incarnation: kept.
+inline void learn_welcome(const wire::PacketView& v) {
+  const uint8_t welcome = wire::kFlagHello | wire::kFlagResult;
+  if ((v.hdr.flags & welcome) == welcome && v.hdr.seq != 0 && v.hdr.count >= wire::kWelcomeWords) {
+    worker_epochs()[v.hdr.job] = wire::welcome_epoch(v);
+  }
+}
+// Whether a reply of job `job` is sealed with its key or with one of the incarnations above.
+inline bool reply_tag_ok(std::span<const uint8_t> d, JobId job, uint64_t key) {
+  const Key128 k{key};
+  if (wire::tag_ok(d, k)) return true;
+  auto it = worker_epochs().find(job);
+  if (it != worker_epochs().end() && wire::tag_ok(d, wire::incarnation_key(k, it->second))) {
+    return true;
+  }
+  return parent_epoch() != 0 && wire::tag_ok(d, wire::incarnation_key(k, parent_epoch()));
+}
 
 // Test convention: a header handed to encode_packet()/udp_frame() carries in `tag` the job key
 // (a 64-bit test key, hi = 0) to seal the datagram with, as a worker seals with its job's key;

@@ -37,20 +37,12 @@ using testing::encode_packet;
 constexpr JobId kJob = 3;
 constexpr uint64_t kKey = 0x1122334455667788ull;
 
-// Incarnations (WIRE.md): the epoch each job's workers learned from their WELCOMEs (Client::recv)
-// and the one a test playing a leaf's parent names in its own WELCOME. encode_packet() seals with
-// their keys (test_packets.h): RESULT and ERROR as the parent, the rest as the workers.
-std::map<JobId, uint64_t>& worker_epochs() {
-  static std::map<JobId, uint64_t> m;
-  return m;
-}
-uint64_t g_parent_epoch = 0;
+// Incarnations (WIRE.md): encode_packet() seals as the workers (the epochs Client::recv learns
+// from their WELCOMEs) or as a leaf's parent would (test_packets.h).
+using testing::parent_epoch;
+using testing::worker_epochs;
 const bool g_epochs_hooked = [] {
-  testing::epoch_of() = [](JobId job, uint8_t flags) -> uint64_t {
-    if ((flags & (wire::kFlagResult | wire::kFlagError)) != 0) return g_parent_epoch;
-    auto it = worker_epochs().find(job);
-    return it == worker_epochs().end() ? 0 : it->second;
-  };
+  testing::hook_worker_epochs();
   return true;
 }();
 
@@ -123,20 +115,9 @@ class Client {
     wire::PacketView v;
     const std::span<const uint8_t> d(buf, static_cast<size_t>(n));
     EXPECT_EQ(wire::decode(d, &v), wire::DecodeError::kOk);
-    // A WELCOME that answers a HELLO (not the notice, seq 0) names the job's incarnation.
-    const uint8_t welcome = wire::kFlagHello | wire::kFlagResult;
-    if ((v.hdr.flags & welcome) == welcome && v.hdr.seq != 0 &&
-        v.hdr.count >= wire::kWelcomeWords) {
-      worker_epochs()[v.hdr.job] = wire::welcome_epoch(v);
-    }
-    // Sealed with the job's key or one of its incarnations' (WIRE.md).
-    const Key128 k{key};
-    bool ok = wire::tag_ok(d, k);
-    auto it = worker_epochs().find(v.hdr.job);
-    if (!ok && it != worker_epochs().end())
-      ok = wire::tag_ok(d, wire::incarnation_key(k, it->second));
-    if (!ok && g_parent_epoch != 0) ok = wire::tag_ok(d, wire::incarnation_key(k, g_parent_epoch));
-    EXPECT_TRUE(ok) << "a reply not sealed with the job's key or its incarnation's";
+    testing::learn_welcome(v);
+    EXPECT_TRUE(testing::reply_tag_ok(d, v.hdr.job, key))
+        << "a reply not sealed with the job's key or its incarnation's";
     return Packet{v.hdr, testing::payload_words(v)};
   }
 
@@ -871,7 +852,7 @@ TEST_P(UdpAggregatorLeafThreadsTest, LeafTalksToItsParent) {
   w.job = kJob;
   w.seq = up->hdr.seq;  // the leaf's HELLO it answers
   w.flags = wire::kFlagHello | wire::kFlagResult;
-  g_parent_epoch = 0x1A4E'7000'0000'0011ull;
+  parent_epoch() = 0x1A4E'7000'0000'0011ull;
   parent.send(encode_packet(w, std::vector<int32_t>{32, 16, 0x11, 0x1A4E7000}));
   for (Client* c : {&r2, &r3}) {
     auto p = c->recv();
@@ -883,7 +864,7 @@ TEST_P(UdpAggregatorLeafThreadsTest, LeafTalksToItsParent) {
   auto own = r2.recv();
   ASSERT_TRUE(own.has_value());
   EXPECT_EQ(own->hdr.seq, 302u);
-  EXPECT_NE(worker_epochs()[kJob], g_parent_epoch);
+  EXPECT_NE(worker_epochs()[kJob], parent_epoch());
   r2.send(encode_packet(data_header(kJob, kKey, 2, 17, false, 5, 3), {1, 2, 3}));
   r3.send(encode_packet(data_header(kJob, kKey, 3, 17, false, 5, 3), {10, 20, 30}));
   auto partial = parent.recv();
@@ -912,7 +893,7 @@ TEST_P(UdpAggregatorLeafThreadsTest, LeafTalksToItsParent) {
   EXPECT_EQ(agg.engine().counters().forwarded, 1u);
   EXPECT_EQ(agg.engine().counters().parent_results, 1u);
   EXPECT_EQ(agg.engine().counters().bad_tag, 1u);
-  g_parent_epoch = 0;
+  parent_epoch() = 0;
   const std::string report = agg.format_counters();
   EXPECT_NE(report.find("\n       2 "), std::string::npos) << report;  // rows name global ranks
 }
