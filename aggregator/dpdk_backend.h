@@ -190,6 +190,8 @@ class DpdkAggregator {
  private:
   DpdkAggregator() = default;
   DpdkOptions opts_;
+  // Every lcore's Engine names a job's incarnations alike (EngineOptions::epoch_salt).
+  uint64_t epoch_salt_ = draw_epoch_salt();
   frame::LocalConfig local_;
   uint16_t port_ = 0;
   uint16_t rx_queues_ = 0;

@@ -406,6 +406,7 @@ Result<std::unique_ptr<DpdkAggregator::Lcore>> DpdkAggregator::Lcore::make(
   l->queue = static_cast<uint16_t>(i);
   EngineOptions eo;
   eo.check_tag = a->opts_.check_tag;
+  eo.epoch_salt = a->epoch_salt_;
   l->engine = std::make_unique<Engine>(eo);
   l->engine->set_slot_capacity(a->opts_.slot_capacity);
   l->apply_jobs(jobs);

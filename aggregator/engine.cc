@@ -6,7 +6,11 @@
 //      answered, before it touches any state (join barrier, slot table, the rank's address that
 //      the backend learns from *sender_rank), so a stray or hostile sender learns nothing and
 //      cannot make the aggregator send traffic anywhere (isolation between jobs). A captured
-//      genuine packet replayed later passes the tag; the slot table's round check makes it stale.
+//      genuine packet replayed later in the same incarnation passes the tag; the slot table's
+//      round check makes it stale. Which key (WIRE.md, "Incarnations"): a HELLO the job's (its
+//      sender does not know the incarnation yet); anything else the key of the job's current
+//      incarnation (incarnation_key of the epoch its barrier got), so that a packet captured in an
+//      earlier incarnation of the job, whose block sequence started at 1 too, fails here.
 //   3. kind: workers send only DATA and HELLO; RESULT/ERROR/WELCOME flags from them are malformed,
 //      except for a leaf job, where they are its parent's answers (handle_parent).
 //   4. HELLO -> join barrier; DATA -> slot table, once the barrier is complete.
@@ -27,7 +31,11 @@
 // would have to leave this file. The tree-leaf relay is leaf_relay.cc's.
 #include "aggregator/engine.h"
 
+#include <sys/random.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <random>
 #include <string>
 
 #include "aggregator/leaf_relay.h"
@@ -44,6 +52,12 @@ struct Engine::Job {
   std::vector<BlockSeq> nonce;         // per rank; meaningful where its hello bit is set
   uint32_t joined = 0;
   bool ready = false;  // every rank joined this incarnation
+  // The current incarnation (WIRE.md, "Incarnations"): its epoch (0: none yet) and key, which
+  // seals and verifies every packet but HELLO, WELCOME and the answers to a HELLO. Set when the
+  // job becomes ready (its WELCOME goes out), so that until then the ranks of the previous
+  // incarnation are still understood (and told the job is not ready).
+  uint64_t epoch = 0;
+  Key128 traffic;
   // The next incarnation, while this one runs (ready): ranks that HELLOed with a new nonce (a
   // restarted rank, with a valid tag). They do not reopen the barrier for the ranks still running;
   // when every rank has a new incarnation, it becomes the current one (a new barrier completes).
@@ -74,9 +88,20 @@ struct Engine::Job {
 
 namespace {
 
-// The datagram's tag is the one the job's key gives (WIRE.md).
-bool verify_tag(const JobConfig& cfg, std::span<const uint8_t> datagram) {
-  return wire::tag_ok(datagram, cfg.key);
+// The datagram's tag is the one the job's key (a HELLO) or its incarnation's key gives (WIRE.md).
+// At a leaf, its parent's answers (RESULT, ERROR) carry the parent incarnation's key; an ERROR
+// there may also be a local rank's abort (this incarnation's key) or the parent's answer to the
+// leaf's HELLO (the job's key). One SipHash per packet but such a leaf ERROR: the key is chosen
+// by the flags, and derived once per incarnation.
+bool verify_tag(const JobConfig& cfg, const Key128& traffic, const LeafRelay* relay,
+                const wire::Header& h, std::span<const uint8_t> datagram) {
+  if (h.has(wire::kFlagHello)) return wire::tag_ok(datagram, cfg.key);
+  if (relay != nullptr && h.has(wire::kFlagResult | wire::kFlagError)) [[unlikely]] {
+    if (wire::tag_ok(datagram, relay->up_key())) return true;
+    return h.has(wire::kFlagError) &&
+           (wire::tag_ok(datagram, traffic) || wire::tag_ok(datagram, cfg.key));
+  }
+  return wire::tag_ok(datagram, traffic);
 }
 
 // A bitmap of uint64 words as `words` int32 control words: word w holds ranks 32w..32w+31 (the
@@ -88,6 +113,23 @@ void put_bitmap_words(std::span<const uint64_t> bitmap, uint32_t words, int32_t*
 }
 
 }  // namespace
+
+uint64_t draw_epoch_salt() {
+  uint64_t v = 0;
+  auto* p = reinterpret_cast<uint8_t*>(&v);
+  size_t got = 0;
+  while (got < sizeof v) {
+    const ssize_t n = ::getrandom(p + got, sizeof v - got, 0);
+    if (n > 0) {
+      got += static_cast<size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      // No getrandom (pre-3.17 kernel): std::random_device reads the kernel's source too.
+      std::random_device rd;
+      return uint64_t{rd()} << 32 | rd();
+    }
+  }
+  return v;
+}
 
 const char* tree_role_name(TreeRole r) {
   switch (r) {
@@ -149,6 +191,8 @@ Status Engine::add_job(const JobConfig& cfg) {
     job->relay =
         std::make_unique<LeafRelay>(job->cfg, *job->table, job->counters, counters_, scratch_);
   }
+  // No incarnation yet: a key no worker holds (an epoch is never 0).
+  job->traffic = wire::incarnation_key(cfg.key, 0);
   job->hello_bitmap.assign(job->table->bitmap_words(), 0);
   job->nonce.assign(job->nranks, 0);
   job->next_bitmap.assign(job->table->bitmap_words(), 0);
@@ -216,14 +260,24 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
     last_job_ = it->second.get();
   }
   Job& job = *last_job_;
-  if (opts_.check_tag && !verify_tag(job.cfg, datagram)) [[unlikely]] {
+  if (opts_.check_tag && !verify_tag(job.cfg, job.traffic, job.relay.get(), h, datagram))
+      [[unlikely]] {
     counters_.bad_tag += one;
     job.counters.bad_tag += one;
     return {};
   }
-  // Every reply is about this job: the backend seals it with the job's key.
-  auto keyed = [&job](Reply r) {
-    r.key = job.cfg.key;
+  // Every reply is about this job: the backend seals it with the key the receiver verifies
+  // (WIRE.md, "Incarnations"): the job's for WELCOME, HELLO (a leaf's, to its parent) and the
+  // answers to a worker's HELLO; the parent incarnation's for a leaf's partials; the current
+  // incarnation's for the rest.
+  auto keyed = [&job](Reply r, bool answers_hello = false) {
+    if (r.hdr.has(wire::kFlagHello) || (answers_hello && r.target == Reply::Target::kSender)) {
+      r.key = job.cfg.key;
+    } else if (r.target == Reply::Target::kParent) {
+      r.key = job.relay->up_key();
+    } else {
+      r.key = job.traffic;
+    }
     return r;
   };
   job.counters.packets += one;
@@ -250,7 +304,8 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
       // Checked before the rank: a worker configured for a larger world may carry a rank beyond
       // ours, and it deserves to learn why it cannot join.
       counters_.world_size_mismatch += one;
-      return keyed(error_reply(job, pkt, wire::ErrorReason::kWorldSizeMismatch, {}, job.world));
+      return keyed(error_reply(job, pkt, wire::ErrorReason::kWorldSizeMismatch, {}, job.world),
+                   true);
     }
   }
   // The served rank (wraps for a global rank below a leaf's rank_base, so one compare).
@@ -284,7 +339,7 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
     *sender_rank = static_cast<int32_t>(local);
     *sender_job = h.job;
   }
-  return keyed(std::move(r));
+  return keyed(std::move(r), hello);
 }
 
 // Join barrier. Each rank's HELLO carries a random nonce that names its incarnation (its
@@ -312,18 +367,24 @@ Reply Engine::result_reply(const Job& job, const wire::Header& h, Reply::Target 
   return r;
 }
 
-// The WELCOME (join barrier passed): the slots and block size the ranks use, to one rank or all.
+// The WELCOME (join barrier passed): the slots, block size and incarnation epoch the ranks use, to
+// one rank or all. To one rank (h: its HELLO) seq is its HELLO's nonce, and that is the only
+// WELCOME a worker adopts: a WELCOME of an earlier incarnation replayed to it names an older
+// nonce, so it cannot make the worker take an old epoch (and then old RESULTs). The nonces differ
+// per rank and one WELCOME goes to all, so the multicast carries seq 0: a notice that the barrier
+// completed, which each rank answers by sending its HELLO again at once (WIRE.md).
 Reply Engine::welcome_reply(const Job& job, const wire::Header& h, Reply::Target target) {
   Reply r;
   r.target = target;
   r.hdr = reply_header(job.cfg, h, wire::kFlagHello | wire::kFlagResult);
-  // The nonces differ per rank and one WELCOME goes to all, so its seq carries none of them.
-  r.hdr.seq = 0;
+  r.hdr.seq = target == Reply::Target::kSender ? h.seq : 0;
   r.hdr.slot = 0;
   r.hdr.shadow = false;
-  r.hdr.count = 2;
+  r.hdr.count = wire::kWelcomeWords;
   scratch_[0] = static_cast<int32_t>(job.welcome_slots);
   scratch_[1] = static_cast<int32_t>(job.welcome_bytes);
+  scratch_[2] = static_cast<int32_t>(static_cast<uint32_t>(job.epoch));
+  scratch_[3] = static_cast<int32_t>(static_cast<uint32_t>(job.epoch >> 32));
   r.payload = bytes_of(scratch_);
   counters_.replies_out += target == Reply::Target::kAllRanks ? job.nranks : 1;
   return r;
@@ -409,8 +470,17 @@ Reply Engine::barrier_complete(Job& job, const wire::Header& h) {
     job.counters.parent_joined = false;
     return job.relay->join(job.nonce);
   }
-  job.ready = true;
+  start_incarnation(job);
   return welcome_reply(job, h, Reply::Target::kAllRanks);
+}
+
+// The job becomes ready: the epoch of the barrier that completed (every engine of this aggregator
+// computes the same one from the same HELLOs) and its key, from now on the only key of the job's
+// packets but HELLO and WELCOME (WIRE.md, "Incarnations").
+void Engine::start_incarnation(Job& job) {
+  job.ready = true;
+  job.epoch = wire::incarnation_epoch(job.cfg.key, opts_.epoch_salt, job.nonce);
+  job.traffic = wire::incarnation_key(job.cfg.key, job.epoch);
 }
 
 // DATA of a valid rank (checked by on_packet()).
@@ -643,7 +713,7 @@ Reply Engine::handle_parent(Job& job, const wire::PacketView& pkt) {
     case LeafRelay::FromParent::kReply: return r;
     case LeafRelay::FromParent::kJoined:
       job.counters.parent_joined = true;
-      job.ready = true;
+      start_incarnation(job);
       // The ranks use at most what both levels hold.
       job.welcome_slots = std::min(job.cfg.slots.num_slots, static_cast<uint32_t>(pkt.word(0)));
       job.welcome_bytes =
@@ -671,6 +741,11 @@ uint32_t Engine::world_size(JobId job) const {
 bool Engine::job_ready(JobId job) const {
   auto it = jobs_.find(job);
   return it != jobs_.end() && it->second->ready;
+}
+
+uint64_t Engine::epoch(JobId job) const {
+  auto it = jobs_.find(job);
+  return it == jobs_.end() ? 0 : it->second->epoch;
 }
 
 const JobCounters* Engine::job_counters(JobId job) const {

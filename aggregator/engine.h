@@ -103,7 +103,9 @@ struct Reply {
   Target target = Target::kNone;
   wire::Header hdr;
   const uint8_t* payload = nullptr;
-  Key128 key;  // the job's key: the backend seals the encoded packet with it (wire::seal)
+  // The key the backend seals the encoded packet with (wire::seal): the job's, or its current
+  // incarnation's (WIRE.md, "Incarnations"); the engine chooses.
+  Key128 key;
   size_t payload_bytes() const {
     return size_t{hdr.count} * wire::payload_width(hdr.flags, hdr.dtype);
   }
@@ -243,7 +245,16 @@ struct EngineOptions {
   // Benchmark only: skip the per-job tag verification, to measure what it costs. Never off in a
   // served aggregator (the CLI has no switch for it).
   bool check_tag = true;
+  // Mixed into every incarnation epoch this engine computes (wire::incarnation_epoch): the same for
+  // every engine of one aggregator process (they must agree on the epochs), drawn once per
+  // process (draw_epoch_salt()), so that a restarted aggregator or another shard of the job never
+  // names an incarnation as an earlier one was named. 0 in tests: epochs then follow from the
+  // nonces alone.
+  uint64_t epoch_salt = 0;
 };
+
+// A random salt for EngineOptions::epoch_salt, from the kernel's CSPRNG (getrandom(2)).
+uint64_t draw_epoch_salt();
 
 class Engine {
  public:
@@ -297,6 +308,9 @@ class Engine {
   uint32_t world_size(JobId job) const;
   // True when every rank of the job has joined its current incarnation.
   bool job_ready(JobId job) const;
+  // The epoch of the job's current incarnation (WIRE.md, "Incarnations"; sent in its WELCOME);
+  // 0 before its first barrier completed or for a job not served.
+  uint64_t epoch(JobId job) const;
   const SlotTable* slot_table(JobId job) const;
   // Counters of a job; nullptr for an unknown job.
   const JobCounters* job_counters(JobId job) const;
@@ -317,6 +331,7 @@ class Engine {
   struct Job;
   Reply handle_hello(Job& job, const wire::PacketView& pkt);
   Reply barrier_complete(Job& job, const wire::Header& h);
+  void start_incarnation(Job& job);
   Reply welcome_reply(const Job& job, const wire::Header& h, Reply::Target target);
   Reply result_reply(const Job& job, const wire::Header& h, Reply::Target target,
                      uint8_t extra_flags);

@@ -74,7 +74,8 @@ LeafRelay::LeafRelay(const JobConfig& cfg, SlotTable& table, JobCounters& job_co
       table_(table),
       job_counters_(job_counters),
       counters_(counters),
-      scratch_(scratch) {
+      scratch_(scratch),
+      up_key_(wire::incarnation_key(cfg.key, 0)) {
   const TreeConfig& t = cfg.tree;
   const uint32_t world = cfg.slots.world_size;
   parent_world_ = t.parent_world != 0     ? t.parent_world
@@ -197,10 +198,20 @@ LeafRelay::FromParent LeafRelay::on_parent(const wire::PacketView& pkt, Join joi
     return FromParent::kReply;
   }
   if (h.has(wire::kFlagHello)) {  // WELCOME
-    if (join != Join::kParent || h.count != 2 || pkt.word(0) < 1 || pkt.word(1) < 1) {
+    if (join != Join::kParent || h.count != wire::kWelcomeWords || pkt.word(0) < 1 ||
+        pkt.word(1) < 1) {
       ++counters_.parent_stale;
       return FromParent::kReply;
     }
+    if (h.seq != parent_nonce_) {
+      ++counters_.parent_stale;
+      // The parent's barrier completed (its notice to every child, seq 0): the WELCOME that
+      // answers this leaf's HELLO, the only one it adopts, is one HELLO away (WIRE.md).
+      if (h.seq == 0) *out = hello(true);
+      return FromParent::kReply;
+    }
+    // The parent incarnation's key seals this leaf's partials and the parent's answers.
+    up_key_ = wire::incarnation_key(cfg_.key, wire::welcome_epoch(pkt));
     return FromParent::kJoined;
   }
   const size_t k = copy_index(h.slot, h.shadow);

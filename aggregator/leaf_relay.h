@@ -86,7 +86,7 @@ class LeafRelay {
   // What the engine does about a packet of the parent (on_parent).
   enum class FromParent : uint8_t {
     kReply,   // send *out (target kNone: nothing)
-    kJoined,  // the parent WELCOMEd the join (count 2, both words >= 1): the barrier is complete
+    kJoined,  // the parent WELCOMEd the join (the answer to its HELLO): the barrier is complete
     kResult,  // the parent's RESULT replaced the partial of the copy it names: multicast it
   };
   // A RESULT, WELCOME or ERROR of the parent (its tag checked): counted, checked against the copy
@@ -98,6 +98,10 @@ class LeafRelay {
   // WIRE.md's bitmaps): the served ranks at their global positions, the other leaves' ranks
   // present (this aggregator does not wait for them).
   void put_global_bitmap(std::span<const uint64_t> served, int32_t* dst) const;
+
+  // The key of the leaf's packets to and from its parent but HELLO and WELCOME: the parent
+  // incarnation's (from its WELCOME; before one, a key the parent never uses).
+  const Key128& up_key() const { return up_key_; }
 
   // Copy `copy`'s round, if complete here, waits for the parent (its exponent or its result).
   bool awaits_parent(size_t copy) const {
@@ -147,8 +151,11 @@ class LeafRelay {
   JobCounters& job_counters_;
   EngineCounters& counters_;
   std::vector<int32_t>& scratch_;
-  uint32_t parent_world_ = 0;        // sent in the HELLO to the parent
-  BlockSeq parent_nonce_ = 0;        // this leaf incarnation's nonce at the parent
+  uint32_t parent_world_ = 0;  // sent in the HELLO to the parent
+  BlockSeq parent_nonce_ = 0;  // this leaf incarnation's nonce at the parent
+  // The key of the parent's incarnation this leaf joined (WIRE.md, "Incarnations"): its partials
+  // and the parent's answers carry it. From the parent's WELCOME to this leaf's HELLO.
+  Key128 up_key_;
   std::vector<uint8_t> tree_state_;  // per copy (copy_index): the TreeState of its round
   // Per copy: the served rank whose retransmission last re-forwarded the partial (kNoRank: none
   // yet). Only that rank's next retransmission re-forwards again, so one wave of timeouts at the

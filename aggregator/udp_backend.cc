@@ -173,6 +173,7 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
 
   EngineOptions eo;
   eo.telemetry = opts.telemetry;
+  eo.epoch_salt = draw_epoch_salt();  // one for every lane: they must name incarnations alike
   const size_t ring_bytes = std::max(kMinRingBytes, kRingPackets * max_packet);
   for (unsigned i = 0; i < lanes; ++i) {
     auto l = std::make_unique<Lane>();

@@ -235,13 +235,16 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
   FrameTemplates tmpl(elems, world, slots, agg_ep);
   const size_t flen = tmpl.flen;
   res->frame_len = flen;
-  for (uint32_t r = 0; r < world; ++r) {
-    rte_mbuf* m = rte_pktmbuf_alloc(gen_pool);
-    const auto& h = tmpl.hellos[r];
-    rte_memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(h.size())), h.data(), h.size());
-    while (rte_ring_enqueue(rx, m) != 0) {
+  auto send_hellos = [&] {
+    for (uint32_t r = 0; r < world; ++r) {
+      rte_mbuf* m = rte_pktmbuf_alloc(gen_pool);
+      const auto& h = tmpl.hellos[r];
+      rte_memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(h.size())), h.data(), h.size());
+      while (rte_ring_enqueue(rx, m) != 0) {
+      }
     }
-  }
+  };
+  send_hellos();
   if (!agg->start().ok()) return false;
 
   auto drain = [&] {
@@ -254,8 +257,28 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
     }
     return n;
   };
-  // Wait for the WELCOMEs.
+  // Wait for the barrier's notices, then HELLO again for each rank's own WELCOME, which names
+  // the incarnation whose key seals the DATA (WIRE.md "Incarnations").
   for (uint64_t got = 0; got < world;) got += drain();
+  send_hellos();
+  {
+    uint32_t welcomed = 0;
+    uint64_t epoch = 0;
+    rte_mbuf* out[256];
+    while (welcomed < world) {
+      for (rte_ring* t : tx) {
+        const unsigned k = rte_ring_dequeue_burst(t, reinterpret_cast<void**>(out), 256, nullptr);
+        for (unsigned i = 0; i < k; ++i) {
+          if (welcome_rank(rte_pktmbuf_mtod(out[i], const uint8_t*), out[i]->data_len, world,
+                           &epoch) >= 0) {
+            ++welcomed;
+          }
+        }
+        if (k > 0) rte_pktmbuf_free_bulk(out, k);
+      }
+    }
+    tmpl.traffic = wire::incarnation_key(kBenchKey, epoch);
+  }
 
   BlockCursor cur;
   uint64_t sent = 0, full = 0, tries = 0;

@@ -43,9 +43,30 @@ inline frame::Endpoint rank_endpoint(uint32_t r) {
 }
 
 // The generator's frames: one DATA frame per (rank, slot, copy), its block sequence patched in and
-// its tag resealed per send (so its UDP checksum is 0, "none"), and one HELLO per rank. The job
-// has no key configured: tags under the zero key (kBenchKey), which the aggregator verifies.
+// its tag resealed per send (so its UDP checksum is 0, "none"), and one HELLO per rank (nonce
+// kHelloNonce0 + rank). The job has no key configured: HELLOs are sealed under the zero key
+// (kBenchKey), DATA under the key of the incarnation the WELCOMEs name (`traffic`, WIRE.md
+// "Incarnations"), which the aggregator verifies.
 inline constexpr Key128 kBenchKey{};
+inline constexpr uint32_t kHelloNonce0 = 77;
+
+// The rank whose HELLO the WELCOME frame `f` answers (seq = that HELLO's nonce), with the epoch it
+// names in *epoch; -1 for any other frame (the barrier's notice to every rank, seq 0, included).
+inline int welcome_rank(const uint8_t* f, size_t len, uint32_t world, uint64_t* epoch) {
+  if (len < frame::kUdpHeadroom) return -1;
+  wire::PacketView v;
+  if (wire::decode(std::span<const uint8_t>(f + frame::kUdpHeadroom, len - frame::kUdpHeadroom),
+                   &v) != wire::DecodeError::kOk) {
+    return -1;
+  }
+  const uint8_t welcome = wire::kFlagHello | wire::kFlagResult;
+  if ((v.hdr.flags & welcome) != welcome || v.hdr.count < wire::kWelcomeWords ||
+      v.hdr.seq - kHelloNonce0 >= world) {
+    return -1;
+  }
+  *epoch = wire::welcome_epoch(v);
+  return static_cast<int>(v.hdr.seq - kHelloNonce0);
+}
 
 struct FrameTemplates {
   uint16_t elems = 0;
@@ -53,6 +74,7 @@ struct FrameTemplates {
   size_t dlen = 0, flen = 0;  // datagram, frame length
   std::vector<uint8_t> data;
   std::vector<std::vector<uint8_t>> hellos;
+  Key128 traffic = kBenchKey;  // set from the WELCOMEs' epoch (welcome_rank) before DATA goes
 
   FrameTemplates(uint16_t e, uint32_t w, uint32_t s, const frame::Endpoint& agg)
       : elems(e), world(w), slots(s) {
@@ -80,7 +102,7 @@ struct FrameTemplates {
       wire::Header h;
       h.flags = wire::kFlagHello;
       h.job = kJob;
-      h.seq = 77 + r;
+      h.seq = kHelloNonce0 + r;
       h.rank = static_cast<uint16_t>(r);
       h.count = 1;
       const size_t hl = wire::packet_size(1, 4);
@@ -110,7 +132,7 @@ struct BlockCursor {
     const uint32_t sh = static_cast<uint32_t>((block / t.slots) & 1);
     std::memcpy(dst, t.at(rank, s, sh), t.flen);
     wire::put_u32(dst + frame::kUdpHeadroom + wire::kOffSeq, static_cast<uint32_t>(block + 1));
-    wire::seal(std::span<uint8_t>(dst + frame::kUdpHeadroom, t.dlen), kBenchKey);
+    wire::seal(std::span<uint8_t>(dst + frame::kUdpHeadroom, t.dlen), t.traffic);
     if (++rank == t.world) {
       rank = 0;
       ++block;

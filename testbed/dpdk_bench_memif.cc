@@ -162,7 +162,12 @@ int memif_generator(const MemifArgs& a) {
     // The join barrier: one HELLO per rank, then a WELCOME per rank comes back. The HELLOs go
     // again every 200 ms until the WELCOMEs are in: a frame sent just as the link came up can be
     // lost (the server may not poll its queue yet), and the aggregator answers a repeated HELLO.
+    // Only a rank's own WELCOME (seq = its HELLO's nonce) counts; the barrier's notice (seq 0)
+    // gets the HELLOs again at once. The WELCOMEs name the incarnation whose key seals the DATA
+    // (WIRE.md "Incarnations").
     uint64_t got = 0;
+    std::vector<bool> welcomed(a.world, false);
+    uint64_t epoch = 0;
     t = rte_rdtsc();
     uint64_t hello_at = 0;
     while (got < a.world) {
@@ -177,13 +182,23 @@ int memif_generator(const MemifArgs& a) {
         }
       }
       const uint16_t k = rte_eth_rx_burst(0, 0, rx, 256);
+      for (uint16_t i = 0; i < k; ++i) {
+        const int r =
+            welcome_rank(rte_pktmbuf_mtod(rx[i], const uint8_t*), rx[i]->data_len, a.world, &epoch);
+        if (r < 0) {
+          hello_at = 0;  // the notice: HELLO again now
+        } else if (!welcomed[static_cast<size_t>(r)]) {
+          welcomed[static_cast<size_t>(r)] = true;
+          ++got;
+        }
+      }
       rte_pktmbuf_free_bulk(rx, k);
-      got += k;
       if (seconds_since(t) > 10) {
         std::printf("ERROR generator: %" PRIu64 " of %u WELCOMEs within 10 s\n", got, a.world);
         return 1;
       }
     }
+    tmpl.traffic = wire::incarnation_key(kBenchKey, epoch);
   }
   std::printf("START\n");
   std::fflush(stdout);
@@ -207,7 +222,7 @@ int memif_generator(const MemifArgs& a) {
           // A worker's cost too: the tag is resealed over the patched sequence.
           wire::seal(
               std::span<uint8_t>(rte_pktmbuf_mtod(m, uint8_t*) + frame::kUdpHeadroom, tmpl.dlen),
-              kBenchKey);
+              tmpl.traffic);
           pending[i] = m;
         }
         np = kBurst;

@@ -97,7 +97,8 @@ int per_dtype(const std::vector<std::string>& names, uint32_t world, uint32_t sl
     rows.push_back({*t,
                     std::string(dtype_name(*t)),
                     e,
-                    bench::data_stream(rounds, world, slots, e, *t, kKey),
+                    bench::data_stream(rounds, world, slots, e, *t,
+                                       bench::incarnation_key_of(kKey, world, 77)),
                     {}});
   }
   agg::EngineOptions eo;
@@ -145,7 +146,7 @@ int main(int argc, char** argv) {
   using namespace ina;
   // The packet stream: rounds over the slot window, every rank's block, alternating copies.
   const std::vector<std::vector<uint8_t>> pkts =
-      bench::data_stream(rounds, world, slots, elems, kKey);
+      bench::data_stream(rounds, world, slots, elems, bench::incarnation_key_of(kKey, world, 77));
   struct Variant {
     const char* name;
     bool key;

@@ -1,8 +1,9 @@
 // What the in-process Engine benches (ina-engine-bench, ina-tree-engine-bench) feed the engine:
 // job 1's configuration, a rank's HELLO, and the DATA packet stream: `rounds` blocks over a
 // window of `slots` slots (alternating copies once the window wraps), one packet per rank per
-// block, every payload `elems` words of 3. Every packet is sealed with the job's key, as a
-// worker seals it; replies are sealed with theirs (encode_reply), as the backends seal them.
+// block, every payload `elems` words of 3. Every packet is sealed as a worker seals it: HELLO with
+// the job's key, DATA with the incarnation's (WIRE.md, "Incarnations": incarnation_key_of); replies
+// are sealed with theirs (encode_reply), as the backends seal them.
 #pragma once
 
 #include <algorithm>
@@ -19,20 +20,20 @@
 namespace ina::bench {
 
 inline std::vector<uint8_t> encode_packet(const wire::Header& h, const int32_t* payload,
-                                          uint64_t key) {
+                                          const Key128& key) {
   std::vector<uint8_t> p(wire::packet_size(h.count, 4));
   wire::encode_header(h, p.data());
   if (h.count > 0) wire::store_words(p.data() + wire::kHeaderSize, payload, h.count);
-  wire::seal(p, Key128{key});
+  wire::seal(p, key);
   return p;
 }
 // The same with the payload as bytes already in wire order (the dtype streams below).
 inline std::vector<uint8_t> encode_bytes(const wire::Header& h, const uint8_t* payload,
-                                         size_t payload_bytes, uint64_t key) {
+                                         size_t payload_bytes, const Key128& key) {
   std::vector<uint8_t> p(wire::kHeaderSize + payload_bytes);
   wire::encode_header(h, p.data());
   if (payload_bytes > 0) std::memcpy(p.data() + wire::kHeaderSize, payload, payload_bytes);
-  wire::seal(p, Key128{key});
+  wire::seal(p, key);
   return p;
 }
 // A reply as a backend sends it: header, payload (wire-order bytes), sealed with its job's key.
@@ -68,6 +69,13 @@ inline std::vector<uint8_t> hello_packet(uint16_t rank, uint32_t world, uint64_t
   return encode_packet(h, &w, key);
 }
 
+// The key of the incarnation an engine (salt 0: EngineOptions' default) names when `world` ranks
+// all HELLOed with `nonce`: what its workers seal DATA with (WIRE.md, "Incarnations").
+inline Key128 incarnation_key_of(uint64_t key, uint32_t world, BlockSeq nonce) {
+  const std::vector<BlockSeq> nonces(world, nonce);
+  return wire::incarnation_key(Key128{key}, wire::incarnation_epoch(Key128{key}, 0, nonces));
+}
+
 // Round b's DATA header of rank r (int32 SUM of `elems` elements).
 inline wire::Header data_header(uint32_t b, uint32_t r, uint32_t slots, uint32_t elems) {
   wire::Header h;
@@ -82,7 +90,8 @@ inline wire::Header data_header(uint32_t b, uint32_t r, uint32_t slots, uint32_t
 
 // Packet b * world + r is round b of rank r.
 inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t world,
-                                                     uint32_t slots, uint32_t elems, uint64_t key) {
+                                                     uint32_t slots, uint32_t elems,
+                                                     const Key128& key) {
   std::vector<std::vector<uint8_t>> pkts;
   pkts.reserve(size_t{rounds} * world);
   const std::vector<int32_t> payload(elems, 3);
@@ -98,7 +107,7 @@ inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t w
 // magnitudes and signs (so a float block's exponent and rounding are exercised, not a constant).
 inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t world,
                                                      uint32_t slots, uint32_t elems, DType dtype,
-                                                     uint64_t key) {
+                                                     const Key128& key) {
   std::vector<std::vector<uint8_t>> pkts;
   pkts.reserve(size_t{rounds} * world);
   const size_t esize = dtype_size(dtype);

@@ -57,9 +57,22 @@ int main(int argc, char** argv) {
   app.add_option("--reps", reps)->check(CLI::Range(1, 100))->capture_default_str();
   CLI11_PARSE(app, argc, argv);
 
-  // The workers' packets: round b, rank r.
+  // The workers' packets: round b, rank r, sealed with the key of the incarnation they joined
+  // (WIRE.md "Incarnations"; the engines' salt is 0): the flat job's (every rank's nonce), or in
+  // the tree their leaf's (its ranks' nonces).
+  std::vector<BlockSeq> nonces(kWorld);
+  for (uint32_t r = 0; r < kWorld; ++r) nonces[r] = 77 + r;
+  auto key_of = [&](std::span<const BlockSeq> n) {
+    return wire::incarnation_key(Key128{kKey}, wire::incarnation_epoch(Key128{kKey}, 0, n));
+  };
   const std::vector<std::vector<uint8_t>> pkts =
-      bench::data_stream(rounds, kWorld, slots, elems, kKey);
+      bench::data_stream(rounds, kWorld, slots, elems, key_of(nonces));
+  std::vector<std::vector<uint8_t>> tree_pkts = pkts;
+  const Key128 leaf_key[2] = {key_of(std::span(nonces).first(kPerLeaf)),
+                              key_of(std::span(nonces).subspan(kPerLeaf, kPerLeaf))};
+  for (size_t i = 0; i < tree_pkts.size(); ++i) {
+    wire::seal(tree_pkts[i], leaf_key[(i % kWorld) / kPerLeaf]);
+  }
   std::vector<double> flat_ns, tree_total_ns, tree_leaf_ns, tree_root_ns;
   std::vector<uint8_t> buf, down;
   int32_t rank;
@@ -107,7 +120,14 @@ int main(int argc, char** argv) {
       std::vector<uint8_t> h1 = bench::encode_reply(up[1]);
       const agg::Reply w = root.on_packet(h1, &rank, &jid);
       std::vector<uint8_t> wb = bench::encode_reply(w);
-      for (auto& l : leaf) l.on_packet(wb, &rank, &jid);
+      // The root's notice: each leaf HELLOs again and adopts the WELCOME naming its HELLO.
+      for (auto& l : leaf) {
+        const agg::Reply again = l.on_packet(wb, &rank, &jid);
+        std::vector<uint8_t> hb = bench::encode_reply(again);
+        const agg::Reply own = root.on_packet(hb, &rank, &jid);
+        std::vector<uint8_t> ob = bench::encode_reply(own);
+        l.on_packet(ob, &rank, &jid);
+      }
       if (!leaf[0].job_ready(1) || !leaf[1].job_ready(1)) {
         std::fprintf(stderr, "bench: the tree did not join\n");
         return 1;
@@ -119,7 +139,7 @@ int main(int argc, char** argv) {
           const auto tl = Clock::now();
           std::span<const uint8_t> partial;
           for (uint32_t r = c * kPerLeaf; r < (c + 1) * kPerLeaf; ++r) {
-            const agg::Reply x = leaf[c].on_packet(pkts[size_t{b} * kWorld + r], &rank, &jid);
+            const agg::Reply x = leaf[c].on_packet(tree_pkts[size_t{b} * kWorld + r], &rank, &jid);
             if (x.target == agg::Reply::Target::kParent) partial = encode_into(x, buf);
           }
           const auto tr = Clock::now();

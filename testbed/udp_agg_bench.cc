@@ -160,7 +160,42 @@ long drain(int fd, std::vector<uint8_t>& buf) {
   }
 }
 
-Run measure(const Stream& s, unsigned threads, bool cut_runs) {
+// Rank 0's own WELCOME (seq = its HELLO's nonce 1000) after the barrier's notice, which the
+// generator answers with rank 0's HELLO again; every packet of the stream is then resealed with
+// the key of the incarnation it names (WIRE.md "Incarnations": each aggregator draws its own
+// salt, so each run has its own). False when none came within 3 s.
+bool adopt_epoch(int fd0, Stream& s, std::vector<uint8_t>& buf) {
+  if (::send(fd0, s.hellos[0].data(), s.hellos[0].size(), 0) !=
+      static_cast<ssize_t>(s.hellos[0].size())) {
+    return false;
+  }
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(3);
+  while (std::chrono::steady_clock::now() < end) {
+    pollfd p{fd0, POLLIN, 0};
+    if (::poll(&p, 1, 100) != 1) continue;
+    const ssize_t n = ::recv(fd0, buf.data(), buf.size(), 0);
+    wire::PacketView v;
+    if (n <= 0 || wire::decode(std::span<const uint8_t>(buf.data(), static_cast<size_t>(n)), &v) !=
+                      wire::DecodeError::kOk) {
+      continue;
+    }
+    const uint8_t welcome = wire::kFlagHello | wire::kFlagResult;
+    if ((v.hdr.flags & welcome) != welcome || v.hdr.seq != 1000 ||
+        v.hdr.count < wire::kWelcomeWords) {
+      continue;
+    }
+    const Key128 traffic = wire::incarnation_key(Key128{kKey}, wire::welcome_epoch(v));
+    for (auto& rank : s.by_rank) {
+      for (size_t off = 0; off + s.pkt <= rank.size(); off += s.pkt) {
+        wire::seal(std::span<uint8_t>(rank.data() + off, s.pkt), traffic);
+      }
+    }
+    return true;
+  }
+  return false;
+}
+
+Run measure(Stream& s, unsigned threads, bool cut_runs) {
   Run res;
   agg::UdpOptions o;
   o.bind_host = "127.0.0.1";
@@ -194,6 +229,10 @@ Run measure(const Stream& s, unsigned threads, bool cut_runs) {
     pollfd p{fds[0], POLLIN, 0};
     ok = ::poll(&p, 1, 3000) == 1 && drain(fds[0], buf) >= 1;
     if (!ok) res.error = "no WELCOME within 3 s";
+  }
+  if (ok) {
+    ok = adopt_epoch(fds[0], s, buf);
+    if (!ok) res.error = "no WELCOME naming rank 0's HELLO within 3 s";
   }
 
   const uint32_t seg_max = static_cast<uint32_t>(std::min<size_t>(61, 65507 / s.pkt));
@@ -315,7 +354,7 @@ int main(int argc, char** argv) {
               "vs 1st", "agg cores", "gen cores", "handed off");
   bool all_ok = true;
   for (const std::string& d : dtypes) {
-    const Stream s = make_stream(world, blocks, slots, elems, known.at(d));
+    Stream s = make_stream(world, blocks, slots, elems, known.at(d));
     std::vector<std::vector<Run>> runs(threads.size());
     for (uint32_t rep = 0; rep < reps; ++rep) {
       for (size_t i = 0; i < threads.size(); ++i) {

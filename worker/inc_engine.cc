@@ -80,8 +80,10 @@ constexpr size_t kRecvBatch = 64;
 // Serial-number distance: how far `seq` is past `base` (mod 2^32).
 uint32_t seq_offset(BlockSeq seq, BlockSeq base) { return static_cast<uint32_t>(seq - base); }
 
-// The tag (WIRE.md): SipHash-2-4 under the job's key over the whole packet, sealed before it is
-// sent (DATA, HELLO; a retransmission re-seals, the RETRANSMIT flag being covered).
+// The tag (WIRE.md): SipHash-2-4 over the whole packet, sealed before it is sent (a retransmission
+// re-seals, the RETRANSMIT flag being covered): HELLO under the job's key, DATA and aborts under
+// the incarnation's (traffic_key_), so that the aggregator can tell them from an earlier
+// incarnation's, whose block sequence started at 1 too.
 void seal_tag(std::span<uint8_t> packet, const Key128& key) { wire::seal(packet, key); }
 
 // The incarnation nonce of a join (wire::next_nonce): from the clock, and past every nonce this
@@ -153,6 +155,7 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
   const Clock::duration rto_max = cfg_.retransmit * kMaxBackoff;
   Clock::duration rto = cfg_.retransmit;
   Clock::time_point due = start + rto;
+  bool prompted = false;  // the aggregator's barrier notice made us resend the HELLO
   INA_RETURN_IF_ERROR(transport_->send_batch(pkt));
   ++stats_.packets_sent;
 
@@ -205,8 +208,19 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
         continue;
       }
       if (r.has(wire::kFlagHello) && r.has(wire::kFlagResult)) {
-        if (r.count < 2 || pv.word(0) < 1 || pv.word(1) < 1) {
+        if (r.count < wire::kWelcomeWords || pv.word(0) < 1 || pv.word(1) < 1) {
           ++stats_.malformed;
+          continue;
+        }
+        if (r.seq != nonce) {
+          // Only the WELCOME that answers this HELLO (seq = its nonce) is adopted: one of an
+          // earlier incarnation, replayed, would name an old epoch (WIRE.md, "Incarnations").
+          // seq 0 is the aggregator's notice to every rank that the barrier completed: the HELLO
+          // goes again at once (once per join; then the timer's), to be answered.
+          if (r.seq == 0 && !prompted) {
+            prompted = true;
+            due = Clock::now();
+          }
           continue;
         }
         const auto num_slots = static_cast<uint32_t>(pv.word(0));
@@ -222,6 +236,7 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
           continue;
         }
         window_ = std::min({cfg_.window, num_slots, uint32_t{wire::kMaxSlot} + 1});
+        traffic_key_ = wire::incarnation_key(cfg_.job_key, wire::welcome_epoch(pv));
         // The aggregator reset the job's slot table when the barrier completed: start afresh.
         use_.assign(window_, 0);
         next_seq_ = 1;
@@ -477,7 +492,7 @@ Status IncEngine::flush() {
     Slot& sl = slots_[s];
     sl.queued = false;
     if (!sl.resealed) {
-      seal_tag(std::span<uint8_t>(sl.pkt, sl.pkt_len), cfg_.job_key);
+      seal_tag(std::span<uint8_t>(sl.pkt, sl.pkt_len), traffic_key_);
       sl.resealed = true;
     }
     tx_.emplace_back(sl.pkt, sl.pkt_len);
@@ -515,15 +530,17 @@ Status IncEngine::on_datagram(Datagram d) {
     ++stats_.malformed;
     return ok_status();
   }
-  // Only the aggregator holds the job's key: a forged or corrupted reply changes nothing.
-  if (!wire::tag_ok(d, cfg_.job_key)) {
-    ++stats_.bad_tag;
+  // Only the aggregator holds the job's key: a forged or corrupted reply, or one of an earlier
+  // incarnation, changes nothing.
+  if (!wire::tag_ok(d, traffic_key_)) {
+    // A late duplicate WELCOME (sealed with the job's key) is not worth a bad_tag.
+    if (!pv.hdr.has(wire::kFlagHello) || !wire::tag_ok(d, cfg_.job_key)) ++stats_.bad_tag;
     return ok_status();
   }
   heard_ = true;
   const wire::Header& h = pv.hdr;
   if (h.has(wire::kFlagError)) return on_error(pv);
-  if (h.has(wire::kFlagHello)) return ok_status();  // a late duplicate WELCOME
+  if (h.has(wire::kFlagHello)) return ok_status();
   if (h.has(wire::kFlagResult)) return on_result(pv);
   ++stats_.malformed;  // DATA is never sent to a worker
   return ok_status();
@@ -779,7 +796,7 @@ void IncEngine::send_aborts() {
                               static_cast<int32_t>(wire::kAbortDeadline)};
     wire::store_words(sl.pkt + wire::kHeaderSize, words, 3);
     sl.pkt_len = static_cast<uint32_t>(wire::control_packet_size(3));
-    seal_tag(std::span<uint8_t>(sl.pkt, sl.pkt_len), cfg_.job_key);
+    seal_tag(std::span<uint8_t>(sl.pkt, sl.pkt_len), traffic_key_);
     sl.active = false;  // the round is given up
     tx_.emplace_back(sl.pkt, sl.pkt_len);
   }

@@ -181,6 +181,10 @@ class IncEngine {
   std::unique_ptr<Transport> transport_;
   CommStats stats_;
   bool joined_ = false;
+  // The key of this incarnation's packets (WIRE.md, "Incarnations"): every DATA and abort is
+  // sealed with it and every reply but WELCOME verified with it. From the WELCOME that answers
+  // this join's HELLO: wire::incarnation_key(job key, epoch).
+  Key128 traffic_key_;
   uint32_t payload_bytes_ = 0;
   uint32_t window_ = 0;
   uint32_t world_ = 0;

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the wire v2 test vectors (*.hex) of this folder, with every field annotated.
+"""Writes the wire v3 test vectors (*.hex) of this folder, with every field annotated.
 
 An independent implementation of ../WIRE.md (struct packing, no INA code): the C++ test
 (tests/protocol/wire_test.cc) checks its own encoder and decoder against these bytes and against
@@ -37,7 +37,7 @@ def vector(name, title, flags, seq, rank, slot, shadow, count, dtype, op, coll, 
 
     fl = " | ".join("%s (0x%02X)" % (n, b) for b, n in FLAGS.items() if flags & b) or "none"
     row("494e", 0, "magic", '0x494E ("IN")')
-    row("02", 2, "version", "2")
+    row("03", 2, "version", "3")
     row("%02x" % flags, 3, "flags", "0x%02X = %s" % (flags, fl))
     row("01020304", 4, "job", "0x01020304")
     row("%08x" % seq, 8, "seq", "0x%08X (%d)" % (seq, seq))
@@ -60,6 +60,58 @@ def vector(name, title, flags, seq, rank, slot, shadow, count, dtype, op, coll, 
         off += width
     with open(name, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+M64 = (1 << 64) - 1
+
+
+def siphash24(k0, k1, msg):  # SipHash-2-4 (Aumasson, Bernstein 2012), from the paper
+    v = [k0 ^ 0x736F6D6570736575, k1 ^ 0x646F72616E646F6D, k0 ^ 0x6C7967656E657261,
+         k1 ^ 0x7465646279746573]
+    rotl = lambda x, b: ((x << b) | (x >> (64 - b))) & M64
+
+    def rnd():
+        v[0] = (v[0] + v[1]) & M64; v[1] = rotl(v[1], 13) ^ v[0]; v[0] = rotl(v[0], 32)
+        v[2] = (v[2] + v[3]) & M64; v[3] = rotl(v[3], 16) ^ v[2]
+        v[0] = (v[0] + v[3]) & M64; v[3] = rotl(v[3], 21) ^ v[0]
+        v[2] = (v[2] + v[1]) & M64; v[1] = rotl(v[1], 17) ^ v[2]; v[2] = rotl(v[2], 32)
+
+    tail = msg + bytes((8 - (len(msg) + 1) % 8) % 8) + bytes([len(msg) & 0xFF])
+    for i in range(0, len(tail), 8):
+        m = int.from_bytes(tail[i:i + 8], "little")
+        v[3] ^= m; rnd(); rnd(); v[0] ^= m
+    v[2] ^= 0xFF
+    for _ in range(4):
+        rnd()
+    return v[0] ^ v[1] ^ v[2] ^ v[3]
+
+
+# WIRE.md "Incarnations": the epoch of a barrier and the key of an incarnation, under the job key
+# (k0, k1) = (lo, hi).
+def incarnation_epoch(k0, k1, salt, nonces):
+    h, r = salt, 0
+    while True:
+        block = nonces[r:r + 28]
+        h = siphash24(k0, k1, b"INAepoch" + struct.pack("<Q", h) +
+                      b"".join(struct.pack("<I", n) for n in block))
+        r += len(block)
+        if r >= len(nonces):
+            return h or 1
+
+
+def incarnation_key(k0, k1, epoch):
+    e = struct.pack("<Q", epoch)
+    return siphash24(k0, k1, b"INAkey-0" + e), siphash24(k0, k1, b"INAkey-1" + e)
+
+
+# The SipHash paper's key (bytes 00..0f): k0 = 0x0706050403020100, k1 = 0x0f0e0d0c0b0a0908.
+K0, K1 = 0x0706050403020100, 0x0F0E0D0C0B0A0908
+assert siphash24(K0, K1, bytes(range(15))) == 0xA129CA6149BE45E5  # the paper's vector
+NONCES = [0x5EED1234, 0x5EED1235, 0x5EED1200]  # hello.hex's nonce is rank 0's
+EPOCH = incarnation_epoch(K0, K1, 0x5A17, NONCES)
+KEY = incarnation_key(K0, K1, EPOCH)
+# 60 ranks: three blocks of the chain.
+EPOCH60 = incarnation_epoch(K0, K1, 0, list(range(1, 61)))
 
 
 def q(x, e, b):  # rint(x * 2^(b - e)), ties to even, exactly
@@ -133,9 +185,16 @@ vector("partial_f16_sum.hex",
 vector("hello.hex", "HELLO, worker -> aggregator: a retransmitted join request.\n"
        "seq = the incarnation nonce; payload [world_size].",
        0x12, 0x5EED1234, 39, 0, False, 1, 1, 1, 0, 0, NOEXP, 0xFFFF, [40], ["world_size 40"])
-vector("welcome.hex", "WELCOME, aggregator -> worker: the join answer.",
-       0x11, 0, 0, 0, False, 2, 1, 1, 0, 0, NOEXP, 0xFFFF, [512, 1024],
-       ["num_slots 512", "max_payload_bytes 1024"])
+vector("welcome.hex", "WELCOME, aggregator -> worker: the answer to hello.hex (seq = its nonce).\n"
+       "Under the job key 000102..0f (k0 = 0x%016X, k1 = 0x%016X), with salt 0x5A17\n"
+       "and the nonces of ranks 0, 1, 2 = 0x%08X, 0x%08X, 0x%08X:\n"
+       "epoch = incarnation_epoch = 0x%016X,\n"
+       "incarnation_key = (k0 0x%016X, k1 0x%016X).\n"
+       "(Ranks 1..60 with nonces 1..60, salt 0: epoch 0x%016X.)"
+       % (K0, K1, NONCES[0], NONCES[1], NONCES[2], EPOCH, KEY[0], KEY[1], EPOCH60),
+       0x11, NONCES[0], 0, 0, False, 4, 1, 1, 0, 0, NOEXP, 0xFFFF,
+       [512, 1024, EPOCH & 0xFFFFFFFF, EPOCH >> 32],
+       ["num_slots 512", "max_payload_bytes 1024", "epoch, low 32 bits", "epoch, high 32 bits"])
 vector("error_missing_ranks.hex",
        "ERROR, aggregator -> worker: kMissingRanks with the bitmap of a 40-rank job\n"
        "(ranks 0, 1, 2, 5, 31, 32, 39 present). rank = the rank answered.",

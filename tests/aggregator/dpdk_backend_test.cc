@@ -47,6 +47,13 @@ frame::Endpoint rank_ep(uint32_t r) {
 }
 frame::Endpoint agg_ep() { return frame::Endpoint{kAggMac, kAggIp, kAggPort}; }
 
+// Incarnations (WIRE.md): frames are sealed as the workers seal them, with the epoch their
+// WELCOMEs named (test_packets.h; decode_reply learns it).
+const bool g_epochs_hooked = [] {
+  testing::hook_worker_epochs();
+  return true;
+}();
+
 std::vector<uint8_t> ina_frame(uint32_t rank, const wire::Header& h,
                                const std::vector<int32_t>& payload) {
   return testing::udp_frame(rank_ep(rank), agg_ep(), h, payload);
@@ -157,8 +164,9 @@ bool decode_reply(const Rx& rx, uint32_t world, Decoded* out) {
       ADD_FAILURE() << "reply to rank " << r << " is not an INA packet";
       return false;
     }
-    if (!wire::tag_ok(p.ina, Key128{kKey})) {
-      ADD_FAILURE() << "reply to rank " << r << " is not sealed with the job's key";
+    testing::learn_welcome(out->pkt);
+    if (!testing::reply_tag_ok(p.ina, kJob, kKey)) {
+      ADD_FAILURE() << "reply to rank " << r << " is not sealed with the job's key (or epoch's)";
       return false;
     }
     out->rank = r;
@@ -218,23 +226,29 @@ std::unique_ptr<Running> start(unsigned lcores, uint32_t world, uint32_t slots, 
   return r;
 }
 
-// Every rank joins; each must get its WELCOME [slots, elems].
+// Every rank joins; each must get the WELCOME notice [slots, elems, epoch] (seq 0), then, for
+// its HELLO again, its own WELCOME (seq = its nonce) with the same epoch (WIRE.md).
 void join(Running& run, uint32_t world, uint32_t slots, uint16_t elems) {
-  for (uint32_t r = 0; r < world; ++r) {
-    const wire::Header h = testing::hello_header(kJob, kKey, static_cast<uint16_t>(r), 1000 + r);
-    run.port->inject(ina_frame(r, h, {static_cast<int32_t>(world)}));
+  for (int pass = 0; pass < 2; ++pass) {
+    for (uint32_t r = 0; r < world; ++r) {
+      const wire::Header h = testing::hello_header(kJob, kKey, static_cast<uint16_t>(r), 1000 + r);
+      run.port->inject(ina_frame(r, h, {static_cast<int32_t>(world)}));
+    }
+    auto got = run.port->wait_for([&](const std::vector<Rx>& v) { return v.size() >= world; });
+    ASSERT_EQ(got.size(), world);
+    std::vector<bool> seen(world, false);
+    for (const Rx& rx : got) {
+      Decoded d;
+      ASSERT_TRUE(decode_reply(rx, world, &d));
+      EXPECT_EQ(d.pkt.hdr.flags, wire::kFlagHello | wire::kFlagResult);
+      EXPECT_EQ(d.pkt.hdr.seq, pass == 0 ? 0u : 1000 + d.rank);
+      ASSERT_EQ(d.words.size(), wire::kWelcomeWords);
+      EXPECT_EQ(std::vector<int32_t>(d.words.begin(), d.words.begin() + 2),
+                (std::vector<int32_t>{static_cast<int32_t>(slots), elems * 4}));  // bytes
+      seen[d.rank] = true;
+    }
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), true), static_cast<long>(world));
   }
-  auto got = run.port->wait_for([&](const std::vector<Rx>& v) { return v.size() >= world; });
-  ASSERT_EQ(got.size(), world);
-  std::vector<bool> seen(world, false);
-  for (const Rx& rx : got) {
-    Decoded d;
-    ASSERT_TRUE(decode_reply(rx, world, &d));
-    EXPECT_EQ(d.pkt.hdr.flags, wire::kFlagHello | wire::kFlagResult);
-    EXPECT_EQ(d.words, (std::vector<int32_t>{static_cast<int32_t>(slots), elems * 4}));  // bytes
-    seen[d.rank] = true;
-  }
-  EXPECT_EQ(std::count(seen.begin(), seen.end(), true), static_cast<long>(world));
 }
 
 int32_t value(uint32_t rank, uint32_t block, uint32_t i) {

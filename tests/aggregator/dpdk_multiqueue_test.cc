@@ -39,7 +39,13 @@ constexpr uint32_t kAggIp = 0x0A0C0001;  // 10.12.0.1
 constexpr uint16_t kAggPort = 47474;
 const frame::Mac kAggMac{0x02, 0xAA, 0, 0, 0, 2};
 rte_mempool* g_pool = nullptr;  // the test's own frames
-unsigned g_workers = 0;         // worker lcores the EAL gave us
+// Incarnations (WIRE.md): frames are sealed as the workers seal them, with the epoch their
+// WELCOMEs named (test_packets.h; decode_reply learns it).
+const bool g_epochs_hooked = [] {
+  testing::hook_worker_epochs();
+  return true;
+}();
+unsigned g_workers = 0;  // worker lcores the EAL gave us
 
 frame::Endpoint rank_ep(uint32_t r) {
   return frame::Endpoint{{0x02, 0xBB, 0, 0, 1, static_cast<uint8_t>(r)},
@@ -121,7 +127,9 @@ bool decode_reply(const std::vector<uint8_t>& bytes, uint32_t world, uint64_t ke
     }
     wire::PacketView pkt;
     if (wire::decode(p.ina, &pkt) != wire::DecodeError::kOk) return false;
-    EXPECT_TRUE(wire::tag_ok(p.ina, Key128{key})) << "a reply not sealed with the job's key";
+    testing::learn_welcome(pkt);
+    EXPECT_TRUE(testing::reply_tag_ok(p.ina, pkt.hdr.job, key))
+        << "a reply not sealed with the job's key (or its incarnation's)";
     out->rank = r;
     out->hdr = pkt.hdr;
     out->words.resize(pkt.hdr.count);
@@ -160,24 +168,28 @@ struct Harness {
     return false;
   }
 
-  // Every rank joins job `job`; each gets its WELCOME.
+  // Every rank joins job `job`; each gets the WELCOME notice, then, for its HELLO again, its own
+  // WELCOME naming the incarnation's epoch (WIRE.md; decode_reply learns it).
   void join(JobId job, uint64_t key, uint32_t world) {
-    for (uint32_t r = 0; r < world; ++r) {
-      wire::Header h = testing::hello_header(job, key, static_cast<uint16_t>(r), 500 + r);
-      port->inject(queue_of(r), ina_frame(r, h, {static_cast<int32_t>(world)}));
-    }
-    size_t welcomes = 0;
-    const auto end = Clock::now() + 10s;
-    while (welcomes < world && Clock::now() < end) {
-      for (const auto& b : port->drain()) {
-        Reply1 d;
-        ASSERT_TRUE(decode_reply(b, world, key, &d));
-        EXPECT_EQ(d.hdr.flags, wire::kFlagHello | wire::kFlagResult);
-        ++welcomes;
+    for (int pass = 0; pass < 2; ++pass) {
+      for (uint32_t r = 0; r < world; ++r) {
+        wire::Header h = testing::hello_header(job, key, static_cast<uint16_t>(r), 500 + r);
+        port->inject(queue_of(r), ina_frame(r, h, {static_cast<int32_t>(world)}));
       }
-      std::this_thread::sleep_for(200us);
+      size_t welcomes = 0;
+      const auto end = Clock::now() + 10s;
+      while (welcomes < world && Clock::now() < end) {
+        for (const auto& b : port->drain()) {
+          Reply1 d;
+          ASSERT_TRUE(decode_reply(b, world, key, &d));
+          EXPECT_EQ(d.hdr.flags, wire::kFlagHello | wire::kFlagResult);
+          EXPECT_EQ(d.hdr.seq, pass == 0 ? 0u : 500 + d.rank);
+          ++welcomes;
+        }
+        std::this_thread::sleep_for(200us);
+      }
+      ASSERT_EQ(welcomes, world);
     }
-    ASSERT_EQ(welcomes, world);
   }
 
   // `blocks` blocks of `elems` ints of job `job` in windows of 2 * slots blocks (each slot copy
@@ -277,10 +289,11 @@ TEST_F(DpdkMultiQueue, TwoQueuesTwoLcoresExactSums) {
   for (unsigned i = 0; i < 2; ++i) {
     const DpdkLoopCounters& c = h.agg->loop_counters(i);
     SCOPED_TRACE("lcore " + std::to_string(i));
-    // Queue i carries ranks 2i and 2i+1: their HELLOs and blocks (half of them go to the other
-    // lcore), every frame received once.
-    EXPECT_EQ(c.rx, 2u + 2u * 4 * kSlots);
-    EXPECT_EQ(c.handed_off, 2u /* HELLO copies */ + 2u * 2 * kSlots);
+    // Queue i carries ranks 2i and 2i+1: their HELLOs (two each: to join, and again on the
+    // barrier's notice, WIRE.md) and blocks (half of them go to the other lcore), every frame
+    // received once.
+    EXPECT_EQ(c.rx, 4u + 2u * 4 * kSlots);
+    EXPECT_EQ(c.handed_off, 4u /* HELLO copies */ + 2u * 2 * kSlots);
     EXPECT_EQ(c.handoff_received, c.handed_off);
     EXPECT_EQ(c.handoff_dropped, 0u);
     EXPECT_EQ(h.agg->engine(i).counters().completed, 2u * kSlots) << "slots of lcore " << i;
@@ -288,8 +301,8 @@ TEST_F(DpdkMultiQueue, TwoQueuesTwoLcoresExactSums) {
   // Each HELLO counted once, by the lcore that received it (its copy to the other is not), so the
   // totals count what the ranks sent.
   const EngineCounters e = h.agg->engine_totals();
-  EXPECT_EQ(e.hellos, uint64_t{kWorld});
-  EXPECT_EQ(e.packets_in, uint64_t{kWorld} + uint64_t{kWorld} * 4 * kSlots);
+  EXPECT_EQ(e.hellos, 2 * uint64_t{kWorld});
+  EXPECT_EQ(e.packets_in, 2 * uint64_t{kWorld} + uint64_t{kWorld} * 4 * kSlots);
 }
 
 // Jobs from set_jobs() while the loops run: applied on both lcores through their mailboxes,

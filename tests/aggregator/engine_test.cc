@@ -33,11 +33,18 @@ struct Sent {
   std::vector<int32_t> payload;
   int32_t sender_rank = -2;
   JobId sender_job = 0;
+  Key128 key;  // what the backend seals it with
 };
 
 class EngineTest : public ::testing::Test {
  protected:
   void SetUp() override { add(kJob, kKey, 3); }
+
+  // The workers seal with the incarnation key of the WELCOME's epoch (WIRE.md).
+  void epoch_of_engine() {
+    testing::epoch_of() = [this](JobId job, uint8_t) { return engine_.epoch(job); };
+  }
+  testing::ScopedEpochOf epochs_{[this](JobId job, uint8_t) { return engine_.epoch(job); }};
 
   void add(JobId job, uint64_t key, uint32_t world, uint32_t slots = 4, uint16_t elems = 8) {
     JobConfig cfg;
@@ -54,6 +61,7 @@ class EngineTest : public ::testing::Test {
     const Reply r = engine_.on_packet(bytes, &s.sender_rank, &s.sender_job);
     s.target = r.target;
     s.hdr = r.hdr;
+    s.key = r.key;
     if (r.target != Reply::Target::kNone && r.hdr.count > 0) {
       EXPECT_NE(r.payload, nullptr);
       std::vector<uint8_t> b(r.packet_size());
@@ -84,11 +92,18 @@ class EngineTest : public ::testing::Test {
     return last;
   }
 
-  Sent data(uint16_t rank, uint16_t slot, bool shadow, BlockSeq seq, std::vector<int32_t> v,
-            uint8_t flags = 0, JobId job = kJob, uint64_t key = kKey) {
+  // A worker's DATA (or, with kFlagError, its abort) as it goes on the wire.
+  std::vector<uint8_t> packet(uint16_t rank, uint16_t slot, bool shadow, BlockSeq seq,
+                              const std::vector<int32_t>& v, uint8_t flags = 0, JobId job = kJob,
+                              uint64_t key = kKey) {
     wire::Header h = data_header(job, key, rank, slot, shadow, seq, 0);
     h.flags = flags;
-    return send_bytes(encode_packet(h, v));
+    return encode_packet(h, v);
+  }
+
+  Sent data(uint16_t rank, uint16_t slot, bool shadow, BlockSeq seq, std::vector<int32_t> v,
+            uint8_t flags = 0, JobId job = kJob, uint64_t key = kKey) {
+    return send_bytes(packet(rank, slot, shadow, seq, v, flags, job, key));
   }
 
   Engine engine_;
@@ -137,23 +152,50 @@ TEST_F(EngineTest, WelcomeOnlyAfterEveryRankJoined) {
   EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{0, 2}));
   EXPECT_EQ(s.hdr.job, kJob);
 
+  EXPECT_EQ(engine_.epoch(kJob), 0u);
   s = hello(1, 22);
   EXPECT_TRUE(engine_.job_ready(kJob));
+  // The incarnation's epoch: a function of the barrier's nonces (and the salt, 0 here).
+  const uint64_t epoch = engine_.epoch(kJob);
+  const BlockSeq nonces[3] = {11, 22, 33};
+  EXPECT_EQ(epoch, wire::incarnation_epoch(Key128{kKey}, 0, nonces));
+  const std::vector<int32_t> welcome = {4, 32, static_cast<int32_t>(epoch),
+                                        static_cast<int32_t>(epoch >> 32)};
+  // To every rank: the barrier's notice, seq 0, which no worker adopts (it asks again).
   EXPECT_EQ(s.target, Reply::Target::kAllRanks);
   EXPECT_EQ(s.hdr.flags, wire::kFlagHello | wire::kFlagResult);
   EXPECT_EQ(s.hdr.job, kJob);
-  EXPECT_EQ(s.payload, (std::vector<int32_t>{4, 32}));  // num_slots, max_payload_bytes
+  EXPECT_EQ(s.hdr.seq, 0u);
+  EXPECT_EQ(s.payload, welcome);   // num_slots, max_payload_bytes, epoch
+  EXPECT_EQ(s.key, Key128{kKey});  // WELCOME: sealed with the job's key
 
-  // The WELCOME to rank 2 was lost: its retransmitted HELLO gets one, to it alone.
+  // The WELCOME to rank 2 was lost: its retransmitted HELLO gets one, to it alone, naming its
+  // HELLO's nonce (the one a worker adopts).
   s = hello(2, 33, /*retransmit=*/true);
   EXPECT_EQ(s.target, Reply::Target::kSender);
   EXPECT_EQ(s.hdr.flags, wire::kFlagHello | wire::kFlagResult);
-  EXPECT_EQ(s.payload, (std::vector<int32_t>{4, 32}));
+  EXPECT_EQ(s.hdr.seq, 33u);
+  EXPECT_EQ(s.payload, welcome);
+  EXPECT_EQ(s.key, Key128{kKey});
   EXPECT_TRUE(engine_.job_ready(kJob));
   EXPECT_EQ(engine_.counters().hellos, 5u);
   EXPECT_EQ(engine_.rank_counters(kJob)[0].packets, 2u);
   EXPECT_EQ(engine_.rank_counters(kJob)[0].retransmits, 1u);
   EXPECT_EQ(engine_.counters().replies_out, 1u + 3u + 1u);
+
+  // After the WELCOME, DATA and its replies carry the incarnation's key; the job's key alone
+  // (a worker that ignored the epoch) no longer verifies.
+  const Key128 traffic = wire::incarnation_key(Key128{kKey}, epoch);
+  EXPECT_NE(traffic, Key128{kKey});
+  data(0, 0, false, 1, {1});
+  s = data(0, 0, false, 1, {1}, wire::kFlagRetransmit);
+  expect_error(s, wire::ErrorReason::kMissingRanks);
+  EXPECT_EQ(s.key, traffic);
+  testing::epoch_of() = nullptr;
+  const uint64_t bad_tag = engine_.counters().bad_tag;
+  EXPECT_EQ(data(1, 0, false, 1, {1}).target, Reply::Target::kNone);
+  EXPECT_EQ(engine_.counters().bad_tag, bad_tag + 1);
+  epoch_of_engine();
 }
 
 // A copy counted elsewhere (the DPDK backend's HELLO copies to every lcore) joins the barrier and
@@ -375,16 +417,66 @@ TEST_F(EngineTest, AbortedRoundCannotBeCompletedByALateRank) {
     expect_error(data(r, 2, true, 7, {1}), wire::ErrorReason::kAborted);
 }
 
-TEST_F(EngineTest, DataBeforeBarrierIsDroppedAndExplainedOnRetransmit) {
+// Issue 19 item 1: the job restarts (every rank a new incarnation, the same key) and its block
+// sequence starts again at 1. A DATA packet and an abort captured from the earlier incarnation,
+// replayed when their seq names a live round, fail the tag (the incarnation is bound into it,
+// WIRE.md): counted as bad_tag, unanswered, no address learned, the rounds unchanged.
+TEST_F(EngineTest, PacketsOfAnEarlierIncarnationChangeNothing) {
+  join_all();
+  const std::vector<int32_t> abort0 = {static_cast<int32_t>(wire::ErrorReason::kAborted), 0,
+                                       static_cast<int32_t>(wire::kAbortDeadline)};
+  const std::vector<uint8_t> old_data = packet(0, 0, false, 1, {100});
+  const std::vector<uint8_t> old_abort = packet(0, 1, false, 2, abort0, wire::kFlagError);
+  EXPECT_EQ(send_bytes(old_data).sender_rank, 0);  // added in its own incarnation
+  send_bytes(old_abort);
+  EXPECT_EQ(engine_.counters().aborted_rounds, 1u);
+
+  for (uint16_t r = 0; r < 3; ++r) hello(r, 2000 + r);  // the job's next incarnation
+  ASSERT_TRUE(engine_.job_ready(kJob));
+  EXPECT_FALSE(engine_.slot_table(kJob)->copy(0, false).used);  // the barrier reset the slots
+  data(1, 0, false, 1, {7});
+  data(1, 1, false, 2, {8});
+
+  const uint64_t bad_tag = engine_.counters().bad_tag;
+  for (const auto* replay : {&old_data, &old_abort}) {
+    const Sent s = send_bytes(*replay);
+    EXPECT_EQ(s.target, Reply::Target::kNone);
+    EXPECT_EQ(s.sender_rank, -1);
+  }
+  EXPECT_EQ(engine_.counters().bad_tag, bad_tag + 2);
+  EXPECT_EQ(engine_.job_counters(kJob)->bad_tag, 2u);
+  EXPECT_EQ(engine_.counters().aborted_rounds, 1u);
+  const CopyView c = engine_.slot_table(kJob)->copy(0, false);
+  EXPECT_EQ(c.contributors, 1u);
+  EXPECT_EQ(ranks_in_bitmap(reinterpret_cast<const int32_t*>(c.bitmap.data()), 1),
+            std::vector<uint32_t>{1});
+
+  // The live rounds complete with the new incarnation's packets, without the replayed words.
+  data(0, 0, false, 1, {9});
+  Sent s = data(2, 0, false, 1, {1});
+  EXPECT_EQ(s.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(s.payload, std::vector<int32_t>{17});
+  data(0, 1, false, 2, {1});
+  s = data(2, 1, false, 2, {1});
+  EXPECT_EQ(s.target, Reply::Target::kAllRanks);  // not aborted
+  EXPECT_EQ(s.payload, std::vector<int32_t>{10});
+}
+
+// Before the job's first barrier completes there is no incarnation, hence no key a DATA packet
+// could carry (WIRE.md, "Incarnations"): sealed with the job's key (a worker of an incarnation
+// this aggregator never saw, e.g. before it restarted, has another) it is unauthenticated. (A
+// tree leaf's ranks of the previous incarnation, while the leaf waits for its parent, are told
+// kJobNotReady: tree_test.)
+TEST_F(EngineTest, DataBeforeBarrierIsUnauthenticated) {
   hello(0, 1);
   hello(2, 3);
-  Sent s = data(0, 0, false, 1, {9});
-  EXPECT_EQ(s.target, Reply::Target::kNone);
-  EXPECT_EQ(s.sender_rank, -1);  // it moved nothing: no address is learned from it
-  s = data(0, 0, false, 1, {9}, wire::kFlagRetransmit);
-  expect_error(s, wire::ErrorReason::kJobNotReady);
-  EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{0, 2}));
-  EXPECT_EQ(engine_.counters().not_ready, 2u);
+  for (const uint8_t flags : {uint8_t{0}, wire::kFlagRetransmit}) {
+    const Sent s = data(0, 0, false, 1, {9}, flags);
+    EXPECT_EQ(s.target, Reply::Target::kNone);
+    EXPECT_EQ(s.sender_rank, -1);  // it moved nothing: no address is learned from it
+  }
+  EXPECT_EQ(engine_.counters().bad_tag, 2u);
+  EXPECT_EQ(engine_.counters().not_ready, 0u);
   EXPECT_FALSE(engine_.slot_table(kJob)->copy(0, false).used);
 }
 
@@ -730,15 +822,16 @@ TEST_F(EngineTest, RemovedOrReplacedJobIsNotServedFromTheLastJobCache) {
   EXPECT_EQ(s.sender_rank, -1);
   EXPECT_EQ(engine_.counters().unknown_job, 1u);
 
-  // Same id, another world: it completes with 2 ranks (before the join, DATA is not ready).
+  // Same id, another world: it completes with 2 ranks (before the join, DATA has no incarnation
+  // whose key it could carry).
   add(kJob, kKey ^ 0xFF, 2);
   s = data(0, 0, false, 1, {1, 1}, 0, kJob, kKey ^ 0xFF);
   EXPECT_EQ(s.target, Reply::Target::kNone);
-  EXPECT_EQ(engine_.counters().not_ready, 1u);
-  // The old job's key is not the new one's.
-  s = data(0, 0, false, 1, {1, 1}, 0, kJob, kKey);
   EXPECT_EQ(engine_.counters().bad_tag, 1u);
   join_all(2, kJob, kKey ^ 0xFF);
+  // The old job's key is not the new one's.
+  s = data(0, 0, false, 1, {1, 1}, 0, kJob, kKey);
+  EXPECT_EQ(engine_.counters().bad_tag, 2u);
   data(0, 0, false, 1, {10, 20}, 0, kJob, kKey ^ 0xFF);
   s = data(1, 0, false, 1, {1, 2}, 0, kJob, kKey ^ 0xFF);
   EXPECT_EQ(s.target, Reply::Target::kAllRanks);
@@ -830,6 +923,10 @@ TEST_F(EngineTest, EveryMalformedKindIsCounted) {
 // The packet path (decode, barrier, slot table, every kind of reply) never allocates.
 TEST_F(EngineTest, PacketPathDoesNotAllocate) {
   add(9, 0, 100);  // scratch_ sized for the larger bitmap in add_job
+  // The packets are built before the engine sees the HELLOs: their workers' epoch, computed.
+  const BlockSeq nonces[3] = {5, 5, 5};
+  const uint64_t epoch = wire::incarnation_epoch(Key128{kKey}, 0, nonces);
+  testing::epoch_of() = [epoch](JobId job, uint8_t) { return job == kJob ? epoch : 0; };
   std::vector<std::vector<uint8_t>> pkts;
   auto hello_pkt = [](JobId job, uint64_t key, uint16_t rank, uint32_t world, uint8_t flags) {
     wire::Header h;

@@ -52,6 +52,8 @@ class MultiTenancyTest : public ::testing::Test {
     ASSERT_EQ(last.target, Reply::Target::kAllRanks);
     ASSERT_TRUE(engine_.job_ready(t.job));
   }
+  // The workers seal with the incarnation key of the WELCOME's epoch (WIRE.md).
+  testing::ScopedEpochOf epochs_{[this](JobId job, uint8_t) { return engine_.epoch(job); }};
   Engine engine_;
 };
 

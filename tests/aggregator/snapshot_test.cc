@@ -156,6 +156,7 @@ TEST(MergeSnapshots, NoPartsIsEmptyAndOnePartIsItself) {
 
 TEST(EngineSnapshot, ListsTheEnginesJobsWithTheirCounters) {
   Engine e;
+  const testing::ScopedEpochOf epochs{[&e](JobId job, uint8_t) { return e.epoch(job); }};
   JobConfig c;
   c.job = 5;
   c.key = 0x99;

@@ -46,6 +46,8 @@ class TelemetryTest : public ::testing::Test {
                          std::vector<int32_t>(4, 1));
   }
   static constexpr uint16_t kWorld = 8;
+  // The workers seal with the incarnation key of the WELCOME's epoch (WIRE.md).
+  testing::ScopedEpochOf epochs_{[this](JobId job, uint8_t) { return engine_.epoch(job); }};
   Engine engine_;
 };
 

@@ -3,6 +3,8 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
+#include <map>
 #include <span>
 #include <vector>
 
@@ -11,11 +13,76 @@
 
 namespace ina::agg::testing {
 
+// The epoch of a job's current incarnation as the test's senders know it (from the WELCOME), or 0
+// (none: the job's key itself), for a packet with these flags (a test that plays a tree leaf's
+// parent seals RESULTs and ERRORs with the parent's). Tests that run an engine point it there (and
+// reset it), so that encode_packet() and udp_frame() seal as the job's workers would (WIRE.md,
+// "Incarnations").
+using EpochOf = std::function<uint64_t(JobId, uint8_t flags)>;
+inline EpochOf& epoch_of() {
+  static EpochOf f;
+  return f;
+}
+// Points epoch_of() at `f` for the life of the object.
+class ScopedEpochOf {
+ public:
+  explicit ScopedEpochOf(EpochOf f) { epoch_of() = std::move(f); }
+  ~ScopedEpochOf() { epoch_of() = nullptr; }
+  ScopedEpochOf(const ScopedEpochOf&) = delete;
+  ScopedEpochOf& operator=(const ScopedEpochOf&) = delete;
+};
+
+// Tests that play workers over a backend (sockets, DPDK rings): the epoch each job's workers
+// learned from their own WELCOMEs (learn_welcome) and the one a test playing a leaf's parent
+// names in its WELCOME; hook_worker_epochs() points epoch_of() at them (RESULT and ERROR sealed as
+// the parent, the rest as the workers).
+inline std::map<JobId, uint64_t>& worker_epochs() {
+  static std::map<JobId, uint64_t> m;
+  return m;
+}
+inline uint64_t& parent_epoch() {
+  static uint64_t e = 0;
+  return e;
+}
+inline void hook_worker_epochs() {
+  epoch_of() = [](JobId job, uint8_t flags) -> uint64_t {
+    if ((flags & (wire::kFlagResult | wire::kFlagError)) != 0) return parent_epoch();
+    auto it = worker_epochs().find(job);
+    return it == worker_epochs().end() ? 0 : it->second;
+  };
+}
+// A WELCOME answering a HELLO (not the notice, seq 0) names its job's incarnation: kept.
+inline void learn_welcome(const wire::PacketView& v) {
+  const uint8_t welcome = wire::kFlagHello | wire::kFlagResult;
+  if ((v.hdr.flags & welcome) == welcome && v.hdr.seq != 0 && v.hdr.count >= wire::kWelcomeWords) {
+    worker_epochs()[v.hdr.job] = wire::welcome_epoch(v);
+  }
+}
+// Whether a reply of job `job` is sealed with its key or with one of the incarnations above.
+inline bool reply_tag_ok(std::span<const uint8_t> d, JobId job, uint64_t key) {
+  const Key128 k{key};
+  if (wire::tag_ok(d, k)) return true;
+  auto it = worker_epochs().find(job);
+  if (it != worker_epochs().end() && wire::tag_ok(d, wire::incarnation_key(k, it->second))) {
+    return true;
+  }
+  return parent_epoch() != 0 && wire::tag_ok(d, wire::incarnation_key(k, parent_epoch()));
+}
+
 // Test convention: a header handed to encode_packet()/udp_frame() carries in `tag` the job key
 // (a 64-bit test key, hi = 0) to seal the datagram with, as a worker seals with its job's key;
 // the encoded datagram carries the real tag. data_header() and hello_header() set it; a header
-// built by hand (tag 0) is sealed with the zero key, the key of a job configured with none.
-inline void seal_test_datagram(std::span<uint8_t> d, uint64_t key) { wire::seal(d, Key128{key}); }
+// built by hand (tag 0) is sealed with the zero key, the key of a job configured with none. A
+// packet but HELLO of a job whose epoch_of() is not 0 is sealed with that incarnation's key
+// derived from it, as a worker seals its DATA and aborts.
+inline void seal_test_datagram(std::span<uint8_t> d, uint64_t key) {
+  Key128 k{key};
+  if (epoch_of() && (d[wire::kOffFlags] & wire::kFlagHello) == 0) {
+    const uint64_t e = epoch_of()(wire::get_u32(d.data() + wire::kOffJob), d[wire::kOffFlags]);
+    if (e != 0) k = wire::incarnation_key(k, e);
+  }
+  wire::seal(d, k);
+}
 
 // Writes n words of `payload` at dst in the packet's word width (wire::payload_width): 4-byte
 // words as they are, 2-byte and 1-byte ones truncated, 8-byte ones sign-extended.

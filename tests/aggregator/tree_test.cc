@@ -109,6 +109,7 @@ class Sim {
     got_.assign(kWorld, std::vector<Got>(blocks_.size()));
     next_block_.assign(kWorld, 0);
     joined_.assign(kWorld, false);
+    traffic_.assign(kWorld, Key128{});
   }
 
   // Runs to completion (every rank has every block's result) or fails after `max_timeouts`
@@ -162,7 +163,7 @@ class Sim {
     h.tag = kKey;  // the key encode_packet() seals with
     h.flags = wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : uint8_t{0});
     h.job = kJob;
-    h.seq = 0xA000 + r;  // the rank's incarnation nonce
+    h.seq = nonce(r);
     h.rank = static_cast<uint16_t>(r);
     send(static_cast<int>(r), aggregator_of(r), encode_packet(h, std::vector<int32_t>{kWorld}));
   }
@@ -176,8 +177,12 @@ class Sim {
               (blk.nonfinite[r] ? wire::kFlagNonFinite : uint8_t{0});
     h.dtype = blk.dtype;
     h.op = blk.op;
-    send(static_cast<int>(r), aggregator_of(r), encode_packet(h, blk.words[r]));
+    std::vector<uint8_t> pkt = encode_packet(h, blk.words[r]);
+    wire::seal(pkt, traffic_[r]);  // the incarnation's key (WIRE.md)
+    send(static_cast<int>(r), aggregator_of(r), std::move(pkt));
   }
+
+  static BlockSeq nonce(uint32_t r) { return 0xA000 + r; }  // the rank's incarnation nonce
 
   // A worker's receive path.
   void on_worker(uint32_t r, const std::vector<uint8_t>& bytes) {
@@ -186,10 +191,21 @@ class Sim {
     const wire::Header& h = p.hdr;
     if (h.has(wire::kFlagError)) return;  // the timer resends
     ASSERT_TRUE(h.has(wire::kFlagResult));
+    // A WELCOME carries the job's key, anything after it the incarnation's (WIRE.md).
+    EXPECT_TRUE(wire::tag_ok(bytes, h.has(wire::kFlagHello) ? Key128{kKey} : traffic_[r]))
+        << "rank " << r << " flags " << int{h.flags};
     if (h.has(wire::kFlagHello)) {
       if (joined_[r]) return;
+      ASSERT_EQ(h.count, wire::kWelcomeWords);
       EXPECT_EQ(p.word(0), kSlots);
       EXPECT_EQ(p.word(1), kElems * 4);
+      if (h.seq != nonce(r)) {
+        // The barrier's notice to every rank: ask for this rank's own WELCOME at once.
+        EXPECT_EQ(h.seq, 0u);
+        send_hello(r, false);
+        return;
+      }
+      traffic_[r] = wire::incarnation_key(Key128{kKey}, wire::welcome_epoch(p));
       joined_[r] = true;
       for (size_t b = 0; b < std::min<size_t>(kSlots, blocks_.size()); ++b) {
         send_data(r, b, false);
@@ -265,6 +281,7 @@ class Sim {
   double drop_, dup_;
   std::mt19937_64 rng_;
   std::map<int, Engine> engines_;
+  std::vector<Key128> traffic_;  // [rank]: its incarnation's key, from its WELCOME
   std::vector<Msg> net_;
   std::vector<std::vector<Got>> got_;
   std::vector<size_t> next_block_;
@@ -443,12 +460,40 @@ TEST(TreeLeaf, LearnsTheParentWorldFromTheRoot) {
   EXPECT_EQ(rank, 0);
 }
 
+// The epoch a test that plays a leaf's parent names in its WELCOME.
+constexpr uint64_t kParentEpoch = 0x7EA7'0000'0001ull;
+
+// Seals as a leaf's workers do (DATA: the leaf's epoch) and as its parent does (RESULT, ERROR:
+// `parent`'s epoch) (WIRE.md, "Incarnations").
+testing::EpochOf leaf_and_parent_epochs(const Engine& leaf, const uint64_t& parent) {
+  return [&leaf, &parent](JobId job, uint8_t flags) {
+    return (flags & (wire::kFlagResult | wire::kFlagError)) != 0 ? parent : leaf.epoch(job);
+  };
+}
+
+// The parent's WELCOME to the leaf's HELLO `nonce`: [slots, block bytes, epoch].
+wire::Header parent_welcome(BlockSeq nonce) {
+  wire::Header h;
+  h.tag = kKey;  // the key encode_packet() seals with
+  h.flags = wire::kFlagHello | wire::kFlagResult;
+  h.job = kJob;
+  h.seq = nonce;
+  return h;
+}
+std::vector<int32_t> welcome_words(int32_t slots, int32_t bytes, uint64_t epoch) {
+  return {slots, bytes, static_cast<int32_t>(epoch), static_cast<int32_t>(epoch >> 32)};
+}
+
 class TreeLeafUnit : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(leaf_.add_job(leaf_job(1, 4, 4, 2)).ok()); }
 
   Reply send(const wire::Header& h, const std::vector<int32_t>& payload) {
-    return leaf_.on_packet(encode_packet(h, payload), &rank_, &job_);
+    Reply r = leaf_.on_packet(encode_packet(h, payload), &rank_, &job_);
+    if (r.target == Reply::Target::kParent && r.hdr.has(wire::kFlagHello)) {
+      parent_nonce_ = r.hdr.seq;  // what the parent's WELCOME names
+    }
+    return r;
   }
   Reply hello(uint16_t global_rank, BlockSeq nonce, bool retransmit = false) {
     wire::Header h;
@@ -460,11 +505,7 @@ class TreeLeafUnit : public ::testing::Test {
     return send(h, {static_cast<int32_t>(kWorld)});
   }
   Reply welcome_from_parent(int32_t slots = kSlots, int32_t elems = kElems) {
-    wire::Header h;
-    h.tag = kKey;  // the key encode_packet() seals with
-    h.flags = wire::kFlagHello | wire::kFlagResult;
-    h.job = kJob;
-    return send(h, {slots, elems});
+    return send(parent_welcome(parent_nonce_), welcome_words(slots, elems, parent_epoch_));
   }
   Reply data(uint16_t global_rank, uint16_t slot, BlockSeq seq, int32_t v,
              bool retransmit = false) {
@@ -481,6 +522,9 @@ class TreeLeafUnit : public ::testing::Test {
   Engine leaf_;
   int32_t rank_ = -1;
   JobId job_ = 0;
+  BlockSeq parent_nonce_ = 0;  // of the leaf's last HELLO to its parent
+  uint64_t parent_epoch_ = kParentEpoch;
+  testing::ScopedEpochOf epochs_{leaf_and_parent_epochs(leaf_, parent_epoch_)};
 };
 
 TEST_F(TreeLeafUnit, WelcomesItsRanksOnlyAfterTheParentWelcomedIt) {
@@ -499,26 +543,38 @@ TEST_F(TreeLeafUnit, WelcomesItsRanksOnlyAfterTheParentWelcomedIt) {
   EXPECT_EQ(W(up)[0], 2);
   const BlockSeq nonce = up.hdr.seq;
   EXPECT_FALSE(leaf_.job_ready(kJob));
-  // Data before the parent's WELCOME is not taken.
+  // Data before the parent's WELCOME is not taken: there is no incarnation yet whose key it
+  // could carry.
   EXPECT_EQ(data(4, 0, 1, 5).target, Reply::Target::kNone);
-  EXPECT_EQ(leaf_.counters().not_ready, 1u);
+  EXPECT_EQ(leaf_.counters().bad_tag, 1u);
   // A worker's retransmitted HELLO repeats the leaf's HELLO to the parent, same nonce.
   const Reply re = hello(5, 905, true);
   ASSERT_EQ(re.target, Reply::Target::kParent);
   EXPECT_EQ(re.hdr.seq, nonce);
   EXPECT_TRUE(re.hdr.has(wire::kFlagRetransmit));
   // The parent's WELCOME (with a smaller window) goes to the local ranks, capped.
+  // Only the WELCOME naming the leaf's HELLO: the parent's notice (seq 0) gets that HELLO again.
+  const Reply notice = send(parent_welcome(0), welcome_words(2, 100, parent_epoch_));
+  ASSERT_EQ(notice.target, Reply::Target::kParent);
+  EXPECT_EQ(notice.hdr.seq, nonce);
+  EXPECT_FALSE(leaf_.job_ready(kJob));
   const Reply w = welcome_from_parent(2, 100);
   ASSERT_EQ(w.target, Reply::Target::kAllRanks);
   EXPECT_EQ(w.hdr.flags, wire::kFlagHello | wire::kFlagResult);
+  EXPECT_EQ(w.hdr.seq, 0u);  // the leaf's own notice to its ranks
   EXPECT_EQ(W(w)[0], 2);
   EXPECT_EQ(W(w)[1], kElems * 4);  // bytes: at most what this leaf holds
   EXPECT_TRUE(leaf_.job_ready(kJob));
+  const uint64_t epoch = leaf_.epoch(kJob);
+  EXPECT_NE(epoch, 0u);
+  EXPECT_NE(epoch, parent_epoch_);  // the leaf names its ranks' incarnation itself
   // A second WELCOME from the parent is stale; a worker's lost WELCOME is answered here.
   EXPECT_EQ(welcome_from_parent().target, Reply::Target::kNone);
-  EXPECT_EQ(leaf_.counters().parent_stale, 1u);
+  EXPECT_EQ(leaf_.counters().parent_stale, 2u);  // and the notice
   const Reply again = hello(6, 906, true);
   EXPECT_EQ(again.target, Reply::Target::kSender);
+  EXPECT_EQ(again.hdr.seq, 906u);
+  EXPECT_EQ(W(again)[2], static_cast<int32_t>(epoch));
 
   // A new incarnation of rank 6 alone does not disturb the running ranks; once every local rank
   // has a new incarnation (the job restarted), the leaf rejoins the parent with another nonce.
@@ -532,6 +588,21 @@ TEST_F(TreeLeafUnit, WelcomesItsRanksOnlyAfterTheParentWelcomedIt) {
   EXPECT_FALSE(leaf_.job_counters(kJob)->parent_joined);
   ASSERT_EQ(up2.target, Reply::Target::kParent);
   EXPECT_NE(up2.hdr.seq, nonce);
+  // Until the parent WELCOMEs the new leaf incarnation the previous one's key stands: a rank
+  // still running it is told the job is not ready.
+  EXPECT_EQ(leaf_.epoch(kJob), epoch);
+  EXPECT_EQ(data(4, 0, 1, 5).target, Reply::Target::kNone);
+  EXPECT_EQ(leaf_.counters().not_ready, 1u);
+  const Reply not_ready = data(4, 0, 1, 5, true);
+  ASSERT_TRUE(not_ready.hdr.has(wire::kFlagError));
+  EXPECT_EQ(W(not_ready)[0], static_cast<int32_t>(wire::ErrorReason::kJobNotReady));
+  // The parent's WELCOME: a new epoch, under whose key the old rank's DATA no longer verifies.
+  ASSERT_EQ(welcome_from_parent().target, Reply::Target::kAllRanks);
+  EXPECT_NE(leaf_.epoch(kJob), epoch);
+  const uint64_t bad_tag = leaf_.counters().bad_tag;
+  testing::epoch_of() = [epoch](JobId, uint8_t) { return epoch; };
+  EXPECT_EQ(data(4, 0, 1, 5).target, Reply::Target::kNone);
+  EXPECT_EQ(leaf_.counters().bad_tag, bad_tag + 1);
 }
 
 TEST_F(TreeLeafUnit, ForwardsPartialsAndTakesOnlyTheResultItWaitsFor) {
@@ -607,11 +678,19 @@ TEST_F(TreeLeafUnit, ForwardsPartialsAndTakesOnlyTheResultItWaitsFor) {
   EXPECT_TRUE(kept.hdr.has(wire::kFlagRetransmit));
   EXPECT_EQ(W(kept)[0], 100);
 
-  // A flat job takes no RESULT at all.
+  // A flat job takes no RESULT at all (sealed with its incarnation's key, as a worker would).
   Engine flat;
   ASSERT_TRUE(flat.add_job(flat_job(kWorld)).ok());
-  EXPECT_EQ(flat.on_packet(encode_packet(res, std::vector<int32_t>{1, 2}), &rank_, &job_).target,
-            Reply::Target::kNone);
+  for (uint16_t r = 0; r < kWorld; ++r) {
+    flat.on_packet(
+        encode_packet(testing::hello_header(kJob, kKey, r, 10 + r), std::vector<int32_t>{kWorld}),
+        &rank_, &job_);
+  }
+  ASSERT_TRUE(flat.job_ready(kJob));
+  std::vector<uint8_t> rb = encode_packet(res, std::vector<int32_t>{1, 2});
+  wire::seal(rb, wire::incarnation_key(Key128{kKey}, flat.epoch(kJob)));
+  EXPECT_EQ(flat.on_packet(rb, &rank_, &job_).target, Reply::Target::kNone);
+  EXPECT_EQ(flat.counters().bad_tag, 0u);
   EXPECT_EQ(flat.counters().malformed, 1u);
 }
 
@@ -685,7 +764,11 @@ TEST_F(TreeLeafUnit, TurnsTheRootsMissingLeavesIntoGlobalRanksForItsWorkers) {
   ASSERT_EQ(up_hello.target, Reply::Target::kParent);
   Engine root;
   join_root(root, 2, up_hello, 1);
-  ASSERT_EQ(welcome_from_parent().target, Reply::Target::kAllRanks);
+  // The root's notice, then its WELCOME to the leaf's HELLO, with the root's epoch.
+  parent_epoch_ = root.epoch(kJob);
+  const Reply w = to_root(root, up_hello);
+  ASSERT_EQ(w.hdr.seq, up_hello.hdr.seq);
+  ASSERT_EQ(to_root(leaf_, w).target, Reply::Target::kAllRanks);
 
   for (uint16_t r = 4; r < 7; ++r) data(r, 1, 10, r);
   const Reply up = data(7, 1, 10, 7);
@@ -738,9 +821,10 @@ TEST_F(TreeLeafUnit, TurnsTheRootsMissingLeavesIntoGlobalRanksForItsWorkers) {
   // Leaf 0's partial arrives: the root completes, the leaf multicasts the result, and a
   // retransmission now gets the result, not the old report.
   wire::Header d0 = up.hdr;
-  d0.tag = kKey;  // sealed as the root seals it
   d0.rank = 0;
-  const Reply res = root.on_packet(encode_packet(d0, std::vector<int32_t>{1, 1}), &rank_, &job_);
+  std::vector<uint8_t> b0 = encode_packet(d0, std::vector<int32_t>{1, 1});
+  wire::seal(b0, wire::incarnation_key(Key128{kKey}, root.epoch(kJob)));  // as leaf 0 seals it
+  const Reply res = root.on_packet(b0, &rank_, &job_);
   ASSERT_EQ(res.target, Reply::Target::kAllRanks);
   const Reply res_down = to_root(leaf_, res);
   ASSERT_EQ(res_down.target, Reply::Target::kAllRanks);
@@ -861,6 +945,8 @@ TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {
   JobConfig c = leaf_job(2, 4, 4, 3);
   c.tree.leaf_bases = {0, 2, 4};
   ASSERT_TRUE(leaf.add_job(c).ok());
+  const uint64_t parent_epoch = kParentEpoch;
+  const testing::ScopedEpochOf epochs{leaf_and_parent_epochs(leaf, parent_epoch)};
   int32_t rank;
   JobId job;
   auto send = [&](const wire::Header& h, const std::vector<int32_t>& p) {
@@ -870,16 +956,16 @@ TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {
   h.tag = kKey;  // the key encode_packet() seals with
   h.flags = wire::kFlagHello;
   h.job = kJob;
+  Reply hello_up;
   for (uint16_t r = 4; r < 8; ++r) {
     h.rank = r;
     h.seq = 50 + r;
-    send(h, {static_cast<int32_t>(kWorld)});
+    hello_up = send(h, {static_cast<int32_t>(kWorld)});
   }
-  wire::Header w;
-  w.tag = kKey;  // the key encode_packet() seals with
-  w.flags = wire::kFlagHello | wire::kFlagResult;
-  w.job = kJob;
-  ASSERT_EQ(send(w, {kSlots, kElems}).target, Reply::Target::kAllRanks);
+  ASSERT_EQ(hello_up.target, Reply::Target::kParent);
+  ASSERT_EQ(
+      send(parent_welcome(hello_up.hdr.seq), welcome_words(kSlots, kElems, parent_epoch)).target,
+      Reply::Target::kAllRanks);
   Reply up;
   for (uint16_t r = 4; r < 8; ++r) {
     up = send(testing::data_header(kJob, kKey, r, 0, true, 5, 1), {1});
@@ -887,7 +973,7 @@ TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {
   ASSERT_EQ(up.target, Reply::Target::kParent);
   // The root (3 leaves) has leaves 0 and 2: leaf 1, ranks 2-3, is missing.
   wire::Header e = up.hdr;
-  e.tag = kKey;  // sealed as the root seals it
+  e.tag = kKey;  // sealed as the root seals it (with its epoch: epochs above)
   e.flags = wire::kFlagError;
   e.rank = 2;
   const Reply down = send(e, {static_cast<int32_t>(wire::ErrorReason::kMissingRanks), 0b101});

@@ -37,6 +37,15 @@ using testing::encode_packet;
 constexpr JobId kJob = 3;
 constexpr uint64_t kKey = 0x1122334455667788ull;
 
+// Incarnations (WIRE.md): encode_packet() seals as the workers (the epochs Client::recv learns
+// from their WELCOMEs) or as a leaf's parent would (test_packets.h).
+using testing::parent_epoch;
+using testing::worker_epochs;
+const bool g_epochs_hooked = [] {
+  testing::hook_worker_epochs();
+  return true;
+}();
+
 // One simulated worker: a UDP socket on 127.0.0.1.
 class Client {
  public:
@@ -106,7 +115,9 @@ class Client {
     wire::PacketView v;
     const std::span<const uint8_t> d(buf, static_cast<size_t>(n));
     EXPECT_EQ(wire::decode(d, &v), wire::DecodeError::kOk);
-    EXPECT_TRUE(wire::tag_ok(d, Key128{key})) << "a reply not sealed with the job's key";
+    testing::learn_welcome(v);
+    EXPECT_TRUE(testing::reply_tag_ok(d, v.hdr.job, key))
+        << "a reply not sealed with the job's key or its incarnation's";
     return Packet{v.hdr, testing::payload_words(v)};
   }
 
@@ -171,7 +182,7 @@ class UdpAggregatorTest : public ::testing::Test {
     h.tag = kKey;  // the key encode_packet() seals with
     h.job = kJob;
     h.rank = rank;
-    h.seq = 0xC0FFEE00u + rank;
+    h.seq = nonce(rank);
     h.flags = static_cast<uint8_t>(wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : 0));
     return encode_packet(h, std::vector<int32_t>{static_cast<int32_t>(world)});
   }
@@ -183,20 +194,41 @@ class UdpAggregatorTest : public ::testing::Test {
     return encode_packet(h, v);
   }
 
-  // Every rank sends HELLO; every rank must get exactly one WELCOME, only after the last HELLO.
+  // Every rank sends HELLO; every rank must get exactly one WELCOME notice (seq 0), only after
+  // the last HELLO; then, as a worker does, its HELLO again, answered with its own WELCOME
+  // (seq = its nonce) naming the incarnation's epoch (WIRE.md, "Incarnations").
   void join(uint32_t world) {
     for (uint16_t r = 0; r + 1u < world; ++r) clients_[r]->send(hello_packet(r, world));
     // The barrier is open: nobody is welcomed yet.
     EXPECT_FALSE(clients_[0]->recv(150ms).has_value());
     clients_[world - 1]->send(hello_packet(static_cast<uint16_t>(world - 1), world));
+    std::optional<uint64_t> epoch;
     for (uint32_t r = 0; r < world; ++r) {
       auto p = clients_[r]->recv();
       ASSERT_TRUE(p.has_value()) << "rank " << r << " got no WELCOME";
       EXPECT_EQ(p->hdr.flags, wire::kFlagHello | wire::kFlagResult);
       EXPECT_EQ(p->hdr.job, kJob);
-      EXPECT_EQ(p->payload, welcome_);  // num_slots, max_payload_bytes
+      EXPECT_EQ(p->hdr.seq, 0u);
+      ASSERT_EQ(p->payload.size(), wire::kWelcomeWords);
+      EXPECT_EQ(std::vector<int32_t>(p->payload.begin(), p->payload.begin() + 2),
+                welcome_);  // num_slots, max_payload_bytes
+      clients_[r]->send(hello_packet(static_cast<uint16_t>(r), world));
+      do {  // a duplicated HELLO (the dup hook) earns more notices
+        p = clients_[r]->recv();
+        ASSERT_TRUE(p.has_value()) << "rank " << r << " got no WELCOME of its own";
+        ASSERT_TRUE(p->hdr.has(wire::kFlagHello));
+      } while (p->hdr.seq == 0);
+      EXPECT_EQ(p->hdr.seq, nonce(static_cast<uint16_t>(r)));
+      const uint64_t e = static_cast<uint32_t>(p->payload[2]) |
+                         uint64_t{static_cast<uint32_t>(p->payload[3])} << 32;
+      if (epoch.has_value()) {
+        EXPECT_EQ(e, *epoch) << "rank " << r;
+      }
+      epoch = e;
     }
+    ASSERT_EQ(worker_epochs()[kJob], epoch.value_or(0));
   }
+  static BlockSeq nonce(uint16_t rank) { return 0xC0FFEE00u + rank; }
 
   std::unique_ptr<UdpAggregator> agg_;
   std::vector<int32_t> welcome_;  // the WELCOME's payload start() configured
@@ -265,8 +297,8 @@ TEST_P(UdpAggregatorWorldTest, JoinThenRoundsReachEveryRank) {
   EXPECT_EQ(counter_value(text, "completed"), 12);
   EXPECT_EQ(counter_value(text, "send_errors"), 0);
   EXPECT_EQ(counter_value(text, "unroutable"), 0);
-  // 1 WELCOME and 12 results per rank, plus the resent result.
-  EXPECT_EQ(counter_value(text, "tx_datagrams"), static_cast<int64_t>(world * 13 + 1));
+  // 2 WELCOMEs (the notice, its own) and 12 results per rank, plus the resent result.
+  EXPECT_EQ(counter_value(text, "tx_datagrams"), static_cast<int64_t>(world * 14 + 1));
   EXPECT_NE(text.find("127.0.0.1:"), std::string::npos) << text;  // learned rank addresses
 }
 
@@ -499,7 +531,8 @@ TEST_P(UdpAggregatorThreadsTest, SlotsSpreadOverThreadsWithExactResults) {
   stop();
   const EngineCounters t = agg_->engine_totals();
   EXPECT_EQ(t.completed, 6u * kSlots);
-  EXPECT_EQ(t.hellos, kWorld) << "a HELLO copy was counted twice";
+  // Each rank HELLOs twice: to join, and again on the barrier's notice (WIRE.md).
+  EXPECT_EQ(t.hellos, 2 * kWorld) << "a HELLO copy was counted twice";
   EXPECT_EQ(t.malformed + t.stale + t.not_ready + t.duplicates, 0u);
   // Slots 0..15 on thread 0, 16..31 on thread 1: half of the blocks each.
   EXPECT_EQ(agg_->engine(0).counters().completed, 3u * kSlots);
@@ -513,9 +546,9 @@ TEST_P(UdpAggregatorThreadsTest, SlotsSpreadOverThreadsWithExactResults) {
   // over.
   const uint64_t train_handoffs = any_train ? 3u * kWorld * kSlots / 2 : 0;
   if (steer) {
-    EXPECT_EQ(agg_->handed_off(), kWorld + train_handoffs) << text;
+    EXPECT_EQ(agg_->handed_off(), 2 * kWorld + train_handoffs) << text;
   } else {
-    EXPECT_GE(agg_->handed_off(), kWorld + train_handoffs) << text;
+    EXPECT_GE(agg_->handed_off(), 2 * kWorld + train_handoffs) << text;
   }
   RecordProperty("handed_off", std::to_string(agg_->handed_off()));
 }
@@ -626,6 +659,14 @@ TEST_P(UdpAggregatorJobsThreadsTest, SetJobsAtRunTime) {
     ASSERT_TRUE(p.has_value());
     EXPECT_EQ(p->hdr.flags, wire::kFlagHello | wire::kFlagResult);
   }
+  // The WELCOMEs were the notices: each rank's own names the epoch (Client::recv keeps it).
+  a0.send(hello(4, 0x44, 0));
+  b0.send(hello(5, 0x55, 0));
+  for (Client* c : {&a0, &b0}) {
+    auto p = c->recv();
+    ASSERT_TRUE(p.has_value());
+    EXPECT_EQ(p->hdr.seq, 100u);
+  }
   // Same slot numbers in both jobs.
   a0.send(encode_packet(data_header(4, 0x44, 0, 0, false, 1, 3), {1, 2, 3}));
   b0.send(encode_packet(data_header(5, 0x55, 0, 0, false, 1, 3), {10, 20, 30}));
@@ -674,7 +715,7 @@ TEST_P(UdpAggregatorJobsThreadsTest, SetJobsAtRunTime) {
   EXPECT_TRUE(s.jobs[0].ready);
   ASSERT_EQ(s.jobs[0].telemetry.size(), 2u);
   EXPECT_EQ(s.jobs[0].telemetry[0].lag_count + s.jobs[0].telemetry[1].lag_count, 6u);
-  EXPECT_EQ(s.engine.hellos, 4u) << "a HELLO copy was counted twice";
+  EXPECT_EQ(s.engine.hellos, 6u) << "a HELLO copy was counted twice";  // a0, b0 twice
   if (GetParam() > 1) {
     EXPECT_EQ(agg.engine(1).counters().completed, 1u) << "slot 16 is thread 1's";
   }
@@ -809,13 +850,21 @@ TEST_P(UdpAggregatorLeafThreadsTest, LeafTalksToItsParent) {
   wire::Header w;
   w.tag = kKey;  // the root seals with the job's key
   w.job = kJob;
+  w.seq = up->hdr.seq;  // the leaf's HELLO it answers
   w.flags = wire::kFlagHello | wire::kFlagResult;
-  parent.send(encode_packet(w, std::vector<int32_t>{32, 16}));
+  parent_epoch() = 0x1A4E'7000'0000'0011ull;
+  parent.send(encode_packet(w, std::vector<int32_t>{32, 16, 0x11, 0x1A4E7000}));
   for (Client* c : {&r2, &r3}) {
     auto p = c->recv();
     ASSERT_TRUE(p.has_value());
     EXPECT_EQ(p->hdr.flags, wire::kFlagHello | wire::kFlagResult);
+    EXPECT_EQ(p->hdr.seq, 0u);  // the leaf's notice
   }
+  r2.send(hello(2));  // its own WELCOME: the leaf's epoch
+  auto own = r2.recv();
+  ASSERT_TRUE(own.has_value());
+  EXPECT_EQ(own->hdr.seq, 302u);
+  EXPECT_NE(worker_epochs()[kJob], parent_epoch());
   r2.send(encode_packet(data_header(kJob, kKey, 2, 17, false, 5, 3), {1, 2, 3}));
   r3.send(encode_packet(data_header(kJob, kKey, 3, 17, false, 5, 3), {10, 20, 30}));
   auto partial = parent.recv();
@@ -844,6 +893,7 @@ TEST_P(UdpAggregatorLeafThreadsTest, LeafTalksToItsParent) {
   EXPECT_EQ(agg.engine().counters().forwarded, 1u);
   EXPECT_EQ(agg.engine().counters().parent_results, 1u);
   EXPECT_EQ(agg.engine().counters().bad_tag, 1u);
+  parent_epoch() = 0;
   const std::string report = agg.format_counters();
   EXPECT_NE(report.find("\n       2 "), std::string::npos) << report;  // rows name global ranks
 }

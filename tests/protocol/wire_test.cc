@@ -116,9 +116,9 @@ std::vector<Vector> expected_vectors() {
                    kNoExponent, kNoRoot),
        {40}},
       {"welcome.hex",
-       make_header(kFlagHello | kFlagResult, 0, 0, 0, false, 2, kI32, kSum, 0, 0, kNoExponent,
-                   kNoRoot),
-       {512, 1024}},
+       make_header(kFlagHello | kFlagResult, 0x5EED1234u, 0, 0, false, 4, kI32, kSum, 0, 0,
+                   kNoExponent, kNoRoot),
+       {512, 1024, static_cast<int32_t>(0xD92353FEu), static_cast<int32_t>(0x936A9C72u)}},
       {"error_missing_ranks.hex",
        make_header(kFlagError, 0xA1B2C3D4u, 515, 0x0123, true, 3, kI32, kSum, 7, 65540, kNoExponent,
                    kNoRoot),
@@ -318,7 +318,7 @@ TEST(WireDecode, EveryErrorKindIsDetectedAndCounted) {
     b[at] ^= 0x01;
     check(b, DecodeError::kBadMagic, "magic byte " + std::to_string(at));
   }
-  for (const uint8_t version : {0, 1, 3, 0xFF}) {
+  for (const uint8_t version : {0, 1, 2, 0xFF}) {
     std::vector<uint8_t> b = good;
     b[kOffVersion] = version;
     check(b, DecodeError::kBadVersion, "version " + std::to_string(version));
@@ -517,6 +517,33 @@ TEST(WireFuzz, MutationsAndTruncationsOfValidPacketsNeverCrash) {
       EXPECT_EQ(e == DecodeError::kOk, len == good.size()) << len;
     }
   }
+}
+
+}  // namespace
+}  // namespace ina::wire
+
+namespace ina::wire {
+namespace {
+
+// WIRE.md "Incarnations": the epoch of a barrier and an incarnation's key, against the values
+// gen_vectors.py (an independent Python SipHash) wrote into welcome.hex's comment.
+TEST(WireIncarnation, EpochAndKeyMatchTheVectors) {
+  const Key128 job(0x0706050403020100ull, 0x0F0E0D0C0B0A0908ull);  // the SipHash paper's key
+  const BlockSeq nonces[3] = {0x5EED1234u, 0x5EED1235u, 0x5EED1200u};
+  const uint64_t epoch = incarnation_epoch(job, 0x5A17, nonces);
+  EXPECT_EQ(epoch, 0x936A9C72D92353FEull);
+  EXPECT_EQ(incarnation_key(job, epoch), Key128(0x8F679BA281A92F94ull, 0x4B458006CB2DD636ull));
+  std::vector<BlockSeq> sixty(60);
+  for (BlockSeq r = 0; r < 60; ++r) sixty[r] = r + 1;
+  EXPECT_EQ(incarnation_epoch(job, 0, sixty), 0xFB2DFEF17D0BC860ull);  // three chain blocks
+
+  // Each input moves the epoch: the salt, any one nonce, the key.
+  EXPECT_NE(incarnation_epoch(job, 0x5A18, nonces), epoch);
+  const BlockSeq newer[3] = {0x5EED1234u, 0x5EED1236u, 0x5EED1200u};
+  EXPECT_NE(incarnation_epoch(job, 0x5A17, newer), epoch);
+  EXPECT_NE(incarnation_epoch(Key128(1, 0), 0x5A17, nonces), epoch);
+  EXPECT_NE(incarnation_key(job, epoch + 1), incarnation_key(job, epoch));
+  EXPECT_NE(incarnation_key(job, epoch), job);
 }
 
 }  // namespace

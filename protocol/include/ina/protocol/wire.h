@@ -1,4 +1,4 @@
-// The INA wire format, version 2: the one definition of the packet header that every worker,
+// The INA wire format, version 3: the one definition of the packet header that every worker,
 // aggregator and backend uses. The byte layout is drawn in protocol/WIRE.md; checked-in test
 // vectors (protocol/testdata/) are decoded by the tests.
 //
@@ -15,8 +15,14 @@
 //   HELLO    worker -> aggregator   HELLO (| RETRANSMIT): join barrier; seq = incarnation nonce
 //                                   (it grows: next_nonce),
 //                                   payload [world_size]                         (u32 words)
-//   WELCOME  aggregator -> worker   HELLO | RESULT: payload [num_slots, max_payload_bytes] (u32)
+//   WELCOME  aggregator -> worker   HELLO | RESULT; seq = the HELLO's nonce (0: to every rank, a
+//                                   notice that the barrier completed, adopted by none);
+//                                   payload [num_slots, max_payload_bytes, epoch lo, epoch hi]
 //   ERROR    aggregator -> worker   ERROR: payload [reason, ...] (see ErrorReason)       (u32)
+//
+// Tags: HELLO, WELCOME and the ERRORs answering a HELLO are sealed with the job's key; every other
+// packet with the key of the job's current incarnation, incarnation_key(job key, epoch), so that a
+// packet captured in an earlier incarnation fails the tag (WIRE.md, "Incarnations").
 #pragma once
 
 #include <array>
@@ -36,7 +42,7 @@ static_assert(std::endian::native == std::endian::little,
               "INA's payload words are little-endian and copied without a swap");
 
 inline constexpr uint16_t kMagic = 0x494E;  // "IN"
-inline constexpr uint8_t kVersion = 2;
+inline constexpr uint8_t kVersion = 3;
 inline constexpr size_t kHeaderSize = 40;
 inline constexpr size_t kControlWordSize = 4;   // HELLO, WELCOME and ERROR payload words (u32)
 inline constexpr uint16_t kMaxSlot = 0x7FFF;    // 15-bit slot index
@@ -227,6 +233,41 @@ inline bool tag_ok(std::span<const uint8_t> datagram, const Key128& key) {
   if (datagram.size() < kHeaderSize) return false;
   return (compute_tag(datagram, key) ^ get_u64(datagram.data() + kOffTag)) == 0;
 }
+
+// ---- incarnations (WIRE.md, "Incarnations"). A job's block sequence starts again at 1 with every
+// completed join barrier, and its key may be kept across restarts of the job, so the job's key
+// alone would make a DATA packet or an abort captured in an earlier incarnation verify again once
+// its seq names a live round. The aggregator therefore names each incarnation with a 64-bit epoch
+// when its barrier completes, sends it in the WELCOME (sealed with the job's key; seq = the
+// HELLO's nonce, so that a worker takes only the answer to its own HELLO, never a replayed WELCOME
+// of an earlier incarnation), and from then on both sides seal and verify every packet but HELLO,
+// WELCOME and the ERRORs answering a HELLO with incarnation_key(job key, epoch). The key is
+// derived once per incarnation: the per-packet tag costs what it did (same SipHash, same bytes).
+
+// Words of a WELCOME payload: [num_slots, max_payload_bytes, epoch lo, epoch hi].
+inline constexpr uint16_t kWelcomeWords = 4;
+// The epoch a WELCOME names. p.hdr.count >= kWelcomeWords.
+inline uint64_t welcome_epoch(const PacketView& p) {
+  return uint64_t{static_cast<uint32_t>(p.word(2))} | uint64_t{static_cast<uint32_t>(p.word(3))}
+                                                          << 32;
+}
+
+// The epoch of the incarnation whose barrier the ranks' HELLO `nonces` (by served rank) complete,
+// never 0: a chain of SipHash-2-4 under the job's key over blocks of up to 28 nonces, block i
+// "INAepoch", h_i (8 bytes), its nonces (4 bytes each, little-endian); h_0 = `salt`, and the
+// epoch is the last block's hash. Allocates nothing.
+// A function of the barrier, so that every engine (thread, lcore) of one aggregator, each of which
+// runs the barrier on its copy of the HELLOs, names it alike; `salt`, drawn once per aggregator
+// process (0 in tests), keeps it apart from another process's (a restarted aggregator, another
+// shard of the job), where the same nonces could recur. A new barrier has at least one newer
+// nonce (nonces only grow, and an old one is a replay the aggregator drops), so a new epoch.
+uint64_t incarnation_epoch(const Key128& job_key, uint64_t salt, std::span<const BlockSeq> nonces);
+
+// The key of incarnation `epoch`'s packets: (k0, k1) = SipHash-2-4 under the job's key of
+// "INAkey-0" and "INAkey-1", each followed by the epoch (8 bytes, little-endian). These 16-byte
+// inputs and the epoch's ("INAepoch" ...) differ from any packet's tag input (40 bytes or more,
+// bytes 0-2 "IN" and the version), so no derived value is a packet tag of the job's key.
+Key128 incarnation_key(const Key128& job_key, uint64_t epoch);
 
 // Writes the 40-byte header. `out` must hold kHeaderSize bytes.
 inline void encode_header(const Header& h, uint8_t* out) {
