@@ -845,6 +845,15 @@ std::vector<int32_t> abort_words(uint16_t global_rank) {
   return {static_cast<int32_t>(wire::ErrorReason::kAborted), global_rank,
           static_cast<int32_t>(wire::kAbortDeadline)};
 }
+// A packet of leaf 0 (simulated) to the root, sealed as leaf 0 seals it: with the key of the
+// root's incarnation.
+Reply from_leaf0(Engine& root, const wire::Header& h, const std::vector<int32_t>& words) {
+  std::vector<uint8_t> b = encode_packet(h, words);
+  wire::seal(b, wire::incarnation_key(Key128{kKey}, root.epoch(kJob)));
+  int32_t rank;
+  JobId job;
+  return root.on_packet(b, &rank, &job);
+}
 
 // Leaf 0 gave up on a round (its ranks' deadline passed) while this leaf, leaf 1, was late: the
 // root's round is aborted, so this leaf's partial gets the abort, which every rank of this leaf
@@ -855,17 +864,13 @@ TEST_F(TreeLeafUnit, ALateLeafFailsTheRoundAnotherLeafGaveUpOn) {
   const Reply up_hello = hello(7, 907);
   Engine root;
   join_root(root, 2, up_hello, 1);
-  ASSERT_EQ(welcome_from_parent().target, Reply::Target::kAllRanks);
+  parent_epoch_ = root.epoch(kJob);
+  ASSERT_EQ(to_root(leaf_, to_root(root, up_hello)).target, Reply::Target::kAllRanks);
 
   // Leaf 0's partial is in at the root, then leaf 0 passes its ranks' abort on.
-  wire::Header d0 = testing::data_header(kJob, kKey, 0, 1, false, 10, 2);
-  int32_t rank;
-  JobId job;
-  EXPECT_EQ(root.on_packet(encode_packet(d0, std::vector<int32_t>{1, 1}), &rank, &job).target,
+  EXPECT_EQ(from_leaf0(root, testing::data_header(kJob, kKey, 0, 1, false, 10, 2), {1, 1}).target,
             Reply::Target::kNone);
-  EXPECT_EQ(
-      root.on_packet(encode_packet(abort_header(0, 1, 10), abort_words(0)), &rank, &job).target,
-      Reply::Target::kNone);
+  EXPECT_EQ(from_leaf0(root, abort_header(0, 1, 10), abort_words(0)).target, Reply::Target::kNone);
   EXPECT_EQ(root.counters().aborted_rounds, 1u);
 
   // Leaf 1's ranks come late: its partial goes up and the root answers with the abort.
@@ -905,7 +910,8 @@ TEST_F(TreeLeafUnit, PassesItsRanksAbortToTheRoot) {
   const Reply up_hello = hello(7, 907);
   Engine root;
   join_root(root, 2, up_hello, 1);
-  ASSERT_EQ(welcome_from_parent().target, Reply::Target::kAllRanks);
+  parent_epoch_ = root.epoch(kJob);
+  ASSERT_EQ(to_root(leaf_, to_root(root, up_hello)).target, Reply::Target::kAllRanks);
 
   for (uint16_t r = 4; r < 7; ++r) data(r, 1, 10, r);
   const Reply up = data(7, 1, 10, 7);
@@ -925,10 +931,7 @@ TEST_F(TreeLeafUnit, PassesItsRanksAbortToTheRoot) {
   EXPECT_EQ(root.counters().aborted_rounds, 1u);
 
   // Leaf 0's partial arrives: the abort, not a result.
-  wire::Header d0 = testing::data_header(kJob, kKey, 0, 1, false, 10, 2);
-  int32_t rank;
-  JobId job;
-  const Reply late = root.on_packet(encode_packet(d0, std::vector<int32_t>{1, 1}), &rank, &job);
+  const Reply late = from_leaf0(root, testing::data_header(kJob, kKey, 0, 1, false, 10, 2), {1, 1});
   ASSERT_EQ(late.target, Reply::Target::kSender);
   EXPECT_EQ(late.hdr.flags, wire::kFlagError);
   EXPECT_EQ(W(late)[0], static_cast<int32_t>(wire::ErrorReason::kAborted));
