@@ -748,6 +748,14 @@ uint64_t Engine::epoch(JobId job) const {
   return it == jobs_.end() ? 0 : it->second->epoch;
 }
 
+bool Engine::current_keys(JobId job, Key128* traffic, Key128* up) const {
+  auto it = jobs_.find(job);
+  if (it == jobs_.end()) return false;
+  *traffic = it->second->traffic;
+  *up = it->second->relay ? it->second->relay->up_key() : it->second->cfg.key;
+  return true;
+}
+
 const JobCounters* Engine::job_counters(JobId job) const {
   auto it = jobs_.find(job);
   return it == jobs_.end() ? nullptr : &it->second->counters;

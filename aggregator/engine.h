@@ -311,6 +311,11 @@ class Engine {
   // The epoch of the job's current incarnation (WIRE.md, "Incarnations"; sent in its WELCOME);
   // 0 before its first barrier completed or for a job not served.
   uint64_t epoch(JobId job) const;
+  // The keys a job's packets are verified with now: `traffic`, its current incarnation's (every
+  // packet but HELLO); `up`, a leaf's parent incarnation's (its parent's RESULT and ERROR; the
+  // job's key for other roles). For fuzzing and tests that seal as the peers do; false for a job
+  // not served.
+  bool current_keys(JobId job, Key128* traffic, Key128* up) const;
   const SlotTable* slot_table(JobId job) const;
   // Counters of a job; nullptr for an unknown job.
   const JobCounters* job_counters(JobId job) const;

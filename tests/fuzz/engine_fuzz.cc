@@ -6,14 +6,15 @@
 // pick the job (3: the flat one), bits 2-3 how the packet is made: 0 raw bytes as they are
 // (decode errors, unknown jobs), 1 raw bytes sealed with the job's key, 2 and 3 a header built
 // field by field from the input (valid enum values, a count matching the payload, small ranks,
-// slots and sequence numbers) then sealed, so most packets get past decode and the tag check into
-// the join barrier and the slot table; 3 flips one byte after sealing (a bad tag). Then two bytes
-// of clock advance in microseconds (telemetry).
+// slots and sequence numbers) then sealed with the key a peer would use (peer_key: the job's,
+// its current incarnation's or a leaf parent's), so most packets get past decode and the tag check
+// into the join barrier and the slot table; 3 flips one byte after sealing (a bad tag). Then two
+// bytes of clock advance in microseconds (telemetry).
 //
 // Invariants: no reply is larger than wire::max_packet_size of its job; every reply is about a
-// served job, carries that job's key, and encodes to a datagram that decodes (kOk) and carries
-// the job's tag; sender_rank is -1 or a served rank of the sender's job; packets_in counts every
-// packet. At the end the per-job views (stalled slots, loss window, straggler ranking) hold
+// served job, carries one of that job's keys, and encodes to a datagram that decodes (kOk) and
+// carries that key's tag; sender_rank is -1 or a served rank of the sender's job; packets_in counts
+// every packet. At the end the per-job views (stalled slots, loss window, straggler ranking) hold
 // served ranks only.
 #include <cstdint>
 #include <cstring>
@@ -85,8 +86,19 @@ constexpr uint8_t kFlagChoices[] = {0,
                                     wire::kFlagError,
                                     wire::kFlagPartial | wire::kFlagResult};
 
+// The key a peer of job `cfg` seals a packet with `flags` with (WIRE.md, "Incarnations"): a
+// HELLO the job's key; at a leaf, its parent's RESULT and ERROR the parent incarnation's key;
+// anything else the job's current incarnation's.
+Key128 peer_key(const Engine& engine, const JobConfig& cfg, uint8_t flags) {
+  if ((flags & wire::kFlagHello) != 0) return cfg.key;
+  Key128 traffic, up;
+  FUZZ_CHECK(engine.current_keys(cfg.job, &traffic, &up));
+  if (cfg.is_leaf() && (flags & (wire::kFlagResult | wire::kFlagError)) != 0) return up;
+  return traffic;
+}
+
 // A header of job `cfg` built from the input (layout: make_seeds.py), its payload and the seal.
-std::vector<uint8_t> structured(fuzz::Reader& in, const JobConfig& cfg) {
+std::vector<uint8_t> structured(fuzz::Reader& in, const JobConfig& cfg, const Engine& engine) {
   wire::Header h;
   h.job = cfg.job;
   const uint8_t fsel = in.u8();
@@ -123,15 +135,19 @@ std::vector<uint8_t> structured(fuzz::Reader& in, const JobConfig& cfg) {
         (fix & 2) != 0 && cfg.is_leaf() ? cfg.tree.parent_world : cfg.slots.world_size;
     wire::put_le32(d.data() + wire::kHeaderSize, world);
   }
-  wire::seal(d, cfg.key);
+  wire::seal(d, peer_key(engine, cfg, h.flags));
   return d;
 }
 
-void check_reply(const Reply& r, const std::vector<JobConfig>& js) {
+void check_reply(const Reply& r, const std::vector<JobConfig>& js, const Engine& engine) {
   if (r.target == Reply::Target::kNone) return;
   const JobConfig* cfg = find(js, r.hdr.job);
   FUZZ_CHECK(cfg != nullptr);
-  FUZZ_CHECK(r.key == cfg->key);
+  // Sealed with a key of this job: its own, its current incarnation's or (to a leaf's parent)
+  // the parent incarnation's.
+  Key128 traffic, up;
+  FUZZ_CHECK(engine.current_keys(cfg->job, &traffic, &up));
+  FUZZ_CHECK(r.key == cfg->key || r.key == traffic || r.key == up);
   FUZZ_CHECK(r.target != Reply::Target::kParent || cfg->is_leaf());
   const size_t n = r.packet_size();
   FUZZ_CHECK(n <= wire::max_packet_size(cfg->slots.max_payload_bytes, cfg->slots.world_size));
@@ -143,7 +159,7 @@ void check_reply(const Reply& r, const std::vector<JobConfig>& js) {
   wire::seal(d, r.key);
   wire::PacketView v;
   FUZZ_CHECK(wire::decode(d, &v) == wire::DecodeError::kOk);
-  FUZZ_CHECK(wire::tag_ok(d, cfg->key));
+  FUZZ_CHECK(wire::tag_ok(d, r.key));
 }
 
 }  // namespace
@@ -163,7 +179,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     std::vector<uint8_t> d;
     const int how = (mode >> 2) & 3;
     if (how >= 2) {
-      d = structured(in, *cfg);
+      d = structured(in, *cfg, engine);
       if (how == 3) d[in.u16() % d.size()] ^= 0x40;  // a bad tag (or a bad header)
     } else {
       d = in.bytes(in.u16() % 601);
@@ -181,7 +197,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     } else {
       FUZZ_CHECK(job == 0);
     }
-    check_reply(r, kJobs);
+    check_reply(r, kJobs, engine);
   }
   FUZZ_CHECK(engine.counters().packets_in == packets);
   for (const JobConfig& j : kJobs) {
