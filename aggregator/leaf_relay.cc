@@ -84,11 +84,12 @@ LeafRelay::LeafRelay(const JobConfig& cfg, SlotTable& table, JobCounters& job_co
   const size_t copies = size_t{cfg.slots.num_slots} * 2;
   tree_state_.assign(copies, kNone);
   reforward_rank_.assign(copies, kNoRank);
-  abort_words_.assign(copies * 2, 0);
   report_words_ = (world + 31) / 32;
   report_.assign(copies * (report_words_ + wire::kTreeNoteWords), 0);
   report_seq_.assign(copies, 0);
   report_valid_.assign(copies, 0);
+  above_stride_ = 5 + report_words_;
+  above_words_.assign(copies * above_stride_, 0);
 }
 
 Reply LeafRelay::join(std::span<const BlockSeq> rank_nonces) {
@@ -134,8 +135,8 @@ Reply LeafRelay::forward(uint16_t slot, bool shadow) {
 Reply LeafRelay::on_resend(const wire::Header& h) {
   const size_t k = copy_index(h.slot, h.shadow);
   // The parent gave up on this round: so does every rank that asks about it.
-  if (tree_state_[k] == kAborted) {
-    return abort_reply(k, Reply::Target::kSender, h.rank + cfg_.tree.rank_base, h);
+  if (tree_state_[k] == kAborted || tree_state_[k] == kMismatched) {
+    return above_reply(k, Reply::Target::kSender, h.rank + cfg_.tree.rank_base, h);
   }
   // The parent answers a duplicate of a completed copy with its result.
   if (!h.has(wire::kFlagRetransmit)) return {};
@@ -247,6 +248,7 @@ Reply LeafRelay::on_error(const wire::PacketView& pkt, Join join) {
   const auto reason = static_cast<wire::ErrorReason>(pkt.word(0));
   if (reason == wire::ErrorReason::kMissingRanks) return on_root_missing(pkt, join);
   if (reason == wire::ErrorReason::kAborted) return on_root_abort(pkt, join);
+  if (reason == wire::ErrorReason::kRoundMismatch) return on_root_mismatch(pkt, join);
   if (reason == wire::ErrorReason::kWorldSizeMismatch && cfg_.tree.parent_world == 0) {
     const auto w = static_cast<uint32_t>(pkt.word(1));
     if (w > cfg_.tree.child_index && w <= 65535 && w != parent_world_) {
@@ -341,32 +343,64 @@ Reply LeafRelay::forward_abort(const wire::Header& h, uint32_t cause) {
   return r;
 }
 
-// The root's ERROR kAborted in answer to this leaf's partial (or exponent request) for a copy it
-// waits on: another leaf gave up on the round. Every local rank fails it now, and their
-// retransmissions get the same answer (on_resend).
-Reply LeafRelay::on_root_abort(const wire::PacketView& pkt, Join join) {
-  const wire::Header& h = pkt.hdr;
-  if (join != Join::kDone || h.slot >= cfg_.slots.num_slots || h.count < 3) {
+long LeafRelay::waiting_copy(const wire::Header& h, Join join) {
+  if (join != Join::kDone || h.slot >= cfg_.slots.num_slots) {
     ++counters_.parent_stale;
-    return {};
+    return -1;
   }
   const size_t k = copy_index(h.slot, h.shadow);
   const CopyView c = table_.copy(h.slot, h.shadow);
   if (!awaits_parent(k) || !c.complete || c.seq != h.seq) {
     ++counters_.parent_stale;
-    return {};
+    return -1;
   }
-  tree_state_[k] = kAborted;
-  abort_words_[2 * k] = first_rank(static_cast<uint32_t>(pkt.word(1)));
-  abort_words_[2 * k + 1] = static_cast<uint32_t>(pkt.word(2));
-  return abort_reply(k, Reply::Target::kAllRanks, 0, h);
+  return static_cast<long>(k);
 }
 
-Reply LeafRelay::abort_reply(size_t k, Reply::Target target, uint32_t rank,
+// The root's ERROR kAborted in answer to this leaf's partial (or exponent request) for a copy it
+// waits on: another leaf gave up on the round. Every local rank fails it now, and their
+// retransmissions get the same answer (on_resend).
+Reply LeafRelay::on_root_abort(const wire::PacketView& pkt, Join join) {
+  if (pkt.hdr.count < 3) return {};
+  const long k = waiting_copy(pkt.hdr, join);
+  if (k < 0) return {};
+  tree_state_[k] = kAborted;
+  int32_t* w = above_words_.data() + static_cast<size_t>(k) * above_stride_;
+  w[0] = static_cast<int32_t>(first_rank(static_cast<uint32_t>(pkt.word(1))));
+  w[1] = static_cast<int32_t>(pkt.word(2));
+  return above_reply(static_cast<size_t>(k), Reply::Target::kAllRanks, 0, pkt.hdr);
+}
+
+// The root's full kRoundMismatch about a copy this leaf forwarded: the leaves disagree. Its bitmap
+// names leaves (of the other shape); the ranks get it in global ranks, each leaf's range set.
+Reply LeafRelay::on_root_mismatch(const wire::PacketView& pkt, Join join) {
+  const uint32_t leaf_words = (parent_world_ + 31) / 32;
+  if (pkt.hdr.count < 6 + leaf_words) return {};  // the short form: nothing to relay
+  const long k = waiting_copy(pkt.hdr, join);
+  if (k < 0) return {};
+  tree_state_[k] = kMismatched;
+  int32_t* w = above_words_.data() + static_cast<size_t>(k) * above_stride_;
+  for (size_t i = 0; i < 5; ++i) w[i] = static_cast<int32_t>(pkt.word(1 + i));
+  uint32_t* bits = reinterpret_cast<uint32_t*>(w + 5);
+  std::fill_n(bits, report_words_, 0u);
+  const uint32_t W = cfg_.slots.world_size;
+  for (uint32_t leaf = 0; leaf < parent_world_; ++leaf) {
+    if (((static_cast<uint32_t>(pkt.word(6 + leaf / 32)) >> (leaf % 32)) & 1u) == 0) continue;
+    const uint32_t hi = first_rank(leaf + 1);
+    for (uint32_t r = first_rank(leaf); r < hi && r < W; ++r)
+      bits[r / 32] |= uint32_t{1} << (r % 32);
+  }
+  return above_reply(static_cast<size_t>(k), Reply::Target::kAllRanks, 0, pkt.hdr);
+}
+
+Reply LeafRelay::above_reply(size_t k, Reply::Target target, uint32_t rank,
                              const wire::Header& in) {
-  scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kAborted);
-  scratch_[1] = static_cast<int32_t>(abort_words_[2 * k]);
-  scratch_[2] = static_cast<int32_t>(abort_words_[2 * k + 1]);
+  const bool aborted = tree_state_[k] == kAborted;
+  const size_t n = aborted ? 2 : above_stride_;
+  scratch_[0] = static_cast<int32_t>(aborted ? wire::ErrorReason::kAborted
+                                             : wire::ErrorReason::kRoundMismatch);
+  const int32_t* w = above_words_.data() + k * above_stride_;
+  std::copy(w, w + n, scratch_.begin() + 1);
   Reply r;
   r.target = target;
   r.hdr = reply_header(cfg_, in, wire::kFlagError);
@@ -374,7 +408,7 @@ Reply LeafRelay::abort_reply(size_t k, Reply::Target target, uint32_t rank,
   r.hdr.slot = static_cast<uint16_t>(k / 2);
   r.hdr.shadow = (k % 2) != 0;
   r.hdr.rank = static_cast<uint16_t>(rank);
-  r.hdr.count = 3;
+  r.hdr.count = static_cast<uint16_t>(1 + n);
   r.payload = bytes_of(scratch_);
   counters_.replies_out += target == Reply::Target::kAllRanks ? cfg_.tree.local_ranks : 1;
   return r;

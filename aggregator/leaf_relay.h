@@ -24,6 +24,11 @@
 //    is answered by the root with the abort, which the relay hands to every local rank (the abort
 //    names the first global rank of the leaf that gave up) and keeps for their retransmissions:
 //    every rank of the tree fails the round, as on a flat aggregator.
+//  - Mismatches across leaves (ErrorReason::kRoundMismatch). Each leaf's round is consistent, but
+//    the leaves' partials disagree at the root, which poisons its round and answers every leaf
+//    with both shapes and a bitmap of leaves. The relay turns the bitmap into global ranks and
+//    hands the words to every local rank (and their retransmissions): every rank of the tree
+//    fails with the same error, naming the same ranks.
 // Pure logic, like the engine: no sockets, clock or logging, and every vector is sized by the
 // constructor, so nothing allocates per packet. The relay borrows its job's config, slot table and
 // counters and its engine's counters and control-payload scratch; they outlive it (the engine's Job
@@ -119,7 +124,8 @@ class LeafRelay {
     kForwarded = 1,   // the partial went to the parent; its result is awaited
     kHaveResult = 2,  // the parent's result replaced the partial
     kExpSent = 3,     // float SUM: the exponent request went up; E is awaited
-    kAborted = 4,     // the parent answered the partial with an abort (abort_words_)
+    kAborted = 4,     // the parent answered the partial with an abort (above_words_)
+    kMismatched = 5,  // the parent answered the partial with a round mismatch (above_words_)
   };
   static constexpr uint16_t kNoRank = 0xFFFF;  // served ranks are below 65535
 
@@ -128,8 +134,13 @@ class LeafRelay {
   Reply on_error(const wire::PacketView& pkt, Join join);
   Reply on_root_missing(const wire::PacketView& pkt, Join join);
   Reply on_root_abort(const wire::PacketView& pkt, Join join);
-  // ERROR kAborted about copy `copy`'s round from abort_words_, to `target`.
-  Reply abort_reply(size_t copy, Reply::Target target, uint32_t rank, const wire::Header& in);
+  Reply on_root_mismatch(const wire::PacketView& pkt, Join join);
+  // The copy the parent's ERROR `h` answers, if this leaf waits on the parent for it: its index,
+  // else counted as parent_stale and -1.
+  long waiting_copy(const wire::Header& h, Join join);
+  // The parent's verdict on copy `copy`'s round (state kAborted or kMismatched, above_words_) as
+  // an ERROR to `target`.
+  Reply above_reply(size_t copy, Reply::Target target, uint32_t rank, const wire::Header& in);
   // The first global rank of leaf `leaf` of the parent (leaf_bases, or the balanced rule); the
   // world size for a leaf beyond the parent's world.
   uint32_t first_rank(uint32_t leaf) const;
@@ -161,8 +172,11 @@ class LeafRelay {
   // yet). Only that rank's next retransmission re-forwards again, so one wave of timeouts at the
   // local ranks sends the partial once, not once per rank.
   std::vector<uint16_t> reforward_rank_;
-  // Per copy in state kAborted: [global rank that gave up, cause] of the parent's abort.
-  std::vector<uint32_t> abort_words_;
+  // Per copy, the words after the reason of the parent's verdict in global ranks: kAborted
+  // [rank that gave up, cause]; kMismatched [count, elems, shape, other elems, other shape,
+  // report_words_ bitmap words of the ranks of the other shape]. above_stride_ words each.
+  std::vector<int32_t> above_words_;
+  size_t above_stride_ = 0;
   // Per copy: the root's last missing-children report for the waiting round, in global ranks
   // (report_words_ int32 bitmap words of the world, then the wire tree note), valid while
   // report_seq_[copy] is the copy's seq and report_valid_[copy] is set.

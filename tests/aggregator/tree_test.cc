@@ -942,6 +942,47 @@ TEST_F(TreeLeafUnit, PassesItsRanksAbortToTheRoot) {
   EXPECT_EQ(send(abort_header(5, 1, 9), abort_words(5)).target, Reply::Target::kNone);
 }
 
+// The leaves disagree on a round's shape (each leaf's ranks agree among themselves): the root's
+// mismatch, which names leaves, reaches every rank of this leaf in global ranks, at once and on
+// their retransmissions. Before, the leaf dropped it and its ranks ran into their deadline.
+TEST_F(TreeLeafUnit, RelaysTheRootsMismatchInGlobalRanks) {
+  for (uint16_t r = 4; r < 7; ++r) hello(r, 900 + r);
+  const Reply up_hello = hello(7, 907);
+  Engine root;
+  join_root(root, 2, up_hello, 1);
+  parent_epoch_ = root.epoch(kJob);
+  ASSERT_EQ(to_root(leaf_, to_root(root, up_hello)).target, Reply::Target::kAllRanks);
+
+  // Leaf 0's ranks called with 3 elements; this leaf's with 2.
+  EXPECT_EQ(
+      from_leaf0(root, testing::data_header(kJob, kKey, 0, 1, false, 10, 3), {1, 1, 1}).target,
+      Reply::Target::kNone);
+  for (uint16_t r = 4; r < 7; ++r) data(r, 1, 10, r);
+  const Reply up = data(7, 1, 10, 7);
+  ASSERT_EQ(up.target, Reply::Target::kParent);
+  const Reply root_mm = to_root(root, up);
+  ASSERT_EQ(root_mm.target, Reply::Target::kSender);
+  ASSERT_EQ(root_mm.hdr.count, 6 + 1);  // the full form, a bitmap of the 2 leaves
+  EXPECT_EQ(W(root_mm)[0], static_cast<int32_t>(wire::ErrorReason::kRoundMismatch));
+
+  const Reply down = to_root(leaf_, root_mm);
+  ASSERT_EQ(down.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(down.hdr.flags, wire::kFlagError);
+  EXPECT_EQ(down.hdr.seq, 10u);
+  EXPECT_EQ(down.hdr.slot, 1);
+  ASSERT_EQ(down.hdr.count, 6 + 1);  // a bitmap of the 8 global ranks
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(W(down)[i], W(root_mm)[i]) << i;
+  // The other shape (this leaf's, the second one in) is ranks 4-7.
+  EXPECT_EQ(testing::ranks_in_bitmap(W(down) + 6, 1), (std::vector<uint32_t>{4, 5, 6, 7}));
+  const Reply again = data(5, 1, 10, 5, true);
+  ASSERT_EQ(again.target, Reply::Target::kSender);
+  EXPECT_EQ(again.hdr.rank, 5);
+  ASSERT_EQ(again.hdr.count, 6 + 1);
+  EXPECT_EQ(W(again)[0], static_cast<int32_t>(wire::ErrorReason::kRoundMismatch));
+  EXPECT_EQ(testing::ranks_in_bitmap(W(again) + 6, 1), (std::vector<uint32_t>{4, 5, 6, 7}));
+  EXPECT_EQ(root.counters().completed, 0u);
+}
+
 TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {
   // Three unbalanced leaves over 8 ranks: [0, 2), [2, 4), [4, 8); this is leaf 2.
   Engine leaf;
