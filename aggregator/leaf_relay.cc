@@ -401,10 +401,16 @@ Reply LeafRelay::above_reply(size_t k, Reply::Target target, uint32_t rank,
                                              : wire::ErrorReason::kRoundMismatch);
   const int32_t* w = above_words_.data() + k * above_stride_;
   std::copy(w, w + n, scratch_.begin() + 1);
+  return copy_error(k, table_.copy(static_cast<uint16_t>(k / 2), (k % 2) != 0).seq, n, target, rank,
+                    in);
+}
+
+Reply LeafRelay::copy_error(size_t k, BlockSeq seq, size_t n, Reply::Target target, uint32_t rank,
+                            const wire::Header& in) {
   Reply r;
   r.target = target;
   r.hdr = reply_header(cfg_, in, wire::kFlagError);
-  r.hdr.seq = table_.copy(static_cast<uint16_t>(k / 2), (k % 2) != 0).seq;
+  r.hdr.seq = seq;
   r.hdr.slot = static_cast<uint16_t>(k / 2);
   r.hdr.shadow = (k % 2) != 0;
   r.hdr.rank = static_cast<uint16_t>(rank);
@@ -422,17 +428,7 @@ Reply LeafRelay::root_missing_reply(size_t k, Reply::Target target, uint32_t ran
   const size_t n = report_words_ + 3 + listed;
   scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kMissingRanks);
   std::copy(src, src + n, scratch_.begin() + 1);
-  Reply r;
-  r.target = target;
-  r.hdr = reply_header(cfg_, in, wire::kFlagError);
-  r.hdr.seq = report_seq_[k];
-  r.hdr.slot = static_cast<uint16_t>(k / 2);
-  r.hdr.shadow = (k % 2) != 0;
-  r.hdr.rank = static_cast<uint16_t>(rank);
-  r.hdr.count = static_cast<uint16_t>(1 + n);
-  r.payload = bytes_of(scratch_);
-  counters_.replies_out += target == Reply::Target::kAllRanks ? cfg_.tree.local_ranks : 1;
-  return r;
+  return copy_error(k, report_seq_[k], n, target, rank, in);
 }
 
 void LeafRelay::put_global_bitmap(std::span<const uint64_t> served, int32_t* dst) const {

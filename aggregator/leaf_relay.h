@@ -141,6 +141,10 @@ class LeafRelay {
   // The parent's verdict on copy `copy`'s round (state kAborted or kMismatched, above_words_) as
   // an ERROR to `target`.
   Reply above_reply(size_t copy, Reply::Target target, uint32_t rank, const wire::Header& in);
+  // An ERROR about copy `copy`'s round `seq` to `target` (rank: the global rank it answers, 0 for
+  // all), its payload the reason and `n` words already in scratch_.
+  Reply copy_error(size_t copy, BlockSeq seq, size_t n, Reply::Target target, uint32_t rank,
+                   const wire::Header& in);
   // The first global rank of leaf `leaf` of the parent (leaf_bases, or the balanced rule); the
   // world size for a leaf beyond the parent's world.
   uint32_t first_rank(uint32_t leaf) const;

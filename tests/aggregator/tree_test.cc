@@ -484,6 +484,10 @@ std::vector<int32_t> welcome_words(int32_t slots, int32_t bytes, uint64_t epoch)
   return {slots, bytes, static_cast<int32_t>(epoch), static_cast<int32_t>(epoch >> 32)};
 }
 
+// Below the fixture: a leaf's reply fed into a root; a root every leaf has joined.
+Reply to_root(Engine& root, const Reply& up);
+void join_root(Engine& root, uint32_t leaves, const Reply& leaf_hello, uint16_t leaf_child);
+
 class TreeLeafUnit : public ::testing::Test {
  protected:
   void SetUp() override { ASSERT_TRUE(leaf_.add_job(leaf_job(1, 4, 4, 2)).ok()); }
@@ -517,6 +521,15 @@ class TreeLeafUnit : public ::testing::Test {
     for (uint16_t r = 4; r < 8; ++r) hello(r, 900 + r);
     const Reply w = welcome_from_parent();
     ASSERT_EQ(w.target, Reply::Target::kAllRanks);
+  }
+  // This leaf (leaf 1 of 2) and `root` joined for real: the root's WELCOME to the leaf's HELLO,
+  // with the root's epoch, reaches the local ranks.
+  void join_under(Engine& root) {
+    for (uint16_t r = 4; r < 7; ++r) hello(r, 900 + r);
+    const Reply up_hello = hello(7, 907);
+    join_root(root, 2, up_hello, 1);
+    parent_epoch_ = root.epoch(kJob);
+    ASSERT_EQ(to_root(leaf_, to_root(root, up_hello)).target, Reply::Target::kAllRanks);
   }
 
   Engine leaf_;
@@ -860,12 +873,8 @@ Reply from_leaf0(Engine& root, const wire::Header& h, const std::vector<int32_t>
 // gets too; nobody gets a result. Without the relay's abort handling, leaf 1's ranks would wait
 // out their own deadline (or, had leaf 0 not told the root, succeed where leaf 0's ranks failed).
 TEST_F(TreeLeafUnit, ALateLeafFailsTheRoundAnotherLeafGaveUpOn) {
-  for (uint16_t r = 4; r < 7; ++r) hello(r, 900 + r);
-  const Reply up_hello = hello(7, 907);
   Engine root;
-  join_root(root, 2, up_hello, 1);
-  parent_epoch_ = root.epoch(kJob);
-  ASSERT_EQ(to_root(leaf_, to_root(root, up_hello)).target, Reply::Target::kAllRanks);
+  ASSERT_NO_FATAL_FAILURE(join_under(root));
 
   // Leaf 0's partial is in at the root, then leaf 0 passes its ranks' abort on.
   EXPECT_EQ(from_leaf0(root, testing::data_header(kJob, kKey, 0, 1, false, 10, 2), {1, 1}).target,
@@ -906,12 +915,8 @@ TEST_F(TreeLeafUnit, ALateLeafFailsTheRoundAnotherLeafGaveUpOn) {
 // leaf 0's late partial cannot complete the root's round (its ranks fail too, instead of
 // succeeding where this leaf's failed).
 TEST_F(TreeLeafUnit, PassesItsRanksAbortToTheRoot) {
-  for (uint16_t r = 4; r < 7; ++r) hello(r, 900 + r);
-  const Reply up_hello = hello(7, 907);
   Engine root;
-  join_root(root, 2, up_hello, 1);
-  parent_epoch_ = root.epoch(kJob);
-  ASSERT_EQ(to_root(leaf_, to_root(root, up_hello)).target, Reply::Target::kAllRanks);
+  ASSERT_NO_FATAL_FAILURE(join_under(root));
 
   for (uint16_t r = 4; r < 7; ++r) data(r, 1, 10, r);
   const Reply up = data(7, 1, 10, 7);
@@ -946,12 +951,8 @@ TEST_F(TreeLeafUnit, PassesItsRanksAbortToTheRoot) {
 // mismatch, which names leaves, reaches every rank of this leaf in global ranks, at once and on
 // their retransmissions. Before, the leaf dropped it and its ranks ran into their deadline.
 TEST_F(TreeLeafUnit, RelaysTheRootsMismatchInGlobalRanks) {
-  for (uint16_t r = 4; r < 7; ++r) hello(r, 900 + r);
-  const Reply up_hello = hello(7, 907);
   Engine root;
-  join_root(root, 2, up_hello, 1);
-  parent_epoch_ = root.epoch(kJob);
-  ASSERT_EQ(to_root(leaf_, to_root(root, up_hello)).target, Reply::Target::kAllRanks);
+  ASSERT_NO_FATAL_FAILURE(join_under(root));
 
   // Leaf 0's ranks called with 3 elements; this leaf's with 2.
   EXPECT_EQ(
