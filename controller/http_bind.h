@@ -3,7 +3,9 @@
 // endpoint) on a busy port started silently and the kernel shared the incoming connections
 // between the two processes. Here the listening socket gets SO_REUSEADDR only (a restart binds
 // at once past the old connections' TIME_WAIT; a second listener still gets EADDRINUSE), and a
-// failed bind is an error naming the address, the port and the reason.
+// failed bind is an error naming the address, the port and the reason. The backlog is raised to
+// SOMAXCONN: httplib listens with 5, so the 6th of a job's ranks asking the controller at once had
+// its SYN dropped and waited for the 1 s SYN retransmission (TcpExtListenOverflows).
 // Header only: the controller and the aggregator's control agent both include it.
 #pragma once
 
@@ -12,6 +14,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "ina/base/status.h"
@@ -27,7 +30,12 @@ inline void exclusive_socket_options(socket_t sock) {
 // the listener and its flag in the error, e.g. "--http-port".
 inline Result<int> bind_exclusive(httplib::Server& server, const std::string& host, int port,
                                   const std::string& what) {
-  server.set_socket_options(exclusive_socket_options);
+  // The listening socket, seen as httplib creates it (the callback runs inside bind_to_*).
+  auto fd = std::make_shared<socket_t>(INVALID_SOCKET);
+  server.set_socket_options([fd](socket_t sock) {
+    exclusive_socket_options(sock);
+    *fd = sock;
+  });
   errno = 0;
   int bound = -1;
   if (port == 0) {
@@ -35,7 +43,11 @@ inline Result<int> bind_exclusive(httplib::Server& server, const std::string& ho
   } else if (server.bind_to_port(host, port)) {
     bound = port;
   }
-  if (bound > 0) return bound;
+  if (bound > 0) {
+    // listen() again on a listening socket sets its backlog (Linux, POSIX).
+    if (*fd != INVALID_SOCKET) (void)::listen(*fd, SOMAXCONN);
+    return bound;
+  }
   const int err = errno;
   std::string msg = what + ": cannot listen on TCP " + host + ":" + std::to_string(port);
   if (err == EADDRINUSE) {

@@ -175,8 +175,10 @@ class ControllerTest : public ::testing::Test {
   // The aggregators' /v1/telemetry (at these HTTP ports), polled every 10 ms, at most 300 times,
   // until as many job entries as aggregators report completed rounds (the reports are periodic).
   static std::vector<json> telemetry_with_traffic(const std::vector<int>& http_ports) {
+    // A deadline, not a count of tries: on a loaded machine each round of HTTP GETs is slow.
     std::vector<json> telemetry;
-    for (int i = 0; i < 300; ++i) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
       telemetry.clear();
       size_t reporting = 0;
       for (int http : http_ports) {
