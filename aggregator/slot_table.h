@@ -37,7 +37,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <memory>
+#include <new>
 #include <span>
 #include <vector>
 
@@ -182,12 +184,30 @@ class SlotTable {
 
   SlotTableConfig cfg_;
   uint32_t quant_world_ = 1;
-  uint32_t max_elems_ = 0;               // elements of the narrowest type per block
-  uint32_t bitmap_words_ = 0;            // uint64 words per bitmap
-  std::vector<Copy> copies_;             // 2 per slot: copy_index(slot, shadow)
-  std::vector<int64_t> acc_;             // accumulators, max_elems_ per copy
-  std::vector<uint8_t> result_;          // max_payload_bytes per copy
-  std::vector<uint8_t> raw_;             // float SUM: world_size * max_payload_bytes per copy
+  uint32_t max_elems_ = 0;     // elements of the narrowest type per block
+  uint32_t bitmap_words_ = 0;  // uint64 words per bitmap
+  std::vector<Copy> copies_;   // 2 per slot: copy_index(slot, shadow)
+  // The large arrays are calloc'ed: zero pages the kernel maps on first touch, so a table sized
+  // for the largest block and every slot costs memory for the slots and bytes the ranks use
+  // (their window, their negotiated block), not for all of it (std::vector would write it all).
+  template <typename T>
+  class ZeroedArray {
+   public:
+    explicit ZeroedArray(size_t n) : p_(static_cast<T*>(std::calloc(n == 0 ? 1 : n, sizeof(T)))) {
+      if (p_ == nullptr) throw std::bad_alloc();
+    }
+    T* data() { return p_.get(); }
+    const T* data() const { return p_.get(); }
+
+   private:
+    struct Free {
+      void operator()(T* p) const { std::free(p); }
+    };
+    std::unique_ptr<T, Free> p_;
+  };
+  ZeroedArray<int64_t> acc_;             // accumulators, max_elems_ per copy
+  ZeroedArray<uint8_t> result_;          // max_payload_bytes per copy
+  ZeroedArray<uint8_t> raw_;             // float SUM: world_size * max_payload_bytes per copy
   std::vector<uint64_t> bitmaps_;        // bitmap_words_ per copy
   std::vector<uint64_t> other_bitmaps_;  // poisoned copies: the ranks of another shape
 };
