@@ -63,6 +63,10 @@ struct Engine::Job {
   // when every rank has a new incarnation, it becomes the current one (a new barrier completes).
   std::vector<uint64_t> next_bitmap;
   std::vector<BlockSeq> next_nonce;
+  // Each rank's largest block in bytes, from its HELLO (0: it named none), for the current and
+  // the next incarnation: the barrier's WELCOME offers the smallest, so every rank uses one block.
+  std::vector<uint32_t> hello_bytes;
+  std::vector<uint32_t> next_hello_bytes;
   uint32_t next_joined = 0;
   std::vector<RankCounters> ranks;
   JobCounters counters;
@@ -78,7 +82,8 @@ struct Engine::Job {
   // Served ranks: a leaf's [rank_base, rank_base + nranks); flat and root: [0, world).
   uint32_t nranks = 0;
   uint32_t rank_base = 0;
-  // WELCOME payload: the job's slots and block, for a leaf at most the parent's.
+  // WELCOME payload: the job's slots and block (at most every rank's HELLO limit; for a leaf, at
+  // most the parent's too).
   uint32_t welcome_slots = 0;
   uint32_t welcome_bytes = 0;  // max_payload_bytes
   // A leaf's link to its parent (null for flat and root jobs). A leaf is ready only once the
@@ -197,6 +202,8 @@ Status Engine::add_job(const JobConfig& cfg) {
   job->nonce.assign(job->nranks, 0);
   job->next_bitmap.assign(job->table->bitmap_words(), 0);
   job->next_nonce.assign(job->nranks, 0);
+  job->hello_bytes.assign(job->nranks, 0);
+  job->next_hello_bytes.assign(job->nranks, 0);
   job->ranks.assign(job->nranks, RankCounters{});
   job->first_ns.assign(size_t{cfg.slots.num_slots} * 2, 0);
   job->tele.assign(job->nranks, RankTelemetry{});
@@ -296,7 +303,9 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
   const bool hello = h.has(wire::kFlagHello);
   if (hello) {
     counters_.hellos += one;
-    if (h.count != 1) [[unlikely]] {
+    // [world_size] or [world_size, the rank's largest block in bytes] (at least 4).
+    if ((h.count != 1 && h.count != 2) || (h.count == 2 && static_cast<uint32_t>(pkt.word(1)) < 4))
+        [[unlikely]] {
       counters_.malformed += one;
       return {};
     }
@@ -426,6 +435,7 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
         ++job.next_joined;
       }
       job.next_nonce[h.rank] = h.seq;
+      job.next_hello_bytes[h.rank] = hello_limit(pkt);
       if (job.next_joined < job.nranks) {
         if (!retransmit) return {};
         return error_reply(job, pkt, wire::ErrorReason::kMissingRanks, job.next_bitmap, 0);
@@ -433,6 +443,7 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
       // Every rank has a new incarnation: it is the current one, and its barrier is complete.
       job.hello_bitmap.swap(job.next_bitmap);
       job.nonce.swap(job.next_nonce);
+      job.hello_bytes.swap(job.next_hello_bytes);
       job.joined = job.nranks;
       job.ready = false;
       job.counters.parent_joined = false;
@@ -449,6 +460,7 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
   moved_ = true;
   job.hello_bitmap[h.rank / 64] |= uint64_t{1} << (h.rank % 64);
   job.nonce[h.rank] = h.seq;
+  job.hello_bytes[h.rank] = hello_limit(pkt);
   if (++job.joined == job.nranks) {
     std::fill(job.next_bitmap.begin(), job.next_bitmap.end(), uint64_t{0});
     job.next_joined = 0;
@@ -461,6 +473,12 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
 // leaf: join the parent first).
 Reply Engine::barrier_complete(Job& job, const wire::Header& h) {
   job.table->reset();
+  // One block for every rank: the smallest any of them can carry (a multiple of 4 bytes, so that
+  // every element width divides it).
+  job.welcome_bytes = job.cfg.slots.max_payload_bytes;
+  for (const uint32_t b : job.hello_bytes) {
+    if (b != 0) job.welcome_bytes = std::min(job.welcome_bytes, b & ~uint32_t{3});
+  }
   std::fill(job.first_ns.begin(), job.first_ns.end(), uint64_t{0});
   std::fill(job.open.begin(), job.open.end(), uint8_t{0});
   job.inflight = 0;
@@ -468,7 +486,7 @@ Reply Engine::barrier_complete(Job& job, const wire::Header& h) {
     // Every local rank joined: this leaf joins its parent, and WELCOMEs its ranks only when
     // the parent WELCOMEs it (handle_parent).
     job.counters.parent_joined = false;
-    return job.relay->join(job.nonce);
+    return job.relay->join(job.nonce, job.welcome_bytes);
   }
   start_incarnation(job);
   return welcome_reply(job, h, Reply::Target::kAllRanks);
@@ -481,6 +499,11 @@ void Engine::start_incarnation(Job& job) {
   job.ready = true;
   job.epoch = wire::incarnation_epoch(job.cfg.key, opts_.epoch_salt, job.nonce);
   job.traffic = wire::incarnation_key(job.cfg.key, job.epoch);
+}
+
+// The largest block a HELLO names (its second word), 0 for none (on_packet() checked the count).
+uint32_t Engine::hello_limit(const wire::PacketView& pkt) {
+  return pkt.hdr.count >= 2 ? static_cast<uint32_t>(pkt.word(1)) : 0;
 }
 
 // DATA of a valid rank (checked by on_packet()).
@@ -717,7 +740,7 @@ Reply Engine::handle_parent(Job& job, const wire::PacketView& pkt) {
       // The ranks use at most what both levels hold.
       job.welcome_slots = std::min(job.cfg.slots.num_slots, static_cast<uint32_t>(pkt.word(0)));
       job.welcome_bytes =
-          std::min<uint32_t>(job.cfg.slots.max_payload_bytes, static_cast<uint32_t>(pkt.word(1)));
+          std::min<uint32_t>(job.welcome_bytes, static_cast<uint32_t>(pkt.word(1)) & ~uint32_t{3});
       return welcome_reply(job, pkt.hdr, Reply::Target::kAllRanks);
     case LeafRelay::FromParent::kResult:
       // RETRANSMIT stays: such a result answers a re-forward, i.e. some rank's retransmission.

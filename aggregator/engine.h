@@ -335,6 +335,7 @@ class Engine {
  private:
   struct Job;
   Reply handle_hello(Job& job, const wire::PacketView& pkt);
+  static uint32_t hello_limit(const wire::PacketView& pkt);
   Reply barrier_complete(Job& job, const wire::Header& h);
   void start_incarnation(Job& job);
   Reply welcome_reply(const Job& job, const wire::Header& h, Reply::Target target);

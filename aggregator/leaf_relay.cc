@@ -92,7 +92,8 @@ LeafRelay::LeafRelay(const JobConfig& cfg, SlotTable& table, JobCounters& job_co
   above_words_.assign(copies * above_stride_, 0);
 }
 
-Reply LeafRelay::join(std::span<const BlockSeq> rank_nonces) {
+Reply LeafRelay::join(std::span<const BlockSeq> rank_nonces, uint32_t max_bytes) {
+  hello_bytes_ = max_bytes;
   std::fill(tree_state_.begin(), tree_state_.end(), kNone);
   // The leaf's nonce grows whenever one of its ranks' nonces does (the root orders a leaf's
   // incarnations as the leaf orders its ranks'): the newest of its ranks' nonces, and past its own
@@ -106,7 +107,8 @@ Reply LeafRelay::join(std::span<const BlockSeq> rank_nonces) {
   return hello(false);
 }
 
-// The HELLO to the parent: rank child_index of the parent's job, payload [parent world].
+// The HELLO to the parent: rank child_index of the parent's job, payload [parent world, the
+// largest block the leaf's ranks can carry].
 Reply LeafRelay::hello(bool retransmit) {
   Reply r;
   r.target = Reply::Target::kParent;
@@ -114,8 +116,9 @@ Reply LeafRelay::hello(bool retransmit) {
                        wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : uint8_t{0}));
   r.hdr.seq = parent_nonce_;
   r.hdr.rank = static_cast<uint16_t>(cfg_.tree.child_index);
-  r.hdr.count = 1;
+  r.hdr.count = 2;
   scratch_[0] = static_cast<int32_t>(parent_world_);
+  scratch_[1] = static_cast<int32_t>(hello_bytes_);
   r.payload = bytes_of(scratch_);
   ++counters_.parent_hellos;
   ++counters_.replies_out;

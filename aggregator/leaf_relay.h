@@ -63,8 +63,9 @@ class LeafRelay {
   LeafRelay& operator=(const LeafRelay&) = delete;
 
   // Every local rank joined a new incarnation (`rank_nonces`, by served rank; the slot table was
-  // reset): the HELLO to the parent for a new leaf incarnation.
-  Reply join(std::span<const BlockSeq> rank_nonces);
+  // reset): the HELLO to the parent for a new leaf incarnation, naming `max_bytes` (the largest
+  // block every local rank can carry) as this leaf's limit.
+  Reply join(std::span<const BlockSeq> rank_nonces, uint32_t max_bytes);
   // A local rank retransmitted its HELLO while the parent has not WELCOMEd the leaf: the HELLO to
   // the parent again, marked RETRANSMIT (the workers' timers repair a lost HELLO or WELCOME).
   Reply rejoin() { return hello(true); }
@@ -168,6 +169,7 @@ class LeafRelay {
   std::vector<int32_t>& scratch_;
   uint32_t parent_world_ = 0;  // sent in the HELLO to the parent
   BlockSeq parent_nonce_ = 0;  // this leaf incarnation's nonce at the parent
+  uint32_t hello_bytes_ = 0;   // the block limit in the HELLO to the parent
   // The key of the parent's incarnation this leaf joined (WIRE.md, "Incarnations"): its partials
   // and the parent's answers carry it. From the parent's WELCOME to this leaf's HELLO.
   Key128 up_key_;

@@ -74,15 +74,18 @@ class EngineTest : public ::testing::Test {
     return s;
   }
 
+  // `limit`: the rank's largest block in bytes, the HELLO's second word (0: a one-word HELLO).
   Sent hello(uint16_t rank, BlockSeq nonce, bool retransmit = false, uint32_t world = 3,
-             JobId job = kJob, uint64_t key = kKey) {
+             JobId job = kJob, uint64_t key = kKey, uint32_t limit = 0) {
     wire::Header h;
     h.tag = key;  // the key encode_packet() seals with (test_packets.h)
     h.job = job;
     h.rank = rank;
     h.seq = nonce;
     h.flags = static_cast<uint8_t>(wire::kFlagHello | (retransmit ? wire::kFlagRetransmit : 0));
-    return send_bytes(encode_packet(h, std::vector<int32_t>{static_cast<int32_t>(world)}));
+    std::vector<int32_t> words{static_cast<int32_t>(world)};
+    if (limit != 0) words.push_back(static_cast<int32_t>(limit));
+    return send_bytes(encode_packet(h, words));
   }
 
   // HELLO from every rank of the default job; returns the reply to the last one.
@@ -276,6 +279,42 @@ TEST_F(EngineTest, NewIncarnationRestartsBarrierAndResetsSlots) {
   EXPECT_EQ(s.payload, (std::vector<int32_t>{6}));
   // Its nonces are the current ones: a HELLO with one is a lost WELCOME.
   EXPECT_EQ(hello(1, 1777).target, Reply::Target::kSender);
+}
+
+// Each rank's HELLO may name the largest block it can carry (its path's datagram): the barrier's
+// WELCOME offers the smallest of them and the job's, a multiple of 4 bytes, so that every rank
+// cuts its buffers into the same blocks. A one-word HELLO names none. Each incarnation's barrier
+// computes it again from its own HELLOs.
+TEST_F(EngineTest, WelcomeOffersTheSmallestBlockAnyRankNamed) {
+  const uint64_t malformed = engine_.counters().malformed;
+  // A limit below one 4-byte word, or a third word: malformed, dropped, nothing joins.
+  EXPECT_EQ(hello(0, 1000, false, 3, kJob, kKey, 3).target, Reply::Target::kNone);
+  {
+    wire::Header h = testing::hello_header(kJob, kKey, 0, 1000);
+    h.count = 3;
+    send_bytes(encode_packet(h, std::vector<int32_t>{3, 16, 16}));
+  }
+  EXPECT_EQ(engine_.counters().malformed, malformed + 2);
+  hello(1, 1001);  // names none
+  Sent s = hello(1, 1001, /*retransmit=*/true);
+  expect_error(s, wire::ErrorReason::kMissingRanks);
+  EXPECT_EQ(error_bitmap(s), (std::vector<uint32_t>{1}));  // rank 0's HELLOs did not join
+
+  hello(0, 1000, false, 3, kJob, kKey, 26);  // 24 usable: a multiple of 4
+  s = hello(2, 1002, false, 3, kJob, kKey, 64);
+  ASSERT_EQ(s.target, Reply::Target::kAllRanks);
+  ASSERT_EQ(s.payload.size(), wire::kWelcomeWords);
+  EXPECT_EQ(s.payload[1], 24);              // min(job's 32, 24, 64)
+  s = hello(1, 1001, /*retransmit=*/true);  // a lost WELCOME: the same block
+  ASSERT_EQ(s.target, Reply::Target::kSender);
+  EXPECT_EQ(s.payload[1], 24);
+
+  // The job restarted with larger limits everywhere: the job's own block is the smallest.
+  hello(0, 2000, false, 3, kJob, kKey, 4096);
+  hello(1, 2001, false, 3, kJob, kKey, 4096);
+  s = hello(2, 2002, false, 3, kJob, kKey, 4096);
+  ASSERT_EQ(s.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(s.payload[1], 32);
 }
 
 TEST_F(EngineTest, NewIncarnationBeforeTheBarrierCompletesRestartsIt) {

@@ -845,8 +845,10 @@ TEST_P(UdpAggregatorLeafThreadsTest, LeafTalksToItsParent) {
   ASSERT_TRUE(up.has_value());
   EXPECT_EQ(up->hdr.flags, wire::kFlagHello);
   EXPECT_EQ(up->hdr.rank, 1);
-  EXPECT_EQ(up->payload, (std::vector<int32_t>{2}));  // its guess of the parent's world: 4 / 2
-  EXPECT_FALSE(r2.recv(100ms).has_value());           // not welcomed before the parent says so
+  // Its guess of the parent's world (4 / 2), and the largest block its ranks carry (they named
+  // none: the job's 64 bytes).
+  EXPECT_EQ(up->payload, (std::vector<int32_t>{2, 64}));
+  EXPECT_FALSE(r2.recv(100ms).has_value());  // not welcomed before the parent says so
   wire::Header w;
   w.tag = kKey;  // the root seals with the job's key
   w.job = kJob;

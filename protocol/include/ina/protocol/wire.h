@@ -14,7 +14,8 @@
 //                                   request/answer (exp), else acc_bytes(dtype) fixed-point words
 //   HELLO    worker -> aggregator   HELLO (| RETRANSMIT): join barrier; seq = incarnation nonce
 //                                   (it grows: next_nonce),
-//                                   payload [world_size]                         (u32 words)
+//                                   payload [world_size, max_payload_bytes]      (u32 words)
+//                                   (the rank's largest block; one word: none named)
 //   WELCOME  aggregator -> worker   HELLO | RESULT; seq = the HELLO's nonce (0: to every rank, a
 //                                   notice that the barrier completed, adopted by none);
 //                                   payload [num_slots, max_payload_bytes, epoch lo, epoch hi]
