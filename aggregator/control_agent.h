@@ -28,7 +28,7 @@ struct AgentOptions {
   uint16_t data_port = 0;
   uint32_t slot_capacity = 4096;
   uint32_t max_fan_in = 64;
-  uint32_t block_elems = 256;
+  uint32_t block_elems = 2048;
   std::string http_bind = "127.0.0.1";
   int http_port = -1;  // -1: no HTTP endpoint; 0: any free port
   std::chrono::milliseconds heartbeat{200};

@@ -137,7 +137,7 @@ struct AdmitRequest {
   uint32_t world = 0;
   uint32_t rank = 0;
   uint32_t slots = 128;
-  uint32_t block_elems = 256;
+  uint32_t block_elems = 2048;
   uint32_t shards = 0;  // 0: StateOptions::default_shards
   std::vector<std::string> dtypes;
 };

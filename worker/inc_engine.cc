@@ -28,8 +28,10 @@
 // block, and block i takes seq base + i. A block that held a NaN (or, for SUM, an Inf) comes back
 // flagged NONFINITE and all NaN, the signal AMP's loss scaler looks for.
 //
-// The block is max_payload_bytes long (the smaller of the configured block_elems * 4 bytes, the
-// aggregator's WELCOME and the transport's datagram): 256 float32 or int32 elements, 512 16-bit.
+// The block is the WELCOME's max_payload_bytes long: the smallest of the aggregator's block and
+// each rank's limit in its HELLO (the configured block_elems * 4 bytes, 8 KiB by default, and one
+// datagram on the path to the aggregator: 1432 bytes on a 1500-byte MTU, 8 KiB on jumbo frames
+// or loopback). Every rank gets the same WELCOME, so all cut their buffers into the same blocks.
 //
 // In place (send == recv) is safe: block i's output is written when its result arrives, and by
 // then block i has been copied into its packet (kept for retransmission: never re-read).
@@ -129,19 +131,27 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
   joined_ = false;
   const std::chrono::milliseconds limit_ms = timeout.count() > 0 ? timeout : cfg_.timeout;
   const uint32_t nonce = incarnation_nonce();
-  std::array<uint8_t, wire::control_packet_size(1)> hello{};
+  // The largest block this rank can carry: the configured one, and what one datagram holds on
+  // the path to the aggregator (its MTU: no IP fragments). The aggregator WELCOMEs every rank
+  // with the smallest any rank named, so all cut their buffers alike (WIRE.md, "Join barrier").
+  const size_t transport_bytes = transport_->max_datagram() - wire::kHeaderSize;
+  const uint32_t block_limit = std::max<uint32_t>(
+      4, std::min({cfg_.block_elems * 4,
+                   static_cast<uint32_t>(std::min<size_t>(transport_bytes, 0xFFFF))}) &
+             ~uint32_t{3});
+  std::array<uint8_t, wire::control_packet_size(2)> hello{};
   wire::Header h;
   h.flags = wire::kFlagHello;
   h.job = cfg_.job;
   h.seq = nonce;
   h.rank = static_cast<uint16_t>(cfg_.rank);
   h.slot = 0;
-  h.count = 1;
+  h.count = 2;
   h.dtype = DType::kInt32;
   h.op = ReduceOp::kSum;
   wire::encode_header(h, hello.data());
-  const int32_t payload = static_cast<int32_t>(world_);
-  wire::store_words(hello.data() + wire::kHeaderSize, &payload, 1);
+  const int32_t payload[2] = {static_cast<int32_t>(world_), static_cast<int32_t>(block_limit)};
+  wire::store_words(hello.data() + wire::kHeaderSize, payload, 2);
   seal_tag(hello, cfg_.job_key);
   const std::span<const uint8_t> pkt[1] = {std::span<const uint8_t>(hello)};
 
@@ -225,12 +235,9 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
         }
         const auto num_slots = static_cast<uint32_t>(pv.word(0));
         const auto max_bytes = static_cast<uint32_t>(pv.word(1));
-        const size_t transport_bytes = transport_->max_datagram() - wire::kHeaderSize;
-        // A multiple of 4 bytes, so that every element width divides it.
-        payload_bytes_ =
-            std::min({cfg_.block_elems * 4, max_bytes,
-                      static_cast<uint32_t>(std::min<size_t>(transport_bytes, 0xFFFF))});
-        payload_bytes_ &= ~uint32_t{3};
+        // A multiple of 4 bytes, so that every element width divides it; at most this rank's
+        // limit (an aggregator that ignores the HELLO's second word offers its own block).
+        payload_bytes_ = std::min(block_limit, max_bytes) & ~uint32_t{3};
         if (payload_bytes_ == 0) {
           ++stats_.malformed;
           continue;

@@ -406,7 +406,12 @@ TEST_F(ControllerTest, DelayedRankIsRankedFirst) {
     const std::string name = "straggle-" + std::to_string(t);
     json tele;
     std::vector<Status> st = run_job(
-        name, 8, kIters, 512, [&](Config& c) { c.fault.delay_us = c.rank == slow ? 15000 : 0; }, {},
+        name, 8, kIters, 512,
+        [&](Config& c) {
+          c.fault.delay_us = c.rank == slow ? 15000 : 0;
+          c.block_elems = 256;  // 2 blocks per collective (telemetry_of below)
+        },
+        {},
         [&](int r) {
           // Rank 0 reads the telemetry before it releases the job (so the job still exists).
           if (r != 0) return;

@@ -50,7 +50,7 @@ TEST_F(ConfigEnvTest, DefaultsWithoutEnvironment) {
   EXPECT_EQ(c.aggregator_port, 47474);
   EXPECT_EQ(c.job, 1u);
   EXPECT_EQ(c.job_key, 0u);
-  EXPECT_EQ(c.block_elems, 256u);
+  EXPECT_EQ(c.block_elems, 2048u);
   EXPECT_EQ(c.window, 128u);
   EXPECT_EQ(c.timeout.count(), 30000);
   EXPECT_EQ(c.retransmit.count(), 2000);

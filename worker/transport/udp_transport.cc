@@ -121,6 +121,20 @@ Status UdpTransport::init(const UdpTransportOptions& opts) {
     }
   }
 
+  // The largest datagram that crosses the path to the aggregator in one piece: the route's MTU
+  // (IP_MTU, IPV6_MTU on the connected socket) less the IP and UDP headers. Blocks are sized to
+  // it (IncEngine::join): a fragmented datagram costs the kernel more per byte and loses all of
+  // itself with any one fragment, and UDP GSO refuses segments beyond it.
+  int mtu = 0;
+  socklen_t mtu_len = sizeof mtu;
+  if (local.ss_family == AF_INET && getsockopt(fd_, IPPROTO_IP, IP_MTU, &mtu, &mtu_len) == 0 &&
+      mtu > 28) {
+    max_datagram_ = std::min<size_t>(kMaxUdpPayload, static_cast<size_t>(mtu) - 28);
+  } else if (local.ss_family == AF_INET6 &&
+             getsockopt(fd_, IPPROTO_IPV6, IPV6_MTU, &mtu, &mtu_len) == 0 && mtu > 48) {
+    max_datagram_ = std::min<size_t>(kMaxUdpPayload, static_cast<size_t>(mtu) - 48);
+  }
+
   set_buffer(fd_, SO_SNDBUFFORCE, SO_SNDBUF, opts.socket_buffer_bytes);
   set_buffer(fd_, SO_RCVBUFFORCE, SO_RCVBUF, opts.socket_buffer_bytes);
 

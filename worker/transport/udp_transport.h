@@ -57,7 +57,8 @@ class UdpTransport final : public Transport {
 
   Status send_batch(std::span<const std::span<const uint8_t>> pkts) override;
   Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds timeout) override;
-  size_t max_datagram() const override { return kMaxUdpPayload; }
+  // One datagram on the path to the aggregator: its route's MTU less the IP and UDP headers.
+  size_t max_datagram() const override { return max_datagram_; }
   std::string peer_name() const override { return peer_name_; }
   uint64_t refusals() const override { return counters_.refusals; }
 
@@ -81,6 +82,7 @@ class UdpTransport final : public Transport {
   int fd_ = -1;
   std::string peer_name_;
   uint16_t local_port_ = 0;
+  size_t max_datagram_ = kMaxUdpPayload;
   bool gro_on_ = false;
   bool gso_on_ = false;
   uint32_t batch_ = 32;

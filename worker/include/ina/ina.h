@@ -108,7 +108,7 @@ typedef struct {
   uint32_t job;           /* 0: INA_JOB or 1 */
   const char* job_key;    /* 32 hex digits, the job's 128-bit key; NULL: INA_JOB_KEY or none
                              (version 2: was a uint64_t in version 1) */
-  uint32_t block_elems;   /* 0: INA_BLOCK_ELEMS or 256 */
+  uint32_t block_elems;   /* 0: INA_BLOCK_ELEMS or 2048 (lowered to the path's datagram) */
   uint32_t window;        /* 0: INA_WINDOW or 128 */
   uint32_t timeout_ms;    /* 0: INA_TIMEOUT_MS or 30000 */
   uint32_t retransmit_us; /* 0: INA_RETRANSMIT_US or 2000 */

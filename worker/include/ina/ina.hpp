@@ -101,7 +101,8 @@ struct Config {
   // The job's 128-bit key (INA_JOB_KEY: 32 hex digits; or the controller's): every packet is
   // sealed with it and every reply verified. Zero: none configured (sealed with the zero key).
   Key128 job_key;
-  uint32_t block_elems = 256;    // elements per packet, 1 .. 16384 (the aggregator may lower it)
+  uint32_t block_elems = 2048;   // 4-byte elements per packet, 1 .. 16384 (lowered to one
+                                 // datagram on the path to the aggregator, and by the aggregator)
   uint32_t window = 128;         // slots in flight, 1 .. 32768 (the aggregator may lower it)
   std::chrono::milliseconds timeout{30000};       // deadline of one collective (and of joining)
   std::chrono::microseconds retransmit{2000};     // first retransmission timeout
