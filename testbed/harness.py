@@ -52,7 +52,7 @@ ALL_VARIANTS = ["ina", "ina-veth", "host-ring", "host-tree", "host-hd", "mpi", "
                 "host-alltoall", "mpi-alltoall"]
 LINK_VARIANTS = linksweep.LINK_VARIANTS
 CSV_FIELDS = ["variant", "coll", "ranks", "loss_pct", "bytes", "count", "dtype", "op", "time_us",
-              "algbw", "busbw", "wrong", "link_rate"]
+              "algbw", "busbw", "wrong", "link_rate", "block_bytes"]
 RUNS_FIELDS = ["variant", "coll", "ranks", "loss_pct", "status", "seconds", "note", "link_rate",
                "dtype"]
 

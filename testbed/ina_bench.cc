@@ -88,7 +88,7 @@ struct Options {
   std::string datatype = "float32";
   std::string op = "sum";
   int workers = 4;
-  uint32_t block_elems = 256;
+  uint32_t block_elems = 2048;
   uint32_t window = 128;
   uint32_t timeout_ms = 30000;
   std::string csv;
@@ -334,7 +334,11 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
   std::vector<Line> recv_store(max_bytes / sizeof(Line) + 1);
   void* send = send_store.data();
   void* recv = recv_store.data();
-  DataSpec spec = make_spec(o, comm.size(), o.block_elems);
+  // Blocks as the job cuts them (the WELCOME's, in this dtype's elements): the float SUM check
+  // bounds each element by its block's largest |x|.
+  const size_t job_block =
+      comm.block_elems() != 0 ? size_t{comm.block_elems()} * 4 / esize : size_t{o.block_elems};
+  DataSpec spec = make_spec(o, comm.size(), job_block);
   bool all_ok = true;
   for (size_t k = 0; k < sizes.size(); ++k) {
     size_t bytes = sizes[k];
@@ -503,13 +507,14 @@ const char* tool_line(const Options& o) {
                 : "ina-bench: in-network AllReduce through a software aggregator";
 }
 
-void print_config_line(const Options& o, int ranks, const std::string& where) {
+// `block`: the job's block in 4-byte elements (the communicator's, once joined; 0: --block-elems).
+void print_config_line(const Options& o, int ranks, const std::string& where, uint32_t block = 0) {
   std::printf(
       "# ranks %d, dtype %s, op %s, block %u elems, window %u slots, iters %d, warmup %d, "
       "check %d%s\n# %s: %s\n",
       ranks, ina::dtype_name(o.dtype).data(), o.alltoall ? "none" : ina::op_name(o.rop).data(),
-      o.block_elems, o.window, o.iters, o.warmup, o.check, cap_text(o.cap_b).c_str(),
-      o.host ? "transport" : "aggregator", where.c_str());
+      block != 0 ? block : o.block_elems, o.window, o.iters, o.warmup, o.check,
+      cap_text(o.cap_b).c_str(), o.host ? "transport" : "aggregator", where.c_str());
   const char* algo = std::getenv("INA_ALGO");
   if (!o.alltoall)
     std::printf("# collective: allreduce, transport %s, host algorithm %s\n", o.transport.c_str(),
@@ -828,7 +833,8 @@ int run_external_rank(const Options& o, const ina::Config& cfg, const std::vecto
         o, ranks,
         (o.host ? "host TCP mesh, store " + cfg.store
                 : cfg.aggregator_host + ":" + std::to_string(cfg.aggregator_port) + " (external)") +
-            ", job " + std::to_string(cfg.job));
+            ", job " + std::to_string(cfg.job),
+        c->block_elems());
     bench_print_table_header(stdout);
   }
   double busbw_sum = 0;

@@ -294,6 +294,13 @@ def _num(r, k, conv=float):
         return None
 
 
+def row_block_elems(r):
+    """INA's block of a results row in 4-byte elements: its block_bytes column (ina-bench's
+    config line), or 256 for rows recorded before the column (1 KiB blocks, the default then)."""
+    b = r.get("block_bytes") or ""
+    return int(b) // 4 if str(b).isdigit() and int(b) > 0 else 256
+
+
 def link_rows(rows):
     """The link-bound rows of a results.csv (dicts), with numbers parsed and the bound added:
     link_rate (bit/s), ranks, bytes, time_us, algbw (GB/s), bound (GB/s), pct (of bound)."""
@@ -305,7 +312,7 @@ def link_rows(rows):
         n, b = int(r["ranks"]), int(r["bytes"])
         d = dict(r, link_rate=rate, ranks=n, bytes=b, time_us=float(r["time_us"]),
                  algbw=float(r["algbw"]))
-        bound = bound_algbw(r["variant"], n, rate, r["dtype"])
+        bound = bound_algbw(r["variant"], n, rate, r["dtype"], row_block_elems(r))
         d["bound"] = bound / 1e9 if bound else None
         d["pct"] = 100 * d["algbw"] / d["bound"] if bound else None
         out.append(d)
@@ -391,7 +398,8 @@ def size_tables(rows, min_bytes=1 << 20):
         vs = _variants(sub)
         sizes = sorted({r["bytes"] for r in sub})
         sizes = [s for s in sizes if s == sizes[0] or s >= min_bytes]
-        bounds = {v: bound_algbw(v, n, rate, dt) for v in vs}
+        bounds = {v: next((r["bound"] * 1e9 for r in sub if r["variant"] == v and r["bound"]),
+                          None) for v in vs}
         out += [f"#### {rate_name(rate)} links, N = {n}, {dt}", "",
                 "| size | " + " | ".join(vs) + " | INA/ring | bounds' ratio |",
                 "|---|" + "---|" * (len(vs) + 2),

@@ -30,6 +30,7 @@ removed after each run.
 """
 import csv
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -360,11 +361,15 @@ class LinkSweep:
                      + (f"# {note}\n" if note else "") + "\n")
         tables.flush()
         rows = []
+        # INA's block as the job cut it (ina-bench's config line, rank 0): the payload per frame
+        # that its bound counts (linkbound.ina_framing).
+        m = re.search(r"^# ranks \d+, .*, block (\d+) elems", text, re.M)
+        block_bytes = 4 * int(m.group(1)) if m and v.startswith("ina") else ""
         if os.path.exists(tmpcsv):
             with open(tmpcsv, newline="") as f:
                 for r in csv.DictReader(f):
                     rows.append({"variant": v, "coll": "allreduce", "loss_pct": 0,
-                                 "link_rate": rate,
+                                 "link_rate": rate, "block_bytes": block_bytes,
                                  **{k: r[k] for k in ("ranks", "bytes", "count", "dtype", "op",
                                                       "time_us", "algbw", "busbw", "wrong")}})
             os.remove(tmpcsv)

@@ -40,10 +40,11 @@ def main():
         if m is None:
             fail(f"{dtype}: no summary line", out)
         elements, per_element, resent, fallbacks = (float(g) for g in m.groups())
-        # Words of the data's width on the wire (wire v2) plus a 40-byte header per 1024-byte
-        # block; the count includes resent packets, taken out here.
+        # Words of the data's width on the wire (wire v2) plus a 40-byte header per block (8 KiB
+        # on loopback: 0.5%); the count includes resent packets, taken out here only roughly
+        # (resent packets may be a size's shorter last block), hence the 5% below the width.
         first = per_element / (1 + resent / 100)
-        if not width < first < width * 1.25:  # resent packets are the larger ones under load
+        if not width * 0.95 < first < width * 1.25:  # resent packets are larger ones under load
             fail(f"{dtype}: {per_element} B per element ({first:.2f} without resends) is not "
                  f"{width} B plus headers", out)
         if elements <= 0 or not 0 <= resent <= 100 or fallbacks != 0:
