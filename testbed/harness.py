@@ -492,6 +492,9 @@ def main(argv=None):
                     help="link-bound sweep: every variant across namespaces on worker links "
                          "shaped to each rate (tbf both ends), e.g. 500mbit,1gbit; the links are "
                          "checked first")
+    ap.add_argument("--mtu", type=int, default=None,
+                    help="--link-rate: every veth's MTU (default: the kernel's 1500; 9000 for "
+                         "jumbo frames, which INA's blocks follow up to 8 KiB)")
     ap.add_argument("-d", "--dtypes", type=parse_list("dtypes", str), default=None,
                     help="link-bound sweep: float32,bfloat16 (Gloo and Open MPI: float32 only)")
     ap.add_argument("--force", action="store_true",

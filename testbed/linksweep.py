@@ -279,7 +279,7 @@ class LinkSweep:
                         print(f"[{i}/{len(plan)}] {v:10s} N={n} {linkbound.rate_name(rate)} "
                               f"{dt} skipped ({why})", flush=True)
                     continue
-                self.topo = topo.Topology(n, 2, "bridge", link_rate=rate,
+                self.topo = topo.Topology(n, 2, "bridge", link_rate=rate, mtu=self.a.mtu,
                                           prefix=self.a.ns_prefix)
                 with self.topo:
                     t = self.topo

@@ -90,10 +90,14 @@ class Topology:
     round-robin over `leaves` leaf bridges, each joined to one spine bridge)."""
 
     def __init__(self, workers, aggregators=1, kind="bridge", leaves=2, run_id=None,
-                 link_rate=None, prefix="inatb"):
+                 link_rate=None, prefix="inatb", mtu=None):
         """link_rate: bits/s of tbf on both ends of every worker link and on every leaf-spine
         link (None: unshaped); the aggregators' links stay unshaped (the aggregator plays the
-        switch). prefix: the first part of every namespace's name."""
+        switch). prefix: the first part of every namespace's name. mtu: every veth's MTU (None:
+        the kernel's 1500; 9000 for jumbo frames, as data-centre networks carry)."""
+        if mtu is not None and not 68 <= mtu <= 65535:
+            raise ValueError(f"mtu {mtu}: must be in 68..65535")
+        self.mtu = mtu
         if workers < 1 or aggregators < 0 or workers + aggregators > 250:
             raise ValueError(f"workers {workers}, aggregators {aggregators}: need 1..250 hosts")
         if kind not in ("bridge", "leafspine"):
@@ -152,6 +156,9 @@ class Topology:
                     # leaf l <-> spine: both ends in the switch namespace
                     self._ns(sw, "ip", "link", "add", f"l{l}up", "type", "veth", "peer", "name",
                              f"s{l}down")
+                    if self.mtu:
+                        for dev in (f"l{l}up", f"s{l}down"):
+                            self._ns(sw, "ip", "link", "set", dev, "mtu", str(self.mtu))
                     self._ns(sw, "ip", "link", "set", f"l{l}up", "master", f"leaf{l}", "up")
                     self._ns(sw, "ip", "link", "set", f"s{l}down", "master", "spine", "up")
                     if self.link_rate:
@@ -163,6 +170,9 @@ class Topology:
                 _run(["ip", "link", "add", "name", "eth0", "netns", h.ns, "type", "veth", "peer",
                       "name", port, "netns", sw])
                 bridge = "br0" if self.kind == "bridge" else f"leaf{k % self.leaves}"
+                if self.mtu:  # both ends; the bridges follow their ports
+                    self._ns(sw, "ip", "link", "set", port, "mtu", str(self.mtu))
+                    self._ns(h.ns, "ip", "link", "set", "eth0", "mtu", str(self.mtu))
                 self._ns(sw, "ip", "link", "set", port, "master", bridge, "up")
                 self._ns(h.ns, "ip", "addr", "add", f"{h.ip}/16", "dev", "eth0")
                 self._ns(h.ns, "ip", "link", "set", "eth0", "up")
