@@ -127,7 +127,7 @@ IncEngine::~IncEngine() = default;
 // ---------------------------------------------------------------------------------------------
 // Join barrier
 
-Status IncEngine::join(std::chrono::milliseconds timeout) {
+Status IncEngine::join(std::chrono::milliseconds timeout, std::chrono::milliseconds refused) {
   joined_ = false;
   const std::chrono::milliseconds limit_ms = timeout.count() > 0 ? timeout : cfg_.timeout;
   const uint32_t nonce = incarnation_nonce();
@@ -175,9 +175,9 @@ Status IncEngine::join(std::chrono::milliseconds timeout) {
   for (;;) {
     Clock::time_point now = Clock::now();
     if (now >= deadline) break;
-    if (!heard_ && now - start >= kRefusedJoin && transport_->refusals() != refusals0) {
+    if (!heard_ && now - start >= refused && transport_->refusals() != refusals0) {
       return unavailable(who + ": the aggregator refused every datagram for " +
-                         std::to_string(kRefusedJoin.count()) +
+                         std::to_string(refused.count()) +
                          " ms (ICMP port unreachable: nothing listens at its port; is it running, "
                          "and is INA_AGGREGATOR's port right?)");
     }

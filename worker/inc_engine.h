@@ -54,8 +54,10 @@ class IncEngine {
   // The join barrier: HELLO with a fresh incarnation nonce, retransmitted with backoff until the
   // aggregator's WELCOME (every rank joined) or cfg.timeout. Adopts the smaller of the
   // configured and the aggregator's block size and window. `timeout` zero: cfg.timeout (a probe
-  // of a lost aggregator uses a shorter one).
-  Status join(std::chrono::milliseconds timeout = std::chrono::milliseconds::zero());
+  // of a lost aggregator uses a shorter one). Refusals and nothing heard for `refused`: the
+  // aggregator is gone (a probe, which tries again later, gives up sooner than a first join).
+  Status join(std::chrono::milliseconds timeout = std::chrono::milliseconds::zero(),
+              std::chrono::milliseconds refused = kRefusedJoin);
 
   // Sums (or takes the MIN/MAX of) `count` elements over all ranks. recv may equal send. All
   // ranks must call it with the same count, dtype and op, in the same order.

@@ -44,8 +44,9 @@
 // Probing. On the host path, rank 0 decides before each AllReduce whether to probe the
 // aggregator (after 1 s, then 2 s, 4 s, ... up to 60 s of wall time since the last attempt) and
 // broadcasts the decision (one more small host message per collective on the host path); then
-// every rank re-joins (a barrier at the aggregator, with a deadline of min(timeout, 5 s)) and
-// the ranks take the MIN of their success over the mesh: all joined, back in-network. Admitted
+// every rank re-joins (a barrier at the aggregator, with a deadline of min(timeout, 1 s), 100 ms
+// when the aggregator's host refuses our datagrams) and the ranks take the MIN of their success
+// over the mesh: all joined, back in-network. Admitted
 // through a controller (UDP transport), each rank first asks the controller again: when it has
 // re-placed the job (its aggregator stopped heartbeating), the engine is rebuilt towards the new
 // aggregator before the re-join. The admission is sticky per job name, so every rank gets the same
@@ -72,7 +73,11 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::chrono::milliseconds kFirstProbe{1000};
 constexpr std::chrono::milliseconds kMaxProbe{60000};
-constexpr std::chrono::milliseconds kMaxProbeJoin{5000};
+// A probe is one collective's detour on the host path: a dead aggregator (its host refuses our
+// datagrams) fails it in kProbeRefused, a silent one in kMaxProbeJoin; a live one WELCOMEs the
+// ranks within a few round trips of the broadcast that starts every rank's probe at once.
+constexpr std::chrono::milliseconds kMaxProbeJoin{1000};
+constexpr std::chrono::milliseconds kProbeRefused{100};
 
 // An in-network failure that the host path can absorb: the aggregator is gone or too slow.
 bool fallbackable(const Status& s) {
@@ -421,7 +426,7 @@ Status PathPolicy::maybe_probe() {
   if (probe == 0) return ok_status();
   ++probes_;
   follow_replacement();
-  const Status s = engine_->join(std::min(cfg_.timeout, kMaxProbeJoin));
+  const Status s = engine_->join(std::min(cfg_.timeout, kMaxProbeJoin), kProbeRefused);
   INA_ASSIGN_OR_RETURN(int32_t worst, agree_max(s.ok() ? 0 : 1, 2 * cfg_.timeout));
   if (worst == 0) {
     INA_INFO("worker", "rank %d: the aggregator%s back: in-network again", cfg_.rank,

@@ -96,8 +96,8 @@ Status ShardedEngine::combined(const char* what) const {
   return Status(results_[worst].code(), std::move(m));
 }
 
-Status ShardedEngine::join(std::chrono::milliseconds timeout) {
-  run_all([&](size_t k) { return engines_[k]->join(timeout); });
+Status ShardedEngine::join(std::chrono::milliseconds timeout, std::chrono::milliseconds refused) {
+  run_all([&](size_t k) { return engines_[k]->join(timeout, refused); });
   INA_RETURN_IF_ERROR(combined("joining a sharded job"));
   uint32_t b = engines_[0]->payload_bytes();
   for (const auto& e : engines_) b = std::min(b, e->payload_bytes());

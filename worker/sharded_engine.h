@@ -36,7 +36,8 @@ class ShardedEngine {
   // Joins every aggregator (concurrently); OK only when all of them WELCOMEd this rank. Then every
   // shard uses the smallest of their adopted block sizes. A failure names the shard and its
   // aggregator (and, as IncEngine::join, the ranks that have not joined).
-  Status join(std::chrono::milliseconds timeout = std::chrono::milliseconds::zero());
+  Status join(std::chrono::milliseconds timeout = std::chrono::milliseconds::zero(),
+              std::chrono::milliseconds refused = IncEngine::kRefusedJoin);
 
   // IncEngine::allreduce over all shards: range k of the blocks on aggregator k (empty ranges
   // are skipped). Waits for every shard. When shards fail, returns the first shard's error that
