@@ -382,8 +382,6 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   INA_RETURN_IF_ERROR(flush());
 
   Clock::time_point last_rx = start;  // when a datagram last came from the aggregator
-  bool silence_probed = false;        // the silence since last_rx had its probe
-  Clock::time_point silence_check = start + kRefusedSilence;  // when to look at the silence
   while (c.rounds_left > 0) {
     Clock::time_point now = Clock::now();
     if (now >= deadline) {
@@ -391,25 +389,15 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
       send_aborts();
       return st;
     }
-    const auto wait = std::chrono::ceil<std::chrono::microseconds>(
-        std::min({next_due_, deadline, std::max(silence_check, now)}) - now);
+    const auto wait =
+        std::chrono::ceil<std::chrono::microseconds>(std::min(next_due_, deadline) - now);
     INA_ASSIGN_OR_RETURN(size_t n, transport_->recv_batch(rx_, wait));
     for (size_t i = 0; i < n; ++i) INA_RETURN_IF_ERROR(on_datagram(rx_[i]));
     now = Clock::now();
     if (n > 0) {
       last_rx = now;
-      silence_probed = false;
-      silence_check = now + kRefusedSilence;
     } else if (now - last_rx >= kRefusedSilence && transport_->refusals() != refusals_at_start_) {
       return gone_status(now - last_rx);
-    } else if (now >= silence_check) {
-      // Silence with rounds outstanding: one round goes again now, not at its timer (which
-      // covers the window's drain time and grows under load). A dead aggregator's host refuses
-      // it (ICMP) and the check above, kRefusedSilence later, ends the collective; a live one
-      // answers it (the result, or the bitmap of an incomplete round). Once per silence.
-      if (!silence_probed) probe_silence();
-      silence_probed = true;
-      silence_check = now + kRefusedSilence;
     }
     // A full batch means more datagrams are waiting: results may be among them, so timers are
     // checked only once the receive queue is drained. Otherwise a rank that was descheduled for a
@@ -519,24 +507,6 @@ Status IncEngine::flush() {
   tx_slots_.clear();
   stats_.packets_sent += tx_.size();
   return transport_->send_batch(tx_);
-}
-
-// The outstanding round due first goes again (flagged RETRANSMIT; its timer, the window and the
-// RTT estimate untouched: a probe, not a timeout).
-void IncEngine::probe_silence() {
-  uint32_t first = coll_.width;
-  for (uint32_t s = 0; s < coll_.width; ++s) {
-    const Slot& sl = slots_[s];
-    if (sl.active && !sl.queued && (first == coll_.width || sl.due < slots_[first].due)) first = s;
-  }
-  if (first == coll_.width) return;
-  Slot& sl = slots_[first];
-  sl.pkt[wire::kOffFlags] |= wire::kFlagRetransmit;
-  sl.resealed = false;
-  sl.retransmitted = true;
-  sl.queued = true;
-  tx_slots_.push_back(first);
-  ++stats_.retransmits;
 }
 
 void IncEngine::retransmit_due(Clock::time_point now) {

@@ -146,7 +146,6 @@ class IncEngine {
   // Build a round's packet in the slot's buffer and queue it for sending.
   void start_block(uint32_t s, uint64_t block);
   void finish_header(Slot& sl, uint8_t flags, uint16_t count);
-  void probe_silence();
   void queue(uint32_t s, Clock::time_point now);
   Status flush();
 
