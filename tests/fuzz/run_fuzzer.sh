@@ -4,7 +4,8 @@
 #   fuzz <name>: <execs> execs, <exec/s> exec/s, corpus <units> units (<seeds> seeds), cov <edges>,
 #   <n> crashes
 # Inputs: tests/fuzz/corpus/<name> (seeds, committed; crash regressions are committed there too)
-# and tests/fuzz/<name>.dict when present (INA_FUZZ_SOURCE: the tests/fuzz source directory).
+# and tests/fuzz/<name>.dict and <name>.options when present (INA_FUZZ_SOURCE: the tests/fuzz
+# source directory).
 # The corpus grows in <workdir>/corpus/<name>; crashing inputs go to <workdir>/crashes/<name>/.
 # Exit status: 0 without a crash, 1 with one (libFuzzer's report is printed), 2 on bad usage.
 set -uo pipefail
@@ -23,6 +24,12 @@ rm -f "$crashes"/*
 args=(-max_total_time="$seconds" -print_final_stats=1 -timeout=10 -rss_limit_mb=2048
       -error_exitcode=1 -timeout_exitcode=1 -artifact_prefix="$crashes/" -max_len=4096)
 if [ -f "$src/$name.dict" ]; then args+=(-dict="$src/$name.dict"); fi
+# tests/fuzz/<name>.options: more libFuzzer flags for that harness, one per line (# comments).
+if [ -f "$src/$name.options" ]; then
+  while read -r opt; do
+    case "$opt" in ''|'#'*) ;; *) args+=("$opt") ;; esac
+  done <"$src/$name.options"
+fi
 # INA_FUZZ_RUNS=N: stop after N executions too (whichever of time and count comes first).
 if [ -n "${INA_FUZZ_RUNS:-}" ]; then args+=(-runs="$INA_FUZZ_RUNS"); fi
 dirs=("$corpus")
