@@ -172,10 +172,10 @@ class ControllerTest : public ::testing::Test {
     if (!r || r->status != 200) return json();
     return json::parse(r->body, nullptr, false);
   }
-  // The aggregators' /v1/telemetry (at these HTTP ports), polled every 10 ms, at most 300 times,
-  // until as many job entries as aggregators report completed rounds (the reports are periodic).
+  // The aggregators' /v1/telemetry (at these HTTP ports), polled every 10 ms for up to 10 s (a
+  // deadline, not a count of tries: on a loaded machine each round of GETs is slow), until as
+  // many job entries as aggregators report completed rounds (the reports are periodic).
   static std::vector<json> telemetry_with_traffic(const std::vector<int>& http_ports) {
-    // A deadline, not a count of tries: on a loaded machine each round of HTTP GETs is slow.
     std::vector<json> telemetry;
     const auto deadline = std::chrono::steady_clock::now() + 10s;
     while (std::chrono::steady_clock::now() < deadline) {
