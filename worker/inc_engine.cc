@@ -134,11 +134,11 @@ Status IncEngine::join(std::chrono::milliseconds timeout, std::chrono::milliseco
   // The largest block this rank can carry: the configured one, and what one datagram holds on
   // the path to the aggregator (its MTU: no IP fragments). The aggregator WELCOMEs every rank
   // with the smallest any rank named, so all cut their buffers alike (WIRE.md, "Join barrier").
-  const size_t transport_bytes = transport_->max_datagram() - wire::kHeaderSize;
-  const uint32_t block_limit = std::max<uint32_t>(
-      4, std::min({cfg_.block_elems * 4,
-                   static_cast<uint32_t>(std::min<size_t>(transport_bytes, 0xFFFF))}) &
-             ~uint32_t{3});
+  const auto path_bytes = static_cast<uint32_t>(
+      std::min<size_t>(transport_->max_datagram() - wire::kHeaderSize, 0xFFFF));
+  // A multiple of 4 bytes (every element width divides it), at least 4 (the aggregator's floor).
+  const uint32_t block_limit =
+      std::max<uint32_t>(4, std::min(cfg_.block_elems * 4, path_bytes) & ~uint32_t{3});
   std::array<uint8_t, wire::control_packet_size(2)> hello{};
   wire::Header h;
   h.flags = wire::kFlagHello;
