@@ -639,18 +639,49 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
 
 // A worker's ERROR kAborted (wire.h): rank `global_rank` gives up on the round the header names
 // (its deadline passed). The round is marked aborted unless it completed, so that a rank that
-// comes later cannot complete it and return success where this one failed; nothing is sent back
-// (the rank has moved on). The payload must name the sender itself: a rank gives up only for
-// itself. A leaf also tells its parent, so that the round fails above it too (leaf_relay.h).
+// comes later cannot complete it and return success where this one failed. The payload must name
+// the sender itself: a rank gives up only for itself.
+//
+// The abort and a late rank's last DATA race to this aggregator, and only here is their order
+// known, so the answer tells the sender which came first (the worker waits for it: inc_engine.cc,
+// "At the deadline"): the round's result when the round completed before the abort (the late
+// rank returns success, and so does the one that gave up), or these same kAborted words when the
+// abort came first (every later DATA for the round gets them too, so every rank fails). A tree
+// leaf answers from its own copy where it can, and otherwise passes the abort to its parent as
+// its own (leaf_relay.h): the root's answer, a result or an abort, reaches every local rank.
 Reply Engine::handle_abort(Job& job, const wire::PacketView& pkt, uint32_t global_rank) {
   if (!job.ready || static_cast<uint32_t>(pkt.word(1)) != global_rank) {
     ++counters_.malformed;
     return {};
   }
+  const wire::Header& h = pkt.hdr;
   const auto cause = static_cast<uint32_t>(pkt.word(2));
-  if (job.table->abort(pkt.hdr, global_rank, cause)) ++counters_.aborted_rounds;
-  if (job.relay) return job.relay->forward_abort(pkt.hdr, cause);
-  return {};
+  if (job.table->abort(h, global_rank, cause)) ++counters_.aborted_rounds;
+  if (h.slot >= job.cfg.slots.num_slots) return {};
+  const CopyView c = job.table->copy(h.slot, h.shadow);
+  if (c.seq != h.seq) return {};  // a replay of an older round's abort: it waits for nothing
+  if (c.aborted_by != CopyView::kNoAbort) {
+    scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kAborted);
+    scratch_[1] = static_cast<int32_t>(c.aborted_by);
+    scratch_[2] = static_cast<int32_t>(c.abort_cause);
+    if (job.cfg.tree.role == TreeRole::kRoot) {  // a leaf's abort: the leaf relays the answer
+      scratch_[3] = static_cast<int32_t>(wire::kTreeNoteTag);
+      return error_to_sender(job, pkt, 4);
+    }
+    return error_to_sender(job, pkt, 3);
+  }
+  if (!c.complete) return {};
+  // The round completed before the abort arrived: its result, as to a resend.
+  if (!job.relay || job.relay->has_result(copy_index(h.slot, h.shadow))) {
+    ++counters_.resent_results;
+    return result_reply(job, h, Reply::Target::kSender, wire::kFlagRetransmit);
+  }
+  // A leaf's copy complete here, waiting for the root: the root decides; or the root has given
+  // up on it already, and the leaf answers as it answers a resend.
+  if (job.relay->awaits_parent(copy_index(h.slot, h.shadow))) {
+    return job.relay->forward_abort(h, cause);
+  }
+  return job.relay->on_resend(h);
 }
 
 // ERROR kRoundMismatch for a poisoned round every rank is in (wire.h): [reason, count, elems,

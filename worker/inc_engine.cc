@@ -384,11 +384,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   Clock::time_point last_rx = start;  // when a datagram last came from the aggregator
   while (c.rounds_left > 0) {
     Clock::time_point now = Clock::now();
-    if (now >= deadline) {
-      Status st = deadline_status(cfg_.timeout);  // reads the outstanding rounds
-      send_aborts();
-      return st;
-    }
+    if (now >= deadline) return settle_at_deadline(deadline_status(cfg_.timeout));
     const auto wait =
         std::chrono::ceil<std::chrono::microseconds>(std::min(next_due_, deadline) - now);
     INA_ASSIGN_OR_RETURN(size_t n, transport_->recv_batch(rx_, wait));
@@ -783,7 +779,74 @@ std::string IncEngine::mismatch_text(const wire::PacketView& pv) const {
          "usable for the next collective";
 }
 
-void IncEngine::send_aborts() {
+// At the deadline. This rank gives up on its outstanding rounds (ERROR kAborted), but a late
+// rank's last block may reach the aggregator before the abort does: then the round completes
+// there, the late rank returns success, and this rank must not fail. The two race to the
+// aggregator, and only there is their order known, so it decides: it answers each abort with the
+// round's result (the round completed first) or with the abort (the abort came first; every
+// later DATA for the round gets the same words, so the late rank fails too). This rank waits for
+// those answers, up to kAbortSettle, resending its aborts on the retransmission timer: a result
+// for every remaining round completes the collective (late, and the same on every rank); any
+// abort, or no answer, fails it. A block this rank never sent cannot have completed anywhere, so
+// with one left the collective fails at once. An aggregator that is alive answers within a round
+// trip: a rank that is gone costs the others one round trip past their deadline, not
+// kAbortSettle.
+Status IncEngine::settle_at_deadline(Status failed) {
+  uint64_t outstanding = 0;
+  for (uint32_t s = 0; s < coll_.width; ++s) outstanding += slots_[s].active ? 1 : 0;
+  const bool all_sent = outstanding == coll_.rounds_left;
+  send_aborts(/*keep_active=*/all_sent);
+  if (!all_sent) return failed;
+  const Clock::time_point start = Clock::now();
+  const Clock::time_point until = start + kAbortSettle;
+  Clock::duration rto = cc_.rto();
+  Clock::time_point due = start + rto;
+  for (;;) {
+    if (coll_.rounds_left == 0) {
+      ++stats_.late_completions;
+      INA_DEBUG("worker",
+                "rank %d: %s completed %.1f ms after its deadline: the aggregator had completed "
+                "every outstanding round before this rank's abort",
+                cfg_.rank, describe_collective().c_str(), ms_since(start));
+      return ok_status();
+    }
+    Clock::time_point now = Clock::now();
+    if (now >= until) break;
+    const auto wait = std::chrono::ceil<std::chrono::microseconds>(std::min(due, until) - now);
+    Result<size_t> n = transport_->recv_batch(rx_, wait);
+    if (!n.ok()) break;
+    for (size_t i = 0; i < n.value(); ++i) {
+      // An answer that ends the collective (an abort, a mismatch) fails it. The deadline's own
+      // message stays: it names the ranks the aggregator missed.
+      Status st = on_datagram(rx_[i]);
+      if (!st.ok()) {
+        for (uint32_t s = 0; s < coll_.width; ++s) slots_[s].active = false;
+        return st.code() == StatusCode::kDeadlineExceeded ? failed : st;
+      }
+    }
+    now = Clock::now();
+    if (now >= due && coll_.rounds_left > 0) {
+      resend_aborts();
+      rto *= 2;
+      due = now + rto;
+    }
+  }
+  for (uint32_t s = 0; s < coll_.width; ++s) slots_[s].active = false;
+  return failed;
+}
+
+void IncEngine::resend_aborts() {
+  tx_.clear();
+  for (uint32_t s = 0; s < coll_.width; ++s) {
+    const Slot& sl = slots_[s];
+    if (sl.active) tx_.emplace_back(sl.pkt, sl.pkt_len);
+  }
+  if (tx_.empty()) return;
+  stats_.packets_sent += tx_.size();
+  (void)transport_->send_batch(tx_);
+}
+
+void IncEngine::send_aborts(bool keep_active) {
   tx_.clear();
   for (uint32_t s = 0; s < coll_.width; ++s) {
     Slot& sl = slots_[s];
@@ -804,7 +867,7 @@ void IncEngine::send_aborts() {
     wire::store_words(sl.pkt + wire::kHeaderSize, words, 3);
     sl.pkt_len = static_cast<uint32_t>(wire::control_packet_size(3));
     seal_tag(std::span<uint8_t>(sl.pkt, sl.pkt_len), traffic_key_);
-    sl.active = false;  // the round is given up
+    sl.active = keep_active;  // the round is given up (or its answer awaited)
     tx_.emplace_back(sl.pkt, sl.pkt_len);
   }
   if (tx_.empty()) return;

@@ -21,8 +21,8 @@
 namespace ina::worker {
 
 // Adds an engine's packet counters (packets, retransmits, duplicates, malformed, non-finite
-// blocks, error reports, spurious retransmits) from `from` to `to`; not collectives, rto_us or
-// the host-path counters, which each caller combines its own way.
+// blocks, error reports, spurious retransmits, late completions) from `from` to `to`; not
+// collectives, rto_us or the host-path counters, which each caller combines its own way.
 inline void add_packet_counters(const CommStats& from, CommStats* to) {
   to->packets_sent += from.packets_sent;
   to->packets_received += from.packets_received;
@@ -33,6 +33,7 @@ inline void add_packet_counters(const CommStats& from, CommStats* to) {
   to->error_reports += from.error_reports;
   to->spurious_retransmits += from.spurious_retransmits;
   to->bad_tag += from.bad_tag;
+  to->late_completions += from.late_completions;
 }
 
 class IncEngine {
@@ -44,6 +45,10 @@ class IncEngine {
   static constexpr std::chrono::milliseconds kRefusedSilence{50};
   // The same while joining, with nothing heard from the aggregator since the first HELLO.
   static constexpr std::chrono::milliseconds kRefusedJoin{1000};
+  // At the deadline, how long a rank waits for the aggregator's answers to its aborts (the
+  // result of a round that completed before the abort, or the abort itself) before it fails
+  // the collective anyway (see inc_engine.cc, "At the deadline").
+  static constexpr std::chrono::milliseconds kAbortSettle{100};
 
   // `cfg` must be valid (Config::validate). The engine owns the transport.
   IncEngine(const Config& cfg, std::unique_ptr<Transport> transport);
@@ -168,10 +173,16 @@ class IncEngine {
   std::string missing_ranks_text(const std::vector<uint32_t>& bitmap) const;
   std::string mismatch_text(const wire::PacketView& pv) const;
   void resync_after_mismatch();
-  // At the deadline: tells the aggregator this rank gives up on every round it has outstanding
-  // (ERROR kAborted, each sent twice, best effort), so that a rank arriving late cannot complete
-  // them and return success where this one fails. The slots' packet buffers are reused.
-  void send_aborts();
+  // At the deadline: gives up on every outstanding round and learns from the aggregator whether
+  // each completed before that (then the collective succeeds, late) or not (`failed`).
+  Status settle_at_deadline(Status failed);
+  // Tells the aggregator this rank gives up on every round it has outstanding (ERROR kAborted,
+  // each sent twice, best effort), so that a rank arriving late cannot complete them and return
+  // success where this one fails. The slots' packet buffers are reused. `keep_active`: the
+  // slots stay active, so that a result still completes its round (settle_at_deadline).
+  void send_aborts(bool keep_active = false);
+  // The aborts again, for the slots still active.
+  void resend_aborts();
   // " (behind tree leaf 1)" from a leaf's tree note in the last missing report; empty without.
   std::string tree_note_text(const MissingReport& r) const;
   std::string refused_note(uint64_t refusals_at_start) const;

@@ -410,8 +410,12 @@ TEST_F(EngineTest, AbortedRoundCannotBeCompletedByALateRank) {
                                        static_cast<int32_t>(wire::kAbortDeadline)};
   data(0, 0, false, 1, {1});
   data(1, 0, false, 1, {2});
+  // The abort came before the round completed: it is answered with itself (the worker learns
+  // that its abort won the race with any late block).
   Sent s = data(0, 0, false, 1, abort0, wire::kFlagError);
-  EXPECT_EQ(s.target, Reply::Target::kNone);
+  expect_error(s, wire::ErrorReason::kAborted);
+  EXPECT_EQ(s.target, Reply::Target::kSender);
+  EXPECT_EQ(s.payload, abort0);
   EXPECT_EQ(engine_.counters().aborted_rounds, 1u);
   for (const uint8_t flags : {uint8_t{0}, wire::kFlagRetransmit}) {
     s = data(2, 0, false, 1, {3}, flags);
@@ -431,9 +435,17 @@ TEST_F(EngineTest, AbortedRoundCannotBeCompletedByALateRank) {
   data(0, 1, false, 2, {5});
   s = data(2, 1, false, 2, {6});
   EXPECT_EQ(s.target, Reply::Target::kAllRanks);  // completes: nothing was aborted
-  // A complete round stays as it is: a rank that lost the result still gets it.
-  data(0, 1, false, 2, abort0, wire::kFlagError);
+  // A complete round stays as it is: a rank that lost the result still gets it, and an abort
+  // that came after the round completed (a late block won the race) is answered with the result,
+  // so that the rank that gave up returns it as the late rank does.
+  s = data(0, 1, false, 2, abort0, wire::kFlagError);
   EXPECT_EQ(engine_.counters().aborted_rounds, 1u);
+  EXPECT_EQ(s.target, Reply::Target::kSender);
+  EXPECT_EQ(s.hdr.flags, wire::kFlagResult | wire::kFlagRetransmit);
+  EXPECT_EQ(s.hdr.seq, 2u);
+  EXPECT_EQ(s.hdr.count, 1u);
+  EXPECT_EQ(s.hdr.dtype, DType::kInt32);
+  EXPECT_EQ(s.payload, std::vector<int32_t>{15});
   s = data(0, 1, false, 2, {5}, wire::kFlagRetransmit);
   EXPECT_EQ(s.target, Reply::Target::kSender);
   EXPECT_EQ(s.hdr.flags, wire::kFlagResult | wire::kFlagRetransmit);
@@ -445,8 +457,8 @@ TEST_F(EngineTest, AbortedRoundCannotBeCompletedByALateRank) {
   EXPECT_EQ(s.target, Reply::Target::kAllRanks);
   ASSERT_EQ(s.payload.size(), 1u);
   EXPECT_EQ(s.payload[0], 3);
-  // An older abort (a replay) changes nothing.
-  data(0, 0, false, 1, abort0, wire::kFlagError);
+  // An older abort (a replay) changes nothing, and nothing answers it.
+  EXPECT_EQ(data(0, 0, false, 1, abort0, wire::kFlagError).target, Reply::Target::kNone);
   EXPECT_TRUE(engine_.slot_table(kJob)->copy(0, false).complete);
 
   // Given up before any DATA of the round arrived here (its DATA was lost): nobody completes it.

@@ -879,7 +879,13 @@ TEST_F(TreeLeafUnit, ALateLeafFailsTheRoundAnotherLeafGaveUpOn) {
   // Leaf 0's partial is in at the root, then leaf 0 passes its ranks' abort on.
   EXPECT_EQ(from_leaf0(root, testing::data_header(kJob, kKey, 0, 1, false, 10, 2), {1, 1}).target,
             Reply::Target::kNone);
-  EXPECT_EQ(from_leaf0(root, abort_header(0, 1, 10), abort_words(0)).target, Reply::Target::kNone);
+  // The root answers the abort with itself (it came before the round completed), with the tree
+  // note tag: leaf 0 relays it to its ranks.
+  const Reply ack = from_leaf0(root, abort_header(0, 1, 10), abort_words(0));
+  ASSERT_EQ(ack.target, Reply::Target::kSender);
+  ASSERT_EQ(ack.hdr.count, 4);
+  EXPECT_EQ(W(ack)[0], static_cast<int32_t>(wire::ErrorReason::kAborted));
+  EXPECT_EQ(static_cast<uint32_t>(W(ack)[3]), wire::kTreeNoteTag);
   EXPECT_EQ(root.counters().aborted_rounds, 1u);
 
   // Leaf 1's ranks come late: its partial goes up and the root answers with the abort.
@@ -932,8 +938,17 @@ TEST_F(TreeLeafUnit, PassesItsRanksAbortToTheRoot) {
   ASSERT_EQ(ab.hdr.count, 3);
   EXPECT_EQ(W(ab)[1], 1);
   EXPECT_EQ(leaf_.counters().aborts_forwarded, 1u);
-  EXPECT_EQ(to_root(root, ab).target, Reply::Target::kNone);
+  // The root marks its round aborted and answers so; the leaf relays that to every local rank
+  // (rank 5, which waits for the answer, and the others, which fail with it).
+  const Reply ack = to_root(root, ab);
   EXPECT_EQ(root.counters().aborted_rounds, 1u);
+  ASSERT_EQ(ack.target, Reply::Target::kSender);
+  ASSERT_EQ(ack.hdr.count, 4);
+  const Reply down = to_root(leaf_, ack);
+  ASSERT_EQ(down.target, Reply::Target::kAllRanks);
+  ASSERT_EQ(down.hdr.count, 3);
+  EXPECT_EQ(W(down)[0], static_cast<int32_t>(wire::ErrorReason::kAborted));
+  EXPECT_EQ(W(down)[1], 4);  // leaf 1's first global rank
 
   // Leaf 0's partial arrives: the abort, not a result.
   const Reply late = from_leaf0(root, testing::data_header(kJob, kKey, 0, 1, false, 10, 2), {1, 1});
@@ -945,6 +960,40 @@ TEST_F(TreeLeafUnit, PassesItsRanksAbortToTheRoot) {
 
   // An abort for a round that is not this copy's is not passed on.
   EXPECT_EQ(send(abort_header(5, 1, 9), abort_words(5)).target, Reply::Target::kNone);
+}
+
+// The race the other way: the root's round completed (leaf 1's partial came last), but its result
+// has not reached rank 5, which gives up at its deadline. The abort goes up, the root answers it
+// with the result, and the leaf hands that to every local rank, so rank 5 returns the result as
+// leaf 0's ranks do. Once the leaf holds the result, it answers such an abort itself.
+TEST_F(TreeLeafUnit, AnAbortAfterTheRootCompletedGetsTheResult) {
+  Engine root;
+  ASSERT_NO_FATAL_FAILURE(join_under(root));
+  EXPECT_EQ(from_leaf0(root, testing::data_header(kJob, kKey, 0, 1, false, 10, 2), {1, 1}).target,
+            Reply::Target::kNone);
+  for (uint16_t r = 4; r < 7; ++r) data(r, 1, 10, r);
+  const Reply up = data(7, 1, 10, 7);
+  ASSERT_EQ(up.target, Reply::Target::kParent);
+  ASSERT_EQ(to_root(root, up).target, Reply::Target::kAllRanks);  // lost on its way to leaf 1
+
+  const Reply ab = send(abort_header(5, 1, 10), abort_words(5));
+  ASSERT_EQ(ab.target, Reply::Target::kParent);
+  const Reply answer = to_root(root, ab);
+  EXPECT_EQ(root.counters().aborted_rounds, 0u);
+  ASSERT_EQ(answer.target, Reply::Target::kSender);
+  EXPECT_TRUE(answer.hdr.has(wire::kFlagResult));
+  const Reply down = to_root(leaf_, answer);
+  ASSERT_EQ(down.target, Reply::Target::kAllRanks);
+  EXPECT_TRUE(down.hdr.has(wire::kFlagResult));
+  EXPECT_EQ(down.hdr.seq, 10u);
+  ASSERT_EQ(down.hdr.count, 2);
+  EXPECT_EQ(W(down)[0], 1 + 4 + 5 + 6 + 7);
+  EXPECT_EQ(W(down)[1], 1 + 2 * (4 + 5 + 6 + 7));
+
+  const Reply again = send(abort_header(5, 1, 10), abort_words(5));
+  ASSERT_EQ(again.target, Reply::Target::kSender);
+  EXPECT_EQ(again.hdr.flags, wire::kFlagResult | wire::kFlagRetransmit);
+  EXPECT_EQ(W(again)[0], 1 + 4 + 5 + 6 + 7);
 }
 
 // The leaves disagree on a round's shape (each leaf's ranks agree among themselves): the root's

@@ -17,10 +17,12 @@
 #include <bit>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -619,6 +621,96 @@ TEST(IncEngineAllreduce, LateRankFailsAsTheOthersDidAndTheNextCollectiveWorks) {
           << st[r].message();
     }
     EXPECT_NE(st[kLate].message().find("aborted: rank "), std::string::npos) << st[kLate].message();
+  }
+}
+
+// The abort window (issue 19): ranks 0 and 1 reach their deadline with every round outstanding,
+// and the late rank's blocks reach the aggregator before their aborts do (the aborts are held in
+// their transports until the late rank has returned). The rounds complete there, so the late
+// rank returns success; the ranks that gave up must too, with the same bits, or the ranks would
+// disagree on the collective's outcome. The aggregator answers each late abort with the round's
+// result, and a rank waits for those answers at its deadline (IncEngine::kAbortSettle). Without
+// that wait, ranks 0 and 1 returned kDeadlineExceeded while rank 2 returned OK.
+TEST(IncEngineAllreduce, AbortThatLosesTheRaceToALateBlockGetsTheResult) {
+  // Holds the first send that carries an abort (ERROR) until released; everything else passes.
+  struct Gate {
+    std::mutex m;
+    std::condition_variable cv;
+    bool aborting = false;  // a rank is about to send its aborts
+    bool released = false;
+  };
+  class HoldAborts final : public Transport {
+   public:
+    HoldAborts(std::unique_ptr<Transport> t, Gate* g) : t_(std::move(t)), g_(g) {}
+    Status send_batch(std::span<const std::span<const uint8_t>> p) override {
+      bool abort = false;
+      for (const auto& d : p)
+        abort |= d.size() > wire::kOffFlags && d[wire::kOffFlags] == wire::kFlagError;
+      if (abort) {
+        std::unique_lock<std::mutex> l(g_->m);
+        g_->aborting = true;
+        g_->cv.notify_all();
+        g_->cv.wait(l, [&] { return g_->released; });
+      }
+      return t_->send_batch(p);
+    }
+    Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds t) override {
+      return t_->recv_batch(out, t);
+    }
+    size_t max_datagram() const override { return t_->max_datagram(); }
+    std::string peer_name() const override { return t_->peer_name(); }
+
+   private:
+    std::unique_ptr<Transport> t_;
+    Gate* g_;
+  };
+
+  constexpr int kWorld = 3;
+  constexpr int kLate = 2;
+  const milliseconds deadline(300);
+  MemNetwork net(kWorld, job_config(kWorld));
+  Gate gate;
+  std::vector<std::unique_ptr<IncEngine>> engines(kWorld);
+  for (int r = 0; r < kWorld; ++r) {
+    std::unique_ptr<Transport> t = net.transport(r);
+    if (r != kLate) t = std::make_unique<HoldAborts>(std::move(t), &gate);
+    engines[r] = std::make_unique<IncEngine>(rank_config(r, kWorld, deadline), std::move(t));
+  }
+  run_ranks(kWorld, [&](int r) { ASSERT_TRUE(engines[r]->join().ok()); });
+  constexpr size_t kCount = 1000;  // 4 blocks of 256: all outstanding at the deadline
+  std::vector<Status> st(kWorld);
+  std::vector<std::vector<int32_t>> out(kWorld);
+  run_ranks(kWorld, [&](int r) {
+    out[r].assign(kCount, r + 1);
+    if (r == kLate) {
+      {
+        std::unique_lock<std::mutex> l(gate.m);
+        gate.cv.wait(l, [&] { return gate.aborting; });
+      }
+      st[r] = engines[r]->allreduce(out[r].data(), out[r].data(), kCount, DType::kInt32,
+                                    ReduceOp::kSum);
+      std::lock_guard<std::mutex> l(gate.m);
+      gate.released = true;
+      gate.cv.notify_all();
+      return;
+    }
+    st[r] =
+        engines[r]->allreduce(out[r].data(), out[r].data(), kCount, DType::kInt32, ReduceOp::kSum);
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+    EXPECT_EQ(out[r], std::vector<int32_t>(kCount, 6)) << "rank " << r;
+    EXPECT_EQ(engines[r]->stats().late_completions, r == kLate ? 0u : 1u) << "rank " << r;
+  }
+  // The next collective, within the deadline, succeeds everywhere.
+  run_ranks(kWorld, [&](int r) {
+    out[r].assign(kCount, 2 * r);
+    st[r] =
+        engines[r]->allreduce(out[r].data(), out[r].data(), kCount, DType::kInt32, ReduceOp::kSum);
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+    EXPECT_EQ(out[r], std::vector<int32_t>(kCount, 6)) << "rank " << r;
   }
 }
 
