@@ -700,8 +700,11 @@ TEST(IncEngineAllreduce, AbortThatLosesTheRaceToALateBlockGetsTheResult) {
   for (int r = 0; r < kWorld; ++r) {
     EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
     EXPECT_EQ(out[r], std::vector<int32_t>(kCount, 6)) << "rank " << r;
-    EXPECT_EQ(engines[r]->stats().late_completions, r == kLate ? 0u : 1u) << "rank " << r;
   }
+  // The first rank to give up let the late rank go; the other one may have had the results
+  // before its own deadline (a few microseconds later), and then it completed in time.
+  EXPECT_EQ(engines[kLate]->stats().late_completions, 0u);
+  EXPECT_GE(engines[0]->stats().late_completions + engines[1]->stats().late_completions, 1u);
   // The next collective, within the deadline, succeeds everywhere.
   run_ranks(kWorld, [&](int r) {
     out[r].assign(kCount, 2 * r);
