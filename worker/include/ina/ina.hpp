@@ -1,9 +1,8 @@
 // libina: the INA worker library, C++ API. (The C ABI is ina/ina.h.)
 //
-//   auto cfg = ina::Config::from_env();                // INA_RANK, INA_WORLD_SIZE,
-//   INA_AGGREGATOR.. auto comm = ina::Communicator::create(*cfg);       // joins the job: a barrier
-//   with all ranks ina::Status s = (*comm)->allreduce(grad, grad, n, ina::DType::kFloat32,
-//   ina::ReduceOp::kSum);
+//   auto cfg = ina::Config::from_env();                // INA_RANK, INA_WORLD_SIZE, INA_AGGREGATOR..
+//   auto comm = ina::Communicator::create(*cfg);       // joins the job: a barrier with all ranks
+//   ina::Status s = (*comm)->allreduce(grad, grad, n, ina::DType::kFloat32, ina::ReduceOp::kSum);
 //
 // Errors come back as Status (no exceptions): kInvalidArgument for bad arguments,
 // kDeadlineExceeded with the missing ranks named when a collective cannot finish in time,
@@ -21,8 +20,8 @@
 #include <string>
 #include <vector>
 
-#include "ina/base/status.h"
 #include "ina/protocol/key.h"
+#include "ina/base/status.h"
 #include "ina/protocol/types.h"
 
 namespace ina {
@@ -49,9 +48,9 @@ struct FaultInjection {
 //           AllReduce of per-block exponents and flags, and int32 scratch of the buffer's count.
 //   kFloat  the host reduces the floats themselves in IEEE float32 arithmetic along its
 //           algorithm's chain (float16/bfloat16/float8 widened to float32 and rounded once at
-//           the end: float32 words on the wire). Not bitwise identical, and not more precise in
-//           general: when ranks cancel, float32's partial-sum roundings can exceed the in-network
-//           bound (README, INA_FALLBACK).
+//           the end: float32 words on the wire). Not bitwise identical, and not more precise in general:
+//           when ranks cancel, float32's partial-sum roundings can exceed the in-network bound
+//           (README, INA_FALLBACK).
 // int32 is reduced the same way in both.
 enum class FallbackMode : uint8_t { kExact = 0, kFloat = 1 };
 
@@ -102,11 +101,11 @@ struct Config {
   // The job's 128-bit key (INA_JOB_KEY: 32 hex digits; or the controller's): every packet is
   // sealed with it and every reply verified. Zero: none configured (sealed with the zero key).
   Key128 job_key;
-  uint32_t block_elems = 2048;  // 4-byte elements per packet, 1 .. 16384 (lowered to one
-                                // datagram on the path to the aggregator, and by the aggregator)
-  uint32_t window = 128;        // slots in flight, 1 .. 32768 (the aggregator may lower it)
-  std::chrono::milliseconds timeout{30000};    // deadline of one collective (and of joining)
-  std::chrono::microseconds retransmit{2000};  // first retransmission timeout
+  uint32_t block_elems = 2048;   // 4-byte elements per packet, 1 .. 16384 (lowered to one
+                                 // datagram on the path to the aggregator, and by the aggregator)
+  uint32_t window = 128;         // slots in flight, 1 .. 32768 (the aggregator may lower it)
+  std::chrono::milliseconds timeout{30000};       // deadline of one collective (and of joining)
+  std::chrono::microseconds retransmit{2000};     // first retransmission timeout
   FaultInjection fault;
 
   // Host path (host collectives over a TCP mesh, and the fallback of AllReduce).
@@ -197,19 +196,19 @@ struct CommStats {
   uint64_t packets_sent = 0;
   uint64_t packets_received = 0;
   uint64_t retransmits = 0;
-  uint64_t duplicate_results = 0;  // results for blocks already done
-  uint64_t malformed = 0;          // datagrams that failed validation
+  uint64_t duplicate_results = 0;   // results for blocks already done
+  uint64_t malformed = 0;           // datagrams that failed validation
   uint64_t nonfinite_blocks = 0;
   uint64_t error_reports = 0;
-  uint64_t spurious_retransmits = 0;  // resends whose original result arrived after all
-  uint64_t rto_us = 0;                // current adaptive retransmission timeout
-  uint64_t host_collectives = 0;      // collectives that ran on the host mesh (fallbacks included)
-  uint64_t fallbacks = 0;             // in-network AllReduces redone on the host path
-  uint64_t probes = 0;                // re-joins of a lost aggregator attempted
-  uint64_t bad_tag = 0;               // replies whose tag the job's key does not give: dropped
+  uint64_t spurious_retransmits = 0; // resends whose original result arrived after all
+  uint64_t rto_us = 0;              // current adaptive retransmission timeout
+  uint64_t host_collectives = 0;    // collectives that ran on the host mesh (fallbacks included)
+  uint64_t fallbacks = 0;           // in-network AllReduces redone on the host path
+  uint64_t probes = 0;              // re-joins of a lost aggregator attempted
+  uint64_t bad_tag = 0;             // replies whose tag the job's key does not give: dropped
   // In-network collectives that completed after this rank's deadline: the aggregator completed
-  // every round it gave up on before its abort arrived (a late rank's block came first), so this
-  // rank returns the result as the late rank does.
+  // every round this rank gave up on before its abort arrived (a late rank's block came first),
+  // so this rank returns the result, as the late rank does.
   uint64_t late_completions = 0;
 };
 
