@@ -573,7 +573,10 @@ Status IncEngine::on_result(const wire::PacketView& pv) {
   // original result (not marked RETRANSMIT): then the first transmission completed the round,
   // the resend was spurious, and leaving out exactly these slow rounds would bias the
   // estimate low and cause more spurious resends.
-  if (!sl.retransmitted) {
+  if (settling_) {
+    // Answered after the deadline: the round waited for a late rank, not for the path.
+    rtt_sample(now, Clock::duration::zero());
+  } else if (!sl.retransmitted) {
     rtt_sample(now, now - sl.sent_at);
   } else if (!h.has(wire::kFlagRetransmit)) {
     ++stats_.spurious_retransmits;
@@ -797,6 +800,11 @@ Status IncEngine::settle_at_deadline(Status failed) {
   const bool all_sent = outstanding == coll_.rounds_left;
   send_aborts(/*keep_active=*/all_sent);
   if (!all_sent) return failed;
+  settling_ = true;
+  struct Settled {
+    bool* flag;
+    ~Settled() { *flag = false; }
+  } settled{&settling_};
   const Clock::time_point start = Clock::now();
   const Clock::time_point until = start + kAbortSettle;
   Clock::duration rto = cc_.rto();

@@ -193,6 +193,7 @@ class IncEngine {
   const Config cfg_;
   std::unique_ptr<Transport> transport_;
   CommStats stats_;
+  bool settling_ = false;  // in settle_at_deadline: results give no RTT sample
   bool joined_ = false;
   // The key of this incarnation's packets (WIRE.md, "Incarnations"): every DATA and abort is
   // sealed with it and every reply but WELCOME verified with it. From the WELCOME that answers
