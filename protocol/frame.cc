@@ -67,16 +67,26 @@ std::string_view verdict_name(Verdict v) {
 }
 
 Result<Mac> parse_mac(std::string_view text) {
+  // Exactly aa:bb:cc:dd:ee:ff: two hex digits per byte, colons between (sscanf's %x would also
+  // take a leading blank, a sign or a lone digit).
+  auto hex = [](char c) -> int {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+  };
   Mac m{};
-  unsigned v[6];
-  char tail = 0;
-  const std::string s(text);
-  if (std::sscanf(s.c_str(), "%2x:%2x:%2x:%2x:%2x:%2x%c", &v[0], &v[1], &v[2], &v[3], &v[4], &v[5],
-                  &tail) != 6 ||
-      s.size() != 17) {
-    return invalid_argument("MAC address '" + s + "': expected six hex bytes aa:bb:cc:dd:ee:ff");
+  bool ok = text.size() == 17;
+  for (size_t i = 0; ok && i < 6; ++i) {
+    const int hi = hex(text[3 * i]);
+    const int lo = hex(text[3 * i + 1]);
+    ok = hi >= 0 && lo >= 0 && (i == 5 || text[3 * i + 2] == ':');
+    m[i] = static_cast<uint8_t>(hi * 16 + lo);
   }
-  for (int i = 0; i < 6; ++i) m[i] = static_cast<uint8_t>(v[i]);
+  if (!ok) {
+    return invalid_argument("MAC address '" + std::string(text) +
+                            "': expected six hex bytes aa:bb:cc:dd:ee:ff");
+  }
   return m;
 }
 

@@ -445,6 +445,11 @@ TEST(Frame, ParsesAddressesWithClearErrors) {
   EXPECT_EQ(format_mac(*m), "02:0a:ff:00:10:01");
   EXPECT_FALSE(parse_mac("02:0a:ff:00:10").ok());
   EXPECT_FALSE(parse_mac("02:0a:ff:00:10:01:02").ok());
+  // Seventeen characters that sscanf's %2x took: a blank, a sign, a lone digit; and other forms.
+  for (const char* bad : {" 2:0a:ff:00:10:01", "+2:0a:ff:00:10:01", "2:0a:ff:00:10:01 ",
+                          "02-0a-ff-00-10-01", "02:0a:ff:00:10:0g", "02:0a:ff:00:10:1:"}) {
+    EXPECT_FALSE(parse_mac(bad).ok()) << bad;
+  }
   auto ip = parse_ipv4("192.168.7.9");
   ASSERT_TRUE(ip.ok());
   EXPECT_EQ(*ip, 0xC0A80709u);
