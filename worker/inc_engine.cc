@@ -679,11 +679,22 @@ Status IncEngine::on_error(const wire::PacketView& pv) {
       }
       const std::string who = aborted ? "rank " + std::to_string(pv.word(1)) + " gave up on"
                                       : std::string("the other ranks gave up on and moved past");
+      // What the aggregator last said it lacked for that round (or any), when it said so: the
+      // ranks that made the others give up.
+      const MissingReport* rep = missing_.valid ? &missing_ : nullptr;
+      if (slot_missing_[h.slot].valid && slot_missing_[h.slot].seq == h.seq) {
+        rep = &slot_missing_[h.slot];
+      }
+      std::string lacking;
+      if (rep != nullptr && rep->reason == wire::ErrorReason::kMissingRanks) {
+        lacking = missing_clause(*rep);
+      }
       return deadline_exceeded(describe_collective() + ": aborted: " + who + " block seq " +
                                std::to_string(h.seq) + " (slot " + std::to_string(h.slot) +
-                               ") at their deadline (INA_TIMEOUT_MS) before this rank's block "
-                               "arrived; every rank fails this collective, and the communicator "
-                               "stays usable for the next one");
+                               ") at the deadline (INA_TIMEOUT_MS), before the round completed; "
+                               "every rank fails this collective, and the communicator stays "
+                               "usable for the next one" +
+                               lacking);
     }
     case wire::ErrorReason::kWorldSizeMismatch:
     default: break;  // not about a collective; joining handles it
@@ -942,6 +953,21 @@ Status IncEngine::gone_status(Clock::duration silent) const {
                      std::to_string(ms) + " ms");
 }
 
+// "; ranks 4-7 (behind tree leaf 1) did not contribute (aggregator bitmap)", from a report of the
+// aggregator (a kMissingRanks bitmap, or kJobNotReady's HELLO bitmap).
+std::string IncEngine::missing_clause(const MissingReport& rep) const {
+  const std::string ranks = missing_ranks_text(rep.bitmap);
+  if (rep.reason == wire::ErrorReason::kJobNotReady) {
+    return "; the aggregator reports job " + std::to_string(cfg_.job) + " not ready: ranks " +
+           (ranks.empty() ? std::string("?") : ranks) + " have not joined (did a rank restart?)";
+  }
+  if (ranks.empty())
+    return "; every rank contributed (aggregator bitmap) but the result did not arrive";
+  const bool one = ranks.find_first_of(",-") == std::string::npos;
+  return (one ? "; rank " : "; ranks ") + ranks + tree_note_text(rep) +
+         " did not contribute (aggregator bitmap)";
+}
+
 Status IncEngine::deadline_status(std::chrono::milliseconds limit) const {
   // The oldest outstanding round is the one the collective is waiting for.
   const Slot* oldest = nullptr;
@@ -967,20 +993,8 @@ Status IncEngine::deadline_status(std::chrono::milliseconds limit) const {
     const MissingReport& o = slot_missing_[static_cast<size_t>(oldest - slots_.data())];
     if (o.valid && o.seq == oldest->seq) rep = &o;
   }
-  if (rep != nullptr) {
-    const std::string ranks = missing_ranks_text(rep->bitmap);
-    if (rep->reason == wire::ErrorReason::kJobNotReady) {
-      m += "; the aggregator reports job " + std::to_string(cfg_.job) + " not ready: ranks " +
-           (ranks.empty() ? std::string("?") : ranks) + " have not joined (did a rank restart?)";
-    } else if (ranks.empty()) {
-      m += "; every rank contributed (aggregator bitmap) but the result did not arrive";
-    } else {
-      const bool one = ranks.find_first_of(",-") == std::string::npos;
-      m += (one ? "; rank " : "; ranks ") + ranks + tree_note_text(*rep) +
-           " did not contribute (aggregator bitmap)";
-    }
-    return deadline_exceeded(m + refused_note(refusals_at_start_));
-  }
+  if (rep != nullptr)
+    return deadline_exceeded(m + missing_clause(*rep) + refused_note(refusals_at_start_));
   if (heard_) {
     return deadline_exceeded(m + "; the aggregator did not report which ranks are missing" +
                              refused_note(refusals_at_start_));

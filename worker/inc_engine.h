@@ -170,6 +170,7 @@ class IncEngine {
   // Messages.
   std::string describe_collective() const;
   Status deadline_status(std::chrono::milliseconds limit) const;
+  std::string missing_clause(const MissingReport& rep) const;
   std::string missing_ranks_text(const std::vector<uint32_t>& bitmap) const;
   std::string mismatch_text(const wire::PacketView& pv) const;
   void resync_after_mismatch();
