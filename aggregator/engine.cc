@@ -248,6 +248,10 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
   const uint64_t one = counted_elsewhere ? 0 : 1;
   counters_.packets_in += one;
   counters_.bytes_in += one * datagram.size();
+  // A worker's liveness probe (WIRE.md): sent only for the ICMP a dead aggregator's host would
+  // answer; nothing to do, and not malformed.
+  if (datagram.empty()) [[unlikely]]
+    return {};
 
   wire::PacketView pkt;
   const wire::DecodeError err = wire::decode(datagram, &pkt);

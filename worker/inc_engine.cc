@@ -42,7 +42,11 @@
 // redoes it on the host path when the fallback is armed), instead of waiting for the deadline,
 // which stays for aggregators that are alive but silent and for ranks that are missing. An
 // aggregator that is alive answers every retransmission (a result or its contributor bitmap), so
-// silence with refusals is not what a slow job looks like. Joining, the same holds after
+// silence with refusals is not what a slow job looks like. After kSilenceProbe without a datagram
+// the rank sends the aggregator an empty datagram (Transport::probe; the aggregator ignores it),
+// so that a dead one is refused within tens of milliseconds: otherwise, with no result coming
+// back, the rank would send nothing, and learn nothing, until a retransmission timer fired
+// (hundreds of milliseconds on a loaded machine). Joining, the same holds after
 // kRefusedJoin of refusals with no answer at all (longer: an aggregator may start a little after
 // its ranks), so a dead or mistyped aggregator, and the probe that asks whether a lost one is
 // back, fail within a second instead of the join's whole deadline.
@@ -382,11 +386,13 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   INA_RETURN_IF_ERROR(flush());
 
   Clock::time_point last_rx = start;  // when a datagram last came from the aggregator
+  Clock::time_point last_probe = start;
   while (c.rounds_left > 0) {
     Clock::time_point now = Clock::now();
     if (now >= deadline) return settle_at_deadline(deadline_status(cfg_.timeout));
-    const auto wait =
-        std::chrono::ceil<std::chrono::microseconds>(std::min(next_due_, deadline) - now);
+    const Clock::time_point probe_at = std::max(last_rx, last_probe) + kSilenceProbe;
+    const auto wait = std::chrono::ceil<std::chrono::microseconds>(
+        std::min({next_due_, deadline, probe_at}) - now);
     INA_ASSIGN_OR_RETURN(size_t n, transport_->recv_batch(rx_, wait));
     for (size_t i = 0; i < n; ++i) INA_RETURN_IF_ERROR(on_datagram(rx_[i]));
     now = Clock::now();
@@ -394,6 +400,9 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
       last_rx = now;
     } else if (now - last_rx >= kRefusedSilence && transport_->refusals() != refusals_at_start_) {
       return gone_status(now - last_rx);
+    } else if (now >= probe_at) {
+      transport_->probe();  // silent for kSilenceProbe: is anything still listening?
+      last_probe = now;
     }
     // A full batch means more datagrams are waiting: results may be among them, so timers are
     // checked only once the receive queue is drained. Otherwise a rank that was descheduled for a

@@ -43,6 +43,10 @@ class IncEngine {
   // Refusals (ICMP port unreachable) and this long without a datagram from the aggregator: it is
   // gone, the collective ends with Unavailable before its deadline (see inc_engine.cc).
   static constexpr std::chrono::milliseconds kRefusedSilence{50};
+  // This long without a datagram from the aggregator during a collective: the rank sends it a
+  // liveness probe (Transport::probe), so that a dead aggregator is refused (and found gone)
+  // before any retransmission timer fires.
+  static constexpr std::chrono::milliseconds kSilenceProbe{20};
   // The same while joining, with nothing heard from the aggregator since the first HELLO.
   static constexpr std::chrono::milliseconds kRefusedJoin{1000};
   // At the deadline, how long a rank waits for the aggregator's answers to its aborts (the

@@ -404,6 +404,19 @@ TEST_F(EngineTest, ReplayedDataRedirectsNothing) {
 // marked aborted and a late rank's DATA for it is answered with the same words instead of
 // completing it; a complete round stays answerable; the abort names its sender only; a newer
 // round on the copy starts afresh; a round aborted before any DATA of it arrived never completes.
+// A worker's liveness probe (WIRE.md): an empty datagram is counted as a packet, not as malformed,
+// and answered by nothing (the ICMP of a dead aggregator's host is its only purpose).
+TEST_F(EngineTest, EmptyDatagramIsALivenessProbe) {
+  join_all();
+  const uint64_t in = engine_.counters().packets_in;
+  const uint64_t malformed = engine_.counters().malformed;
+  const Sent s = send_bytes({});
+  EXPECT_EQ(s.target, Reply::Target::kNone);
+  EXPECT_EQ(s.sender_rank, -1);
+  EXPECT_EQ(engine_.counters().packets_in, in + 1);
+  EXPECT_EQ(engine_.counters().malformed, malformed);
+}
+
 TEST_F(EngineTest, AbortedRoundCannotBeCompletedByALateRank) {
   join_all();
   const std::vector<int32_t> abort0 = {static_cast<int32_t>(wire::ErrorReason::kAborted), 0,

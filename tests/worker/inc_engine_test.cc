@@ -757,6 +757,49 @@ TEST(IncEngineAllreduce, NoAnswerDuringCollectiveIsUnavailable) {
   EXPECT_TRUE(s2.ok()) << s2.to_string();
 }
 
+// A silent aggregator is probed (Transport::probe) every kSilenceProbe of silence, so that a dead
+// one's host refuses a datagram long before a retransmission timer (here 1 s) would send one.
+TEST(IncEngineAllreduce, SilentAggregatorIsProbed) {
+  class CountProbes final : public Transport {
+   public:
+    CountProbes(std::unique_ptr<Transport> a, std::unique_ptr<Transport> b)
+        : a_(std::move(a)), b_(std::move(b)) {}
+    Status send_batch(std::span<const std::span<const uint8_t>> p) override {
+      return cur()->send_batch(p);
+    }
+    Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds t) override {
+      return cur()->recv_batch(out, t);
+    }
+    size_t max_datagram() const override { return 65507; }
+    std::string peer_name() const override { return "probe:1"; }
+    void probe() override { ++probes; }
+    bool second = false;
+    int probes = 0;
+
+   private:
+    Transport* cur() { return second ? b_.get() : a_.get(); }
+    std::unique_ptr<Transport> a_, b_;
+  };
+  MemNetwork live(1, job_config(1));
+  MemNetwork dead(1, job_config(1), {}, /*alive=*/false);
+  auto t = std::make_unique<CountProbes>(live.transport(0), dead.transport(0));
+  CountProbes* tp = t.get();
+  Config cfg = rank_config(0, 1, milliseconds(300));
+  cfg.retransmit = std::chrono::seconds(1);
+  IncEngine e(cfg, std::move(t));
+  ASSERT_TRUE(e.join().ok());
+  std::vector<float> buf(10, 1.0f);
+  ASSERT_TRUE(
+      e.allreduce(buf.data(), buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum).ok());
+  const int probes_alive = tp->probes;
+  tp->second = true;  // the aggregator falls silent
+  const Status s = e.allreduce(buf.data(), buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
+  EXPECT_FALSE(s.ok());
+  // 300 ms of silence, a probe per 20 ms of it (fewer on a loaded machine, never none).
+  EXPECT_GE(tp->probes - probes_alive, 3) << s.to_string();
+  EXPECT_LE(tp->probes - probes_alive, 16) << s.to_string();
+}
+
 TEST(IncEngineAllreduce, RankRestartJoinsTheNextBarrierOnly) {
   const int world = 2;
   MemNetwork net(3, job_config(world));  // endpoint 2: rank 1's second incarnation

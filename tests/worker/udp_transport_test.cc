@@ -224,6 +224,36 @@ TEST(UdpTransportTest, RefusalsAreCountedNotFatal) {
   EXPECT_GT(t->refusals(), 0u);
 }
 
+// The liveness probe (WIRE.md): an empty datagram to a live peer; to a port nothing listens on, a
+// refusal, counted like a refused send's.
+TEST(UdpTransportTest, ProbeIsAnEmptyDatagramAndCountsARefusal) {
+  {
+    PeerSocket peer;
+    auto t = connect_to(peer.port());
+    ASSERT_NE(t, nullptr);
+    t->probe();
+    pollfd p{peer.fd(), POLLIN, 0};
+    ASSERT_EQ(::poll(&p, 1, 2000), 1);
+    uint8_t b[16];
+    EXPECT_EQ(::recv(peer.fd(), b, sizeof b, 0), 0);  // a datagram of zero bytes
+    EXPECT_EQ(t->refusals(), 0u);
+  }
+  uint16_t port;
+  {
+    PeerSocket gone;
+    port = gone.port();
+  }
+  auto t = connect_to(port);
+  ASSERT_NE(t, nullptr);
+  std::vector<Datagram> out(4);
+  for (int i = 0; i < 10 && t->refusals() == 0; ++i) {
+    t->probe();
+    auto n = t->recv_batch(out, std::chrono::milliseconds(20));
+    ASSERT_TRUE(n.ok()) << n.status().to_string();
+  }
+  EXPECT_GT(t->refusals(), 0u);
+}
+
 TEST(UdpTransportTest, OversizedDatagramIsAnError) {
   PeerSocket peer;
   auto t = connect_to(peer.port());

@@ -37,6 +37,7 @@ class FaultInjectingTransport final : public Transport {
   size_t max_datagram() const override { return inner_->max_datagram(); }
   std::string peer_name() const override { return inner_->peer_name(); }
   uint64_t refusals() const override { return inner_->refusals(); }
+  void probe() override { inner_->probe(); }
 
   const FaultCounters& counters() const { return counters_; }
   Transport& inner() { return *inner_; }

@@ -45,6 +45,13 @@ class Transport {
   // How often the peer refused a datagram (ICMP port unreachable: nothing listens there). The
   // engine treats refusals as loss and names them in its error message when a deadline passes.
   virtual uint64_t refusals() const { return 0; }
+
+  // Sends the aggregator an empty datagram, which it ignores (WIRE.md, "Liveness probe"): a
+  // dead aggregator's host answers it with ICMP port unreachable, counted by refusals(). The
+  // engine probes when the aggregator has been silent for a while, so that it learns of a dead
+  // aggregator without waiting for a retransmission timer. Best effort; transports that do not
+  // see ICMP (kernel bypass) do nothing.
+  virtual void probe() {}
 };
 
 }  // namespace ina::worker

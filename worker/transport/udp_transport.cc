@@ -227,6 +227,13 @@ long UdpTransport::send_some(std::span<const std::span<const uint8_t>> pkts, siz
   return datagrams;
 }
 
+void UdpTransport::probe() {
+  // The connected socket's error (ECONNREFUSED) comes back on a later send or receive.
+  if (::send(fd_, nullptr, 0, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno == ECONNREFUSED) {
+    ++counters_.refusals;
+  }
+}
+
 Status UdpTransport::send_batch(std::span<const std::span<const uint8_t>> pkts) {
   for (const auto& p : pkts) {
     if (p.size() > kMaxUdpPayload) {

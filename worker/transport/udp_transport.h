@@ -61,6 +61,7 @@ class UdpTransport final : public Transport {
   size_t max_datagram() const override { return max_datagram_; }
   std::string peer_name() const override { return peer_name_; }
   uint64_t refusals() const override { return counters_.refusals; }
+  void probe() override;
 
   bool gro_enabled() const { return gro_on_; }
   bool gso_enabled() const { return gso_on_; }
