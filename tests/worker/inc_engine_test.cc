@@ -717,27 +717,32 @@ TEST(IncEngineAllreduce, AbortThatLosesTheRaceToALateBlockGetsTheResult) {
   }
 }
 
+// A transport that talks to network `a` until `second` is set, then to network `b` (an aggregator
+// that answers the join, then goes silent), and counts the engine's liveness probes.
+class Switchable final : public Transport {
+ public:
+  Switchable(std::unique_ptr<Transport> a, std::unique_ptr<Transport> b)
+      : a_(std::move(a)), b_(std::move(b)) {}
+  Status send_batch(std::span<const std::span<const uint8_t>> p) override {
+    return cur()->send_batch(p);
+  }
+  Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds t) override {
+    return cur()->recv_batch(out, t);
+  }
+  size_t max_datagram() const override { return 65507; }
+  std::string peer_name() const override { return "switch:2"; }
+  void probe() override { ++probes; }
+  bool second = false;
+  int probes = 0;
+
+ private:
+  Transport* cur() { return second ? b_.get() : a_.get(); }
+  std::unique_ptr<Transport> a_, b_;
+};
+
 TEST(IncEngineAllreduce, NoAnswerDuringCollectiveIsUnavailable) {
   // The aggregator answers the join, then goes silent: simulated by a second network whose
   // aggregator is dead, reached through a transport switch.
-  class Switchable final : public Transport {
-   public:
-    Switchable(std::unique_ptr<Transport> a, std::unique_ptr<Transport> b)
-        : a_(std::move(a)), b_(std::move(b)) {}
-    Status send_batch(std::span<const std::span<const uint8_t>> p) override {
-      return cur()->send_batch(p);
-    }
-    Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds t) override {
-      return cur()->recv_batch(out, t);
-    }
-    size_t max_datagram() const override { return 65507; }
-    std::string peer_name() const override { return "switch:2"; }
-    bool second = false;
-
-   private:
-    Transport* cur() { return second ? b_.get() : a_.get(); }
-    std::unique_ptr<Transport> a_, b_;
-  };
   MemNetwork live(1, job_config(1));
   MemNetwork dead(1, job_config(1), {}, /*alive=*/false);
   auto sw = std::make_unique<Switchable>(live.transport(0), dead.transport(0));
@@ -760,30 +765,10 @@ TEST(IncEngineAllreduce, NoAnswerDuringCollectiveIsUnavailable) {
 // A silent aggregator is probed (Transport::probe) every kSilenceProbe of silence, so that a dead
 // one's host refuses a datagram long before a retransmission timer (here 1 s) would send one.
 TEST(IncEngineAllreduce, SilentAggregatorIsProbed) {
-  class CountProbes final : public Transport {
-   public:
-    CountProbes(std::unique_ptr<Transport> a, std::unique_ptr<Transport> b)
-        : a_(std::move(a)), b_(std::move(b)) {}
-    Status send_batch(std::span<const std::span<const uint8_t>> p) override {
-      return cur()->send_batch(p);
-    }
-    Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds t) override {
-      return cur()->recv_batch(out, t);
-    }
-    size_t max_datagram() const override { return 65507; }
-    std::string peer_name() const override { return "probe:1"; }
-    void probe() override { ++probes; }
-    bool second = false;
-    int probes = 0;
-
-   private:
-    Transport* cur() { return second ? b_.get() : a_.get(); }
-    std::unique_ptr<Transport> a_, b_;
-  };
   MemNetwork live(1, job_config(1));
   MemNetwork dead(1, job_config(1), {}, /*alive=*/false);
-  auto t = std::make_unique<CountProbes>(live.transport(0), dead.transport(0));
-  CountProbes* tp = t.get();
+  auto t = std::make_unique<Switchable>(live.transport(0), dead.transport(0));
+  Switchable* tp = t.get();
   Config cfg = rank_config(0, 1, milliseconds(300));
   cfg.retransmit = std::chrono::seconds(1);
   IncEngine e(cfg, std::move(t));
