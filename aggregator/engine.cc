@@ -621,17 +621,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
       return {};
     case Verdict::kAborted: {
       // A rank gave up on this round: the sender, which came late, fails as that rank did.
-      const CopyView c = job.table->copy(h.slot, h.shadow);
-      scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kAborted);
-      scratch_[1] = static_cast<int32_t>(c.aborted_by);
-      scratch_[2] = static_cast<int32_t>(c.abort_cause);
-      // A root answers a leaf: a fourth word, so that the leaf tells it from its own ranks'
-      // three-word aborts (on_packet) and relays it to them (leaf_relay.h).
-      if (job.cfg.tree.role == TreeRole::kRoot) {
-        scratch_[3] = static_cast<int32_t>(wire::kTreeNoteTag);
-        return error_to_sender(job, pkt, 4);
-      }
-      return error_to_sender(job, pkt, 3);
+      return aborted_reply(job, pkt, job.table->copy(h.slot, h.shadow));
     }
     case Verdict::kBadSlot:
     case Verdict::kBadRank:
@@ -664,16 +654,7 @@ Reply Engine::handle_abort(Job& job, const wire::PacketView& pkt, uint32_t globa
   if (h.slot >= job.cfg.slots.num_slots) return {};
   const CopyView c = job.table->copy(h.slot, h.shadow);
   if (c.seq != h.seq) return {};  // a replay of an older round's abort: it waits for nothing
-  if (c.aborted_by != CopyView::kNoAbort) {
-    scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kAborted);
-    scratch_[1] = static_cast<int32_t>(c.aborted_by);
-    scratch_[2] = static_cast<int32_t>(c.abort_cause);
-    if (job.cfg.tree.role == TreeRole::kRoot) {  // a leaf's abort: the leaf relays the answer
-      scratch_[3] = static_cast<int32_t>(wire::kTreeNoteTag);
-      return error_to_sender(job, pkt, 4);
-    }
-    return error_to_sender(job, pkt, 3);
-  }
+  if (c.aborted_by != CopyView::kNoAbort) return aborted_reply(job, pkt, c);
   if (!c.complete) return {};
   // The round completed before the abort arrived: its result, as to a resend.
   if (!job.relay || job.relay->has_result(copy_index(h.slot, h.shadow))) {
@@ -686,6 +667,21 @@ Reply Engine::handle_abort(Job& job, const wire::PacketView& pkt, uint32_t globa
     return job.relay->forward_abort(h, cause);
   }
   return job.relay->on_resend(h);
+}
+
+// ERROR kAborted to pkt's sender for the aborted round of copy `c` (to a late rank's DATA, or to
+// an abort): [kAborted, the rank that gave up, its cause]. A root answers a leaf with a fourth
+// word, so that the leaf tells it from its own ranks' three-word aborts (on_packet) and relays it
+// to them (leaf_relay.h).
+Reply Engine::aborted_reply(const Job& job, const wire::PacketView& pkt, const CopyView& c) {
+  scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kAborted);
+  scratch_[1] = static_cast<int32_t>(c.aborted_by);
+  scratch_[2] = static_cast<int32_t>(c.abort_cause);
+  if (job.cfg.tree.role == TreeRole::kRoot) {
+    scratch_[3] = static_cast<int32_t>(wire::kTreeNoteTag);
+    return error_to_sender(job, pkt, 4);
+  }
+  return error_to_sender(job, pkt, 3);
 }
 
 // ERROR kRoundMismatch for a poisoned round every rank is in (wire.h): [reason, count, elems,

@@ -347,6 +347,7 @@ class Engine {
   Reply exp_answer(const Job& job, const wire::Header& h, Reply::Target target,
                    uint8_t extra_flags);
   Reply mismatch_reply(const Job& job, const wire::PacketView& pkt, const CopyView& c);
+  Reply aborted_reply(const Job& job, const wire::PacketView& pkt, const CopyView& c);
   Reply error_to_sender(const Job& job, const wire::PacketView& pkt, uint16_t n);
   Reply error_reply(const Job& job, const wire::PacketView& pkt, wire::ErrorReason reason,
                     std::span<const uint64_t> bitmap, uint32_t extra);

@@ -690,10 +690,7 @@ Status IncEngine::on_error(const wire::PacketView& pv) {
                                       : std::string("the other ranks gave up on and moved past");
       // What the aggregator last said it lacked for that round (or any), when it said so: the
       // ranks that made the others give up.
-      const MissingReport* rep = missing_.valid ? &missing_ : nullptr;
-      if (slot_missing_[h.slot].valid && slot_missing_[h.slot].seq == h.seq) {
-        rep = &slot_missing_[h.slot];
-      }
+      const MissingReport* rep = report_for(h.slot, h.seq);
       std::string lacking;
       if (rep != nullptr && rep->reason == wire::ErrorReason::kMissingRanks) {
         lacking = missing_clause(*rep);
@@ -820,11 +817,15 @@ Status IncEngine::settle_at_deadline(Status failed) {
   const bool all_sent = outstanding == coll_.rounds_left;
   send_aborts(/*keep_active=*/all_sent);
   if (!all_sent) return failed;
+  // However the wait ends, results sample RTTs again and no round stays outstanding.
   settling_ = true;
   struct Settled {
-    bool* flag;
-    ~Settled() { *flag = false; }
-  } settled{&settling_};
+    IncEngine* e;
+    ~Settled() {
+      e->settling_ = false;
+      for (uint32_t s = 0; s < e->coll_.width; ++s) e->slots_[s].active = false;
+    }
+  } settled{this};
   const Clock::time_point start = Clock::now();
   const Clock::time_point until = start + kAbortSettle;
   Clock::duration rto = cc_.rto();
@@ -847,10 +848,7 @@ Status IncEngine::settle_at_deadline(Status failed) {
       // An answer that ends the collective (an abort, a mismatch) fails it. The deadline's own
       // message stays: it names the ranks the aggregator missed.
       Status st = on_datagram(rx_[i]);
-      if (!st.ok()) {
-        for (uint32_t s = 0; s < coll_.width; ++s) slots_[s].active = false;
-        return st.code() == StatusCode::kDeadlineExceeded ? failed : st;
-      }
+      if (!st.ok()) return st.code() == StatusCode::kDeadlineExceeded ? failed : st;
     }
     now = Clock::now();
     if (now >= due && coll_.rounds_left > 0) {
@@ -859,7 +857,6 @@ Status IncEngine::settle_at_deadline(Status failed) {
       due = now + rto;
     }
   }
-  for (uint32_t s = 0; s < coll_.width; ++s) slots_[s].active = false;
   return failed;
 }
 
@@ -962,6 +959,15 @@ Status IncEngine::gone_status(Clock::duration silent) const {
                      std::to_string(ms) + " ms");
 }
 
+// The aggregator's report on round `seq` of slot `slot` when it has one, else its latest report of
+// any block; null without one.
+const IncEngine::MissingReport* IncEngine::report_for(size_t slot, BlockSeq seq) const {
+  if (slot < slot_missing_.size() && slot_missing_[slot].valid && slot_missing_[slot].seq == seq) {
+    return &slot_missing_[slot];
+  }
+  return missing_.valid ? &missing_ : nullptr;
+}
+
 // "; ranks 4-7 (behind tree leaf 1) did not contribute (aggregator bitmap)", from a report of the
 // aggregator (a kMissingRanks bitmap, or kJobNotReady's HELLO bitmap).
 std::string IncEngine::missing_clause(const MissingReport& rep) const {
@@ -997,11 +1003,9 @@ Status IncEngine::deadline_status(std::chrono::milliseconds limit) const {
   // The aggregator's report on the oldest outstanding block, when it has one: a rank that is gone
   // is missing from every block from its last one on, while the live ranks, whose windows stop
   // W blocks further, have all sent the oldest; a later block's report would name them too.
-  const MissingReport* rep = missing_.valid ? &missing_ : nullptr;
-  if (oldest != nullptr) {
-    const MissingReport& o = slot_missing_[static_cast<size_t>(oldest - slots_.data())];
-    if (o.valid && o.seq == oldest->seq) rep = &o;
-  }
+  const MissingReport* rep =
+      oldest != nullptr ? report_for(static_cast<size_t>(oldest - slots_.data()), oldest->seq)
+                        : (missing_.valid ? &missing_ : nullptr);
   if (rep != nullptr)
     return deadline_exceeded(m + missing_clause(*rep) + refused_note(refusals_at_start_));
   if (heard_) {

@@ -175,6 +175,7 @@ class IncEngine {
   std::string describe_collective() const;
   Status deadline_status(std::chrono::milliseconds limit) const;
   std::string missing_clause(const MissingReport& rep) const;
+  const MissingReport* report_for(size_t slot, BlockSeq seq) const;
   std::string missing_ranks_text(const std::vector<uint32_t>& bitmap) const;
   std::string mismatch_text(const wire::PacketView& pv) const;
   void resync_after_mismatch();
