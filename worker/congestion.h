@@ -27,6 +27,38 @@ struct RttEstimator {
   Duration rto() const { return srtt + 4 * rttvar; }
 };
 
+// Loss detection by time order (RACK, RFC 8985, for rounds): once a round this rank sent after
+// round r has its result, r is presumed lost when the time that round took, plus a reordering
+// allowance, has passed since r was sent, instead of waiting for r's retransmission timer
+// (congestion.cc, "Loss recovery").
+class LossDetector {
+ public:
+  using Clock = std::chrono::steady_clock;
+  using Duration = Clock::duration;
+  using TimePoint = Clock::time_point;
+
+  // A round last transmitted at `xmit` got its result at `now` (only a round sent once: a
+  // resent round's result may answer either transmission). `srtt` sizes the reordering
+  // allowance. Returns whether the latest-sent delivered round moved on.
+  bool on_delivered(TimePoint xmit, TimePoint now, Duration srtt) {
+    if (xmit < xmit_) return false;
+    xmit_ = xmit;
+    rtt_ = now - xmit;
+    reorder_ = srtt / 4;
+    return true;
+  }
+  // When a round still outstanding, last transmitted at `xmit`, is presumed lost: never
+  // (TimePoint::max()) unless a round sent after it has been delivered.
+  TimePoint lost_at(TimePoint xmit) const {
+    return xmit < xmit_ ? xmit + rtt_ + reorder_ : TimePoint::max();
+  }
+
+ private:
+  TimePoint xmit_{};  // transmission time of the latest-sent round delivered
+  Duration rtt_{};    // ... and the time it took
+  Duration reorder_{};
+};
+
 class CongestionControl {
  public:
   using Clock = std::chrono::steady_clock;

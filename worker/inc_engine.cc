@@ -53,6 +53,8 @@
 //
 // Loss: each outstanding round has a retransmission timer; when it fires the kept packet goes out
 // again flagged RETRANSMIT and the timer doubles (up to kMaxBackoff times the configured one).
+// A round presumed lost by the loss detector (a round sent after it got its result; congestion.cc,
+// "Loss recovery") has its timer brought forward to that time, and goes out without doubling it.
 // A new round's timer starts from the controller's timeout (congestion.cc: above SRTT + 4 RTTVAR
 // and above the time the window takes to drain, so queueing delay does not fire it; Karn's rule).
 // The window: at most cwnd rounds are outstanding (congestion.cc, delay-based); a slot whose next
@@ -395,6 +397,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
         std::min({next_due_, deadline, probe_at}) - now);
     INA_ASSIGN_OR_RETURN(size_t n, transport_->recv_batch(rx_, wait));
     for (size_t i = 0; i < n; ++i) INA_RETURN_IF_ERROR(on_datagram(rx_[i]));
+    if (loss_moved_) presume_lost();
     now = Clock::now();
     if (n > 0) {
       last_rx = now;
@@ -414,11 +417,16 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
 
   INA_DEBUG("worker",
             "rank %d: %s done in %.3f ms: %" PRIu64 " blocks of %u, window %u, %" PRIu64
-            " packets sent, %" PRIu64 " retransmits, %" PRIu64 " duplicate results",
+            " packets sent, %" PRIu64 " retransmits (%" PRIu64 " presumed lost), %" PRIu64
+            " duplicate results; timeout %.2f ms, srtt %.3f ms, base rtt %.3f ms",
             cfg_.rank, describe_collective().c_str(), ms_since(start), c.blocks, c.block_elems,
             cc_.window(), stats_.packets_sent - before.packets_sent,
             stats_.retransmits - before.retransmits,
-            stats_.duplicate_results - before.duplicate_results);
+            stats_.fast_retransmits - before.fast_retransmits,
+            stats_.duplicate_results - before.duplicate_results,
+            std::chrono::duration<double, std::milli>(cc_.rto()).count(),
+            std::chrono::duration<double, std::milli>(cc_.srtt()).count(),
+            std::chrono::duration<double, std::milli>(cc_.base_rtt()).count());
   return ok_status();
 }
 
@@ -485,7 +493,9 @@ void IncEngine::queue(uint32_t s, Clock::time_point now) {
   sl.active = true;
   sl.resealed = false;
   sl.retransmitted = false;
+  sl.presumed_lost = false;
   sl.sent_at = now;
+  sl.xmit_at = now;
   sl.rto = cc_.rto();
   ++inflight_;
   sl.due = now + sl.rto;
@@ -524,7 +534,15 @@ void IncEngine::retransmit_due(Clock::time_point now) {
       sl.pkt[wire::kOffFlags] |= wire::kFlagRetransmit;
       sl.resealed = false;
       sl.retransmitted = true;
-      sl.rto = std::min(sl.rto * 2, rto_max);
+      sl.xmit_at = now;
+      // A round presumed lost goes out again on its current timeout; a timer that fired (the
+      // result is late: a slow rank, or the resend was lost too) backs off.
+      if (sl.presumed_lost) {
+        ++stats_.fast_retransmits;
+      } else {
+        sl.rto = std::min(sl.rto * 2, rto_max);
+      }
+      sl.presumed_lost = false;
       sl.due = now + sl.rto;
       sl.queued = true;
       tx_slots_.push_back(s);
@@ -532,6 +550,20 @@ void IncEngine::retransmit_due(Clock::time_point now) {
       cc_.on_timeout(now);
     }
     next_due_ = std::min(next_due_, sl.due);
+  }
+}
+
+void IncEngine::presume_lost() {
+  loss_moved_ = false;
+  for (uint32_t s = 0; s < coll_.width; ++s) {
+    Slot& sl = slots_[s];
+    if (!sl.active || sl.queued) continue;
+    const Clock::time_point lost = loss_.lost_at(sl.xmit_at);
+    if (lost < sl.due) {
+      sl.due = lost;
+      sl.presumed_lost = true;
+      next_due_ = std::min(next_due_, lost);
+    }
   }
 }
 
@@ -594,6 +626,10 @@ Status IncEngine::on_result(const wire::PacketView& pv) {
     rtt_sample(now, Clock::duration::zero());  // a delivery, no sample (Karn)
   }
   --inflight_;
+  // Only a round sent once tells when it was sent (Karn again).
+  if (!sl.retransmitted && !settling_) {
+    loss_moved_ |= loss_.on_delivered(sl.xmit_at, now, cc_.srtt());
+  }
   const uint64_t block = sl.block;
   ++sl.results;
   // The reduced elements in the user's type (a NONFINITE block: the aggregator's NaNs).

@@ -21,7 +21,7 @@
 namespace ina::worker {
 
 // Adds an engine's packet counters (packets, retransmits, duplicates, malformed, non-finite
-// blocks, error reports, spurious retransmits, late completions) from `from` to `to`; not
+// blocks, error reports, spurious and fast retransmits, late completions) from `from` to `to`; not
 // collectives, rto_us or the host-path counters, which each caller combines its own way.
 inline void add_packet_counters(const CommStats& from, CommStats* to) {
   to->packets_sent += from.packets_sent;
@@ -32,6 +32,7 @@ inline void add_packet_counters(const CommStats& from, CommStats* to) {
   to->nonfinite_blocks += from.nonfinite_blocks;
   to->error_reports += from.error_reports;
   to->spurious_retransmits += from.spurious_retransmits;
+  to->fast_retransmits += from.fast_retransmits;
   to->bad_tag += from.bad_tag;
   to->late_completions += from.late_completions;
 }
@@ -115,7 +116,9 @@ class IncEngine {
     bool active = false;         // a round is outstanding
     bool queued = false;         // its packet is in the pending send batch
     bool retransmitted = false;  // the outstanding round was resent (no RTT sample: Karn)
+    bool presumed_lost = false;  // `due` was brought forward by the loss detector
     Clock::time_point sent_at;   // first transmission of the outstanding round
+    Clock::time_point xmit_at;   // its latest transmission
     Clock::time_point due;       // when to retransmit
     Clock::duration rto{};       // current retransmission timeout (doubles, capped)
   };
@@ -163,6 +166,9 @@ class IncEngine {
   Status on_result(const wire::PacketView& pv);
   Status on_error(const wire::PacketView& pv);
   void retransmit_due(Clock::time_point now);
+  // Brings forward the timer of every outstanding round the loss detector presumes lost (a round
+  // sent after it got its result): it goes out again at that time, without backing off.
+  void presume_lost();
   // Feeds a round's result to the window/timer controller (congestion.h).
   void rtt_sample(Clock::time_point now, Clock::duration rtt);
   // The next block of slot s waits for the window (cwnd rounds outstanding at most): started now
@@ -216,7 +222,9 @@ class IncEngine {
   // The window and the timeout of a new round (congestion.h), kept across collectives, reset at
   // join.
   CongestionControl cc_;
-  uint32_t inflight_ = 0;  // rounds outstanding
+  LossDetector loss_;
+  bool loss_moved_ = false;  // a result moved loss_ on: presume_lost() is due
+  uint32_t inflight_ = 0;    // rounds outstanding
   // Slots whose next block waits for the window: a min-heap on the block (launch_ready).
   std::vector<uint32_t> ready_;
   struct ReadyLater {

@@ -201,6 +201,9 @@ struct CommStats {
   uint64_t nonfinite_blocks = 0;
   uint64_t error_reports = 0;
   uint64_t spurious_retransmits = 0; // resends whose original result arrived after all
+  // Resends of rounds presumed lost because a round sent after them got its result first (the
+  // rest waited for their retransmission timer); included in `retransmits`.
+  uint64_t fast_retransmits = 0;
   uint64_t rto_us = 0;              // current adaptive retransmission timeout
   uint64_t host_collectives = 0;    // collectives that ran on the host mesh (fallbacks included)
   uint64_t fallbacks = 0;           // in-network AllReduces redone on the host path
