@@ -166,8 +166,10 @@ Status PathPolicy::in_network(const void* send, void* recv, size_t count, DType 
     return s;
   }
   // This rank failed: agree, then redo what is needed on the host path.
+  const Clock::time_point failed_at = Clock::now();
   View mine = failed_view(send, recv, count, dtype, op);
   INA_ASSIGN_OR_RETURN(Agreed a, agree(flag_of(s), s));
+  const Clock::time_point agreed_at = Clock::now();
   INA_INFO("worker", "rank %d: in-network allreduce failed (%s): redone on the host path",
            cfg_.rank, s.message().c_str());
   ++fallbacks_;
@@ -175,6 +177,9 @@ Status PathPolicy::in_network(const void* send, void* recv, size_t count, DType 
     ++host_collectives_;
     INA_RETURN_IF_ERROR(recover(mine));
     ++done_;  // every rank has now completed this one
+    INA_DEBUG("worker", "rank %d: the agreement took %.1f ms, the redo on the host path %.1f ms",
+              cfg_.rank, std::chrono::duration<double, std::milli>(agreed_at - failed_at).count(),
+              std::chrono::duration<double, std::milli>(Clock::now() - agreed_at).count());
     return ok_status();
   }
   if (a == Agreed::kRecoverKept) {

@@ -150,6 +150,7 @@ int ina_comm_rank(const ina_comm_t* comm);
 int ina_comm_size(const ina_comm_t* comm);
 
 /* recv may equal send (in place). count may be 0. Returns when the result is in recv.
+ * A call that fails may have written part of recv: in place, that part of the input is gone.
  * send and recv may be CUDA device memory (libina built with the cuda feature; detected with
  * cudaPointerGetAttributes): the call then starts after the work already enqueued on the
  * default stream and stages the buffer through pinned host memory (see ina_allreduce_async). */

@@ -236,6 +236,10 @@ class Communicator {
   // recv may equal send. Any count (0 allowed). float32/float16/bfloat16/int32 and float8
   // e4m3/e5m2 (ina/protocol/fp8.h; e4m3 results saturate at +-448); sum/min/max. float8 is not
   // carried in-network yet: it runs on the host mesh (kUnimplemented without one).
+  // A call that fails may have written part of recv (blocks whose results had arrived): in
+  // place, that part of the input is gone, as after a failed NCCL call. The communicator stays
+  // usable (the next collective, called alike, works), but the failed call's buffer must be
+  // refilled before it is reduced again.
   virtual Status allreduce(const void* send, void* recv, size_t count, DType dtype,
                            ReduceOp op) = 0;
 
