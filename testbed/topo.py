@@ -336,6 +336,36 @@ def parse_assignments(text, what, value_parser):
     return out
 
 
+def wait_with_cpu(p, timeout):
+    """Waits for p like Popen.wait, and returns (exit status, its CPU seconds: user, system)
+    from wait4's rusage (ip netns exec execs the command, so that is the command's own)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+        if pid == p.pid:
+            p.returncode = os.waitstatus_to_exitcode(status)
+            return p.returncode, ru.ru_utime, ru.ru_stime
+        if time.monotonic() >= deadline:
+            raise subprocess.TimeoutExpired(p.args, timeout)
+        time.sleep(0.02)
+
+
+def cpu_line(ranks, agg, wall):
+    """The run's CPU time, for CPU seconds per GB: each side's processes (user + system; the
+    kernel's softirq work on packets is charged to whichever process it interrupts, so it is
+    approximate), and the share of the machine's cores over the ranks' wall time."""
+    cores = os.cpu_count() or 1
+    ru = sum(u + s for u, s in ranks)
+    text = (f"# cpu: ranks {ru:.2f} s (user {sum(u for u, _ in ranks):.2f}, system "
+            f"{sum(s for _, s in ranks):.2f})")
+    total = ru
+    if agg is not None:
+        text += f", aggregator {agg[0] + agg[1]:.2f} s (user {agg[0]:.2f}, system {agg[1]:.2f})"
+        total += agg[0] + agg[1]
+    text += f"; {wall:.2f} s wall, {100 * total / (wall * cores):.0f}% of {cores} cores"
+    return text
+
+
 def run_ina(args, bench_args):
     """ina-bench in external mode, one process per worker namespace, against ina-aggregator
     in the first aggregator namespace. Prints rank 0's table; returns the worst exit status."""
@@ -376,6 +406,7 @@ def run_ina(args, bench_args):
         agg_proc = topo.popen(agg, agg_argv, stdout=subprocess.DEVNULL)
         time.sleep(0.3)
         ranks = []
+        started = time.monotonic()
         for w in topo.workers():
             env = dict(os.environ, INA_AGGREGATOR=f"{agg.ip}:{port}", INA_RANK=str(w.index),
                        INA_WORLD_SIZE=str(args.workers), INA_MESH_ADDR=w.ip)
@@ -400,15 +431,28 @@ def run_ina(args, bench_args):
                 print(f"# restarting aggregator {agg.name}", flush=True)
                 topo.popen(agg, agg_argv, stdout=subprocess.DEVNULL)
         worst = 0
+        cpu = []
         for r, p in enumerate(ranks):
             try:
-                rc = p.wait(timeout=args.timeout)
+                rc, user, system = wait_with_cpu(p, args.timeout)
+                cpu.append((user, system))
             except subprocess.TimeoutExpired:
                 print(f"# rank {r} did not finish within {args.timeout}s", flush=True)
                 rc = 124
             if rc != 0:
                 print(f"# rank {r} exited with status {rc}", flush=True)
             worst = max(worst, rc)
+        wall = time.monotonic() - started
+        agg_cpu = None
+        if agg_proc.poll() is None:
+            agg_proc.terminate()
+            try:
+                _, user, system = wait_with_cpu(agg_proc, 10)
+                agg_cpu = (user, system)
+            except subprocess.TimeoutExpired:
+                pass
+        if len(cpu) == len(ranks):
+            print(cpu_line(cpu, agg_cpu, wall), flush=True)
     return worst
 
 

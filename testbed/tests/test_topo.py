@@ -95,6 +95,32 @@ class TopologyTeardown(unittest.TestCase):
             topo.loss_rules(101)
 
 
+class CpuAccounting(unittest.TestCase):
+    def test_wait_with_cpu_reports_the_childs_time(self):
+        p = subprocess.Popen([sys.executable, "-c",
+                              "import time\nt = time.process_time()\n"
+                              "while time.process_time() - t < 0.2: pass\nraise SystemExit(3)"])
+        rc, user, system = topo.wait_with_cpu(p, 30)
+        self.assertEqual(rc, 3)
+        self.assertEqual(p.returncode, 3)
+        self.assertGreaterEqual(user + system, 0.19)
+        with self.assertRaises(subprocess.TimeoutExpired):
+            q = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(5)"])
+            try:
+                topo.wait_with_cpu(q, 0.1)
+            finally:
+                q.kill()
+                q.wait()
+
+    def test_cpu_line_sums_both_sides(self):
+        line = topo.cpu_line([(1.0, 0.5), (2.0, 0.5)], (0.75, 0.25), 2.0)
+        cores = os.cpu_count() or 1
+        self.assertIn("ranks 4.00 s (user 3.00, system 1.00)", line)
+        self.assertIn("aggregator 1.00 s (user 0.75, system 0.25)", line)
+        self.assertIn(f"{100 * 5.0 / (2.0 * cores):.0f}% of {cores} cores", line)
+        self.assertNotIn("aggregator", topo.cpu_line([(1.0, 0.0)], None, 1.0))
+
+
 if __name__ == "__main__":
     ok, why = topo.can_make_namespaces()
     if not ok:
