@@ -297,7 +297,7 @@ enum {
 };
 
 /* Counters in a BENCH_REC_STATS record. */
-#define BENCH_STATS 12
+#define BENCH_STATS 13
 
 /* Fixed-size record (< PIPE_BUF, so writes of concurrent children do not interleave). */
 typedef struct {

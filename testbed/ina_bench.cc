@@ -409,13 +409,15 @@ enum StatSlot : size_t {
   kHostCollectives,
   kElements,
   kSpurious,
+  kFast,
 };
-static_assert(kSpurious + 1 == BENCH_STATS, "one slot per counter");
+static_assert(kFast + 1 == BENCH_STATS, "one slot per counter");
 
 std::array<uint64_t, BENCH_STATS> stats_array(const ina::CommStats& s, uint64_t elements) {
   return {s.collectives,       s.packets_sent,     s.packets_received, s.retransmits,
           s.duplicate_results, s.malformed,        s.nonfinite_blocks, s.error_reports,
-          s.fallbacks,         s.host_collectives, elements,           s.spurious_retransmits};
+          s.fallbacks,         s.host_collectives, elements,           s.spurious_retransmits,
+          s.fast_retransmits};
 }
 
 // The summary a user reads after a local in-network run (w: the ranks' counters summed;
@@ -437,11 +439,11 @@ void print_summary(const Options& o, const std::array<uint64_t, BENCH_STATS>& w,
   if (!o.verbose) return;
   std::printf(
       "# workers: collectives %llu, packets sent %llu, received %llu, retransmits %llu "
-      "(spurious %llu), duplicate results %llu, error reports %llu, malformed %llu, nonfinite "
-      "blocks %llu, on the host path %llu\n",
+      "(presumed lost %llu, spurious %llu), duplicate results %llu, error reports %llu, "
+      "malformed %llu, nonfinite blocks %llu, on the host path %llu\n",
       static_cast<unsigned long long>(w[kCollectives]), static_cast<unsigned long long>(w[kSent]),
       static_cast<unsigned long long>(w[kReceived]),
-      static_cast<unsigned long long>(w[kRetransmits]),
+      static_cast<unsigned long long>(w[kRetransmits]), static_cast<unsigned long long>(w[kFast]),
       static_cast<unsigned long long>(w[kSpurious]),
       static_cast<unsigned long long>(w[kDupResults]),
       static_cast<unsigned long long>(w[kErrorReports]),
@@ -450,8 +452,9 @@ void print_summary(const Options& o, const std::array<uint64_t, BENCH_STATS>& w,
       static_cast<unsigned long long>(w[kHostCollectives]));
   std::printf(
       "#   retransmits: packets sent again when their result was late (the adaptive timeout, "
-      "from INA_RETRANSMIT_US); spurious ones had their result arrive after all. Normal when "
-      "ranks share CPUs: a slow rank keeps the others' slots waiting.\n"
+      "from INA_RETRANSMIT_US), or presumed lost when a packet sent after them got its result "
+      "first; spurious ones had their result arrive after all. Normal when ranks share CPUs: a "
+      "slow rank keeps the others' slots waiting.\n"
       "#   duplicate results: results for blocks already done (the answers to those resends).\n"
       "#   error reports: the aggregator's answer to a resend whose slot still misses ranks (it "
       "names them, for the deadline message), or to data before every rank joined: flow "
