@@ -154,12 +154,12 @@ Result<std::vector<std::unique_ptr<Transport>>> udp_transports(
 
 namespace {
 
-// The communicator: argument checks, the host collectives, and the path policy (path_policy.h)
-// that runs each AllReduce in-network or on the host mesh.
 // Exact mode's host AllReduce moves its words in chunks of at most this many elements (whole
 // blocks): 2 MiB of int64 words and 3 MiB of float32's limbs (4 MiB beyond 1024 ranks).
 constexpr size_t kExactChunkElems = size_t{1} << 18;
 
+// The communicator: argument checks, the host collectives, and the path policy (path_policy.h)
+// that runs each AllReduce in-network or on the host mesh.
 class CommunicatorImpl final : public Communicator {
  public:
   // `transports`: one per aggregator of the job in shard order (empty: host only).
