@@ -201,9 +201,6 @@ struct CommStats {
   uint64_t nonfinite_blocks = 0;
   uint64_t error_reports = 0;
   uint64_t spurious_retransmits = 0; // resends whose original result arrived after all
-  // Resends of rounds presumed lost because a round sent after them got its result first (the
-  // rest waited for their retransmission timer); included in `retransmits`.
-  uint64_t fast_retransmits = 0;
   uint64_t rto_us = 0;              // current adaptive retransmission timeout
   uint64_t host_collectives = 0;    // collectives that ran on the host mesh (fallbacks included)
   uint64_t fallbacks = 0;           // in-network AllReduces redone on the host path
@@ -213,6 +210,10 @@ struct CommStats {
   // every round this rank gave up on before its abort arrived (a late rank's block came first),
   // so this rank returns the result, as the late rank does.
   uint64_t late_completions = 0;
+  // Resends of rounds presumed lost because a round sent after them got its result first (the
+  // rest waited for their retransmission timer); included in `retransmits`. (New fields go at
+  // the end: the earlier ones keep their offsets.)
+  uint64_t fast_retransmits = 0;
 };
 
 // An asynchronous collective in flight (Communicator::allreduce_async). Destroying a request
