@@ -731,12 +731,15 @@ Status IncEngine::on_error(const wire::PacketView& pv) {
       if (rep != nullptr && rep->reason == wire::ErrorReason::kMissingRanks) {
         lacking = missing_clause(*rep);
       }
-      return deadline_exceeded(describe_collective() + ": aborted: " + who + " block seq " +
+      // The ranks that did not contribute, when known, come first: they are the cause, and the
+      // rank that gave up is only the first to reach its deadline.
+      std::string cause;
+      if (!lacking.empty()) cause = lacking.substr(2) + "; ";  // without its leading "; "
+      return deadline_exceeded(describe_collective() + ": aborted: " + cause + who + " block seq " +
                                std::to_string(h.seq) + " (slot " + std::to_string(h.slot) +
                                ") at the deadline (INA_TIMEOUT_MS), before the round completed; "
                                "every rank fails this collective, and the communicator stays "
-                               "usable for the next one" +
-                               lacking);
+                               "usable for the next one");
     }
     case wire::ErrorReason::kWorldSizeMismatch:
     default: break;  // not about a collective; joining handles it
