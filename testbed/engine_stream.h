@@ -145,9 +145,9 @@ inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t w
   return pkts;
 }
 
-// SipHash-2-4 cost: nanoseconds per tag (wire::compute_tag) of a `bytes`-byte datagram, the
+// The packet tag's cost: nanoseconds per tag (wire::compute_tag) of a `bytes`-byte datagram, the
 // median of `reps` runs of `n` tags each.
-inline double siphash_ns_per_datagram(size_t bytes, uint32_t n = 200000, uint32_t reps = 5) {
+inline double tag_ns_per_datagram(size_t bytes, uint32_t n = 200000, uint32_t reps = 5) {
   std::vector<uint8_t> d(bytes, 0x5A);
   const Key128 k{0x0123456789ABCDEFull, 0xFEDCBA9876543210ull};
   std::vector<double> ns;

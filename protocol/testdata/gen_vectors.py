@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes the wire v3 test vectors (*.hex) of this folder, with every field annotated.
+"""Writes the wire v4 test vectors (*.hex) of this folder, with every field annotated.
 
 An independent implementation of ../WIRE.md (struct packing, no INA code): the C++ test
 (tests/protocol/wire_test.cc) checks its own encoder and decoder against these bytes and against
@@ -37,7 +37,7 @@ def vector(name, title, flags, seq, rank, slot, shadow, count, dtype, op, coll, 
 
     fl = " | ".join("%s (0x%02X)" % (n, b) for b, n in FLAGS.items() if flags & b) or "none"
     row("494e", 0, "magic", '0x494E ("IN")')
-    row("03", 2, "version", "3")
+    row("04", 2, "version", "4")
     row("%02x" % flags, 3, "flags", "0x%02X = %s" % (flags, fl))
     row("01020304", 4, "job", "0x01020304")
     row("%08x" % seq, 8, "seq", "0x%08X (%d)" % (seq, seq))
@@ -102,6 +102,63 @@ def incarnation_epoch(k0, k1, salt, nonces):
 def incarnation_key(k0, k1, epoch):
     e = struct.pack("<Q", epoch)
     return siphash24(k0, k1, b"INAkey-0" + e), siphash24(k0, k1, b"INAkey-1" + e)
+
+
+# WIRE.md "The tag": POLYVAL (RFC 8452) under a hash key derived from the key, then SipHash-2-4
+# over "INAtag-4", the POLYVAL value and the length. GF(2^128) elements are ints, bit i the
+# coefficient of x^i (16 bytes little-endian).
+P128 = (1 << 128) | (1 << 127) | (1 << 126) | (1 << 121) | 1
+
+
+def gf_mul(a, b):  # a * b mod P128
+    r = 0
+    for i in range(128):
+        if (b >> i) & 1:
+            r ^= a << i
+    for i in range(255, 127, -1):
+        if (r >> i) & 1:
+            r ^= P128 << (i - 128)
+    return r
+
+
+def gf_pow(a, e):
+    r = 1
+    while e:
+        if e & 1:
+            r = gf_mul(r, a)
+        a, e = gf_mul(a, a), e >> 1
+    return r
+
+
+X_INV_128 = gf_pow(gf_pow(2, 128), (1 << 128) - 2)  # x^-128: dot(a, b) = a * b * x^-128
+
+
+def polyval(h, data):  # RFC 8452, section 3; the last block zero-padded
+    s = 0
+    for i in range(0, len(data), 16):
+        x = int.from_bytes(data[i:i + 16].ljust(16, b"\0"), "little")
+        s = gf_mul(gf_mul(s ^ x, h), X_INV_128)
+    return s
+
+
+# RFC 8452, Appendix A: POLYVAL(H, X_1, X_2).
+assert polyval(int.from_bytes(bytes.fromhex("25629347589242761d31f826ba4b757b"), "little"),
+               bytes.fromhex("4f4f95668c83dfb6401762bb2d01a262d1a24ddd2721d006bbe45f20d3c9f362")
+               ) == int.from_bytes(bytes.fromhex("f7a3b47b846119fae5b7866cf5e5b77e"), "little")
+
+
+def packet_tag(k0, k1, dgram):  # dgram with its tag field (bytes 32..39) zero
+    h = siphash24(k0, k1, b"INAmac-H" + struct.pack("<Q", 0)) | \
+        siphash24(k0, k1, b"INAmac-H" + struct.pack("<Q", 1)) << 64
+    s = polyval(h, dgram)
+    return siphash24(k0, k1, b"INAtag-4" + s.to_bytes(16, "little") + struct.pack("<Q", len(dgram)))
+
+
+def packet_bytes(flags, seq, rank, slot, shadow, count, dtype, op, coll, elems, exp, root, words,
+                 width):  # WIRE.md's layout, tag zero
+    b = struct.pack(">HBBIIHHHBBIIhHQ", 0x494E, 4, flags, 0x01020304, seq, rank,
+                    slot | (0x8000 if shadow else 0), count, dtype, op, coll, elems, exp, root, 0)
+    return b + b"".join((w & ((1 << (8 * width)) - 1)).to_bytes(width, "little") for w in words)
 
 
 # The SipHash paper's key (bytes 00..0f): k0 = 0x0706050403020100, k1 = 0x0f0e0d0c0b0a0908.
@@ -212,3 +269,14 @@ vector("error_superseded.hex",
        "one its slot copy holds (seq 0x1234 there, the copy holds 0x1274).",
        0x04, 0x00001234, 3, 9, True, 2, 1, 1, 11, 1000, NOEXP, 0xFFFF,
        [6, 0x1274], ["reason 6 = kSuperseded", "the sequence the copy holds: 0x1274"])
+
+# A sealed DATA packet: 100 float32 words (440 bytes: the tag's 27 whole blocks and a partial one)
+# under the incarnation key of welcome.hex.
+SEALED = [f32_bits((i - 50) / 8.0) for i in range(100)]
+SEALED_ARGS = (0x00, 0x00000100, 1, 3, False, 100, 2, 1, 30, 100, NOEXP, 0xFFFF, SEALED)
+SEALED_TAG = packet_tag(KEY[0], KEY[1], packet_bytes(*SEALED_ARGS, 4))
+vector("data_f32_sealed.hex",
+       "DATA: float32 SUM, 100 words, sealed: word i = (i - 50) / 8.\n"
+       "The tag under welcome.hex's incarnation key (k0 0x%016X, k1 0x%016X)."
+       % (KEY[0], KEY[1]),
+       *SEALED_ARGS, ["%g" % ((i - 50) / 8.0) for i in range(100)], tag=SEALED_TAG)

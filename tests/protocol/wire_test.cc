@@ -222,6 +222,29 @@ TEST(WireVectors, EncodeReproducesTheBytes) {
   }
 }
 
+// data_f32_sealed.hex carries the tag that gen_vectors.py (its own POLYVAL and SipHash) computed
+// under welcome.hex's incarnation key: the C++ MAC must accept exactly that packet.
+TEST(WireVectors, SealedPacketVerifiesUnderTheIncarnationKey) {
+  const std::vector<uint8_t> bytes = load_vector("data_f32_sealed.hex");
+  ASSERT_EQ(bytes.size(), kHeaderSize + 400);
+  const Key128 key(0x8F679BA281A92F94ull, 0x4B458006CB2DD636ull);
+  PacketView v;
+  ASSERT_EQ(decode(bytes, &v), DecodeError::kOk);
+  EXPECT_EQ(v.hdr.count, 100);
+  EXPECT_EQ(v.hdr.tag, 0x2C485B5853E4B84Bull);
+  for (size_t i = 0; i < 100; ++i) {
+    float x;
+    std::memcpy(&x, v.payload + 4 * i, 4);
+    EXPECT_EQ(x, (static_cast<float>(i) - 50.0f) / 8.0f) << i;
+  }
+  EXPECT_TRUE(tag_ok(bytes, key));
+  EXPECT_EQ(compute_tag(bytes, key), v.hdr.tag);
+  EXPECT_FALSE(tag_ok(bytes, Key128(0x0706050403020100ull, 0x0F0E0D0C0B0A0908ull)));  // job key
+  std::vector<uint8_t> b = bytes;
+  b[kHeaderSize + 399] ^= 0x80;  // the last payload byte, in the partial last block
+  EXPECT_FALSE(tag_ok(b, key));
+}
+
 TEST(WireVectors, UserWordsAreTheUsersBytes) {
   // DATA and RESULT payloads are the user's elements as they lie in memory: no swap.
   const std::vector<uint8_t> bytes = load_vector("data_f32_sum.hex");
@@ -318,7 +341,7 @@ TEST(WireDecode, EveryErrorKindIsDetectedAndCounted) {
     b[at] ^= 0x01;
     check(b, DecodeError::kBadMagic, "magic byte " + std::to_string(at));
   }
-  for (const uint8_t version : {0, 1, 2, 0xFF}) {
+  for (const uint8_t version : {0, 1, 2, 3, 0xFF}) {
     std::vector<uint8_t> b = good;
     b[kOffVersion] = version;
     check(b, DecodeError::kBadVersion, "version " + std::to_string(version));
@@ -411,7 +434,7 @@ TEST(WireDecode, EveryErrorKindIsDetectedAndCounted) {
   EXPECT_EQ(n(DecodeError::kOk), 3u);
   EXPECT_EQ(n(DecodeError::kTruncated), kHeaderSize);
   EXPECT_EQ(n(DecodeError::kBadMagic), 3u);
-  EXPECT_EQ(n(DecodeError::kBadVersion), 4u);
+  EXPECT_EQ(n(DecodeError::kBadVersion), 5u);
   EXPECT_EQ(n(DecodeError::kUnknownFlags), 3u);
   EXPECT_EQ(n(DecodeError::kUnknownDtype), 4u);
   EXPECT_EQ(n(DecodeError::kUnknownOp), 3u);
@@ -419,7 +442,7 @@ TEST(WireDecode, EveryErrorKindIsDetectedAndCounted) {
   EXPECT_EQ(n(DecodeError::kTrailingBytes), 5u);
   EXPECT_EQ(n(DecodeError::kBadPartial), 4u);
   EXPECT_EQ(n(DecodeError::kBadExponent), 2u);
-  EXPECT_EQ(counters.total_rejected(), kHeaderSize + 3 + 4 + 3 + 4 + 3 + 3 + 5 + 4 + 2);
+  EXPECT_EQ(counters.total_rejected(), kHeaderSize + 3 + 5 + 3 + 4 + 3 + 3 + 5 + 4 + 2);
 }
 
 TEST(WireDecode, ErrorNamesAreDistinct) {

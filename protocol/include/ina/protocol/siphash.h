@@ -1,7 +1,7 @@
-// SipHash-2-4 (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012): the MAC of INA's
-// packets (WIRE.md, the tag). A 128-bit key, a 64-bit output; in-tree so that the worker library
-// needs nothing beyond libc and libstdc++. The reference test vectors are in
-// tests/protocol/siphash_test.cc.
+// SipHash-2-4 (Aumasson and Bernstein, "SipHash: a fast short-input PRF", 2012): the PRF of INA's
+// packet tag (mac.h, WIRE.md "The tag") and of its key derivations. A 128-bit key, a 64-bit
+// output; in-tree so that the worker library needs nothing beyond libc and libstdc++. The reference
+// test vectors are in tests/protocol/siphash_test.cc.
 #pragma once
 
 #include <cstddef>

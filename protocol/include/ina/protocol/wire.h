@@ -1,4 +1,4 @@
-// The INA wire format, version 3: the one definition of the packet header that every worker,
+// The INA wire format, version 4: the one definition of the packet header that every worker,
 // aggregator and backend uses. The byte layout is drawn in protocol/WIRE.md; checked-in test
 // vectors (protocol/testdata/) are decoded by the tests.
 //
@@ -34,6 +34,7 @@
 #include <span>
 #include <string_view>
 
+#include "ina/protocol/mac.h"
 #include "ina/protocol/siphash.h"
 #include "ina/protocol/types.h"
 
@@ -43,7 +44,7 @@ static_assert(std::endian::native == std::endian::little,
               "INA's payload words are little-endian and copied without a swap");
 
 inline constexpr uint16_t kMagic = 0x494E;  // "IN"
-inline constexpr uint8_t kVersion = 3;
+inline constexpr uint8_t kVersion = 4;
 inline constexpr size_t kHeaderSize = 40;
 inline constexpr size_t kControlWordSize = 4;   // HELLO, WELCOME and ERROR payload words (u32)
 inline constexpr uint16_t kMaxSlot = 0x7FFF;    // 15-bit slot index
@@ -207,7 +208,7 @@ inline constexpr size_t kOffMagic = 0, kOffVersion = 2, kOffFlags = 3, kOffJob =
                         kOffColl = 20, kOffElems = 24, kOffExp = 28, kOffRoot = 30, kOffTag = 32;
 inline constexpr size_t kTagSize = 8;
 static_assert(kOffTag % 8 == 0 && kOffTag + kTagSize <= kHeaderSize,
-              "the tag is one whole SipHash message word of the header");
+              "the tag is one whole 8-byte word of the header");
 
 // The slot named by an INA datagram's header (0 for anything shorter than a header), and the
 // run of kSlotRun slots it belongs to.
@@ -216,12 +217,13 @@ inline uint16_t slot_of(std::span<const uint8_t> d) {
 }
 inline uint16_t slot_run_of(std::span<const uint8_t> d) { return slot_of(d) / kSlotRun; }
 
-// ---- the tag (WIRE.md): SipHash-2-4 with the job's 128-bit key over the whole datagram, its
-// tag field read as zero. The all-zero key ("no key configured") seals and verifies the same way.
+// ---- the tag (WIRE.md): the packet MAC (mac.h: POLYVAL, then SipHash-2-4) under a 128-bit key
+// over the whole datagram, its tag field read as zero. The all-zero key ("no key configured")
+// seals and verifies the same way.
 
 // The tag `datagram` must carry. datagram.size() >= kHeaderSize.
 inline uint64_t compute_tag(std::span<const uint8_t> datagram, const Key128& key) {
-  return siphash24_zeroed(key, datagram, kOffTag / 8);
+  return packet_mac(key, datagram, kOffTag / 8);
 }
 // Writes the tag of `datagram` (header and payload already in place) into its tag field.
 // datagram.size() >= kHeaderSize.

@@ -1,0 +1,70 @@
+// The packet MAC of wire version 4 (WIRE.md, "The tag"): POLYVAL (RFC 8452) over the datagram
+// under a hash key derived from the 128-bit key, then SipHash-2-4 under the key over the 16-byte
+// POLYVAL value and the datagram's length. This is the universal-hash-then-PRF construction of
+// AES-GCM-SIV's tag (RFC 8452, section 4: POLYVAL, then a block cipher), with SipHash as the PRF:
+// no nonce is needed, and a datagram's tag reveals nothing of the hash key as long as no two
+// datagrams' POLYVALs collide, which for two different datagrams of at most L 16-byte blocks
+// happens with probability at most L / 2^128 (POLYVAL is almost-XOR-universal).
+//
+// Why not SipHash over the whole datagram, as versions 1 to 3 did: SipHash is sequential (two
+// rounds per 8-byte word) and cost about 520 ns per 1472-byte datagram on the development VM, a
+// quarter of the CPU of every rank and of the aggregator at 1 Gbit/s. POLYVAL with the carry-less
+// multiply multiplies up to 32 blocks independently and reduces once per 32: four blocks per
+// instruction with VPCLMULQDQ on 512-bit vectors (AVX-512: Intel since Ice Lake, AMD since Zen 4),
+// one with PCLMULQDQ (every x86-64 since 2010); ina-engine-bench prints what a datagram costs.
+// Without PCLMULQDQ a portable bit-serial multiply computes the same values, slowly; an arm64 port
+// would add PMULL.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "ina/protocol/key.h"
+
+namespace ina {
+
+// A GF(2^128) element in POLYVAL's order: the 16 bytes little-endian, lo = bytes 0..7.
+struct Gf128 {
+  uint64_t lo = 0;
+  uint64_t hi = 0;
+  constexpr bool operator==(const Gf128& o) const { return lo == o.lo && hi == o.hi; }
+};
+
+// The ways polyval() can multiply: portable (bit-serial, any CPU), PCLMULQDQ on 128-bit vectors,
+// VPCLMULQDQ on 512-bit vectors. best_mac_path() is the fastest this CPU has; all give the same
+// values.
+enum class MacPath { kPortable, kClmul, kClmul512 };
+bool mac_path_available(MacPath p);
+MacPath best_mac_path();
+const char* mac_path_name(MacPath p);
+
+// POLYVAL(h, X_1 .. X_s) of RFC 8452, where the X_j are `msg` cut into 16-byte blocks, the last one
+// padded with zero bytes, by the fastest path (or the one named: it must be available). Exposed
+// for the tests (RFC 8452's vector, every path against the portable one).
+Gf128 polyval(const Gf128& h, std::span<const uint8_t> msg);
+Gf128 polyval(const Gf128& h, std::span<const uint8_t> msg, MacPath path);
+
+// Blocks folded per reduction: a run of up to kMacFold blocks is multiplied by the powers of the
+// hash key and reduced once.
+inline constexpr size_t kMacFold = 32;
+
+// A key expanded for the MAC: the SipHash key itself, POLYVAL's hash key and its powers.
+struct MacKey {
+  Key128 prf;
+  Gf128 h;
+  // hrev[i] = h^(kMacFold - i) in POLYVAL's dot-product sense (h^1 = h, h^k = dot(h^(k-1), h)):
+  // highest power first, so that block j of a run of r blocks takes hrev[kMacFold - r + j].
+  Gf128 hrev[kMacFold];
+  Gf128 h_mont;  // h * x^-128 (the portable multiply's form of h)
+};
+MacKey expand_mac_key(const Key128& key);
+
+// The 64-bit MAC of `msg` with the 8 bytes at [8 * zero_word, 8 * zero_word + 8) read as zero (a
+// packet's tag field). msg.size() must be at least 8 * (zero_word + 1); zero_word < 8.
+uint64_t packet_mac(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word);
+// The same under a raw key: expanded once and kept in a small per-thread cache (the last few keys
+// used; a packet's key changes only when a job or its incarnation does).
+uint64_t packet_mac(const Key128& key, std::span<const uint8_t> msg, size_t zero_word);
+
+}  // namespace ina

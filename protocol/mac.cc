@@ -1,0 +1,328 @@
+// The packet MAC (mac.h): POLYVAL, then SipHash-2-4 over its value and the length.
+//
+// POLYVAL works in GF(2^128) modulo P = x^128 + x^127 + x^126 + x^121 + 1, a block's 16 bytes read
+// little-endian (bit i of the 128-bit integer is the coefficient of x^i), and multiplies with
+// dot(a, b) = a * b * x^-128 mod P: S_0 = 0, S_j = dot(S_{j-1} ^ X_j, H). Unrolled over eight
+// blocks, S_8 = dot(S_0 ^ X_1, H^8) ^ dot(X_2, H^7) ^ ... ^ dot(X_8, H), with H^k the dot-powers of
+// H (mac.h, MacKey::hpow); since dot is a product followed by one multiplication by x^-128, the
+// eight 256-bit carry-less products are XORed first and reduced once (Gueron's aggregated
+// reduction, as in the AES-GCM-SIV implementations).
+#include "ina/protocol/mac.h"
+
+#include <algorithm>
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+// GCC 12's AVX-512 intrinsics start from _mm512_undefined_epi32() (a self-initialized variable),
+// which -Wmaybe-uninitialized reports once inlined (a false positive).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#endif
+
+#include "ina/protocol/siphash.h"
+
+namespace ina {
+
+namespace {
+
+// x^-128 mod P, the Montgomery factor of dot() (POLYVAL's order).
+constexpr Gf128 kXInv128{0x0000000000000001ull, 0x9204000000000000ull};
+
+// a * b mod P, one bit of b at a time (constant time: masks, no branches on the operands).
+Gf128 gf_mul(Gf128 a, const Gf128& b) {
+  Gf128 r;
+  for (int i = 0; i < 128; ++i) {
+    const uint64_t bit = (i < 64 ? b.lo >> i : b.hi >> (i - 64)) & 1;
+    const uint64_t m = 0 - bit;
+    r.lo ^= a.lo & m;
+    r.hi ^= a.hi & m;
+    // a *= x: x^128 = x^127 + x^126 + x^121 + 1 (mod P).
+    const uint64_t carry = 0 - (a.hi >> 63);
+    a.hi = (a.hi << 1) | (a.lo >> 63);
+    a.lo = (a.lo << 1) ^ (carry & 1);
+    a.hi ^= carry & 0xC200000000000000ull;
+  }
+  return r;
+}
+
+Gf128 load_block(const uint8_t* p) {
+  Gf128 x;
+  std::memcpy(&x.lo, p, 8);
+  std::memcpy(&x.hi, p + 8, 8);
+  return x;
+}
+
+// S after `n` whole blocks at p, portably: S = (S ^ X) * h * x^-128.
+Gf128 blocks_portable(Gf128 s, const uint8_t* p, size_t n, const Gf128& h_mont) {
+  for (size_t j = 0; j < n; ++j, p += 16) {
+    const Gf128 x = load_block(p);
+    s = gf_mul(Gf128{s.lo ^ x.lo, s.hi ^ x.hi}, h_mont);
+  }
+  return s;
+}
+
+#if defined(__x86_64__)
+#define INA_CLMUL [[gnu::target("pclmul,avx")]]
+#define INA_CLMUL512 [[gnu::target("pclmul,avx,avx2,avx512f,vpclmulqdq")]]
+
+// hi:lo * x^-128 mod P (Montgomery reduction; poly's high word 0xC2..00 is P's x^127, x^126 and
+// x^121 terms moved down by 64, its low word the x^0 term).
+INA_CLMUL inline __m128i reduce(__m128i lo, __m128i hi) {
+  const __m128i poly = _mm_set_epi64x(static_cast<long long>(0xC200000000000000ull), 1);
+  __m128i t = _mm_clmulepi64_si128(lo, poly, 0x10);
+  lo = _mm_xor_si128(_mm_shuffle_epi32(lo, 0x4E), t);
+  t = _mm_clmulepi64_si128(lo, poly, 0x10);
+  lo = _mm_xor_si128(_mm_shuffle_epi32(lo, 0x4E), t);
+  return _mm_xor_si128(hi, lo);
+}
+
+// The 256-bit product's three Karatsuba terms, reduced: lo = a0 b0, hi = a1 b1, and
+// kara = (a0 ^ a1)(b0 ^ b1), whose XOR with lo and hi is the middle term a0 b1 ^ a1 b0.
+INA_CLMUL inline __m128i reduce_karatsuba(__m128i lo, __m128i hi, __m128i kara) {
+  const __m128i mid = _mm_xor_si128(kara, _mm_xor_si128(lo, hi));
+  return reduce(_mm_xor_si128(lo, _mm_slli_si128(mid, 8)),
+                _mm_xor_si128(hi, _mm_srli_si128(mid, 8)));
+}
+
+INA_CLMUL inline __m128i to_m128(const Gf128& x) {
+  return _mm_loadu_si128(reinterpret_cast<const __m128i*>(&x));
+}
+INA_CLMUL inline Gf128 from_m128(__m128i v) {
+  Gf128 x;
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(&x), v);
+  return x;
+}
+
+INA_CLMUL Gf128 dot_clmul(const Gf128& a, const Gf128& b) {
+  const __m128i x = to_m128(a), y = to_m128(b);
+  const __m128i xs = _mm_xor_si128(x, _mm_shuffle_epi32(x, 0x4E));
+  const __m128i ys = _mm_xor_si128(y, _mm_shuffle_epi32(y, 0x4E));
+  return from_m128(reduce_karatsuba(_mm_clmulepi64_si128(x, y, 0x00),
+                                    _mm_clmulepi64_si128(x, y, 0x11),
+                                    _mm_clmulepi64_si128(xs, ys, 0x00)));
+}
+
+// r (1..8) blocks at p folded into s with one reduction: block j takes hp[j], hp = the key's
+// hrev + kMacFold - r (the powers r down to 1).
+INA_CLMUL inline __m128i fold128(__m128i s, const uint8_t* p, size_t r, const Gf128* hp) {
+  __m128i lo = _mm_setzero_si128(), hi = _mm_setzero_si128(), kara = _mm_setzero_si128();
+  for (size_t j = 0; j < r; ++j) {
+    __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * j));
+    if (j == 0) y = _mm_xor_si128(y, s);
+    const __m128i h = to_m128(hp[j]);
+    lo = _mm_xor_si128(lo, _mm_clmulepi64_si128(y, h, 0x00));
+    hi = _mm_xor_si128(hi, _mm_clmulepi64_si128(y, h, 0x11));
+    const __m128i ys = _mm_xor_si128(y, _mm_shuffle_epi32(y, 0x4E));
+    const __m128i hs = _mm_xor_si128(h, _mm_shuffle_epi32(h, 0x4E));
+    kara = _mm_xor_si128(kara, _mm_clmulepi64_si128(ys, hs, 0x00));
+  }
+  return reduce_karatsuba(lo, hi, kara);
+}
+
+INA_CLMUL Gf128 blocks_clmul(const Gf128& s0, const uint8_t* p, size_t n, const MacKey& k) {
+  static_assert(sizeof(Gf128) == 16, "Gf128 is loaded as one 16-byte vector");
+  __m128i s = to_m128(s0);
+  while (n > 0) {
+    const size_t r = n < 8 ? n : 8;
+    s = fold128(s, p, r, k.hrev + (kMacFold - r));
+    p += 16 * r;
+    n -= r;
+  }
+  return from_m128(s);
+}
+
+INA_CLMUL512 inline __m128i xor_lanes(__m512i v) {
+  const __m256i h = _mm256_xor_si256(_mm512_castsi512_si256(v), _mm512_extracti64x4_epi64(v, 1));
+  return _mm_xor_si128(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
+}
+
+// r (1..kMacFold) blocks at p folded into s with one reduction, four blocks per vector; a last
+// group of fewer than four is loaded under a mask (the lanes past it multiply zeros).
+INA_CLMUL512 inline __m128i fold512(__m128i s, const uint8_t* p, size_t r, const Gf128* hp) {
+  __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512(), kara = _mm512_setzero_si512();
+  for (size_t j = 0; j < r; j += 4) {
+    const size_t left = r - j;
+    const __mmask8 m = left >= 4 ? __mmask8{0xFF} : static_cast<__mmask8>((1u << (2 * left)) - 1);
+    __m512i y = _mm512_maskz_loadu_epi64(m, p + 16 * j);
+    if (j == 0) y = _mm512_xor_si512(y, _mm512_zextsi128_si512(s));
+    const __m512i h = _mm512_maskz_loadu_epi64(m, hp + j);
+    lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128(y, h, 0x00));
+    hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128(y, h, 0x11));
+    const __m512i ys = _mm512_xor_si512(y, _mm512_shuffle_epi32(y, _MM_PERM_BADC));
+    const __m512i hs = _mm512_xor_si512(h, _mm512_shuffle_epi32(h, _MM_PERM_BADC));
+    kara = _mm512_xor_si512(kara, _mm512_clmulepi64_epi128(ys, hs, 0x00));
+  }
+  return reduce_karatsuba(xor_lanes(lo), xor_lanes(hi), xor_lanes(kara));
+}
+
+INA_CLMUL512 Gf128 blocks_clmul512(const Gf128& s0, const uint8_t* p, size_t n, const MacKey& k) {
+  __m128i s = to_m128(s0);
+  while (n > 0) {
+    const size_t r = n < kMacFold ? n : kMacFold;
+    s = fold512(s, p, r, k.hrev + (kMacFold - r));
+    p += 16 * r;
+    n -= r;
+  }
+  return from_m128(s);
+}
+
+bool cpu_has(MacPath path) {
+  switch (path) {
+    case MacPath::kPortable: return true;
+    case MacPath::kClmul: return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("avx");
+    case MacPath::kClmul512:
+      return __builtin_cpu_supports("pclmul") && __builtin_cpu_supports("avx2") &&
+             __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("vpclmulqdq");
+  }
+  return false;
+}
+#else
+bool cpu_has(MacPath path) { return path == MacPath::kPortable; }
+#endif
+
+MacPath detect_best() {
+  if (cpu_has(MacPath::kClmul512)) return MacPath::kClmul512;
+  if (cpu_has(MacPath::kClmul)) return MacPath::kClmul;
+  return MacPath::kPortable;
+}
+
+MacPath best() {
+  static const MacPath p = detect_best();
+  return p;
+}
+
+// S after n whole blocks at p, by `path`.
+Gf128 blocks(const Gf128& s, const uint8_t* p, size_t n, const MacKey& k, MacPath path) {
+#if defined(__x86_64__)
+  if (path == MacPath::kClmul512) return blocks_clmul512(s, p, n, k);
+  if (path == MacPath::kClmul) return blocks_clmul(s, p, n, k);
+#else
+  (void)path;
+#endif
+  return blocks_portable(s, p, n, k.h_mont);
+}
+
+// POLYVAL of msg (zero-padded), the 8 bytes at [8 * zero_word, +8) read as zero when zero_word is
+// not kNoZero.
+constexpr size_t kNoZero = ~size_t{0};
+
+Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word, MacPath path) {
+  const uint8_t* p = msg.data();
+  const size_t n = msg.size();
+  Gf128 s;
+  size_t at = 0;
+  if (zero_word != kNoZero) {
+    // The blocks up to and including the one holding the zeroed word, from a copy.
+    alignas(16) uint8_t head[128] = {};
+    const size_t head_len = std::min(n, (zero_word / 2 + 1) * 16);
+    std::memcpy(head, p, head_len);
+    std::memset(head + 8 * zero_word, 0, 8);
+    s = blocks(s, head, (head_len + 15) / 16, k, path);
+    at = head_len;
+  }
+  const size_t whole = (n - at) / 16;
+  s = blocks(s, p + at, whole, k, path);
+  at += whole * 16;
+  if (at < n) {
+    alignas(16) uint8_t last[16] = {};
+    std::memcpy(last, p + at, n - at);
+    s = blocks(s, last, 1, k, path);
+  }
+  return s;
+}
+
+MacKey key_for_polyval(const Gf128& h) {
+  MacKey k;
+  k.h = h;
+#if defined(__x86_64__)
+  // h * x^-128 = dot(h, 1).
+  k.h_mont = best() != MacPath::kPortable ? dot_clmul(h, Gf128{1, 0}) : gf_mul(h, kXInv128);
+#else
+  k.h_mont = gf_mul(h, kXInv128);
+#endif
+  Gf128 pw = h;  // h^1
+  for (size_t i = 1; i <= kMacFold; ++i) {
+    k.hrev[kMacFold - i] = pw;
+    if (i == kMacFold) break;
+#if defined(__x86_64__)
+    if (best() != MacPath::kPortable) {
+      pw = dot_clmul(pw, h);
+      continue;
+    }
+#endif
+    pw = gf_mul(pw, k.h_mont);
+  }
+  return k;
+}
+
+uint64_t finish(const MacKey& k, const Gf128& s, size_t n) {
+  // "INAtag-4", S, the length: 32 bytes. Every SipHash input under a job's or an incarnation's
+  // key begins with 8 distinct bytes "INA..." (WIRE.md), so no two uses share an input.
+  uint8_t m[32];
+  std::memcpy(m, "INAtag-4", 8);
+  std::memcpy(m + 8, &s.lo, 8);
+  std::memcpy(m + 16, &s.hi, 8);
+  const uint64_t len = n;
+  std::memcpy(m + 24, &len, 8);
+  return siphash24(k.prf, m);
+}
+
+}  // namespace
+
+bool mac_path_available(MacPath p) { return cpu_has(p); }
+MacPath best_mac_path() { return best(); }
+const char* mac_path_name(MacPath p) {
+  switch (p) {
+    case MacPath::kPortable: return "portable";
+    case MacPath::kClmul: return "pclmulqdq";
+    case MacPath::kClmul512: return "vpclmulqdq-512";
+  }
+  return "?";
+}
+
+Gf128 polyval(const Gf128& h, std::span<const uint8_t> msg, MacPath path) {
+  return polyval_of(key_for_polyval(h), msg, kNoZero, path);
+}
+Gf128 polyval(const Gf128& h, std::span<const uint8_t> msg) { return polyval(h, msg, best()); }
+
+MacKey expand_mac_key(const Key128& key) {
+  uint8_t m[16];
+  std::memcpy(m, "INAmac-H", 8);
+  Gf128 h;
+  for (uint64_t i = 0; i < 2; ++i) {
+    std::memcpy(m + 8, &i, 8);
+    (i == 0 ? h.lo : h.hi) = siphash24(key, m);
+  }
+  MacKey k = key_for_polyval(h);
+  k.prf = key;
+  return k;
+}
+
+uint64_t packet_mac(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word) {
+  return finish(key, polyval_of(key, msg, zero_word, best()), msg.size());
+}
+
+namespace {
+// The per-thread cache of expanded keys: direct-mapped, zero-initialized (no TLS constructor).
+struct CachedKey {
+  bool valid;
+  MacKey k;
+};
+constexpr size_t kCacheEntries = 16;
+thread_local CachedKey tls_keys[kCacheEntries];
+}  // namespace
+
+uint64_t packet_mac(const Key128& key, std::span<const uint8_t> msg, size_t zero_word) {
+  const uint64_t mix = (key.lo ^ key.hi) * 0x9E3779B97F4A7C15ull;
+  CachedKey& c = tls_keys[mix >> 60];
+  static_assert(kCacheEntries == 16, "the index is the mix's top 4 bits");
+  if (!c.valid || c.k.prf != key) {
+    c.k = expand_mac_key(key);
+    c.valid = true;
+  }
+  return packet_mac(c.k, msg, zero_word);
+}
+
+}  // namespace ina
