@@ -7,6 +7,7 @@ packages=(
   meson ninja-build g++ pkg-config        # build
   libgtest-dev libgmock-dev                # tests
   libsodium-dev                            # tests: cross-check of the in-tree SipHash
+  g++-aarch64-linux-gnu qemu-user          # tests: the packet MAC's arm64 path, emulated
   clang libclang-rt-14-dev llvm            # scripts/fuzz.sh: libFuzzer, ASan/UBSan, llvm-symbolizer
   clang-format                             # tests/ops/format.sh: the layout of .clang-format
   libcli11-dev                             # argument parsing

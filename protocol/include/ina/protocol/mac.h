@@ -63,6 +63,9 @@ MacKey expand_mac_key(const Key128& key);
 // The 64-bit MAC of `msg` with the 8 bytes at [8 * zero_word, 8 * zero_word + 8) read as zero (a
 // packet's tag field). msg.size() must be at least 8 * (zero_word + 1); zero_word < 8.
 uint64_t packet_mac(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word);
+// The same by the named path (it must be available): for benchmarks of each path.
+uint64_t packet_mac(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
+                    MacPath path);
 // The same under a raw key: expanded once and kept in a small per-thread cache (the last few keys
 // used; a packet's key changes only when a job or its incarnation does).
 uint64_t packet_mac(const Key128& key, std::span<const uint8_t> msg, size_t zero_word);
