@@ -1,6 +1,6 @@
 // The aggregator's packet logic (see engine.h). Order of checks for every datagram:
 //   1. wire::decode: a datagram that is not a well-formed INA packet is counted by reason.
-//   2. job lookup, then the tag (SipHash-2-4 under the job's key over the datagram: WIRE.md): a
+//   2. job lookup, then the tag (the packet MAC under the job's key over the datagram: WIRE.md): a
 //      packet for a job this engine does not serve, or whose tag the job's key does not give
 //      (forged, corrupted, truncated into a valid shape, another job's key), is counted and never
 //      answered, before it touches any state (join barrier, slot table, the rank's address that
@@ -96,7 +96,7 @@ namespace {
 // The datagram's tag is the one the job's key (a HELLO) or its incarnation's key gives (WIRE.md).
 // At a leaf, its parent's answers (RESULT, ERROR) carry the parent incarnation's key; an ERROR
 // there may also be a local rank's abort (this incarnation's key) or the parent's answer to the
-// leaf's HELLO (the job's key). One SipHash per packet but such a leaf ERROR: the key is chosen
+// leaf's HELLO (the job's key). One tag per packet but such a leaf ERROR: the key is chosen
 // by the flags, and derived once per incarnation.
 bool verify_tag(const JobConfig& cfg, const Key128& traffic, const LeafRelay* relay,
                 const wire::Header& h, std::span<const uint8_t> datagram) {

@@ -1,7 +1,7 @@
 // The aggregator's packet logic, shared by every I/O backend (kernel UDP now, DPDK later): decode
-// and validate, find the job, verify its tag (SipHash with the job's key: WIRE.md), run the join
-// barrier (HELLO/WELCOME) and the slot table, and say what to send back. Pure logic: no sockets, no
-// clock, no logging; one instance per thread (lcore), so no locks.
+// and validate, find the job, verify its tag (the packet MAC under the job's key: WIRE.md), run the
+// join barrier (HELLO/WELCOME) and the slot table, and say what to send back. Pure logic: no
+// sockets, no clock, no logging; one instance per thread (lcore), so no locks.
 #pragma once
 
 #include <array>
@@ -51,7 +51,7 @@ struct TreeConfig {
 
 struct JobConfig {
   JobId job = 1;
-  // The job's secret: every packet of the job carries a SipHash-2-4 tag under it (WIRE.md); it
+  // The job's secret: every packet of the job carries a tag under it (mac.h, WIRE.md); it
   // never travels. All zero: no key configured (packets are sealed and verified with the zero key,
   // which authenticates nothing).
   Key128 key;

@@ -88,10 +88,10 @@ constexpr size_t kRecvBatch = 64;
 // Serial-number distance: how far `seq` is past `base` (mod 2^32).
 uint32_t seq_offset(BlockSeq seq, BlockSeq base) { return static_cast<uint32_t>(seq - base); }
 
-// The tag (WIRE.md): SipHash-2-4 over the whole packet, sealed before it is sent (a retransmission
-// re-seals, the RETRANSMIT flag being covered): HELLO under the job's key, DATA and aborts under
-// the incarnation's (traffic_key_), so that the aggregator can tell them from an earlier
-// incarnation's, whose block sequence started at 1 too.
+// The tag (WIRE.md, mac.h: POLYVAL, then SipHash-2-4) over the whole packet, sealed before it is
+// sent (a retransmission re-seals, the RETRANSMIT flag being covered): HELLO under the job's key,
+// DATA and aborts under the incarnation's (traffic_key_), so that the aggregator can tell them from
+// an earlier incarnation's, whose block sequence started at 1 too.
 void seal_tag(std::span<uint8_t> packet, const Key128& key) { wire::seal(packet, key); }
 
 // The incarnation nonce of a join (wire::next_nonce): from the clock, and past every nonce this
