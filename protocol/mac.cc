@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -406,19 +407,29 @@ uint64_t packet_mac(const MacKey& key, std::span<const uint8_t> msg, size_t zero
 }
 
 namespace {
-// The per-thread cache of expanded keys: direct-mapped, zero-initialized (no TLS constructor).
+// The per-thread cache of expanded keys, direct-mapped. It lives on the heap: the thread-local
+// storage of the worker library (linked into trainers, whose every thread gets a copy of its
+// static TLS) stays one pointer; a thread that never seals pays nothing.
 struct CachedKey {
-  bool valid;
+  bool valid = false;
   MacKey k;
 };
 constexpr size_t kCacheEntries = 16;
-thread_local CachedKey tls_keys[kCacheEntries];
+struct KeyCache {
+  CachedKey entry[kCacheEntries];
+};
+thread_local std::unique_ptr<KeyCache> tls_keys;
 }  // namespace
 
 uint64_t packet_mac(const Key128& key, std::span<const uint8_t> msg, size_t zero_word) {
+  KeyCache* cache = tls_keys.get();
+  if (cache == nullptr) {
+    tls_keys = std::make_unique<KeyCache>();
+    cache = tls_keys.get();
+  }
   const uint64_t mix = (key.lo ^ key.hi) * 0x9E3779B97F4A7C15ull;
-  CachedKey& c = tls_keys[mix >> 60];
   static_assert(kCacheEntries == 16, "the index is the mix's top 4 bits");
+  CachedKey& c = cache->entry[mix >> 60];
   if (!c.valid || c.k.prf != key) {
     c.k = expand_mac_key(key);
     c.valid = true;

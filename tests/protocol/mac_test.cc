@@ -9,6 +9,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ina/protocol/wire.h"
@@ -152,6 +153,25 @@ TEST(PacketMac, TheKeyCacheNeverServesAnotherKeysTag) {
     for (size_t i = 0; i < keys.size(); ++i)
       ASSERT_EQ(packet_mac(keys[(i * 7 + static_cast<size_t>(round)) % keys.size()], m, 4),
                 want[(i * 7 + static_cast<size_t>(round)) % keys.size()]);
+}
+
+TEST(PacketMac, EveryThreadHasItsOwnCache) {
+  // Threads sealing under different keys at once: each tag as the expanded key gives it.
+  const std::vector<uint8_t> m = random_bytes(300, 5);
+  std::vector<uint64_t> want(8);
+  for (size_t i = 0; i < want.size(); ++i) want[i] = packet_mac(expand_mac_key(Key128{i, 1}), m, 4);
+  std::vector<int> wrong(4, 0);
+  std::vector<std::thread> threads;
+  for (size_t t = 0; t < wrong.size(); ++t) {
+    threads.emplace_back([&, t] {
+      for (int it = 0; it < 2000; ++it) {
+        const size_t i = (t + static_cast<size_t>(it)) % want.size();
+        if (packet_mac(Key128{i, 1}, m, 4) != want[i]) ++wrong[t];
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong, std::vector<int>(4, 0));
 }
 
 TEST(PacketMac, WireTagIsThePacketMac) {
