@@ -145,22 +145,18 @@ inline std::vector<std::vector<uint8_t>> data_stream(uint32_t rounds, uint32_t w
   return pkts;
 }
 
-// The packet tag's cost: nanoseconds per tag of a `bytes`-byte datagram, the median of `reps`
-// runs of `n` tags each: wire::compute_tag (the key cache, the fastest path) when `path` is
-// null, else packet_mac by that path under an expanded key.
-inline double tag_ns_per_datagram(size_t bytes, const MacPath* path = nullptr, uint32_t n = 200000,
-                                  uint32_t reps = 5) {
+// Nanoseconds per call of tag(datagram) on a `bytes`-byte datagram that changes every call, the
+// median of `reps` runs of `n` calls each.
+template <typename Tag>
+double ns_per_tag(size_t bytes, uint32_t n, uint32_t reps, Tag tag) {
   std::vector<uint8_t> d(bytes, 0x5A);
-  const Key128 k{0x0123456789ABCDEFull, 0xFEDCBA9876543210ull};
-  const MacKey mk = expand_mac_key(k);
   std::vector<double> ns;
   uint64_t sink = 0;
   for (uint32_t rep = 0; rep < reps; ++rep) {
     const auto t0 = std::chrono::steady_clock::now();
     for (uint32_t i = 0; i < n; ++i) {
       d[8] = static_cast<uint8_t>(i);  // a different datagram each time
-      sink ^=
-          path == nullptr ? wire::compute_tag(d, k) : packet_mac(mk, d, wire::kOffTag / 8, *path);
+      sink ^= tag(std::span<const uint8_t>(d));
     }
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     ns.push_back(s * 1e9 / n);
@@ -171,25 +167,25 @@ inline double tag_ns_per_datagram(size_t bytes, const MacPath* path = nullptr, u
   return ns[ns.size() / 2];
 }
 
-// SipHash-2-4 over a whole `bytes`-byte datagram: wire v3's tag, for comparison.
-inline double siphash_ns_per_datagram(size_t bytes, uint32_t n = 200000, uint32_t reps = 5) {
-  std::vector<uint8_t> d(bytes, 0x5A);
-  const Key128 k{0x0123456789ABCDEFull, 0xFEDCBA9876543210ull};
-  std::vector<double> ns;
-  uint64_t sink = 0;
-  for (uint32_t rep = 0; rep < reps; ++rep) {
-    const auto t0 = std::chrono::steady_clock::now();
-    for (uint32_t i = 0; i < n; ++i) {
-      d[8] = static_cast<uint8_t>(i);
-      sink ^= siphash24_zeroed(k, d, wire::kOffTag / 8);
-    }
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    ns.push_back(s * 1e9 / n);
+inline constexpr Key128 kTagBenchKey{0x0123456789ABCDEFull, 0xFEDCBA9876543210ull};
+
+// The packet tag's cost: wire::compute_tag (the key cache, the fastest path) when `path` is null,
+// else packet_mac by that path under an expanded key.
+inline double tag_ns_per_datagram(size_t bytes, const MacPath* path = nullptr, uint32_t n = 200000,
+                                  uint32_t reps = 5) {
+  if (path == nullptr) {
+    return ns_per_tag(bytes, n, reps, [](auto d) { return wire::compute_tag(d, kTagBenchKey); });
   }
-  volatile uint64_t keep = sink;
-  (void)keep;
-  std::sort(ns.begin(), ns.end());
-  return ns[ns.size() / 2];
+  const MacKey mk = expand_mac_key(kTagBenchKey);
+  const MacPath p = *path;
+  return ns_per_tag(bytes, n, reps,
+                    [&](auto d) { return packet_mac(mk, d, wire::kOffTag / 8, p); });
+}
+
+// SipHash-2-4 over the whole datagram: wire v3's tag, for comparison.
+inline double siphash_ns_per_datagram(size_t bytes, uint32_t n = 200000, uint32_t reps = 5) {
+  return ns_per_tag(bytes, n, reps,
+                    [](auto d) { return siphash24_zeroed(kTagBenchKey, d, wire::kOffTag / 8); });
 }
 
 }  // namespace ina::bench
