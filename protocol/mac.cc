@@ -2,16 +2,17 @@
 //
 // POLYVAL works in GF(2^128) modulo P = x^128 + x^127 + x^126 + x^121 + 1, a block's 16 bytes read
 // little-endian (bit i of the 128-bit integer is the coefficient of x^i), and multiplies with
-// dot(a, b) = a * b * x^-128 mod P: S_0 = 0, S_j = dot(S_{j-1} ^ X_j, H). Unrolled over eight
-// blocks, S_8 = dot(S_0 ^ X_1, H^8) ^ dot(X_2, H^7) ^ ... ^ dot(X_8, H), with H^k the dot-powers of
-// H (mac.h, MacKey::hpow); since dot is a product followed by one multiplication by x^-128, the
-// eight 256-bit carry-less products are XORed first and reduced once (Gueron's aggregated
-// reduction, as in the AES-GCM-SIV implementations).
+// dot(a, b) = a * b * x^-128 mod P: S_0 = 0, S_j = dot(S_{j-1} ^ X_j, H). Unrolled over r blocks,
+// S_r = dot(S_0 ^ X_1, H^r) ^ dot(X_2, H^(r-1)) ^ ... ^ dot(X_r, H), with H^k the dot-powers of H
+// (mac.h, MacKey::hrev); since dot is a product followed by one multiplication by x^-128, the r
+// 256-bit carry-less products are XORed first and reduced once (aggregated reduction, as in the
+// AES-GCM-SIV implementations): r up to 8 with 128-bit vectors, up to kMacFold = 32 with 512-bit
+// ones. Each product takes three multiplies (Karatsuba).
 #include "ina/protocol/mac.h"
 
 #include <algorithm>
 #include <cstring>
-#include <memory>
+#include <new>
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -26,6 +27,8 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #endif
+
+#include <pthread.h>
 
 #include "ina/protocol/siphash.h"
 
@@ -407,9 +410,11 @@ uint64_t packet_mac(const MacKey& key, std::span<const uint8_t> msg, size_t zero
 }
 
 namespace {
-// The per-thread cache of expanded keys, direct-mapped. It lives on the heap: the thread-local
-// storage of the worker library (linked into trainers, whose every thread gets a copy of its
-// static TLS) stays one pointer; a thread that never seals pays nothing.
+// The per-thread cache of expanded keys, direct-mapped, on the heap behind a pthread key: the
+// worker library (linked into trainers, whose every thread gets a copy of its static TLS) adds no
+// thread-local storage, a thread that never seals pays nothing, and a thread's cache is freed when
+// it exits. (A C++ thread_local with a destructor would be destroyed before a static object whose
+// destructor still sends a packet; a pthread key's value is just read again, or made again.)
 struct CachedKey {
   bool valid = false;
   MacKey k;
@@ -418,15 +423,33 @@ constexpr size_t kCacheEntries = 16;
 struct KeyCache {
   CachedKey entry[kCacheEntries];
 };
-thread_local std::unique_ptr<KeyCache> tls_keys;
+
+struct CacheKey {
+  pthread_key_t key{};
+  bool ok = false;
+  CacheKey() {
+    ok = pthread_key_create(&key, [](void* p) { delete static_cast<KeyCache*>(p); }) == 0;
+  }
+};
+
+KeyCache* thread_cache() {
+  static CacheKey ck;  // never destroyed before the threads that use it: a trivial destructor
+  if (!ck.ok) return nullptr;
+  auto* c = static_cast<KeyCache*>(pthread_getspecific(ck.key));
+  if (c == nullptr) {
+    c = new (std::nothrow) KeyCache();
+    if (c != nullptr && pthread_setspecific(ck.key, c) != 0) {
+      delete c;
+      c = nullptr;
+    }
+  }
+  return c;
+}
 }  // namespace
 
 uint64_t packet_mac(const Key128& key, std::span<const uint8_t> msg, size_t zero_word) {
-  KeyCache* cache = tls_keys.get();
-  if (cache == nullptr) {
-    tls_keys = std::make_unique<KeyCache>();
-    cache = tls_keys.get();
-  }
+  KeyCache* cache = thread_cache();
+  if (cache == nullptr) return packet_mac(expand_mac_key(key), msg, zero_word);  // no cache
   const uint64_t mix = (key.lo ^ key.hi) * 0x9E3779B97F4A7C15ull;
   static_assert(kCacheEntries == 16, "the index is the mix's top 4 bits");
   CachedKey& c = cache->entry[mix >> 60];
