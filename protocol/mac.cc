@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <new>
 
 #if defined(__aarch64__)
 #include <arm_neon.h>
@@ -27,8 +26,6 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 #endif
-
-#include <pthread.h>
 
 #include "ina/protocol/siphash.h"
 
@@ -410,49 +407,23 @@ uint64_t packet_mac(const MacKey& key, std::span<const uint8_t> msg, size_t zero
 }
 
 namespace {
-// The per-thread cache of expanded keys, direct-mapped, on the heap behind a pthread key: the
-// worker library (linked into trainers, whose every thread gets a copy of its static TLS) adds no
-// thread-local storage, a thread that never seals pays nothing, and a thread's cache is freed when
-// it exits. (A C++ thread_local with a destructor would be destroyed before a static object whose
-// destructor still sends a packet; a pthread key's value is just read again, or made again.)
+// The per-thread cache of expanded keys, direct-mapped: plain thread-local storage,
+// zero-initialized (no TLS constructor or destructor), so that sealing never allocates (the
+// aggregator's packet path must not: udp_backend_test counts) and a static object's destructor may
+// still seal at exit. It costs each thread of a process that loads the library 8 x 568 bytes of
+// TLS.
 struct CachedKey {
-  bool valid = false;
+  bool valid;
   MacKey k;
 };
-constexpr size_t kCacheEntries = 16;
-struct KeyCache {
-  CachedKey entry[kCacheEntries];
-};
-
-struct CacheKey {
-  pthread_key_t key{};
-  bool ok = false;
-  CacheKey() {
-    ok = pthread_key_create(&key, [](void* p) { delete static_cast<KeyCache*>(p); }) == 0;
-  }
-};
-
-KeyCache* thread_cache() {
-  static CacheKey ck;  // never destroyed before the threads that use it: a trivial destructor
-  if (!ck.ok) return nullptr;
-  auto* c = static_cast<KeyCache*>(pthread_getspecific(ck.key));
-  if (c == nullptr) {
-    c = new (std::nothrow) KeyCache();
-    if (c != nullptr && pthread_setspecific(ck.key, c) != 0) {
-      delete c;
-      c = nullptr;
-    }
-  }
-  return c;
-}
+constexpr size_t kCacheEntries = 8;
+thread_local CachedKey tls_keys[kCacheEntries];
 }  // namespace
 
 uint64_t packet_mac(const Key128& key, std::span<const uint8_t> msg, size_t zero_word) {
-  KeyCache* cache = thread_cache();
-  if (cache == nullptr) return packet_mac(expand_mac_key(key), msg, zero_word);  // no cache
   const uint64_t mix = (key.lo ^ key.hi) * 0x9E3779B97F4A7C15ull;
-  static_assert(kCacheEntries == 16, "the index is the mix's top 4 bits");
-  CachedKey& c = cache->entry[mix >> 60];
+  static_assert(kCacheEntries == 8, "the index is the mix's top 3 bits");
+  CachedKey& c = tls_keys[mix >> 61];
   if (!c.valid || c.k.prf != key) {
     c.k = expand_mac_key(key);
     c.valid = true;

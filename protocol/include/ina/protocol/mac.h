@@ -32,8 +32,8 @@ struct Gf128 {
 };
 
 // The ways polyval() can multiply: portable (bit-serial, any CPU), a 64 x 64 carry-less multiply
-// on 128-bit vectors (PCLMULQDQ on x86-64, PMULL on arm64), VPCLMULQDQ on 512-bit vectors. best_mac_path() is the fastest this CPU has; all give the same
-// values.
+// on 128-bit vectors (PCLMULQDQ on x86-64, PMULL on arm64), VPCLMULQDQ on 512-bit vectors.
+// best_mac_path() is the fastest this CPU has; all give the same values.
 enum class MacPath { kPortable, kClmul, kClmul512 };
 bool mac_path_available(MacPath p);
 MacPath best_mac_path();
