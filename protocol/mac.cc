@@ -101,15 +101,6 @@ INA_CLMUL inline Gf128 from_m128(__m128i v) {
   return x;
 }
 
-INA_CLMUL Gf128 dot_clmul(const Gf128& a, const Gf128& b) {
-  const __m128i x = to_m128(a), y = to_m128(b);
-  const __m128i xs = _mm_xor_si128(x, _mm_shuffle_epi32(x, 0x4E));
-  const __m128i ys = _mm_xor_si128(y, _mm_shuffle_epi32(y, 0x4E));
-  return from_m128(reduce_karatsuba(_mm_clmulepi64_si128(x, y, 0x00),
-                                    _mm_clmulepi64_si128(x, y, 0x11),
-                                    _mm_clmulepi64_si128(xs, ys, 0x00)));
-}
-
 // r (1..8) blocks at p folded into s with one reduction: block j takes hp[j], hp = the key's
 // hrev + kMacFold - r (the powers r down to 1).
 INA_CLMUL inline __m128i fold128(__m128i s, const uint8_t* p, size_t r, const Gf128* hp) {
@@ -125,6 +116,11 @@ INA_CLMUL inline __m128i fold128(__m128i s, const uint8_t* p, size_t r, const Gf
     kara = _mm_xor_si128(kara, _mm_clmulepi64_si128(ys, hs, 0x00));
   }
   return reduce_karatsuba(lo, hi, kara);
+}
+
+// dot(a, b): one block a folded into a zero state with the power b.
+INA_CLMUL Gf128 dot_clmul(const Gf128& a, const Gf128& b) {
+  return from_m128(fold128(_mm_setzero_si128(), reinterpret_cast<const uint8_t*>(&a), 1, &b));
 }
 
 INA_CLMUL Gf128 blocks_clmul(const Gf128& s0, const uint8_t* p, size_t n, const MacKey& k) {
@@ -219,36 +215,31 @@ INA_PMULL inline Gf128 store_gf(uint8x16_t v) {
   vst1q_u8(reinterpret_cast<uint8_t*>(&x), v);
   return x;
 }
-// y * h as Karatsuba's three products: *lo, *hi, and the returned (y0 ^ y1)(h0 ^ h1).
-INA_PMULL inline uint8x16_t mul_karatsuba(uint8x16_t y, uint8x16_t h, uint8x16_t* lo,
-                                          uint8x16_t* hi) {
-  *lo = pmull_lo(y, h);
-  *hi = pmull_hi(y, h);
-  return pmull_lo(veorq_u8(y, swap64(y)), veorq_u8(h, swap64(h)));
+// As the x86 fold128(): r (1..8) blocks at p folded into s with one reduction, block j taking
+// hp[j].
+INA_PMULL inline uint8x16_t fold128(uint8x16_t s, const uint8_t* p, size_t r, const Gf128* hp) {
+  uint8x16_t lo = vdupq_n_u8(0), hi = lo, kara = lo;
+  for (size_t j = 0; j < r; ++j) {
+    uint8x16_t y = vld1q_u8(p + 16 * j);
+    if (j == 0) y = veorq_u8(y, s);
+    const uint8x16_t h = load_gf(hp[j]);
+    lo = veorq_u8(lo, pmull_lo(y, h));
+    hi = veorq_u8(hi, pmull_hi(y, h));
+    kara = veorq_u8(kara, pmull_lo(veorq_u8(y, swap64(y)), veorq_u8(h, swap64(h))));
+  }
+  return reduce_karatsuba(lo, hi, kara);
 }
 
+// dot(a, b): one block a folded into a zero state with the power b.
 INA_PMULL Gf128 dot_clmul(const Gf128& a, const Gf128& b) {
-  uint8x16_t lo, hi;
-  const uint8x16_t kara = mul_karatsuba(load_gf(a), load_gf(b), &lo, &hi);
-  return store_gf(reduce_karatsuba(lo, hi, kara));
+  return store_gf(fold128(vdupq_n_u8(0), reinterpret_cast<const uint8_t*>(&a), 1, &b));
 }
 
 INA_PMULL Gf128 blocks_clmul(const Gf128& s0, const uint8_t* p, size_t n, const MacKey& k) {
   uint8x16_t s = load_gf(s0);
   while (n > 0) {
     const size_t r = n < 8 ? n : 8;
-    const Gf128* hp = k.hrev + (kMacFold - r);
-    uint8x16_t lo = vdupq_n_u8(0), hi = lo, kara = lo;
-    for (size_t j = 0; j < r; ++j) {
-      uint8x16_t y = vld1q_u8(p + 16 * j);
-      if (j == 0) y = veorq_u8(y, s);
-      uint8x16_t l, h;
-      const uint8x16_t kk = mul_karatsuba(y, load_gf(hp[j]), &l, &h);
-      lo = veorq_u8(lo, l);
-      hi = veorq_u8(hi, h);
-      kara = veorq_u8(kara, kk);
-    }
-    s = reduce_karatsuba(lo, hi, kara);
+    s = fold128(s, p, r, k.hrev + (kMacFold - r));
     p += 16 * r;
     n -= r;
   }
@@ -304,7 +295,7 @@ Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word
   size_t at = 0;
   if (zero_word != kNoZero) {
     // The blocks up to and including the one holding the zeroed word, from a copy.
-    alignas(16) uint8_t head[128] = {};
+    alignas(16) uint8_t head[(7 / 2 + 1) * 16] = {};  // zero_word < 8 (mac.h)
     const size_t head_len = std::min(n, (zero_word / 2 + 1) * 16);
     std::memcpy(head, p, head_len);
     std::memset(head + 8 * zero_word, 0, 8);
@@ -326,7 +317,6 @@ Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word
 // tests compare the two).
 MacKey key_for_polyval(const Gf128& h, bool fast) {
   MacKey k;
-  k.h = h;
 #if INA_HAVE_CLMUL128
   // h * x^-128 = dot(h, 1).
   k.h_mont = fast ? dot_clmul(h, Gf128{1, 0}) : gf_mul(h, kXInv128);

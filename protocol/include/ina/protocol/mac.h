@@ -49,10 +49,10 @@ Gf128 polyval(const Gf128& h, std::span<const uint8_t> msg, MacPath path);
 // hash key and reduced once.
 inline constexpr size_t kMacFold = 32;
 
-// A key expanded for the MAC: the SipHash key itself, POLYVAL's hash key and its powers.
+// A key expanded for the MAC: the SipHash key itself and the powers of POLYVAL's hash key h
+// (h itself is hrev[kMacFold - 1]).
 struct MacKey {
   Key128 prf;
-  Gf128 h;
   // hrev[i] = h^(kMacFold - i) in POLYVAL's dot-product sense (h^1 = h, h^k = dot(h^(k-1), h)):
   // highest power first, so that block j of a run of r blocks takes hrev[kMacFold - r + j].
   Gf128 hrev[kMacFold];
