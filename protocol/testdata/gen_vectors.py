@@ -21,7 +21,9 @@ def f32_bits(x):
 
 
 def vector(name, title, flags, seq, rank, slot, shadow, count, dtype, op, coll, elems, exp,
-           root, words, notes, tag=0):
+           root, words, notes, seal=None):
+    """Writes one vector; with seal = (k0, k1) its tag is packet_tag() under that key of the
+    bytes written (tag field zero), else the tag field stays 0."""
     if flags & (0x10 | 0x04):
         width, kind = 4, "u32 control words"
     elif flags & 0x20:
@@ -34,6 +36,9 @@ def vector(name, title, flags, seq, rank, slot, shadow, count, dtype, op, coll, 
 
     def row(hexs, off, field, value):
         lines.append("%-24s# %-3d %-10s %s" % (hexs, off, field, value))
+
+    def tag_row(tag):
+        row("%016x" % tag, 32, "tag", "0 (not sealed)" if tag == 0 else "0x%016X" % tag)
 
     fl = " | ".join("%s (0x%02X)" % (n, b) for b, n in FLAGS.items() if flags & b) or "none"
     row("494e", 0, "magic", '0x494E ("IN")')
@@ -51,13 +56,18 @@ def vector(name, title, flags, seq, rank, slot, shadow, count, dtype, op, coll, 
     row("%08x" % elems, 24, "elems", "%d" % elems)
     row("%04x" % (exp & 0xFFFF), 28, "exp", "kNoExponent" if exp == -32768 else "%d" % exp)
     row("%04x" % root, 30, "root", "none (0xFFFF)" if root == 0xFFFF else "%d" % root)
-    row("%016x" % tag, 32, "tag", "0 (not sealed)" if tag == 0 else "0x%016X" % tag)
+    tag_at = len(lines)
+    tag_row(0)
     lines.append("# payload: %d little-endian %s" % (count, kind))
     off = 40
     for i, (w, note) in enumerate(zip(words, notes)):
         b = (w & ((1 << (8 * width)) - 1)).to_bytes(width, "little")
         lines.append("%-24s# %-3d [%d] %s" % (b.hex(), off, i, note))
         off += width
+    if seal is not None:
+        datagram = bytes.fromhex("".join(l.split("#", 1)[0].strip() for l in lines))
+        tag_row(packet_tag(*seal, datagram))
+        lines[tag_at] = lines.pop()
     with open(name, "w") as f:
         f.write("\n".join(lines) + "\n")
 
@@ -152,13 +162,6 @@ def packet_tag(k0, k1, dgram):  # dgram with its tag field (bytes 32..39) zero
         siphash24(k0, k1, b"INAmac-H" + struct.pack("<Q", 1)) << 64
     s = polyval(h, dgram)
     return siphash24(k0, k1, b"INAtag-4" + s.to_bytes(16, "little") + struct.pack("<Q", len(dgram)))
-
-
-def packet_bytes(flags, seq, rank, slot, shadow, count, dtype, op, coll, elems, exp, root, words,
-                 width):  # WIRE.md's layout, tag zero
-    b = struct.pack(">HBBIIHHHBBIIhHQ", 0x494E, 4, flags, 0x01020304, seq, rank,
-                    slot | (0x8000 if shadow else 0), count, dtype, op, coll, elems, exp, root, 0)
-    return b + b"".join((w & ((1 << (8 * width)) - 1)).to_bytes(width, "little") for w in words)
 
 
 # The SipHash paper's key (bytes 00..0f): k0 = 0x0706050403020100, k1 = 0x0f0e0d0c0b0a0908.
@@ -272,11 +275,10 @@ vector("error_superseded.hex",
 
 # A sealed DATA packet: 100 float32 words (440 bytes: the tag's 27 whole blocks and a partial one)
 # under the incarnation key of welcome.hex.
-SEALED = [f32_bits((i - 50) / 8.0) for i in range(100)]
-SEALED_ARGS = (0x00, 0x00000100, 1, 3, False, 100, 2, 1, 30, 100, NOEXP, 0xFFFF, SEALED)
-SEALED_TAG = packet_tag(KEY[0], KEY[1], packet_bytes(*SEALED_ARGS, 4))
 vector("data_f32_sealed.hex",
        "DATA: float32 SUM, 100 words, sealed: word i = (i - 50) / 8.\n"
        "The tag under welcome.hex's incarnation key (k0 0x%016X, k1 0x%016X)."
        % (KEY[0], KEY[1]),
-       *SEALED_ARGS, ["%g" % ((i - 50) / 8.0) for i in range(100)], tag=SEALED_TAG)
+       0x00, 0x00000100, 1, 3, False, 100, 2, 1, 30, 100, NOEXP, 0xFFFF,
+       [f32_bits((i - 50) / 8.0) for i in range(100)],
+       ["%g" % ((i - 50) / 8.0) for i in range(100)], seal=KEY)
