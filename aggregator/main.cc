@@ -92,6 +92,7 @@ struct Flags {
   uint32_t block = 0;    // 0: the backend's default (main)
   std::string key_text;  // empty: no key (the zero key)
   uint32_t stats_ms = 5000;
+  int64_t spin_us = 200;  // UdpOptions::spin
   std::string port_file;
   std::string log_level;
   bool no_gro = false;
@@ -109,6 +110,7 @@ struct Flags {
   ina::agg::AgentOptions agent;
   std::string controller;
   CLI::Option* advertise_opt = nullptr;  // read by the DPDK backend only
+  CLI::Option* spin_opt = nullptr;       // the UDP backend's: the DPDK one always polls
   std::string http_port_file;
   uint32_t heartbeat_ms = 200;
 #endif
@@ -163,6 +165,11 @@ void add_job_and_udp_flags(CLI::App& app, Flags& f) {
   app.add_option("--batch", f.udp.batch, "datagrams per recvmmsg/sendmmsg")
       ->check(CLI::Range(int64_t{1}, int64_t{1024}))
       ->capture_default_str();
+  f.spin_opt = app.add_option("--spin-us", f.spin_us,
+                              "udp: after sparse traffic, poll this long (yielding the CPU) "
+                              "before sleeping; 0: sleep at once")
+                   ->check(CLI::Range(int64_t{0}, int64_t{1000000}))
+                   ->capture_default_str();
   app.add_option("--threads", f.udp.threads,
                  "udp: serving threads, one socket each (SO_REUSEPORT, steered by slot); 0: one "
                  "per CPU this process may run on")
@@ -304,6 +311,12 @@ std::string served_text(const Flags& f) {
 }
 
 int dispatch_dpdk(Flags& f) {
+  if (f.spin_opt->count() != 0) {
+    std::fprintf(stderr,
+                 "ina-aggregator: --spin-us is for --backend udp only (the dpdk backend always "
+                 "polls)\n");
+    return 1;
+  }
 #if INA_HAVE_DPDK
   ina::agg::DpdkCliOptions d;
   d.port = f.dpdk_port;
@@ -417,6 +430,7 @@ int main(int argc, char** argv) {
   f.udp.gro = !f.no_gro;
   f.udp.gso = !f.no_gso;
   f.udp.stats_interval = std::chrono::milliseconds(f.stats_ms);
+  f.udp.spin = std::chrono::microseconds(f.spin_us);
 
   if (!install_signal_handlers()) {
     std::fprintf(stderr, "ina-aggregator: sigaction: %s\n", std::strerror(errno));

@@ -300,6 +300,7 @@ std::string UdpAggregator::format_counters() const {
     b.handoff_received += x.handoff_received;
     b.handoff_dropped += x.handoff_dropped;
     b.wakeups += x.wakeups;
+    b.sleeps += x.sleeps;
     tb.tx_datagrams += y.tx_datagrams;
     tb.tx_entries += y.tx_entries;
     tb.tx_gso_entries += y.tx_gso_entries;
@@ -321,6 +322,7 @@ std::string UdpAggregator::format_counters() const {
   t.row("handoff_received", b.handoff_received);
   t.row("handoff_dropped", b.handoff_dropped);
   t.row("wakeups", b.wakeups);
+  t.row("sleeps", b.sleeps);
   t.row("tx_datagrams", tb.tx_datagrams);
   t.row("tx_entries", tb.tx_entries);
   t.row("tx_gso_entries", tb.tx_gso_entries);

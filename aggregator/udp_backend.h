@@ -32,8 +32,11 @@ namespace ina::agg {
 
 struct UdpOptions {
   std::string bind_host = "0.0.0.0";
-  uint16_t port = 47474;                        // 0: an ephemeral port (see UdpAggregator::port())
-  uint32_t batch = 64;                          // datagrams per recvmmsg/sendmmsg
+  uint16_t port = 47474;  // 0: an ephemeral port (see UdpAggregator::port())
+  uint32_t batch = 64;    // datagrams per recvmmsg/sendmmsg
+  // After traffic, poll the socket (yielding the CPU between polls) this long before sleeping in
+  // poll(): a round whose last block arrives within it is answered without a wake-up (udp_lane.h).
+  std::chrono::microseconds spin{200};
   bool gro = true;                              // UDP_GRO when the kernel has it
   bool gso = true;                              // UDP_SEGMENT when the kernel has it
   std::chrono::milliseconds stats_interval{0};  // print counters this often (0: never)

@@ -3,6 +3,7 @@
 
 #include <netinet/udp.h>
 #include <poll.h>
+#include <sched.h>
 #include <time.h>
 
 #include <cerrno>
@@ -325,11 +326,15 @@ Status UdpAggregator::Lane::serve(const std::atomic<bool>& stop, const std::atom
     last_time = now;
   };
 
+  const auto spin_ns = static_cast<uint64_t>(std::max<int64_t>(
+      0, std::chrono::duration_cast<std::chrono::nanoseconds>(opts.spin).count()));
+  udp::SpinGate gate(spin_ns);  // poll or sleep when idle (udp_lane.h)
   while (!stop.load(std::memory_order_relaxed) && !halt.load(std::memory_order_relaxed)) {
     between_batches();
     // What other lanes handed over first: it is older than what the socket holds (a HELLO's copy
     // before a DATA of the same rank that was steered here directly).
     const size_t taken = lanes > 1 ? drain_handoffs() : 0;
+    const uint64_t rx_before = c.rx_datagrams;  // a GRO buffer holds several
     for (unsigned i = 0; i < batch; ++i) {
       rx_iov[i].iov_base = rx_buf.data() + size_t{i} * kRecvBufSize;
       rx_iov[i].iov_len = kRecvBufSize;
@@ -358,7 +363,17 @@ Status UdpAggregator::Lane::serve(const std::atomic<bool>& stop, const std::atom
     }
     tx.flush();
     wake();
-    if (n <= 0 && taken == 0) idle_wait();
+    if (n > 0 || taken > 0) {
+      if (gate.enabled()) {
+        gate.on_traffic(opts.telemetry && n > 0 ? batch_now : monotonic_ns(),
+                        c.rx_datagrams - rx_before + taken);
+      }
+    } else if (gate.enabled() && gate.poll(monotonic_ns())) {
+      sched_yield();
+    } else {
+      ++c.sleeps;
+      idle_wait();
+    }
   }
   tx.flush();
   if (opts.snapshot_interval.count() > 0) self->publish(idx);

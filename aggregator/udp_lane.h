@@ -9,8 +9,15 @@
 // flush the replies from this lane's socket (every socket of the group sends from the port) and
 // wake the lanes it handed datagrams to that sleep in poll() (an eventfd each; a lane announces
 // its sleep with a flag, then checks its rings once more, and the producer checks the flag after
-// publishing: neither side can miss the other). When there is nothing to do, poll the socket and
-// the eventfd for at most 100 ms, so that a stop request is seen promptly. Every buffer is
+// publishing: neither side can miss the other). When there is nothing to do and the traffic is
+// sparse, first keep polling (recvmmsg and the rings, with sched_yield() between passes) for up
+// to UdpOptions::spin after the last datagram or handoff (udp::SpinGate): the other ranks' blocks
+// of a small collective come within tens of microseconds, and each wake-up from poll() costs
+// 10-15 us on the 2-core VM and adds to the collective's latency (the workers poll the same way
+// for their results: inc_engine.cc, "Waiting"); yielding leaves the core to the ranks that
+// produce those blocks, where a busy spin would hold it. Then poll the socket and the eventfd for
+// at most 100 ms, so that a stop request is seen promptly. A polling lane does not announce a
+// sleep, so nobody wakes it. Every buffer is
 // allocated before the loop: it never allocates, locks or logs (the jobs of set_jobs() and the
 // periodic snapshot and stats line are handled between batches).
 //
@@ -54,6 +61,7 @@ struct UdpAggregator::Lane {
     uint64_t handoff_received = 0;
     uint64_t handoff_dropped = 0;  // the owner's ring was full
     uint64_t wakeups = 0;          // eventfd writes to sleeping lanes
+    uint64_t sleeps = 0;           // idle waits in poll() (each ends in a wake-up)
   };
 
   UdpAggregator* self = nullptr;

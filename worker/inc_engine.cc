@@ -63,6 +63,16 @@
 // names the ranks that have not contributed if the deadline passes. Results are matched by
 // (slot, shadow, seq); anything else is a duplicate or stale and is counted and ignored.
 //
+// Waiting. A rank that has nothing to read polls its transport for up to kSpin (yielding the CPU
+// between polls) before it blocks, when at most kSpinRounds rounds are outstanding: then the
+// collective waits on a round trip that nothing else overlaps (a small collective, or a large
+// one's last rounds), and a blocked rank would add a wake-up to it (10-15 us on the 2-core VM, at
+// each end: the aggregator polls after traffic too, udp_lane.cc). With more rounds outstanding
+// the window hides the wake-up, and each one returns a batch of results, so the rank blocks and
+// leaves the CPU to the others. On the 2-core VM (issue 16, testbed/results/spin-20261205/) an
+// 8 B AllReduce at 4 ranks took 77-99 us blocking, about what libina's host halving-doubling and
+// Open MPI over TCP take; polling, about 0.8x halving-doubling and 0.6x Open MPI.
+//
 // Cost per packet: two copies (into the kept packet, out of the result), no allocation, no lock,
 // no log. Sends of one loop iteration go out as one batch.
 //
@@ -174,6 +184,7 @@ Status IncEngine::join(std::chrono::milliseconds timeout, std::chrono::milliseco
   bool prompted = false;  // the aggregator's barrier notice made us resend the HELLO
   INA_RETURN_IF_ERROR(transport_->send_batch(pkt));
   ++stats_.packets_sent;
+  transport_->set_spin(std::chrono::microseconds(0));  // the other ranks may take seconds
 
   const std::string who = "joining job " + std::to_string(cfg_.job) + " as rank " +
                           std::to_string(cfg_.rank) + " of " + std::to_string(world_) +
@@ -395,6 +406,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
     const Clock::time_point probe_at = std::max(last_rx, last_probe) + kSilenceProbe;
     const auto wait = std::chrono::ceil<std::chrono::microseconds>(
         std::min({next_due_, deadline, probe_at}) - now);
+    transport_->set_spin(spin_for(inflight_));
     INA_ASSIGN_OR_RETURN(size_t n, transport_->recv_batch(rx_, wait));
     for (size_t i = 0; i < n; ++i) INA_RETURN_IF_ERROR(on_datagram(rx_[i]));
     if (loss_moved_) presume_lost();
@@ -869,6 +881,7 @@ Status IncEngine::settle_at_deadline(Status failed) {
   const Clock::time_point until = start + kAbortSettle;
   Clock::duration rto = cc_.rto();
   Clock::time_point due = start + rto;
+  transport_->set_spin(std::chrono::microseconds(0));  // waiting on the slow, not on a round trip
   for (;;) {
     if (coll_.rounds_left == 0) {
       ++stats_.late_completions;

@@ -54,6 +54,13 @@ class IncEngine {
   // result of a round that completed before the abort, or the abort itself) before it fails
   // the collective anyway (see inc_engine.cc, "At the deadline").
   static constexpr std::chrono::milliseconds kAbortSettle{100};
+  // Waiting for results (inc_engine.cc, "Waiting"): with at most kSpinRounds rounds outstanding
+  // the rank polls for up to kSpin before it blocks; with more it blocks at once.
+  static constexpr std::chrono::microseconds kSpin{200};
+  static constexpr uint32_t kSpinRounds = 16;
+  static constexpr std::chrono::microseconds spin_for(uint32_t outstanding) {
+    return outstanding <= kSpinRounds ? kSpin : std::chrono::microseconds(0);
+  }
 
   // `cfg` must be valid (Config::validate). The engine owns the transport.
   IncEngine(const Config& cfg, std::unique_ptr<Transport> transport);

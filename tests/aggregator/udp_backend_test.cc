@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "aggregator/udp_net.h"
 #include "alloc_counter.h"
 #include "test_packets.h"
 
@@ -725,6 +726,36 @@ INSTANTIATE_TEST_SUITE_P(Threads, UdpAggregatorJobsThreadsTest, ::testing::Value
                          [](const ::testing::TestParamInfo<unsigned>& p) {
                            return "threads" + std::to_string(p.param);
                          });
+
+// An idle lane polls for up to `spin` after sparse traffic (a small collective's blocks), sleeps at
+// once after dense traffic (a stream), and never polls with a spin of 0.
+TEST(UdpSpinGateTest, PollsAfterSparseTrafficOnly) {
+  constexpr uint64_t kUs = 1000;
+  udp::SpinGate gate(200 * kUs);
+  EXPECT_FALSE(gate.poll(1000 * kUs)) << "nothing seen yet";
+  gate.on_traffic(1000 * kUs, 4);  // a small collective's blocks
+  EXPECT_FALSE(gate.dense());
+  EXPECT_TRUE(gate.poll(1000 * kUs + 1));
+  EXPECT_TRUE(gate.poll(1199 * kUs));
+  EXPECT_FALSE(gate.poll(1200 * kUs)) << "past the spin: sleep";
+  // A stream: a datagram every 2 us for a whole window.
+  for (uint64_t t = 1300 * kUs; t <= 1700 * kUs; t += 2 * kUs) gate.on_traffic(t, 1);
+  EXPECT_TRUE(gate.dense());
+  EXPECT_FALSE(gate.poll(1700 * kUs + 1)) << "dense traffic: sleep at once";
+  // Sparse again (one datagram per 50 us over a window): polls again.
+  for (uint64_t t = 1750 * kUs; t <= 2200 * kUs; t += 50 * kUs) gate.on_traffic(t, 1);
+  EXPECT_FALSE(gate.dense());
+  EXPECT_TRUE(gate.poll(2200 * kUs + 1));
+  // A GRO buffer counts as the datagrams it holds: 64 every 200 us is dense.
+  gate.on_traffic(2500 * kUs, 64);
+  gate.on_traffic(2700 * kUs, 64);
+  EXPECT_TRUE(gate.dense());
+
+  udp::SpinGate off(0);
+  off.on_traffic(1000 * kUs, 1);
+  EXPECT_FALSE(off.enabled());
+  EXPECT_FALSE(off.poll(1000 * kUs + 1));
+}
 
 TEST(UdpAggregatorCreateTest, RejectsBadOptions) {
   JobConfig job;

@@ -6,6 +6,7 @@
 #   - a second ina-controller on a busy --port
 #   - the DPDK aggregator (net_null vdev, --no-huge) on a busy --http-port, when the EAL starts
 #   - ina-controller with a --state-file that cannot be created (names flag, path, strerror)
+#   - ina-aggregator with a negative --spin-us, or --spin-us with the dpdk backend
 #
 #   refuse_to_start.sh INA_AGGREGATOR INA_CONTROLLER
 set -u
@@ -53,6 +54,10 @@ refused "second controller, same port" "TCP port $cport is already in use" \
 refused "controller, uncreatable --state-file" \
   "--state-file $dir/missing/state.json: cannot create $dir/missing/state.json.tmp: No such file or directory" \
   "$ctl" --port 0 --state-file "$dir/missing/state.json"
+refused "aggregator, negative --spin-us" "--spin-us" \
+  "$agg" --bind 127.0.0.1 --port 0 --world-size 2 --spin-us -5 --stats-interval-ms 0
+refused "aggregator, --spin-us with the dpdk backend" "--spin-us is for --backend udp only" \
+  "$agg" --backend dpdk --spin-us 100 --ip 10.0.0.1 --world-size 2
 
 if "$agg" --version | grep -q 'dpdk: built'; then
   refused "DPDK aggregator, busy --http-port" "TCP port $hport is already in use" \

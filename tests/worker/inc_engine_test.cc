@@ -438,6 +438,67 @@ TEST(IncEngineAllreduce, LargeCountThroughASmallWindow) {
   }
 }
 
+// Waiting (inc_engine.cc): a rank polls for its results while few rounds are outstanding (a small
+// collective, a large one's tail) and blocks at once otherwise, and while joining.
+TEST(IncEngineAllreduce, PollsForResultsOnlyWithFewRoundsOutstanding) {
+  EXPECT_GT(IncEngine::spin_for(1).count(), 0);
+  EXPECT_EQ(IncEngine::spin_for(IncEngine::kSpinRounds), IncEngine::kSpin);
+  EXPECT_EQ(IncEngine::spin_for(IncEngine::kSpinRounds + 1).count(), 0);
+  EXPECT_EQ(IncEngine::spin_for(128).count(), 0);
+
+  // What the engine asks its transport for, call by call.
+  struct Calls {
+    std::mutex m;
+    std::vector<int64_t> spins;
+    void add(int64_t us) {
+      std::lock_guard<std::mutex> l(m);
+      spins.push_back(us);
+    }
+  };
+  class SpinRecorder final : public Transport {
+   public:
+    SpinRecorder(std::unique_ptr<Transport> t, Calls* c) : t_(std::move(t)), c_(c) {}
+    Status send_batch(std::span<const std::span<const uint8_t>> p) override {
+      return t_->send_batch(p);
+    }
+    Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds t) override {
+      return t_->recv_batch(out, t);
+    }
+    void set_spin(std::chrono::microseconds budget) override { c_->add(budget.count()); }
+    size_t max_datagram() const override { return t_->max_datagram(); }
+    std::string peer_name() const override { return t_->peer_name(); }
+
+   private:
+    std::unique_ptr<Transport> t_;
+    Calls* c_;
+  };
+
+  const int world = 2;
+  MemNetwork net(world, job_config(world));
+  std::vector<Calls> calls(world);
+  std::vector<std::vector<int64_t>> joined(world), small(world);
+  run_ranks(world, [&](int r) {
+    IncEngine e(rank_config(r, world), std::make_unique<SpinRecorder>(net.transport(r), &calls[r]));
+    ASSERT_TRUE(e.join().ok());
+    {
+      std::lock_guard<std::mutex> l(calls[r].m);
+      joined[r] = calls[r].spins;
+      calls[r].spins.clear();
+    }
+    std::vector<int32_t> v(2, r + 1);  // 8 bytes: one round
+    ASSERT_TRUE(e.allreduce(v.data(), v.data(), v.size(), DType::kInt32, ReduceOp::kSum).ok());
+    EXPECT_EQ(v[0], 3);
+    std::lock_guard<std::mutex> l(calls[r].m);
+    small[r] = calls[r].spins;
+  });
+  for (int r = 0; r < world; ++r) {
+    ASSERT_FALSE(joined[r].empty()) << "rank " << r;
+    for (int64_t us : joined[r]) EXPECT_EQ(us, 0) << "rank " << r << " polled while joining";
+    ASSERT_FALSE(small[r].empty()) << "rank " << r;
+    for (int64_t us : small[r]) EXPECT_EQ(us, IncEngine::kSpin.count()) << "rank " << r;
+  }
+}
+
 // A lost round goes out again once a round this rank sent after it has its result (the loss
 // detector, congestion.h), not when its timer fires: with a 500 ms timer and 2% loss each way,
 // only a loss among the last rounds of the collective (nothing sent after it) waits for the timer.

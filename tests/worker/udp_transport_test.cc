@@ -13,6 +13,7 @@
 
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "ina/protocol/wire.h"
@@ -188,6 +189,64 @@ TEST(UdpTransportTest, ReceiveSplitsCoalescedDatagrams) {
   auto none = t->recv_batch(out, std::chrono::milliseconds(0));
   ASSERT_TRUE(none.ok());
   EXPECT_EQ(*none, 0u);
+}
+
+// With a spin budget the transport polls instead of blocking: a datagram sent while it polls is
+// received without a blocking wait. Without one it blocks at once.
+TEST(UdpTransportTest, SpinReceivesWithoutBlocking) {
+  PeerSocket peer;
+  auto t = connect_to(peer.port());
+  ASSERT_NE(t, nullptr);
+  sockaddr_in dst{};
+  dst.sin_family = AF_INET;
+  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  dst.sin_port = htons(t->local_port());
+  const auto payload = pattern(7, 64);
+  auto send_later = [&] {
+    return std::thread([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ASSERT_EQ(::sendto(peer.fd(), payload.data(), payload.size(), 0,
+                         reinterpret_cast<const sockaddr*>(&dst), sizeof dst),
+                static_cast<ssize_t>(payload.size()));
+    });
+  };
+  std::vector<Datagram> out(4);
+
+  t->set_spin(std::chrono::seconds(5));  // longer than the sender's delay, bounded by the timeout
+  std::thread sender = send_later();
+  auto n = t->recv_batch(out, std::chrono::seconds(10));
+  sender.join();
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  ASSERT_EQ(*n, 1u);
+  EXPECT_EQ(std::vector<uint8_t>(out[0].begin(), out[0].end()), payload);
+  EXPECT_EQ(t->counters().spin_receives, 1u);
+  EXPECT_EQ(t->counters().blocking_waits, 0u);
+
+  t->set_spin(std::chrono::microseconds(0));
+  sender = send_later();
+  n = t->recv_batch(out, std::chrono::seconds(10));
+  sender.join();
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  ASSERT_EQ(*n, 1u);
+  EXPECT_EQ(t->counters().spin_receives, 1u);
+  EXPECT_EQ(t->counters().blocking_waits, 1u);
+}
+
+// The spin never outlasts the wait: a budget longer than the timeout ends with it.
+TEST(UdpTransportTest, SpinEndsAtTheTimeout) {
+  PeerSocket peer;
+  auto t = connect_to(peer.port());
+  ASSERT_NE(t, nullptr);
+  t->set_spin(std::chrono::seconds(30));
+  std::vector<Datagram> out(4);
+  const auto t0 = std::chrono::steady_clock::now();
+  auto n = t->recv_batch(out, std::chrono::milliseconds(50));
+  const auto dt = std::chrono::steady_clock::now() - t0;
+  ASSERT_TRUE(n.ok());
+  EXPECT_EQ(*n, 0u);
+  EXPECT_GE(dt, std::chrono::milliseconds(49));
+  EXPECT_LT(dt, std::chrono::milliseconds(5000));
+  EXPECT_EQ(t->counters().blocking_waits, 0u);  // the whole wait was polled
 }
 
 TEST(UdpTransportTest, RecvTimesOut) {

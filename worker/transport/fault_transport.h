@@ -38,6 +38,7 @@ class FaultInjectingTransport final : public Transport {
   std::string peer_name() const override { return inner_->peer_name(); }
   uint64_t refusals() const override { return inner_->refusals(); }
   void probe() override { inner_->probe(); }
+  void set_spin(std::chrono::microseconds budget) override { inner_->set_spin(budget); }
 
   const FaultCounters& counters() const { return counters_; }
   Transport& inner() { return *inner_; }

@@ -36,6 +36,12 @@ class Transport {
   // only collects what has already arrived.
   virtual Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds timeout) = 0;
 
+  // How long the next recv_batch() calls may poll, yielding the CPU between polls, before they
+  // block (never longer than their timeout). The engine chooses per wait: it polls where a
+  // wake-up would add to a collective's latency (inc_engine.cc, "Waiting"). Transports that
+  // always poll (DPDK) or never block (the in-memory network of the tests) ignore it.
+  virtual void set_spin(std::chrono::microseconds budget) { (void)budget; }
+
   // The largest datagram send_batch() accepts (bytes).
   virtual size_t max_datagram() const = 0;
 

@@ -16,11 +16,12 @@
 #include <sys/socket.h>
 #include <sys/uio.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "ina/base/status.h"
@@ -40,12 +41,14 @@ struct UdpTransportOptions {
 struct UdpTransportCounters {
   uint64_t datagrams_sent = 0;
   uint64_t datagrams_received = 0;
-  uint64_t gso_sends = 0;     // super-datagrams sent with UDP_SEGMENT
-  uint64_t gro_receives = 0;  // buffers that held more than one datagram
-  uint64_t send_dropped = 0;  // datagrams given up on a full socket buffer
-  uint64_t truncated = 0;     // received datagrams larger than the buffer (dropped)
-  uint64_t refusals = 0;      // ECONNREFUSED (ICMP port unreachable)
-  uint64_t filtered = 0;      // EPERM: dropped by a firewall in our own output path (loss)
+  uint64_t gso_sends = 0;       // super-datagrams sent with UDP_SEGMENT
+  uint64_t gro_receives = 0;    // buffers that held more than one datagram
+  uint64_t send_dropped = 0;    // datagrams given up on a full socket buffer
+  uint64_t truncated = 0;       // received datagrams larger than the buffer (dropped)
+  uint64_t refusals = 0;        // ECONNREFUSED (ICMP port unreachable)
+  uint64_t filtered = 0;        // EPERM: dropped by a firewall in our own output path (loss)
+  uint64_t spin_receives = 0;   // waits that found datagrams while polling (no wake-up)
+  uint64_t blocking_waits = 0;  // waits that blocked in ppoll
 };
 
 class UdpTransport final : public Transport {
@@ -61,6 +64,9 @@ class UdpTransport final : public Transport {
   size_t max_datagram() const override { return max_datagram_; }
   std::string peer_name() const override { return peer_name_; }
   uint64_t refusals() const override { return counters_.refusals; }
+  void set_spin(std::chrono::microseconds budget) override {
+    spin_us_ = std::max<int64_t>(0, budget.count());
+  }
   void probe() override;
 
   bool gro_enabled() const { return gro_on_; }
@@ -87,8 +93,8 @@ class UdpTransport final : public Transport {
   bool gro_on_ = false;
   bool gso_on_ = false;
   uint32_t batch_ = 32;
-  // Spin before blocking in recv_batch: 50 us with 4 or more cores, else none (udp_transport.cc).
-  int64_t spin_us_ = std::thread::hardware_concurrency() >= 4 ? 50 : 0;
+  // Poll before blocking in recv_batch (set_spin; udp_transport.cc).
+  int64_t spin_us_ = 0;
   // One recvmmsg without waiting: datagrams read (0: none, or a refusal counted), or -errno.
   int read_now();
   UdpTransportCounters counters_;

@@ -6,6 +6,7 @@
 #include <linux/if_xdp.h>
 #include <net/if.h>
 #include <poll.h>
+#include <sched.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -307,14 +308,25 @@ Result<size_t> XdpTransport::recv_batch(std::span<Datagram> out,
   recycle_held();
   if (out.empty()) return size_t{0};
   using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + timeout;
+  const auto start = Clock::now();
+  const auto deadline = start + timeout;
+  const auto spin_until = start + std::min(spin_, timeout);  // udp_transport.cc: why poll
   for (;;) {
     const size_t n = drain(out);
     if (n > 0) return n;
-    const auto left =
-        std::chrono::duration_cast<std::chrono::microseconds>(deadline - Clock::now());
+    const auto now = Clock::now();
+    const auto left = std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
     if (left.count() <= 0) return size_t{0};
-    if (xsk_ring_prod__needs_wakeup(&s_->fill) || !zero_copy_) {
+    const bool kick = xsk_ring_prod__needs_wakeup(&s_->fill) || !zero_copy_;
+    if (now < spin_until) {
+      if (kick) {
+        pollfd pfd{s_->fd, POLLIN, 0};
+        (void)::poll(&pfd, 1, 0);  // lets the kernel fill the ring without blocking
+      }
+      sched_yield();
+      continue;
+    }
+    if (kick) {
       pollfd pfd{s_->fd, POLLIN, 0};
       const timespec ts{static_cast<time_t>(left.count() / 1000000),
                         static_cast<long>((left.count() % 1000000) * 1000)};

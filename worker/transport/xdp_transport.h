@@ -71,6 +71,7 @@ class XdpTransport final : public Transport {
   Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds timeout) override;
   size_t max_datagram() const override { return max_datagram_; }
   std::string peer_name() const override { return peer_name_; }
+  void set_spin(std::chrono::microseconds budget) override { spin_ = budget; }
 
   bool zero_copy() const { return zero_copy_; }
   const XdpTransportCounters& counters() const { return counters_; }
@@ -99,6 +100,7 @@ class XdpTransport final : public Transport {
   uint16_t ip_id_ = 0;
   std::string peer_name_;
   XdpTransportCounters counters_;
+  std::chrono::microseconds spin_{0};  // poll this long before blocking (set_spin)
   frame::Counters frames_;
   std::vector<uint64_t> held_;  // rx frame addresses handed out by the last recv_batch
   std::vector<uint64_t> tx_free_;
