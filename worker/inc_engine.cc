@@ -51,6 +51,16 @@
 // its ranks), so a dead or mistyped aggregator, and the probe that asks whether a lost one is
 // back, fail within a second instead of the join's whole deadline.
 //
+// A silent aggregator: one restarted on the same port (a supervisor's restart) neither refuses
+// nor answers (it has no key for this incarnation: every DATA is a bad tag there), and neither
+// does a host that is down. An aggregator that is alive answers every retransmission, with a
+// result or, while ranks are missing, its contributor bitmap (a straggler of seconds keeps
+// getting them). So where the host path can take over (the path policy arms this with
+// set_silence_limit), kSilentResends retransmissions unanswered and nothing authentic for the
+// limit end the collective with Unavailable too. Without the fallback only the deadline ends the
+// wait, as before: an early error would gain a user nothing over a stall of the aggregator that
+// may pass.
+//
 // Loss: each outstanding round has a retransmission timer; when it fires the kept packet goes out
 // again flagged RETRANSMIT and the timer doubles (up to kMaxBackoff times the configured one).
 // A round presumed lost by the loss detector (a round sent after it got its result; congestion.cc,
@@ -70,8 +80,8 @@
 // each end: the aggregator polls after traffic too, udp_lane.cc). With more rounds outstanding
 // the window hides the wake-up, and each one returns a batch of results, so the rank blocks and
 // leaves the CPU to the others. On the 2-core VM (issue 16, testbed/results/spin-20261205/) an
-// 8 B AllReduce at 4 ranks took 77-99 us blocking, about what libina's host halving-doubling and
-// Open MPI over TCP take; polling, about 0.8x halving-doubling and 0.6x Open MPI.
+// 8 B AllReduce at 4 ranks took 83-112 us blocking, more than libina's host halving-doubling
+// (63-75 us); polling, 50-68 us (medians: 0.87x halving-doubling, 0.59x Open MPI over TCP).
 //
 // Cost per packet: two copies (into the kept packet, out of the result), no allocation, no lock,
 // no log. Sends of one loop iteration go out as one batch.
@@ -400,6 +410,10 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
 
   Clock::time_point last_rx = start;  // when a datagram last came from the aggregator
   Clock::time_point last_probe = start;
+  // The silence rule: when an authentic datagram last came, and the retransmissions by then.
+  Clock::time_point last_heard = start;
+  uint64_t heard_count = authentic_;
+  uint64_t resends_at_heard = stats_.retransmits;
   while (c.rounds_left > 0) {
     Clock::time_point now = Clock::now();
     if (now >= deadline) return settle_at_deadline(deadline_status(cfg_.timeout));
@@ -418,6 +432,14 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
     } else if (now >= probe_at) {
       transport_->probe();  // silent for kSilenceProbe: is anything still listening?
       last_probe = now;
+    }
+    if (authentic_ != heard_count) {
+      heard_count = authentic_;
+      last_heard = now;
+      resends_at_heard = stats_.retransmits;
+    } else if (silence_limit_.count() > 0 && now - last_heard >= silence_limit_ &&
+               stats_.retransmits - resends_at_heard >= kSilentResends) {
+      return silent_status(now - last_heard, stats_.retransmits - resends_at_heard);
     }
     // A full batch means more datagrams are waiting: results may be among them, so timers are
     // checked only once the receive queue is drained. Otherwise a rank that was descheduled for a
@@ -594,6 +616,7 @@ Status IncEngine::on_datagram(Datagram d) {
     return ok_status();
   }
   heard_ = true;
+  ++authentic_;
   const wire::Header& h = pv.hdr;
   if (h.has(wire::kFlagError)) return on_error(pv);
   if (h.has(wire::kFlagHello)) return ok_status();
@@ -1009,6 +1032,15 @@ Status IncEngine::gone_status(Clock::duration silent) const {
                      " is gone: it refused our datagrams (ICMP port unreachable: nothing listens "
                      "at its port) and sent nothing for " +
                      std::to_string(ms) + " ms");
+}
+
+Status IncEngine::silent_status(Clock::duration silent, uint64_t resends) const {
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(silent).count();
+  return unavailable(describe_collective() + ": aggregator " + transport_->peer_name() +
+                     " is silent: nothing authentic from it for " + std::to_string(ms) +
+                     " ms and " + std::to_string(resends) +
+                     " retransmissions unanswered (stopped, restarted without this job's "
+                     "incarnation, or its host down?)");
 }
 
 // The aggregator's report on round `seq` of slot `slot` when it has one, else its latest report of

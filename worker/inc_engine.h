@@ -62,6 +62,12 @@ class IncEngine {
     return outstanding <= kSpinRounds ? kSpin : std::chrono::microseconds(0);
   }
 
+  // A silent aggregator (inc_engine.cc, "A dead aggregator"): once set_silence_limit() armed it,
+  // nothing authentic from the aggregator for the limit, with at least kSilentResends
+  // retransmissions unanswered, ends the collective with Unavailable before its deadline.
+  static constexpr uint32_t kSilentResends = 4;
+  static constexpr std::chrono::milliseconds kSilenceLimit{500};  // the path policy's choice
+
   // `cfg` must be valid (Config::validate). The engine owns the transport.
   IncEngine(const Config& cfg, std::unique_ptr<Transport> transport);
   ~IncEngine();
@@ -92,6 +98,10 @@ class IncEngine {
     if (block >= coll_.blocks || coll_.width == 0) return false;
     return block / coll_.width < slots_[block % coll_.width].results;
   }
+
+  // Arms the silence rule above (zero: off, the default: only the deadline ends a silent wait).
+  // The path policy arms it where the host path can take over (path_policy.cc).
+  void set_silence_limit(std::chrono::milliseconds limit) { silence_limit_ = limit; }
 
   bool joined() const { return joined_; }
   // The block in bytes (adopted at join) and in elements of each type.
@@ -206,6 +216,7 @@ class IncEngine {
   std::string tree_note_text(const MissingReport& r) const;
   std::string refused_note(uint64_t refusals_at_start) const;
   Status gone_status(Clock::duration silent) const;
+  Status silent_status(Clock::duration silent, uint64_t resends) const;
   bool in_collective(BlockSeq seq) const;
   void remember_missing(const wire::PacketView& pv, wire::ErrorReason reason);
 
@@ -255,7 +266,9 @@ class IncEngine {
   std::vector<MissingReport> slot_missing_;  // per slot: its latest report (seq tells the round)
   Clock::time_point next_due_;               // earliest retransmission time over active slots
   bool heard_ = false;                       // any valid packet of this job in this collective
+  uint64_t authentic_ = 0;                   // valid packets of this job, ever
   uint64_t refusals_at_start_ = 0;
+  std::chrono::milliseconds silence_limit_{0};  // set_silence_limit
 };
 
 }  // namespace ina::worker

@@ -98,7 +98,9 @@ PathPolicy::PathPolicy(const Config& cfg, std::unique_ptr<ShardedEngine> engine,
       engine_cfg_(cfg),
       block_elems_(cfg.block_elems),
       straggle_state_(effective_fault_seed(cfg) ^ 0x484f5354ull),  // host-path stragglers
-      probe_backoff_(kFirstProbe) {}
+      probe_backoff_(kFirstProbe) {
+  arm_silence();
+}
 
 Status PathPolicy::start() {
   if (!engine_) {
@@ -478,7 +480,14 @@ void PathPolicy::follow_replacement() {
   retired_.collectives += gone.collectives;
   add_packet_counters(gone, &retired_);
   engine_ = std::make_unique<ShardedEngine>(c, std::move(transports));
+  arm_silence();
   engine_cfg_ = c;
+}
+
+// A silent aggregator ends a collective early only where the host path takes it over
+// (inc_engine.cc, "A silent aggregator").
+void PathPolicy::arm_silence() {
+  if (engine_ && mesh_ != nullptr) engine_->set_silence_limit(IncEngine::kSilenceLimit);
 }
 
 }  // namespace ina::worker

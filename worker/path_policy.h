@@ -92,6 +92,7 @@ class PathPolicy {
   Result<int32_t> agree_max(int32_t v, std::chrono::milliseconds wait);
   void enter_host_path();
   Status maybe_probe();
+  void arm_silence();
   void follow_replacement();
   // Blocks are the job's payload bytes (block_elems_ 4-byte elements) over the element width.
   size_t block_elems(DType t) const { return size_t{block_elems_} * 4 / dtype_size(t); }

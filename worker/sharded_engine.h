@@ -53,6 +53,11 @@ class ShardedEngine {
   // block i + W' of a slot only after it received block i's result; inc_engine.cc).
   std::vector<BlockRange> tail_blocks(size_t count, DType dtype) const;
 
+  // IncEngine::set_silence_limit on every shard.
+  void set_silence_limit(std::chrono::milliseconds limit) {
+    for (auto& e : engines_) e->set_silence_limit(limit);
+  }
+
   size_t shards() const { return engines_.size(); }
   // The block agreed at join, in bytes, in 4-byte elements and in elements of each type.
   uint32_t payload_bytes() const { return payload_bytes_; }

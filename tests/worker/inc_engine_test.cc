@@ -863,6 +863,76 @@ TEST(IncEngineAllreduce, NoAnswerDuringCollectiveIsUnavailable) {
 
 // A silent aggregator is probed (Transport::probe) every kSilenceProbe of silence, so that a dead
 // one's host refuses a datagram long before a retransmission timer (here 1 s) would send one.
+// A silent aggregator (inc_engine.cc): one restarted on its port has no key for the rank's
+// incarnation, so it drops every DATA as a bad tag and answers nothing. Armed (as the path policy
+// does where the host path takes over), the collective ends with Unavailable long before its
+// deadline; unarmed, only the deadline ends it.
+TEST(IncEngineAllreduce, SilentAggregatorEndsTheCollectiveWhenArmed) {
+  MemNetwork live(1, job_config(1));
+  MemNetwork restarted(1, job_config(1));  // a fresh aggregator: nobody joined its incarnation
+  auto sw = std::make_unique<Switchable>(live.transport(0), restarted.transport(0));
+  Switchable* swp = sw.get();
+  IncEngine e(rank_config(0, 1, milliseconds(20000)), std::move(sw));
+  e.set_silence_limit(IncEngine::kSilenceLimit);
+  ASSERT_TRUE(e.join().ok());
+  swp->second = true;
+  std::vector<float> buf(10, 1.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = e.allreduce(buf.data(), buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
+  const auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+  EXPECT_NE(s.message().find("aggregator switch:2 is silent"), std::string::npos) << s.message();
+  EXPECT_GE(took, IncEngine::kSilenceLimit);
+  EXPECT_LT(took, milliseconds(10000)) << "the deadline is 20000 ms";  // a bound, not a timing
+  EXPECT_GE(e.stats().retransmits, IncEngine::kSilentResends);
+  // Back to the live aggregator: the next collective works.
+  swp->second = false;
+  EXPECT_TRUE(
+      e.allreduce(buf.data(), buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum).ok());
+}
+
+TEST(IncEngineAllreduce, SilentAggregatorWaitsForTheDeadlineWhenUnarmed) {
+  MemNetwork live(1, job_config(1));
+  MemNetwork restarted(1, job_config(1));
+  auto sw = std::make_unique<Switchable>(live.transport(0), restarted.transport(0));
+  Switchable* swp = sw.get();
+  const milliseconds deadline = 4 * IncEngine::kSilenceLimit;
+  IncEngine e(rank_config(0, 1, deadline), std::move(sw));
+  ASSERT_TRUE(e.join().ok());
+  swp->second = true;
+  std::vector<float> buf(10, 1.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status s = e.allreduce(buf.data(), buf.data(), buf.size(), DType::kFloat32, ReduceOp::kSum);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, deadline);
+  EXPECT_EQ(s.code(), StatusCode::kUnavailable) << s.to_string();
+  EXPECT_NE(s.message().find("no answer from aggregator switch:2"), std::string::npos)
+      << s.message();
+}
+
+// A rank that waits seconds for a straggler hears the aggregator's contributor bitmaps in answer
+// to its retransmissions: that is not silence, and the collective completes.
+TEST(IncEngineAllreduce, StragglerIsNotSilence) {
+  const int world = 2;
+  MemNetwork net(world, job_config(world));
+  std::vector<Status> st(world);
+  std::vector<std::vector<int32_t>> v(world, std::vector<int32_t>(1000));
+  run_ranks(world, [&](int r) {
+    IncEngine e(rank_config(r, world), net.transport(r));
+    e.set_silence_limit(IncEngine::kSilenceLimit);
+    ASSERT_TRUE(e.join().ok());
+    for (size_t i = 0; i < v[r].size(); ++i) v[r][i] = static_cast<int32_t>(i) + r;
+    if (r == 1) std::this_thread::sleep_for(3 * IncEngine::kSilenceLimit);
+    st[r] = e.allreduce(v[r].data(), v[r].data(), v[r].size(), DType::kInt32, ReduceOp::kSum);
+    if (r == 0) {
+      EXPECT_GE(e.stats().retransmits, IncEngine::kSilentResends);
+    }
+  });
+  for (int r = 0; r < world; ++r) {
+    ASSERT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
+    for (size_t i = 0; i < v[r].size(); ++i) ASSERT_EQ(v[r][i], 2 * static_cast<int32_t>(i) + 1);
+  }
+}
+
 TEST(IncEngineAllreduce, SilentAggregatorIsProbed) {
   MemNetwork live(1, job_config(1));
   MemNetwork dead(1, job_config(1), {}, /*alive=*/false);
