@@ -70,6 +70,15 @@ std::unique_ptr<UdpTransport> connect_to(uint16_t port, bool gso = true, bool gr
   return t.ok() ? std::move(t).value() : nullptr;
 }
 
+// Where the peer sends to reach the transport: its socket on loopback.
+sockaddr_in address_of(const UdpTransport& t) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  a.sin_port = htons(t.local_port());
+  return a;
+}
+
 std::vector<uint8_t> pattern(size_t index, size_t size) {
   std::vector<uint8_t> p(size);
   for (size_t i = 0; i < size; ++i) p[i] = static_cast<uint8_t>(index * 31 + i);
@@ -142,10 +151,7 @@ TEST(UdpTransportTest, ReceiveSplitsCoalescedDatagrams) {
   PeerSocket peer;
   auto t = connect_to(peer.port());
   ASSERT_NE(t, nullptr);
-  sockaddr_in dst{};
-  dst.sin_family = AF_INET;
-  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  dst.sin_port = htons(t->local_port());
+  sockaddr_in dst = address_of(*t);
 
   constexpr size_t kSeg = 500, kSegs = 10, kLast = 123;
   std::vector<uint8_t> buf;
@@ -197,10 +203,7 @@ TEST(UdpTransportTest, SpinReceivesWithoutBlocking) {
   PeerSocket peer;
   auto t = connect_to(peer.port());
   ASSERT_NE(t, nullptr);
-  sockaddr_in dst{};
-  dst.sin_family = AF_INET;
-  dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  dst.sin_port = htons(t->local_port());
+  sockaddr_in dst = address_of(*t);
   const auto payload = pattern(7, 64);
   auto send_later = [&] {
     return std::thread([&] {
