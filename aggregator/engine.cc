@@ -89,6 +89,16 @@ struct Engine::Job {
   // A leaf's link to its parent (null for flat and root jobs). A leaf is ready only once the
   // parent WELCOMEd it: every local rank joined this incarnation (joined == nranks) is not enough.
   std::unique_ptr<LeafRelay> relay;
+  // The job's last poisoned collective (ranks called it with different arguments): its id (the
+  // header's coll) and the words every rank was told (mismatch_reply). Every later DATA of that
+  // collective that finds its copy taken by a newer round (a rank whose answer was lost, or slower
+  // than the others to resend) gets these words again instead of kSuperseded, so that it fails,
+  // and resynchronizes, as the others did (engine.cc, handle_data). Sized at add_job.
+  bool mismatch_valid = false;
+  uint32_t mismatch_coll = 0;
+  size_t mismatch_copy = 0;  // copy_index of the round that told every rank, and its seq
+  BlockSeq mismatch_seq = 0;
+  std::vector<int32_t> mismatch_words;
 };
 
 namespace {
@@ -215,6 +225,7 @@ Status Engine::add_job(const JobConfig& cfg) {
   // A poisoned round's ERROR: [reason, count, elems, shape, other elems, other shape, ranks].
   scratch_.resize(std::max<size_t>(scratch_.size(), 6 + (size_t{job->world} + 31) / 32 +
                                                         (job->relay ? wire::kTreeNoteWords : 0)));
+  job->mismatch_words.assign(6 + (size_t{job->world} + 31) / 32, 0);
   jobs_.emplace(cfg.job, std::move(job));
   last_job_ = nullptr;
   return ok_status();
@@ -477,6 +488,7 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
 // leaf: join the parent first).
 Reply Engine::barrier_complete(Job& job, const wire::Header& h) {
   job.table->reset();
+  job.mismatch_valid = false;
   // One block for every rank: the smallest any of them can carry (a multiple of 4 bytes, so that
   // every element width divides it).
   job.welcome_bytes = job.cfg.slots.max_payload_bytes;
@@ -603,8 +615,15 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
     }
     case Verdict::kStale: {
       // The others have moved past this round: a sender still waiting for it learns so now
-      // (wire.h, kSuperseded); a delayed duplicate's sender ignores the answer.
+      // (wire.h, kSuperseded); a delayed duplicate's sender ignores the answer. A round of the
+      // last poisoned collective gets that collective's mismatch words instead: the others moved
+      // on because they were told of the mismatch, and so must this rank be.
       ++counters_.stale;
+      if (job.mismatch_valid && h.coll == job.mismatch_coll && !job.relay) {
+        ++counters_.mismatched;
+        std::copy(job.mismatch_words.begin(), job.mismatch_words.end(), scratch_.begin());
+        return error_to_sender(job, pkt, static_cast<uint16_t>(job.mismatch_words.size()));
+      }
       scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kSuperseded);
       scratch_[1] = static_cast<int32_t>(job.table->copy(h.slot, h.shadow).seq);
       return error_to_sender(job, pkt, 2);
@@ -687,21 +706,39 @@ Reply Engine::aborted_reply(const Job& job, const wire::PacketView& pkt, const C
 // ERROR kRoundMismatch for a poisoned round every rank is in (wire.h): [reason, count, elems,
 // shape, other elems, other shape, bitmap of the ranks of the other shape], a shape packing dtype,
 // op and root (dtype | op << 8 | root << 16). Every rank of the round gets the same words, so
-// every rank can say the same thing.
-Reply Engine::mismatch_reply(const Job& job, const wire::PacketView& pkt, const CopyView& c) {
+// every rank can say the same thing. The DATA that brought the last rank in sends them to every
+// rank at once (as a result goes): the rank that completed the bitmap returns, and moves its
+// block sequence on (inc_engine.cc, resync_after_mismatch), at once, and its next collective may
+// take this copy before the others' retransmission timers fire. A later DATA for the round (a
+// rank whose answer was lost) gets them alone, from the copy or, once a newer round took it, from
+// the job's record of its last poisoned collective (kStale in handle_data).
+Reply Engine::mismatch_reply(Job& job, const wire::PacketView& pkt, const CopyView& c) {
   auto shape = [](DType t, ReduceOp op, uint16_t root) {
     return static_cast<int32_t>(static_cast<uint32_t>(t) | static_cast<uint32_t>(op) << 8 |
                                 uint32_t{root} << 16);
   };
-  scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kRoundMismatch);
-  scratch_[1] = c.count;
-  scratch_[2] = static_cast<int32_t>(c.elems);
-  scratch_[3] = shape(c.dtype, c.op, c.root);
-  scratch_[4] = static_cast<int32_t>(c.other_elems);
-  scratch_[5] = shape(c.other_dtype, c.other_op, c.other_root);
+  int32_t* w = job.mismatch_words.data();
+  w[0] = static_cast<int32_t>(wire::ErrorReason::kRoundMismatch);
+  w[1] = c.count;
+  w[2] = static_cast<int32_t>(c.elems);
+  w[3] = shape(c.dtype, c.op, c.root);
+  w[4] = static_cast<int32_t>(c.other_elems);
+  w[5] = shape(c.other_dtype, c.other_op, c.other_root);
   const uint32_t words = (job.world + 31) / 32;
-  put_bitmap_words(c.other_ranks, words, scratch_.data() + 6);
-  return error_to_sender(job, pkt, static_cast<uint16_t>(6 + words));
+  put_bitmap_words(c.other_ranks, words, w + 6);
+  std::copy(job.mismatch_words.begin(), job.mismatch_words.end(), scratch_.begin());
+  const size_t k = copy_index(c.slot, c.shadow);
+  const bool first = !job.mismatch_valid || job.mismatch_copy != k || job.mismatch_seq != c.seq;
+  job.mismatch_valid = true;
+  job.mismatch_coll = c.coll;
+  job.mismatch_copy = k;
+  job.mismatch_seq = c.seq;
+  Reply r = error_to_sender(job, pkt, static_cast<uint16_t>(6 + words));
+  if (first) {
+    r.target = Reply::Target::kAllRanks;
+    counters_.replies_out += job.nranks - 1;
+  }
+  return r;
 }
 
 // ERROR to the sender: payload [reason, extra] or, with a bitmap, [reason, bitmap words]

@@ -1011,8 +1011,8 @@ TEST_F(TreeLeafUnit, RelaysTheRootsMismatchInGlobalRanks) {
   const Reply up = data(7, 1, 10, 7);
   ASSERT_EQ(up.target, Reply::Target::kParent);
   const Reply root_mm = to_root(root, up);
-  ASSERT_EQ(root_mm.target, Reply::Target::kSender);
-  ASSERT_EQ(root_mm.hdr.count, 6 + 1);  // the full form, a bitmap of the 2 leaves
+  ASSERT_EQ(root_mm.target, Reply::Target::kAllRanks);  // every leaf at once
+  ASSERT_EQ(root_mm.hdr.count, 6 + 1);                  // the full form, a bitmap of the 2 leaves
   EXPECT_EQ(W(root_mm)[0], static_cast<int32_t>(wire::ErrorReason::kRoundMismatch));
 
   const Reply down = to_root(leaf_, root_mm);
