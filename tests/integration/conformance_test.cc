@@ -292,8 +292,8 @@ void run_mismatch(Topo topo, bool store) {
 
 TEST(Mismatch, flat) { run_mismatch(Topo::kFlat, false); }
 TEST(Mismatch, flat_store) { run_mismatch(Topo::kFlat, true); }
-TEST(Mismatch, DISABLED_tree) { run_mismatch(Topo::kTree, false); }
-TEST(Mismatch, DISABLED_tree_store) { run_mismatch(Topo::kTree, true); }
+TEST(Mismatch, tree) { run_mismatch(Topo::kTree, false); }
+TEST(Mismatch, tree_store) { run_mismatch(Topo::kTree, true); }
 TEST(Mismatch, sharded) { run_mismatch(Topo::kSharded, false); }
 TEST(Mismatch, sharded_store) { run_mismatch(Topo::kSharded, true); }
 
