@@ -89,7 +89,7 @@ const Kind kKinds[] = {
      "1000 float32 elements (sum)"},
 };
 constexpr int kKindCount = static_cast<int>(sizeof kKinds / sizeof kKinds[0]);
-constexpr int kMatchedAfter = 2;  // matched collectives after each mismatched one
+constexpr int kMatchedAfter = 3;  // matched collectives after each mismatched one
 
 // What the ranks report to the test (MAP_SHARED: written by the forked ranks).
 struct Outcome {
@@ -231,7 +231,7 @@ int mismatch_rank(int rank, const Job& job, bool store, Shared* sh, int n_reps) 
       o.code = r;
       put(o.msg, "%s", r == INA_SUCCESS ? "" : ina_comm_last_error(comm));
       for (int a = 0; a < kMatchedAfter; ++a) {
-        if (!matched_ok(comm, a == 0 ? kind.count : 3000, rank, o.after_msg)) ++o.after_failed;
+        if (!matched_ok(comm, a == 0 ? kind.count : 3000 * a, rank, o.after_msg)) ++o.after_failed;
       }
     }
   }
