@@ -40,6 +40,7 @@
 
 #include "../free_port.h"
 #include "ina/ina.h"
+#include "ina/protocol/wire.h"
 #include "tests/integration/loopback_support.h"
 
 namespace {
@@ -102,8 +103,9 @@ struct Shared {
   char setup[kWorld][kMsgLen];
   Outcome out[kWorld][20 * kKindCount + 1];
   int host_path[kWorld];
-  std::atomic<int> ready;
-  std::atomic<int> go;
+  double coll_ms[kWorld];  // AggregatorStopped: the collective the aggregator stopped in
+  int done[kWorld];        // collectives that succeeded exactly
+  ina::testing::KillDuringCollective stop;
 };
 
 struct SharedMap {
@@ -134,33 +136,39 @@ struct Job {
   AggregatorProcess aggs[3];
   std::vector<std::string> addr;  // per rank
   uint16_t store_port = 0;
+  std::string key;  // the job's key (hex): every aggregator's --key, every rank's INA_JOB_KEY
+
+  AggregatorProcess::Options options() const {
+    AggregatorProcess::Options o;
+    if (!key.empty()) o.extra_args = {"--key", key};
+    return o;
+  }
 
   std::string start(Topo t) {
     auto at = [](uint16_t p) { return "127.0.0.1:" + std::to_string(p); };
     addr.assign(kWorld, "");
     switch (t) {
       case Topo::kFlat: {
-        if (std::string e = aggs[0].start(kWorld); !e.empty()) return e;
+        if (std::string e = aggs[0].start(kWorld, options()); !e.empty()) return e;
         for (auto& a : addr) a = at(aggs[0].port);
         return "";
       }
       case Topo::kSharded: {
         for (int k = 0; k < 2; ++k) {
-          if (std::string e = aggs[k].start(kWorld); !e.empty()) return e;
+          if (std::string e = aggs[k].start(kWorld, options()); !e.empty()) return e;
         }
         for (auto& a : addr) a = at(aggs[0].port) + "," + at(aggs[1].port);
         return "";
       }
       case Topo::kTree: {
         // A root whose ranks are two leaves; leaf c serves ranks 2c and 2c + 1.
-        if (std::string e = aggs[2].start(2); !e.empty()) return e;
+        if (std::string e = aggs[2].start(2, options()); !e.empty()) return e;
         for (int c = 0; c < 2; ++c) {
-          AggregatorProcess::Options lo;
-          lo.extra_args = {"--parent",       at(aggs[2].port),
-                           "--child-index",  std::to_string(c),
-                           "--rank-base",    std::to_string(2 * c),
-                           "--local-ranks",  "2",
-                           "--parent-world", "2"};
+          AggregatorProcess::Options lo = options();
+          lo.extra_args.insert(
+              lo.extra_args.end(),
+              {"--parent", at(aggs[2].port), "--child-index", std::to_string(c), "--rank-base",
+               std::to_string(2 * c), "--local-ranks", "2", "--parent-world", "2"});
           if (std::string e = aggs[c].start(kWorld, lo); !e.empty()) return e;
           addr[2 * c] = addr[2 * c + 1] = at(aggs[c].port);
         }
@@ -181,6 +189,11 @@ ina_comm_t* create_rank(int rank, const Job& job, bool store, char* why) {
     setenv("INA_STORE", ("127.0.0.1:" + std::to_string(job.store_port)).c_str(), 1);
   } else {
     unsetenv("INA_STORE");
+  }
+  if (!job.key.empty()) {
+    setenv("INA_JOB_KEY", job.key.c_str(), 1);
+  } else {
+    unsetenv("INA_JOB_KEY");
   }
   unsetenv("MASTER_ADDR");
   unsetenv("MASTER_PORT");
@@ -296,5 +309,200 @@ TEST(Mismatch, tree) { run_mismatch(Topo::kTree, false); }
 TEST(Mismatch, tree_store) { run_mismatch(Topo::kTree, true); }
 TEST(Mismatch, sharded) { run_mismatch(Topo::kSharded, false); }
 TEST(Mismatch, sharded_store) { run_mismatch(Topo::kSharded, true); }
+
+// ---- the aggregator stopped (SIGSTOP) mid-stream, a store set ----
+
+TEST(AggregatorStopped, HostPathAfterTheSilenceLimitExact) {
+  Job job;
+  ASSERT_EQ(job.start(Topo::kFlat), "");
+  job.store_port = ina::testing::free_loopback_port();
+  ASSERT_NE(job.store_port, 0);
+  SharedMap shared;
+  ASSERT_NE(shared.sh, nullptr);
+  Shared* sh = shared.sh;
+  constexpr size_t kAt = 4, kColls = 8, kCount = 1 << 16;
+  auto body = [&](int rank) -> int {
+    ina_comm_t* comm = create_rank(rank, job, /*store=*/true, sh->setup[rank]);
+    if (comm == nullptr) return 2;
+    for (size_t ci = 0; ci < kColls; ++ci) {
+      sh->stop.before(ci, kAt);
+      const auto t0 = Clock::now();
+      if (!matched_ok(comm, kCount, rank, sh->out[rank][0].msg)) return 3;
+      if (ci == kAt) {
+        sh->coll_ms[rank] = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+      }
+      ++sh->done[rank];
+    }
+    sh->host_path[rank] = ina_comm_on_host_path(comm);
+    ina_comm_destroy(comm);
+    return 0;
+  };
+  const pid_t agg = job.aggs[0].pid;
+  const std::string err = ina::testing::run_forked(
+      kWorld, body,
+      [&] {
+        return sh->stop.kill(
+            kWorld, kAt, [&] { return kill(agg, SIGSTOP); }, "the aggregator");
+      },
+      60s);
+  kill(agg, SIGCONT);
+  EXPECT_EQ(err, "");
+  for (int r = 0; r < kWorld; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + sh->setup[r] + sh->out[r][0].msg);
+    EXPECT_EQ(sh->done[r], static_cast<int>(kColls));
+    EXPECT_EQ(sh->host_path[r], 1);
+    // The silence limit (500 ms) and the host path, well before the deadline.
+    EXPECT_LT(sh->coll_ms[r], 0.8 * kTimeoutMs);
+  }
+}
+
+// ---- forged and replayed datagrams while the job runs ----
+
+// A UDP relay between the ranks and the aggregator: rank r sends to front[r], which the relay
+// forwards from back[r] (so the aggregator sees rank r at back[r]'s address), and the answers
+// back. Meanwhile it sends the aggregator, from back[r], genuine datagrams of rank r captured on
+// the way (replays, valid tags) and forgeries made from them.
+struct Relay {
+  int front[kWorld];
+  int back[kWorld];
+  sockaddr_in rank_addr[kWorld]{};
+  bool rank_known[kWorld]{};
+  std::vector<std::vector<uint8_t>> captured[kWorld];
+  uint64_t sent_hostile = 0, forwarded = 0;
+  std::atomic<bool> stop{false};
+
+  std::string open(uint16_t agg_port) {
+    for (int r = 0; r < kWorld; ++r) {
+      front[r] = socket(AF_INET, SOCK_DGRAM, 0);
+      back[r] = socket(AF_INET, SOCK_DGRAM, 0);
+      sockaddr_in a{};
+      a.sin_family = AF_INET;
+      a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+      if (bind(front[r], reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return "bind";
+      sockaddr_in g = a;
+      g.sin_port = htons(agg_port);
+      if (connect(back[r], reinterpret_cast<sockaddr*>(&g), sizeof g) != 0) return "connect";
+    }
+    return "";
+  }
+  uint16_t front_port(int r) const {
+    sockaddr_in a{};
+    socklen_t n = sizeof a;
+    getsockname(front[r], reinterpret_cast<sockaddr*>(&a), &n);
+    return ntohs(a.sin_port);
+  }
+  ~Relay() {
+    for (int r = 0; r < kWorld; ++r) {
+      close(front[r]);
+      close(back[r]);
+    }
+  }
+
+  void run() {
+    std::mt19937 rng(12345);
+    std::vector<uint8_t> buf(65536);
+    pollfd fds[2 * kWorld];
+    for (int r = 0; r < kWorld; ++r) {
+      fds[r] = {front[r], POLLIN, 0};
+      fds[kWorld + r] = {back[r], POLLIN, 0};
+    }
+    auto last_attack = Clock::now();
+    while (!stop.load()) {
+      if (poll(fds, 2 * kWorld, 1) > 0) {
+        for (int r = 0; r < kWorld; ++r) {
+          sockaddr_in from{};
+          socklen_t fl = sizeof from;
+          ssize_t n;
+          while ((n = recvfrom(front[r], buf.data(), buf.size(), MSG_DONTWAIT,
+                               reinterpret_cast<sockaddr*>(&from), &fl)) >= 0) {
+            rank_addr[r] = from;
+            rank_known[r] = true;
+            (void)send(back[r], buf.data(), static_cast<size_t>(n), 0);
+            ++forwarded;
+            if (n >= static_cast<ssize_t>(ina::wire::kHeaderSize) && captured[r].size() < 64 &&
+                rng() % 8 == 0) {
+              captured[r].emplace_back(buf.begin(), buf.begin() + n);
+            }
+          }
+          while ((n = recv(back[r], buf.data(), buf.size(), MSG_DONTWAIT)) >= 0) {
+            if (rank_known[r]) {
+              (void)sendto(front[r], buf.data(), static_cast<size_t>(n), 0,
+                           reinterpret_cast<sockaddr*>(&rank_addr[r]), sizeof rank_addr[r]);
+            }
+          }
+        }
+      }
+      if (Clock::now() - last_attack >= 1ms) {
+        last_attack = Clock::now();
+        for (int i = 0; i < 16; ++i) attack(rng);
+      }
+    }
+  }
+
+  void attack(std::mt19937& rng) {
+    const int r = static_cast<int>(rng() % kWorld);
+    if (captured[r].empty()) return;
+    std::vector<uint8_t> p = captured[r][rng() % captured[r].size()];
+    using namespace ina::wire;
+    switch (rng() % 6) {
+      case 0: break;                          // replay, unchanged
+      case 1: p[kOffSeq + 1] ^= 0x10; break;  // seq moved by 2^20
+      case 2: p[rng() % p.size()] ^= static_cast<uint8_t>(1u << (rng() % 8)); break;  // a bit
+      case 3: p.resize(rng() % p.size()); break;                                      // truncated
+      case 4:  // garbage, with the magic or not
+        for (auto& b : p) b = static_cast<uint8_t>(rng());
+        if (rng() % 2 == 0) p[0] = 0x49, p[1] = 0x4e;
+        break;
+      case 5:  // a HELLO with a new nonce (a genuine one's tag does not cover it)
+        p[kOffFlags] = kFlagHello;
+        p[kOffSeq] ^= 0x5a;
+        break;
+    }
+    (void)send(back[r], p.data(), p.size(), 0);
+    ++sent_hostile;
+  }
+};
+
+TEST(ForgedAndReplayed, ChangeNothing) {
+  Job job;
+  job.key = "5f1e2d3c4b5a69788796a5b4c3d2e1f0";
+  ASSERT_EQ(job.start(Topo::kFlat), "");
+  Relay relay;
+  ASSERT_EQ(relay.open(job.aggs[0].port), "");
+  for (int r = 0; r < kWorld; ++r) job.addr[r] = "127.0.0.1:" + std::to_string(relay.front_port(r));
+  SharedMap shared;
+  ASSERT_NE(shared.sh, nullptr);
+  Shared* sh = shared.sh;
+  std::thread t([&] { relay.run(); });
+  constexpr int kColls = 150;
+  const std::vector<int> codes = ina::testing::fork_ranks(
+      kWorld,
+      [&](int rank) {
+        ina_comm_t* comm = create_rank(rank, job, false, sh->setup[rank]);
+        if (comm == nullptr) return 2;
+        for (int ci = 0; ci < kColls; ++ci) {
+          const size_t count = 1000 + static_cast<size_t>(ci % 10) * 3000;
+          if (!matched_ok(comm, count, rank, sh->out[rank][0].msg)) return 3;
+          ++sh->done[rank];
+        }
+        sh->host_path[rank] = ina_comm_on_host_path(comm);
+        ina_comm_destroy(comm);
+        return 0;
+      },
+      90s);
+  relay.stop.store(true);
+  t.join();
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_EQ(codes[r], 0) << "rank " << r << ": " << sh->setup[r] << sh->out[r][0].msg;
+    EXPECT_EQ(sh->done[r], kColls) << "rank " << r;
+    EXPECT_EQ(sh->host_path[r], 0) << "rank " << r;
+  }
+  EXPECT_GT(relay.sent_hostile, 500u);
+  std::printf(
+      "%d collectives per rank exact beside %llu forged and replayed datagrams (%llu "
+      "forwarded)\n",
+      kColls, static_cast<unsigned long long>(relay.sent_hostile),
+      static_cast<unsigned long long>(relay.forwarded));
+}
 
 }  // namespace
