@@ -86,7 +86,7 @@ struct Placed {
   Placed(const std::vector<uint8_t>& src, size_t off) : store(src.size() / 8 + 16) {
     auto base = reinterpret_cast<uintptr_t>(store.data());
     p = reinterpret_cast<uint8_t*>((base + 63) & ~uintptr_t{63}) + off;
-    std::memcpy(p, src.data(), src.size());
+    if (!src.empty()) std::memcpy(p, src.data(), src.size());
   }
 };
 
