@@ -848,7 +848,7 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
     all_ok = false;
   }
   bench_print_footer(stdout, busbw_sum, rows, static_cast<long long>(wrong_total), o.check);
-  if (o.cpu) cpu.print(o.floor);
+  if (o.cpu) cpu.print(o.floor && !o.alltoall);  // AllToAll moves its bytes on the host mesh
 
   uint64_t bytes_in = 0;
   for (const auto& a : aggregators) bytes_in += a->engine_totals().bytes_in;
