@@ -1,4 +1,4 @@
-// The AVX-512 codec table: the avx2 one with the float32 quantizer and dequantizer replaced.
+// The AVX-512 codec table: the avx2 one with the float32 quantizer and the dequantizers replaced.
 // AVX-512DQ converts between double and int64 (vcvtpd2qq, rounding to nearest even as rint
 // does) and from int64 to float (vcvtqq2ps, rounded once as static_cast<float> rounds), so each
 // loop is a handful of instructions per eight elements where AVX2 needs a dozen per four (the
@@ -16,14 +16,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "dispatch.h"
 #include "x86_avx2.h"
+#include "x86_simd.h"
 
 namespace ina::kernels {
 namespace {
 
-#define INA_AVX512 [[gnu::target("avx2,avx512f,avx512dq,avx512vl,avx512bw")]]
+#define INA_AVX512 [[gnu::target("avx2,f16c,avx512f,avx512dq,avx512vl,avx512bw")]]
 
 // q[i] (+)= rint(clamp(x_i * scale, -limit, limit)), non-finite x_i as 0: the product is exact
 // in double (scale a power of two), the clamp keeps |v| <= 2^62, and vcvtpd2qq rounds to nearest
@@ -88,6 +90,34 @@ INA_AVX512 void dequantize_f32(const int64_t* q, size_t n, float m, void* dst) {
     _mm256_mask_storeu_ps(reinterpret_cast<float*>(d + 4 * i), k, _mm256_mul_ps(r, vm));
   }
 }
+// The narrower types: dst = E(Q rounded to odd at 24 bits, times m), for every int64 Q (the AVX2
+// loop takes a scalar path past 2^30). vcvtqq2ps toward zero truncates |Q| to 24 significant
+// bits (exact: the float's magnitude is at most |Q| < 2^63, so it converts back exactly), and
+// where that lost bits the last one is set: round_to_odd24's value. The product with m is exact
+// (float32 normals; an overflow gives Inf) and narrow8 rounds once, as the portable loop does.
+template <class E>
+INA_AVX512 void dequantize_narrow_avx512(const int64_t* q, size_t n, float m, uint8_t* dst) {
+  constexpr size_t w = sizeof(typename E::Bits);
+  const __m256 vm = _mm256_set1_ps(m);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m512i qi = _mm512_loadu_si512(q + i);
+    const __m256 t = _mm512_cvt_roundepi64_ps(qi, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask8 lost = _mm512_cmpneq_epi64_mask(_mm512_cvttps_epi64(t), qi);
+    const __m256i odd = _mm256_mask_or_epi32(_mm256_castps_si256(t), lost, _mm256_castps_si256(t),
+                                             _mm256_set1_epi32(1));
+    x86::store8<E, false>(dst + w * i, _mm256_mul_ps(_mm256_castsi256_ps(odd), vm));
+  }
+  for (; i < n; ++i) store<E>(dst, i, E::from_float(round_to_odd24(q[i]) * m));
+}
+
+void dequantize_narrow(Format f, const int64_t* q, size_t n, float m, void* dst) {
+  with_float(f, [&]<class E>(E) {
+    if constexpr (!std::is_same_v<E, F32>) {
+      dequantize_narrow_avx512<E>(q, n, m, static_cast<uint8_t*>(dst));
+    }
+  });
+}
 #undef INA_AVX512
 
 const CodecKernels& avx512_table() {
@@ -96,6 +126,7 @@ const CodecKernels& avx512_table() {
     k.name = "avx512";
     k.quantize_f32 = quantize_f32;
     k.dequantize_f32 = dequantize_f32;
+    k.dequantize_narrow = dequantize_narrow;
     return k;
   }();
   return t;

@@ -4,6 +4,7 @@
 // random patterns, every length 0..80 and a long one (every tail), and source bytes at every
 // offset 0..7 from a 64-byte boundary. A plain program (tests/check.h), so that the same source
 // also runs cross-compiled under qemu-user (codec_arm64.sh: the NEON path).
+#include <array>
 #include <bit>
 #include <cstdint>
 #include <cstdio>
@@ -196,9 +197,17 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
                           0x7FFFFFFF,
                           12345};
     for (size_t i = 0; i < n; ++i) {
-      const unsigned pick = static_cast<unsigned>(rng() % 4);
+      const unsigned pick = static_cast<unsigned>(rng() % 5);
       if (pick == 0) q[i] = qe[rng() % (sizeof qe / sizeof qe[0])];
       if (pick == 1) q[i] >>= 33;  // an honest narrow sum: |Q| < 2^30
+      if (pick == 2) {
+        // Just past a tie of a narrow type (p = its significand bits + 1): only the sticky bit of
+        // the rounding to odd at 24 bits tells it from the tie itself.
+        const int top = 26 + static_cast<int>(rng() % 30);
+        const int p = std::array{3, 4, 8, 9, 11, 12}[rng() % 6];
+        const int64_t v = (int64_t{1} << top) + (int64_t{1} << (top - p)) + 1;
+        q[i] = rng() % 2 ? v : -v;
+      }
     }
     for (int s : {-126, -100, -60, -24, 0, 30, 64, 100, 127}) {
       const float m = std::bit_cast<float>(static_cast<uint32_t>(127 + s) << 23);

@@ -6,8 +6,8 @@
 //
 //   portable  plain C++ (every target)
 //   avx2      x86-64 with AVX2 and F16C
-//   avx512    x86-64 with AVX-512 F/DQ/VL/BW: the avx2 table with the float32 quantizer and
-//             dequantizer replaced (vcvtpd2qq and vcvtqq2ps convert int64 in one instruction)
+//   avx512    x86-64 with AVX-512 F/DQ/VL/BW: the avx2 table with the float32 quantizer and the
+//             dequantizers replaced (vcvtpd2qq and vcvtqq2ps convert int64 in one instruction)
 //   neon      arm64 (BlueField and other SmartNIC aggregators): the magnitude scan, the float32
 //             quantizer, int32 SUM and the float32/int32 keys; the rest portable
 //
