@@ -307,6 +307,8 @@ typedef struct {
   int32_t ok;                  /* 1: every collective of this size succeeded */
   double time_us;              /* average time of one collective */
   int64_t wrong;               /* elements outside the bound (-1: not checked) */
+  double cpu_s;                /* BENCH_REC_SIZE: the process's CPU seconds (user + system, all
+                                  threads) over the timed iterations; 0: not measured */
   uint64_t stats[BENCH_STATS]; /* BENCH_REC_STATS: tool-specific counters */
   char msg[256];               /* failure message */
 } bench_record;
