@@ -432,9 +432,21 @@ Result<Config> config_from_env(bool own_store) {
   }
   std::string_view controller;
   if (get_env("INA_CONTROLLER", &controller)) {
-    INA_RETURN_IF_ERROR(worker::parse_host_port(controller, "INA_CONTROLLER",
-                                                worker::kDefaultControllerPort, &c.controller_host,
-                                                &c.controller_port));
+    // One replica or a comma-separated list of them.
+    c.controllers.clear();
+    for (std::string_view rest = controller;;) {
+      const size_t comma = rest.find(',');
+      AggregatorAddress a;
+      INA_RETURN_IF_ERROR(worker::parse_host_port(rest.substr(0, comma), "INA_CONTROLLER",
+                                                  worker::kDefaultControllerPort, &a.host,
+                                                  &a.port));
+      c.controllers.push_back(std::move(a));
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+    c.controller_host = c.controllers[0].host;
+    c.controller_port = c.controllers[0].port;
+    if (c.controllers.size() == 1) c.controllers.clear();
   }
   std::string_view job_name;
   if (get_env("INA_JOB_NAME", &job_name)) {
