@@ -239,8 +239,18 @@ struct ControllerServer::Impl {
     } else {
       replica->step_down("the state in etcd cannot be read back after a failed write");
     }
-    INA_WARN(kComponent, "state not stored in %s: %s", replica->describe().c_str(),
-             st.message().c_str());
+    // At most one line per kPersistLogEvery (an etcd outage fails every write), with the count.
+    const Millis now = now_ms();
+    if (persist_logged_any && now - persist_logged_at < kPersistLogEvery) {
+      ++persist_unlogged;
+      return false;
+    }
+    INA_WARN(kComponent, "state not stored in %s: %s (%llu failed writes since start)",
+             replica->describe().c_str(), st.message().c_str(),
+             static_cast<unsigned long long>(persist_failures));
+    persist_unlogged = 0;
+    persist_logged_at = now;
+    persist_logged_any = true;
     return false;
   }
 

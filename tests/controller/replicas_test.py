@@ -23,6 +23,7 @@ figures (time until admissions succeed again, lost, duplicated, double-assigned,
 Exit 77 when etcd is not installed (apt-get install etcd-server).
 """
 import argparse
+from http.client import HTTPException
 import json
 import os
 import random
@@ -68,8 +69,8 @@ def http(port, path, method="GET", timeout=2.0, data=None):
             return r.status, r.read().decode()
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode()
-    except (OSError, urllib.error.URLError):
-        return 0, ""
+    except (OSError, urllib.error.URLError, HTTPException):
+        return 0, ""  # refused, reset, or cut off mid-answer (a SIGKILLed replica)
 
 
 def wait_port_file(proc, path, what, timeout=15.0):
