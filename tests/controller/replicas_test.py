@@ -469,7 +469,9 @@ def latency(cluster, ctl_bin, agg_bin, tmp, n):
                 lat[kind].append(dt)
     ctl.kill()
     ctl.wait()
-    out = {}
+    size = os.path.getsize(os.path.join(tmp, "controller.json"))
+    print(f"state file: {size} bytes for {n} jobs ({size / n:.0f} bytes per job)")
+    out = {"state_bytes_per_job": size / n}
     for kind, v in lat.items():
         v.sort()
         out[kind] = {"n": len(v), "median_ms": 1e3 * v[len(v) // 2],
