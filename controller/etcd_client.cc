@@ -158,12 +158,19 @@ Result<std::string> EtcdClient::call(const std::string& path, const std::string&
     first = current_;
   }
   std::string last_error;
+  // The whole call, every endpoint tried included, within twice the per-endpoint timeout: a
+  // leader's lease renewal must not hang past its TTL on members that accept and never answer.
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(2 * timeout_ms_);
   for (size_t i = 0; i < endpoints_.size(); ++i) {
     const size_t at = (first + i) % endpoints_.size();
     const EtcdEndpoint& e = endpoints_[at];
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) break;
     httplib::Client cli(e.host, e.port);
-    const auto t = std::chrono::milliseconds(timeout_ms_);
-    cli.set_connection_timeout(std::chrono::milliseconds(std::min<int64_t>(timeout_ms_, 500)));
+    const auto t = std::min(std::chrono::milliseconds(timeout_ms_), left);
+    cli.set_connection_timeout(std::min(t, std::chrono::milliseconds(500)));
     cli.set_read_timeout(t);
     cli.set_write_timeout(t);
     auto res = cli.Post(path, body, "application/json");

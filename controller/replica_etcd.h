@@ -41,7 +41,7 @@ struct ReplicaOptions {
   std::string prefix = "/ina/controller/";
   int64_t lease_ttl_s = 2;         // etcd's smallest lease with its default timing is 2 s
   int64_t poll_ms = 250;           // followers: leader and state poll period
-  int64_t etcd_timeout_ms = 1500;  // one etcd call on one endpoint
+  int64_t etcd_timeout_ms = 1000;  // one etcd call on one endpoint (a call: twice at most)
 };
 
 class EtcdReplica {

@@ -17,7 +17,8 @@ an etcd member (the raft leader: the harder case). Asserts:
     overlap, and every job id appears once;
   - running jobs not interrupted: every job admitted before a kill stays in its aggregator's
     served set (its /metrics, sampled every 50 ms) through the failover;
-  - a new leader is elected within 6 s of the leader's SIGKILL;
+  - a new leader is elected within 10 s of the leader's SIGKILL (about 2.5 s: the 2 s lease
+    and a poll; more when etcd itself is electing on a loaded machine);
   - a leader SIGSTOPped until another leads, then SIGCONTed, answers as the new leader does
     (it forwards; its lease ran out while it slept) and gives no slot range twice.
 --trials N repeats the leader kill (and the etcd kill with --kill etcd|both) N times and prints the
@@ -120,6 +121,8 @@ class Cluster:
                    "--initial-advertise-peer-urls", f"http://127.0.0.1:{p}",
                    "--initial-cluster", peers, "--initial-cluster-state", "new",
                    "--initial-cluster-token", token, "--log-level", "warn",
+                   # a member that rejoins does not depose the raft leader (etcd 3.4: off)
+                   "--pre-vote",
                    # every admission writes the state: keep the history short
                    "--auto-compaction-mode", "revision", "--auto-compaction-retention", "100"]
             self.etcd[name] = (subprocess.Popen(cmd, stdout=self.log(name),
@@ -386,7 +389,7 @@ def trial(cluster, kind, n_clients, prefix):
             t_kill = time.monotonic()
             cluster.ctl[old].send_signal(signal.SIGKILL)
             cluster.ctl[old].wait()
-            new = cluster.leader(timeout=6.0)
+            new = cluster.leader(timeout=10.0)
             if new == old:
                 raise Fail("the killed replica still leads")
             time.sleep(1.5)
