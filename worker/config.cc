@@ -432,9 +432,29 @@ Result<Config> config_from_env(bool own_store) {
   }
   std::string_view controller;
   if (get_env("INA_CONTROLLER", &controller)) {
-    INA_RETURN_IF_ERROR(worker::parse_host_port(controller, "INA_CONTROLLER",
-                                                worker::kDefaultControllerPort, &c.controller_host,
-                                                &c.controller_port));
+    // One replica or a comma-separated list of them.
+    c.controllers.clear();
+    const bool list = controller.find(',') != std::string_view::npos;
+    for (std::string_view rest = controller;;) {
+      const size_t comma = rest.find(',');
+      AggregatorAddress a;
+      const Status st = worker::parse_host_port(rest.substr(0, comma), "INA_CONTROLLER",
+                                                worker::kDefaultControllerPort, &a.host, &a.port);
+      if (!st.ok() && !list) return st;
+      if (!st.ok()) {
+        return bad_value("INA_CONTROLLER", controller,
+                         "comma-separated replicas, each host, host:port, [ipv6] or [ipv6]:port "
+                         "(port 1..65535, default " +
+                             std::to_string(worker::kDefaultControllerPort) + "): element " +
+                             std::to_string(c.controllers.size() + 1) + " is not");
+      }
+      c.controllers.push_back(std::move(a));
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+    c.controller_host = c.controllers[0].host;
+    c.controller_port = c.controllers[0].port;
+    if (c.controllers.size() == 1) c.controllers.clear();
   }
   std::string_view job_name;
   if (get_env("INA_JOB_NAME", &job_name)) {

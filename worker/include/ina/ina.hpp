@@ -140,6 +140,10 @@ struct Config {
   // same admission. Empty controller_host: static configuration.
   std::string controller_host;
   uint16_t controller_port = 0;
+  // Controller replicas (INA_CONTROLLER=h1:p1,h2:p2,...): admission asks them in turn until one
+  // answers (any replica forwards to the leader; a failover is waited out within the admission
+  // timeout). The first is controller_host:controller_port. Empty: that one alone.
+  std::vector<AggregatorAddress> controllers;
   std::string job_name;
 
   // A job sharded over several aggregators (INA_AGGREGATOR=h1:p1,h2:p2,...; a controller's
