@@ -346,6 +346,8 @@ class CommunicatorImpl final : public Communicator {
               cost_model_.gamma_s_per_byte * 1e9, host::algorithm_name(algo(8).algorithm).data(),
               host::algorithm_name(algo(1 << 20).algorithm).data(),
               host::algorithm_name(algo(64 << 20).algorithm).data());
+    INA_DEBUG("host", "rank %d: alltoall of 64 B blocks: %s, 4 KiB: %s, 64 KiB: %s, 1 MiB: %s",
+              cfg_.rank, a2a_name(64), a2a_name(4 << 10), a2a_name(64 << 10), a2a_name(1 << 20));
     return ok_status();
   }
 
@@ -357,6 +359,10 @@ class CommunicatorImpl final : public Communicator {
         cost_model_, block_bytes, cfg_.world_size, o.group_size, cfg_.alltoall_algorithm);
     if (a.ok()) o.algorithm = *a;  // Config::validate checked alltoall_algorithm
     return o;
+  }
+
+  const char* a2a_name(size_t block_bytes) const {
+    return host::alltoall_algorithm_name(alltoall_options(block_bytes).algorithm).data();
   }
 
   host::AllreduceOptions algo(size_t bytes) const {
