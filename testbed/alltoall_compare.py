@@ -9,6 +9,7 @@ Variants (--variants, comma-separated):
   ina-pairwise   INA_A2A_ALGO=pairwise (likewise ina-bruck, ina-hier; hier needs --group)
   ina-base       the same with another build's ina-bench (--base-bench: e.g. the main branch's)
   mpi            ina-mpi-bench under mpirun (--mca btl tcp,self, loopback)
+  gloo           ina-gloo-bench --coll alltoall (gloo::alltoall, TCP; AllToAll only)
 
 Writes --out DIR: machine.txt (CPU, cores, load before and after, revision, command),
 results.csv (round,variant,ranks,bytes,time_us,wrong), summary.md (medians and ratios).
@@ -68,6 +69,9 @@ def command(a, variant, n, csv_path):
         if os.geteuid() == 0:
             argv.insert(1, "--allow-run-as-root")
         return argv + [os.path.join(a.build_dir, "testbed", "ina-mpi-bench")] + sizes, env
+    if variant == "gloo":
+        return [os.path.join(a.build_dir, "testbed", "ina-gloo-bench"), "--ranks", str(n)] + \
+            sizes, env
     bench = os.path.join(a.build_dir, "testbed", "ina-bench")
     if variant == "ina-base":
         bench = a.base_bench
@@ -98,6 +102,8 @@ def main(argv):
     variants = a.variants.split(",")
     if "ina-base" in variants and not a.base_bench:
         p.error("ina-base needs --base-bench")
+    if "gloo" in variants and a.coll != "alltoall":
+        p.error("gloo runs AllToAll only (--coll alltoall)")
     os.makedirs(a.out, exist_ok=True)
     info = machine(argv)
     rows = []
