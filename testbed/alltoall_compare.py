@@ -111,7 +111,9 @@ def main(argv):
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(a.rounds):
             for n in [int(x) for x in a.N.split(",")]:
-                for v in variants:
+                # The order rotates by round: no variant always runs first (after the previous
+                # round's largest run, whose processes may still be releasing their memory).
+                for v in variants[r % len(variants):] + variants[:r % len(variants)]:
                     path = os.path.join(tmp, f"{v}-{n}-{r}.csv")
                     cmd, env = command(a, v, n, path)
                     try:

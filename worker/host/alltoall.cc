@@ -61,6 +61,8 @@ double alltoall_cost(const CostModel& m, AlltoallAlgorithm a, size_t block_bytes
     case AlltoallAlgorithm::kPairwise:
       return pairwise_cost(m, block_bytes, world, kAlltoallWindowBytes);
     case AlltoallAlgorithm::kBruck:
+      if (static_cast<size_t>(world / 2) * block_bytes > kBruckMaxStepBytes)
+        return std::numeric_limits<double>::infinity();
       return std::ceil(std::log2(p)) *
                  (m.alpha_s +
                   std::floor(p / 2) * b * (m.beta_s_per_byte + 2 * m.gamma_s_per_byte)) +

@@ -41,6 +41,13 @@ std::optional<AlltoallAlgorithm> parse_alltoall_algorithm(std::string_view s);
 // kAlltoallMinRounds rounds whatever their size): enough to keep a link busy while the next round
 // is posted, little enough that the kernel's socket buffers, not the rank's memory, hold the data.
 inline constexpr size_t kAlltoallWindowBytes = 8 << 20;
+// Bruck is considered only while one step's message (floor(P/2) blocks) stays under this: beyond
+// it the log2 P-fold bytes and the copies cost more than the latencies saved (measured on
+// loopback: Bruck ties pairwise at 16 KiB steps and loses from 32-64 KiB at 4 and 8 ranks), and a
+// latency measured under load (alpha inflated, beta not) would otherwise push the model towards
+// it for large blocks, as AllReduce's recursive doubling is bounded by
+// kRecursiveDoublingMaxBytes.
+inline constexpr size_t kBruckMaxStepBytes = 32 << 10;
 inline constexpr int kAlltoallMinRounds = 4;
 
 struct AlltoallOptions {
@@ -87,7 +94,8 @@ Status alltoallv_pairwise(Context& ctx, const uint8_t* send, std::span<const siz
 //                 costs a send and a receive system call and often a wake-up: 0.5-1 alpha
 //                 measured on loopback)
 //   bruck         ceil(log2 P) (alpha + floor(P/2) b (beta + 2 gamma)) + P b gamma
-//                 (each step packs and unpacks about half the blocks; the rotations copy all)
+//                 (each step packs and unpacks about half the blocks; the rotations copy all);
+//                 infinite when floor(P/2) b > kBruckMaxStepBytes
 //   hierarchical  pairwise(G ranks, blocks of M b) + pairwise(M ranks, blocks of G b)
 //                 + 2 P b gamma (packing before each level)
 // Inapplicable algorithms cost infinity (hierarchical without a group that divides P).
