@@ -59,16 +59,27 @@ int rank_main(const Options& o, const std::string& dir, int rank) {
   ina::host::Context& ctx = **mesh;
   auto model = ina::host::measure_cost_model(ctx);
   if (!model.ok()) return 2;
-  std::vector<AlltoallAlgorithm> algos = {AlltoallAlgorithm::kPairwise, AlltoallAlgorithm::kBruck};
+  // pairwise4: the pairwise schedule with kAlltoallMinRounds rounds in flight whatever their
+  // size (a 1-byte window), as before the byte window.
+  struct Variant {
+    const char* name;
+    AlltoallAlgorithm algorithm;
+    size_t window;
+  };
+  std::vector<Variant> algos = {
+      {"pairwise", AlltoallAlgorithm::kPairwise, ina::host::kAlltoallWindowBytes},
+      {"pairwise4", AlltoallAlgorithm::kPairwise, 1},
+      {"bruck", AlltoallAlgorithm::kBruck, ina::host::kAlltoallWindowBytes}};
   const int g = o.group;
-  if (g > 1 && g < o.ranks && o.ranks % g == 0) algos.push_back(AlltoallAlgorithm::kHierarchical);
+  if (g > 1 && g < o.ranks && o.ranks % g == 0)
+    algos.push_back({"hier", AlltoallAlgorithm::kHierarchical, ina::host::kAlltoallWindowBytes});
   if (rank == 0) {
     std::printf("# ina-a2a-algo-bench: %d ranks, group %d, %d interleaved rounds per size\n",
                 o.ranks, g, o.iters);
     std::printf("# cost model (measured): alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B\n",
                 model->alpha_s * 1e6, model->beta_s_per_byte * 1e9, model->gamma_s_per_byte * 1e9);
     std::printf("# %10s %12s", "block(B)", "total(B)");
-    for (auto a : algos) std::printf(" %12s", ina::host::alltoall_algorithm_name(a).data());
+    for (const Variant& a : algos) std::printf(" %12s", a.name);
     std::printf(" %10s %10s\n", "model", "measured");
   }
   const auto p = static_cast<size_t>(o.ranks);
@@ -83,7 +94,8 @@ int rank_main(const Options& o, const std::string& dir, int rank) {
       for (size_t x = 0; x < algos.size(); ++x) {
         const size_t ai = (x + static_cast<size_t>(it + 1)) % algos.size();
         ina::host::AlltoallOptions ao;
-        ao.algorithm = algos[ai];
+        ao.algorithm = algos[ai].algorithm;
+        ao.window_bytes = algos[ai].window;
         ao.group_size = g;
         if (!ina::host::barrier(ctx).ok()) return 2;
         const double t0 = bench_now_us();
@@ -113,7 +125,7 @@ int rank_main(const Options& o, const std::string& dir, int rank) {
       auto pick = ina::host::select_alltoall(*model, b, o.ranks, g, "");
       std::printf(" %10s %10s\n",
                   pick.ok() ? ina::host::alltoall_algorithm_name(*pick).data() : "?",
-                  ina::host::alltoall_algorithm_name(algos[best]).data());
+                  algos[best].name);
       std::fflush(stdout);
     }
   }

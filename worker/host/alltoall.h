@@ -43,11 +43,12 @@ std::optional<AlltoallAlgorithm> parse_alltoall_algorithm(std::string_view s);
 inline constexpr size_t kAlltoallWindowBytes = 8 << 20;
 // Bruck is considered only while one step's message (floor(P/2) blocks) stays under this: beyond
 // it the log2 P-fold bytes and the copies cost more than the latencies saved (measured on
-// loopback: Bruck ties pairwise at 16 KiB steps and loses from 32-64 KiB at 4 and 8 ranks), and a
+// loopback with ina-a2a-algo-bench: Bruck ties pairwise at 8-16 KiB steps and loses from 32 KiB
+// on, at 4 and 8 ranks), and a
 // latency measured under load (alpha inflated, beta not) would otherwise push the model towards
 // it for large blocks, as AllReduce's recursive doubling is bounded by
 // kRecursiveDoublingMaxBytes.
-inline constexpr size_t kBruckMaxStepBytes = 32 << 10;
+inline constexpr size_t kBruckMaxStepBytes = 16 << 10;
 inline constexpr int kAlltoallMinRounds = 4;
 
 struct AlltoallOptions {
