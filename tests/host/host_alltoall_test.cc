@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "ina/ina.hpp"
 #include "tests/host/harness.h"
 #include "worker/host/alltoall.h"
 #include "worker/host/select.h"
@@ -315,6 +316,37 @@ TEST(SelectAlltoall, OverrideWinsAndABadOneNamesTheVariable) {
   for (auto a :
        {AlltoallAlgorithm::kPairwise, AlltoallAlgorithm::kBruck, AlltoallAlgorithm::kHierarchical})
     EXPECT_EQ(parse_alltoall_algorithm(alltoall_algorithm_name(a)), a);
+}
+
+// INA_A2A_ALGO and INA_A2A_GROUP are read strictly; LOCAL_WORLD_SIZE (the launcher's) leniently.
+TEST(AlltoallConfig, EnvironmentIsParsedStrictly) {
+  unsetenv("LOCAL_WORLD_SIZE");
+  setenv("INA_A2A_ALGO", "bruck", 1);
+  setenv("INA_A2A_GROUP", "4", 1);
+  Result<Config> c = Config::from_env();
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ(c->alltoall_algorithm, "bruck");
+  EXPECT_EQ(c->alltoall_group, 4);
+  setenv("INA_A2A_ALGO", "ring", 1);
+  c = Config::from_env();
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("INA_A2A_ALGO"), std::string::npos) << c.status().to_string();
+  unsetenv("INA_A2A_ALGO");
+  setenv("INA_A2A_GROUP", "x", 1);
+  c = Config::from_env();
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("INA_A2A_GROUP"), std::string::npos)
+      << c.status().to_string();
+  unsetenv("INA_A2A_GROUP");
+  setenv("LOCAL_WORLD_SIZE", "8", 1);
+  c = Config::from_env();
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->alltoall_group, 8);
+  setenv("LOCAL_WORLD_SIZE", "eight", 1);  // not ours to refuse: ignored
+  c = Config::from_env();
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->alltoall_group, 0);
+  unsetenv("LOCAL_WORLD_SIZE");
 }
 
 }  // namespace
