@@ -4,8 +4,8 @@
  * each rank sends size/N bytes to each peer (sizes rounded down to whole elements per rank),
  * busbw = algbw (N-1)/N, and every received element is compared exactly. --coll alltoallv
  * --zipf S times MPI_Alltoallv with the expert loads of bench_a2av_count (bench_common.h): each
- * rank sends rank j receiving the share 1/(j+1)^S of them
- * (S = 0: uniform), as ina-bench --coll alltoallv --zipf S does.
+ * rank sends size bytes in all, rank j receiving the share 1/(j+1)^S of them (S = 0: uniform),
+ * as ina-bench --coll alltoallv --zipf S does.
  *
  *   mpirun --allow-run-as-root --oversubscribe -np 4 --mca btl tcp,self \
  *          --mca btl_tcp_if_include lo build/testbed/ina-mpi-bench -b 8 -e 64M
