@@ -17,7 +17,10 @@
 // rendezvous store on a free 127.0.0.1 port (INA_STORE if set) and the host path reduces in float
 // (INA_FALLBACK=float unless set). --algo ring|tree|hd sets INA_ALGO for the ranks; auto leaves
 // the choice to the cost model. AllToAll always runs on the host mesh (no aggregator does it), so
-// --coll alltoall gives local mode a store with either transport.
+// --coll alltoall gives local mode a store with either transport. --coll alltoallv --zipf S
+// times AllToAllv with expert loads: each rank sends size bytes in all, rank j receiving the share
+// 1/(j+1)^S of every rank's (bench_common.h's bench_a2av_count; S = 0: uniform), as
+// ina-mpi-bench --coll alltoallv --zipf S does. INA_A2A_ALGO and INA_A2A_GROUP reach the ranks.
 //
 // Every size: fill the send buffer (rank r, element i: bench_float_value / bench_int_value),
 // run the warmup and the timed iterations out of place, then check every element of the last
@@ -101,7 +104,8 @@ struct Options {
   std::string max_bytes_per_size = "0";
   std::string transport = "inc";   // inc | host
   std::string algo;                // auto | ring | tree | hd (empty: INA_ALGO as set)
-  std::string coll = "allreduce";  // allreduce | alltoall
+  std::string coll = "allreduce";  // allreduce | alltoall | alltoallv
+  double zipf = 0;                 // alltoallv: the expert popularity exponent
   std::string aggregator;          // external mode
   int aggregators = 1;             // local mode: embedded aggregators the job is sharded over
   int rank = -1;                   // external mode (default INA_RANK)
@@ -113,8 +117,9 @@ struct Options {
   bool floor = true;  // ... beside the kernel's floor for the same datagrams
 
   // Derived.
-  bool host = false;      // --transport host
-  bool alltoall = false;  // --coll alltoall
+  bool host = false;       // --transport host
+  bool alltoall = false;   // --coll alltoall or alltoallv
+  bool alltoallv = false;  // --coll alltoallv
   size_t min_b = 0, max_b = 0, cap_b = 0;
   DType dtype = DType::kFloat32;
   ReduceOp rop = ReduceOp::kSum;
@@ -314,6 +319,28 @@ int64_t check_alltoall(const DataSpec& d, int rank, const void* out, size_t per_
   return wrong;
 }
 
+// AllToAllv (bench_a2av_count): rank `rank` receives c elements from every rank j, at j * c; they
+// are j's input elements [off, off + c), off = what j sends to the ranks before `rank`.
+int64_t check_alltoallv(const DataSpec& d, double zipf, int rank, const void* out, size_t elems,
+                        size_t bytes) {
+  int64_t wrong = 0;
+  const size_t c = bench_a2av_count(elems, d.ranks, rank, zipf);
+  size_t off = 0;
+  for (int j = 0; j < rank; ++j) off += bench_a2av_count(elems, d.ranks, j, zipf);
+  for (int j = 0; j < d.ranks; ++j)
+    for (size_t i = 0; i < c; ++i) {
+      const size_t at = static_cast<size_t>(j) * c + i;
+      const double ref =
+          d.dtype == DType::kInt32 ? bench_int_value(off + i, j) : input_value(d, off + i, j);
+      const double got = output_value(d.dtype, out, at);
+      if (!(got == ref) && ++wrong <= 5)
+        std::fprintf(stderr,
+                     "# rank %d, %zu B: element %zu (from rank %d): got %.9g, expected %.9g\n",
+                     rank, bytes, at, j, got, ref);
+    }
+  return wrong;
+}
+
 // ---- the sweep (one rank) ----
 
 struct SizeOutcome {
@@ -345,7 +372,15 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
     unsigned char b[64];
   };
   std::vector<Line> send_store(max_bytes / sizeof(Line) + 1);
-  std::vector<Line> recv_store(max_bytes / sizeof(Line) + 1);
+  // AllToAllv: the hot rank receives N times its share, more than it sends.
+  const size_t recv_bytes =
+      o.alltoallv
+          ? std::max(max_bytes, static_cast<size_t>(comm.size()) * esize *
+                                    bench_a2av_count(max_bytes / esize, comm.size(), 0, o.zipf))
+          : max_bytes;
+  std::vector<Line> recv_store(recv_bytes / sizeof(Line) + 1);
+  const auto world = static_cast<size_t>(comm.size());
+  std::vector<size_t> sc(world), sd(world), rc(world), rd(world);
   void* send = send_store.data();
   void* recv = recv_store.data();
   // Blocks as the job cuts them (the WELCOME's, in this dtype's elements): the float SUM check
@@ -361,10 +396,26 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
     int warmup = 0;
     bench_iters_for(bytes, o.iters, o.warmup, o.cap_b, &iters, &warmup);
     fill_input(spec, comm.rank(), send, count);
-    std::memset(recv, 0xff, bytes);  // NaN / -1: a block never written shows up as wrong
+    // NaN / -1: a block never written shows up as wrong
+    std::memset(recv, 0xff,
+                o.alltoallv
+                    ? world * esize * bench_a2av_count(count, comm.size(), comm.rank(), o.zipf)
+                    : bytes);
     // AllToAll: count / N elements to each peer (the sizes are multiples of N elements).
     const size_t per_peer = count / static_cast<size_t>(comm.size());
+    if (o.alltoallv) {
+      size_t off = 0;
+      for (size_t j = 0; j < world; ++j) {
+        sc[j] = bench_a2av_count(count, comm.size(), static_cast<int>(j), o.zipf);
+        sd[j] = off;
+        off += sc[j];
+        rc[j] = bench_a2av_count(count, comm.size(), comm.rank(), o.zipf);
+        rd[j] = j * rc[j];
+      }
+    }
     auto run_once = [&]() {
+      if (o.alltoallv)
+        return comm.alltoallv(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), o.dtype);
       return o.alltoall ? comm.alltoall(send, recv, per_peer, o.dtype)
                         : comm.allreduce(send, recv, count, o.dtype, o.rop);
     };
@@ -398,8 +449,9 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
     if (!res.ok) {
       res.wrong = 0;
     } else if (o.check) {
-      res.wrong = o.alltoall ? check_alltoall(spec, comm.rank(), recv, per_peer, bytes)
-                             : check_output(spec, comm.rank(), recv, count, bytes);
+      res.wrong = o.alltoallv  ? check_alltoallv(spec, o.zipf, comm.rank(), recv, count, bytes)
+                  : o.alltoall ? check_alltoall(spec, comm.rank(), recv, per_peer, bytes)
+                               : check_output(spec, comm.rank(), recv, count, bytes);
     } else {
       res.wrong = -1;
     }
@@ -484,7 +536,7 @@ void print_summary(const Options& o, const std::array<uint64_t, BENCH_STATS>& w,
 std::string tool_name(const Options& o) {
   std::string t = o.host ? "ina-host" : "ina";
   if (o.host && !o.alltoall && !o.algo.empty() && o.algo != "auto") t += "-" + o.algo;
-  if (o.alltoall) t += "-alltoall";
+  if (o.alltoall) t += o.alltoallv ? "-alltoallv" : "-alltoall";
   return t;
 }
 
@@ -521,7 +573,8 @@ std::string cap_text(size_t cap) {
 }
 
 const char* tool_line(const Options& o) {
-  if (o.alltoall) return "ina-bench: AllToAll (pairwise exchange on the host TCP mesh)";
+  if (o.alltoallv) return "ina-bench: AllToAllv (expert loads) on the host TCP mesh";
+  if (o.alltoall) return "ina-bench: AllToAll on the host TCP mesh";
   return o.host ? "ina-bench: host AllReduce over the TCP mesh (no aggregator)"
                 : "ina-bench: in-network AllReduce through a software aggregator";
 }
@@ -535,6 +588,15 @@ void print_config_line(const Options& o, int ranks, const std::string& where, ui
       block != 0 ? block : o.block_elems, o.window, o.iters, o.warmup, o.check,
       cap_text(o.cap_b).c_str(), o.host ? "transport" : "aggregator", where.c_str());
   const char* algo = std::getenv("INA_ALGO");
+  if (o.alltoall) {
+    const char* a2a = std::getenv("INA_A2A_ALGO");
+    std::printf("# collective: %s, algorithm %s", o.coll.c_str(),
+                o.alltoallv                      ? "pairwise (windowed)"
+                : a2a != nullptr && *a2a != '\0' ? a2a
+                                                 : "auto (cost model)");
+    if (o.alltoallv) std::printf(", expert loads Zipf(%g)", o.zipf);
+    std::printf("\n");
+  }
   if (!o.alltoall)
     std::printf("# collective: allreduce, transport %s, host algorithm %s\n", o.transport.c_str(),
                 algo != nullptr && *algo != '\0' ? algo : "auto (cost model)");
@@ -1062,8 +1124,15 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--algo", o.algo, "host AllReduce algorithm: auto (cost model), ring, tree, hd")
       ->check(CLI::IsMember({"auto", "ring", "tree", "hd"}));
-  app.add_option("--coll", o.coll, "allreduce, or alltoall (size/N bytes to each peer)")
-      ->check(CLI::IsMember({"allreduce", "alltoall"}))
+  app.add_option("--coll", o.coll,
+                 "allreduce, alltoall (size/N bytes to each peer), or alltoallv (size bytes in "
+                 "all, split by --zipf)")
+      ->check(CLI::IsMember({"allreduce", "alltoall", "alltoallv"}))
+      ->capture_default_str();
+  app.add_option(
+         "--zipf", o.zipf,
+         "alltoallv: rank j receives the share 1/(j+1)^S of every rank's bytes (0: uniform)")
+      ->check(CLI::Range(0.0, 10.0))
       ->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose,
                "print the protocol counters (explained) and the aggregator's full counter table");
@@ -1094,7 +1163,8 @@ int main(int argc, char** argv) {
     // The host algorithms reduce in float unless INA_FALLBACK asks for the quantized words.
     if (std::getenv("INA_FALLBACK") == nullptr) o.env.fallback = ina::FallbackMode::kFloat;
   }
-  o.alltoall = o.coll == "alltoall";
+  o.alltoall = o.coll == "alltoall" || o.coll == "alltoallv";
+  o.alltoallv = o.coll == "alltoallv";
   // The ranks read INA_ALGO when their communicator starts (forked children inherit it).
   if (o.algo == "auto") {
     unsetenv("INA_ALGO");

@@ -176,6 +176,14 @@ struct Config {
   uint32_t xdp_queue = 0;              // INA_XDP_QUEUE
   bool xdp_copy = false;               // INA_XDP_COPY=1: skip the zero-copy attempt
 
+  // Host AllToAll (after the fields above, which keep their offsets): INA_A2A_ALGO=pairwise|
+  // bruck|hier forces the algorithm (empty: the cost model picks by block size and world size);
+  // INA_A2A_GROUP=G groups consecutive ranks in nodes of G for the hierarchical algorithm (0:
+  // LOCAL_WORLD_SIZE when the launcher sets it, as torchrun does; else no grouping). A group that
+  // does not divide the world size leaves AllToAll flat.
+  std::string alltoall_algorithm;
+  int alltoall_group = 0;
+
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
   static Result<Config> from_env();
