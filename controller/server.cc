@@ -214,6 +214,12 @@ struct ControllerServer::Impl {
     persist_logged_any = true;
   }
 
+  // Called with mu held after a change of the state: its audit trail (one line per decision:
+  // state.h) into the log at info.
+  void log_audit() {
+    for (const std::string& line : state.take_audit()) INA_INFO(kComponent, "%s", line.c_str());
+  }
+
   void routes();
   std::string metrics();
 };
@@ -242,6 +248,7 @@ void ControllerServer::Impl::routes() {
               if (!s.ok()) return bad(res, 400, s.message());
               ++heartbeats;
               if (!known) persist();
+              log_audit();
               const Millis now = now_ms();
               for (const HeartbeatRequest::JobReport& x : r.value().jobs) {
                 state.set_job_telemetry(x.job, a.id, x.telemetry);
@@ -290,6 +297,7 @@ void ControllerServer::Impl::routes() {
     std::lock_guard<std::mutex> g(mu);
     const Status s = state.drain(req.get_param_value("id"), req.get_param_value("on") != "0");
     if (s.ok()) persist();
+    log_audit();
     status_reply(res, s);
   });
 
@@ -318,6 +326,7 @@ void ControllerServer::Impl::routes() {
                 std::lock_guard<std::mutex> g(mu);
                 const Status s = state.remove_job(id);
                 if (s.ok()) persist();
+                log_audit();
                 status_reply(res, s);
               });
 
@@ -339,7 +348,8 @@ void ControllerServer::Impl::routes() {
       res.set_content("error " + r.status().message() + "\n", "text/plain");
       return;
     }
-    if (r.value().id != known) persist();  // a new job; the other ranks change nothing
+    if (r.value().id != known) persist();  // a new decision; the other ranks change nothing
+    log_audit();
     res.set_content(admission_text(r.value(), a.rank, state), "text/plain");
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int kind = r.value().state != JobState::kActive ? 3
@@ -363,6 +373,7 @@ void ControllerServer::Impl::routes() {
              std::lock_guard<std::mutex> g(mu);
              const Status s = state.release(req.get_param_value("name"), rank);
              if (s.ok()) persist();
+             log_audit();
              status_reply(res, s);
            });
 
@@ -462,12 +473,28 @@ std::string ControllerServer::Impl::metrics() {
 
 ControllerServer::~ControllerServer() = default;
 
-Result<std::unique_ptr<ControllerServer>> ControllerServer::create(const ServerOptions& opts) {
+Status ControllerServer::check(const ServerOptions& opts) {
   if (opts.heartbeat_timeout_ms < 1) return invalid_argument("heartbeat timeout must be >= 1 ms");
   if (opts.default_shards < 1 || opts.default_shards > 256) {
     return invalid_argument("default shards must be in 1..256");
   }
   if (opts.job_idle_ttl_ms < 0) return invalid_argument("job idle TTL must be >= 0 ms (0: never)");
+  if (opts.state_file.empty()) return ok_status();
+  Result<std::string> text = read_state_file(opts.state_file);
+  if (text.ok()) {
+    ControllerState probe(StateOptions{}, random_key);
+    const Status st = probe.from_json(*text, 0);
+    if (!st.ok()) return Status(st.code(), "--state-file " + opts.state_file + ": " + st.message());
+  } else if (text.status().code() != StatusCode::kNotFound) {
+    return Status(text.status().code(), "--state-file: " + text.status().message());
+  }
+  const Status st = check_writable(opts.state_file);
+  if (!st.ok()) return Status(st.code(), "--state-file " + opts.state_file + ": " + st.message());
+  return ok_status();
+}
+
+Result<std::unique_ptr<ControllerServer>> ControllerServer::create(const ServerOptions& opts) {
+  INA_RETURN_IF_ERROR(check(opts));
   std::unique_ptr<ControllerServer> s(new ControllerServer());
   s->impl_ = std::make_unique<Impl>(opts);
   Impl& m = *s->impl_;
@@ -506,6 +533,7 @@ Status ControllerServer::run() {
       const Millis now = now_ms();
       const bool aggs_gone = !m.state.expire(now).empty();
       if (!m.state.expire_jobs(now).empty() || aggs_gone) m.persist();
+      m.log_audit();
     }
   });
   const bool ok = m.http.listen_after_bind();
