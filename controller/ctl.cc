@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
   app.add_flag("--table", as_table, "print tables and sentences (the default on a terminal)")
       ->excludes(json_flag);
   app.require_subcommand(1);
+  app.fallthrough();  // --json, --table and --controller also after the subcommand
   auto* aggs = app.add_subcommand("aggregators", "list aggregators");
   auto* jobs = app.add_subcommand("jobs", "list jobs");
   auto* job =

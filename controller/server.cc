@@ -350,6 +350,8 @@ void ControllerServer::Impl::routes() {
     }
     if (r.value().id != known) persist();  // a new decision; the other ranks change nothing
     log_audit();
+    INA_DEBUG(kComponent, "admission request of rank %u of '%s' (world %u): job %u %s", a.rank,
+              a.name.c_str(), a.world, r.value().id, job_state_name(r.value().state));
     res.set_content(admission_text(r.value(), a.rank, state), "text/plain");
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int kind = r.value().state != JobState::kActive ? 3
@@ -422,9 +424,14 @@ std::string ControllerServer::Impl::metrics() {
   for (int s = 0; s < 3; ++s) {
     m << "ina_controller_active_jobs{shape=\"" << shapes[s] << "\"} " << by_shape[s] << "\n";
   }
-  family(m, "ina_controller_admissions_total", "counter", "Admission decisions.");
-  m << "ina_controller_admissions_total{result=\"admitted\"} " << state.admitted_total << "\n"
-    << "ina_controller_admissions_total{result=\"refused\"} " << state.refused_total << "\n";
+  // Decisions (one per job run: its first request, or a refusal decided again) apart from the
+  // requests (every rank's, ina_controller_admission_seconds_count): distinct names and help.
+  family(m, "ina_controller_admission_decisions_total", "counter",
+         "Admission decisions, one per job run (not per rank): a new job admitted or refused.");
+  m << "ina_controller_admission_decisions_total{result=\"admitted\"} " << state.admitted_total
+    << "\n"
+    << "ina_controller_admission_decisions_total{result=\"refused\"} " << state.refused_total
+    << "\n";
   single(m, "ina_controller_trees_total", "counter",
          "Jobs admitted as a two-level aggregation tree.", state.admitted_tree_total);
   single(m, "ina_controller_sharded_total", "counter", "Jobs admitted with shards asked (K > 1).",
@@ -443,7 +450,8 @@ std::string ControllerServer::Impl::metrics() {
   // Admission latency: one series per answer kind and no unlabelled total next to them, so that
   // sum() over the family is the true total.
   family(m, "ina_controller_admission_seconds", "summary",
-         "Server-side admission latency (request parsed to answer built) by answer kind.");
+         "Admission requests, one per rank, and their server-side latency (request parsed to "
+         "answer built) by answer kind.");
   for (int k = 0; k < 4; ++k) {
     m << "ina_controller_admission_seconds_sum{kind=\"" << kAdmitKinds[k] << "\"} "
       << admit_seconds_sum[k] << "\n"

@@ -467,7 +467,8 @@ Status ControllerState::drain(const std::string& aggregator, bool on) {
   if (n > 8) jobs += ", ...";
   audit("aggregator " + aggregator + " drain " + (on ? "on" : "off") +
         (on ? ": no new jobs placed there; " : ": placing jobs there again; ") + std::to_string(n) +
-        " active jobs on it" + (n > 0 ? ":" + jobs : std::string{}) + (on ? " keep running" : ""));
+        " active jobs on it" + (n > 0 ? ":" + jobs : std::string{}) +
+        (on && n > 0 ? " keep running" : ""));
   return ok_status();
 }
 
@@ -535,7 +536,8 @@ std::vector<std::string> ControllerState::expire(Millis now) {
     if (now - it->second.last_heartbeat > opts_.heartbeat_timeout) {
       audit("aggregator " + it->first + " expired: no heartbeat for " +
             std::to_string(now - it->second.last_heartbeat) + " ms (timeout " +
-            std::to_string(opts_.heartbeat_timeout) + " ms): removed, its jobs re-placed");
+            std::to_string(opts_.heartbeat_timeout) +
+            " ms): removed; its jobs follow (re-placed or lost)");
       gone.push_back(it->first);
       it = aggs_.erase(it);
     } else {

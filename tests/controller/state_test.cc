@@ -260,8 +260,8 @@ TEST_F(StateTest, EveryDecisionIsOneAuditLine) {
   a = s.take_audit();
   ASSERT_EQ(a.size(), 3u);
   EXPECT_EQ(a[0],
-            "aggregator x expired: no heartbeat for 1790 ms (timeout 1000 ms): removed, its jobs "
-            "re-placed");
+            "aggregator x expired: no heartbeat for 1790 ms (timeout 1000 ms): removed; its jobs "
+            "follow (re-placed or lost)");
   EXPECT_EQ(a[1], "job " + std::to_string(m.id) +
                       " 'moving' (world 2) re-placed off silent aggregator(s): now flat on y "
                       "slots [0,64)");
