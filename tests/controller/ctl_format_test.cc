@@ -43,7 +43,8 @@ TEST(CtlFormat, TreePlacementsNameLeavesAndRoot) {
        "child_index": 0, "address": "10.0.0.2:1"},
       {"aggregator": "c", "role": "leaf", "slot_base": 64, "rank_base": 4, "local_ranks": 4,
        "child_index": 1, "address": "10.0.0.3:1"},
-      {"aggregator": "a", "role": "root", "slot_base": 0, "leaves": 2, "address": "10.0.0.1:1"}]})");
+      {"aggregator": "a", "role": "root", "slot_base": 0, "leaves": 2,
+       "address": "10.0.0.1:1"}]})");
   const std::string d = job_details(job);
   EXPECT_NE(d.find("job           3 'big'\nstate         active\n"), std::string::npos) << d;
   EXPECT_NE(d.find("ROLE  AGGREGATOR  ADDRESS     SLOTS     RANKS\n"

@@ -1129,7 +1129,7 @@ TEST_F(ControllerTest, InaCtlListsDrainsAndShowsMetrics) {
   // release: every rank by default; the job is forgotten.
   out = run("release late", &rc);
   EXPECT_EQ(rc, 0) << out;
-  EXPECT_EQ(run("--table jobs", &rc).find("late"), std::string::npos);
+  EXPECT_EQ(run("--table jobs", &rc).find(" late "), std::string::npos);
   out = run("release late", &rc);
   EXPECT_EQ(rc, 1);
   EXPECT_EQ(out, "ina-ctl: release: no job named 'late'\n");
