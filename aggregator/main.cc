@@ -368,12 +368,13 @@ std::string advertise_default(const std::string& bind, const std::string& contro
 }
 
 // An aggregator that tells the controller a loopback address serves workers of this host only.
-void warn_loopback_advertise(const std::string& host, bool given) {
+// `source` says where the address came from ("--advertise", "--bind", ...).
+void warn_loopback_advertise(const std::string& host, const char* source) {
   if (!is_loopback(host)) return;
   INA_WARN("aggregator",
-           "advertising %s%s: only workers on this host can reach this aggregator; set "
+           "advertising %s (%s): only workers on this host can reach this aggregator; set "
            "--advertise to an address the workers route to (or --bind it)",
-           host.c_str(), given ? " (--advertise)" : " (this host has no other address)");
+           host.c_str(), source);
 }
 #endif
 
@@ -404,7 +405,10 @@ int dispatch_dpdk(Flags& f) {
       return 2;
     }
     if (f.advertise_opt->count() == 0) f.agent.advertise_host = f.dpdk_ip;
-    if (f.managed()) warn_loopback_advertise(f.agent.advertise_host, f.advertise_opt->count() != 0);
+    if (f.managed()) {
+      warn_loopback_advertise(f.agent.advertise_host,
+                              f.advertise_opt->count() != 0 ? "--advertise" : "--ip");
+    }
     // The HTTP endpoint is served by the kernel's stack, not the DPDK port.
     f.agent.http_bind = f.http_bind.empty() ? "127.0.0.1" : f.http_bind;
     if (f.managed()) {
@@ -452,7 +456,13 @@ int dispatch_udp(Flags& f) {
     if (f.advertise_opt->count() == 0) {
       f.agent.advertise_host = advertise_default(u.udp.bind_host, f.agent.controller_host);
     }
-    if (f.managed()) warn_loopback_advertise(f.agent.advertise_host, f.advertise_opt->count() != 0);
+    if (f.managed()) {
+      const bool wildcard = u.udp.bind_host == "0.0.0.0" || u.udp.bind_host == "::";
+      warn_loopback_advertise(f.agent.advertise_host, f.advertise_opt->count() != 0 ? "--advertise"
+                                                      : !wildcard
+                                                          ? "--bind's address"
+                                                          : "this host has no other address");
+    }
     u.agent = ina::agg::AgentCliOptions{f.agent, f.http_port_file};
   }
   if (f.managed()) {
