@@ -6,9 +6,11 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <string>
 #include <thread>
 
 #include "controller/http_bind.h"
@@ -16,6 +18,21 @@
 
 namespace ina::agg {
 namespace {
+
+// `us` microseconds as decimal seconds, exactly: 1048576 -> "1.048576", 1 -> "0.000001",
+// 2000000 -> "2" (a histogram's `le` must name the bound it counts, not a rounding of it).
+std::string micros_as_seconds(uint64_t us) {
+  std::string s = std::to_string(us / 1000000);
+  uint64_t frac = us % 1000000;
+  if (frac != 0) {
+    char digits[8];
+    std::snprintf(digits, sizeof digits, "%06llu", static_cast<unsigned long long>(frac));
+    std::string f = digits;
+    while (f.back() == '0') f.pop_back();
+    s += "." + f;
+  }
+  return s;
+}
 
 using json = nlohmann::json;
 constexpr const char* kComponent = "agent";
@@ -282,9 +299,9 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
       uint64_t cum = 0;
       for (size_t b = 0; b + 1 < kLagBuckets; ++b) {
         cum += t.lag_hist[b];
-        // Bucket b holds lags below 2^b us.
+        // Bucket b holds lags below 2^b us, written exactly (1.048576, not 1.04858).
         m << "ina_aggregator_rank_lag_seconds_bucket{" << labels << ",le=\""
-          << static_cast<double>(uint64_t{1} << b) * 1e-6 << "\"} " << cum << "\n";
+          << micros_as_seconds(uint64_t{1} << b) << "\"} " << cum << "\n";
       }
       m << "ina_aggregator_rank_lag_seconds_bucket{" << labels << ",le=\"+Inf\"} " << t.lag_count
         << "\n"
@@ -309,24 +326,25 @@ std::string prometheus_text(const AggregatorSnapshot& s) {
         << j.cfg.first_rank() + j.straggler_ranking[i] << "\"} " << i << "\n";
     }
   }
-  // Lost time (issue 21): labelled ina_job, like every family after the label rename.
-  m << "# HELP ina_rank_lag_seconds_total Time the rank held up completed rounds beyond the "
-       "next-to-last arrival, by cause (start: late start, link: bandwidth, loss: lossy link, "
-       "return: results not received).\n# TYPE ina_rank_lag_seconds_total counter\n";
+  // Lost time: labelled ina_job, like every family after the label rename.
+  m << "# HELP ina_aggregator_rank_lost_seconds_total Time the rank held up completed rounds "
+       "beyond the next-to-last arrival, by cause (start: late start, link: bandwidth, loss: "
+       "lossy link, return: results not received).\n"
+       "# TYPE ina_aggregator_rank_lost_seconds_total counter\n";
   for (const JobSnapshot& j : s.jobs) {
     for (size_t r = 0; r < j.loss.total_ns.size(); ++r) {
       for (size_t c = 0; c < kLagCauses; ++c) {
-        m << "ina_rank_lag_seconds_total{ina_job=\"" << j.cfg.job << "\",rank=\""
+        m << "ina_aggregator_rank_lost_seconds_total{ina_job=\"" << j.cfg.job << "\",rank=\""
           << j.cfg.first_rank() + r << "\",cause=\"" << lag_cause_name(static_cast<LagCause>(c))
           << "\"} " << static_cast<double>(j.loss.total_ns[r][c]) * 1e-9 << "\n";
       }
     }
   }
-  m << "# HELP ina_rank_straggler Named a straggler by the lost-time test over the window (1) or "
-       "not (0).\n# TYPE ina_rank_straggler gauge\n";
+  m << "# HELP ina_aggregator_rank_straggler Named a straggler by the lost-time test over the "
+       "window (1) or not (0).\n# TYPE ina_aggregator_rank_straggler gauge\n";
   for (const JobSnapshot& j : s.jobs) {
     for (const RankVerdict& v : j.lost_ranking) {
-      m << "ina_rank_straggler{ina_job=\"" << j.cfg.job << "\",rank=\""
+      m << "ina_aggregator_rank_straggler{ina_job=\"" << j.cfg.job << "\",rank=\""
         << j.cfg.first_rank() + v.rank << "\"} " << (v.named ? 1 : 0) << "\n";
     }
   }
@@ -385,7 +403,11 @@ struct ControlAgent::Impl {
                    {"slot_capacity", opts.slot_capacity},
                    {"max_fan_in", opts.max_fan_in},
                    {"block_elems", opts.block_elems},
-                   {"http", http_port > 0 ? opts.http_bind + ":" + std::to_string(http_port)
+                   // A wildcard-bound endpoint is reached at the advertised address.
+                   {"http", http_port > 0 ? (opts.http_bind == "0.0.0.0" || opts.http_bind == "::"
+                                                 ? opts.advertise_host
+                                                 : opts.http_bind) +
+                                                ":" + std::to_string(http_port)
                                           : std::string{}}};
       json jobs = json::object();
       for (const JobSnapshot& j : s.jobs) jobs[std::to_string(j.cfg.job)] = telemetry(j);

@@ -6,6 +6,8 @@
 #include <thread>
 
 #include "aggregator/dpdk_backend.h"
+#include "aggregator/stamp.h"
+#include "ina/base/log.h"
 #include "ina/protocol/frame.h"
 
 namespace ina::agg {
@@ -47,21 +49,21 @@ int run_dpdk_aggregator(const DpdkCliOptions& o, const std::atomic<bool>& stop) 
   eal.insert(eal.end(), o.eal_args.begin(), o.eal_args.end());
   const Status est = dpdk_eal_init(eal);
   if (!est.ok()) {
-    std::fprintf(stderr, "ina-aggregator: %s\n", est.to_string().c_str());
+    INA_ERROR("aggregator", "%s", est.to_string().c_str());
     return est.code() == StatusCode::kUnavailable ? 77 : 1;
   }
   int code = 0;
   {
     auto agg = DpdkAggregator::create(d, o.jobs);
     if (!agg.ok()) {
-      std::fprintf(stderr, "ina-aggregator: %s\n", agg.status().to_string().c_str());
+      INA_ERROR("aggregator", "%s", agg.status().to_string().c_str());
       dpdk_eal_cleanup();
       return 1;
     }
     DpdkAggregator& a = **agg;
     const Status st = a.start();
     if (!st.ok()) {
-      std::fprintf(stderr, "ina-aggregator: %s\n", st.to_string().c_str());
+      INA_ERROR("aggregator", "%s", st.to_string().c_str());
       code = 1;
     } else {
 #if INA_HAVE_CONTROLLER
@@ -78,19 +80,21 @@ int run_dpdk_aggregator(const DpdkCliOptions& o, const std::atomic<bool>& stop) 
         if (agent == nullptr) code = 1;
       }
 #endif
+      char stamp[ina::log::kTimestampLen + 1];
+      format_now(stamp);
       if (o.jobs.empty()) {
         std::printf(
-            "ina-aggregator (dpdk) on port %u %s %s:%u jobs from the controller, block %u "
+            "%s ina-aggregator (dpdk) on port %u %s %s:%u jobs from the controller, block %u "
             "lcores %u rx queues %u\n",
-            unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
+            stamp, unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
             frame::format_ipv4(a.local().ip).c_str(), unsigned{a.local().udp_port},
             unsigned{o.max_payload_bytes / 4}, a.lcores(), unsigned{a.rx_queues()});
       } else {
         const JobConfig& job = o.jobs.front();
         std::printf(
-            "ina-aggregator (dpdk) on port %u %s %s:%u job %u world %u slots %u block %u "
+            "%s ina-aggregator (dpdk) on port %u %s %s:%u job %u world %u slots %u block %u "
             "lcores %u rx queues %u\n",
-            unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
+            stamp, unsigned{a.port_id()}, frame::format_mac(a.local().mac).c_str(),
             frame::format_ipv4(a.local().ip).c_str(), unsigned{a.local().udp_port},
             unsigned{job.job}, job.slots.world_size, job.slots.num_slots,
             unsigned{job.slots.max_payload_bytes / 4}, a.lcores(), unsigned{a.rx_queues()});

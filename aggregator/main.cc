@@ -16,7 +16,10 @@
 // Serves one job until SIGINT/SIGTERM, then prints its counters and exits 0.
 //
 // This file only parses and checks the flags (CLI11), sorts them into a backend's options and
-// runs it: the kernel UDP backend in udp_main.cc, the DPDK one in dpdk_main.cc.
+// runs it: the kernel UDP backend in udp_main.cc, the DPDK one in dpdk_main.cc, which lives in
+// libina-aggregator-dpdk.so and is loaded only for --backend dpdk (dpdk_plugin.h).
+#include <arpa/inet.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/udp.h>
 #include <signal.h>
@@ -33,13 +36,14 @@
 #include <string>
 #include <vector>
 
-#include "aggregator/dpdk_probe.h"
 #include "aggregator/udp_main.h"
 #include "ina/base/log.h"
 #include "ina/protocol/wire.h"
 #include "ina_config.h"
 #if INA_HAVE_DPDK
-#include "aggregator/dpdk_main.h"
+#include "aggregator/dpdk_plugin.h"  // the DPDK backend, loaded with dlopen when asked for
+#else
+#include "aggregator/dpdk_probe.h"
 #endif
 #if INA_HAVE_CONTROLLER
 #include "aggregator/agent_main.h"
@@ -75,7 +79,11 @@ bool udp_option_available(int opt, bool set) {
 
 std::string version_text() {
   std::string s = "ina-aggregator " INA_VERSION "\n";
+#if INA_HAVE_DPDK
+  s += "  " + ina::features::describe("dpdk", ina::agg::probe_dpdk_plugin()) + "\n";
+#else
   s += "  " + ina::features::describe("dpdk", ina::features::probe_dpdk()) + "\n";
+#endif
   s += std::string("  udp gro: ") +
        (udp_option_available(UDP_GRO, true) ? "available" : "not available") + "\n";
   s += std::string("  udp gso: ") +
@@ -109,8 +117,9 @@ struct Flags {
 #if INA_HAVE_CONTROLLER
   ina::agg::AgentOptions agent;
   std::string controller;
-  CLI::Option* advertise_opt = nullptr;  // read by the DPDK backend only
-  CLI::Option* spin_opt = nullptr;       // the UDP backend's: the DPDK one always polls
+  CLI::Option* advertise_opt = nullptr;
+  std::string http_bind;            // "" : --bind's address (udp), 127.0.0.1 (dpdk)
+  CLI::Option* spin_opt = nullptr;  // the UDP backend's: the DPDK one always polls
   std::string http_port_file;
   uint32_t heartbeat_ms = 200;
 #endif
@@ -264,10 +273,15 @@ void add_controller_flags(CLI::App& app, Flags& f) {
                  "register with ina-controller at host:port (replicas: a comma-separated list, "
                  "tried in turn; any replica forwards to the leader)")
       ->check(host_port_list_validator());
-  f.advertise_opt =
-      app.add_option("--advertise", f.agent.advertise_host,
-                     "address workers use to reach this aggregator (dpdk: default --ip)")
-          ->capture_default_str();
+  f.advertise_opt = app.add_option(
+      "--advertise", f.agent.advertise_host,
+      "address workers use to reach this aggregator (default: --bind's address; with --bind "
+      "0.0.0.0 the address that routes to the controller, or, for a controller on this host, "
+      "the default route's; dpdk: --ip)");
+  app.add_option("--http-bind", f.http_bind,
+                 "address of the --http-port endpoint (/metrics, /v1/telemetry; default: --bind's "
+                 "address, 0.0.0.0 included, so Prometheus on another host can scrape it; dpdk: "
+                 "127.0.0.1, the kernel side of the host)");
   app.add_option("--slot-capacity", f.agent.slot_capacity, "slots shared by the controller's jobs")
       ->check(CLI::Range(1, 1 << 24))
       ->capture_default_str();
@@ -329,6 +343,60 @@ std::string served_text(const Flags& f) {
   return f.managed() ? "jobs from the controller" : "job " + std::to_string(f.job.job);
 }
 
+#if INA_HAVE_CONTROLLER
+// The local IPv4 address the kernel picks to reach `host` (connect(2) on a UDP socket looks up
+// the route and sends nothing); "" when there is none.
+std::string local_address_towards(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), "9", &hints, &res) != 0 || res == nullptr) return "";
+  std::string out;
+  const int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd >= 0 && ::connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+    sockaddr_in a{};
+    socklen_t len = sizeof a;
+    char text[INET_ADDRSTRLEN] = {};
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0 &&
+        ::inet_ntop(AF_INET, &a.sin_addr, text, sizeof text) != nullptr) {
+      out = text;
+    }
+  }
+  if (fd >= 0) ::close(fd);
+  ::freeaddrinfo(res);
+  return out;
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// --advertise's default for the kernel UDP backend: --bind's address when it names one; for a
+// wildcard bind, the address that routes to the controller (as Gloo and NCCL find theirs), or,
+// when the controller is on this host, the default route's (TEST-NET-1's route: nothing is
+// sent); 127.0.0.1 only when the host has no other.
+std::string advertise_default(const std::string& bind, const std::string& controller_host) {
+  if (!bind.empty() && bind != "0.0.0.0" && bind != "::") return bind;
+  const std::string to_controller =
+      controller_host.empty() ? std::string{} : local_address_towards(controller_host);
+  if (!to_controller.empty() && !is_loopback(to_controller)) return to_controller;
+  const std::string to_default = local_address_towards("192.0.2.1");
+  if (!to_default.empty()) return to_default;
+  return to_controller.empty() ? "127.0.0.1" : to_controller;
+}
+
+// An aggregator that tells the controller a loopback address serves workers of this host only.
+// `source` says where the address came from ("--advertise", "--bind", ...).
+void warn_loopback_advertise(const std::string& host, const char* source) {
+  if (!is_loopback(host)) return;
+  INA_WARN("aggregator",
+           "advertising %s (%s): only workers on this host can reach this aggregator; set "
+           "--advertise to an address the workers route to (or --bind it)",
+           host.c_str(), source);
+}
+#endif
+
 int dispatch_dpdk(Flags& f) {
   if (f.spin_opt->count() != 0) {
     std::fprintf(stderr,
@@ -356,7 +424,12 @@ int dispatch_dpdk(Flags& f) {
       return 2;
     }
     if (f.advertise_opt->count() == 0) f.agent.advertise_host = f.dpdk_ip;
-    f.agent.http_bind = "127.0.0.1";  // the HTTP endpoint is on the kernel's loopback
+    if (f.managed()) {
+      warn_loopback_advertise(f.agent.advertise_host,
+                              f.advertise_opt->count() != 0 ? "--advertise" : "--ip");
+    }
+    // The HTTP endpoint is served by the kernel's stack, not the DPDK port.
+    f.agent.http_bind = f.http_bind.empty() ? "127.0.0.1" : f.http_bind;
     if (f.managed()) {
       d.slot_capacity = f.agent.slot_capacity;
       d.max_payload_bytes = f.block * 4;
@@ -370,7 +443,7 @@ int dispatch_dpdk(Flags& f) {
                 served_text(f).c_str());
     return 0;
   }
-  return ina::agg::run_dpdk_aggregator(d, g_stop);
+  return ina::agg::run_dpdk_plugin(d, g_stop);
 #else
   (void)f;
   std::fprintf(stderr,
@@ -398,7 +471,17 @@ int dispatch_udp(Flags& f) {
 #if INA_HAVE_CONTROLLER
   if (f.managed() || f.agent.http_port >= 0) {
     u.udp.snapshot_interval = std::chrono::milliseconds(100);
-    f.agent.http_bind = u.udp.bind_host == "0.0.0.0" ? "127.0.0.1" : u.udp.bind_host;
+    f.agent.http_bind = f.http_bind.empty() ? u.udp.bind_host : f.http_bind;
+    if (f.advertise_opt->count() == 0) {
+      f.agent.advertise_host = advertise_default(u.udp.bind_host, f.agent.controller_host);
+    }
+    if (f.managed()) {
+      const bool wildcard = u.udp.bind_host == "0.0.0.0" || u.udp.bind_host == "::";
+      warn_loopback_advertise(f.agent.advertise_host, f.advertise_opt->count() != 0 ? "--advertise"
+                                                      : !wildcard
+                                                          ? "--bind's address"
+                                                          : "this host has no other address");
+    }
     u.agent = ina::agg::AgentCliOptions{f.agent, f.http_port_file};
   }
   if (f.managed()) {
@@ -407,9 +490,18 @@ int dispatch_udp(Flags& f) {
   }
 #endif
   if (f.check_config) {
-    std::printf("ina-aggregator: configuration ok: backend udp, %s:%u, %u threads, %s\n",
+    std::string agent;
+#if INA_HAVE_CONTROLLER
+    if (u.agent) {
+      agent = ", advertising " + f.agent.advertise_host +
+              (f.agent.http_port >= 0
+                   ? ", /metrics on " + f.agent.http_bind + ":" + std::to_string(f.agent.http_port)
+                   : std::string{});
+    }
+#endif
+    std::printf("ina-aggregator: configuration ok: backend udp, %s:%u, %u threads, %s%s\n",
                 u.udp.bind_host.c_str(), unsigned{u.udp.port}, u.udp.threads,
-                served_text(f).c_str());
+                served_text(f).c_str(), agent.c_str());
     return 0;
   }
   return ina::agg::run_udp_aggregator(u, g_stop);

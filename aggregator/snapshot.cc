@@ -87,7 +87,8 @@ AggregatorSnapshot merge_snapshots(const std::vector<AggregatorSnapshot>& parts,
 void warn_stragglers(StragglerAlarm& alarm, const AggregatorSnapshot& s, uint64_t now) {
   for (const JobSnapshot& j : s.jobs) {
     for (const std::string& line :
-         alarm.check(j.cfg.job, j.cfg.first_rank(), j.lost_ranking, j.loss.span_ns, now)) {
+         alarm.check(j.cfg.job, j.cfg.first_rank(), j.lost_ranking, j.loss.span_ns, now,
+                     j.cfg.tree.role == TreeRole::kRoot ? "leaf" : "rank")) {
       INA_WARN("straggler", "%s", line.c_str());
     }
   }

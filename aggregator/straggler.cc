@@ -282,7 +282,8 @@ LossWindow LossTracker::window(uint64_t now) const {
 
 std::vector<std::string> StragglerAlarm::check(uint32_t job, uint32_t first_rank,
                                                std::span<const RankVerdict> ranking,
-                                               uint64_t window_span_ns, uint64_t now) {
+                                               uint64_t window_span_ns, uint64_t now,
+                                               const char* member) {
   std::vector<std::string> lines;
   for (const RankVerdict& v : ranking) {
     if (!v.named || v.share < min_share_) continue;
@@ -297,11 +298,11 @@ std::vector<std::string> StragglerAlarm::check(uint32_t job, uint32_t first_rank
     }
     char buf[320];
     std::snprintf(buf, sizeof buf,
-                  "job %" PRIu32 ": rank %" PRIu32
+                  "job %" PRIu32 ": %s %" PRIu32
                   " is a straggler: it held the job up %.1f ms "
                   "in the last %.1f s (%.0f%% of the time lost to stragglers, z %.1f), in %" PRIu64
                   " episodes (%.0f%% of collectives, %.2f ms each); cause: %s",
-                  job, rank, static_cast<double>(v.lost_ns) / 1e6,
+                  job, member, rank, static_cast<double>(v.lost_ns) / 1e6,
                   static_cast<double>(window_span_ns) / 1e9, v.share * 100.0, v.z, v.loss.episodes,
                   v.collective_fraction * 100.0, v.mean_episode_ms, lag_cause_meaning(v.cause));
     lines.emplace_back(buf);

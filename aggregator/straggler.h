@@ -179,9 +179,11 @@ class StragglerAlarm {
   explicit StragglerAlarm(uint64_t every_ns = 60'000'000'000ull, double min_share = 0.25)
       : every_ns_(every_ns), min_share_(min_share) {}
   // The lines to log for `job` (first_rank: the job's first served global rank) at `now`.
+  // `member` names what the ranking ranks: "rank" (a flat job, a leaf), "leaf" (a tree's root,
+  // whose contributors are its leaves, by child index).
   std::vector<std::string> check(uint32_t job, uint32_t first_rank,
                                  std::span<const RankVerdict> ranking, uint64_t window_span_ns,
-                                 uint64_t now);
+                                 uint64_t now, const char* member = "rank");
 
  private:
   struct Last {

@@ -3,8 +3,12 @@
 //   ina-controller [--bind 127.0.0.1] [--port 47480] [--port-file F] [--state-file F]
 //                  [--heartbeat-timeout-ms 3000] [--default-shards 1] [--job-idle-ttl-ms 600000]
 //                  [--store etcd://h1:2379,h2:2379 --advertise HOST:PORT]   (replicas, one leads)
+//                  [--log-level info] [--check-config]
 //
-// Serves until SIGINT/SIGTERM.
+// Serves until SIGINT/SIGTERM. Every decision (registration, admission, refusal, drain, removal,
+// re-placement, expiry, release) is one log line at info (state.h: the audit trail).
+// --check-config runs the checks of a real start (ControllerServer::check) without binding or
+// writing anything.
 #include <signal.h>
 
 #include <CLI/CLI.hpp>
@@ -15,11 +19,17 @@
 #include <thread>
 
 #include "controller/server.h"
+#include "ina/base/log.h"
 #include "ina_config.h"
 
 namespace {
 std::atomic<bool> g_stop{false};
 void on_signal(int) { g_stop.store(true); }
+
+// A bind address that only this host can reach.
+bool loopback_only(const std::string& bind) {
+  return bind == "localhost" || bind == "::1" || bind.rfind("127.", 0) == 0;
+}
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -56,14 +66,30 @@ int main(int argc, char** argv) {
                  "--bind:--port)");
   bool check_config = false;
   app.add_flag("--check-config", check_config,
-               "check the arguments (as a service's ExecStart would pass them) and exit 0 without "
-               "binding or writing anything (non-zero on a bad argument)");
+               "run the checks of a real start (arguments, the state file readable and its "
+               "directory writable) and exit 0 without binding or writing anything (non-zero, "
+               "with the start's error, otherwise)");
+  std::string log_level;
+  app.add_option("--log-level", log_level,
+                 "error, warn, info (default: INA_LOG_LEVEL, else info; the decisions are logged "
+                 "at info) or debug (also every rank's admission request)")
+      ->check(CLI::IsMember({"error", "warn", "info", "debug"}));
   CLI11_PARSE(app, argc, argv);
+  if (!log_level.empty()) {
+    ina::log::Level l;
+    if (ina::log::parse_level(log_level.c_str(), &l)) ina::log::set_level(l);
+  }
+  if (loopback_only(opts.bind)) {
+    INA_WARN("controller",
+             "--bind %s: only this host can reach the controller; aggregators and workers on "
+             "other hosts need --bind 0.0.0.0 (or this host's address)",
+             opts.bind.c_str());
+  }
+  if (const ina::Status st = ina::ctl::ControllerServer::check(opts); !st.ok()) {
+    INA_ERROR("controller", "%s", st.to_string().c_str());
+    return 1;
+  }
   if (check_config) {
-    if (!opts.store.empty() && !opts.state_file.empty()) {
-      std::fprintf(stderr, "ina-controller: --store and --state-file exclude each other\n");
-      return 1;
-    }
     std::printf("ina-controller: configuration ok: %s:%u, state %s\n", opts.bind.c_str(),
                 unsigned{opts.port},
                 !opts.store.empty()       ? opts.store.c_str()
@@ -80,7 +106,7 @@ int main(int argc, char** argv) {
 
   auto server = ina::ctl::ControllerServer::create(opts);
   if (!server.ok()) {
-    std::fprintf(stderr, "ina-controller: %s\n", server.status().to_string().c_str());
+    INA_ERROR("controller", "%s", server.status().to_string().c_str());
     return 1;
   }
   ina::ctl::ControllerServer& s = **server;
@@ -89,12 +115,12 @@ int main(int argc, char** argv) {
     FILE* f = std::fopen(tmp.c_str(), "w");
     if (f == nullptr || std::fprintf(f, "%u\n", unsigned{s.port()}) <= 0 || std::fclose(f) != 0 ||
         std::rename(tmp.c_str(), port_file.c_str()) != 0) {
-      std::fprintf(stderr, "ina-controller: cannot write --port-file %s\n", port_file.c_str());
+      INA_ERROR("controller", "cannot write --port-file %s", port_file.c_str());
       return 1;
     }
   }
-  std::printf("ina-controller listening on %s:%u\n", opts.bind.c_str(), unsigned{s.port()});
-  std::fflush(stdout);
+  INA_INFO("controller", "ina-controller listening on %s:%u", opts.bind.c_str(),
+           unsigned{s.port()});
   // httplib's stop() does nothing before run()'s accept loop starts: a SIGTERM right at start
   // (systemctl stop) is repeated until run() has returned.
   std::atomic<bool> served{false};
@@ -110,7 +136,7 @@ int main(int argc, char** argv) {
   g_stop.store(true);
   watcher.join();
   if (!st.ok()) {
-    std::fprintf(stderr, "ina-controller: %s\n", st.to_string().c_str());
+    INA_ERROR("controller", "%s", st.to_string().c_str());
     return 1;
   }
   return 0;

@@ -298,6 +298,12 @@ struct ControllerServer::Impl {
     return true;
   }
 
+  // Called with mu held after a change of the state: its audit trail (one line per decision:
+  // state.h) into the log at info.
+  void log_audit() {
+    for (const std::string& line : state.take_audit()) INA_INFO(kComponent, "%s", line.c_str());
+  }
+
   void routes();
   std::string metrics();
 };
@@ -327,6 +333,7 @@ void ControllerServer::Impl::routes() {
               if (!s.ok()) return bad(res, 400, s.message());
               ++heartbeats;
               if (!known && !persist()) return bad(res, 503, "registration not stored; again");
+              log_audit();
               const Millis now = now_ms();
               for (const HeartbeatRequest::JobReport& x : r.value().jobs) {
                 state.set_job_telemetry(x.job, a.id, x.telemetry);
@@ -376,6 +383,7 @@ void ControllerServer::Impl::routes() {
     std::lock_guard<std::mutex> g(mu);
     const Status s = state.drain(req.get_param_value("id"), req.get_param_value("on") != "0");
     if (s.ok() && !persist()) return bad(res, 503, "drain not stored; ask again");
+    log_audit();
     status_reply(res, s);
   });
 
@@ -405,6 +413,7 @@ void ControllerServer::Impl::routes() {
                 std::lock_guard<std::mutex> g(mu);
                 const Status s = state.remove_job(id);
                 if (s.ok() && !persist()) return bad(res, 503, "removal not stored; ask again");
+                log_audit();
                 status_reply(res, s);
               });
 
@@ -433,6 +442,9 @@ void ControllerServer::Impl::routes() {
       res.set_content("error admission not stored; ask again\n", "text/plain");
       return;
     }
+    log_audit();
+    INA_DEBUG(kComponent, "admission request of rank %u of '%s' (world %u): job %u %s", a.rank,
+              a.name.c_str(), a.world, r.value().id, job_state_name(r.value().state));
     res.set_content(admission_text(r.value(), a.rank, state), "text/plain");
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int kind = r.value().state != JobState::kActive ? 3
@@ -461,6 +473,7 @@ void ControllerServer::Impl::routes() {
           res.set_content("{\"error\":\"release not stored; ask again\"}\n", "application/json");
           return;
         }
+        log_audit();
         status_reply(res, s);
       });
 
@@ -509,9 +522,14 @@ std::string ControllerServer::Impl::metrics() {
   for (int s = 0; s < 3; ++s) {
     m << "ina_controller_active_jobs{shape=\"" << shapes[s] << "\"} " << by_shape[s] << "\n";
   }
-  family(m, "ina_controller_admissions_total", "counter", "Admission decisions.");
-  m << "ina_controller_admissions_total{result=\"admitted\"} " << state.admitted_total << "\n"
-    << "ina_controller_admissions_total{result=\"refused\"} " << state.refused_total << "\n";
+  // Decisions (one per job run: its first request, or a refusal decided again) apart from the
+  // requests (every rank's, ina_controller_admission_seconds_count): distinct names and help.
+  family(m, "ina_controller_admission_decisions_total", "counter",
+         "Admission decisions, one per job run (not per rank): a new job admitted or refused.");
+  m << "ina_controller_admission_decisions_total{result=\"admitted\"} " << state.admitted_total
+    << "\n"
+    << "ina_controller_admission_decisions_total{result=\"refused\"} " << state.refused_total
+    << "\n";
   single(m, "ina_controller_trees_total", "counter",
          "Jobs admitted as a two-level aggregation tree.", state.admitted_tree_total);
   single(m, "ina_controller_sharded_total", "counter", "Jobs admitted with shards asked (K > 1).",
@@ -530,7 +548,8 @@ std::string ControllerServer::Impl::metrics() {
   // Admission latency: one series per answer kind and no unlabelled total next to them, so that
   // sum() over the family is the true total.
   family(m, "ina_controller_admission_seconds", "summary",
-         "Server-side admission latency (request parsed to answer built) by answer kind.");
+         "Admission requests, one per rank, and their server-side latency (request parsed to "
+         "answer built) by answer kind.");
   for (int k = 0; k < 4; ++k) {
     m << "ina_controller_admission_seconds_sum{kind=\"" << kAdmitKinds[k] << "\"} "
       << admit_seconds_sum[k] << "\n"
@@ -565,7 +584,7 @@ std::string ControllerServer::Impl::metrics() {
 
 ControllerServer::~ControllerServer() = default;
 
-Result<std::unique_ptr<ControllerServer>> ControllerServer::create(const ServerOptions& opts) {
+Status ControllerServer::check(const ServerOptions& opts) {
   if (opts.heartbeat_timeout_ms < 1) return invalid_argument("heartbeat timeout must be >= 1 ms");
   if (opts.default_shards < 1 || opts.default_shards > 256) {
     return invalid_argument("default shards must be in 1..256");
@@ -574,6 +593,22 @@ Result<std::unique_ptr<ControllerServer>> ControllerServer::create(const ServerO
   if (!opts.store.empty() && !opts.state_file.empty()) {
     return invalid_argument("--store etcd://... and --state-file exclude each other");
   }
+  if (opts.state_file.empty()) return ok_status();
+  Result<std::string> text = read_state_file(opts.state_file);
+  if (text.ok()) {
+    ControllerState probe(StateOptions{}, random_key);
+    const Status st = probe.from_json(*text, 0);
+    if (!st.ok()) return Status(st.code(), "--state-file " + opts.state_file + ": " + st.message());
+  } else if (text.status().code() != StatusCode::kNotFound) {
+    return Status(text.status().code(), "--state-file: " + text.status().message());
+  }
+  const Status st = check_writable(opts.state_file);
+  if (!st.ok()) return Status(st.code(), "--state-file " + opts.state_file + ": " + st.message());
+  return ok_status();
+}
+
+Result<std::unique_ptr<ControllerServer>> ControllerServer::create(const ServerOptions& opts) {
+  INA_RETURN_IF_ERROR(check(opts));
   std::unique_ptr<ControllerServer> s(new ControllerServer());
   s->impl_ = std::make_unique<Impl>(opts);
   Impl& m = *s->impl_;
@@ -623,6 +658,7 @@ Status ControllerServer::run() {
       const Millis now = now_ms();
       const bool aggs_gone = !m.state.expire(now).empty();
       if (!m.state.expire_jobs(now).empty() || aggs_gone) m.persist();
+      m.log_audit();
     }
   });
   const bool ok = m.http.listen_after_bind();

@@ -29,7 +29,11 @@ struct ServerOptions {
 class ControllerServer {
  public:
   ~ControllerServer();
-  // Loads the state file (when it exists), binds the port.
+  // The checks create() starts with, without binding or writing anything (--check-config): the
+  // options' ranges, the state file readable and well-formed when it exists, and its directory
+  // writable. A path a real start refuses is refused here with the same words.
+  static Status check(const ServerOptions& opts);
+  // check(), then loads the state file (when it exists), writes it back, binds the port.
   static Result<std::unique_ptr<ControllerServer>> create(const ServerOptions& opts);
   uint16_t port() const;
   // Serves until stop() (from any thread).

@@ -68,6 +68,43 @@ const char* const kDTypes[] = {"int32",    "float32",     "float16",
 uint32_t leaf_rank_base(uint32_t i, uint32_t n, uint32_t world) {
   return static_cast<uint32_t>(uint64_t{i} * world / n);
 }
+
+// "job 3 'resnet' (world 4)": how every audit line names a job.
+std::string job_text(const JobInfo& j) {
+  return "job " + std::to_string(j.id) + " '" + j.name + "' (world " + std::to_string(j.world) +
+         ")";
+}
+
+// The placements of a job for the audit trail, e.g. "flat on x slots [0,128)", "sharded over 2:
+// x slots [0,64), y slots [0,64)", "tree: leaf 0 ranks 0-3 on x slots [0,64), ..., root on z
+// slots [0,64)". At most 8 placements are named (a log line has room for about 1000 bytes).
+std::string placement_text(const JobInfo& j) {
+  if (j.placements.empty()) return "no placement";
+  auto one = [&j](const Placement& p) {
+    std::string s;
+    if (p.role == Role::kLeaf) {
+      s = "leaf " + std::to_string(p.child_index) + " ranks " + std::to_string(p.rank_base) + "-" +
+          std::to_string(p.rank_base + p.local_ranks - 1) + " on ";
+    } else if (p.role == Role::kRoot) {
+      s = "root on ";
+    }
+    return s + p.aggregator + " slots [" + std::to_string(p.slot_base) + "," +
+           std::to_string(uint64_t{p.slot_base} + j.slots) + ")";
+  };
+  std::string s = j.is_tree()      ? std::string("tree: ")
+                  : j.is_sharded() ? "sharded over " + std::to_string(j.placements.size()) + ": "
+                                   : std::string("flat on ");
+  constexpr size_t kNamed = 8;
+  for (size_t i = 0; i < j.placements.size() && i < kNamed; ++i) {
+    if (i > 0) s += ", ";
+    s += one(j.placements[i]);
+  }
+  if (j.placements.size() > kNamed) {
+    s += ", ... " + std::to_string(j.placements.size() - kNamed) + " more";
+    if (j.is_tree()) s += ", " + one(j.placements.back());
+  }
+  return s;
+}
 }  // namespace
 
 ControllerState::ControllerState(StateOptions opts, KeyGen keygen)
@@ -96,6 +133,10 @@ Status ControllerState::heartbeat(const AggregatorInfo& info, Millis now) {
     a.draining = false;
     a.last_heartbeat = now;
     aggs_.emplace(a.id, a);
+    audit("aggregator " + a.id + " registered: data plane " + a.host + ":" +
+          std::to_string(a.port) + ", " + std::to_string(a.slot_capacity) + " slots, fan-in " +
+          std::to_string(a.max_fan_in) + ", block " + std::to_string(a.block_elems) +
+          (a.http.empty() ? std::string{} : ", http " + a.http));
     return ok_status();
   }
   const bool draining = it->second.draining;  // the controller's decision, not the aggregator's
@@ -287,17 +328,26 @@ Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
                               "float8_e5m2");
     }
   }
+  std::string anew;  // why an earlier answer under this name is decided again
   if (auto it = by_name_.find(req.name); it != by_name_.end()) {
-    const JobInfo& j = jobs_.at(it->second);
-    if (j.state != JobState::kExpired) {
+    JobInfo& j = jobs_.at(it->second);
+    // A refused rank asking again is a new run (see the file comment): the refusal is decided
+    // again. Ranks asking for the first time get the answer the others got.
+    const bool refused_again = j.state == JobState::kRefused && j.told_refusal.count(req.rank) != 0;
+    if (j.state != JobState::kExpired && !refused_again) {
       if (j.world != req.world) {
         return invalid_argument("admit: job '" + req.name + "' was admitted with world " +
                                 std::to_string(j.world) + ", asked with " +
                                 std::to_string(req.world));
       }
+      if (j.state == JobState::kRefused) j.told_refusal.insert(req.rank);
       return j;
     }
     // An expired job's ranks have been silent for the whole TTL: this is a new run of the job.
+    anew = j.state == JobState::kExpired
+               ? "a new run after job " + std::to_string(j.id) + " expired"
+               : "rank " + std::to_string(req.rank) + " asked again after job " +
+                     std::to_string(j.id) + " was refused (" + j.reason + ")";
     jobs_.erase(it->second);
     by_name_.erase(it);
   }
@@ -357,11 +407,18 @@ Result<JobInfo> ControllerState::admit(const AdmitRequest& req, Millis now) {
     ++admitted_total;
     if (j.is_tree()) ++admitted_tree_total;
     if (j.shards_asked > 1) ++admitted_sharded_total;
+    audit(job_text(j) + " admitted, first asked by rank " + std::to_string(req.rank) + ": " +
+          placement_text(j) + ", block " + std::to_string(j.block_elems) +
+          (j.reason.empty() ? std::string{} : "; " + j.reason) +
+          (anew.empty() ? std::string{} : "; " + anew));
   } else {
     j.state = JobState::kRefused;
     j.reason = why;
     j.block_elems = req.block_elems;
+    j.told_refusal.insert(req.rank);
     ++refused_total;
+    audit(job_text(j) + " refused, first asked by rank " + std::to_string(req.rank) + ": " + why +
+          "; its ranks run on the host path" + (anew.empty() ? std::string{} : "; " + anew));
   }
   by_name_[j.name] = j.id;
   jobs_[j.id] = j;
@@ -378,14 +435,21 @@ Status ControllerState::release(const std::string& name, uint32_t rank) {
                             std::to_string(j.world));
   }
   j.released.insert(rank);
-  if (j.released.size() == j.world) return remove_job(j.id);
+  if (j.released.size() < j.world) return ok_status();
+  audit(job_text(j) + " " + job_state_name(j.state) + ", released by every rank: forgotten" +
+        (j.state == JobState::kActive ? ", freed " + placement_text(j) : std::string{}));
+  jobs_.erase(it->second);
+  by_name_.erase(it);
   return ok_status();
 }
 
 Status ControllerState::remove_job(JobId id) {
   auto it = jobs_.find(id);
   if (it == jobs_.end()) return Status(StatusCode::kNotFound, "no job " + std::to_string(id));
-  by_name_.erase(it->second.name);
+  const JobInfo& j = it->second;
+  audit(job_text(j) + " " + job_state_name(j.state) + ", removed on request" +
+        (j.state == JobState::kActive ? ": freed " + placement_text(j) : std::string{}));
+  by_name_.erase(j.name);
   jobs_.erase(it);
   return ok_status();
 }
@@ -394,6 +458,17 @@ Status ControllerState::drain(const std::string& aggregator, bool on) {
   auto it = aggs_.find(aggregator);
   if (it == aggs_.end()) return Status(StatusCode::kNotFound, "no aggregator '" + aggregator + "'");
   it->second.draining = on;
+  std::string jobs;
+  size_t n = 0;
+  for (const auto& [id, j] : jobs_) {
+    if (j.state != JobState::kActive || !j.uses(aggregator)) continue;
+    if (n++ < 8) jobs += (jobs.empty() ? " " : ", ") + std::to_string(id);
+  }
+  if (n > 8) jobs += ", ...";
+  audit("aggregator " + aggregator + " drain " + (on ? "on" : "off") +
+        (on ? ": no new jobs placed there; " : ": placing jobs there again; ") + std::to_string(n) +
+        " active jobs on it" + (n > 0 ? ":" + jobs : std::string{}) +
+        (on && n > 0 ? " keep running" : ""));
   return ok_status();
 }
 
@@ -459,6 +534,10 @@ std::vector<std::string> ControllerState::expire(Millis now) {
   std::vector<std::string> gone;
   for (auto it = aggs_.begin(); it != aggs_.end();) {
     if (now - it->second.last_heartbeat > opts_.heartbeat_timeout) {
+      audit("aggregator " + it->first + " expired: no heartbeat for " +
+            std::to_string(now - it->second.last_heartbeat) + " ms (timeout " +
+            std::to_string(opts_.heartbeat_timeout) +
+            " ms): removed; its jobs follow (re-placed or lost)");
       gone.push_back(it->first);
       it = aggs_.erase(it);
     } else {
@@ -475,6 +554,8 @@ std::vector<std::string> ControllerState::expire(Millis now) {
     }
     std::string why;
     if (replace_placements(j, gone_set, &why)) {
+      audit(job_text(j) + " re-placed off silent aggregator(s): now " + placement_text(j) +
+            (j.reason.empty() ? std::string{} : "; " + j.reason));
       j.last_activity = now;
       for (const std::string& g : gone) {
         j.packets_seen.erase(g);
@@ -484,6 +565,7 @@ std::vector<std::string> ControllerState::expire(Millis now) {
       j.state = JobState::kLost;
       j.reason = why;
       ++lost_total;
+      audit(job_text(j) + " lost: " + why);
     }
   }
   return gone;
@@ -515,6 +597,7 @@ std::vector<JobId> ControllerState::expire_jobs(Millis now) {
     j.reason = "no packets on any of its aggregators for " + std::to_string(now - j.last_activity) +
                " ms (idle TTL " + std::to_string(opts_.job_idle_ttl) + " ms): expired, slots freed";
     ++expired_total;
+    audit(job_text(j) + " expired: " + j.reason + " (was " + placement_text(j) + ")");
     out.push_back(id);
   }
   return out;

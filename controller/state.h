@@ -8,6 +8,21 @@
 // same answer, a refusal included, so all ranks agree on the path (in-network or host fallback)
 // even when capacity frees up between the first and the last rank's request.
 //
+// A refusal is not forever: it is re-evaluated when a rank that was already told it asks again.
+// A rank asks once per communicator, so its second request starts a new run of the job (a
+// restart, the next launch under the same name) and the condition that caused the refusal (a
+// drain, no capacity, no aggregator) may have cleared. Ranks of the run that was refused and that
+// ask for the first time still get the refusal, so one run's ranks agree. (A new run whose first
+// requests come from ranks that the old refusal never reached joins the old answer until one of
+// its ranks was told before; should the ranks of one run still disagree, libina's join agreement
+// over the host mesh sends all of them to the host path.) An admission is never re-evaluated:
+// ranks are running on it.
+//
+// Audit: every decision (registration of a new aggregator, admission, refusal, drain on/off,
+// removal, re-placement, loss, expiry of an aggregator or a job, release) appends one line with
+// the job, its ranks, placement and reason to a queue the server drains into its log at info
+// (take_audit()).
+//
 // Placement rules (admit()):
 //   - world <= the largest fan-in of the serving aggregators, no sharding: one flat placement,
 //     first fit over the aggregators in id order.
@@ -120,6 +135,7 @@ struct JobInfo {
   Millis last_activity = 0;  // admission, re-placement, or new packets reported for the job
   std::map<std::string, uint64_t> packets_seen;  // per aggregator: last reported packet count
   std::set<uint32_t> released;                   // ranks that finished
+  std::set<uint32_t> told_refusal;               // kRefused: ranks given it (not persisted)
   // Each of its aggregators' last report on this job (opaque here), by aggregator id.
   std::map<std::string, std::string> telemetry;
 
@@ -187,6 +203,9 @@ class ControllerState {
   // An aggregator's report on a job; kept only from the job's current aggregators.
   void set_job_telemetry(JobId id, const std::string& aggregator, std::string json);
 
+  // The audit lines of the decisions since the last call (oldest first), for the server's log.
+  std::vector<std::string> take_audit() { return std::exchange(audit_, {}); }
+
   // Counters for /metrics.
   uint64_t admitted_total = 0;
   uint64_t refused_total = 0;
@@ -224,8 +243,12 @@ class ControllerState {
   // Moves the job's placements on `gone` aggregators elsewhere; false when it cannot (*why).
   bool replace_placements(JobInfo& j, const std::set<std::string>& gone, std::string* why);
 
+  // One line of the audit trail (see the file comment).
+  void audit(std::string line) { audit_.push_back(std::move(line)); }
+
   StateOptions opts_;
   KeyGen keygen_;
+  std::vector<std::string> audit_;
   std::map<std::string, AggregatorInfo> aggs_;
   std::map<JobId, JobInfo> jobs_;
   std::map<std::string, JobId> by_name_;

@@ -2,6 +2,7 @@
 #include "controller/state_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -89,6 +90,20 @@ Status write_file_atomic(const std::string& path, const std::string& text) {
   const int err = errno;
   ::close(dfd);
   if (rc != 0) return io_error("fsync directory", dir, err);
+  return ok_status();
+}
+
+Status check_writable(const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  const std::string dir = dir_of(path);
+  struct stat st {};
+  if (::stat(dir.c_str(), &st) != 0) return io_error("create", tmp, errno);
+  if (!S_ISDIR(st.st_mode)) return io_error("create", tmp, ENOTDIR);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) return io_error("create", tmp, errno);
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+    return Status(StatusCode::kUnavailable,
+                  "cannot rename " + tmp + " to " + path + ": " + std::strerror(EISDIR));
+  }
   return ok_status();
 }
 

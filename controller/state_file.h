@@ -16,4 +16,9 @@ Result<std::string> read_state_file(const std::string& path);
 // directory. Errors name the file and the reason (strerror).
 Status write_file_atomic(const std::string& path, const std::string& text);
 
+// Whether write_file_atomic(path, ...) could succeed, without writing anything: the directory
+// exists and is writable and `path` is not a directory. The errors read as write_file_atomic's
+// would (--check-config and a real start refuse the same paths with the same words).
+Status check_writable(const std::string& path);
+
 }  // namespace ina::ctl

@@ -20,6 +20,7 @@
 #include "aggregator/engine.h"
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
+#include "ina_config.h"
 #include "testbed/engine_stream.h"
 
 namespace {
@@ -127,6 +128,7 @@ int per_dtype(const std::vector<std::string>& names, uint32_t world, uint32_t sl
 
 int main(int argc, char** argv) {
   CLI::App app{"ina-engine-bench: Engine packets per second, tag check and telemetry on/off"};
+  app.set_version_flag("--version", "ina-engine-bench " INA_VERSION);
   uint32_t world = 8, elems = 256, slots = 64, rounds = 4000, reps = 5, batch = 32;
   app.add_option("--world", world)->check(CLI::Range(2, 1024))->capture_default_str();
   app.add_option("--elems", elems)->check(CLI::Range(1, 4096))->capture_default_str();

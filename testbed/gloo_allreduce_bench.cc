@@ -46,6 +46,7 @@
 #include "bench_cli.h"
 #include "bench_common.h"
 #include "bench_ranks.h"
+#include "ina_config.h"
 
 namespace {
 
@@ -282,6 +283,7 @@ int main(int argc, char** argv) {
   Options o;
   CLI::App app{
       "ina-gloo-bench: Gloo ring AllReduce over TCP on 127.0.0.1 (nccl-tests style table)"};
+  app.set_version_flag("--version", "ina-gloo-bench " INA_VERSION);
   ina::bench::add_sweep_options(app, o, "float32|int32 (or float|int)");
   app.add_option("--ranks,--workers,--world-size", o.ranks,
                  "ranks (forked; with --rank: the job's world size)")

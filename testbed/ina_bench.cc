@@ -12,6 +12,11 @@
 // --local-ranks N runs ranks --rank .. --rank+N-1 as threads of the one process, each with its own
 // communicator: ranks that must share one DPDK port (INA_TRANSPORT=dpdk over net_memif, whose
 // server serves one peer process) run this way.
+// Through a controller (INA_CONTROLLER): every rank asks the controller once, as libina does, and
+// the header names the aggregator(s) and the job the controller admitted it to (or the host path
+// when it refused); no embedded aggregator is started. With INA_RANK / --rank this process is one
+// rank; without, its --workers ranks run as threads (job name INA_JOB_NAME, else
+// ina-bench-<pid>; a store on a free 127.0.0.1 port for the host fallback unless INA_STORE).
 //
 // --transport host (or INA_TRANSPORT=host) needs no aggregator: local mode forks the ranks with a
 // rendezvous store on a free 127.0.0.1 port (INA_STORE if set) and the host path reduces in float
@@ -73,6 +78,7 @@
 #include "ina/protocol/wire.h"
 #include "ina_config.h"
 #include "udp_floor.h"
+#include "worker/admission.h"
 #include "worker/config_internal.h"
 #include "worker/host/socket.h"
 
@@ -1014,7 +1020,48 @@ int run_external(const Options& o, const std::vector<size_t>& sizes) {
   return *std::max_element(rc.begin(), rc.end());
 }
 
-int run_external_rank(const Options& o, const ina::Config& cfg, const std::vector<size_t>& sizes) {
+// Through a controller: asks it once for this rank (worker::admit, as Communicator::create would)
+// so the header can name what it admitted; `cfg` then holds the admitted aggregator(s), job and
+// key (or host_only on a refusal) and no controller, so the communicator does not ask again (a
+// second request from a rank is a new run to the controller). `*where` is the header's text.
+ina::Status admit_through_controller(ina::Config* cfg, std::string* where) {
+  const std::string controller = cfg->controller_host + ":" + std::to_string(cfg->controller_port);
+  const std::string name = ina::worker::admission_name(*cfg);
+  INA_RETURN_IF_ERROR(ina::worker::admit(
+      cfg, std::min<std::chrono::milliseconds>(cfg->timeout, std::chrono::seconds(10))));
+  if (cfg->host_only) {
+    *where = "host TCP mesh, store " + cfg->store + " (the controller at " + controller +
+             " refused job '" + name + "' or could not be reached: see the log above)";
+  } else {
+    *where = cfg->aggregator_host + ":" + std::to_string(cfg->aggregator_port);
+    const size_t shards = ina::worker::aggregator_list(*cfg).size();
+    if (shards > 1) *where += " and " + std::to_string(shards - 1) + " more (sharded)";
+    *where += " (admitted by the controller at " + controller + " as '" + name + "')";
+  }
+  cfg->controller_host.clear();
+  cfg->controller_port = 0;
+  return ina::ok_status();
+}
+
+int run_external_rank(const Options& o, const ina::Config& given,
+                      const std::vector<size_t>& sizes) {
+  ina::Config cfg = given;
+  std::string admitted;  // through a controller: the header's aggregator text
+  if (!cfg.controller_host.empty() && !cfg.host_only) {
+    const ina::Status st = admit_through_controller(&cfg, &admitted);
+    if (!st.ok()) {
+      std::fprintf(stderr, "ina-bench: rank %d: admission: %s\n", cfg.rank, st.to_string().c_str());
+      return 1;
+    }
+  }
+  // The controller learns that this rank is done when the communicator is gone (libina's own
+  // release needs the controller in its config, which the admitted one no longer has).
+  struct Release {
+    const ina::Config* cfg;
+    ~Release() {
+      if (cfg != nullptr) ina::worker::release(*cfg);
+    }
+  } release{given.controller_host.empty() || given.host_only ? nullptr : &given};
   auto comm = ina::Communicator::create(cfg);
   if (!comm.ok()) {
     std::fprintf(stderr, "ina-bench: rank %d: joining the job: %s\n", cfg.rank,
@@ -1029,8 +1076,10 @@ int run_external_rank(const Options& o, const ina::Config& cfg, const std::vecto
     print_config_line(
         o, ranks,
         (o.host ? "host TCP mesh, store " + cfg.store
-                : cfg.aggregator_host + ":" + std::to_string(cfg.aggregator_port) + " (external)") +
-            ", job " + std::to_string(cfg.job),
+         : !admitted.empty()
+             ? admitted
+             : cfg.aggregator_host + ":" + std::to_string(cfg.aggregator_port) + " (external)") +
+            (cfg.host_only && !o.host ? std::string{} : ", job " + std::to_string(cfg.job)),
         c->block_elems());
     bench_print_table_header(stdout);
   }
@@ -1219,13 +1268,38 @@ int main(int argc, char** argv) {
   // with a rank given); local mode forks --workers ranks.
   const char* env_agg = std::getenv("INA_AGGREGATOR");
   const char* env_rank = std::getenv("INA_RANK");
+  const bool rank_given = o.rank >= 0 || (env_rank != nullptr && *env_rank != '\0');
+  // Through a controller: its ranks are admitted there, never served by an embedded aggregator.
+  const bool via_controller = !o.env.controller_host.empty() && !o.host;
   const bool external = !o.aggregator.empty() || (env_agg != nullptr && *env_agg != '\0') ||
-                        (o.host && (o.rank >= 0 || (env_rank != nullptr && *env_rank != '\0')));
+                        (o.host && rank_given) || via_controller;
   if (aggregators_given && (external || o.host)) {
     std::fprintf(stderr,
                  "ina-bench: --aggregators is for local mode through embedded aggregators "
                  "(external mode: --aggregator h1:p1,h2:p2)\n");
     return 1;
+  }
+  if (via_controller && !rank_given && o.aggregator.empty()) {
+    // Local mode through the controller: --workers ranks as threads of this process.
+    if (o.local_ranks != 1) {
+      std::fprintf(stderr, "ina-bench: --local-ranks needs --rank (or INA_RANK)\n");
+      return 1;
+    }
+    o.env.rank = 0;
+    o.env.world_size = o.workers;
+    o.workers_given = true;
+    o.local_ranks = o.workers;
+    if (o.env.job_name.empty() && o.env.store.empty()) {
+      o.env.job_name = "ina-bench-" + std::to_string(::getpid());
+    }
+    if (o.env.store.empty()) {  // the host fallback when the controller refuses
+      ina::Result<uint16_t> p = ina::host::free_tcp_port("127.0.0.1");
+      if (!p.ok()) {
+        std::fprintf(stderr, "ina-bench: %s\n", p.status().to_string().c_str());
+        return 1;
+      }
+      o.env.store = "127.0.0.1:" + std::to_string(*p);
+    }
   }
   std::vector<size_t> sizes(BENCH_MAX_SIZES);
   int n = bench_sizes(o.min_b, o.max_b, o.stepfactor, ina::dtype_size(o.dtype), sizes.data());

@@ -20,6 +20,7 @@
 #include <mpi.h>
 
 #include "bench_common.h"
+#include "ina_config.h"
 
 typedef struct {
   size_t min_b, max_b, cap_b;
@@ -229,6 +230,13 @@ static long long check_alltoallv(const options* o, int rank, int ranks, const vo
 }
 
 int main(int argc, char** argv) {
+  // --version without starting MPI (no launcher needed).
+  for (int i = 1; i < argc; ++i) {
+    if (strcmp(argv[i], "--version") == 0) {
+      printf("ina-mpi-bench %s\n", INA_VERSION);
+      return 0;
+    }
+  }
   MPI_Init(&argc, &argv);
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);

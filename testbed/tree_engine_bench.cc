@@ -15,6 +15,7 @@
 
 #include "aggregator/engine.h"
 #include "ina/protocol/wire.h"
+#include "ina_config.h"
 #include "testbed/engine_stream.h"
 
 namespace {
@@ -48,6 +49,7 @@ agg::JobConfig job(uint32_t world, uint32_t slots, uint32_t elems) {
 
 int main(int argc, char** argv) {
   CLI::App app{"ina-tree-engine-bench: aggregator CPU per round, flat vs a two-level tree"};
+  app.set_version_flag("--version", "ina-tree-engine-bench " INA_VERSION);
   uint32_t elems = 256, slots = 64, rounds = 4000, reps = 5;
   app.add_option("--elems", elems)->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--slots", slots)->check(CLI::Range(1, 4096))->capture_default_str();

@@ -38,6 +38,7 @@
 #include "aggregator/udp_net.h"  // UDP_SEGMENT, UDP_GRO where libc lacks them
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
+#include "ina_config.h"
 #include "testbed/engine_stream.h"
 
 namespace {
@@ -305,6 +306,7 @@ double median(std::vector<double> v) {
 
 int main(int argc, char** argv) {
   CLI::App app{"ina-udp-agg-bench: the kernel UDP aggregator's rate by serving threads"};
+  app.set_version_flag("--version", "ina-udp-agg-bench " INA_VERSION);
   std::vector<unsigned> threads{1, 2};
   uint32_t world = 4, elems = 256, slots = 256, blocks = 150000, reps = 3;
   std::vector<std::string> dtypes{"int32", "float32"};

@@ -37,7 +37,7 @@ def http_get(port, path):
 
 def admitted_total(port):
     """The controller's count of admitted jobs (its /metrics)."""
-    m = re.search(r'ina_controller_admissions_total\{result="admitted"\} (\d+)',
+    m = re.search(r'ina_controller_admission_decisions_total\{result="admitted"\} (\d+)',
                   http_get(port, "/metrics"))
     if m is None:
         raise RuntimeError("the controller's /metrics has no admitted count")

@@ -155,14 +155,31 @@ TEST(Telemetry, StragglersByLostTimeWithCausesAndCounters) {
   AggregatorSnapshot s;
   s.jobs.push_back(j);
   const std::string m = prometheus_text(s);
-  EXPECT_NE(m.find("# TYPE ina_rank_lag_seconds_total counter"), std::string::npos);
-  EXPECT_NE(m.find("ina_rank_lag_seconds_total{ina_job=\"6\",rank=\"2\",cause=\"link\"} 1.5\n"),
-            std::string::npos)
+  EXPECT_NE(m.find("# TYPE ina_aggregator_rank_lost_seconds_total counter"), std::string::npos);
+  EXPECT_NE(
+      m.find(
+          "ina_aggregator_rank_lost_seconds_total{ina_job=\"6\",rank=\"2\",cause=\"link\"} 1.5\n"),
+      std::string::npos)
       << m;
-  EXPECT_NE(m.find("ina_rank_lag_seconds_total{ina_job=\"6\",rank=\"0\",cause=\"return\"} 0\n"),
+  EXPECT_NE(
+      m.find(
+          "ina_aggregator_rank_lost_seconds_total{ina_job=\"6\",rank=\"0\",cause=\"return\"} 0\n"),
+      std::string::npos);
+  EXPECT_NE(m.find("ina_aggregator_rank_straggler{ina_job=\"6\",rank=\"2\"} 1\n"),
             std::string::npos);
-  EXPECT_NE(m.find("ina_rank_straggler{ina_job=\"6\",rank=\"2\"} 1\n"), std::string::npos);
-  EXPECT_NE(m.find("ina_rank_straggler{ina_job=\"6\",rank=\"1\"} 0\n"), std::string::npos);
+  EXPECT_NE(m.find("ina_aggregator_rank_straggler{ina_job=\"6\",rank=\"1\"} 0\n"),
+            std::string::npos);
+  // Histogram bounds are exact powers of two in microseconds (2^20 us = 1.048576 s, not
+  // 1.04858), and every family is the aggregator's.
+  ASSERT_FALSE(j.telemetry.empty());
+  EXPECT_NE(m.find(",le=\"1.048576\"}"), std::string::npos) << m;
+  EXPECT_NE(m.find(",le=\"0.000001\"}"), std::string::npos) << m;
+  EXPECT_NE(m.find(",le=\"0.000512\"}"), std::string::npos) << m;
+  EXPECT_EQ(m.find("e-0"), std::string::npos) << m;
+  EXPECT_EQ(m.find("1.04858\""), std::string::npos) << m;
+  for (size_t at = m.find("# TYPE "); at != std::string::npos; at = m.find("# TYPE ", at + 1)) {
+    EXPECT_EQ(m.compare(at + 7, 15, "ina_aggregator_"), 0) << m.substr(at, 80);
+  }
 }
 
 // The per-job label of /metrics is ina_job: Prometheus renames a target's own "job" label to

@@ -373,6 +373,11 @@ TEST(StragglerAlarm, WarnsOncePerRankPerPeriod) {
   EXPECT_EQ(alarm.check(7, 100, r, 10'000'000'000, 11'000).size(), 1u);
   r[0].named = false;
   EXPECT_TRUE(alarm.check(7, 100, r, 10'000'000'000, 50'000).empty());
+  // A tree's root ranks its leaves: the line says "leaf N".
+  r[0].named = true;
+  lines = alarm.check(9, 0, r, 10'000'000'000, 60'000, "leaf");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_NE(lines[0].find("job 9: leaf 2 is a straggler"), std::string::npos) << lines[0];
 }
 
 }  // namespace

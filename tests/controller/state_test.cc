@@ -160,6 +160,122 @@ TEST_F(StateTest, DrainedAggregatorGetsNoNewJobs) {
   EXPECT_EQ(st.drain("nope", true).code(), StatusCode::kNotFound);
 }
 
+// A refusal is decided again when a rank that was told it asks again (a new run), not for a
+// rank of the refused run asking for the first time: after the drain is turned off, a second
+// request of rank 0 admits the job; ranks 1-3 of the refused run were refused with it, and ranks
+// asking after the admission get the admission (sticky).
+TEST_F(StateTest, RefusalIsReEvaluatedWhenAToldRankAsksAgain) {
+  ASSERT_TRUE(st.heartbeat(agg("x", 128), 0).ok());
+  ASSERT_TRUE(st.drain("x", true).ok());
+  const JobInfo r0 = st.admit(req("t5", 4, 32, 0), 1).value();
+  ASSERT_EQ(r0.state, JobState::kRefused);
+  EXPECT_EQ(r0.reason, "every aggregator is draining");
+  ASSERT_TRUE(st.drain("x", false).ok());
+  // Rank 1 of the same run, asking for the first time: the run's answer.
+  const JobInfo r1 = st.admit(req("t5", 4, 32, 1), 2).value();
+  EXPECT_EQ(r1.state, JobState::kRefused);
+  EXPECT_EQ(r1.id, r0.id);
+  EXPECT_EQ(st.refused_total, 1u);
+  // Rank 0 again: a new run, decided again, now admitted under a new job id.
+  const JobInfo a0 = st.admit(req("t5", 4, 32, 0), 3).value();
+  EXPECT_EQ(a0.state, JobState::kActive);
+  EXPECT_NE(a0.id, r0.id);
+  EXPECT_EQ(st.job(r0.id), nullptr);
+  // The admission is sticky for every rank of the new run, rank 1 included.
+  for (uint32_t r = 0; r < 4; ++r) {
+    const JobInfo x = st.admit(req("t5", 4, 32, r), 4).value();
+    EXPECT_EQ(x.state, JobState::kActive) << "rank " << r;
+    EXPECT_EQ(x.id, a0.id) << "rank " << r;
+    EXPECT_EQ(x.key, a0.key) << "rank " << r;
+  }
+  EXPECT_EQ(st.admitted_total, 1u);
+  // Still refused while the condition holds: a told rank asking again gets a new refusal.
+  ASSERT_TRUE(st.drain("x", true).ok());
+  const JobInfo b0 = st.admit(req("u", 2, 32, 0), 5).value();
+  const JobInfo b0again = st.admit(req("u", 2, 32, 0), 6).value();
+  EXPECT_EQ(b0again.state, JobState::kRefused);
+  EXPECT_NE(b0again.id, b0.id);
+  EXPECT_EQ(st.refused_total, 3u);
+  // A world that differs from the refused run's is an error for a rank of that run, and a new
+  // decision for a rank that was told.
+  EXPECT_EQ(st.admit(req("u", 3, 32, 1), 7).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(st.admit(req("u", 3, 32, 0), 7).value().world, 3u);
+}
+
+// Every decision is one audit line naming the job, its ranks, placement and reason.
+TEST_F(StateTest, EveryDecisionIsOneAuditLine) {
+  StateOptions o{1000};
+  o.job_idle_ttl = 500;
+  ControllerState s{o, [this] { return ++key_; }};
+  ASSERT_TRUE(s.heartbeat(agg("x", 128), 0).ok());
+  ASSERT_TRUE(s.heartbeat(agg("x", 128), 10).ok());  // a heartbeat is no decision
+  std::vector<std::string> a = s.take_audit();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0],
+            "aggregator x registered: data plane 10.0.0.1:47474, 128 slots, fan-in 8, block 256");
+  const JobInfo j = s.admit(req("resnet", 4, 32, 2), 20).value();
+  (void)s.admit(req("resnet", 4, 32, 3), 20);  // the same answer: no new decision
+  a = s.take_audit();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0], "job " + std::to_string(j.id) +
+                      " 'resnet' (world 4) admitted, first asked by rank 2: flat on x slots "
+                      "[0,32), block 256");
+  ASSERT_TRUE(s.drain("x", true).ok());
+  const JobInfo r = s.admit(req("late", 2, 32), 30).value();
+  ASSERT_TRUE(s.drain("x", false).ok());
+  a = s.take_audit();
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[0], "aggregator x drain on: no new jobs placed there; 1 active jobs on it: " +
+                      std::to_string(j.id) + " keep running");
+  EXPECT_EQ(a[1], "job " + std::to_string(r.id) +
+                      " 'late' (world 2) refused, first asked by rank 0: every aggregator is "
+                      "draining; its ranks run on the host path");
+  EXPECT_EQ(a[2], "aggregator x drain off: placing jobs there again; 1 active jobs on it: " +
+                      std::to_string(j.id));
+  ASSERT_TRUE(s.release("late", 0).ok());
+  ASSERT_TRUE(s.release("late", 1).ok());
+  a = s.take_audit();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0], "job " + std::to_string(r.id) +
+                      " 'late' (world 2) refused, released by every rank: forgotten");
+  s.note_job_packets(j.id, "x", 5, 100);
+  EXPECT_EQ(s.expire_jobs(700), std::vector<JobId>{j.id});
+  a = s.take_audit();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_NE(a[0].find("job " + std::to_string(j.id) + " 'resnet' (world 4) expired: no packets"),
+            std::string::npos)
+      << a[0];
+  EXPECT_NE(a[0].find("(was flat on x slots [0,32))"), std::string::npos) << a[0];
+  // An aggregator's expiry, the re-placement of its job, and a loss.
+  ASSERT_TRUE(s.heartbeat(agg("y", 64), 700).ok());
+  ASSERT_TRUE(s.heartbeat(agg("z", 32), 700).ok());
+  const JobInfo m = s.admit(req("moving", 2, 64), 700).value();
+  ASSERT_EQ(m.placements.at(0).aggregator, "x");
+  const JobInfo l = s.admit(req("lost", 2, 64), 700).value();
+  ASSERT_EQ(l.placements.at(0).aggregator, "x");
+  (void)s.take_audit();
+  ASSERT_TRUE(s.heartbeat(agg("y", 64), 1500).ok());
+  ASSERT_TRUE(s.heartbeat(agg("z", 32), 1500).ok());
+  EXPECT_EQ(s.expire(1800), std::vector<std::string>{"x"});
+  a = s.take_audit();
+  ASSERT_EQ(a.size(), 3u);
+  EXPECT_EQ(a[0],
+            "aggregator x expired: no heartbeat for 1790 ms (timeout 1000 ms): removed; its jobs "
+            "follow (re-placed or lost)");
+  EXPECT_EQ(a[1], "job " + std::to_string(m.id) +
+                      " 'moving' (world 2) re-placed off silent aggregator(s): now flat on y "
+                      "slots [0,64)");
+  EXPECT_NE(a[2].find("job " + std::to_string(l.id) + " 'lost' (world 2) lost: aggregator x "),
+            std::string::npos)
+      << a[2];
+  ASSERT_TRUE(s.remove_job(m.id).ok());
+  a = s.take_audit();
+  ASSERT_EQ(a.size(), 1u);
+  EXPECT_EQ(a[0], "job " + std::to_string(m.id) +
+                      " 'moving' (world 2) active, removed on request: freed flat on y slots "
+                      "[0,64)");
+}
+
 TEST_F(StateTest, StateSurvivesARestartThroughJson) {
   ASSERT_TRUE(st.heartbeat(agg("x", 128), 0).ok());
   const JobInfo a = st.admit(req("a", 2, 32), 0).value();

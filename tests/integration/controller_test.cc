@@ -1052,6 +1052,52 @@ TEST_F(ControllerTest, ShardedJobThroughTheController) {
   }
 }
 
+// ina-bench through the controller (INA_CONTROLLER, no INA_RANK): its ranks are the ones the
+// controller admitted, no embedded aggregator; the header names the real aggregator and job, a
+// dummy INA_AGGREGATOR included; the controller's jobs list shows the bench's job, released at
+// the end.
+TEST_F(ControllerTest, InaBenchRunsTheRanksTheControllerAdmitted) {
+  const std::string bench = env("INA_BENCH_BIN");
+  if (bench.empty()) GTEST_SKIP() << "INA_BENCH_BIN not set (run through meson test)";
+  start_controller();
+  start_aggregator(64);
+  const std::string cmd = "INA_CONTROLLER=127.0.0.1:" + std::to_string(ctl_port_) +
+                          " INA_JOB_NAME=bench-via-ctl INA_AGGREGATOR=127.0.0.1:1 "
+                          "INA_LOG_LEVEL=warn " +
+                          bench + " --workers 2 -b 1K -e 4K -n 2 -w 1 --window 16 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  const int rc = WEXITSTATUS(pclose(p));
+  EXPECT_EQ(rc, 0) << out;
+  const std::string header =
+      "# aggregator: 127.0.0.1:" + std::to_string(agg_port_) +
+      " (admitted by the controller at 127.0.0.1:" + std::to_string(ctl_port_) +
+      " as 'bench-via-ctl'), job ";
+  const size_t at = out.find(header);
+  ASSERT_NE(at, std::string::npos) << out;
+  EXPECT_GT(std::atoi(out.c_str() + at + header.size()), 0) << out;  // the controller's job id
+  // The real aggregator served the ranks.
+  const std::string m = get_text(agg_http_, "/metrics");
+  const std::string packets = "\nina_aggregator_packets_total ";
+  const size_t pk = m.find(packets);
+  ASSERT_NE(pk, std::string::npos) << m;
+  EXPECT_GT(std::atoll(m.c_str() + pk + packets.size()), 0) << m.substr(pk, 60);
+  EXPECT_EQ(out.find("embedded"), std::string::npos) << out;
+  EXPECT_EQ(out.find("127.0.0.1:1 "), std::string::npos) << out;
+  EXPECT_NE(out.find("# ranks 2,"), std::string::npos) << out;
+  // Every rank released the job at the end: the controller forgot it.
+  bool gone = false;
+  for (int i = 0; i < 100 && !gone; ++i) {
+    gone = get_json(ctl_port_, "/v1/jobs").dump().find("bench-via-ctl") == std::string::npos;
+    if (!gone) std::this_thread::sleep_for(20ms);
+  }
+  EXPECT_TRUE(gone) << get_json(ctl_port_, "/v1/jobs").dump();
+}
+
 // ina-ctl against the controller: list, drain (new jobs refused with the reason, the running
 // one untouched), undo, metrics; a bad --controller is a usage error naming the flag.
 TEST_F(ControllerTest, InaCtlListsDrainsAndShowsMetrics) {
@@ -1075,18 +1121,50 @@ TEST_F(ControllerTest, InaCtlListsDrainsAndShowsMetrics) {
   EXPECT_EQ(rc, 0) << out;
   out = run("admit late --world 2 --slots 16", &rc);
   EXPECT_NE(out.find("every aggregator is draining"), std::string::npos) << out;
+  EXPECT_EQ(rc, 3) << out;  // a refusal is a non-zero exit
+  out = run("--table admit late --world 2 --rank 1 --slots 16", &rc);
+  EXPECT_EQ(out, "refused: job 2: every aggregator is draining (its ranks run on the host path)\n");
+  EXPECT_EQ(rc, 3);
   out = run("jobs", &rc);
   EXPECT_NE(out.find("\"state\": \"active\""), std::string::npos) << out;
   EXPECT_NE(out.find("\"state\": \"refused\""), std::string::npos) << out;
   EXPECT_EQ(run("drain " + agg_id + " --off", &rc).find("ok"), 2u);
   out = run("admit later --world 2 --slots 16", &rc);
   EXPECT_EQ(out.substr(0, 8), "admitted") << out;
+  // The refused rank 1 asks again once the drain is off (a new run): decided again, admitted,
+  // and so is rank 0 after it.
+  out = run("admit late --world 2 --rank 1 --slots 16 --json", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  json adm = json::parse(out, nullptr, false);
+  EXPECT_EQ(adm.value("result", ""), "admitted") << out;
+  EXPECT_EQ(run("admit late --world 2 --rank 0 --slots 16", &rc).substr(0, 8), "admitted");
+  // Tables on request (a terminal's default), JSON into the pipe.
+  out = run("--table jobs", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_EQ(out.substr(0, 42), "ID  NAME   WORLD  STATE   SHAPE  PLACEMENT") << out;
+  EXPECT_NE(out.find("late   2      active  flat   " + agg_id), std::string::npos) << out;
+  out = run("aggregators --table", &rc);
+  EXPECT_NE(out.find(agg_id + "  " + agg_id + "  serving  16/64"), std::string::npos) << out;
+  // release: every rank by default; the job is forgotten.
+  out = run("release late", &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_EQ(run("--table jobs", &rc).find(" late "), std::string::npos);
+  out = run("release late", &rc);
+  EXPECT_EQ(rc, 1);
+  EXPECT_EQ(out, "ina-ctl: release: no job named 'late'\n");
+  // An unknown subcommand names itself and the valid ones; errors are text, not JSON.
+  out = run("frob", &rc);
+  EXPECT_EQ(rc, 2);
+  EXPECT_NE(out.find("unknown subcommand 'frob'; valid: aggregators, jobs, job, drain"),
+            std::string::npos)
+      << out;
   out = run("metrics", &rc);
-  EXPECT_NE(out.find("ina_controller_admissions_total{result=\"refused\"} 1"), std::string::npos)
+  EXPECT_NE(out.find("ina_controller_admission_decisions_total{result=\"refused\"} 1"),
+            std::string::npos)
       << out;
   out = run("job 99", &rc);
   EXPECT_EQ(rc, 1);
-  EXPECT_NE(out.find("no job 99"), std::string::npos) << out;
+  EXPECT_EQ(out, "ina-ctl: no job 99\n");
   out = run("drain nope", &rc);
   EXPECT_EQ(rc, 1);
   FILE* p = popen((ctl_cli + " --controller nohostport jobs 2>&1").c_str(), "r");
@@ -1094,6 +1172,17 @@ TEST_F(ControllerTest, InaCtlListsDrainsAndShowsMetrics) {
   fread(buf, 1, sizeof buf - 1, p);
   EXPECT_NE(WEXITSTATUS(pclose(p)), 0);
   EXPECT_NE(std::string(buf).find("--controller"), std::string::npos) << buf;
+  // An unreachable controller: the cause in full.
+  const int dead = ina::testing::free_loopback_port();
+  p = popen((ctl_cli + " --controller 127.0.0.1:" + std::to_string(dead) + " jobs 2>&1").c_str(),
+            "r");
+  char buf2[512] = {};
+  fread(buf2, 1, sizeof buf2 - 1, p);
+  EXPECT_EQ(WEXITSTATUS(pclose(p)), 1);
+  EXPECT_NE(std::string(buf2).find("cannot reach the controller at 127.0.0.1:" +
+                                   std::to_string(dead) + ": connect: Connection refused"),
+            std::string::npos)
+      << buf2;
 }
 
 }  // namespace

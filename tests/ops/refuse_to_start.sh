@@ -5,7 +5,8 @@
 #   - a second ina-aggregator on a busy --http-port, and on the controller's port
 #   - a second ina-controller on a busy --port
 #   - the DPDK aggregator (net_null vdev, --no-huge) on a busy --http-port, when the EAL starts
-#   - ina-controller with a --state-file that cannot be created (names flag, path, strerror)
+#   - ina-controller with a --state-file that cannot be created (names flag, path, strerror),
+#     a directory, or a bad state: refused by --check-config too, in the same words
 #   - ina-aggregator with a negative --spin-us, or --spin-us with the dpdk backend
 #
 #   refuse_to_start.sh INA_AGGREGATOR INA_CONTROLLER
@@ -54,6 +55,20 @@ refused "second controller, same port" "TCP port $cport is already in use" \
 refused "controller, uncreatable --state-file" \
   "--state-file $dir/missing/state.json: cannot create $dir/missing/state.json.tmp: No such file or directory" \
   "$ctl" --port 0 --state-file "$dir/missing/state.json"
+# --check-config runs the start's checks: the same path is refused with the same words.
+refused "controller --check-config, uncreatable --state-file" \
+  "--state-file $dir/missing/state.json: cannot create $dir/missing/state.json.tmp: No such file or directory" \
+  "$ctl" --port 0 --state-file "$dir/missing/state.json" --check-config
+mkdir -p "$dir/isdir.json"
+refused "controller --check-config, --state-file a directory" \
+  "$dir/isdir.json: Is a directory" \
+  "$ctl" --port 0 --state-file "$dir/isdir.json" --check-config
+refused "controller, --state-file a directory" \
+  "$dir/isdir.json: Is a directory" \
+  "$ctl" --port 0 --state-file "$dir/isdir.json"
+echo '{"version": 9}' >"$dir/bad.json"
+refused "controller --check-config, unreadable state" "--state-file $dir/bad.json: state: version 9" \
+  "$ctl" --port 0 --state-file "$dir/bad.json" --check-config
 refused "aggregator, negative --spin-us" "--spin-us" \
   "$agg" --bind 127.0.0.1 --port 0 --world-size 2 --spin-us -5 --stats-interval-ms 0
 refused "aggregator, --spin-us with the dpdk backend" "--spin-us is for --backend udp only" \

@@ -20,13 +20,18 @@ dir=$(mktemp -d /tmp/ina-units-XXXXXX)
 trap 'rm -rf "$dir"' EXIT
 mkdir -p "$dir/bin" "$dir/units" "$dir/etc"
 for b in "${bins[@]}"; do ln -s "$(realpath "$b")" "$dir/bin/$(basename "$b")"; done
-for e in "${envs[@]}"; do cp "$e" "$dir/etc/"; done
+# --check-config runs the start's checks, the state file's folder included: the StateDirectory
+# that systemd creates before ExecStart (/var/lib/ina-controller) is made under $dir instead, and
+# the copies of the units and files point there.
+state="$dir/state/ina-controller"
+mkdir -p "$state"
+for e in "${envs[@]}"; do sed "s|/var/lib/ina-controller/|$state/|g" "$e" >"$dir/etc/$(basename "$e")"; done
 fail=0
 
 for u in "${units[@]}"; do
   name=$(basename "$u")
   # The built unit, its ExecStart and EnvironmentFile pointed at the copies.
-  sed -e "s|^ExecStart=$bindir/|ExecStart=$dir/bin/|" \
+  sed -e "s|^ExecStart=$bindir/|ExecStart=$dir/bin/|" -e "s|/var/lib/ina-controller/|$state/|g" \
       -e "s|^EnvironmentFile=-.*/\([^/]*\)$|EnvironmentFile=-$dir/etc/\1|" "$u" >"$dir/units/$name"
   grep -q "^ExecStart=$dir/bin/" "$dir/units/$name" ||
     { echo "FAIL $name: ExecStart does not run a program from $bindir"; fail=1; continue; }
@@ -47,7 +52,7 @@ fi
 
 # KEY=VALUE from the unit's Environment= lines (quotes removed), then an environment file's.
 unit_env() { sed -n 's/^Environment=//p' "$1" | sed 's/^"\(.*\)"$/\1/'; }
-file_env() { grep -E '^[A-Z_][A-Z0-9_]*=' "$1"; }
+file_env() { grep -E '^[A-Z_][A-Z0-9_]*=' "$1" | sed 's/^\([A-Z_][A-Z0-9_]*\)="\(.*\)"$/\1=\2/'; }
 run_exec() {  # UNIT WHAT ENV_LINES...
   local unit=$1 what=$2
   shift 2
@@ -83,6 +88,24 @@ for u in "$dir"/units/*.service; do
   if [ -f "$dir/etc/$name.env" ]; then
     mapfile -t file < <(file_env "$dir/etc/$name.env")
     run_exec "$u" "$name.env" "${defaults[@]}" "${file[@]}"
+    # The check recipe of the file's header, run as written (the file sourced by a shell).
+    recipe=$(sed -n 's/^#   \(set -a; \. .*\)$/\1/p' "$dir/etc/$name.env")
+    if [ -z "$recipe" ]; then
+      echo "FAIL $name.env: no check recipe (#   set -a; . ./$name.env; ...)"; fail=1
+    elif out=$(cd "$dir/etc" && PATH="$dir/bin:$PATH" bash -c "$recipe" 2>&1) &&
+        grep -q "configuration ok" <<<"$out"; then
+      echo "ok $name.env recipe: $recipe"
+    else
+      echo "FAIL $name.env recipe '$recipe':"; echo "$out"; fail=1
+    fi
+    # Across hosts by default: nothing advertised or served on loopback only.
+    if grep -hv '^#' "$u" "$dir/etc/$name.env" | grep -q -- '--advertise 127\.\|--bind 127\.'; then
+      echo "FAIL $name: loopback-only default (--advertise/--bind 127.x) in the unit or its file"
+      fail=1
+    fi
+    if ip route get 192.0.2.1 >/dev/null 2>&1 && grep -qi "warn" <<<"$out"; then
+      echo "FAIL $name.env recipe warns:"; echo "$out"; fail=1
+    fi
   else
     echo "FAIL $name: no example environment file $name.env"; fail=1
   fi

@@ -6,15 +6,36 @@
  * global state: communicators are independent and may be used from different threads (one
  * thread per communicator at a time).
  *
- * Environment (ina_comm_create_from_env and fields left unset in a config):
+ * Example (tests/ops/ina_h_doc.py compiles and links it against libina):
+ *
+ *   ina_config_t cfg = INA_CONFIG_INITIALIZER;  // every field from the environment
+ *   ina_comm_t* comm = NULL;
+ *   if (ina_comm_create(&cfg, &comm) != INA_SUCCESS) {
+ *     fprintf(stderr, "ina: %s\n", ina_last_create_error());
+ *     return 1;
+ *   }
+ *   float grad[1000] = {0};
+ *   ina_result_t r = ina_allreduce(comm, grad, grad, 1000, INA_FLOAT32, INA_SUM);
+ *   if (r != INA_SUCCESS) fprintf(stderr, "ina: %s\n", ina_comm_last_error(comm));
+ *   ina_comm_destroy(comm);
+ *
+ * Environment (read by ina_comm_create and ina_comm_create_with_store for the fields a config
+ * leaves unset: 0, -1 or NULL; tests/ops/ina_h_doc.py checks this list against the code):
  *   INA_RANK, INA_WORLD_SIZE     this rank and the job's size
  *   INA_AGGREGATOR=host:port     the aggregator (default port 47474); a comma-separated list
  *                                (h1:p1,h2:p2,...) shards the job over those aggregators: each
  *                                AllReduce is split into contiguous block ranges, one per
  *                                aggregator in list order, run concurrently
+ *   INA_CONTROLLER=host:port     ask ina-controller for the job instead (admission): the
+ *                                aggregator(s), job id, key, slots and block come from its answer;
+ *                                refused or unreachable, the job runs on the host mesh when a
+ *                                store is set (else ina_comm_create fails naming the reason)
+ *   INA_JOB_NAME                 the job's name at the controller, the same on every rank
+ *                                (default: derived from INA_STORE or MASTER_ADDR:MASTER_PORT)
  *   INA_JOB, INA_JOB_KEY         job id (default 1) and its 128-bit key, 32 hex digits (default:
  *                                none, the all-zero key, which authenticates nothing)
- *   INA_BLOCK_ELEMS, INA_WINDOW  elements per packet (default 256), slots in flight (default 128)
+ *   INA_BLOCK_ELEMS, INA_WINDOW  elements per packet (default 2048, lowered to what the path
+ *                                carries), slots in flight (default 128)
  *   INA_TIMEOUT_MS               deadline of one collective (default 30000)
  *   INA_RETRANSMIT_US            first retransmission timeout (default 2000, doubles, capped)
  *   INA_LOG_LEVEL                error, warn, info (default) or debug
@@ -30,7 +51,9 @@
  *                                (default): the aggregator,
  *                                falling back to the host mesh when it is lost; dpdk or xdp: the
  *                                aggregator over a kernel-bypass transport, configured by
- *                                INA_LOCAL_IP, INA_DPDK_ARGS, INA_XDP_IFACE, ... (README)
+ *                                INA_LOCAL_IP, INA_LOCAL_MAC, INA_LOCAL_PORT, INA_AGGREGATOR_MAC,
+ *                                INA_DPDK_ARGS, INA_DPDK_PORT, INA_XDP_IFACE, INA_XDP_QUEUE,
+ *                                INA_XDP_COPY (README)
  *   INA_FALLBACK=exact|float     exact (default): the host path reduces the same quantized
  *                                integers, bitwise identical to the aggregator's result;
  *                                float: IEEE float32 arithmetic (16-bit types widened to
