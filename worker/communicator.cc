@@ -34,6 +34,7 @@
 #include "worker/host/alltoall.h"
 #include "worker/host/barrier.h"
 #include "worker/host/broadcast.h"
+#include "worker/host/mesh_address.h"
 #include "worker/host/reduce_scatter.h"
 #include "worker/host/select.h"
 #include "worker/host/store.h"
@@ -535,8 +536,22 @@ Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
     vo.timeout = cfg.timeout;
     return connect_verbs_mesh(prefixed, cfg.rank, cfg.world_size, vo);
   }
+  host::MeshAddressInputs mi;
+  mi.mesh_addr = cfg.mesh_address;
+  mi.ifname = cfg.mesh_interface;
+  if (cfg.external_store == nullptr || !cfg.store.empty()) {
+    std::string host;
+    uint16_t port = 0;
+    if (parse_host_port(cfg.store, "INA_STORE", &host, &port).ok()) {
+      mi.store_host = host;
+      mi.store_port = port;
+    }
+  }
+  INA_ASSIGN_OR_RETURN(host::MeshAddress where, host::find_mesh_address(mi));
+  INA_DEBUG("worker", "rank %d: mesh address %s (%s)", cfg.rank, where.address.c_str(),
+            where.how.c_str());
   host::TcpMeshOptions mo;
-  mo.address = cfg.mesh_address;
+  mo.address = where.address;
   mo.timeout = cfg.timeout;
   INA_ASSIGN_OR_RETURN(std::unique_ptr<host::TcpMesh> tm,
                        host::TcpMesh::connect(prefixed, cfg.rank, cfg.world_size, mo));

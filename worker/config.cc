@@ -466,8 +466,17 @@ Result<Config> config_from_env(bool own_store) {
                        "(e.g. 10.0.0.1:29500)");
     }
   }
+  // The mesh address: INA_MESH_ADDR as given, else found when the mesh forms
+  // (host/mesh_address.h: INA_SOCKET_IFNAME's address, else the route to the store's host).
   std::string_view mesh_addr;
   if (get_env("INA_MESH_ADDR", &mesh_addr)) c.mesh_address = std::string(mesh_addr);
+  std::string_view ifname;
+  if (get_env("INA_SOCKET_IFNAME", &ifname)) {
+    if (ifname.size() >= 16 || ifname.find_first_of("/ \t") != std::string_view::npos) {
+      return bad_value("INA_SOCKET_IFNAME", ifname, "a network interface name (e.g. eth0)");
+    }
+    c.mesh_interface = std::string(ifname);
+  }
   std::string_view fallback;
   if (get_env("INA_FALLBACK", &fallback)) {
     if (fallback == "exact") {
@@ -657,9 +666,6 @@ Status Config::validate() const {
   }
   if (fallback != FallbackMode::kExact && fallback != FallbackMode::kFloat) {
     return invalid_argument("invalid fallback: must be exact or float (INA_FALLBACK)");
-  }
-  if ((!store.empty() || external_store != nullptr) && mesh_address.empty()) {
-    return invalid_argument("invalid mesh_address \"\": must name this host (INA_MESH_ADDR)");
   }
   if (!cost_model.empty())
     INA_RETURN_IF_ERROR(host::parse_cost_model(cost_model, "cost_model (INA_COST_MODEL)").status());

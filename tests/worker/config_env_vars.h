@@ -51,6 +51,7 @@ static const char* const kInaConfigEnvVars[] = {
     "INA_XDP_IFACE",
     "INA_XDP_QUEUE",
     "INA_XDP_COPY",
+    "INA_SOCKET_IFNAME",
 };
 #define INA_CONFIG_ENV_VAR_COUNT (sizeof kInaConfigEnvVars / sizeof kInaConfigEnvVars[0])
 

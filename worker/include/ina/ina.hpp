@@ -112,7 +112,11 @@ struct Config {
   // store: the rendezvous "host:port" (INA_STORE, else MASTER_ADDR:MASTER_PORT); rank 0 serves
   // it. Empty: no host mesh, so no fallback and no host-only collectives (allgather, ...).
   std::string store;
-  std::string mesh_address = "127.0.0.1";  // this rank listens on and publishes it (INA_MESH_ADDR)
+  // This rank listens on and publishes it (INA_MESH_ADDR). Empty: found when the mesh forms, as
+  // Gloo and NCCL find theirs: mesh_interface's address (INA_SOCKET_IFNAME), else the local
+  // address that routes to the store's host, else 127.0.0.1.
+  std::string mesh_address;
+  std::string mesh_interface;
   FallbackMode fallback = FallbackMode::kExact;  // INA_FALLBACK=exact|float
   // Never use the aggregator: every collective runs on the host mesh (needs `store`).
   // INA_TRANSPORT=host, or INA_AGGREGATOR and INA_CONTROLLER unset while a store is set.
