@@ -165,7 +165,8 @@ class CommunicatorImpl final : public Communicator {
  public:
   // `transports`: one per aggregator of the job in shard order (empty: host only).
   CommunicatorImpl(const Config& cfg, std::vector<std::unique_ptr<Transport>> transports,
-                   std::unique_ptr<host::TcpStore> store, std::unique_ptr<host::Context> mesh)
+                   std::unique_ptr<host::TcpStore> store, std::unique_ptr<host::Context> mesh,
+                   const std::string& not_served)
       : cfg_(cfg),
         store_(std::move(store)),
         mesh_(std::move(mesh)),
@@ -177,7 +178,7 @@ class CommunicatorImpl final : public Communicator {
             [this](const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
               return host_allreduce(send, recv, count, dtype, op);
             },
-            [this](size_t bytes) { return algo(bytes); }) {}
+            [this](size_t bytes) { return algo(bytes); }, not_served) {}
 
   ~CommunicatorImpl() override {
     worker::release(cfg_);  // best effort: frees the job's slots once every rank is done
@@ -591,7 +592,7 @@ Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
 
 Result<std::unique_ptr<Communicator>> create_communicator(
     const Config& cfg, std::vector<std::unique_ptr<Transport>> transports,
-    std::unique_ptr<DeviceOps> device_ops) {
+    std::unique_ptr<DeviceOps> device_ops, const std::string& not_served) {
   INA_RETURN_IF_ERROR(cfg.validate());
   if (!transports.empty() && transports.size() != aggregator_list(cfg).size()) {
     return invalid_argument("create_communicator: " + std::to_string(transports.size()) +
@@ -614,8 +615,14 @@ Result<std::unique_ptr<Communicator>> create_communicator(
         "no aggregator transport and no host mesh: set INA_STORE=host:port or MASTER_ADDR and "
         "MASTER_PORT");
   }
+  if (!not_served.empty() && !cfg.require_inc) {
+    INA_WARN("worker",
+             "rank %d: INA is configured but not used: %s; every collective runs on the host "
+             "mesh (INA_REQUIRE_INC=1 makes this an error)",
+             cfg.rank, not_served.c_str());
+  }
   auto comm = std::make_unique<CommunicatorImpl>(cfg, std::move(transports), std::move(store),
-                                                 std::move(mesh));
+                                                 std::move(mesh), not_served);
   INA_RETURN_IF_ERROR(comm->start());
   return make_async_communicator(std::move(comm), std::move(device_ops), cfg);
 }
@@ -624,16 +631,28 @@ Result<std::unique_ptr<Communicator>> create_communicator(
 
 Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) {
   Config cfg = given;
+  // Why this rank has no aggregator although one (or a controller) is configured: said once at
+  // warning level (or, with INA_REQUIRE_INC=1, an error on every rank: PathPolicy::start).
+  std::string not_served;
   if (cfg.host_only) {
+    if (cfg.require_inc) {
+      return failed_precondition(
+          "INA_REQUIRE_INC=1, but every collective would run on the host "
+          "mesh: " +
+          host_only_reason(cfg));
+    }
     INA_INFO("worker", "rank %d: every collective on the host mesh: %s", cfg.rank,
              host_only_reason(cfg).c_str());
   } else if (!cfg.controller_host.empty()) {
     INA_RETURN_IF_ERROR(cfg.validate());
     INA_RETURN_IF_ERROR(worker::admit(
-        &cfg, std::min<std::chrono::milliseconds>(cfg.timeout, std::chrono::seconds(10))));
+        &cfg, std::min<std::chrono::milliseconds>(cfg.timeout, std::chrono::seconds(10)),
+        &not_served));
   }
   INA_RETURN_IF_ERROR(cfg.validate());
-  if (cfg.host_only) return worker::create_communicator(cfg, nullptr);
+  if (cfg.host_only) {
+    return worker::create_communicator(cfg, {}, worker::make_cuda_device_ops(), not_served);
+  }
   // Kernel-bypass transports are chosen by Config::transport (INA_TRANSPORT=dpdk|xdp) only: a
   // Config built in code keeps kAuto and never starts DPDK or binds AF_XDP by surprise.
   const bool want_dpdk = cfg.transport == AggregatorTransport::kDpdk;
@@ -663,9 +682,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) 
     }
     if (!t.ok()) {
       if (cfg.store.empty() || t.status().code() != StatusCode::kUnavailable) return t.status();
-      INA_WARN("worker", "rank %d: %s transport unavailable (%s): host path only", cfg.rank, kind,
-               t.status().message().c_str());
-      return worker::create_communicator(cfg, nullptr);
+      return worker::create_communicator(
+          cfg, {}, worker::make_cuda_device_ops(),
+          std::string(kind) + " transport unavailable: " + t.status().message());
     }
     INA_DEBUG("worker", "rank %d: transport %s to %s", cfg.rank, kind,
               t.value()->peer_name().c_str());
@@ -676,9 +695,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) 
       worker::udp_transports(cfg.rank, aggregators);
   if (!transports.ok()) {
     if (cfg.store.empty() && cfg.external_store == nullptr) return transports.status();
-    INA_INFO("worker", "rank %d: no aggregator transport (%s): host path only", cfg.rank,
-             transports.status().message().c_str());
-    return worker::create_communicator(cfg, nullptr);
+    return worker::create_communicator(cfg, {}, worker::make_cuda_device_ops(),
+                                       "no aggregator transport: " + transports.status().message());
   }
   return worker::create_communicator(cfg, std::move(transports).value(),
                                      worker::make_cuda_device_ops());

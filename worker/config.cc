@@ -477,6 +477,11 @@ Result<Config> config_from_env(bool own_store) {
     }
     c.mesh_interface = std::string(ifname);
   }
+  std::string_view require;
+  if (get_env("INA_REQUIRE_INC", &require)) {
+    if (require != "0" && require != "1") return bad_value("INA_REQUIRE_INC", require, "0 or 1");
+    c.require_inc = require == "1";
+  }
   std::string_view fallback;
   if (get_env("INA_FALLBACK", &fallback)) {
     if (fallback == "exact") {
@@ -535,6 +540,11 @@ Result<Config> config_from_env(bool own_store) {
   if (!have_aggregator && c.controller_host.empty() && (own_store || !c.store.empty())) {
     c.host_only = true;
   }
+  // Every collective on the host mesh, for good: nothing to be bitwise equal to, so the host
+  // AllReduce reduces floats as Gloo does (one host AllReduce; exact mode's quantized words
+  // need a second one for the block exponents, twice the latency of a small collective), unless
+  // INA_FALLBACK asks for exact.
+  if (c.host_only && fallback.empty()) c.fallback = FallbackMode::kFloat;
   std::string_view cost_model;
   if (get_env("INA_COST_MODEL", &cost_model)) {
     INA_RETURN_IF_ERROR(host::parse_cost_model(cost_model).status());
