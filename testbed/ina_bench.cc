@@ -432,6 +432,8 @@ void print_path(const Options& o, const std::array<uint64_t, BENCH_STATS>& w,
     std::printf("# path: host mesh (%s)\n", o.alltoall ? "AllToAll" : "--transport host");
   } else if (host == 0) {
     std::printf("# path: in-network (%llu collectives, no fallback)\n", all);
+  } else if (host >= all && why.rfind("host only: ", 0) == 0) {
+    std::printf("# path: host mesh for every collective (%s)\n", why.c_str() + 11);
   } else if (host >= all) {
     std::printf(
         "# path: host fallback for every collective: %s\n",
@@ -866,8 +868,9 @@ int run_external_rank(const Options& o, const ina::Config& cfg, const std::vecto
     bench_print_preamble(stdout, tool_line(o));
     print_config_line(
         o, ranks,
-        (o.host ? "host TCP mesh, store " + cfg.store
-                : cfg.aggregator_host + ":" + std::to_string(cfg.aggregator_port) + " (external)") +
+        (o.host || cfg.host_only
+             ? "host TCP mesh, store " + cfg.store
+             : cfg.aggregator_host + ":" + std::to_string(cfg.aggregator_port) + " (external)") +
             ", job " + std::to_string(cfg.job),
         c->block_elems());
     if (o.host || o.alltoall) {
@@ -1055,8 +1058,12 @@ int main(int argc, char** argv) {
   // with a rank given); local mode forks --workers ranks.
   const char* env_agg = std::getenv("INA_AGGREGATOR");
   const char* env_rank = std::getenv("INA_RANK");
+  // A rank of a host-only job (a store, no aggregator: Config::from_env's host_only) runs as one
+  // too: local mode would start embedded aggregators for it.
+  const bool rank_given = o.rank >= 0 || (env_rank != nullptr && *env_rank != '\0');
   const bool external = !o.aggregator.empty() || (env_agg != nullptr && *env_agg != '\0') ||
-                        (o.host && (o.rank >= 0 || (env_rank != nullptr && *env_rank != '\0')));
+                        ((o.host || o.env.host_only) && rank_given);
+  if (external && o.env.host_only && !o.host) o.transport = "host (store only, no aggregator)";
   if (aggregators_given && (external || o.host)) {
     std::fprintf(stderr,
                  "ina-bench: --aggregators is for local mode through embedded aggregators "
