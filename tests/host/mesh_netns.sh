@@ -54,8 +54,8 @@ run_ranks() {
   local pids=() rc=0
   for i in $(seq 0 $((workers - 1))); do
     ip netns exec ${tag}w$i env -u INA_MESH_ADDR -u INA_STORE -u INA_AGGREGATOR $extra \
-      INA_TIMEOUT_MS=20000 RANK=$i WORLD_SIZE=$workers "$BENCH" "$@" --rank $i --workers $workers -d float32 -o sum -b 8 \
-      -e 1M -n 3 -w 1 -c 1 > "$log/$label.w$i" 2>&1 &
+      INA_TIMEOUT_MS=20000 RANK=$i WORLD_SIZE=$workers "$BENCH" "$@" --rank $i \
+      --workers $workers -d float32 -o sum -b 8 -e 1M -n 3 -w 1 -c 1 > "$log/$label.w$i" 2>&1 &
     pids+=($!)
   done
   for p in "${pids[@]}"; do wait "$p" || rc=1; done
