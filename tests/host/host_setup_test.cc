@@ -116,6 +116,29 @@ TEST(HostSocket, ConnectRetriesPastSelfConnectsUntilTheDeadline) {
   EXPECT_EQ(WEXITSTATUS(status), 0) << "see the child's message above";
 }
 
+// A client's self-connect holds the store's port for an instant: the server's bind retries past
+// it (here it is held 100 ms) instead of failing with "Address already in use".
+TEST(HostSocket, StoreServerBindsPastATransientSelfConnect) {
+  const int self = self_connected_socket();
+  ASSERT_GE(self, 0) << std::strerror(errno);
+  const uint16_t port = local_port(self).value();
+  std::thread release([self] {
+    std::this_thread::sleep_for(milliseconds(100));
+    linger lg{1, 0};
+    (void)setsockopt(self, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    close(self);
+  });
+  TcpStoreOptions opts;
+  opts.port = port;
+  opts.is_server = true;
+  opts.connect_timeout = milliseconds(5000);
+  auto server = TcpStore::create(opts);
+  release.join();
+  ASSERT_TRUE(server.ok()) << server.status().to_string();
+  EXPECT_EQ((*server)->port(), port);
+  ASSERT_TRUE((*server)->set("k", to_bytes("v")).ok());
+}
+
 // This test plays rank 0 of a world of 2 by hand: it publishes its own listener as rank 0's mesh
 // address, resets the first connection rank 1 makes (SO_LINGER 0), accepts the next one only
 // after `accept_delay`, then answers the handshake. TcpMesh::connect at rank 1 must retry and
