@@ -364,9 +364,16 @@ struct ControlAgent::Impl {
   std::atomic<uint64_t> hb_ok{0};
 
   void heartbeat_loop() {
-    httplib::Client cli(opts.controller_host, opts.controller_port);
-    cli.set_connection_timeout(1, 0);
-    cli.set_read_timeout(2, 0);
+    std::vector<std::pair<std::string, uint16_t>> replicas = opts.controllers;
+    if (replicas.empty()) replicas.emplace_back(opts.controller_host, opts.controller_port);
+    size_t current = 0;
+    auto client = [&replicas](size_t i) {
+      auto c = std::make_unique<httplib::Client>(replicas[i].first, replicas[i].second);
+      c->set_connection_timeout(1, 0);
+      c->set_read_timeout(2, 0);
+      return c;
+    };
+    std::unique_ptr<httplib::Client> cli = client(current);
     bool reachable = true;
     std::unique_lock<std::mutex> lk(mu);
     while (!stopping) {
@@ -383,7 +390,7 @@ struct ControlAgent::Impl {
       json jobs = json::object();
       for (const JobSnapshot& j : s.jobs) jobs[std::to_string(j.cfg.job)] = telemetry(j);
       body["jobs"] = jobs;
-      auto res = cli.Post("/v1/aggregators/heartbeat", body.dump(), "application/json");
+      auto res = cli->Post("/v1/aggregators/heartbeat", body.dump(), "application/json");
       if (res && res->status == 200) {
         Result<std::vector<JobConfig>> want = parse_heartbeat_jobs(res->body);
         if (want.ok()) {
@@ -396,13 +403,20 @@ struct ControlAgent::Impl {
                    "controller's heartbeat answer ignored (keeping the current jobs): %s",
                    want.status().message().c_str());
         }
-      } else if (reachable) {
-        // Keep serving the jobs we have: a controller restart must not stop running jobs.
-        INA_WARN(kComponent, "controller %s:%u unreachable (%s); serving the current jobs",
-                 opts.controller_host.c_str(), unsigned{opts.controller_port},
-                 res ? ("HTTP " + std::to_string(res->status)).c_str()
-                     : httplib::to_string(res.error()).c_str());
-        reachable = false;
+      } else {
+        if (reachable) {
+          // Keep serving the jobs we have: a controller restart must not stop running jobs.
+          INA_WARN(kComponent, "controller %s:%u unreachable (%s); serving the current jobs%s",
+                   replicas[current].first.c_str(), unsigned{replicas[current].second},
+                   res ? ("HTTP " + std::to_string(res->status)).c_str()
+                       : httplib::to_string(res.error()).c_str(),
+                   replicas.size() > 1 ? "; trying the next replica" : "");
+          reachable = false;
+        }
+        if (replicas.size() > 1) {
+          current = (current + 1) % replicas.size();
+          cli = client(current);
+        }
       }
       lk.lock();
       cv.wait_for(lk, opts.heartbeat, [this] { return stopping; });

@@ -13,6 +13,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "aggregator/udp_backend.h"
@@ -23,6 +24,9 @@ namespace ina::agg {
 struct AgentOptions {
   std::string controller_host;  // "" : no controller (HTTP endpoint only)
   uint16_t controller_port = 47480;
+  // Controller replicas (host, port), the first one controller_host:port: on a failed heartbeat
+  // the next one gets the following heartbeat (each forwards to the leader). Empty: the one.
+  std::vector<std::pair<std::string, uint16_t>> controllers;
   std::string id;                            // "" : advertise_host:data_port
   std::string advertise_host = "127.0.0.1";  // where workers reach the data plane
   uint16_t data_port = 0;

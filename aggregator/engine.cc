@@ -89,6 +89,24 @@ struct Engine::Job {
   // A leaf's link to its parent (null for flat and root jobs). A leaf is ready only once the
   // parent WELCOMEd it: every local rank joined this incarnation (joined == nranks) is not enough.
   std::unique_ptr<LeafRelay> relay;
+  // The job's last poisoned collective (ranks called it with different arguments): its id (the
+  // header's coll) and the words every rank was told (mismatch_reply). Every later DATA of that
+  // collective that finds its copy taken by a newer round (a rank whose answer was lost, or slower
+  // than the others to resend) gets these words again instead of kSuperseded, so that it fails,
+  // and resynchronizes, as the others did (engine.cc, handle_data). Sized at add_job.
+  bool mismatch_valid = false;
+  uint32_t mismatch_coll = 0;
+  size_t mismatch_copy = 0;  // copy_index of the round that told every rank, and its seq
+  BlockSeq mismatch_seq = 0;
+  // A root: the words came from a leaf whose own ranks disagree (child_mismatch): every DATA of
+  // that collective, from any leaf, is answered with them.
+  bool mismatch_from_child = false;
+  // A root: a leaf's words (child_words) wait for the other leaves' partials of the round, whose
+  // shape says which of the leaf's two groups the other leaves' ranks belong to.
+  bool child_pending = false;
+  uint32_t child_leaf = 0;
+  std::vector<int32_t> child_words;
+  std::vector<int32_t> mismatch_words;
 };
 
 namespace {
@@ -215,6 +233,8 @@ Status Engine::add_job(const JobConfig& cfg) {
   // A poisoned round's ERROR: [reason, count, elems, shape, other elems, other shape, ranks].
   scratch_.resize(std::max<size_t>(scratch_.size(), 6 + (size_t{job->world} + 31) / 32 +
                                                         (job->relay ? wire::kTreeNoteWords : 0)));
+  // A root's may grow to a leaf's words in global ranks (child_mismatch), once.
+  job->mismatch_words.assign(6 + (size_t{job->world} + 31) / 32, 0);
   jobs_.emplace(cfg.job, std::move(job));
   last_job_ = nullptr;
   return ok_status();
@@ -296,7 +316,16 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
   const bool abort =
       h.flags == wire::kFlagError && h.count == 3 &&
       static_cast<uint32_t>(pkt.word(0)) == static_cast<uint32_t>(wire::ErrorReason::kAborted);
-  if (!abort && (h.has(wire::kFlagResult) || h.has(wire::kFlagError))) [[unlikely]] {
+  // And the one a tree leaf sends its root (a root may be configured as a flat job whose ranks are
+  // the leaves): its own ranks disagree on a round (WIRE.md, "Mismatches in a tree"):
+  // [kRoundMismatch, 5 words, a bitmap of global ranks, the tree tag].
+  const bool child_mismatch = !job.relay && h.flags == wire::kFlagError && h.count >= 9 &&
+                              (h.count - 7) % 2 == 0 &&
+                              static_cast<uint32_t>(pkt.word(0)) ==
+                                  static_cast<uint32_t>(wire::ErrorReason::kRoundMismatch) &&
+                              static_cast<uint32_t>(pkt.word(h.count - 1u)) == wire::kTreeNoteTag;
+  if (!abort && !child_mismatch && (h.has(wire::kFlagResult) || h.has(wire::kFlagError)))
+      [[unlikely]] {
     // A leaf's parent answers with RESULT, WELCOME, ERROR and exponent answers (tag checked).
     if (job.relay) return keyed(handle_parent(job, pkt));
     // Only the aggregator sends RESULT, WELCOME and ERROR: a worker (or a loop in the network)
@@ -337,6 +366,8 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
     wire::PacketView lp = pkt;
     lp.hdr.rank = static_cast<uint16_t>(local);
     r = handle_abort(job, lp, h.rank);
+  } else if (child_mismatch) [[unlikely]] {
+    r = handle_child_mismatch(job, pkt);
   } else if (job.relay) {
     // The handlers and the slot table see the served rank.
     wire::PacketView lp = pkt;
@@ -477,6 +508,8 @@ Reply Engine::handle_hello(Job& job, const wire::PacketView& pkt) {
 // leaf: join the parent first).
 Reply Engine::barrier_complete(Job& job, const wire::Header& h) {
   job.table->reset();
+  job.mismatch_valid = false;
+  job.child_pending = false;
   // One block for every rank: the smallest any of them can carry (a multiple of 4 bytes, so that
   // every element width divides it).
   job.welcome_bytes = job.cfg.slots.max_payload_bytes;
@@ -522,8 +555,19 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
     return error_reply(job, pkt, wire::ErrorReason::kJobNotReady, job.hello_bitmap, 0);
   }
 
+  if (job.mismatch_valid && job.mismatch_from_child && h.coll == job.mismatch_coll) [[unlikely]] {
+    // A root: a leaf's ranks disagree on this collective; the other leaves' partials for it, and
+    // that leaf's later ones, get its words (they never complete a round).
+    ++counters_.mismatched;
+    return mismatch_again(job, pkt);
+  }
   const Verdict v = job.table->on_data(pkt);
   ++counters_.by_verdict[static_cast<size_t>(v)];
+  if (job.child_pending && h.coll == job.mismatch_coll) [[unlikely]] {
+    // A root: another leaf's partial of the round a leaf reported poisoned.
+    Reply told = finish_child_mismatch(job, pkt);
+    if (told.target != Reply::Target::kNone) return told;
+  }
   moved_ = v == Verdict::kAdded || v == Verdict::kCompleted || v == Verdict::kExpCompleted ||
            v == Verdict::kMismatchPending;
   if ((v == Verdict::kAdded || v == Verdict::kCompleted) && opts_.telemetry && now_ns != 0) {
@@ -603,8 +647,14 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
     }
     case Verdict::kStale: {
       // The others have moved past this round: a sender still waiting for it learns so now
-      // (wire.h, kSuperseded); a delayed duplicate's sender ignores the answer.
+      // (wire.h, kSuperseded); a delayed duplicate's sender ignores the answer. A round of the
+      // last poisoned collective gets that collective's mismatch words instead: the others moved
+      // on because they were told of the mismatch, and so must this rank be.
       ++counters_.stale;
+      if (job.mismatch_valid && h.coll == job.mismatch_coll) {
+        ++counters_.mismatched;
+        return mismatch_again(job, pkt);
+      }
       scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kSuperseded);
       scratch_[1] = static_cast<int32_t>(job.table->copy(h.slot, h.shadow).seq);
       return error_to_sender(job, pkt, 2);
@@ -613,6 +663,8 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
       ++counters_.mismatched;
       const CopyView c = job.table->copy(h.slot, h.shadow);
       if (c.poisoned && !job.relay) return mismatch_reply(job, pkt, c);
+      // A leaf whose ranks disagree: the root tells every leaf (LeafRelay::local_mismatch).
+      if (c.poisoned) return job.relay->local_mismatch(h);
       return error_reply(job, pkt, wire::ErrorReason::kRoundMismatch, {}, c.count);
     }
     case Verdict::kMismatchPending:
@@ -687,21 +739,120 @@ Reply Engine::aborted_reply(const Job& job, const wire::PacketView& pkt, const C
 // ERROR kRoundMismatch for a poisoned round every rank is in (wire.h): [reason, count, elems,
 // shape, other elems, other shape, bitmap of the ranks of the other shape], a shape packing dtype,
 // op and root (dtype | op << 8 | root << 16). Every rank of the round gets the same words, so
-// every rank can say the same thing.
-Reply Engine::mismatch_reply(const Job& job, const wire::PacketView& pkt, const CopyView& c) {
+// every rank can say the same thing. The DATA that brought the last rank in sends them to every
+// rank at once (as a result goes): the rank that completed the bitmap returns, and moves its
+// block sequence on (inc_engine.cc, resync_after_mismatch), at once, and its next collective may
+// take this copy before the others' retransmission timers fire. A later DATA for the round (a
+// rank whose answer was lost) gets them alone, from the copy or, once a newer round took it, from
+// the job's record of its last poisoned collective (kStale in handle_data).
+Reply Engine::mismatch_reply(Job& job, const wire::PacketView& pkt, const CopyView& c) {
   auto shape = [](DType t, ReduceOp op, uint16_t root) {
     return static_cast<int32_t>(static_cast<uint32_t>(t) | static_cast<uint32_t>(op) << 8 |
                                 uint32_t{root} << 16);
   };
-  scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kRoundMismatch);
-  scratch_[1] = c.count;
-  scratch_[2] = static_cast<int32_t>(c.elems);
-  scratch_[3] = shape(c.dtype, c.op, c.root);
-  scratch_[4] = static_cast<int32_t>(c.other_elems);
-  scratch_[5] = shape(c.other_dtype, c.other_op, c.other_root);
   const uint32_t words = (job.world + 31) / 32;
-  put_bitmap_words(c.other_ranks, words, scratch_.data() + 6);
-  return error_to_sender(job, pkt, static_cast<uint16_t>(6 + words));
+  job.mismatch_words.resize(6 + words);  // a root's may hold a leaf's longer words
+  int32_t* w = job.mismatch_words.data();
+  w[0] = static_cast<int32_t>(wire::ErrorReason::kRoundMismatch);
+  w[1] = c.count;
+  w[2] = static_cast<int32_t>(c.elems);
+  w[3] = shape(c.dtype, c.op, c.root);
+  w[4] = static_cast<int32_t>(c.other_elems);
+  w[5] = shape(c.other_dtype, c.other_op, c.other_root);
+  put_bitmap_words(c.other_ranks, words, w + 6);
+  std::copy(job.mismatch_words.begin(), job.mismatch_words.end(), scratch_.begin());
+  const size_t k = copy_index(c.slot, c.shadow);
+  const bool first = !job.mismatch_valid || job.mismatch_copy != k || job.mismatch_seq != c.seq;
+  job.mismatch_valid = true;
+  job.mismatch_from_child = false;
+  job.child_pending = false;
+  job.mismatch_coll = c.coll;
+  job.mismatch_copy = k;
+  job.mismatch_seq = c.seq;
+  Reply r = error_to_sender(job, pkt, static_cast<uint16_t>(6 + words));
+  if (first) {
+    r.target = Reply::Target::kAllRanks;
+    counters_.replies_out += job.nranks - 1;
+  }
+  return r;
+}
+
+// The job's last mismatch words (Job::mismatch_words) to pkt's sender.
+Reply Engine::mismatch_again(const Job& job, const wire::PacketView& pkt) {
+  Reply r = error_to_sender(job, pkt, static_cast<uint16_t>(job.mismatch_words.size()));
+  r.payload = bytes_of(job.mismatch_words);
+  return r;
+}
+
+// A root: leaf pkt.hdr.rank's own ranks disagree on the round pkt names (its ERROR
+// kRoundMismatch, LeafRelay::local_mismatch: both shapes, the leaf's ranks of each in global
+// ranks). Once every other leaf's partial of that round is in, their shape says which group their
+// ranks belong to: the words then go to every leaf at once, and to every later partial of that
+// collective (handle_data), so that every rank of the tree fails it alike; the round itself is
+// left to be taken by a newer one.
+Reply Engine::handle_child_mismatch(Job& job, const wire::PacketView& pkt) {
+  const wire::Header& h = pkt.hdr;
+  if (!job.ready || h.slot >= job.cfg.slots.num_slots) {
+    ++counters_.malformed;
+    return {};
+  }
+  ++counters_.mismatched;
+  const size_t k = copy_index(h.slot, h.shadow);
+  if (job.mismatch_valid && job.mismatch_from_child && job.mismatch_copy == k &&
+      job.mismatch_seq == h.seq && job.mismatch_coll == h.coll) {
+    return mismatch_again(job, pkt);  // the leaf asks again: its answer was lost
+  }
+  job.mismatch_valid = false;  // an older collective's words no longer answer
+  job.child_pending = true;
+  job.child_leaf = h.rank;
+  job.mismatch_coll = h.coll;
+  job.mismatch_copy = k;
+  job.mismatch_seq = h.seq;
+  job.child_words.resize(h.count);  // the error path; allocates at most once per size
+  for (size_t i = 0; i < h.count; ++i) job.child_words[i] = static_cast<int32_t>(pkt.word(i));
+  return finish_child_mismatch(job, pkt);
+}
+
+// The pending leaf report's answer to every leaf once the other leaves' partials of its round
+// are in (kNone before): [kRoundMismatch, count, elems, shape, other elems, other shape, the
+// global ranks of the other shape, the tree tag], the first shape being the other leaves'.
+Reply Engine::finish_child_mismatch(Job& job, const wire::PacketView& pkt) {
+  const auto slot = static_cast<uint16_t>(job.mismatch_copy / 2);
+  const bool shadow = (job.mismatch_copy % 2) != 0;
+  const CopyView c = job.table->copy(slot, shadow);
+  const std::vector<int32_t>& in = job.child_words;
+  const size_t gw = (in.size() - 7) / 2;
+  const bool sender_in = job.child_leaf < job.world &&
+                         ((c.bitmap[job.child_leaf / 64] >> (job.child_leaf % 64)) & 1u) != 0;
+  if (job.world > 1 &&
+      (!c.used || c.seq != job.mismatch_seq || sender_in || c.contributors + 1 < job.world)) {
+    return {};
+  }
+  const int32_t shape = static_cast<int32_t>(
+      static_cast<uint32_t>(c.dtype) | static_cast<uint32_t>(c.op) << 8 | uint32_t{c.root} << 16);
+  // The other leaves called with the leaf's second shape: its groups swap.
+  const bool swap = job.world > 1 && static_cast<int32_t>(c.elems) == in[4] && shape == in[5] &&
+                    !(static_cast<int32_t>(c.elems) == in[2] && shape == in[3]);
+  std::vector<int32_t>& w = job.mismatch_words;
+  w.resize(7 + gw);
+  w[0] = in[0];
+  w[1] = in[1];
+  w[2] = swap ? in[4] : in[2];
+  w[3] = swap ? in[5] : in[3];
+  w[4] = swap ? in[2] : in[4];
+  w[5] = swap ? in[3] : in[5];
+  std::copy_n(in.begin() + 6 + (swap ? gw : 0), gw, w.begin() + 6);
+  w[6 + gw] = in.back();
+  job.child_pending = false;
+  job.mismatch_valid = true;
+  job.mismatch_from_child = true;
+  Reply r = mismatch_again(job, pkt);
+  r.hdr.seq = job.mismatch_seq;
+  r.hdr.slot = slot;
+  r.hdr.shadow = shadow;
+  r.target = Reply::Target::kAllRanks;
+  counters_.replies_out += job.nranks - 1;
+  return r;
 }
 
 // ERROR to the sender: payload [reason, extra] or, with a bitmap, [reason, bitmap words]
@@ -764,7 +915,19 @@ Reply Engine::handle_parent(Job& job, const wire::PacketView& pkt) {
                                                : Join::kOpen;
   Reply r;
   switch (job.relay->on_parent(pkt, join, &r)) {
-    case LeafRelay::FromParent::kReply: return r;
+    case LeafRelay::FromParent::kReply:
+      // The root's mismatch, relayed to every local rank: kept for their later DATA of that
+      // collective that finds its copy taken by a newer round (kStale in handle_data).
+      if (r.target == Reply::Target::kAllRanks && r.hdr.has(wire::kFlagError) && r.hdr.count >= 1 &&
+          scratch_[0] == static_cast<int32_t>(wire::ErrorReason::kRoundMismatch)) {
+        job.mismatch_valid = true;
+        job.mismatch_from_child = false;
+        job.mismatch_coll = r.hdr.coll;
+        job.mismatch_copy = copy_index(r.hdr.slot, r.hdr.shadow);
+        job.mismatch_seq = r.hdr.seq;
+        job.mismatch_words.assign(scratch_.begin(), scratch_.begin() + r.hdr.count);
+      }
+      return r;
     case LeafRelay::FromParent::kJoined:
       job.counters.parent_joined = true;
       start_incarnation(job);

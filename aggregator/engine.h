@@ -346,7 +346,10 @@ class Engine {
   Reply handle_parent(Job& job, const wire::PacketView& pkt);
   Reply exp_answer(const Job& job, const wire::Header& h, Reply::Target target,
                    uint8_t extra_flags);
-  Reply mismatch_reply(const Job& job, const wire::PacketView& pkt, const CopyView& c);
+  Reply mismatch_reply(Job& job, const wire::PacketView& pkt, const CopyView& c);
+  Reply mismatch_again(const Job& job, const wire::PacketView& pkt);
+  Reply handle_child_mismatch(Job& job, const wire::PacketView& pkt);
+  Reply finish_child_mismatch(Job& job, const wire::PacketView& pkt);
   Reply aborted_reply(const Job& job, const wire::PacketView& pkt, const CopyView& c);
   Reply error_to_sender(const Job& job, const wire::PacketView& pkt, uint16_t n);
   Reply error_reply(const Job& job, const wire::PacketView& pkt, wire::ErrorReason reason,

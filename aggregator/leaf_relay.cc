@@ -90,6 +90,7 @@ LeafRelay::LeafRelay(const JobConfig& cfg, SlotTable& table, JobCounters& job_co
   report_valid_.assign(copies, 0);
   above_stride_ = 5 + report_words_;
   above_words_.assign(copies * above_stride_, 0);
+  mismatch_seq_.assign(copies, 0);
 }
 
 Reply LeafRelay::join(std::span<const BlockSeq> rank_nonces, uint32_t max_bytes) {
@@ -374,14 +375,85 @@ Reply LeafRelay::on_root_abort(const wire::PacketView& pkt, Join join) {
   return above_reply(static_cast<size_t>(k), Reply::Target::kAllRanks, 0, pkt.hdr);
 }
 
+Reply LeafRelay::local_mismatch(const wire::Header& h) {
+  const size_t k = copy_index(h.slot, h.shadow);
+  const CopyView c = table_.copy(h.slot, h.shadow);
+  if (tree_state_[k] == kMismatched && mismatch_seq_[k] == c.seq) {
+    return above_reply(k, Reply::Target::kSender, h.rank + cfg_.tree.rank_base, h);
+  }
+  // First, or again on a local rank's resend while the parent has not answered (a lost ERROR).
+  tree_state_[k] = kMismatchUp;
+  mismatch_seq_[k] = c.seq;
+  auto shape = [](DType t, ReduceOp op, uint16_t root) {
+    return static_cast<int32_t>(static_cast<uint32_t>(t) | static_cast<uint32_t>(op) << 8 |
+                                uint32_t{root} << 16);
+  };
+  scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kRoundMismatch);
+  scratch_[1] = c.count;
+  scratch_[2] = static_cast<int32_t>(c.elems);
+  scratch_[3] = shape(c.dtype, c.op, c.root);
+  scratch_[4] = static_cast<int32_t>(c.other_elems);
+  scratch_[5] = shape(c.other_dtype, c.other_op, c.other_root);
+  // The ranks of the other shape, then those of the first (this leaf's ranks only: the root sees
+  // which shape the other leaves' ranks called with and words the answer from it).
+  int32_t* other = scratch_.data() + 6;
+  int32_t* first = other + report_words_;
+  std::fill_n(other, 2 * report_words_, 0);
+  for (uint32_t r = 0; r < cfg_.tree.local_ranks; ++r) {
+    const uint32_t g = cfg_.tree.rank_base + r;
+    const auto bit = static_cast<int32_t>(uint32_t{1} << (g % 32));
+    if (test_bit(c.other_ranks, r)) {
+      other[g / 32] |= bit;
+    } else if (test_bit(c.bitmap, r)) {
+      first[g / 32] |= bit;
+    }
+  }
+  scratch_[6 + 2 * report_words_] = static_cast<int32_t>(wire::kTreeNoteTag);
+  wire::Header in;
+  in.coll = c.coll;
+  in.seq = c.seq;
+  in.slot = h.slot;
+  in.shadow = h.shadow;
+  in.elems = c.elems;
+  Reply r;
+  r.target = Reply::Target::kParent;
+  r.hdr = reply_header(cfg_, in, wire::kFlagError);
+  r.hdr.rank = static_cast<uint16_t>(cfg_.tree.child_index);
+  r.hdr.count = static_cast<uint16_t>(7 + 2 * report_words_);
+  r.payload = bytes_of(scratch_);
+  ++counters_.replies_out;
+  return r;
+}
+
 // The root's full kRoundMismatch about a copy this leaf forwarded: the leaves disagree. Its bitmap
-// names leaves (of the other shape); the ranks get it in global ranks, each leaf's range set.
+// names leaves (of the other shape); the ranks get it in global ranks, each leaf's range set. Or
+// the words a leaf whose own ranks disagree sent up, which the root passes to every leaf as they
+// are: a bitmap of global ranks, then the tree note's tag (WIRE.md, "Mismatches in a tree").
 Reply LeafRelay::on_root_mismatch(const wire::PacketView& pkt, Join join) {
+  const wire::Header& h = pkt.hdr;
+  if (h.count == 7 + report_words_ &&
+      static_cast<uint32_t>(pkt.word(h.count - 1u)) == wire::kTreeNoteTag) {
+    if (join != Join::kDone || h.slot >= cfg_.slots.num_slots) {
+      ++counters_.parent_stale;
+      return {};
+    }
+    const size_t k = copy_index(h.slot, h.shadow);
+    const CopyView c = table_.copy(h.slot, h.shadow);
+    const bool poisoned_here =
+        tree_state_[k] == kMismatchUp && mismatch_seq_[k] == h.seq && c.seq == h.seq;
+    if (!poisoned_here && waiting_copy(h, join) < 0) return {};
+    tree_state_[k] = kMismatched;
+    mismatch_seq_[k] = h.seq;
+    int32_t* w = above_words_.data() + k * above_stride_;
+    for (size_t i = 0; i < 5 + report_words_; ++i) w[i] = static_cast<int32_t>(pkt.word(1 + i));
+    return above_reply(k, Reply::Target::kAllRanks, 0, h);
+  }
   const uint32_t leaf_words = (parent_world_ + 31) / 32;
   if (pkt.hdr.count < 6 + leaf_words) return {};  // the short form: nothing to relay
   const long k = waiting_copy(pkt.hdr, join);
   if (k < 0) return {};
   tree_state_[k] = kMismatched;
+  mismatch_seq_[k] = pkt.hdr.seq;
   int32_t* w = above_words_.data() + static_cast<size_t>(k) * above_stride_;
   for (size_t i = 0; i < 5; ++i) w[i] = static_cast<int32_t>(pkt.word(1 + i));
   uint32_t* bits = reinterpret_cast<uint32_t*>(w + 5);

@@ -76,6 +76,11 @@ class LeafRelay {
   // which has no result here: the same abort to the parent, as this leaf's. Target kNone when the
   // copy holds another round or its result.
   Reply forward_abort(const wire::Header& h, uint32_t cause);
+  // Every local rank is in a poisoned copy (its ranks called the collective with different
+  // arguments; `h` is the DATA that asks): the parent must tell every leaf, so the words go up as
+  // this leaf's ERROR kRoundMismatch in global ranks (WIRE.md, "Mismatches in a tree"); once the
+  // parent answered, the answer goes to the asking rank.
+  Reply local_mismatch(const wire::Header& h);
   // The parent's RESULT has replaced copy `copy`'s partial (copy_index).
   bool has_result(size_t copy) const { return tree_state_[copy] == kHaveResult; }
   // DATA of a local rank (`h.rank`: its served rank) for a copy complete here and not has_result():
@@ -127,6 +132,7 @@ class LeafRelay {
     kExpSent = 3,     // float SUM: the exponent request went up; E is awaited
     kAborted = 4,     // the parent answered the partial with an abort (above_words_)
     kMismatched = 5,  // the parent answered the partial with a round mismatch (above_words_)
+    kMismatchUp = 6,  // the local ranks disagree (a poisoned copy): the parent was told
   };
   static constexpr uint16_t kNoRank = 0xFFFF;  // served ranks are below 65535
 
@@ -183,6 +189,9 @@ class LeafRelay {
   // report_words_ bitmap words of the ranks of the other shape]. above_stride_ words each.
   std::vector<int32_t> above_words_;
   size_t above_stride_ = 0;
+  // Per copy: the round of the states kMismatchUp and kMismatched (a poisoned copy never
+  // completes, so tree_state_ alone could be an older round's).
+  std::vector<BlockSeq> mismatch_seq_;
   // Per copy: the root's last missing-children report for the waiting round, in global ranks
   // (report_words_ int32 bitmap words of the world, then the wire tree note), valid while
   // report_seq_[copy] is the copy's seq and report_valid_[copy] is set.

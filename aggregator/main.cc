@@ -221,6 +221,23 @@ CLI::Validator host_port_validator() {
       "HOST:PORT");
 }
 
+// --controller: one host:port or a comma-separated list of controller replicas.
+CLI::Validator host_port_list_validator() {
+  return CLI::Validator(
+      [](std::string& s) {
+        const CLI::Validator one = host_port_validator();
+        size_t at = 0;
+        for (;;) {
+          const size_t comma = s.find(',', at);
+          std::string elem = s.substr(at, comma == std::string::npos ? comma : comma - at);
+          if (std::string e = one(elem); !e.empty()) return e;
+          if (comma == std::string::npos) return std::string{};
+          at = comma + 1;
+        }
+      },
+      "HOST:PORT[,HOST:PORT...]");
+}
+
 // Aggregation tree leaf (one static job): see the header comment.
 void add_tree_flags(CLI::App& app, Flags& f) {
   f.parent_opt =
@@ -243,8 +260,10 @@ void add_tree_flags(CLI::App& app, Flags& f) {
 
 #if INA_HAVE_CONTROLLER
 void add_controller_flags(CLI::App& app, Flags& f) {
-  app.add_option("--controller", f.controller, "register with ina-controller at host:port")
-      ->check(host_port_validator());
+  app.add_option("--controller", f.controller,
+                 "register with ina-controller at host:port (replicas: a comma-separated list, "
+                 "tried in turn; any replica forwards to the leader)")
+      ->check(host_port_list_validator());
   f.advertise_opt =
       app.add_option("--advertise", f.agent.advertise_host,
                      "address workers use to reach this aggregator (dpdk: default --ip)")
@@ -441,9 +460,18 @@ int main(int argc, char** argv) {
   f.agent.block_elems = f.block;
   f.agent.heartbeat = std::chrono::milliseconds(f.heartbeat_ms);
   if (f.managed()) {
-    const size_t c = f.controller.rfind(':');
-    f.agent.controller_host = f.controller.substr(0, c);
-    f.agent.controller_port = static_cast<uint16_t>(std::atoi(f.controller.c_str() + c + 1));
+    for (size_t at = 0;;) {
+      const size_t comma = f.controller.find(',', at);
+      const std::string e =
+          f.controller.substr(at, comma == std::string::npos ? comma : comma - at);
+      const size_t c = e.rfind(':');
+      f.agent.controllers.emplace_back(e.substr(0, c),
+                                       static_cast<uint16_t>(std::atoi(e.c_str() + c + 1)));
+      if (comma == std::string::npos) break;
+      at = comma + 1;
+    }
+    f.agent.controller_host = f.agent.controllers[0].first;
+    f.agent.controller_port = f.agent.controllers[0].second;
   }
 #endif
   return f.backend == "dpdk" ? dispatch_dpdk(f) : dispatch_udp(f);

@@ -2,6 +2,7 @@
 //
 //   ina-controller [--bind 127.0.0.1] [--port 47480] [--port-file F] [--state-file F]
 //                  [--heartbeat-timeout-ms 3000] [--default-shards 1] [--job-idle-ttl-ms 600000]
+//                  [--store etcd://h1:2379,h2:2379 --advertise HOST:PORT]   (replicas, one leads)
 //
 // Serves until SIGINT/SIGTERM.
 #include <signal.h>
@@ -47,14 +48,27 @@ int main(int argc, char** argv) {
                  "crashed trainer never releases it), freeing its slots; 0: never")
       ->check(CLI::Range(int64_t{0}, int64_t{30} * 24 * 3600 * 1000))
       ->capture_default_str();
+  app.add_option("--store", opts.store,
+                 "etcd://host:port[,host:port...]: keep the state in etcd and run as one of "
+                 "several replicas, one of which leads (instead of --state-file)");
+  app.add_option("--advertise", opts.advertise,
+                 "host:port other replicas and clients reach this one at (--store; default "
+                 "--bind:--port)");
   bool check_config = false;
   app.add_flag("--check-config", check_config,
                "check the arguments (as a service's ExecStart would pass them) and exit 0 without "
                "binding or writing anything (non-zero on a bad argument)");
   CLI11_PARSE(app, argc, argv);
   if (check_config) {
-    std::printf("ina-controller: configuration ok: %s:%u, state file %s\n", opts.bind.c_str(),
-                unsigned{opts.port}, opts.state_file.empty() ? "none" : opts.state_file.c_str());
+    if (!opts.store.empty() && !opts.state_file.empty()) {
+      std::fprintf(stderr, "ina-controller: --store and --state-file exclude each other\n");
+      return 1;
+    }
+    std::printf("ina-controller: configuration ok: %s:%u, state %s\n", opts.bind.c_str(),
+                unsigned{opts.port},
+                !opts.store.empty()       ? opts.store.c_str()
+                : opts.state_file.empty() ? "none"
+                                          : opts.state_file.c_str());
     return 0;
   }
 

@@ -33,6 +33,7 @@
 #include <thread>
 
 #include "controller/http_bind.h"
+#include "controller/replica_etcd.h"
 #include "controller/requests.h"
 #include "controller/state.h"
 #include "controller/state_file.h"
@@ -158,6 +159,8 @@ struct ControllerServer::Impl {
   int port = 0;
   std::mutex mu;
   ControllerState state;
+  std::unique_ptr<EtcdReplica> replica;  // --store etcd://...: shared state, one leader
+  std::string self;                      // this replica's advertised host:port
   // admission latency (server side: request parsed to answer built), by the answer's kind
   static constexpr const char* kAdmitKinds[4] = {"flat", "tree", "sharded", "refused"};
   double admit_seconds_sum[4] = {};
@@ -183,8 +186,11 @@ struct ControllerServer::Impl {
   uint64_t persist_unlogged = 0;
   Millis persist_logged_at = 0;
   bool persist_logged_any = false;
-  void persist() {
-    if (opts.state_file.empty()) return;
+  // Returns false only with --store etcd when the change was not stored (see persist_replica):
+  // the caller answers 503 and the client asks again.
+  bool persist() {
+    if (replica) return persist_replica();
+    if (opts.state_file.empty()) return true;
     const Status st = write_file_atomic(opts.state_file, state.to_json());
     if (st.ok()) {
       if (!persist_error.empty()) {
@@ -192,14 +198,14 @@ struct ControllerServer::Impl {
                  opts.state_file.c_str(), static_cast<unsigned long long>(persist_failures));
       }
       persist_error.clear();
-      return;
+      return true;
     }
     persist_error = st.message();
     ++persist_failures;
     const Millis now = now_ms();
     if (persist_logged_any && now - persist_logged_at < kPersistLogEvery) {
       ++persist_unlogged;
-      return;
+      return true;
     }
     const std::string unlogged = persist_unlogged == 0
                                      ? std::string{}
@@ -212,6 +218,84 @@ struct ControllerServer::Impl {
     persist_unlogged = 0;
     persist_logged_at = now;
     persist_logged_any = true;
+    return true;
+  }
+
+  // etcd: the leader's fenced write. A failed one leaves the state in memory ahead of etcd, so it
+  // is replaced by etcd's (or, when etcd cannot be read either, this replica stops leading and
+  // loads it again when it leads next): nothing unstored is ever answered from.
+  bool persist_replica() {
+    const Status st = replica->save(state.to_json());
+    if (st.ok()) {
+      persist_error.clear();
+      return true;
+    }
+    persist_error = st.message();
+    ++persist_failures;
+    Result<std::string> text = replica->reload();
+    if (text.ok()) {
+      const Status loaded = load_replica_state(*text);
+      if (!loaded.ok()) replica->step_down("the stored state does not load");
+    } else {
+      replica->step_down("the state in etcd cannot be read back after a failed write");
+    }
+    // At most one line per kPersistLogEvery (an etcd outage fails every write), with the count.
+    const Millis now = now_ms();
+    if (persist_logged_any && now - persist_logged_at < kPersistLogEvery) {
+      ++persist_unlogged;
+      return false;
+    }
+    INA_WARN(kComponent, "state not stored in %s: %s (%llu failed writes since start)",
+             replica->describe().c_str(), st.message().c_str(),
+             static_cast<unsigned long long>(persist_failures));
+    persist_unlogged = 0;
+    persist_logged_at = now;
+    persist_logged_any = true;
+    return false;
+  }
+
+  // Called with mu held: the state as etcd holds it ("" : nothing stored yet).
+  Status load_replica_state(const std::string& text) {
+    if (!text.empty()) return state.from_json(text, now_ms());
+    const ControllerState empty(
+        StateOptions{opts.heartbeat_timeout_ms, opts.default_shards, opts.job_idle_ttl_ms},
+        random_key);
+    return state.from_json(empty.to_json(), now_ms());
+  }
+
+  // A write reaching a replica that does not lead goes to the leader (one hop: a forwarded
+  // request is never forwarded again). True when the request was answered here.
+  bool forward_unless_leading(const httplib::Request& req, httplib::Response& res) {
+    if (!replica || replica->leading()) return false;
+    const std::string leader = replica->leader();
+    res.set_header("X-Ina-Leader", leader);
+    auto unavailable_reply = [&res](const std::string& why) {
+      res.status = 503;
+      res.set_content("error " + why + "\n", "text/plain");
+    };
+    if (leader.empty() || leader == self || req.has_header("X-Ina-Forwarded")) {
+      unavailable_reply("no controller replica leads at the moment (election in " +
+                        replica->describe() + "); ask again");
+      return true;
+    }
+    const size_t colon = leader.rfind(':');
+    httplib::Client cli(leader.substr(0, colon), std::atoi(leader.c_str() + colon + 1));
+    cli.set_connection_timeout(1, 0);
+    cli.set_read_timeout(5, 0);
+    httplib::Headers h = {{"X-Ina-Forwarded", self}};
+    const std::string type = req.get_header_value("Content-Type");
+    httplib::Result r = req.method == "POST"     ? cli.Post(req.target.c_str(), h, req.body,
+                                                        type.empty() ? "text/plain" : type.c_str())
+                            : req.method == "DELETE" ? cli.Delete(req.target.c_str(), h)
+                                                 : cli.Get(req.target.c_str(), h);
+    if (!r) {
+      unavailable_reply("the leader " + leader + " cannot be reached (" +
+                        httplib::to_string(r.error()) + "); ask again");
+      return true;
+    }
+    res.status = r->status;
+    res.set_content(r->body, r->get_header_value("Content-Type").c_str());
+    return true;
   }
 
   void routes();
@@ -233,6 +317,7 @@ void ControllerServer::Impl::routes() {
 
   http.Post("/v1/aggregators/heartbeat",
             [this, bad](const httplib::Request& req, httplib::Response& res) {
+              if (forward_unless_leading(req, res)) return;
               Result<HeartbeatRequest> r = parse_heartbeat_request(req.body);
               if (!r.ok()) return bad(res, 400, r.status().message());
               const AggregatorInfo& a = r.value().info;
@@ -241,7 +326,7 @@ void ControllerServer::Impl::routes() {
               const Status s = state.heartbeat(a, now_ms());
               if (!s.ok()) return bad(res, 400, s.message());
               ++heartbeats;
-              if (!known) persist();
+              if (!known && !persist()) return bad(res, 503, "registration not stored; again");
               const Millis now = now_ms();
               for (const HeartbeatRequest::JobReport& x : r.value().jobs) {
                 state.set_job_telemetry(x.job, a.id, x.telemetry);
@@ -285,11 +370,12 @@ void ControllerServer::Impl::routes() {
     res.set_content(out.dump(2) + "\n", "application/json");
   });
 
-  http.Post("/v1/aggregators/drain", [this, status_reply](const httplib::Request& req,
-                                                          httplib::Response& res) {
+  http.Post("/v1/aggregators/drain", [this, status_reply, bad](const httplib::Request& req,
+                                                               httplib::Response& res) {
+    if (forward_unless_leading(req, res)) return;
     std::lock_guard<std::mutex> g(mu);
     const Status s = state.drain(req.get_param_value("id"), req.get_param_value("on") != "0");
-    if (s.ok()) persist();
+    if (s.ok() && !persist()) return bad(res, 503, "drain not stored; ask again");
     status_reply(res, s);
   });
 
@@ -312,16 +398,18 @@ void ControllerServer::Impl::routes() {
 
   http.Delete(R"(/v1/jobs/(\d+))",
               [this, bad, status_reply](const httplib::Request& req, httplib::Response& res) {
+                if (forward_unless_leading(req, res)) return;
                 uint32_t id = 0;
                 if (!parse_u32(req.matches[1], &id))
                   return bad(res, 400, "job id is not a 32-bit number");
                 std::lock_guard<std::mutex> g(mu);
                 const Status s = state.remove_job(id);
-                if (s.ok()) persist();
+                if (s.ok() && !persist()) return bad(res, 503, "removal not stored; ask again");
                 status_reply(res, s);
               });
 
   http.Get("/v1/admit", [this](const httplib::Request& req, httplib::Response& res) {
+    if (forward_unless_leading(req, res)) return;
     const auto t0 = std::chrono::steady_clock::now();
     Result<AdmitRequest> parsed = parse_admit_request(req.params);
     if (!parsed.ok()) {
@@ -339,7 +427,12 @@ void ControllerServer::Impl::routes() {
       res.set_content("error " + r.status().message() + "\n", "text/plain");
       return;
     }
-    if (r.value().id != known) persist();  // a new job; the other ranks change nothing
+    // A new job; the other ranks change nothing. Not stored (etcd): not answered either.
+    if (r.value().id != known && !persist()) {
+      res.status = 503;
+      res.set_content("error admission not stored; ask again\n", "text/plain");
+      return;
+    }
     res.set_content(admission_text(r.value(), a.rank, state), "text/plain");
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const int kind = r.value().state != JobState::kActive ? 3
@@ -351,20 +444,25 @@ void ControllerServer::Impl::routes() {
     ++admit_count[kind];
   });
 
-  http.Get("/v1/release",
-           [this, status_reply](const httplib::Request& req, httplib::Response& res) {
-             uint32_t rank = 0;
-             if (!parse_u32(req.get_param_value("rank"), &rank)) {
-               res.status = 400;
-               res.set_content("{\"error\":\"rank must be an unsigned decimal number\"}\n",
-                               "application/json");
-               return;
-             }
-             std::lock_guard<std::mutex> g(mu);
-             const Status s = state.release(req.get_param_value("name"), rank);
-             if (s.ok()) persist();
-             status_reply(res, s);
-           });
+  http.Get(
+      "/v1/release", [this, status_reply](const httplib::Request& req, httplib::Response& res) {
+        if (forward_unless_leading(req, res)) return;
+        uint32_t rank = 0;
+        if (!parse_u32(req.get_param_value("rank"), &rank)) {
+          res.status = 400;
+          res.set_content("{\"error\":\"rank must be an unsigned decimal number\"}\n",
+                          "application/json");
+          return;
+        }
+        std::lock_guard<std::mutex> g(mu);
+        const Status s = state.release(req.get_param_value("name"), rank);
+        if (s.ok() && !persist()) {
+          res.status = 503;
+          res.set_content("{\"error\":\"release not stored; ask again\"}\n", "application/json");
+          return;
+        }
+        status_reply(res, s);
+      });
 
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics(), "text/plain; version=0.0.4");
@@ -451,6 +549,11 @@ std::string ControllerServer::Impl::metrics() {
   for (const auto& [id, a] : state.aggregators()) {
     m << "ina_controller_free_slots{aggregator=\"" << id << "\"} " << state.free_slots(id) << "\n";
   }
+  if (replica) {
+    single(m, "ina_controller_leader", "gauge",
+           "1 when this replica leads (--store etcd), 0 when it follows.",
+           replica->leading() ? 1 : 0);
+  }
   single(m, "ina_controller_persist_ok", "gauge",
          "1 when the last write of the state file succeeded (or none is configured).",
          persist_error.empty() ? 1 : 0);
@@ -468,9 +571,15 @@ Result<std::unique_ptr<ControllerServer>> ControllerServer::create(const ServerO
     return invalid_argument("default shards must be in 1..256");
   }
   if (opts.job_idle_ttl_ms < 0) return invalid_argument("job idle TTL must be >= 0 ms (0: never)");
+  if (!opts.store.empty() && !opts.state_file.empty()) {
+    return invalid_argument("--store etcd://... and --state-file exclude each other");
+  }
   std::unique_ptr<ControllerServer> s(new ControllerServer());
   s->impl_ = std::make_unique<Impl>(opts);
   Impl& m = *s->impl_;
+  if (!opts.store.empty()) {
+    INA_ASSIGN_OR_RETURN(m.replica, EtcdReplica::create(opts.store));
+  }
   if (!opts.state_file.empty()) {
     // A file that exists but cannot be read is an error (starting empty would overwrite it).
     Result<std::string> text = read_state_file(opts.state_file);
@@ -490,6 +599,7 @@ Result<std::unique_ptr<ControllerServer>> ControllerServer::create(const ServerO
   m.routes();
   m.http.set_read_timeout(5, 0);
   INA_ASSIGN_OR_RETURN(m.port, http::bind_exclusive(m.http, opts.bind, opts.port, "--port"));
+  m.self = opts.advertise.empty() ? opts.bind + ":" + std::to_string(m.port) : opts.advertise;
   return s;
 }
 
@@ -497,11 +607,18 @@ uint16_t ControllerServer::port() const { return static_cast<uint16_t>(impl_->po
 
 Status ControllerServer::run() {
   Impl& m = *impl_;
+  if (m.replica) {
+    m.replica->start(m.self, [&m](const std::string& text, bool) {
+      std::lock_guard<std::mutex> g(m.mu);
+      return m.load_replica_state(text);
+    });
+  }
   std::thread expiry([&m] {
     const auto period =
         std::chrono::milliseconds(std::max<int64_t>(m.opts.heartbeat_timeout_ms / 4, 10));
     std::unique_lock<std::mutex> lk(m.stop_mu);
     while (!m.stop_cv.wait_for(lk, period, [&m] { return m.stopping; })) {
+      if (m.replica && !m.replica->leading()) continue;  // the leader expires
       std::lock_guard<std::mutex> g(m.mu);
       const Millis now = now_ms();
       const bool aggs_gone = !m.state.expire(now).empty();
@@ -515,6 +632,7 @@ Status ControllerServer::run() {
   }
   m.stop_cv.notify_all();
   expiry.join();
+  if (m.replica) m.replica->stop();
   return ok ? ok_status() : unavailable("http server failed");
 }
 

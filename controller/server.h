@@ -19,6 +19,11 @@ struct ServerOptions {
   int64_t heartbeat_timeout_ms = 3000;
   uint32_t default_shards = 1;       // shards for an admission that asks for none
   int64_t job_idle_ttl_ms = 600000;  // active job without packets this long expires; 0: never
+  // "etcd://h1:p1,h2:p2": the state lives in etcd and replicas elect a leader (replica_etcd.h);
+  // "" : the state file (or nothing). Not both.
+  std::string store;
+  std::string
+      advertise;  // this replica's "host:port" for clients and other replicas ("": bind:port)
 };
 
 class ControllerServer {

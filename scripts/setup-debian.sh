@@ -12,6 +12,9 @@ packages=(
   clang-format                             # tests/ops/format.sh: the layout of .clang-format
   libcli11-dev                             # argument parsing
   libcpp-httplib-dev nlohmann-json3-dev    # controller feature: ina-controller, HTTP endpoints
+  etcd-server etcd-client                  # controller replicas (--store etcd://); the test
+                                           # runs its own cluster (the package's etcd.service,
+                                           # started under systemd, is not used)
   libibverbs-dev                           # rdma feature (compiles here; no RDMA at run time)
   libdpdk-dev                              # dpdk feature: aggregator backend, worker transport
   libxdp-dev libbpf-dev                    # xdp feature: AF_XDP worker transport

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Sets everything up and runs every test suite: installs the Debian packages, builds in
-# build-test/ with warnings as errors, runs `meson test` (suites unit, integration and torch; the
-# suites that need hardware report SKIP with their reason), then a short run of every libFuzzer
-# harness (scripts/fuzz.sh 5: a clang build of the harnesses in build-fuzz/).
+# build-test/ with warnings as errors, runs `meson test` (suites unit, integration, conformance and
+# torch; the suites that need hardware report SKIP with their reason), then a short run of every
+# libFuzzer harness (scripts/fuzz.sh 5: a clang build of the harnesses in build-fuzz/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Meson finds the CUDA toolkit (for libina-cuda.so) through nvcc on PATH or CUDA_PATH.

@@ -129,6 +129,26 @@ static inline double bench_alltoall_busbw_factor(int ranks) {
   return ranks > 1 ? (double)(ranks - 1) / (double)ranks : 0.0;
 }
 
+/* AllToAllv with expert loads (--coll alltoallv --zipf S): each rank sends `elems` elements in
+ * all (the size's share of one rank), rank j (expert j) receiving the share 1/(j+1)^S of every
+ * rank's tokens, normalized (S = 0: uniform, every pair gets elems/N), rounded down; what
+ * rounding leaves goes to rank 0. Every sender routes by the same popularity, as tokens of one
+ * step go to the same popular experts: rank 0 is the hot receiver (Zipf(1.2) at 8 ranks: 12x the
+ * coldest rank's bytes). The counts of every pair are computed by every rank alike. */
+static inline size_t bench_a2av_count(size_t elems, int ranks, int to, double zipf_s) {
+  double sum = 0;
+  for (int j = 0; j < ranks; ++j) sum += pow((double)(j + 1), -zipf_s);
+  size_t given = 0;
+  size_t mine = 0;
+  for (int j = 0; j < ranks; ++j) {
+    size_t c = (size_t)((double)elems * pow((double)(j + 1), -zipf_s) / sum);
+    if (c > elems - given) c = elems - given;
+    given += c;
+    if (j == to) mine = c;
+  }
+  return to == 0 ? mine + (elems - given) : mine;
+}
+
 static inline double bench_now_us(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -307,6 +327,8 @@ typedef struct {
   int32_t ok;                  /* 1: every collective of this size succeeded */
   double time_us;              /* average time of one collective */
   int64_t wrong;               /* elements outside the bound (-1: not checked) */
+  double cpu_s;                /* BENCH_REC_SIZE: the process's CPU seconds (user + system, all
+                                  threads) over the timed iterations; 0: not measured */
   uint64_t stats[BENCH_STATS]; /* BENCH_REC_STATS: tool-specific counters */
   char msg[256];               /* failure message */
 } bench_record;

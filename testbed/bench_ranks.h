@@ -27,6 +27,7 @@ struct SizeRow {
   int reports = 0;
   double time_us = 0;  // max over ranks
   int64_t wrong = 0;   // sum over ranks (-1: not checked)
+  double cpu_s = 0;    // sum over ranks of their CPU seconds in the timed iterations
   bool ok = true;      // every rank's collectives succeeded
   bool printed = false;
 };
@@ -123,6 +124,7 @@ inline void collect(int fd, int ranks, int nsizes,
     SizeRow& row = out->rows[static_cast<size_t>(rec.size_index)];
     row.reports++;
     if (rec.time_us > row.time_us) row.time_us = rec.time_us;
+    row.cpu_s += rec.cpu_s;
     if (rec.wrong < 0)
       row.wrong = -1;
     else if (row.wrong >= 0)
@@ -174,7 +176,7 @@ inline bool wait_ranks(const std::vector<pid_t>& pids, std::vector<std::string>*
 
 // Sends one size record (children).
 inline void report_size(int fd, int rank, int k, double time_us, int64_t wrong, bool ok,
-                        const std::string& msg) {
+                        const std::string& msg, double cpu_s = 0) {
   bench_record rec;
   std::memset(&rec, 0, sizeof rec);
   rec.kind = BENCH_REC_SIZE;
@@ -183,6 +185,7 @@ inline void report_size(int fd, int rank, int k, double time_us, int64_t wrong, 
   rec.ok = ok ? 1 : 0;
   rec.time_us = time_us;
   rec.wrong = wrong;
+  rec.cpu_s = cpu_s;
   std::snprintf(rec.msg, sizeof rec.msg, "%s", msg.c_str());
   (void)bench_write_record(fd, &rec);
 }

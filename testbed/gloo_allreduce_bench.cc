@@ -13,10 +13,15 @@
 //
 //   ina-gloo-bench --rank 0 --world-size 2 --store-dir /run/x --bind 10.77.1.1 -e 16M   # and 1
 //
+// --coll alltoall times gloo::alltoall instead (each rank sends size/N bytes to each peer, sizes
+// rounded down to whole elements per rank, busbw = algbw (N-1)/N, every element compared
+// exactly), as ina-bench and ina-mpi-bench --coll alltoall do.
+//
 // time = max over ranks of the average time of one call; #wrong = sum over ranks (the inputs
 // have few significant bits, so the float sum is exact in any order; one ulp is allowed anyway).
 #include <dirent.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
@@ -60,6 +65,8 @@ struct Options {
   int rank = -1;          // >= 0: external mode, this process is that rank
   std::string store_dir;  // external mode: the FileStore's directory
   std::string bind = "127.0.0.1";
+  std::string coll = "allreduce";  // allreduce | alltoall
+  bool alltoall = false;
   bool is_int = false;
   int opcode = 0;  // 0 sum, 1 min, 2 max
   size_t min_b = 0, max_b = 0, cap_b = 0;
@@ -92,6 +99,23 @@ double ulp_f32(double a) {
     e = std::max(e2 - 1, -126);
   }
   return std::ldexp(1.0, e - 23);
+}
+
+// AllToAll: block j of `out` (per_peer elements) must be rank j's elements for `rank`.
+int64_t check_alltoall(const Options& o, int rank, int ranks, const void* out, size_t per_peer,
+                       double scale) {
+  int64_t wrong = 0;
+  for (int j = 0; j < ranks; ++j)
+    for (size_t i = 0; i < per_peer; ++i) {
+      const size_t at = static_cast<size_t>(j) * per_peer + i;
+      const size_t src = static_cast<size_t>(rank) * per_peer + i;
+      const bool bad = o.is_int ? static_cast<const int32_t*>(out)[at] != bench_int_value(src, j)
+                                : static_cast<const float*>(out)[at] !=
+                                      static_cast<float>(bench_float_value(src, j, 256, scale));
+      if (bad && wrong++ < 5)
+        std::fprintf(stderr, "# rank %d: element %zu (from rank %d) wrong\n", rank, at, j);
+    }
+  return wrong;
 }
 
 int64_t check_output(const Options& o, int rank, int ranks, const void* out, size_t count,
@@ -202,12 +226,26 @@ int child_main(const Options& o, const std::vector<size_t>& sizes, const std::st
         opts.setReduceFunction(reduce_fn<float>(o.opcode));
       }
       opts.setTag(static_cast<uint32_t>(k));
-      for (int i = 0; i < warmup; ++i) gloo::allreduce(opts);
+      gloo::AlltoallOptions a2a(ctx);
+      a2a.setTimeout(std::chrono::milliseconds(o.timeout_ms));
+      a2a.setTag(static_cast<uint32_t>(k));
+      if (o.is_int) {
+        a2a.setInput(reinterpret_cast<int32_t*>(send_store.data()), count);
+        a2a.setOutput(reinterpret_cast<int32_t*>(recv_store.data()), count);
+      } else {
+        a2a.setInput(reinterpret_cast<float*>(send_store.data()), count);
+        a2a.setOutput(reinterpret_cast<float*>(recv_store.data()), count);
+      }
+      auto run_once = [&] { o.alltoall ? gloo::alltoall(a2a) : gloo::allreduce(opts); };
+      for (int i = 0; i < warmup; ++i) run_once();
       double t0 = bench_now_us();
-      for (int i = 0; i < iters; ++i) gloo::allreduce(opts);
+      for (int i = 0; i < iters; ++i) run_once();
       double t = (bench_now_us() - t0) / iters;
-      int64_t wrong =
-          o.check ? check_output(o, rank, o.ranks, recv_store.data(), count, scale) : -1;
+      const size_t per_peer = count / static_cast<size_t>(o.ranks);
+      int64_t wrong = !o.check ? -1
+                      : o.alltoall
+                          ? check_alltoall(o, rank, o.ranks, recv_store.data(), per_peer, scale)
+                          : check_output(o, rank, o.ranks, recv_store.data(), count, scale);
       if (wrong > 0) all_ok = false;
       sink.size(static_cast<int>(k), t, wrong);
     }
@@ -249,6 +287,9 @@ int main(int argc, char** argv) {
                  "ranks (forked; with --rank: the job's world size)")
       ->capture_default_str();
   app.add_option("--timeout-ms", o.timeout_ms, "Gloo's timeout")->capture_default_str();
+  app.add_option("--coll", o.coll, "allreduce, or alltoall (size/N bytes to each peer)")
+      ->check(CLI::IsMember({"allreduce", "alltoall"}))
+      ->capture_default_str();
   app.add_option("--rank", o.rank,
                  "external mode: this process is that rank of --world-size (one process per "
                  "rank; needs --store-dir)");
@@ -257,6 +298,7 @@ int main(int argc, char** argv) {
   app.add_option("--bind", o.bind, "the TCP transport's address (external mode: this rank's)")
       ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
+  o.alltoall = o.coll == "alltoall";
   if (o.rank >= 0 && (o.rank >= o.ranks || o.store_dir.empty())) {
     std::fprintf(stderr,
                  "ina-gloo-bench: --rank %d: needs 0 <= rank < --world-size (%d) and "
@@ -302,11 +344,24 @@ int main(int argc, char** argv) {
     return 1;
   }
   sizes.resize(static_cast<size_t>(n));
+  if (o.alltoall) {  // whole elements per rank; drop empty and repeated sizes
+    const size_t unit = static_cast<size_t>(o.ranks) * 4;
+    std::vector<size_t> kept;
+    for (size_t b : sizes)
+      if (b / unit * unit > 0 && (kept.empty() || kept.back() != b / unit * unit))
+        kept.push_back(b / unit * unit);
+    if (kept.empty()) {
+      std::fprintf(stderr, "ina-gloo-bench: alltoall needs at least %zu B\n", unit);
+      return 1;
+    }
+    sizes = kept;
+  }
   const char* type_name = o.is_int ? "int32" : "float32";
 
   auto print_header = [&](const char* where) {
-    std::string title =
-        std::string("ina-gloo-bench: Gloo AllReduce (ring), TCP transport on ") + where;
+    std::string title = std::string(o.alltoall ? "ina-gloo-bench: Gloo AllToAll"
+                                               : "ina-gloo-bench: Gloo AllReduce (ring)") +
+                        ", TCP transport on " + where;
     bench_print_preamble(stdout, title.c_str());
     std::printf("# ranks %d, dtype %s, op %s, iters %d, warmup %d, check %d", o.ranks, type_name,
                 o.op.c_str(), o.iters, o.warmup, o.check);
@@ -328,7 +383,9 @@ int main(int argc, char** argv) {
     double algbw = 0;
     double busbw = 0;
     bench_bandwidth(bytes, time_us, o.ranks, &algbw, &busbw);
-    bench_print_row(stdout, bytes, count, type_name, o.op.c_str(), time_us, algbw, busbw, wrong);
+    if (o.alltoall) busbw = algbw * bench_alltoall_busbw_factor(o.ranks);
+    const char* op_name = o.alltoall ? "none" : o.op.c_str();
+    bench_print_row(stdout, bytes, count, type_name, op_name, time_us, algbw, busbw, wrong);
     if (counted) {
       busbw_sum += busbw;
       rows++;
@@ -337,8 +394,9 @@ int main(int argc, char** argv) {
       wrong_total += wrong;
       all_ok = false;
     }
-    if (!o.csv.empty() && bench_csv_append(o.csv.c_str(), "gloo", o.ranks, bytes, count, type_name,
-                                           o.op.c_str(), time_us, algbw, busbw, wrong) != 0)
+    if (!o.csv.empty() &&
+        bench_csv_append(o.csv.c_str(), o.alltoall ? "gloo-alltoall" : "gloo", o.ranks, bytes,
+                         count, type_name, op_name, time_us, algbw, busbw, wrong) != 0)
       std::fprintf(stderr, "ina-gloo-bench: cannot append to %s: %s\n", o.csv.c_str(),
                    std::strerror(errno));
   };

@@ -17,7 +17,10 @@
 // rendezvous store on a free 127.0.0.1 port (INA_STORE if set) and the host path reduces in float
 // (INA_FALLBACK=float unless set). --algo ring|tree|hd sets INA_ALGO for the ranks; auto leaves
 // the choice to the cost model. AllToAll always runs on the host mesh (no aggregator does it), so
-// --coll alltoall gives local mode a store with either transport.
+// --coll alltoall gives local mode a store with either transport. --coll alltoallv --zipf S
+// times AllToAllv with expert loads: each rank sends size bytes in all, rank j receiving the share
+// 1/(j+1)^S of every rank's (bench_common.h's bench_a2av_count; S = 0: uniform), as
+// ina-mpi-bench --coll alltoallv --zipf S does. INA_A2A_ALGO and INA_A2A_GROUP reach the ranks.
 //
 // Every size: fill the send buffer (rank r, element i: bench_float_value / bench_int_value),
 // run the warmup and the timed iterations out of place, then check every element of the last
@@ -36,6 +39,7 @@
 // element check and the summary; the shared pieces for other benches are in bench_common.h.
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -66,7 +70,9 @@
 #include "ina/protocol/fp8.h"
 #include "ina/protocol/quantize.h"
 #include "ina/protocol/types.h"
+#include "ina/protocol/wire.h"
 #include "ina_config.h"
+#include "udp_floor.h"
 #include "worker/config_internal.h"
 #include "worker/host/socket.h"
 
@@ -98,7 +104,8 @@ struct Options {
   std::string max_bytes_per_size = "0";
   std::string transport = "inc";   // inc | host
   std::string algo;                // auto | ring | tree | hd (empty: INA_ALGO as set)
-  std::string coll = "allreduce";  // allreduce | alltoall
+  std::string coll = "allreduce";  // allreduce | alltoall | alltoallv
+  double zipf = 0;                 // alltoallv: the expert popularity exponent
   std::string aggregator;          // external mode
   int aggregators = 1;             // local mode: embedded aggregators the job is sharded over
   int rank = -1;                   // external mode (default INA_RANK)
@@ -106,10 +113,13 @@ struct Options {
   bool workers_given = false;
   ina::Config env;  // the environment (INA_*) overlaid with the flags given
   bool verbose = false;
+  bool cpu = true;    // local mode: CPU per GB reduced after the table
+  bool floor = true;  // ... beside the kernel's floor for the same datagrams
 
   // Derived.
-  bool host = false;      // --transport host
-  bool alltoall = false;  // --coll alltoall
+  bool host = false;       // --transport host
+  bool alltoall = false;   // --coll alltoall or alltoallv
+  bool alltoallv = false;  // --coll alltoallv
   size_t min_b = 0, max_b = 0, cap_b = 0;
   DType dtype = DType::kFloat32;
   ReduceOp rop = ReduceOp::kSum;
@@ -309,14 +319,45 @@ int64_t check_alltoall(const DataSpec& d, int rank, const void* out, size_t per_
   return wrong;
 }
 
+// AllToAllv (bench_a2av_count): rank `rank` receives c elements from every rank j, at j * c; they
+// are j's input elements [off, off + c), off = what j sends to the ranks before `rank`.
+int64_t check_alltoallv(const DataSpec& d, double zipf, int rank, const void* out, size_t elems,
+                        size_t bytes) {
+  int64_t wrong = 0;
+  const size_t c = bench_a2av_count(elems, d.ranks, rank, zipf);
+  size_t off = 0;
+  for (int j = 0; j < rank; ++j) off += bench_a2av_count(elems, d.ranks, j, zipf);
+  for (int j = 0; j < d.ranks; ++j)
+    for (size_t i = 0; i < c; ++i) {
+      const size_t at = static_cast<size_t>(j) * c + i;
+      const double ref =
+          d.dtype == DType::kInt32 ? bench_int_value(off + i, j) : input_value(d, off + i, j);
+      const double got = output_value(d.dtype, out, at);
+      if (!(got == ref) && ++wrong <= 5)
+        std::fprintf(stderr,
+                     "# rank %d, %zu B: element %zu (from rank %d): got %.9g, expected %.9g\n",
+                     rank, bytes, at, j, got, ref);
+    }
+  return wrong;
+}
+
 // ---- the sweep (one rank) ----
 
 struct SizeOutcome {
   double time_us = 0;
+  double cpu_s = 0;  // this process's CPU seconds (user + system) over the timed iterations
   int64_t wrong = 0;
   bool ok = true;
   std::string msg;
 };
+
+// User + system CPU seconds of this process, every thread, so far.
+double process_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_utime.tv_sec + u.ru_stime.tv_sec) +
+         static_cast<double>(u.ru_utime.tv_usec + u.ru_stime.tv_usec) * 1e-6;
+}
 
 using Reporter = std::function<bool(int k, const SizeOutcome&)>;  // false: stop
 
@@ -331,7 +372,15 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
     unsigned char b[64];
   };
   std::vector<Line> send_store(max_bytes / sizeof(Line) + 1);
-  std::vector<Line> recv_store(max_bytes / sizeof(Line) + 1);
+  // AllToAllv: the hot rank receives N times its share, more than it sends.
+  const size_t recv_bytes =
+      o.alltoallv
+          ? std::max(max_bytes, static_cast<size_t>(comm.size()) * esize *
+                                    bench_a2av_count(max_bytes / esize, comm.size(), 0, o.zipf))
+          : max_bytes;
+  std::vector<Line> recv_store(recv_bytes / sizeof(Line) + 1);
+  const auto world = static_cast<size_t>(comm.size());
+  std::vector<size_t> sc(world), sd(world), rc(world), rd(world);
   void* send = send_store.data();
   void* recv = recv_store.data();
   // Blocks as the job cuts them (the WELCOME's, in this dtype's elements): the float SUM check
@@ -347,10 +396,26 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
     int warmup = 0;
     bench_iters_for(bytes, o.iters, o.warmup, o.cap_b, &iters, &warmup);
     fill_input(spec, comm.rank(), send, count);
-    std::memset(recv, 0xff, bytes);  // NaN / -1: a block never written shows up as wrong
+    // NaN / -1: a block never written shows up as wrong
+    std::memset(recv, 0xff,
+                o.alltoallv
+                    ? world * esize * bench_a2av_count(count, comm.size(), comm.rank(), o.zipf)
+                    : bytes);
     // AllToAll: count / N elements to each peer (the sizes are multiples of N elements).
     const size_t per_peer = count / static_cast<size_t>(comm.size());
+    if (o.alltoallv) {
+      size_t off = 0;
+      for (size_t j = 0; j < world; ++j) {
+        sc[j] = bench_a2av_count(count, comm.size(), static_cast<int>(j), o.zipf);
+        sd[j] = off;
+        off += sc[j];
+        rc[j] = bench_a2av_count(count, comm.size(), comm.rank(), o.zipf);
+        rd[j] = j * rc[j];
+      }
+    }
     auto run_once = [&]() {
+      if (o.alltoallv)
+        return comm.alltoallv(send, sc.data(), sd.data(), recv, rc.data(), rd.data(), o.dtype);
       return o.alltoall ? comm.alltoall(send, recv, per_peer, o.dtype)
                         : comm.allreduce(send, recv, count, o.dtype, o.rop);
     };
@@ -364,6 +429,7 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
         *elements += count;
       }
     }
+    const double c0 = process_cpu_s();
     double t0 = bench_now_us();
     int done = 0;
     for (int i = 0; i < iters && res.ok; ++i) {
@@ -378,12 +444,14 @@ bool run_sweep(ina::Communicator& comm, const Options& o, const std::vector<size
       }
     }
     double t1 = bench_now_us();
+    res.cpu_s = process_cpu_s() - c0;
     res.time_us = done > 0 ? (t1 - t0) / done : 0;
     if (!res.ok) {
       res.wrong = 0;
     } else if (o.check) {
-      res.wrong = o.alltoall ? check_alltoall(spec, comm.rank(), recv, per_peer, bytes)
-                             : check_output(spec, comm.rank(), recv, count, bytes);
+      res.wrong = o.alltoallv  ? check_alltoallv(spec, o.zipf, comm.rank(), recv, count, bytes)
+                  : o.alltoall ? check_alltoall(spec, comm.rank(), recv, per_peer, bytes)
+                               : check_output(spec, comm.rank(), recv, count, bytes);
     } else {
       res.wrong = -1;
     }
@@ -494,7 +562,7 @@ void print_summary(const Options& o, const std::array<uint64_t, BENCH_STATS>& w,
 std::string tool_name(const Options& o) {
   std::string t = o.host ? "ina-host" : "ina";
   if (o.host && !o.alltoall && !o.algo.empty() && o.algo != "auto") t += "-" + o.algo;
-  if (o.alltoall) t += "-alltoall";
+  if (o.alltoall) t += o.alltoallv ? "-alltoallv" : "-alltoall";
   return t;
 }
 
@@ -531,7 +599,8 @@ std::string cap_text(size_t cap) {
 }
 
 const char* tool_line(const Options& o) {
-  if (o.alltoall) return "ina-bench: AllToAll (pairwise exchange on the host TCP mesh)";
+  if (o.alltoallv) return "ina-bench: AllToAllv (expert loads) on the host TCP mesh";
+  if (o.alltoall) return "ina-bench: AllToAll on the host TCP mesh";
   return o.host ? "ina-bench: host AllReduce over the TCP mesh (no aggregator)"
                 : "ina-bench: in-network AllReduce through a software aggregator";
 }
@@ -545,6 +614,15 @@ void print_config_line(const Options& o, int ranks, const std::string& where, ui
       block != 0 ? block : o.block_elems, o.window, o.iters, o.warmup, o.check,
       cap_text(o.cap_b).c_str(), o.host ? "transport" : "aggregator", where.c_str());
   const char* algo = std::getenv("INA_ALGO");
+  if (o.alltoall) {
+    const char* a2a = std::getenv("INA_A2A_ALGO");
+    std::printf("# collective: %s, algorithm %s", o.coll.c_str(),
+                o.alltoallv                      ? "pairwise (windowed)"
+                : a2a != nullptr && *a2a != '\0' ? a2a
+                                                 : "auto (cost model)");
+    if (o.alltoallv) std::printf(", expert loads Zipf(%g)", o.zipf);
+    std::printf("\n");
+  }
   if (!o.alltoall)
     std::printf("# collective: allreduce, transport %s, host algorithm %s\n", o.transport.c_str(),
                 algo != nullptr && *algo != '\0' ? algo : "auto (cost model)");
@@ -581,7 +659,7 @@ int child_main(const Options& o, const ina::Config& env_cfg, const std::vector<s
   bool ok = run_sweep(
       *c, o, sizes, false,
       [&](int k, const SizeOutcome& r) {
-        bench::report_size(fd, rank, k, r.time_us, r.wrong, r.ok, r.msg);
+        bench::report_size(fd, rank, k, r.time_us, r.wrong, r.ok, r.msg, r.cpu_s);
         return true;
       },
       &elements);
@@ -589,6 +667,114 @@ int child_main(const Options& o, const ina::Config& env_cfg, const std::vector<s
   c.reset();
   return ok ? 0 : 1;
 }
+
+// CPU seconds per GB reduced, every row, printed after the table as nccl-tests prints busbw:
+// the ranks (the sum over the rank processes of their CPU, every thread, over the timed
+// iterations), the embedded aggregator (its process's CPU between two rows, divided by the
+// bytes reduced in them, warmup included; the aggregator does nothing else), and the kernel's
+// floor for the same datagrams (udp_floor.h: N x the send and receive cost of D bytes on each
+// side), measured once after the sweep for the job's datagram size.
+class CpuReport {
+ public:
+  CpuReport(const Options& o, bool aggregator) : o_(o), aggregator_(aggregator) {}
+  // Before the ranks start their sweep.
+  void start() { last_ = process_cpu_s(); }
+  // Row k is complete: the ranks' CPU sum for it.
+  void row(size_t bytes, double ranks_cpu_s) {
+    int iters = 0;
+    int warmup = 0;
+    bench_iters_for(bytes, o_.iters, o_.warmup, o_.cap_b, &iters, &warmup);
+    Row r;
+    r.bytes = bytes;
+    r.timed_gb = static_cast<double>(bytes) * iters / 1e9;
+    r.ranks_s = ranks_cpu_s;
+    const double now = process_cpu_s();
+    r.agg_s = now - last_;
+    r.all_gb = static_cast<double>(bytes) * (iters + warmup) / 1e9;
+    last_ = now;
+    rows_.push_back(r);
+  }
+  void print(bool floor) const {
+    if (rows_.empty()) return;
+    bench::UdpFloor f;
+    const size_t payload = size_t{o_.block_elems} * 4;
+    if (floor && aggregator_) {
+      // About 32768 datagrams (0.27 GB at 2048 words): the cost per datagram, scaled per row.
+      f = bench::measure_udp_floor(ina::wire::kHeaderSize + payload, 32768);
+      if (!f.error.empty()) std::printf("# floor not measured: %s\n", f.error.c_str());
+    }
+    const bool have_floor = floor && aggregator_ && f.error.empty() && f.received > 0;
+    std::printf(
+        "#\n# CPU seconds (user + system) per GB reduced: ranks = the %d rank processes over the "
+        "timed iterations%s\n",
+        o_.workers,
+        aggregator_ ? "; aggregator = the embedded aggregator's process (warmup included)" : "");
+    if (have_floor) {
+      std::printf(
+          "# floor = the kernel's cost for the same datagrams on each side (UDP_SEGMENT + "
+          "UDP_GRO on loopback, %zu B each: %.2f us per datagram sent and received, %.3f s per "
+          "GB moved; ina-floor-bench)\n",
+          f.datagram, f.per_datagram_s() * 1e6, f.per_gb_s());
+      std::printf("# %10s %9s %10s %9s %9s %9s %9s %9s\n", "size", "ranks", "aggregator", "total",
+                  "floor", "ranks/fl", "agg/fl", "total/fl");
+    } else {
+      std::printf("# %10s %9s %10s %9s\n", "size", "ranks", "aggregator", "total");
+    }
+    double ranks_sum = 0, timed_sum = 0, agg_sum = 0, all_sum = 0, floor_sum = 0;
+    for (const Row& r : rows_) {
+      const double ranks = r.timed_gb > 0 ? r.ranks_s / r.timed_gb : 0;
+      const double agg = aggregator_ && r.all_gb > 0 ? r.agg_s / r.all_gb : 0;
+      const double side = have_floor ? side_floor(f, r.bytes, payload) : 0;
+      ranks_sum += r.ranks_s;
+      timed_sum += r.timed_gb;
+      agg_sum += r.agg_s;
+      all_sum += r.all_gb;
+      floor_sum += side * r.timed_gb;
+      print_line(r.bytes, ranks, agg, side);
+    }
+    const double ranks = timed_sum > 0 ? ranks_sum / timed_sum : 0;
+    const double agg = aggregator_ && all_sum > 0 ? agg_sum / all_sum : 0;
+    char a[32] = "-";
+    if (aggregator_) std::snprintf(a, sizeof a, "%.3f s", agg);
+    std::printf("# CPU per GB reduced (all rows): ranks %.3f s, aggregator %s, total %.3f s", ranks,
+                a, ranks + agg);
+    if (have_floor && timed_sum > 0) {
+      const double side = floor_sum / timed_sum;
+      std::printf("; floor %.3f s per side: ranks %.2fx, aggregator %.2fx, total %.2fx", side,
+                  ranks / side, agg / side, (ranks + agg) / (2 * side));
+    }
+    std::printf("\n#\n");
+    std::fflush(stdout);
+  }
+
+ private:
+  struct Row {
+    size_t bytes = 0;
+    double timed_gb = 0;  // GB reduced in the timed iterations
+    double ranks_s = 0;
+    double agg_s = 0;
+    double all_gb = 0;  // GB reduced, warmup included
+  };
+  // The kernel's CPU per GB reduced for one side (the ranks, or the aggregator).
+  double side_floor(const bench::UdpFloor& f, size_t bytes, size_t payload) const {
+    return f.per_datagram_s() * static_cast<double>(bench::datagrams_per_rank(bytes, payload)) *
+           o_.workers / (static_cast<double>(bytes) / 1e9);
+  }
+  void print_line(size_t bytes, double ranks, double agg, double side) const {
+    char a[16] = "-";
+    if (aggregator_) std::snprintf(a, sizeof a, "%.3f", agg);
+    if (side > 0) {
+      std::printf("# %10zu %9.3f %10s %9.3f %9.3f %9.2f %9.2f %9.2f\n", bytes, ranks, a,
+                  ranks + agg, side, ranks / side, agg / side, (ranks + agg) / (2 * side));
+    } else {
+      std::printf("# %10zu %9.3f %10s %9.3f\n", bytes, ranks, a, ranks + agg);
+    }
+  }
+  const Options& o_;
+  bool aggregator_;
+  double last_ = 0;
+  std::vector<Row> rows_;
+};
 
 // A TCP port free on 127.0.0.1 now (the kernel's pick; rank 0's store binds it right after).
 // Local mode on the host transport: the ranks and their TCP mesh, no aggregator.
@@ -607,6 +793,8 @@ int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vect
   int64_t wrong_total = 0;
   bool all_ok = true;
   bench::Collected col;
+  CpuReport cpu(o, false);
+  cpu.start();
   bench::collect(
       read_fd, o.workers, static_cast<int>(sizes.size()),
       [&](int k, const bench::SizeRow& row) {
@@ -618,6 +806,7 @@ int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vect
         const bool complete = row.reports == o.workers;
         print_row(o, o.workers, sizes[static_cast<size_t>(k)], row.time_us, row.wrong, complete,
                   &busbw_sum, &rows);
+        if (complete) cpu.row(sizes[static_cast<size_t>(k)], row.cpu_s);
         if (row.wrong > 0) wrong_total += row.wrong;
         if (!complete || row.wrong > 0) all_ok = false;
       },
@@ -631,6 +820,7 @@ int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vect
     all_ok = false;
   }
   bench_print_footer(stdout, busbw_sum, rows, static_cast<long long>(wrong_total), o.check);
+  if (o.cpu) cpu.print(false);
   std::array<uint64_t, BENCH_STATS> w{};
   for (size_t r = 0; r < col.stats.size(); ++r)
     if (col.have_stats[r])
@@ -723,6 +913,8 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
   int64_t wrong_total = 0;
   bool all_ok = true;
   bench::Collected col;
+  CpuReport cpu(o, true);
+  cpu.start();
   bench::collect(
       read_fd, o.workers, static_cast<int>(sizes.size()),
       [&](int k, const bench::SizeRow& row) {
@@ -734,6 +926,7 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
         }
         print_row(o, o.workers, sizes[static_cast<size_t>(k)], row.time_us, row.wrong, complete,
                   &busbw_sum, &rows);
+        if (complete) cpu.row(sizes[static_cast<size_t>(k)], row.cpu_s);
         if (row.wrong > 0) wrong_total += row.wrong;
         if (!complete || row.wrong > 0) all_ok = false;
       },
@@ -750,6 +943,7 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
     all_ok = false;
   }
   bench_print_footer(stdout, busbw_sum, rows, static_cast<long long>(wrong_total), o.check);
+  if (o.cpu) cpu.print(o.floor && !o.alltoall);  // AllToAll moves its bytes on the host mesh
 
   uint64_t bytes_in = 0;
   for (const auto& a : aggregators) bytes_in += a->engine_totals().bytes_in;
@@ -977,11 +1171,24 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--algo", o.algo, "host AllReduce algorithm: auto (cost model), ring, tree, hd")
       ->check(CLI::IsMember({"auto", "ring", "tree", "hd"}));
-  app.add_option("--coll", o.coll, "allreduce, or alltoall (size/N bytes to each peer)")
-      ->check(CLI::IsMember({"allreduce", "alltoall"}))
+  app.add_option("--coll", o.coll,
+                 "allreduce, alltoall (size/N bytes to each peer), or alltoallv (size bytes in "
+                 "all, split by --zipf)")
+      ->check(CLI::IsMember({"allreduce", "alltoall", "alltoallv"}))
+      ->capture_default_str();
+  app.add_option(
+         "--zipf", o.zipf,
+         "alltoallv: rank j receives the share 1/(j+1)^S of every rank's bytes (0: uniform)")
+      ->check(CLI::Range(0.0, 10.0))
       ->capture_default_str();
   app.add_flag("-v,--verbose", o.verbose,
                "print the protocol counters (explained) and the aggregator's full counter table");
+  app.add_flag("--cpu,!--no-cpu", o.cpu,
+               "local mode: print the CPU seconds per GB reduced of the ranks and the aggregator")
+      ->capture_default_str();
+  app.add_flag("--floor,!--no-floor", o.floor,
+               "local mode: measure the kernel's floor for the same datagrams and print the ratio")
+      ->capture_default_str();
   CLI11_PARSE(app, argc, argv);
   o.workers_given = workers_opt->count() > 0;
   const bool aggregators_given = aggregators_opt->count() > 0;
@@ -1003,7 +1210,8 @@ int main(int argc, char** argv) {
     // The host algorithms reduce in float unless INA_FALLBACK asks for the quantized words.
     if (std::getenv("INA_FALLBACK") == nullptr) o.env.fallback = ina::FallbackMode::kFloat;
   }
-  o.alltoall = o.coll == "alltoall";
+  o.alltoall = o.coll == "alltoall" || o.coll == "alltoallv";
+  o.alltoallv = o.coll == "alltoallv";
   // The ranks read INA_ALGO when their communicator starts (forked children inherit it).
   if (o.algo == "auto") {
     unsetenv("INA_ALGO");

@@ -2,7 +2,10 @@
  * host-algorithm baseline (Open MPI picks its own algorithm per size: recursive doubling, ring,
  * Rabenseifner). --coll alltoall times MPI_Alltoall instead, as ina-bench --coll alltoall does:
  * each rank sends size/N bytes to each peer (sizes rounded down to whole elements per rank),
- * busbw = algbw (N-1)/N, and every received element is compared exactly.
+ * busbw = algbw (N-1)/N, and every received element is compared exactly. --coll alltoallv
+ * --zipf S times MPI_Alltoallv with the expert loads of bench_a2av_count (bench_common.h): each
+ * rank sends size bytes in all, rank j receiving the share 1/(j+1)^S of them (S = 0: uniform),
+ * as ina-bench --coll alltoallv --zipf S does.
  *
  *   mpirun --allow-run-as-root --oversubscribe -np 4 --mca btl tcp,self \
  *          --mca btl_tcp_if_include lo build/testbed/ina-mpi-bench -b 8 -e 64M
@@ -25,7 +28,8 @@ typedef struct {
   int is_int; /* 0: float32, 1: int32 */
   int op;     /* 0 sum, 1 min, 2 max */
   const char* csv;
-  int alltoall; /* --coll alltoall */
+  int alltoall; /* --coll alltoall: 1; alltoallv: 2 */
+  double zipf;  /* --zipf S: alltoallv's expert popularity exponent */
 } options;
 
 static void usage(FILE* out) {
@@ -33,7 +37,7 @@ static void usage(FILE* out) {
           "usage: ina-mpi-bench [-b minbytes] [-e maxbytes] [-f stepfactor] [-n iters]\n"
           "                     [-w warmup_iters] [-c check] [-d float|int32] [-o sum|min|max]\n"
           "                     [--csv FILE] [--max-bytes-per-size BYTES]\n"
-          "                     [--coll allreduce|alltoall]\n"
+          "                     [--coll allreduce|alltoall|alltoallv] [--zipf S]\n"
           "sizes take K/M/G suffixes;\n"
           "defaults: -b 8 -e 64M -f 2 -n 20 -w 5 -c 1 -d float -o sum\n");
 }
@@ -51,6 +55,7 @@ static int parse_options(int argc, char** argv, options* o) {
       {"csv", required_argument, NULL, 'C'},
       {"max-bytes-per-size", required_argument, NULL, 'B'},
       {"coll", required_argument, NULL, 'L'},
+      {"zipf", required_argument, NULL, 'Z'},
       {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0},
   };
@@ -89,11 +94,19 @@ static int parse_options(int argc, char** argv, options* o) {
           return -1;
         break;
       case 'C': o->csv = optarg; break;
+      case 'Z': {
+        char* end = NULL;
+        o->zipf = strtod(optarg, &end);
+        if (end == optarg || *end != '\0' || !(o->zipf >= 0) || o->zipf > 10) return -1;
+        break;
+      }
       case 'L':
         if (strcmp(optarg, "allreduce") == 0)
           o->alltoall = 0;
         else if (strcmp(optarg, "alltoall") == 0)
           o->alltoall = 1;
+        else if (strcmp(optarg, "alltoallv") == 0)
+          o->alltoall = 2;
         else
           return -1;
         break;
@@ -189,13 +202,39 @@ static long long check_alltoall(const options* o, int rank, int ranks, const voi
   return wrong;
 }
 
+/* AllToAllv: rank `rank` receives c elements from every rank i, at i * c; they are i's elements
+ * [off, off + c), off = what i sends to the ranks before `rank` (bench_a2av_count). */
+static long long check_alltoallv(const options* o, int rank, int ranks, const void* out,
+                                 size_t elems, double scale) {
+  long long wrong = 0;
+  const size_t c = bench_a2av_count(elems, ranks, rank, o->zipf);
+  size_t off = 0;
+  for (int j = 0; j < rank; ++j) off += bench_a2av_count(elems, ranks, j, o->zipf);
+  for (int i = 0; i < ranks; ++i) {
+    for (size_t k = 0; k < c; ++k) {
+      size_t at = (size_t)i * c + k;
+      int bad;
+      if (o->is_int)
+        bad = ((const int32_t*)out)[at] != bench_int_value(off + k, i);
+      else
+        bad = ((const float*)out)[at] != (float)bench_float_value(off + k, i, 256, scale);
+      if (bad) {
+        if (wrong < 5)
+          fprintf(stderr, "# rank %d: element %zu (from rank %d) wrong\n", rank, at, i);
+        wrong++;
+      }
+    }
+  }
+  return wrong;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
 
-  options o = {8, 64u << 20, 0, 2.0, 20, 5, 1, 0, 0, NULL, 0};
+  options o = {8, 64u << 20, 0, 2.0, 20, 5, 1, 0, 0, NULL, 0, 0.0};
   int pr = parse_options(argc, argv, &o);
   if (pr != 0) {
     if (rank == 0) usage(pr > 0 ? stdout : stderr);
@@ -220,9 +259,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   size_t max_bytes = sizes[nsizes - 1];
+  /* AllToAllv: the hot rank receives more than it sends (N times its share). */
+  size_t recv_bytes =
+      o.alltoall == 2
+          ? (size_t)ranks * bench_a2av_count(max_bytes / esize, ranks, 0, o.zipf) * esize
+          : max_bytes;
+  if (recv_bytes < max_bytes) recv_bytes = max_bytes;
+  int* scounts = calloc((size_t)ranks * 4, sizeof(int));
   void* send = malloc(max_bytes + 64);
-  void* recv = malloc(max_bytes + 64);
-  if (send == NULL || recv == NULL) {
+  void* recv = malloc(recv_bytes + 64);
+  if (send == NULL || recv == NULL || scounts == NULL) {
     fprintf(stderr, "ina-mpi-bench: out of memory\n");
     MPI_Abort(MPI_COMM_WORLD, 1);
   }
@@ -230,7 +276,10 @@ int main(int argc, char** argv) {
   MPI_Op op = o.op == 0 ? MPI_SUM : o.op == 1 ? MPI_MIN : MPI_MAX;
   const char* type_name = o.is_int ? "int32" : "float32";
   const char* op_name = o.alltoall ? "none" : o.op == 0 ? "sum" : o.op == 1 ? "min" : "max";
-  const char* tool = o.alltoall ? "mpi-alltoall" : "mpi";
+  const char* tool = o.alltoall == 2 ? "mpi-alltoallv" : o.alltoall ? "mpi-alltoall" : "mpi";
+  int* sdispls = scounts + ranks;
+  int* rcounts = scounts + 2 * ranks;
+  int* rdispls = scounts + 3 * ranks;
   double scale = bench_float_scale(ranks, 3.0e38);
 
   if (rank == 0) {
@@ -241,8 +290,9 @@ int main(int argc, char** argv) {
     if (nl != NULL) *nl = '\0';
     char* comma = strchr(version, ',');
     if (comma != NULL) *comma = '\0';
-    bench_print_preamble(stdout, o.alltoall ? "ina-mpi-bench: MPI_Alltoall"
-                                            : "ina-mpi-bench: MPI_Allreduce (host algorithms)");
+    bench_print_preamble(stdout, o.alltoall == 2 ? "ina-mpi-bench: MPI_Alltoallv"
+                                 : o.alltoall    ? "ina-mpi-bench: MPI_Alltoall"
+                                              : "ina-mpi-bench: MPI_Allreduce (host algorithms)");
     printf("# ranks %d, dtype %s, op %s, iters %d, warmup %d, check %d", ranks, type_name, op_name,
            o.iters, o.warmup, o.check);
     if (o.cap_b > 0) {
@@ -250,6 +300,7 @@ int main(int argc, char** argv) {
       bench_format_size(o.cap_b, cap, sizeof cap);
       printf(", iterations capped at %s per size", cap);
     }
+    if (o.alltoall == 2) printf(", expert loads Zipf(%g)", o.zipf);
     printf("\n# library: %s\n", version);
     bench_print_table_header(stdout);
   }
@@ -263,11 +314,27 @@ int main(int argc, char** argv) {
     int iters = 0, warmup = 0;
     bench_iters_for(bytes, o.iters, o.warmup, o.cap_b, &iters, &warmup);
     fill(&o, rank, send, count, scale);
-    memset(recv, 0xff, bytes);
+    memset(recv, 0xff,
+           o.alltoall == 2 ? (size_t)ranks * bench_a2av_count(count, ranks, rank, o.zipf) * esize
+                           : bytes);
     int per_peer = (int)(count / (size_t)ranks);
+    if (o.alltoall == 2) {
+      int off = 0;
+      for (int j = 0; j < ranks; ++j) {
+        scounts[j] = (int)bench_a2av_count(count, ranks, j, o.zipf);
+        sdispls[j] = off;
+        off += scounts[j];
+        rcounts[j] = (int)bench_a2av_count(count, ranks, rank, o.zipf);
+        rdispls[j] = j * rcounts[j];
+      }
+    }
+#define RUN_ONCE()                                                                                 \
+  (o.alltoall == 2                                                                                 \
+       ? MPI_Alltoallv(send, scounts, sdispls, type, recv, rcounts, rdispls, type, MPI_COMM_WORLD) \
+       : MPI_Alltoall(send, per_peer, type, recv, per_peer, type, MPI_COMM_WORLD))
     for (int i = 0; i < warmup; ++i) {
       if (o.alltoall)
-        MPI_Alltoall(send, per_peer, type, recv, per_peer, type, MPI_COMM_WORLD);
+        RUN_ONCE();
       else
         MPI_Allreduce(send, recv, (int)count, type, op, MPI_COMM_WORLD);
     }
@@ -275,12 +342,13 @@ int main(int argc, char** argv) {
     double t0 = bench_now_us();
     for (int i = 0; i < iters; ++i) {
       if (o.alltoall)
-        MPI_Alltoall(send, per_peer, type, recv, per_peer, type, MPI_COMM_WORLD);
+        RUN_ONCE();
       else
         MPI_Allreduce(send, recv, (int)count, type, op, MPI_COMM_WORLD);
     }
     double t = (bench_now_us() - t0) / iters;
-    long long wrong = !o.check     ? 0
+    long long wrong = !o.check          ? 0
+                      : o.alltoall == 2 ? check_alltoallv(&o, rank, ranks, recv, count, scale)
                       : o.alltoall ? check_alltoall(&o, rank, ranks, recv, (size_t)per_peer, scale)
                                    : check(&o, rank, ranks, recv, count, scale);
     double tmax = 0;
@@ -304,6 +372,7 @@ int main(int argc, char** argv) {
   if (rank == 0) bench_print_footer(stdout, busbw_sum, rows, wrong_total, o.check);
   free(send);
   free(recv);
+  free(scounts);
   int failed = rank == 0 && wrong_total != 0;
   MPI_Bcast(&failed, 1, MPI_INT, 0, MPI_COMM_WORLD);
   MPI_Finalize();

@@ -9,6 +9,7 @@
 #include <cctype>
 #include <cerrno>
 #include <charconv>
+#include <thread>
 
 #include "ina/base/log.h"
 #include "worker/config_internal.h"
@@ -26,10 +27,15 @@ bool parse_num(std::string_view v, uint64_t max, uint64_t* out) {
 }
 
 // URL query value: the job name is already restricted to [A-Za-z0-9._:-]; ':' is fine in a query.
+// `connect_timeout` bounds the connection (connect_tcp retries a refused one until its deadline),
+// `timeout` the whole exchange.
 Result<std::string> http_get(const std::string& host, uint16_t port, const std::string& path,
-                             std::chrono::milliseconds timeout) {
+                             std::chrono::milliseconds timeout,
+                             std::chrono::milliseconds connect_timeout) {
   const auto deadline = host::Clock::now() + timeout;
-  INA_ASSIGN_OR_RETURN(int fd, host::connect_tcp(host, port, deadline));
+  INA_ASSIGN_OR_RETURN(
+      int fd,
+      host::connect_tcp(host, port, std::min(deadline, host::Clock::now() + connect_timeout)));
   const std::string what = "controller " + host + ":" + std::to_string(port);
   const std::string req =
       "GET " + path + " HTTP/1.0\r\nHost: " + host + "\r\nConnection: close\r\n\r\n";
@@ -77,6 +83,43 @@ Result<std::string> http_get(const std::string& host, uint16_t port, const std::
                   what + ": HTTP " + code + ": " + body);
   }
   return body;
+}
+
+Result<std::string> http_get(const std::string& host, uint16_t port, const std::string& path,
+                             std::chrono::milliseconds timeout) {
+  return http_get(host, port, path, timeout, timeout);
+}
+
+// Controller replicas (Config::controllers): asked in turn, round after round, until one answers
+// or `timeout` passes. Any replica forwards to the leader; one that is down, or answers 503 (no
+// leader yet: an election is under way), hands the question to the next. A 400 (a bad request)
+// is the answer: every replica would give it.
+Result<std::string> ask_controllers(const Config& cfg, const std::string& path,
+                                    std::chrono::milliseconds timeout) {
+  if (cfg.controllers.size() <= 1) {
+    return http_get(cfg.controller_host, cfg.controller_port, path, timeout);
+  }
+  using std::chrono::milliseconds;
+  const auto deadline = host::Clock::now() + timeout;
+  Status last = unavailable("no controller replica asked");
+  for (;;) {
+    for (const AggregatorAddress& c : cfg.controllers) {
+      const milliseconds left =
+          std::chrono::duration_cast<milliseconds>(deadline - host::Clock::now());
+      if (left.count() <= 0) {
+        return unavailable("no controller replica of " + std::to_string(cfg.controllers.size()) +
+                           " answered within " + std::to_string(timeout.count()) +
+                           " ms (last: " + last.message() + ")");
+      }
+      Result<std::string> r = http_get(c.host, c.port, path, std::min(left, milliseconds(5000)),
+                                       std::min(left, milliseconds(250)));
+      if (r.ok() || r.status().code() == StatusCode::kInvalidArgument) return r;
+      last = r.status();
+    }
+    std::this_thread::sleep_for(
+        std::min(milliseconds(100),
+                 std::chrono::duration_cast<milliseconds>(deadline - host::Clock::now())));
+  }
 }
 
 }  // namespace
@@ -216,7 +259,7 @@ Status admit(Config* cfg, std::chrono::milliseconds timeout, std::string* host_r
                            "&rank=" + std::to_string(cfg->rank) +
                            "&slots=" + std::to_string(cfg->window) +
                            "&block=" + std::to_string(cfg->block_elems);
-  Result<std::string> body = http_get(cfg->controller_host, cfg->controller_port, path, timeout);
+  Result<std::string> body = ask_controllers(*cfg, path, timeout);
   Result<Admission> a =
       body.ok() ? parse_admission(body.value()) : Result<Admission>(body.status());
   if (a.ok() && a.value().admitted) {
@@ -247,9 +290,8 @@ void release(const Config& cfg) {
   if (cfg.controller_host.empty()) return;
   const std::string name = admission_name(cfg);
   if (name.empty()) return;
-  (void)http_get(cfg.controller_host, cfg.controller_port,
-                 "/v1/release?name=" + name + "&rank=" + std::to_string(cfg.rank),
-                 std::chrono::milliseconds(500));
+  (void)ask_controllers(cfg, "/v1/release?name=" + name + "&rank=" + std::to_string(cfg.rank),
+                        std::chrono::milliseconds(500));
 }
 
 }  // namespace ina::worker

@@ -283,7 +283,8 @@ class CommunicatorImpl final : public Communicator {
     INA_RETURN_IF_ERROR(
         check_count("alltoall", count, static_cast<size_t>(cfg_.world_size), dtype));
     INA_RETURN_IF_ERROR(count_host());
-    return host::alltoall(*mesh_, send, recv, count, dtype);
+    return host::alltoall(*mesh_, send, recv, count, dtype,
+                          alltoall_options(count * dtype_size(dtype)));
   }
 
   Status alltoallv(const void* send, const size_t* send_counts, const size_t* send_displs,
@@ -331,6 +332,14 @@ class CommunicatorImpl final : public Communicator {
         return Status(m.status().code(), "measuring the host cost model: " + m.status().message());
       cost_model_ = *m;
     }
+    const int g = cfg_.alltoall_group;
+    if (host::parse_alltoall_algorithm(cfg_.alltoall_algorithm) ==
+            host::AlltoallAlgorithm::kHierarchical &&
+        !(g > 1 && g < cfg_.world_size && cfg_.world_size % g == 0))
+      INA_WARN("host",
+               "rank %d: INA_A2A_ALGO=hier needs nodes of G ranks, 1 < G < %d dividing the world "
+               "size (INA_A2A_GROUP or LOCAL_WORLD_SIZE; have %d): AllToAll runs flat pairwise",
+               cfg_.rank, cfg_.world_size, g);
     INA_DEBUG("host",
               "rank %d: cost model (%s): alpha %.1f us, beta %.3f ns/B, gamma %.3f ns/B; "
               "allreduce of 8 B: %s, 1 MiB: %s, 64 MiB: %s",
@@ -339,7 +348,23 @@ class CommunicatorImpl final : public Communicator {
               cost_model_.gamma_s_per_byte * 1e9, host::algorithm_name(algo(8).algorithm).data(),
               host::algorithm_name(algo(1 << 20).algorithm).data(),
               host::algorithm_name(algo(64 << 20).algorithm).data());
+    INA_DEBUG("host", "rank %d: alltoall of 64 B blocks: %s, 4 KiB: %s, 64 KiB: %s, 1 MiB: %s",
+              cfg_.rank, a2a_name(64), a2a_name(4 << 10), a2a_name(64 << 10), a2a_name(1 << 20));
     return ok_status();
+  }
+
+  // AllToAll's algorithm for blocks of `block_bytes` (INA_A2A_ALGO, else the cost model).
+  host::AlltoallOptions alltoall_options(size_t block_bytes) const {
+    host::AlltoallOptions o;
+    o.group_size = cfg_.alltoall_group;
+    Result<host::AlltoallAlgorithm> a = host::select_alltoall(
+        cost_model_, block_bytes, cfg_.world_size, o.group_size, cfg_.alltoall_algorithm);
+    if (a.ok()) o.algorithm = *a;  // Config::validate checked alltoall_algorithm
+    return o;
+  }
+
+  const char* a2a_name(size_t block_bytes) const {
+    return host::alltoall_algorithm_name(alltoall_options(block_bytes).algorithm).data();
   }
 
   host::AllreduceOptions algo(size_t bytes) const {

@@ -18,6 +18,7 @@
 #include "ina/protocol/wire.h"
 #include "worker/config_internal.h"
 #include "worker/host/allreduce.h"
+#include "worker/host/alltoall.h"
 #include "worker/host/select.h"
 #include "worker/rdma/verbs_proto.h"
 
@@ -432,9 +433,29 @@ Result<Config> config_from_env(bool own_store) {
   }
   std::string_view controller;
   if (get_env("INA_CONTROLLER", &controller)) {
-    INA_RETURN_IF_ERROR(worker::parse_host_port(controller, "INA_CONTROLLER",
-                                                worker::kDefaultControllerPort, &c.controller_host,
-                                                &c.controller_port));
+    // One replica or a comma-separated list of them.
+    c.controllers.clear();
+    const bool list = controller.find(',') != std::string_view::npos;
+    for (std::string_view rest = controller;;) {
+      const size_t comma = rest.find(',');
+      AggregatorAddress a;
+      const Status st = worker::parse_host_port(rest.substr(0, comma), "INA_CONTROLLER",
+                                                worker::kDefaultControllerPort, &a.host, &a.port);
+      if (!st.ok() && !list) return st;
+      if (!st.ok()) {
+        return bad_value("INA_CONTROLLER", controller,
+                         "comma-separated replicas, each host, host:port, [ipv6] or [ipv6]:port "
+                         "(port 1..65535, default " +
+                             std::to_string(worker::kDefaultControllerPort) + "): element " +
+                             std::to_string(c.controllers.size() + 1) + " is not");
+      }
+      c.controllers.push_back(std::move(a));
+      if (comma == std::string_view::npos) break;
+      rest = rest.substr(comma + 1);
+    }
+    c.controller_host = c.controllers[0].host;
+    c.controller_port = c.controllers[0].port;
+    if (c.controllers.size() == 1) c.controllers.clear();
   }
   std::string_view job_name;
   if (get_env("INA_JOB_NAME", &job_name)) {
@@ -516,6 +537,21 @@ Result<Config> config_from_env(bool own_store) {
   if (get_env("INA_ALGO", &algo)) {
     if (!host::parse_algorithm(algo)) return bad_value("INA_ALGO", algo, "ring, hd or tree");
     c.host_algorithm = std::string(algo);
+  }
+  std::string_view a2a;
+  if (get_env("INA_A2A_ALGO", &a2a)) {
+    if (!host::parse_alltoall_algorithm(a2a))
+      return bad_value("INA_A2A_ALGO", a2a, "pairwise, bruck or hier");
+    c.alltoall_algorithm = std::string(a2a);
+  }
+  INA_RETURN_IF_ERROR(env_unsigned("INA_A2A_GROUP", 0, 1 << 20, false, &c.alltoall_group));
+  std::string_view local_world;  // the launcher's (torchrun): used when it is a plain number
+  if (c.alltoall_group == 0 && get_env("LOCAL_WORLD_SIZE", &local_world)) {
+    int g = 0;
+    auto [end, ec] =
+        std::from_chars(local_world.data(), local_world.data() + local_world.size(), g);
+    if (ec == std::errc() && end == local_world.data() + local_world.size() && g > 0)
+      c.alltoall_group = g;
   }
   std::string_view verbs_device;
   if (get_env("INA_VERBS_DEVICE", &verbs_device)) {
@@ -686,6 +722,15 @@ Status Config::validate() const {
   if (!host_algorithm.empty() && !host::parse_algorithm(host_algorithm)) {
     return invalid_argument("invalid host_algorithm \"" + host_algorithm +
                             "\": must be ring, hd or tree, or empty for the cost model (INA_ALGO)");
+  }
+  if (!alltoall_algorithm.empty() && !host::parse_alltoall_algorithm(alltoall_algorithm)) {
+    return invalid_argument("invalid alltoall_algorithm \"" + alltoall_algorithm +
+                            "\": must be pairwise, bruck or hier, or empty for the cost model "
+                            "(INA_A2A_ALGO)");
+  }
+  if (alltoall_group < 0) {
+    return invalid_argument("invalid alltoall_group " + std::to_string(alltoall_group) +
+                            ": must be >= 0 (INA_A2A_GROUP)");
   }
   if (!verbs_device.empty()) {
     Result<rdma::VerbsSelection> sel = rdma::parse_verbs_selection(verbs_device.c_str(), nullptr);

@@ -347,7 +347,9 @@ void IncEngine::lower_payload_bytes(uint32_t bytes) {
 // ---------------------------------------------------------------------------------------------
 // Allreduce
 
-Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
+Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                            uint64_t shape_elems) {
+  last_mismatch_ = false;
   if (!joined_) return failed_precondition("allreduce before the communicator joined its job");
   if (!is_valid_dtype(static_cast<uint8_t>(dtype)) || !is_valid_op(static_cast<uint8_t>(op))) {
     return invalid_argument("allreduce: unknown dtype or op");
@@ -369,6 +371,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   c.count = count;
   c.dtype = dtype;
   c.op = op;
+  c.shape_elems = shape_elems != 0 ? shape_elems : count;
   c.elem_size = dtype_size(dtype);
   c.block_elems = payload_bytes_ / static_cast<uint32_t>(c.elem_size);
   c.blocks = (count + c.block_elems - 1) / c.block_elems;
@@ -417,6 +420,11 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   while (c.rounds_left > 0) {
     Clock::time_point now = Clock::now();
     if (now >= deadline) return settle_at_deadline(deadline_status(cfg_.timeout));
+    if (cancel_ != nullptr && cancel_->load(std::memory_order_relaxed)) {
+      return Status(StatusCode::kAborted, describe_collective() +
+                                              ": given up: another shard of the job found that the "
+                                              "ranks disagree on this collective's arguments");
+    }
     const Clock::time_point probe_at = std::max(last_rx, last_probe) + kSilenceProbe;
     const auto wait = std::chrono::ceil<std::chrono::microseconds>(
         std::min({next_due_, deadline, probe_at}) - now);
@@ -501,7 +509,7 @@ void IncEngine::finish_header(Slot& sl, uint8_t flags, uint16_t count) {
   h.dtype = coll_.dtype;
   h.op = coll_.op;
   h.coll = coll_.coll;
-  h.elems = static_cast<uint32_t>(coll_.count);
+  h.elems = static_cast<uint32_t>(coll_.shape_elems);
   h.exp = kNoExponent;
   h.root = wire::kNoRoot;
   wire::encode_header(h, sl.pkt);
@@ -731,11 +739,17 @@ Status IncEngine::on_error(const wire::PacketView& pv) {
     case wire::ErrorReason::kRoundMismatch:
       if (in_collective(h.seq)) {
         resync_after_mismatch();
+        last_mismatch_ = true;
         // A flat aggregator's poisoned round: both shapes and their ranks (wire.h).
-        if (h.count >= 6 + (world_ + 31) / 32) return invalid_argument(mismatch_text(pv));
-        std::string m = describe_collective() +
-                        ": ranks disagree on count/dtype/op: every rank must call allreduce with "
-                        "the same arguments (and the same INA_BLOCK_ELEMS and INA_WINDOW)";
+        if (h.count >= 6 + (world_ + 31) / 32) {
+          mismatch_body_ = mismatch_text(pv);
+          return invalid_argument("collective " + std::to_string(coll_.coll) + ": " +
+                                  mismatch_body_);
+        }
+        mismatch_body_ =
+            "ranks disagree on count/dtype/op: every rank must call allreduce with the same "
+            "arguments (and the same INA_BLOCK_ELEMS and INA_WINDOW)";
+        std::string m = describe_collective() + ": " + mismatch_body_;
         if (h.count >= 2) {
           const uint16_t slot = h.slot;
           m += "; the aggregator's round for block seq " + std::to_string(h.seq) + " (slot " +
@@ -755,6 +769,15 @@ Status IncEngine::on_error(const wire::PacketView& pv) {
       const bool aborted = reason == wire::ErrorReason::kAborted;
       if (sl == nullptr || !sl->active || sl->seq != h.seq || sl->shadow != h.shadow ||
           h.count < (aborted ? 3 : 2)) {
+        break;
+      }
+      // The copy holds a round at or past this collective's resynchronization point: the others
+      // moved on because the aggregator told them the ranks disagree on this collective, and
+      // this rank was not told (its answer was lost, or it has not resent yet). Its next resend
+      // of the poisoned round gets the same mismatch words (the aggregator keeps them for the
+      // collective), so it waits for them instead of failing otherwise than the others did.
+      if (!aborted && seq_offset(static_cast<BlockSeq>(pv.word(1)), resync_point(coll_.base_seq)) <
+                          (uint32_t{1} << 31)) {
         break;
       }
       const std::string who = aborted ? "rank " + std::to_string(pv.word(1)) + " gave up on"
@@ -867,8 +890,7 @@ std::string IncEngine::mismatch_text(const wire::PacketView& pv) const {
   const std::string b = "ranks " + missing_ranks_text(first) + ": " +
                         shape(static_cast<uint32_t>(pv.word(4)), static_cast<uint32_t>(pv.word(5)));
   const bool rank0_other = (other[0] & 1u) != 0;
-  return "collective " + std::to_string(coll_.coll) + ": ranks disagree on count/dtype/op (" +
-         (rank0_other ? b + "; " + a : a + "; " + b) +
+  return "ranks disagree on count/dtype/op (" + (rank0_other ? b + "; " + a : a + "; " + b) +
          "): every rank must call allreduce with the same arguments; the communicator stays "
          "usable for the next collective";
 }
@@ -983,11 +1005,17 @@ void IncEngine::send_aborts(bool keep_active) {
 // advanced its counters by its own block count: every rank moves to the same next point instead
 // (the next multiple of 2^24 of the block sequence above this collective's first block, every
 // slot's copy parity reset), so the next collective's rounds line up again.
-void IncEngine::resync_after_mismatch() {
+void IncEngine::resync_after_mismatch() { resync(coll_.base_seq, next_coll_); }
+
+BlockSeq IncEngine::resync_point(BlockSeq from) {
   constexpr BlockSeq kStep = BlockSeq{1} << 24;
-  BlockSeq next = static_cast<BlockSeq>((coll_.base_seq / kStep + 1) * kStep);
-  if (next == 0) next = 1;  // 0 is never a block's seq
-  next_seq_ = next;
+  const auto next = static_cast<BlockSeq>((from / kStep + 1) * kStep);
+  return next == 0 ? 1 : next;  // 0 is never a block's seq
+}
+
+void IncEngine::resync(BlockSeq from, uint32_t next_coll) {
+  next_seq_ = resync_point(from);
+  next_coll_ = next_coll;
   std::fill(use_.begin(), use_.end(), 0u);
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -83,8 +84,31 @@ class IncEngine {
               std::chrono::milliseconds refused = kRefusedJoin);
 
   // Sums (or takes the MIN/MAX of) `count` elements over all ranks. recv may equal send. All
-  // ranks must call it with the same count, dtype and op, in the same order.
-  Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op);
+  // ranks must call it with the same count, dtype and op, in the same order. A call whose
+  // count, dtype or op differs between ranks fails on every rank with the same kInvalidArgument
+  // (the aggregator's mismatch words name both shapes and their ranks), and the engine moves to
+  // the block sequence every rank moves to, so the next matched collective works.
+  // `shape_elems`: the count the DATA headers name as the collective's (0: `count`); a sharded
+  // job names the whole collective's, so that a shard's mismatch report names the user's call.
+  Status allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
+                   uint64_t shape_elems = 0);
+
+  // Set by the last allreduce: it failed because the ranks disagreed on its shape. Then
+  // mismatch_body() is the aggregator's account ("ranks disagree on count/dtype/op (...)"),
+  // the same on every rank.
+  bool last_mismatch() const { return last_mismatch_; }
+  const std::string& mismatch_body() const { return mismatch_body_; }
+  // Where the communicator's counters stand (the next collective's first block and id).
+  BlockSeq next_seq() const { return next_seq_; }
+  uint32_t next_coll() const { return next_coll_; }
+  // Moves the counters to the point every rank moves to after a mismatched collective that began
+  // at block sequence `from`: the next multiple of 2^24 above it, collective id `next_coll`, every
+  // slot's copy parity reset (see resync_after_mismatch in inc_engine.cc). A sharded job calls it
+  // on the shards that did not see the mismatch, with what they stood at before the collective.
+  void resync(BlockSeq from, uint32_t next_coll);
+  // A flag another thread sets to make the running allreduce give up at once (kAborted): a
+  // sharded job's other shard found the mismatch. Null: none. Borrowed.
+  void set_cancel_flag(const std::atomic<bool>* flag) { cancel_ = flag; }
 
   // Lowers the adopted block to `bytes` (rounded down to a multiple of 4; no-op when it is not
   // smaller): a sharded job uses one block over all its aggregators (sharded_engine.h). Only
@@ -153,6 +177,7 @@ class IncEngine {
     uint32_t width = 0;        // W' = min(W, n)
     BlockSeq base_seq = 0;     // seq of block 0
     uint32_t coll = 0;         // collective id (the header's coll)
+    uint64_t shape_elems = 0;  // the header's elems: the collective's count as the user called it
     uint64_t rounds_total = 0;
     uint64_t rounds_left = 0;
   };
@@ -202,6 +227,8 @@ class IncEngine {
   std::string missing_ranks_text(const std::vector<uint32_t>& bitmap) const;
   std::string mismatch_text(const wire::PacketView& pv) const;
   void resync_after_mismatch();
+  // The block sequence every rank moves to after a mismatched collective that began at `from`.
+  static BlockSeq resync_point(BlockSeq from);
   // At the deadline: gives up on every outstanding round and learns from the aggregator whether
   // each completed before that (then the collective succeeds, late) or not (`failed`).
   Status settle_at_deadline(Status failed);
@@ -234,6 +261,9 @@ class IncEngine {
   uint32_t world_ = 0;
   BlockSeq next_seq_ = 1;   // running block sequence of this communicator
   uint32_t next_coll_ = 1;  // collective id of the next allreduce (every rank counts alike)
+  bool last_mismatch_ = false;
+  std::string mismatch_body_;
+  const std::atomic<bool>* cancel_ = nullptr;
   // Adaptive retransmission timeout: a round's "RTT" is send-to-result, which includes waiting
   // for the slowest rank and the queue of the rest of the window, so it varies with load; a fixed
   // timeout below it resends every block (and adds to the load). Kept across collectives.

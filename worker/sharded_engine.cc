@@ -23,6 +23,12 @@ ShardedEngine::ShardedEngine(const Config& cfg, std::vector<std::unique_ptr<Tran
     engines_.push_back(std::make_unique<IncEngine>(cfg, std::move(t)));
   }
   payload_bytes_ = cfg.block_elems * 4;
+  seq_before_.assign(engines_.size(), 0);
+  coll_before_.assign(engines_.size(), 0);
+  mismatched_.assign(engines_.size(), 0);
+  if (engines_.size() > 1) {
+    for (auto& e : engines_) e->set_cancel_flag(&abandon_);
+  }
   for (size_t k = 1; k < engines_.size(); ++k)
     threads_.emplace_back([this, k] { shard_thread(k); });
 }
@@ -124,12 +130,26 @@ Status ShardedEngine::allreduce(const void* send, void* recv, size_t count, DTyp
   const auto* in = static_cast<const uint8_t*>(send);
   auto* out = static_cast<uint8_t*>(recv);
   const size_t shards = engines_.size();
+  abandon_.store(false);
+  for (size_t k = 0; k < shards; ++k) {
+    seq_before_[k] = engines_[k]->next_seq();
+    coll_before_[k] = engines_[k]->next_coll();
+    mismatched_[k] = 0;
+  }
   auto range = [&](size_t k) -> Status {
     const BlockRange r = shard_range(n, k, shards);
     if (r.empty()) return ok_status();
     const uint64_t first = r.first * k_elems;
     const uint64_t end = std::min<uint64_t>(r.end * k_elems, count);
-    return engines_[k]->allreduce(in + first * es, out + first * es, end - first, dtype, op);
+    // The headers name the whole collective's count: a shard's mismatch report then names the
+    // user's calls, and every shard's report reads the same.
+    Status st =
+        engines_[k]->allreduce(in + first * es, out + first * es, end - first, dtype, op, count);
+    if (engines_[k]->last_mismatch()) {
+      mismatched_[k] = 1;
+      abandon_.store(true);
+    }
+    return st;
   };
   if (n <= 1) {
     // At most one non-empty range (the last shard's): run it here, without waking the threads.
@@ -137,6 +157,14 @@ Status ShardedEngine::allreduce(const void* send, void* recv, size_t count, DTyp
     if (n == 1) results_[shards - 1] = range(shards - 1);
   } else {
     run_all(range);
+  }
+  for (size_t k = 0; k < shards; ++k) {
+    if (mismatched_[k] == 0) continue;
+    // The ranks disagree: every shard moves on alike (the ones that saw the mismatch did so
+    // already, from the same point), and every rank says the same, whichever shard told it.
+    for (size_t j = 0; j < shards; ++j) engines_[j]->resync(seq_before_[j], coll_before_[j] + 1);
+    return invalid_argument("sharded allreduce (collective " + std::to_string(collectives_) +
+                            "): " + engines_[k]->mismatch_body());
   }
   return combined("sharded allreduce");
 }

@@ -5,6 +5,7 @@
 // (started at construction, stopped and joined by the destructor; no global state).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -91,6 +92,15 @@ class ShardedEngine {
   bool stop_ = false;
   const std::function<Status(size_t)>* task_ = nullptr;
   std::vector<Status> results_;
+  // A mismatched collective (IncEngine::last_mismatch): each shard's counters before it, which
+  // shards reported the mismatch (each written by its own thread), and the flag that makes the
+  // other shards give up at once (a shard whose blocks only some ranks sent would wait for its
+  // deadline). Every shard then moves to the point every rank moves to (IncEngine::resync), so
+  // all of them, also those that saw no poisoned round, line up for the next collective.
+  std::vector<BlockSeq> seq_before_;
+  std::vector<uint32_t> coll_before_;
+  std::vector<uint8_t> mismatched_;
+  std::atomic<bool> abandon_{false};
   std::vector<std::thread> threads_;
 };
 

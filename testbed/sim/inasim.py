@@ -24,7 +24,23 @@ default host-ring) fit a, b of the ring formula (g folded into b); INA rows fit 
 bi and c of the single-level formula. Validation predicts every measured row back and reports the
 mean absolute relative error per variant.
 
+AllToAll (blocks of b bytes per pair, N ranks on nodes of G; A2AParams): the host algorithms of
+worker/host/alltoall*.cc with a two-tier network, node links (alpha_node, beta_node) and the
+network (alpha, beta, each rank's share of its node's NIC), o the CPU cost of each further
+message of a window (a send and a receive system call, a wake-up), gc the time per byte of a
+memory copy, M = N / G nodes:
+  flat pairwise   alpha + (N-2) o + max((G-1) b beta_node, (N-G) b beta)
+                  (every message posted at once; node and network bytes move concurrently)
+  bruck           ceil(log2 N) (alpha + floor(N/2) b (beta + 2 gc)) + N b gc
+  hierarchical    alpha_node + (G-2) o + (G-1) M b beta_node        (node phase, messages M b)
+                  + alpha + (M-2) o + (M-1) G b beta                 (global phase, messages G b)
+                  + 2 N b gc                                         (packing before each phase)
+Assumptions: ranks of a node are consecutive; a rank's network share is its NIC divided by G;
+a window of messages shares one latency (no incast: the pairwise schedule pairs every receiver
+with one sender per round); no loss, no congestion control effects.
+
 CLI:
+  inasim.py alltoall -N 1024 -G 8 [--alpha 20e-6 ...]             # flat vs hierarchical
   inasim.py formulas --alpha 5e-6 --beta 1e-10 -N 8 -D 1M        # one point, every algorithm
   inasim.py calibrate results.csv [--json params.json]            # fit and validate
   inasim.py crossover [--params params.json] [--plots DIR]        # best algorithm by N and size
@@ -391,6 +407,66 @@ def predict_link_scale(fit, alg, n, d, rate, dtype="float32", fan_in=32, c_pkt=N
 
 # ---- crossover ----
 
+class A2AParams:
+    """AllToAll model parameters (seconds, seconds per byte). Defaults: a cluster of nodes of 8
+    ranks, 100 Gbit/s NICs (12.5 GB/s shared by the node's 8 ranks), kernel TCP latency between
+    nodes, shared-memory-speed links inside a node; o from the loopback measurements of the host
+    path (0.6 alpha per further message there; here the CPU part only, 5 us)."""
+
+    def __init__(self, alpha=20e-6, beta=8 / 12.5e9, alpha_node=5e-6, beta_node=1 / 10e9,
+                 o=5e-6, gc=1 / 10e9):
+        self.alpha, self.beta, self.alpha_node, self.beta_node = alpha, beta, alpha_node, beta_node
+        self.o, self.gc = o, gc
+
+
+def _a2a_check(n, g, b):
+    if n < 1 or g < 1 or n % g:
+        raise ValueError(f"N {n}, G {g}: G must divide N")
+    if b < 0:
+        raise ValueError(f"b {b}: must be >= 0 bytes")
+
+
+def t_a2a_pairwise(n, g, b, p):
+    _a2a_check(n, g, b)
+    if n == 1:
+        return 0.0
+    lat = (p.alpha if n > g else p.alpha_node) + (n - 2) * p.o
+    return lat + max((g - 1) * b * p.beta_node, (n - g) * b * p.beta)
+
+
+def t_a2a_bruck(n, g, b, p):
+    _a2a_check(n, g, b)
+    if n == 1:
+        return 0.0
+    steps = math.ceil(math.log2(n))
+    return steps * (p.alpha + (n // 2) * b * (p.beta + 2 * p.gc)) + n * b * p.gc
+
+
+def t_a2a_hier(n, g, b, p):
+    _a2a_check(n, g, b)
+    m = n // g
+    if g == 1 or m == 1:
+        return t_a2a_pairwise(n, g, b, p)
+    node = p.alpha_node + (g - 2) * p.o + (g - 1) * m * b * p.beta_node
+    glob = p.alpha + (m - 2) * p.o + (m - 1) * g * b * p.beta
+    return node + glob + 2 * n * b * p.gc
+
+
+A2A_ALGORITHMS = {"pairwise": t_a2a_pairwise, "bruck": t_a2a_bruck, "hier": t_a2a_hier}
+
+
+def a2a_table(n, g, p, blocks=None):
+    """Markdown: predicted time per algorithm per block size, and flat/hierarchical."""
+    blocks = list(blocks or sizes(8, 1 << 20, 4))
+    lines = [f"| block per pair | " + " | ".join(A2A_ALGORITHMS) + " | pairwise / hier |",
+             "|---" * (len(A2A_ALGORITHMS) + 2) + "|"]
+    for b in blocks:
+        t = {a: f(n, g, b, p) for a, f in A2A_ALGORITHMS.items()}
+        lines.append(f"| {human(b)} | " + " | ".join(f"{t[a] * 1e3:.3f} ms" for a in t) +
+                     f" | {t['pairwise'] / t['hier']:.2f} |")
+    return "\n".join(lines)
+
+
 def sizes(lo=8, hi=1 << 30, factor=4):
     s = lo
     while s <= hi:
@@ -493,6 +569,11 @@ def main(argv=None):
     c.add_argument("csv")
     c.add_argument("--json")
     c.add_argument("--host-variant", default="host-ring")
+    t = sub.add_parser("alltoall")
+    t.add_argument("-N", type=int, default=1024)
+    t.add_argument("-G", type=int, default=8)
+    for name, default in A2AParams().__dict__.items():
+        t.add_argument("--" + name.replace("_", "-"), type=float, default=default)
     x = sub.add_parser("crossover")
     x.add_argument("--params", help="JSON written by calibrate --json")
     x.add_argument("--plots", help="directory for PNG plots")
@@ -501,6 +582,12 @@ def main(argv=None):
         p = Params(alpha=args.alpha, beta=args.beta, c_pkt=args.c_pkt, fan_in=args.fan_in)
         for a in ALGORITHMS:
             print(f"{a:5s} {predict(a, args.N, args.D, p) * 1e6:14.3f} us")
+        return 0
+    if args.cmd == "alltoall":
+        p = A2AParams(**{k: getattr(args, k) for k in A2AParams().__dict__})
+        print(f"# AllToAll, N = {args.N} ranks on nodes of G = {args.G}: predicted time of one "
+              f"call (inasim.py's A2AParams: {p.__dict__})")
+        print(a2a_table(args.N, args.G, p))
         return 0
     if args.cmd == "calibrate":
         p, info = calibrate(read_csv(args.csv), args.host_variant)

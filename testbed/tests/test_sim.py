@@ -130,6 +130,41 @@ class LinkCalibration(unittest.TestCase):
         self.assertGreater(t, 2 * (1 << 30) * 8 / 1e9)  # at least the ring's bytes at 1 Gbit/s
 
 
+class Alltoall(unittest.TestCase):
+    def setUp(self):
+        self.p = inasim.A2AParams(alpha=20e-6, beta=6e-10, alpha_node=5e-6, beta_node=1e-10,
+                                  o=5e-6, gc=1e-10)
+
+    def test_pairwise_formula(self):
+        p = self.p
+        for n, g, b in ((8, 8, 64), (1024, 8, 4096), (64, 4, 1 << 20)):
+            lat = (p.alpha if n > g else p.alpha_node) + (n - 2) * p.o
+            want = lat + max((g - 1) * b * p.beta_node, (n - g) * b * p.beta)
+            self.assertAlmostEqual(inasim.t_a2a_pairwise(n, g, b, p), want, delta=want * 1e-12)
+        self.assertEqual(inasim.t_a2a_pairwise(1, 1, 1 << 20, p), 0.0)
+
+    def test_hierarchical_pays_fewer_latencies_and_moves_bytes_twice(self):
+        p = self.p
+        # 1,024 ranks on nodes of 8: (8-1) + (128-1) messages instead of 1,023.
+        flat, hier = inasim.t_a2a_pairwise(1024, 8, 8, p), inasim.t_a2a_hier(1024, 8, 8, p)
+        self.assertGreater(flat / hier, 5)
+        # Large blocks: the node phase and the packing are extra, the network bytes the same.
+        self.assertGreater(inasim.t_a2a_hier(1024, 8, 1 << 20, p),
+                           inasim.t_a2a_pairwise(1024, 8, 1 << 20, p))
+        # Nothing to group: the flat schedule.
+        self.assertEqual(inasim.t_a2a_hier(8, 8, 64, p), inasim.t_a2a_pairwise(8, 8, 64, p))
+        with self.assertRaises(ValueError):
+            inasim.t_a2a_hier(1000, 24, 64, p)
+
+    def test_bruck_wins_tiny_blocks_only(self):
+        p = self.p
+        self.assertLess(inasim.t_a2a_bruck(1024, 8, 8, p), inasim.t_a2a_pairwise(1024, 8, 8, p))
+        self.assertGreater(inasim.t_a2a_bruck(1024, 8, 1 << 16, p),
+                           inasim.t_a2a_pairwise(1024, 8, 1 << 16, p))
+        table = inasim.a2a_table(1024, 8, p, blocks=[8, 1 << 20])
+        self.assertEqual(len(table.splitlines()), 4)
+
+
 if __name__ == "__main__":
     try:
         import numpy  # noqa: F401

@@ -830,7 +830,9 @@ TEST_F(EngineTest, RoundMismatchTellsEveryRankBothShapes) {
   EXPECT_EQ(data(0, 2, true, 3, {1, 2, 3, 4}).target, Reply::Target::kNone);
   EXPECT_EQ(data(1, 2, true, 3, {1, 2}).target, Reply::Target::kNone);  // rank 2 not in yet
   const Sent s = data(2, 2, true, 3, {5, 6, 7, 8});
-  expect_error(s, wire::ErrorReason::kRoundMismatch);
+  // The rank that brings the last contribution in moves on at once: every rank is told now.
+  EXPECT_EQ(s.target, Reply::Target::kAllRanks);
+  EXPECT_EQ(s.hdr.flags, wire::kFlagError);
   // [reason, count, elems, dtype | op << 8 | root << 16, the other's, ranks of the other shape]
   const int32_t shape = static_cast<int32_t>(DType::kInt32) |
                         static_cast<int32_t>(ReduceOp::kSum) << 8 |
@@ -843,6 +845,21 @@ TEST_F(EngineTest, RoundMismatchTellsEveryRankBothShapes) {
   EXPECT_EQ(again.payload, want);
   EXPECT_EQ(engine_.counters().mismatched, 3u);
   EXPECT_TRUE(engine_.slot_table(kJob)->copy(2, true).poisoned);
+
+  // Ranks 1 and 2 moved on (their next collective's round takes the copy); rank 0's answer was
+  // lost, and its resend of the poisoned round must get the same words, never kSuperseded (which
+  // would fail it otherwise than the others, and leave its block sequence behind theirs).
+  EXPECT_EQ(data(1, 2, true, 1u << 24, {1, 1, 1, 1}).target, Reply::Target::kNone);
+  const Sent late = data(0, 2, true, 3, {1, 2, 3, 4}, wire::kFlagRetransmit);
+  expect_error(late, wire::ErrorReason::kRoundMismatch);
+  EXPECT_EQ(late.payload, want);
+  EXPECT_EQ(late.hdr.seq, 3u);
+  // A stale round of another collective still gets kSuperseded.
+  wire::Header oh = data_header(kJob, kKey, 0, 2, true, 2, 0);
+  oh.flags = wire::kFlagRetransmit;
+  oh.coll = 77;
+  const Sent stale = send_bytes(encode_packet(oh, std::vector<int32_t>{1, 2, 3, 4}));
+  expect_error(stale, wire::ErrorReason::kSuperseded);
 }
 
 // A packet for a job this engine does not serve cannot be verified: counted and dropped.

@@ -1011,8 +1011,8 @@ TEST_F(TreeLeafUnit, RelaysTheRootsMismatchInGlobalRanks) {
   const Reply up = data(7, 1, 10, 7);
   ASSERT_EQ(up.target, Reply::Target::kParent);
   const Reply root_mm = to_root(root, up);
-  ASSERT_EQ(root_mm.target, Reply::Target::kSender);
-  ASSERT_EQ(root_mm.hdr.count, 6 + 1);  // the full form, a bitmap of the 2 leaves
+  ASSERT_EQ(root_mm.target, Reply::Target::kAllRanks);  // every leaf at once
+  ASSERT_EQ(root_mm.hdr.count, 6 + 1);                  // the full form, a bitmap of the 2 leaves
   EXPECT_EQ(W(root_mm)[0], static_cast<int32_t>(wire::ErrorReason::kRoundMismatch));
 
   const Reply down = to_root(leaf_, root_mm);
@@ -1031,6 +1031,47 @@ TEST_F(TreeLeafUnit, RelaysTheRootsMismatchInGlobalRanks) {
   EXPECT_EQ(W(again)[0], static_cast<int32_t>(wire::ErrorReason::kRoundMismatch));
   EXPECT_EQ(testing::ranks_in_bitmap(W(again) + 6, 1), (std::vector<uint32_t>{4, 5, 6, 7}));
   EXPECT_EQ(root.counters().completed, 0u);
+}
+
+// This leaf's own ranks disagree (rank 7 calls with 3 elements, ranks 4-6 and leaf 0's ranks
+// with 2): the poisoned leaf copy never completes, so the leaf tells the root, which waits for
+// leaf 0's partial, words the answer from its shape (leaf 0's ranks called as ranks 4-6 did) and
+// sends it to both leaves at once; the leaf hands it to every local rank as it is. Every rank of
+// the tree gets the same words: ranks 0-6 one shape, rank 7 the other.
+TEST_F(TreeLeafUnit, ALeafsOwnMismatchReachesEveryLeafInGlobalRanks) {
+  Engine root;
+  ASSERT_NO_FATAL_FAILURE(join_under(root));
+  for (uint16_t r = 4; r < 7; ++r) EXPECT_EQ(data(r, 1, 10, r).target, Reply::Target::kNone);
+  wire::Header odd = testing::data_header(kJob, kKey, 7, 1, false, 10, 3);
+  const Reply up = send(odd, {7, 7, 7});
+  ASSERT_EQ(up.target, Reply::Target::kParent);
+  EXPECT_EQ(up.hdr.flags, wire::kFlagError);
+  EXPECT_EQ(up.hdr.rank, 1);       // child_index
+  ASSERT_EQ(up.hdr.count, 7 + 2);  // both groups of this leaf's ranks, the tree tag
+  EXPECT_EQ(W(up)[8], static_cast<int32_t>(wire::kTreeNoteTag));
+  // Leaf 0's partial is not in yet: the root waits for its shape.
+  EXPECT_EQ(to_root(root, up).target, Reply::Target::kNone);
+  const Reply told = from_leaf0(root, testing::data_header(kJob, kKey, 0, 1, false, 10, 2), {1, 1});
+  ASSERT_EQ(told.target, Reply::Target::kAllRanks);
+  ASSERT_EQ(told.hdr.count, 7 + 1);
+  EXPECT_EQ(W(told)[0], static_cast<int32_t>(wire::ErrorReason::kRoundMismatch));
+  EXPECT_EQ(W(told)[1], 2);  // the first shape is leaf 0's: 2 elements
+  EXPECT_EQ(testing::ranks_in_bitmap(W(told) + 6, 1), (std::vector<uint32_t>{7}));
+
+  const Reply down = to_root(leaf_, told);
+  ASSERT_EQ(down.target, Reply::Target::kAllRanks);
+  ASSERT_EQ(down.hdr.count, 6 + 1);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(W(down)[i], W(told)[i]) << i;
+  // A local rank's resend, and a later partial of leaf 0 at the root, get the same words.
+  const Reply again = data(5, 1, 10, 5, true);
+  ASSERT_EQ(again.target, Reply::Target::kSender);
+  ASSERT_EQ(again.hdr.count, 6 + 1);
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(W(again)[i], W(told)[i]) << i;
+  wire::Header resent = testing::data_header(kJob, kKey, 0, 1, false, 10, 2);
+  resent.flags = wire::kFlagRetransmit;
+  const Reply root_again = from_leaf0(root, resent, {1, 1});
+  ASSERT_EQ(root_again.target, Reply::Target::kSender);
+  EXPECT_EQ(root_again.hdr.count, 7 + 1);
 }
 
 TEST(TreeLeaf, MissingLeavesUseTheControllersLeafBases) {

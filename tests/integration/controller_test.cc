@@ -318,6 +318,25 @@ TEST_F(ControllerTest, TwoJobsAtOnceOnOneAggregator) {
   EXPECT_TRUE(dropped);
 }
 
+// Controller replicas (INA_CONTROLLER=a,b,c): a replica that refuses connections is passed over
+// and the job is admitted by the next one, in-network.
+TEST_F(ControllerTest, AdmittedThroughAReplicaListWhoseFirstIsDown) {
+  start_controller();
+  start_aggregator(256);
+  const int dead = ina::testing::free_loopback_port();
+  ASSERT_NE(dead, 0);
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<Status> st = run_job("replicas", 2, 5, 1000, [&](Config& c) {
+    c.controllers = {{"127.0.0.1", static_cast<uint16_t>(dead)},
+                     {"127.0.0.1", static_cast<uint16_t>(ctl_port_)}};
+    c.controller_port = static_cast<uint16_t>(dead);
+  });
+  expect_all_ok(st);
+  for (const auto& [k, s] : stats_) EXPECT_EQ(s.host_collectives, 0u) << k;
+  // The refused replica costs a connection attempt of at most 250 ms per ask, not the timeout.
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 8s);
+}
+
 TEST_F(ControllerTest, RefusedJobRunsOnTheHostFallback) {
   start_controller();
   start_aggregator(32);

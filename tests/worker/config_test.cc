@@ -689,6 +689,20 @@ TEST_F(ConfigEnvTest, ControllerAndJobName) {
   EXPECT_EQ(c.controller_port, 9000);
   EXPECT_EQ(c.job_name, "resnet-42.a:b");
   EXPECT_FALSE(c.host_only);  // a store without INA_AGGREGATOR, but the controller places it
+  EXPECT_TRUE(c.controllers.empty());  // one replica: controller_host:port alone
+  // Replicas: a list, each with the controller's default port unless given; the first is
+  // controller_host:port.
+  setenv("INA_CONTROLLER", "h1:9001,h2,[::1]:9003", 1);
+  c = parse_ok();
+  ASSERT_EQ(c.controllers.size(), 3u);
+  EXPECT_EQ(c.controller_host, "h1");
+  EXPECT_EQ(c.controller_port, 9001);
+  EXPECT_EQ(c.controllers[1].host, "h2");
+  EXPECT_EQ(c.controllers[1].port, worker::kDefaultControllerPort);
+  EXPECT_EQ(c.controllers[2].host, "::1");
+  EXPECT_EQ(c.controllers[2].port, 9003);
+  expect_rejected("INA_CONTROLLER", "h1:9001,");
+  expect_rejected("INA_CONTROLLER", "h1:9001,h2:0");
   expect_rejected("INA_CONTROLLER", "host:");
   expect_rejected("INA_JOB_NAME", "a b");
   expect_rejected("INA_JOB_NAME", "x/y");

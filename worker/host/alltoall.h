@@ -1,26 +1,112 @@
 // AllToAll and AllToAllv: every rank sends a distinct block to every rank (MoE expert
 // parallelism's dispatch and combine).
+//
+//   AlltoallOptions opts;                              // algorithm, node group size
+//   opts.algorithm = *select_alltoall(model, block_bytes, world, group, "");  // or pick one
+//   Status s = alltoall(ctx, send, recv, count, DType::kFloat32, opts);
+//
+// Algorithms (one file each, the block comment on top explains it):
+//   pairwise      alltoall_pairwise.cc: P-1 exchanges, a byte-bounded window of them in flight
+//                 (bandwidth-optimal: every byte crosses the network once)
+//   bruck         alltoall_bruck.cc: ceil(log2 P) exchanges of about half the buffer each
+//                 (latency-optimal for small blocks; moves each byte up to log2 P times)
+//   hierarchical  alltoall_hierarchical.cc: node then global; (G-1) + (P/G-1) exchanges for
+//                 nodes of G consecutive ranks (every byte crosses a node's links twice)
+// AllToAllv always runs the pairwise schedule (sizes differ per peer; zero-size pairs send
+// nothing), which keeps every link busy under skew (alltoall_pairwise.cc).
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <span>
+#include <string_view>
 
 #include "ina/base/status.h"
 #include "ina/protocol/types.h"
 #include "worker/host/context.h"
+#include "worker/host/select.h"
 
 namespace ina::host {
 
+enum class AlltoallAlgorithm {
+  kPairwise,      // alltoall_pairwise.cc
+  kBruck,         // alltoall_bruck.cc
+  kHierarchical,  // alltoall_hierarchical.cc
+};
+
+std::string_view alltoall_algorithm_name(AlltoallAlgorithm a);  // "pairwise", "bruck", "hier"
+std::optional<AlltoallAlgorithm> parse_alltoall_algorithm(std::string_view s);
+
+// Bytes the pairwise schedule keeps posted at once (sends plus receives, at least
+// kAlltoallMinRounds rounds whatever their size): enough to keep a link busy while the next round
+// is posted, little enough that the kernel's socket buffers, not the rank's memory, hold the data.
+inline constexpr size_t kAlltoallWindowBytes = 8 << 20;
+// Bruck is considered only while one step's message (floor(P/2) blocks) stays under this: beyond
+// it the log2 P-fold bytes and the copies cost more than the latencies saved (measured on
+// loopback with ina-a2a-algo-bench: Bruck ties pairwise at 8-16 KiB steps and loses from 32 KiB
+// on, at 4 and 8 ranks), and a
+// latency measured under load (alpha inflated, beta not) would otherwise push the model towards
+// it for large blocks, as AllReduce's recursive doubling is bounded by
+// kRecursiveDoublingMaxBytes.
+inline constexpr size_t kBruckMaxStepBytes = 16 << 10;
+inline constexpr int kAlltoallMinRounds = 4;
+
+struct AlltoallOptions {
+  AlltoallAlgorithm algorithm = AlltoallAlgorithm::kPairwise;
+  // Hierarchical: ranks per node, the node being consecutive ranks [n G, (n+1) G). It must divide
+  // the world size; 0 or 1 (or the world size) leaves nothing to group: the flat pairwise runs.
+  int group_size = 0;
+  size_t window_bytes = kAlltoallWindowBytes;  // pairwise
+};
+
 // send and recv hold size() blocks of `count` elements: block j of send goes to rank j, and
 // block i of recv comes from rank i. send and recv must not overlap.
-Status alltoall(Context& ctx, const void* send, void* recv, size_t count, DType t);
+Status alltoall(Context& ctx, const void* send, void* recv, size_t count, DType t,
+                const AlltoallOptions& opts = {});
 
 // Per-peer counts and displacements, in elements: rank j gets send_counts[j] elements from
 // send + send_displs[j]; rank i's contribution lands at recv + recv_displs[i] and must be
-// recv_counts[i] elements (as rank i's send_counts[this rank]; a mismatch is an error naming
-// rank i). Zero counts are allowed. All four spans have size() entries.
+// recv_counts[i] elements (as rank i's send_counts[this rank]; a mismatch of two non-zero counts
+// is an error naming rank i). Zero counts are allowed and send nothing at all, so both sides of a
+// pair must agree that it is empty (as MPI_Alltoallv requires: a rank that sends to a peer
+// expecting nothing leaves a stray message on the connection, which the pair's next message
+// reports as a size mismatch). All four spans have size() entries.
 Status alltoallv(Context& ctx, const void* send, std::span<const size_t> send_counts,
                  std::span<const size_t> send_displs, void* recv,
-                 std::span<const size_t> recv_counts, std::span<const size_t> recv_displs, DType t);
+                 std::span<const size_t> recv_counts, std::span<const size_t> recv_displs, DType t,
+                 const AlltoallOptions& opts = {});
+
+// The algorithms themselves, in bytes (blocks of block_bytes; arguments checked by alltoall()).
+Status alltoall_pairwise(Context& ctx, const uint8_t* send, uint8_t* recv, size_t block_bytes,
+                         size_t window_bytes);
+Status alltoall_bruck(Context& ctx, const uint8_t* send, uint8_t* recv, size_t block_bytes);
+Status alltoall_hierarchical(Context& ctx, const uint8_t* send, uint8_t* recv, size_t block_bytes,
+                             int group_size, size_t window_bytes);
+Status alltoallv_pairwise(Context& ctx, const uint8_t* send, std::span<const size_t> send_counts,
+                          std::span<const size_t> send_displs, uint8_t* recv,
+                          std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
+                          size_t elem_bytes, size_t window_bytes);
+
+// The cost model of the AllToAll algorithms (select.h's alpha, beta and gamma; gamma stands for
+// the time per byte of a memory copy, the same order as a reduction's), for blocks of `b` bytes
+// over P ranks, W = the pairwise window in rounds, G the node size (M = P/G nodes):
+//   pairwise      alpha R + 0.6 (P-1-R) alpha + (P-1) b beta, R = ceil((P-1)/W) windows
+//                 (a window of rounds shares one latency; each further message in it still
+//                 costs a send and a receive system call and often a wake-up: 0.5-1 alpha
+//                 measured on loopback)
+//   bruck         ceil(log2 P) (alpha + floor(P/2) b (beta + 2 gamma)) + P b gamma
+//                 (each step packs and unpacks about half the blocks; the rotations copy all);
+//                 infinite when floor(P/2) b > kBruckMaxStepBytes
+//   hierarchical  pairwise(G ranks, blocks of M b) + pairwise(M ranks, blocks of G b)
+//                 + 2 P b gamma (packing before each level)
+// Inapplicable algorithms cost infinity (hierarchical without a group that divides P).
+double alltoall_cost(const CostModel& m, AlltoallAlgorithm a, size_t block_bytes, int world,
+                     int group_size);
+
+// The cheapest algorithm for blocks of `block_bytes`; `override_name` ("pairwise", "bruck",
+// "hier"; empty: none) wins. An unknown override is a kInvalidArgument naming INA_A2A_ALGO; an
+// override of "hier" with no usable group runs pairwise (alltoall() does the same).
+Result<AlltoallAlgorithm> select_alltoall(const CostModel& m, size_t block_bytes, int world,
+                                          int group_size, std::string_view override_name);
 
 }  // namespace ina::host

@@ -43,6 +43,9 @@
  *                                float: IEEE float32 arithmetic (16-bit types widened to
  *                                float32, rounded once); not more precise in general (README)
  *   INA_ALGO=ring|hd|tree        host AllReduce algorithm (default: a cost model picks)
+ *   INA_A2A_ALGO=pairwise|bruck|hier  host AllToAll algorithm (default: the cost model picks by
+ *                                block size); INA_A2A_GROUP=G: ranks per node for hier
+ *                                (default LOCAL_WORLD_SIZE when set)
  *   INA_HOST_TRANSPORT=auto|tcp|verbs  the host mesh's transport: auto (default) RDMA verbs when
  *                                libina has the rdma feature, libina-verbs.so loads and the
  *                                machine has an RDMA device, else TCP; verbs without them fails

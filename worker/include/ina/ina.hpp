@@ -143,6 +143,10 @@ struct Config {
   // same admission. Empty controller_host: static configuration.
   std::string controller_host;
   uint16_t controller_port = 0;
+  // Controller replicas (INA_CONTROLLER=h1:p1,h2:p2,...): admission asks them in turn until one
+  // answers (any replica forwards to the leader; a failover is waited out within the admission
+  // timeout). The first is controller_host:controller_port. Empty: that one alone.
+  std::vector<AggregatorAddress> controllers;
   std::string job_name;
 
   // A job sharded over several aggregators (INA_AGGREGATOR=h1:p1,h2:p2,...; a controller's
@@ -174,6 +178,14 @@ struct Config {
   std::string xdp_iface;               // INA_XDP_IFACE: the interface to bind
   uint32_t xdp_queue = 0;              // INA_XDP_QUEUE
   bool xdp_copy = false;               // INA_XDP_COPY=1: skip the zero-copy attempt
+
+  // Host AllToAll (after the fields above, which keep their offsets): INA_A2A_ALGO=pairwise|
+  // bruck|hier forces the algorithm (empty: the cost model picks by block size and world size);
+  // INA_A2A_GROUP=G groups consecutive ranks in nodes of G for the hierarchical algorithm (0:
+  // LOCAL_WORLD_SIZE when the launcher sets it, as torchrun does; else no grouping). A group that
+  // does not divide the world size leaves AllToAll flat.
+  std::string alltoall_algorithm;
+  int alltoall_group = 0;
 
   // INA_SOCKET_IFNAME: the interface whose address the host mesh uses when mesh_address is
   // empty (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME). Empty: the route to the store's host.

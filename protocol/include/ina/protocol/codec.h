@@ -12,10 +12,11 @@
 // and any sum over at most N ranks stays within 2^62 (2^30): no overflow in any order or tree.
 // QUANTIZATION.md has the reasoning and the error bound.
 //
-// Element types are handled by one traits struct per dtype (codec.cc): exact widening to float,
-// rounding from double once, the NaN pattern and the magnitude codes. A new float width is one
-// struct and one case in dispatch(). The loops over a block have AVX2 (and F16C) versions chosen
-// at run time; the plain loops are the reference, and codec_test holds both to the same bits.
+// Element types are handled by one traits struct per dtype (ina/kernels/elements.h): exact
+// widening to float, rounding from double once, the NaN pattern and the magnitude codes. A new
+// float width is one struct and one case in dispatch(). The loops over a block are kernels/'
+// (ina/kernels/codec.h: portable, AVX2, AVX-512, NEON, chosen at run time); the plain loops are
+// the reference, and codec_test and codec_kernels_test hold the others to the same bits.
 #pragma once
 
 #include <cstddef>

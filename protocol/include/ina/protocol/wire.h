@@ -85,7 +85,11 @@ enum class ErrorReason : uint32_t {
   // the round is in (until then it answers nothing), also payload[2..5] = the first shape's
   // elems and dtype | op << 8 | root << 16, another shape's the same, and payload[6..] a bitmap
   // of the ranks that sent a shape other than the first (ceil(world/32) words): every rank of the
-  // round gets the same words.
+  // round gets the same words, all at once when the last rank is in, and again on every later
+  // DATA of that collective (the header's coll), also once a newer round took the copy. Trees
+  // (WIRE.md, "kRoundMismatch"): a leaf whose own ranks disagree sends its root the words with
+  // both groups of its ranks (two bitmaps of global ranks, then kTreeNoteTag); the root answers
+  // every leaf with one bitmap of global ranks followed by kTreeNoteTag.
   kRoundMismatch = 4,
   // The one ERROR a worker sends. Worker to aggregator: rank payload[1] gave up on the round
   // (slot, shadow, seq) for cause payload[2] (kAbortDeadline) and will not wait for its result;
@@ -97,7 +101,9 @@ enum class ErrorReason : uint32_t {
   // moved past it, so it can never complete. payload[1] is the sequence the copy holds. A worker
   // still waiting for that round fails its collective (the others gave up on it at their
   // deadline and went on); any other worker ignores it (a delayed duplicate of a round whose
-  // result it has).
+  // result it has), and so does a worker whose copy now holds a round at or past its
+  // collective's resynchronization point (the others were told of a mismatch: its own answer,
+  // kRoundMismatch, comes on its next resend).
   kSuperseded = 6,
 };
 

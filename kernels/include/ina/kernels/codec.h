@@ -1,0 +1,70 @@
+// The block codec's vector loops (protocol/codec.h is their one caller): one implementation per
+// instruction set behind one table of function pointers, as simdjson does it. The portable loops
+// are always built and are the reference: every other implementation gives their bits for every
+// input (codec_kernels_test holds them to it, every dtype, alignment and tail). The best one the
+// CPU runs is chosen once, at the first call; tests pick another by name.
+//
+//   portable  plain C++ (every target)
+//   avx2      x86-64 with AVX2 and F16C
+//   avx512    x86-64 with AVX-512 F/DQ/VL/BW: the avx2 table with the float32 quantizer and the
+//             dequantizers replaced (vcvtpd2qq and vcvtqq2ps convert int64 in one instruction)
+//   neon      arm64 (BlueField and other SmartNIC aggregators): the magnitude scan, the float32
+//             quantizer, int32 SUM and the float32/int32 keys; the rest portable
+//
+// Every function takes raw little-endian bytes at any alignment and any n (tails included).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string_view>
+
+namespace ina::kernels {
+
+// The element formats the loops see.
+enum class Format : uint8_t { kF32, kF16, kBF16, kE4M3, kE5M2, kI32 };
+// What keys() does with each key: store it, or fold it into acc with signed MIN/MAX.
+enum class KeyFold : uint8_t { kStore, kMin, kMax };
+
+struct CodecKernels {
+  const char* name;
+  // The largest finite magnitude code (sign cleared; Inf and NaN count as 0) and whether any
+  // magnitude code is >= bad. Float formats only.
+  void (*scan_codes)(Format f, const void* src, size_t n, uint32_t bad, uint32_t* top,
+                     bool* nonfinite);
+  // q[i] (+)= rint(clamp(x_i * scale, -limit, limit)) for n float32 x (non-finite x as 0), ties
+  // to even; scale and limit are powers of two with limit <= 2^62.
+  void (*quantize_f32)(const void* src, size_t n, double scale, double limit, int64_t* q, bool add);
+  // dst[i] = float32(x_i), exact, for a 16- or 8-bit float format.
+  void (*widen)(Format f, const void* src, size_t n, float* dst);
+  // key_i = the element (kI32) or the order-preserving int32 image of its float32 value,
+  // sign-extended; stored or folded into acc.
+  void (*keys)(Format f, KeyFold op, const void* src, size_t n, int64_t* acc);
+  // The elements of float format f the keys' low words stand for (exact).
+  void (*from_keys)(Format f, const int64_t* key, size_t n, void* dst);
+  // float32 dst[i] = float(q_i) * m (float(q_i) rounded to nearest even once; m a power of two
+  // whose products with every non-zero float(q_i) are float32 normals or overflow).
+  void (*dequantize_f32)(const int64_t* q, size_t n, float m, void* dst);
+  // A 16- or 8-bit float format: dst[i] = (q_i rounded to odd at 24 bits) * m, rounded once.
+  void (*dequantize_narrow)(Format f, const int64_t* q, size_t n, float m, void* dst);
+  // int32 SUM: acc[i] += x_i (sign-extended); from_sum_int32: the low words back.
+  void (*add_int32)(const void* src, size_t n, int64_t* acc);
+  void (*from_sum_int32)(const int64_t* acc, size_t n, void* dst);
+};
+
+// The implementation in use (chosen at the first call: the best this CPU runs).
+const CodecKernels& codec_kernels();
+// Every implementation this CPU runs, best first; the portable one last.
+std::span<const CodecKernels* const> codec_implementations();
+// Tests: use the implementation of this name ("portable", "avx2", ...) from now on; empty: the
+// best again. False (nothing changed) when this CPU does not run it.
+bool set_codec_kernels_for_testing(std::string_view name);
+
+// The implementations, for the selection (implementation.cc); each table is null where its
+// instruction set is not built or not run by this CPU.
+const CodecKernels& portable_codec_kernels();
+const CodecKernels* avx2_codec_kernels();
+const CodecKernels* avx512_codec_kernels();
+const CodecKernels* neon_codec_kernels();
+
+}  // namespace ina::kernels
