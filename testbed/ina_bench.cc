@@ -494,6 +494,32 @@ std::array<uint64_t, BENCH_STATS> stats_array(const ina::CommStats& s, uint64_t 
           s.fast_retransmits};
 }
 
+// Which path the collectives took, from the ranks' counters (w: summed, or one rank's): the
+// header's transport says what was asked, this what ran. `why`: the reason for a host path that
+// was not asked for (empty: see the ranks' warnings).
+void print_path(const Options& o, const std::array<uint64_t, BENCH_STATS>& w,
+                const std::string& why = {}) {
+  const unsigned long long all = w[kCollectives];
+  const unsigned long long host = w[kHostCollectives];
+  const unsigned long long fallbacks = w[kFallbacks];
+  if (o.host || o.alltoall) {
+    std::printf("# path: host mesh (%s)\n", o.alltoall ? "AllToAll" : "--transport host");
+  } else if (host == 0) {
+    std::printf("# path: in-network (%llu collectives, no fallback)\n", all);
+  } else if (host >= all && why.rfind("host only: ", 0) == 0) {
+    std::printf("# path: host mesh for every collective (%s)\n", why.c_str() + 11);
+  } else if (host >= all) {
+    std::printf(
+        "# path: host fallback for every collective: %s\n",
+        why.empty() ? "INA was configured but not used (see the ranks' warnings)" : why.c_str());
+  } else {
+    std::printf(
+        "# path: in-network, then host fallback: %llu of %llu collectives on the host path, %llu "
+        "fallbacks (see the ranks' warnings)\n",
+        host, all, fallbacks);
+  }
+}
+
 // The summary a user reads after a local in-network run (w: the ranks' counters summed;
 // bytes_in: what the aggregators received): bytes on the wire per element, the share of packets
 // resent, the fallbacks. The protocol's own counters follow only with -v, explained.
@@ -806,6 +832,7 @@ int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vect
     if (col.have_stats[r])
       for (size_t j = 0; j < w.size(); ++j) w[j] += col.stats[r][j];
   std::printf("# workers: collectives %llu\n", static_cast<unsigned long long>(w[0]));
+  print_path(o, w);
   for (const auto& f : failures) std::printf("# FAILED %s\n", f.c_str());
   std::fflush(stdout);
   return all_ok ? 0 : 1;
@@ -824,6 +851,12 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
     env_cfg.store = "127.0.0.1:" + std::to_string(*p);
   }
   if (o.host) return run_local_host(o, env_cfg, sizes);
+  // The embedded aggregators are the job's: INA_STORE set without INA_AGGREGATOR made the
+  // environment's configuration host only (and float), which this run is not.
+  if (env_cfg.host_only) {
+    env_cfg.host_only = false;
+    if (std::getenv("INA_FALLBACK") == nullptr) env_cfg.fallback = ina::FallbackMode::kExact;
+  }
 
   ina::agg::UdpOptions uo;
   uo.bind_host = "127.0.0.1";
@@ -925,6 +958,7 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
     if (col.have_stats[r])
       for (size_t j = 0; j < w.size(); ++j) w[j] += col.stats[r][j];
   print_summary(o, w, o.workers, bytes_in);
+  print_path(o, w);
   for (size_t i = 0; o.verbose && i < aggregators.size(); ++i) {
     const auto c = aggregators[i]->engine_totals();
     uint64_t agg_retx = 0;
@@ -1075,12 +1109,23 @@ int run_external_rank(const Options& o, const ina::Config& given,
     bench_print_preamble(stdout, tool_line(o));
     print_config_line(
         o, ranks,
-        (o.host ? "host TCP mesh, store " + cfg.store
+        (o.host || cfg.host_only ? "host TCP mesh, store " + cfg.store
          : !admitted.empty()
              ? admitted
              : cfg.aggregator_host + ":" + std::to_string(cfg.aggregator_port) + " (external)") +
             (cfg.host_only && !o.host ? std::string{} : ", job " + std::to_string(cfg.job)),
         c->block_elems());
+    if (o.host || o.alltoall) {
+      std::printf("# path: host mesh (%s)\n", o.alltoall ? "AllToAll" : "--transport host");
+    } else if (cfg.host_only) {
+      std::printf("# path: host mesh: %s\n", ina::host_only_reason(cfg).c_str());
+    } else if (c->on_host_path()) {
+      std::printf(
+          "# path: host fallback from the start: the aggregator could not serve the job "
+          "(see the ranks' warnings)\n");
+    } else {
+      std::printf("# path: in-network from the start\n");
+    }
     bench_print_table_header(stdout);
   }
   double busbw_sum = 0;
@@ -1120,6 +1165,7 @@ int run_external_rank(const Options& o, const ina::Config& given,
         static_cast<unsigned long long>(s[0]), static_cast<unsigned long long>(s[1]),
         static_cast<unsigned long long>(s[2]), static_cast<unsigned long long>(s[3]),
         static_cast<unsigned long long>(s[4]));
+    print_path(o, s, cfg.host_only ? "host only: " + ina::host_only_reason(cfg) : std::string());
     std::fflush(stdout);
   }
   c.reset();
@@ -1268,11 +1314,14 @@ int main(int argc, char** argv) {
   // with a rank given); local mode forks --workers ranks.
   const char* env_agg = std::getenv("INA_AGGREGATOR");
   const char* env_rank = std::getenv("INA_RANK");
+  // A rank of a host-only job (a store, no aggregator: Config::from_env's host_only) runs as one
+  // too: local mode would start embedded aggregators for it.
   const bool rank_given = o.rank >= 0 || (env_rank != nullptr && *env_rank != '\0');
   // Through a controller: its ranks are admitted there, never served by an embedded aggregator.
   const bool via_controller = !o.env.controller_host.empty() && !o.host;
   const bool external = !o.aggregator.empty() || (env_agg != nullptr && *env_agg != '\0') ||
-                        (o.host && rank_given) || via_controller;
+                        ((o.host || o.env.host_only) && rank_given) || via_controller;
+  if (external && o.env.host_only && !o.host) o.transport = "host (store only, no aggregator)";
   if (aggregators_given && (external || o.host)) {
     std::fprintf(stderr,
                  "ina-bench: --aggregators is for local mode through embedded aggregators "

@@ -247,7 +247,7 @@ void apply_admission(const Admission& x, Config* cfg) {
   INA_INFO("worker", "rank %d: admitted as job %u on %s", cfg->rank, x.job, where.c_str());
 }
 
-Status admit(Config* cfg, std::chrono::milliseconds timeout) {
+Status admit(Config* cfg, std::chrono::milliseconds timeout, std::string* host_reason) {
   const std::string name = admission_name(*cfg);
   if (name.empty()) {
     return invalid_argument(
@@ -269,8 +269,13 @@ Status admit(Config* cfg, std::chrono::milliseconds timeout) {
   if (a.ok() || a.status().code() != StatusCode::kInvalidArgument) {
     const std::string why = a.ok() ? "refused: " + a.value().reason : a.status().message();
     if (!cfg->store.empty() || cfg->external_store != nullptr) {
-      INA_INFO("worker", "rank %d: controller %s; running on the host fallback", cfg->rank,
-               why.c_str());
+      const std::string reason = "controller " + cfg->controller_host + ":" +
+                                 std::to_string(cfg->controller_port) + ": " + why;
+      if (host_reason != nullptr) {
+        *host_reason = reason;
+      } else {
+        INA_DEBUG("worker", "rank %d: %s", cfg->rank, reason.c_str());
+      }
       cfg->host_only = true;
       return ok_status();
     }

@@ -44,8 +44,10 @@ void apply_admission(const Admission& a, Config* cfg);
 // Asks the controller and rewrites cfg (aggregator or aggregators, job, key, window, block) on
 // admission; on a
 // refusal or an unreachable controller, sets host_only when a store is configured (the host
-// fallback), else returns kUnavailable with the reason.
-Status admit(Config* cfg, std::chrono::milliseconds timeout);
+// fallback), else returns kUnavailable with the reason. `host_reason`: where the reason for the
+// host fallback goes (the caller says it); null: the reason is logged at debug level only (a
+// probe that asks again).
+Status admit(Config* cfg, std::chrono::milliseconds timeout, std::string* host_reason = nullptr);
 
 // Tells the controller this rank is done with the job (best effort, short timeout).
 void release(const Config& cfg);

@@ -34,6 +34,7 @@
 #include "worker/host/alltoall.h"
 #include "worker/host/barrier.h"
 #include "worker/host/broadcast.h"
+#include "worker/host/mesh_address.h"
 #include "worker/host/reduce_scatter.h"
 #include "worker/host/select.h"
 #include "worker/host/store.h"
@@ -164,7 +165,8 @@ class CommunicatorImpl final : public Communicator {
  public:
   // `transports`: one per aggregator of the job in shard order (empty: host only).
   CommunicatorImpl(const Config& cfg, std::vector<std::unique_ptr<Transport>> transports,
-                   std::unique_ptr<host::TcpStore> store, std::unique_ptr<host::Context> mesh)
+                   std::unique_ptr<host::TcpStore> store, std::unique_ptr<host::Context> mesh,
+                   const std::string& not_served)
       : cfg_(cfg),
         store_(std::move(store)),
         mesh_(std::move(mesh)),
@@ -176,7 +178,7 @@ class CommunicatorImpl final : public Communicator {
             [this](const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
               return host_allreduce(send, recv, count, dtype, op);
             },
-            [this](size_t bytes) { return algo(bytes); }) {}
+            [this](size_t bytes) { return algo(bytes); }, not_served) {}
 
   ~CommunicatorImpl() override {
     worker::release(cfg_);  // best effort: frees the job's slots once every rank is done
@@ -560,8 +562,22 @@ Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
     vo.timeout = cfg.timeout;
     return connect_verbs_mesh(prefixed, cfg.rank, cfg.world_size, vo);
   }
+  host::MeshAddressInputs mi;
+  mi.mesh_addr = cfg.mesh_address;
+  mi.ifname = cfg.mesh_interface;
+  if (cfg.external_store == nullptr || !cfg.store.empty()) {
+    std::string host;
+    uint16_t port = 0;
+    if (parse_host_port(cfg.store, "INA_STORE", &host, &port).ok()) {
+      mi.store_host = host;
+      mi.store_port = port;
+    }
+  }
+  INA_ASSIGN_OR_RETURN(host::MeshAddress where, host::find_mesh_address(mi));
+  INA_DEBUG("worker", "rank %d: mesh address %s (%s)", cfg.rank, where.address.c_str(),
+            where.how.c_str());
   host::TcpMeshOptions mo;
-  mo.address = cfg.mesh_address;
+  mo.address = where.address;
   mo.timeout = cfg.timeout;
   INA_ASSIGN_OR_RETURN(std::unique_ptr<host::TcpMesh> tm,
                        host::TcpMesh::connect(prefixed, cfg.rank, cfg.world_size, mo));
@@ -601,7 +617,7 @@ Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
 
 Result<std::unique_ptr<Communicator>> create_communicator(
     const Config& cfg, std::vector<std::unique_ptr<Transport>> transports,
-    std::unique_ptr<DeviceOps> device_ops) {
+    std::unique_ptr<DeviceOps> device_ops, const std::string& not_served) {
   INA_RETURN_IF_ERROR(cfg.validate());
   if (!transports.empty() && transports.size() != aggregator_list(cfg).size()) {
     return invalid_argument("create_communicator: " + std::to_string(transports.size()) +
@@ -624,8 +640,14 @@ Result<std::unique_ptr<Communicator>> create_communicator(
         "no aggregator transport and no host mesh: set INA_STORE=host:port or MASTER_ADDR and "
         "MASTER_PORT");
   }
+  if (!not_served.empty() && !cfg.require_inc) {
+    INA_WARN("worker",
+             "rank %d: INA is configured but not used: %s; every collective runs on the host "
+             "mesh (INA_REQUIRE_INC=1 makes this an error)",
+             cfg.rank, not_served.c_str());
+  }
   auto comm = std::make_unique<CommunicatorImpl>(cfg, std::move(transports), std::move(store),
-                                                 std::move(mesh));
+                                                 std::move(mesh), not_served);
   INA_RETURN_IF_ERROR(comm->start());
   return make_async_communicator(std::move(comm), std::move(device_ops), cfg);
 }
@@ -634,16 +656,28 @@ Result<std::unique_ptr<Communicator>> create_communicator(
 
 Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) {
   Config cfg = given;
+  // Why this rank has no aggregator although one (or a controller) is configured: said once at
+  // warning level (or, with INA_REQUIRE_INC=1, an error on every rank: PathPolicy::start).
+  std::string not_served;
   if (cfg.host_only) {
+    if (cfg.require_inc) {
+      return failed_precondition(
+          "INA_REQUIRE_INC=1, but every collective would run on the host "
+          "mesh: " +
+          host_only_reason(cfg));
+    }
     INA_INFO("worker", "rank %d: every collective on the host mesh: %s", cfg.rank,
              host_only_reason(cfg).c_str());
   } else if (!cfg.controller_host.empty()) {
     INA_RETURN_IF_ERROR(cfg.validate());
     INA_RETURN_IF_ERROR(worker::admit(
-        &cfg, std::min<std::chrono::milliseconds>(cfg.timeout, std::chrono::seconds(10))));
+        &cfg, std::min<std::chrono::milliseconds>(cfg.timeout, std::chrono::seconds(10)),
+        &not_served));
   }
   INA_RETURN_IF_ERROR(cfg.validate());
-  if (cfg.host_only) return worker::create_communicator(cfg, nullptr);
+  if (cfg.host_only) {
+    return worker::create_communicator(cfg, {}, worker::make_cuda_device_ops(), not_served);
+  }
   // Kernel-bypass transports are chosen by Config::transport (INA_TRANSPORT=dpdk|xdp) only: a
   // Config built in code keeps kAuto and never starts DPDK or binds AF_XDP by surprise.
   const bool want_dpdk = cfg.transport == AggregatorTransport::kDpdk;
@@ -673,9 +707,9 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) 
     }
     if (!t.ok()) {
       if (cfg.store.empty() || t.status().code() != StatusCode::kUnavailable) return t.status();
-      INA_WARN("worker", "rank %d: %s transport unavailable (%s): host path only", cfg.rank, kind,
-               t.status().message().c_str());
-      return worker::create_communicator(cfg, nullptr);
+      return worker::create_communicator(
+          cfg, {}, worker::make_cuda_device_ops(),
+          std::string(kind) + " transport unavailable: " + t.status().message());
     }
     INA_DEBUG("worker", "rank %d: transport %s to %s", cfg.rank, kind,
               t.value()->peer_name().c_str());
@@ -686,9 +720,8 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) 
       worker::udp_transports(cfg.rank, aggregators);
   if (!transports.ok()) {
     if (cfg.store.empty() && cfg.external_store == nullptr) return transports.status();
-    INA_INFO("worker", "rank %d: no aggregator transport (%s): host path only", cfg.rank,
-             transports.status().message().c_str());
-    return worker::create_communicator(cfg, nullptr);
+    return worker::create_communicator(cfg, {}, worker::make_cuda_device_ops(),
+                                       "no aggregator transport: " + transports.status().message());
   }
   return worker::create_communicator(cfg, std::move(transports).value(),
                                      worker::make_cuda_device_ops());

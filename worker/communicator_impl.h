@@ -3,6 +3,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ina/ina.hpp"
@@ -25,10 +26,12 @@ Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
                                                           std::unique_ptr<Transport> transport,
                                                           std::unique_ptr<DeviceOps> device_ops);
 // A job sharded over several aggregators (Config::aggregators): one transport per aggregator in
-// shard order (their number must match aggregator_list(cfg)); empty: host only.
+// shard order (their number must match aggregator_list(cfg)); empty: host only. `not_served`:
+// why there is no transport although INA is configured (a refused admission, a transport that
+// failed); logged once as a warning, an error on every rank with Config::require_inc.
 Result<std::unique_ptr<Communicator>> create_communicator(
     const Config& cfg, std::vector<std::unique_ptr<Transport>> transports,
-    std::unique_ptr<DeviceOps> device_ops);
+    std::unique_ptr<DeviceOps> device_ops, const std::string& not_served = {});
 
 // One kernel UDP socket per aggregator (shard) of `list`, for rank `rank`; with several, an error
 // names the shard.

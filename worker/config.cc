@@ -487,8 +487,22 @@ Result<Config> config_from_env(bool own_store) {
                        "(e.g. 10.0.0.1:29500)");
     }
   }
+  // The mesh address: INA_MESH_ADDR as given, else found when the mesh forms
+  // (host/mesh_address.h: INA_SOCKET_IFNAME's address, else the route to the store's host).
   std::string_view mesh_addr;
   if (get_env("INA_MESH_ADDR", &mesh_addr)) c.mesh_address = std::string(mesh_addr);
+  std::string_view ifname;
+  if (get_env("INA_SOCKET_IFNAME", &ifname)) {
+    if (ifname.size() >= 16 || ifname.find_first_of("/ \t") != std::string_view::npos) {
+      return bad_value("INA_SOCKET_IFNAME", ifname, "a network interface name (e.g. eth0)");
+    }
+    c.mesh_interface = std::string(ifname);
+  }
+  std::string_view require;
+  if (get_env("INA_REQUIRE_INC", &require)) {
+    if (require != "0" && require != "1") return bad_value("INA_REQUIRE_INC", require, "0 or 1");
+    c.require_inc = require == "1";
+  }
   std::string_view fallback;
   if (get_env("INA_FALLBACK", &fallback)) {
     if (fallback == "exact") {
@@ -562,6 +576,11 @@ Result<Config> config_from_env(bool own_store) {
   if (!have_aggregator && c.controller_host.empty() && (own_store || !c.store.empty())) {
     c.host_only = true;
   }
+  // Every collective on the host mesh, for good: nothing to be bitwise equal to, so the host
+  // AllReduce reduces floats as Gloo does (one host AllReduce; exact mode's quantized words
+  // need a second one for the block exponents, twice the latency of a small collective), unless
+  // INA_FALLBACK asks for exact.
+  if (c.host_only && fallback.empty()) c.fallback = FallbackMode::kFloat;
   std::string_view cost_model;
   if (get_env("INA_COST_MODEL", &cost_model)) {
     INA_RETURN_IF_ERROR(host::parse_cost_model(cost_model).status());
@@ -693,9 +712,6 @@ Status Config::validate() const {
   }
   if (fallback != FallbackMode::kExact && fallback != FallbackMode::kFloat) {
     return invalid_argument("invalid fallback: must be exact or float (INA_FALLBACK)");
-  }
-  if ((!store.empty() || external_store != nullptr) && mesh_address.empty()) {
-    return invalid_argument("invalid mesh_address \"\": must name this host (INA_MESH_ADDR)");
   }
   if (!cost_model.empty())
     INA_RETURN_IF_ERROR(host::parse_cost_model(cost_model, "cost_model (INA_COST_MODEL)").status());

@@ -89,8 +89,10 @@ int32_t flag_of(const Status& s) { return s.ok() ? 0 : fallbackable(s) ? 1 : 2; 
 }  // namespace
 
 PathPolicy::PathPolicy(const Config& cfg, std::unique_ptr<ShardedEngine> engine,
-                       host::Context* mesh, HostAllreduce host_allreduce, Algorithm algorithm)
+                       host::Context* mesh, HostAllreduce host_allreduce, Algorithm algorithm,
+                       std::string not_served)
     : cfg_(cfg),
+      not_served_(std::move(not_served)),
       engine_(std::move(engine)),
       mesh_(mesh),
       host_allreduce_(std::move(host_allreduce)),
@@ -105,12 +107,15 @@ PathPolicy::PathPolicy(const Config& cfg, std::unique_ptr<ShardedEngine> engine,
 Status PathPolicy::start() {
   if (!engine_) {
     host_path_ = true;
-    if (mesh_ != nullptr && !cfg_.controller_host.empty()) {
-      // Admission failed here (refused, or the controller unreachable from this rank): ranks
-      // that were admitted wait in the agreement below, and this vote sends them to the host
-      // path too, so all ranks agree.
+    if (mesh_ != nullptr && (!cfg_.controller_host.empty() || !not_served_.empty())) {
+      // Admission failed here (refused, or the controller unreachable from this rank), or the
+      // aggregator's transport could not be made: ranks that have an engine wait in the
+      // agreement below, and this vote sends them to the host path too, so all ranks agree.
       INA_ASSIGN_OR_RETURN(int32_t worst, agree_max(1, 2 * cfg_.timeout));
       if (worst == 2) return aborted("joining the job: another rank failed to join (see its log)");
+      if (cfg_.require_inc) {
+        return required(not_served_.empty() ? "this rank was not admitted" : not_served_);
+      }
     }
     return ok_status();
   }
@@ -122,11 +127,23 @@ Status PathPolicy::start() {
   if (flag == 2) return s;
   if (worst == 2) return aborted("joining the job: another rank failed to join (see its log)");
   if (worst == 1) {
-    INA_INFO("worker", "rank %d: no aggregator for job %u (%s): running on the host path",
-             cfg_.rank, cfg_.job, s.ok() ? "another rank could not join" : s.message().c_str());
+    const std::string why = "no aggregator for job " + std::to_string(cfg_.job) + " (" +
+                            (s.ok() ? "another rank could not join" : s.message()) + ")";
+    if (cfg_.require_inc) return required(why);
+    // Once, at warning level: the aggregator was configured and cannot serve this job.
+    INA_WARN("worker",
+             "rank %d: INA is configured but not used: %s; running on the host path, probing "
+             "the aggregator again with backoff (INA_REQUIRE_INC=1 makes this an error)",
+             cfg_.rank, why.c_str());
+    lost_ = why;
     enter_host_path();
   }
   return ok_status();
+}
+
+Status PathPolicy::required(const std::string& why) const {
+  return failed_precondition("INA_REQUIRE_INC=1: rank " + std::to_string(cfg_.rank) +
+                             " is not served in-network (" + why + "); the host path is not used");
 }
 
 CommStats PathPolicy::stats(const CommStats& host) const {
@@ -143,6 +160,13 @@ CommStats PathPolicy::stats(const CommStats& host) const {
 Status PathPolicy::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op) {
   if (host_path_) {
     INA_RETURN_IF_ERROR(maybe_probe());
+    // Every rank is on the host path (agreed) and the probe's outcome is agreed: every rank
+    // returns this error for the same collective.
+    if (host_path_ && engine_ && cfg_.require_inc) {
+      return Status(StatusCode::kUnavailable, required(lost_ + "; probing the aggregator again "
+                                                               "with backoff")
+                                                  .message());
+    }
     if (host_path_) {
       ++host_collectives_;
       ++host_allreduces_;
@@ -172,13 +196,22 @@ Status PathPolicy::in_network(const void* send, void* recv, size_t count, DType 
   View mine = failed_view(send, recv, count, dtype, op);
   INA_ASSIGN_OR_RETURN(Agreed a, agree(flag_of(s), s));
   const Clock::time_point agreed_at = Clock::now();
-  INA_INFO("worker", "rank %d: in-network allreduce failed (%s): redone on the host path",
-           cfg_.rank, s.message().c_str());
+  lost_ = "in-network allreduce failed: " + s.message();
+  if (!cfg_.require_inc) {
+    // Once per loss of the aggregator (the host path then runs until a probe succeeds).
+    INA_WARN("worker",
+             "rank %d: in-network allreduce failed (%s): redone on the host path, which serves "
+             "the job until the aggregator answers a probe (INA_REQUIRE_INC=1 makes this an "
+             "error)",
+             cfg_.rank, s.message().c_str());
+  }
   ++fallbacks_;
   if (a == Agreed::kRecoverMine) {
     ++host_collectives_;
     INA_RETURN_IF_ERROR(recover(mine));
     ++done_;  // every rank has now completed this one
+    // Redone, so that every rank holds the same results; the caller still hears of it.
+    if (cfg_.require_inc) return Status(StatusCode::kUnavailable, required(lost_).message());
     INA_DEBUG("worker", "rank %d: the agreement took %.1f ms, the redo on the host path %.1f ms",
               cfg_.rank, std::chrono::duration<double, std::milli>(agreed_at - failed_at).count(),
               std::chrono::duration<double, std::milli>(Clock::now() - agreed_at).count());

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "ina/base/status.h"
@@ -29,8 +30,10 @@ class PathPolicy {
 
   // `engine`: null for a host-only communicator. `mesh`: borrowed, null without a store (then no
   // agreement and no fallback: an in-network failure is the caller's error).
+  // `not_served`: why there is no engine although an aggregator or a controller is configured
+  // (empty: none, or host only by choice).
   PathPolicy(const Config& cfg, std::unique_ptr<ShardedEngine> engine, host::Context* mesh,
-             HostAllreduce host_allreduce, Algorithm algorithm);
+             HostAllreduce host_allreduce, Algorithm algorithm, std::string not_served = {});
 
   // Joins the aggregator(s); with a mesh, every rank agrees on the path (a join that fails for
   // want of an aggregator puts every rank on the host path).
@@ -100,7 +103,12 @@ class PathPolicy {
     return static_cast<size_t>(block) * block_elems(t);
   }
 
+  // With Config::require_inc: the error every rank returns instead of running on the host path.
+  Status required(const std::string& why) const;
+
   const Config cfg_;
+  std::string not_served_;
+  std::string lost_;  // why the job left the in-network path (the last fallback's reason)
   std::unique_ptr<ShardedEngine> engine_;
   host::Context* mesh_;
   HostAllreduce host_allreduce_;

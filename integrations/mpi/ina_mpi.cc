@@ -230,6 +230,7 @@ void bootstrap() {
   if (own_store) {
     char addr[256] = {0};
     if (rank == 0 && why.empty()) {
+      if (cfg.mesh_address.empty()) cfg.mesh_address = "127.0.0.1";  // the store's host
       const uint16_t port = reserve_port(cfg.mesh_address, &hold_fd);
       if (port != 0) {
         std::snprintf(addr, sizeof(addr), "%s:%u", cfg.mesh_address.c_str(), port);

@@ -51,6 +51,8 @@ static const char* const kInaConfigEnvVars[] = {
     "INA_XDP_IFACE",
     "INA_XDP_QUEUE",
     "INA_XDP_COPY",
+    "INA_SOCKET_IFNAME",
+    "INA_REQUIRE_INC",
 };
 #define INA_CONFIG_ENV_VAR_COUNT (sizeof kInaConfigEnvVars / sizeof kInaConfigEnvVars[0])
 

@@ -93,12 +93,42 @@ TEST_F(ConfigEnvTest, ParsesEveryVariable) {
   EXPECT_TRUE(c.validate().ok()) << c.validate().to_string();
 }
 
+// Host only (a store, nothing in-network): float unless INA_FALLBACK says exact; the mesh's
+// interface; INA_REQUIRE_INC.
+TEST_F(ConfigEnvTest, HostOnlyFallbackInterfaceAndRequireInc) {
+  Config c = parse_ok();
+  EXPECT_FALSE(c.require_inc);
+  EXPECT_EQ(c.mesh_interface, "");
+  setenv("INA_STORE", "127.0.0.1:29500", 1);
+  c = parse_ok();
+  EXPECT_TRUE(c.host_only);
+  EXPECT_EQ(c.fallback, FallbackMode::kFloat);  // nothing to be bitwise equal to
+  setenv("INA_FALLBACK", "exact", 1);
+  EXPECT_EQ(parse_ok().fallback, FallbackMode::kExact);
+  unsetenv("INA_FALLBACK");
+  setenv("INA_AGGREGATOR", "127.0.0.1:47474", 1);
+  c = parse_ok();
+  EXPECT_FALSE(c.host_only);
+  EXPECT_EQ(c.fallback, FallbackMode::kExact);  // the fallback of an in-network job
+
+  setenv("INA_SOCKET_IFNAME", "eth1", 1);
+  setenv("INA_REQUIRE_INC", "1", 1);
+  c = parse_ok();
+  EXPECT_EQ(c.mesh_interface, "eth1");
+  EXPECT_TRUE(c.require_inc);
+  setenv("INA_REQUIRE_INC", "0", 1);
+  EXPECT_FALSE(parse_ok().require_inc);
+  expect_rejected("INA_REQUIRE_INC", "yes");
+  expect_rejected("INA_SOCKET_IFNAME", "a/b");
+  expect_rejected("INA_SOCKET_IFNAME", "averyveryverylongname0");
+}
+
 TEST_F(ConfigEnvTest, HostPathVariables) {
   Config c = parse_ok();
   EXPECT_EQ(c.store, "");
   EXPECT_FALSE(c.host_only);
   EXPECT_EQ(c.fallback, FallbackMode::kExact);
-  EXPECT_EQ(c.mesh_address, "127.0.0.1");
+  EXPECT_EQ(c.mesh_address, "");  // found when the mesh forms (host/mesh_address.h)
 
   // MASTER_ADDR/MASTER_PORT without INA_AGGREGATOR: a store and no aggregator, so host only.
   setenv("MASTER_ADDR", "10.0.0.1", 1);

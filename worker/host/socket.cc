@@ -83,6 +83,32 @@ Result<std::unique_ptr<addrinfo, AddrInfoDeleter>> resolve(const std::string& ho
 
 }  // namespace
 
+bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
+  if (a.ss_family != b.ss_family) return false;
+  if (a.ss_family == AF_INET) {
+    const auto& x = reinterpret_cast<const sockaddr_in&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in&>(b);
+    return x.sin_port == y.sin_port && x.sin_addr.s_addr == y.sin_addr.s_addr;
+  }
+  if (a.ss_family == AF_INET6) {
+    const auto& x = reinterpret_cast<const sockaddr_in6&>(a);
+    const auto& y = reinterpret_cast<const sockaddr_in6&>(b);
+    return x.sin6_port == y.sin6_port &&
+           std::memcmp(&x.sin6_addr, &y.sin6_addr, sizeof(x.sin6_addr)) == 0;
+  }
+  return false;
+}
+
+bool is_self_connect(int fd) {
+  sockaddr_storage local{};
+  sockaddr_storage peer{};
+  socklen_t llen = sizeof(local);
+  socklen_t plen = sizeof(peer);
+  if (getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) != 0) return false;
+  if (getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0) return false;
+  return same_endpoint(local, peer);
+}
+
 Status set_nonblocking(int fd) {
   const int flags = fcntl(fd, F_GETFL, 0);
   if (flags < 0 || fcntl(fd, F_SETFL, flags | O_NONBLOCK) != 0)
@@ -128,7 +154,9 @@ Result<uint16_t> free_tcp_port(const std::string& host) {
 Result<int> connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline) {
   INA_ASSIGN_OR_RETURN(auto ai, resolve(host, port, false));
   const std::string name = host + ":" + std::to_string(port);
-  Status last = unavailable("connect " + name + ": no attempt");
+  Status last;
+  bool refused = false;  // `last` holds an attempt's error
+  int self_connects = 0;
   for (;;) {
     const int fd = socket(ai->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0) return errno_status("socket", errno);
@@ -146,7 +174,13 @@ Result<int> connect_tcp(const std::string& host, uint16_t port, Clock::time_poin
         }
       }
     }
-    if (err == 0) {
+    const bool self = err == 0 && is_self_connect(fd);
+    if (self) {
+      // Reset, not closed: a close would leave the port in TIME_WAIT, held from the server.
+      linger abort{1, 0};
+      (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &abort, sizeof(abort));
+    }
+    if (err == 0 && !self) {
       Status s = set_nodelay(fd);
       if (!s.ok()) {
         close(fd);
@@ -155,13 +189,28 @@ Result<int> connect_tcp(const std::string& host, uint16_t port, Clock::time_poin
       return fd;
     }
     close(fd);
-    last = errno_status("connect " + name, err);
-    if (err != ECONNREFUSED && err != ETIMEDOUT && err != EHOSTUNREACH && err != ENETUNREACH &&
-        err != ECONNRESET && err != EAGAIN)
-      return last;
-    if (Clock::now() >= deadline)
-      return deadline_exceeded("connect " + name + ": no listener before the deadline (" +
-                               last.message() + ")");
+    if (err == 0) {
+      // No listener yet, and the kernel picked the destination port as the source port: TCP's
+      // simultaneous open connected the socket to itself (ZOOKEEPER-2101, KAFKA-1836). It would
+      // hold the port the server is about to bind: dropped, and retried as a refusal is.
+      ++self_connects;
+    } else {
+      last = errno_status("connect " + name, err);
+      refused = true;
+      // EADDRNOTAVAIL: no ephemeral port free for this destination now (TIME_WAIT), transient.
+      if (err != ECONNREFUSED && err != ETIMEDOUT && err != EHOSTUNREACH && err != ENETUNREACH &&
+          err != ECONNRESET && err != EAGAIN && err != EADDRNOTAVAIL)
+        return last;
+    }
+    if (Clock::now() >= deadline) {
+      std::string why = refused ? last.message() : "";
+      if (self_connects > 0) {
+        why += (why.empty() ? "" : "; ") + std::to_string(self_connects) + " TCP self-connect" +
+               (self_connects > 1 ? "s" : "") + " dropped";
+      }
+      return deadline_exceeded("connect " + name + ": no listener before the deadline (" + why +
+                               ")");
+    }
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
 }

@@ -3,6 +3,8 @@
 // a deadline. Every function returns a Status; none blocks past its deadline.
 #pragma once
 
+#include <sys/socket.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -34,10 +36,17 @@ Result<uint16_t> local_port(int fd);
 // nature: another process may take it in between.
 Result<uint16_t> free_tcp_port(const std::string& host);
 // Connects to host:port, retrying refused/unreachable attempts every few ms until `deadline`.
-// Returns a non-blocking socket with TCP_NODELAY.
+// Returns a non-blocking socket with TCP_NODELAY. A connection to itself (a TCP self-connect: no
+// listener on a port of the ephemeral range, which the kernel picked as the source port too) is
+// dropped and retried, never returned.
 Result<int> connect_tcp(const std::string& host, uint16_t port, Clock::time_point deadline);
 // Accepts one connection (non-blocking, TCP_NODELAY) or fails at `deadline`.
 Result<int> accept_tcp(int listen_fd, Clock::time_point deadline);
+
+// Two socket addresses with the same family, address and port.
+bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b);
+// A connected TCP socket whose local and peer addresses are the same: a self-connect.
+bool is_self_connect(int fd);
 
 Status set_nonblocking(int fd);
 // Writes/reads exactly n bytes on a non-blocking socket, polling until `deadline`. `what` names

@@ -211,6 +211,8 @@ Result<int64_t> FileStore::add(const std::string& key, int64_t delta) {
 
 namespace {
 constexpr uint8_t kOpSet = 1, kOpGet = 2, kOpAdd = 3, kOpCheck = 4;
+// How long the server retries a bind that finds its port taken (see Server::start).
+constexpr std::chrono::milliseconds kBindRetry{2000};
 constexpr uint32_t kMaxFrame = 64u << 20;
 
 void append_u32(Bytes& b, uint32_t v) {
@@ -240,8 +242,20 @@ bool take_str(const Bytes& b, size_t* pos, std::string* out) {
 
 class TcpStore::Server {
  public:
-  static Result<std::unique_ptr<Server>> start(const std::string& host, uint16_t port) {
-    INA_ASSIGN_OR_RETURN(int fd, listen_tcp(host, port, 1024));
+  static Result<std::unique_ptr<Server>> start(const std::string& host, uint16_t port,
+                                               std::chrono::milliseconds timeout) {
+    // A client that retries its connect before this server listens may hold the port for an
+    // instant: connected to itself (a TCP self-connect on a port of the ephemeral range), which
+    // connect_tcp detects and resets at once. A bind that meets it is retried for a short while;
+    // a port that another program holds stays an error.
+    const auto bind_deadline = Clock::now() + std::min(timeout, kBindRetry);
+    Result<int> bound = listen_tcp(host, port, 1024);
+    while (!bound.ok() && bound.status().code() == StatusCode::kAlreadyExists && port != 0 &&
+           Clock::now() < bind_deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      bound = listen_tcp(host, port, 1024);
+    }
+    INA_ASSIGN_OR_RETURN(int fd, bound);
     auto s = std::unique_ptr<Server>(new Server());
     s->listen_fd_ = fd;
     Result<uint16_t> p = local_port(fd);
@@ -419,7 +433,7 @@ Result<std::unique_ptr<TcpStore>> TcpStore::create(const TcpStoreOptions& opts) 
   store->port_ = opts.port;
   std::string connect_host = opts.host;
   if (opts.is_server) {
-    INA_ASSIGN_OR_RETURN(store->server_, Server::start(opts.host, opts.port));
+    INA_ASSIGN_OR_RETURN(store->server_, Server::start(opts.host, opts.port, opts.connect_timeout));
     store->port_ = store->server_->port();
     if (connect_host.empty() || connect_host == "0.0.0.0") connect_host = "127.0.0.1";
   }

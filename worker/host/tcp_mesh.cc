@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "worker/host/socket.h"
 
@@ -45,6 +46,7 @@ Result<int> check_hello(const uint8_t* p, int size, const std::string& from) {
   return static_cast<int>(r);
 }
 
+constexpr int kMinBacklog = 128;            // the listen backlog of a small world (see connect)
 constexpr int kRecvSliceMs = 100;           // a blocking receive re-checks the deadline this often
 constexpr size_t kSmallMessage = 64 << 10;  // the blocking path's limit (larger ones poll)
 
@@ -91,7 +93,9 @@ Result<std::unique_ptr<TcpMesh>> TcpMesh::connect(Store& store, int rank, int si
   if (size == 1) return mesh;
   const auto deadline = Clock::now() + opts.timeout;
 
-  INA_ASSIGN_OR_RETURN(int lfd, listen_tcp(opts.address, 0, size));
+  // The backlog holds every higher rank's connection and its retries at once (a rank that saw
+  // a reset connects again before this one accepted the first).
+  INA_ASSIGN_OR_RETURN(int lfd, listen_tcp(opts.address, 0, std::max(2 * size, kMinBacklog)));
   struct Closer {
     int fd;
     ~Closer() { close(fd); }
@@ -104,27 +108,44 @@ Result<std::unique_ptr<TcpMesh>> TcpMesh::connect(Store& store, int rank, int si
 
   uint8_t hello[16];
   put_hello(hello, rank, size);
-  // Lower ranks: connect, say hello, expect theirs.
+  // Lower ranks: connect, say hello, expect theirs. A connection reset or closed during the
+  // handshake (the peer's backlog overflowed, a slow accept under load) is retried until the
+  // deadline; a peer that answers wrongly (another job, another world size) is an error at once.
   for (int peer = 0; peer < rank; ++peer) {
     const auto left =
         std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
     INA_ASSIGN_OR_RETURN(Bytes addr, store.get("mesh/addr/" + std::to_string(peer),
                                                std::max(left, std::chrono::milliseconds(1))));
     INA_ASSIGN_OR_RETURN(HostPort hp, parse_host_port(to_string(addr)));
-    INA_ASSIGN_OR_RETURN(int fd, connect_tcp(hp.host, hp.port, deadline));
-    mesh->peers_[static_cast<size_t>(peer)].fd = fd;  // owned by the mesh from here on
-    set_buffers(fd, opts.socket_buffer_bytes);
     const std::string name = rank_name(peer);
-    INA_RETURN_IF_ERROR(send_all(fd, hello, sizeof(hello), deadline, name));
-    uint8_t reply[16];
-    INA_RETURN_IF_ERROR(recv_all(fd, reply, sizeof(reply), deadline, name));
-    INA_ASSIGN_OR_RETURN(int got, check_hello(reply, size, name));
-    if (got != peer)
-      return unavailable(name + ": the address published by rank " + std::to_string(peer) +
-                         " answered as rank " + std::to_string(got));
+    for (int attempt = 1;; ++attempt) {
+      INA_ASSIGN_OR_RETURN(int fd, connect_tcp(hp.host, hp.port, deadline));
+      Peer& p = mesh->peers_[static_cast<size_t>(peer)];
+      if (p.fd >= 0) close(p.fd);
+      p.fd = fd;  // owned by the mesh from here on
+      set_buffers(fd, opts.socket_buffer_bytes);
+      uint8_t reply[16];
+      Status s = send_all(fd, hello, sizeof(hello), deadline, name);
+      if (s.ok()) s = recv_all(fd, reply, sizeof(reply), deadline, name);
+      if (s.ok()) {
+        INA_ASSIGN_OR_RETURN(int got, check_hello(reply, size, name));
+        if (got != peer)
+          return unavailable(name + ": the address published by rank " + std::to_string(peer) +
+                             " answered as rank " + std::to_string(got));
+        break;
+      }
+      if (s.code() != StatusCode::kUnavailable || Clock::now() >= deadline)
+        return Status(s.code(), "TcpMesh: rank " + std::to_string(rank) + ": connecting to " +
+                                    to_string(addr) + " (" + name + "), attempt " +
+                                    std::to_string(attempt) + ": " + s.message());
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min(5 * attempt, 100)));
+    }
   }
-  // Higher ranks: accept, expect hello, answer.
-  for (int n = rank + 1; n < size; ++n) {
+  // Higher ranks: accept, expect hello, answer. A connection that fails before the handshake
+  // completes is dropped (its rank connects again); a second connection from a rank replaces
+  // the first (that rank saw the first one fail).
+  int joined = 0;
+  while (joined < size - 1 - rank) {
     Result<int> fd = accept_tcp(lfd, deadline);
     if (!fd.ok()) {
       std::string missing;
@@ -137,23 +158,32 @@ Result<std::unique_ptr<TcpMesh>> TcpMesh::connect(Store& store, int rank, int si
     }
     uint8_t got_hello[16];
     Status s = recv_all(*fd, got_hello, sizeof(got_hello), deadline, "mesh peer");
-    if (s.ok() && get_u32(got_hello) != kMagic) {
-      // Not one of ours (a port scanner, a stale client): drop it and keep accepting.
+    if (!s.ok() || get_u32(got_hello) != kMagic) {
+      // Not one of ours (a port scanner, a stale client), or one that failed before its hello
+      // came (it retries): drop it and keep accepting until the deadline.
       close(*fd);
-      --n;
       continue;
     }
-    Result<int> peer = s.ok() ? check_hello(got_hello, size, "mesh peer") : Result<int>(s);
-    if (peer.ok() && (*peer <= rank || mesh->peers_[static_cast<size_t>(*peer)].fd >= 0))
+    Result<int> peer = check_hello(got_hello, size, "mesh peer");
+    if (peer.ok() && *peer <= rank)
       peer =
           invalid_argument("mesh peer: unexpected connection from rank " + std::to_string(*peer));
     if (!peer.ok()) {
       close(*fd);
       return peer.status();
     }
-    mesh->peers_[static_cast<size_t>(*peer)].fd = *fd;
     set_buffers(*fd, opts.socket_buffer_bytes);
-    INA_RETURN_IF_ERROR(send_all(*fd, hello, sizeof(hello), deadline, rank_name(*peer)));
+    if (!send_all(*fd, hello, sizeof(hello), deadline, rank_name(*peer)).ok()) {
+      close(*fd);  // it failed on the peer's side too: the peer connects again
+      continue;
+    }
+    Peer& p = mesh->peers_[static_cast<size_t>(*peer)];
+    if (p.fd >= 0) {
+      close(p.fd);  // the peer gave up on that one and connected again
+    } else {
+      ++joined;
+    }
+    p.fd = *fd;
   }
   for (const Peer& p : mesh->peers_)
     if (p.fd >= 0) INA_RETURN_IF_ERROR(make_blocking_with_slice(p.fd));

@@ -5,7 +5,12 @@
 // until the deadline) and accepts every higher one. Each connection starts with a handshake of
 // magic, rank and world size in both directions, so a connection that reached the wrong job or
 // rank is refused. Lower ranks never wait on higher ones while connecting, so setup cannot
-// deadlock. Use a PrefixStore to build several meshes through one store.
+// deadlock. Setup does not flake under load: a connection reset or closed during the handshake
+// (an overflowing backlog, a slow accept) is made again until the deadline, the accepting side
+// drops a connection that fails before its hello and takes a rank's second connection in place
+// of its first, the listen backlog holds twice the world (at least 128), and connect_tcp never
+// returns a TCP self-connect (socket.h). The address is host/mesh_address.h's. Use a PrefixStore
+// to build several meshes through one store.
 //
 // Data: every message is framed by its 8-byte length (little-endian) so that a size mismatch is
 // caught. Every socket operation but one is non-blocking (MSG_DONTWAIT); wait() polls every peer

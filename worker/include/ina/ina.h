@@ -45,7 +45,13 @@
  *   INA_STORE=host:port          rendezvous of the host TCP mesh, the port required (else
  *                                MASTER_ADDR and MASTER_PORT); rank 0 serves it. Without it: no
  *                                host mesh, so no fallback and no host collectives below.
- *   INA_MESH_ADDR                this rank's address on the mesh (default 127.0.0.1)
+ *   INA_MESH_ADDR                this rank's address on the mesh (default: found as Gloo and
+ *                                NCCL find theirs: INA_SOCKET_IFNAME's address, else the local
+ *                                address that routes to the store's host, else 127.0.0.1)
+ *   INA_SOCKET_IFNAME            the interface whose address the mesh uses (e.g. eth1)
+ *   INA_REQUIRE_INC=1            an aggregator or controller that is configured but cannot serve
+ *                                (no answer, refused, unreachable, lost) is an error returned on
+ *                                every rank instead of a warning and the host path (default 0)
  *   INA_TRANSPORT=host           every collective on the host mesh (also when INA_AGGREGATOR and
  *                                INA_CONTROLLER are unset and a store is set); auto/udp
  *                                (default): the aggregator,
@@ -54,7 +60,8 @@
  *                                INA_LOCAL_IP, INA_LOCAL_MAC, INA_LOCAL_PORT, INA_AGGREGATOR_MAC,
  *                                INA_DPDK_ARGS, INA_DPDK_PORT, INA_XDP_IFACE, INA_XDP_QUEUE,
  *                                INA_XDP_COPY (README)
- *   INA_FALLBACK=exact|float     exact (default): the host path reduces the same quantized
+ *   INA_FALLBACK=exact|float     exact (default; float when every collective runs on the host
+ *                                mesh): the host path reduces the same quantized
  *                                integers, bitwise identical to the aggregator's result;
  *                                float: IEEE float32 arithmetic (16-bit types widened to
  *                                float32, rounded once); not more precise in general (README)

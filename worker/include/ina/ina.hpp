@@ -112,7 +112,10 @@ struct Config {
   // store: the rendezvous "host:port" (INA_STORE, else MASTER_ADDR:MASTER_PORT); rank 0 serves
   // it. Empty: no host mesh, so no fallback and no host-only collectives (allgather, ...).
   std::string store;
-  std::string mesh_address = "127.0.0.1";  // this rank listens on and publishes it (INA_MESH_ADDR)
+  // This rank listens on and publishes it (INA_MESH_ADDR). Empty: found when the mesh forms, as
+  // Gloo and NCCL find theirs: mesh_interface's address (INA_SOCKET_IFNAME, below), else the
+  // local address that routes to the store's host, else 127.0.0.1.
+  std::string mesh_address;
   FallbackMode fallback = FallbackMode::kExact;  // INA_FALLBACK=exact|float
   // Never use the aggregator: every collective runs on the host mesh (needs `store`).
   // INA_TRANSPORT=host, or INA_AGGREGATOR and INA_CONTROLLER unset while a store is set.
@@ -183,6 +186,14 @@ struct Config {
   // does not divide the world size leaves AllToAll flat.
   std::string alltoall_algorithm;
   int alltoall_group = 0;
+
+  // INA_SOCKET_IFNAME: the interface whose address the host mesh uses when mesh_address is
+  // empty (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME). Empty: the route to the store's host.
+  std::string mesh_interface;
+  // INA_REQUIRE_INC=1: an aggregator or controller that is configured but cannot serve (no
+  // answer, a refused admission, a dead controller, a lost aggregator) is an error returned on
+  // every rank, instead of a warning and the host path.
+  bool require_inc = false;
 
   // Defaults overlaid with the environment (see ina/ina.h). A malformed variable is an
   // kInvalidArgument naming it and the expected form.
