@@ -12,22 +12,6 @@
 
 namespace ina::host {
 
-std::string_view alltoall_algorithm_name(AlltoallAlgorithm a) {
-  switch (a) {
-    case AlltoallAlgorithm::kPairwise: return "pairwise";
-    case AlltoallAlgorithm::kBruck: return "bruck";
-    case AlltoallAlgorithm::kHierarchical: return "hier";
-  }
-  return "unknown";
-}
-
-std::optional<AlltoallAlgorithm> parse_alltoall_algorithm(std::string_view s) {
-  if (s == "pairwise") return AlltoallAlgorithm::kPairwise;
-  if (s == "bruck") return AlltoallAlgorithm::kBruck;
-  if (s == "hier" || s == "hierarchical") return AlltoallAlgorithm::kHierarchical;
-  return std::nullopt;
-}
-
 namespace {
 
 bool groups(int world, int g) { return g > 1 && g < world && world % g == 0; }

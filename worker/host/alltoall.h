@@ -34,8 +34,22 @@ enum class AlltoallAlgorithm {
   kHierarchical,  // alltoall_hierarchical.cc
 };
 
-std::string_view alltoall_algorithm_name(AlltoallAlgorithm a);  // "pairwise", "bruck", "hier"
-std::optional<AlltoallAlgorithm> parse_alltoall_algorithm(std::string_view s);
+// Inline: the configuration's parser uses them without the algorithms (the config fuzz harness
+// links config.cc alone).
+inline std::string_view alltoall_algorithm_name(AlltoallAlgorithm a) {
+  switch (a) {
+    case AlltoallAlgorithm::kPairwise: return "pairwise";
+    case AlltoallAlgorithm::kBruck: return "bruck";
+    case AlltoallAlgorithm::kHierarchical: return "hier";
+  }
+  return "unknown";
+}
+inline std::optional<AlltoallAlgorithm> parse_alltoall_algorithm(std::string_view s) {
+  if (s == "pairwise") return AlltoallAlgorithm::kPairwise;
+  if (s == "bruck") return AlltoallAlgorithm::kBruck;
+  if (s == "hier" || s == "hierarchical") return AlltoallAlgorithm::kHierarchical;
+  return std::nullopt;
+}
 
 // Bytes the pairwise schedule keeps posted at once (sends plus receives, at least
 // kAlltoallMinRounds rounds whatever their size): enough to keep a link busy while the next round
