@@ -42,6 +42,9 @@ import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from controller_procs import wait_port_file  # noqa: E402
+
 
 def skip(why):
     print("SKIP: " + why)
@@ -74,22 +77,6 @@ def http(port, path, method="GET", timeout=2.0, data=None):
         return e.code, e.read().decode()
     except (OSError, urllib.error.URLError, HTTPException):
         return 0, ""  # refused, reset, or cut off mid-answer (a SIGKILLed replica)
-
-
-def wait_port_file(proc, path, what, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise Fail(f"{what} exited during start-up ({proc.returncode})")
-        try:
-            with open(path) as f:
-                text = f.read().strip()
-            if text:
-                return int(text)
-        except FileNotFoundError:
-            pass
-        time.sleep(0.02)
-    raise Fail(f"{what} did not write {path} within {timeout} s")
 
 
 class Cluster:
@@ -160,7 +147,7 @@ class Cluster:
                                  "--port-file", pf, "--store", self.etcd_endpoints(),
                                  "--heartbeat-timeout-ms", "5000"],
                                 stdout=self.log(f"ctl-{port}"), stderr=subprocess.STDOUT)
-        wait_port_file(proc, pf, "ina-controller --store etcd")
+        wait_port_file(proc, pf, "ina-controller --store etcd", timeout=15.0)
         self.ctl[port] = proc
         return port
 
@@ -189,8 +176,9 @@ class Cluster:
                                  "--stats-interval-ms", "0"],
                                 stdout=self.log(f"agg-{len(self.aggs)}"),
                                 stderr=subprocess.STDOUT)
-        wait_port_file(proc, pf, "ina-aggregator --controller")
-        self.aggs.append((proc, wait_port_file(proc, hf, "ina-aggregator --http-port-file")))
+        wait_port_file(proc, pf, "ina-aggregator --controller", timeout=15.0)
+        self.aggs.append((proc, wait_port_file(proc, hf, "ina-aggregator --http-port-file",
+                                                   timeout=15.0)))
 
     def stop(self):
         procs = [p for p in self.ctl.values()] + [p for p, _ in self.aggs] + \
@@ -500,7 +488,7 @@ def latency(cluster, ctl_bin, agg_bin, tmp, n):
                             "--state-file", os.path.join(tmp, "controller.json")],
                            stdout=cluster.log("file-ctl"), stderr=subprocess.STDOUT)
     cluster.ctl_file = ctl
-    wait_port_file(ctl, pf, "ina-controller --state-file")
+    wait_port_file(ctl, pf, "ina-controller --state-file", timeout=15.0)
     agg = subprocess.Popen([agg_bin, "--bind", "127.0.0.1", "--port", "0", "--controller",
                             f"127.0.0.1:{port}", "--slot-capacity", "65536", "--http-port", "-1",
                             "--heartbeat-ms", "100", "--stats-interval-ms", "0"],
@@ -623,7 +611,7 @@ def main():
         total = {k: sum(r["figures"][k] for r in results) for k in results[0]["figures"]}
         print("totals:", total)
         ok = True
-    except Fail as e:
+    except (Fail, RuntimeError) as e:  # RuntimeError: wait_port_file (controller_procs)
         print("FAIL: " + str(e))
     finally:
         cluster.stop()
