@@ -3,7 +3,7 @@
 // (vcvtnq_s64_f64 rounds to nearest even and converts in one instruction), int32 SUM and the
 // float32 and int32 MIN/MAX keys. The other loops are the portable ones. Each gives the portable
 // loops' bits for every input; codec_kernels_test runs under qemu-user to check it
-// (tests/kernels/codec_arm64.sh).
+// (test codec_kernels_arm64, tests/arm64_check.sh).
 #include "ina/kernels/codec.h"
 
 #if defined(__aarch64__)

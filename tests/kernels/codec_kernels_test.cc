@@ -3,7 +3,8 @@
 // values, Inf, quiet and signalling NaNs with either sign, powers of two and their neighbours),
 // random patterns, every length 0..80 and a long one (every tail), and source bytes at every
 // offset 0..7 from a 64-byte boundary. A plain program (tests/check.h), so that the same source
-// also runs cross-compiled under qemu-user (codec_arm64.sh: the NEON path).
+// also runs cross-compiled under qemu-user (test codec_kernels_arm64, tests/arm64_check.sh: the
+// NEON path).
 #include <array>
 #include <bit>
 #include <cstdint>

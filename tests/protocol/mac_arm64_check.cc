@@ -1,6 +1,6 @@
-// The packet MAC's arm64 path, run under qemu-user by mac_arm64.sh (no gtest: a static cross
-// build). RFC 8452's vector by every path this CPU has, and PMULL against the portable path on
-// random inputs; a failure exits 1. (The x86 paths: mac_test.)
+// The packet MAC's arm64 path, run under qemu-user by test mac_arm64 (tests/arm64_check.sh) (no
+// gtest: a static cross build). RFC 8452's vector by every path this CPU has, and PMULL against the
+// portable path on random inputs; a failure exits 1. (The x86 paths: mac_test.)
 #include <cstdio>
 #include <cstring>
 #include <random>
