@@ -746,19 +746,10 @@ Reply Engine::aborted_reply(const Job& job, const wire::PacketView& pkt, const C
 // rank whose answer was lost) gets them alone, from the copy or, once a newer round took it, from
 // the job's record of its last poisoned collective (kStale in handle_data).
 Reply Engine::mismatch_reply(Job& job, const wire::PacketView& pkt, const CopyView& c) {
-  auto shape = [](DType t, ReduceOp op, uint16_t root) {
-    return static_cast<int32_t>(static_cast<uint32_t>(t) | static_cast<uint32_t>(op) << 8 |
-                                uint32_t{root} << 16);
-  };
   const uint32_t words = (job.world + 31) / 32;
   job.mismatch_words.resize(6 + words);  // a root's may hold a leaf's longer words
   int32_t* w = job.mismatch_words.data();
-  w[0] = static_cast<int32_t>(wire::ErrorReason::kRoundMismatch);
-  w[1] = c.count;
-  w[2] = static_cast<int32_t>(c.elems);
-  w[3] = shape(c.dtype, c.op, c.root);
-  w[4] = static_cast<int32_t>(c.other_elems);
-  w[5] = shape(c.other_dtype, c.other_op, c.other_root);
+  put_mismatch_head(c, w);
   put_bitmap_words(c.other_ranks, words, w + 6);
   std::copy(job.mismatch_words.begin(), job.mismatch_words.end(), scratch_.begin());
   const size_t k = copy_index(c.slot, c.shadow);
@@ -822,14 +813,12 @@ Reply Engine::finish_child_mismatch(Job& job, const wire::PacketView& pkt) {
   const CopyView c = job.table->copy(slot, shadow);
   const std::vector<int32_t>& in = job.child_words;
   const size_t gw = (in.size() - 7) / 2;
-  const bool sender_in = job.child_leaf < job.world &&
-                         ((c.bitmap[job.child_leaf / 64] >> (job.child_leaf % 64)) & 1u) != 0;
+  const bool sender_in = job.child_leaf < job.world && test_bit(c.bitmap, job.child_leaf);
   if (job.world > 1 &&
       (!c.used || c.seq != job.mismatch_seq || sender_in || c.contributors + 1 < job.world)) {
     return {};
   }
-  const int32_t shape = static_cast<int32_t>(
-      static_cast<uint32_t>(c.dtype) | static_cast<uint32_t>(c.op) << 8 | uint32_t{c.root} << 16);
+  const int32_t shape = mismatch_shape(c.dtype, c.op, c.root);
   // The other leaves called with the leaf's second shape: its groups swap.
   const bool swap = job.world > 1 && static_cast<int32_t>(c.elems) == in[4] && shape == in[5] &&
                     !(static_cast<int32_t>(c.elems) == in[2] && shape == in[3]);

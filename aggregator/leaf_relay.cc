@@ -384,16 +384,7 @@ Reply LeafRelay::local_mismatch(const wire::Header& h) {
   // First, or again on a local rank's resend while the parent has not answered (a lost ERROR).
   tree_state_[k] = kMismatchUp;
   mismatch_seq_[k] = c.seq;
-  auto shape = [](DType t, ReduceOp op, uint16_t root) {
-    return static_cast<int32_t>(static_cast<uint32_t>(t) | static_cast<uint32_t>(op) << 8 |
-                                uint32_t{root} << 16);
-  };
-  scratch_[0] = static_cast<int32_t>(wire::ErrorReason::kRoundMismatch);
-  scratch_[1] = c.count;
-  scratch_[2] = static_cast<int32_t>(c.elems);
-  scratch_[3] = shape(c.dtype, c.op, c.root);
-  scratch_[4] = static_cast<int32_t>(c.other_elems);
-  scratch_[5] = shape(c.other_dtype, c.other_op, c.other_root);
+  put_mismatch_head(c, scratch_.data());
   // The ranks of the other shape, then those of the first (this leaf's ranks only: the root sees
   // which shape the other leaves' ranks called with and words the answer from it).
   int32_t* other = scratch_.data() + 6;

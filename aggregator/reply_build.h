@@ -54,4 +54,22 @@ inline const uint8_t* bytes_of(const std::vector<int32_t>& words) {
   return reinterpret_cast<const uint8_t*>(words.data());  // little-endian: wire order (wire.h)
 }
 
+// A shape in ERROR kRoundMismatch's words (wire.h): dtype | op << 8 | root << 16.
+inline int32_t mismatch_shape(DType t, ReduceOp op, uint16_t root) {
+  return static_cast<int32_t>(static_cast<uint32_t>(t) | static_cast<uint32_t>(op) << 8 |
+                              uint32_t{root} << 16);
+}
+
+// A poisoned round's first six words of ERROR kRoundMismatch: [reason, count, elems, shape,
+// other elems, other shape]. The bitmaps follow (a flat aggregator's or a root's one, a leaf's
+// two).
+inline void put_mismatch_head(const CopyView& c, int32_t* w) {
+  w[0] = static_cast<int32_t>(wire::ErrorReason::kRoundMismatch);
+  w[1] = c.count;
+  w[2] = static_cast<int32_t>(c.elems);
+  w[3] = mismatch_shape(c.dtype, c.op, c.root);
+  w[4] = static_cast<int32_t>(c.other_elems);
+  w[5] = mismatch_shape(c.other_dtype, c.other_op, c.other_root);
+}
+
 }  // namespace ina::agg
