@@ -349,7 +349,7 @@ void IncEngine::lower_payload_bytes(uint32_t bytes) {
 
 Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dtype, ReduceOp op,
                             uint64_t shape_elems) {
-  last_mismatch_ = false;
+  mismatch_body_.clear();  // capacity kept: no allocation per collective
   if (!joined_) return failed_precondition("allreduce before the communicator joined its job");
   if (!is_valid_dtype(static_cast<uint8_t>(dtype)) || !is_valid_op(static_cast<uint8_t>(op))) {
     return invalid_argument("allreduce: unknown dtype or op");
@@ -739,7 +739,6 @@ Status IncEngine::on_error(const wire::PacketView& pv) {
     case wire::ErrorReason::kRoundMismatch:
       if (in_collective(h.seq)) {
         resync_after_mismatch();
-        last_mismatch_ = true;
         // A flat aggregator's poisoned round: both shapes and their ranks (wire.h).
         if (h.count >= 6 + (world_ + 31) / 32) {
           mismatch_body_ = mismatch_text(pv);

@@ -96,7 +96,7 @@ class IncEngine {
   // Set by the last allreduce: it failed because the ranks disagreed on its shape. Then
   // mismatch_body() is the aggregator's account ("ranks disagree on count/dtype/op (...)"),
   // the same on every rank.
-  bool last_mismatch() const { return last_mismatch_; }
+  bool last_mismatch() const { return !mismatch_body_.empty(); }
   const std::string& mismatch_body() const { return mismatch_body_; }
   // Where the communicator's counters stand (the next collective's first block and id).
   BlockSeq next_seq() const { return next_seq_; }
@@ -261,7 +261,7 @@ class IncEngine {
   uint32_t world_ = 0;
   BlockSeq next_seq_ = 1;   // running block sequence of this communicator
   uint32_t next_coll_ = 1;  // collective id of the next allreduce (every rank counts alike)
-  bool last_mismatch_ = false;
+  // Empty unless the last allreduce was mismatched.
   std::string mismatch_body_;
   const std::atomic<bool>* cancel_ = nullptr;
   // Adaptive retransmission timeout: a round's "RTT" is send-to-result, which includes waiting
