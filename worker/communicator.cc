@@ -335,7 +335,7 @@ class CommunicatorImpl final : public Communicator {
     const int g = cfg_.alltoall_group;
     if (host::parse_alltoall_algorithm(cfg_.alltoall_algorithm) ==
             host::AlltoallAlgorithm::kHierarchical &&
-        !(g > 1 && g < cfg_.world_size && cfg_.world_size % g == 0))
+        !host::alltoall_groups(cfg_.world_size, g))
       INA_WARN("host",
                "rank %d: INA_A2A_ALGO=hier needs nodes of G ranks, 1 < G < %d dividing the world "
                "size (INA_A2A_GROUP or LOCAL_WORLD_SIZE; have %d): AllToAll runs flat pairwise",
@@ -662,8 +662,7 @@ Result<std::unique_ptr<Communicator>> Communicator::create(const Config& given) 
   if (cfg.host_only) {
     if (cfg.require_inc) {
       return failed_precondition(
-          "INA_REQUIRE_INC=1, but every collective would run on the host "
-          "mesh: " +
+          "INA_REQUIRE_INC=1, but every collective would run on the host mesh: " +
           host_only_reason(cfg));
     }
     INA_INFO("worker", "rank %d: every collective on the host mesh: %s", cfg.rank,

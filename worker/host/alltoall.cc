@@ -14,8 +14,6 @@ namespace ina::host {
 
 namespace {
 
-bool groups(int world, int g) { return g > 1 && g < world && world % g == 0; }
-
 // What each further message of a pairwise window costs, in latencies: a send and a receive
 // system call, and a wake-up whenever the receive finds nothing yet (the messages of a window
 // arrive spread out). Measured on a 2-core VM over loopback: 0.5 to 1 alpha (8 ranks, 64 B
@@ -52,7 +50,7 @@ double alltoall_cost(const CostModel& m, AlltoallAlgorithm a, size_t block_bytes
                   std::floor(p / 2) * b * (m.beta_s_per_byte + 2 * m.gamma_s_per_byte)) +
              p * b * m.gamma_s_per_byte;
     case AlltoallAlgorithm::kHierarchical: {
-      if (!groups(world, group_size)) return std::numeric_limits<double>::infinity();
+      if (!alltoall_groups(world, group_size)) return std::numeric_limits<double>::infinity();
       const int nodes = world / group_size;
       return pairwise_cost(m, block_bytes * static_cast<size_t>(nodes), group_size,
                            kAlltoallWindowBytes) +

@@ -34,6 +34,12 @@ enum class AlltoallAlgorithm {
   kHierarchical,  // alltoall_hierarchical.cc
 };
 
+// Whether nodes of `group_size` consecutive ranks divide a world of `world` ranks into more than
+// one node of more than one rank: the hierarchical exchange's condition (else it runs pairwise).
+inline bool alltoall_groups(int world, int group_size) {
+  return group_size > 1 && group_size < world && world % group_size == 0;
+}
+
 // Inline: the configuration's parser uses them without the algorithms (the config fuzz harness
 // links config.cc alone).
 inline std::string_view alltoall_algorithm_name(AlltoallAlgorithm a) {

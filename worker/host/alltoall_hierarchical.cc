@@ -25,8 +25,7 @@ Status alltoall_hierarchical(Context& ctx, const uint8_t* send, uint8_t* recv, s
                              int group_size, size_t window_bytes) {
   const int p = ctx.size();
   const int g = group_size;
-  if (g <= 1 || g >= p || p % g != 0)
-    return alltoall_pairwise(ctx, send, recv, block_bytes, window_bytes);
+  if (!alltoall_groups(p, g)) return alltoall_pairwise(ctx, send, recv, block_bytes, window_bytes);
   const int m_nodes = p / g;
   const int node = ctx.rank() / g;
   const int local = ctx.rank() % g;
