@@ -14,7 +14,7 @@
 // it does per rank's packet (the tag checked over header and payload, scan, quantize+add) and
 // per block once (dequantize, the result's tag), and the whole path per element per rank:
 // tag + scan + quant_add + (dequant + tag) / world, beside memcpy per element and the ratio.
-// --impl runs one kernel implementation (kernels/codec.h: avx512, avx2, neon, portable), so two
+// --impl runs one kernel implementation (ina/kernels/codec.h: avx512, avx2, neon, portable), so two
 // can be compared in the same run, alternated.
 //
 //   ina-codec-bench [--dtype float32,bfloat16,...] [--elems N] [--world N] [--payload B]
