@@ -689,7 +689,7 @@ Reply Engine::handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns
 // the sender itself: a rank gives up only for itself.
 //
 // The abort and a late rank's last DATA race to this aggregator, and only here is their order
-// known, so the answer tells the sender which came first (the worker waits for it: inc_engine.cc,
+// known, so the answer tells the sender which came first (the worker waits for it: inc_failure.cc,
 // "At the deadline"): the round's result when the round completed before the abort (the late
 // rank returns success, and so does the one that gave up), or these same kAborted words when the
 // abort came first (every later DATA for the round gets them too, so every rank fails). A tree
@@ -741,7 +741,7 @@ Reply Engine::aborted_reply(const Job& job, const wire::PacketView& pkt, const C
 // op and root (dtype | op << 8 | root << 16). Every rank of the round gets the same words, so
 // every rank can say the same thing. The DATA that brought the last rank in sends them to every
 // rank at once (as a result goes): the rank that completed the bitmap returns, and moves its
-// block sequence on (inc_engine.cc, resync_after_mismatch), at once, and its next collective may
+// block sequence on (inc_failure.cc, resync_after_mismatch), at once, and its next collective may
 // take this copy before the others' retransmission timers fire. A later DATA for the round (a
 // rank whose answer was lost) gets them alone, from the copy or, once a newer round took it, from
 // the job's record of its last poisoned collective (kStale in handle_data).

@@ -1,6 +1,7 @@
 // The in-network collective engine: joins a job at an aggregator and streams allreduce blocks
 // through the aggregator's slots over any Transport. The schedule is explained at the top of
-// inc_engine.cc. One engine per communicator; not thread-safe (one caller at a time).
+// inc_engine.cc (the join: inc_join.cc; failure handling: inc_failure.cc). One engine per
+// communicator; not thread-safe (one caller at a time).
 #pragma once
 
 #include <array>
@@ -43,7 +44,7 @@ class IncEngine {
   // Retransmission timeouts double from cfg.retransmit up to this multiple of it.
   static constexpr uint32_t kMaxBackoff = 64;
   // Refusals (ICMP port unreachable) and this long without a datagram from the aggregator: it is
-  // gone, the collective ends with Unavailable before its deadline (see inc_engine.cc).
+  // gone, the collective ends with Unavailable before its deadline (see inc_failure.cc).
   static constexpr std::chrono::milliseconds kRefusedSilence{50};
   // This long without a datagram from the aggregator during a collective: the rank sends it a
   // liveness probe (Transport::probe), so that a dead aggregator is refused (and found gone)
@@ -53,7 +54,7 @@ class IncEngine {
   static constexpr std::chrono::milliseconds kRefusedJoin{1000};
   // At the deadline, how long a rank waits for the aggregator's answers to its aborts (the
   // result of a round that completed before the abort, or the abort itself) before it fails
-  // the collective anyway (see inc_engine.cc, "At the deadline").
+  // the collective anyway (see inc_failure.cc, "At the deadline").
   static constexpr std::chrono::milliseconds kAbortSettle{100};
   // Waiting for results (inc_engine.cc, "Waiting"): with at most kSpinRounds rounds outstanding
   // the rank polls for up to kSpin before it blocks; with more it blocks at once.
@@ -63,7 +64,7 @@ class IncEngine {
     return outstanding <= kSpinRounds ? kSpin : std::chrono::microseconds(0);
   }
 
-  // A silent aggregator (inc_engine.cc, "A dead aggregator"): once set_silence_limit() armed it,
+  // A silent aggregator (inc_failure.cc, "A dead aggregator"): once set_silence_limit() armed it,
   // nothing authentic from the aggregator for the limit, with at least kSilentResends
   // retransmissions unanswered, ends the collective with Unavailable before its deadline.
   static constexpr uint32_t kSilentResends = 4;
@@ -103,7 +104,7 @@ class IncEngine {
   uint32_t next_coll() const { return next_coll_; }
   // Moves the counters to the point every rank moves to after a mismatched collective that began
   // at block sequence `from`: the next multiple of 2^24 above it, collective id `next_coll`, every
-  // slot's copy parity reset (see resync_after_mismatch in inc_engine.cc). A sharded job calls it
+  // slot's copy parity reset (see resync_after_mismatch in inc_failure.cc). A sharded job calls it
   // on the shards that did not see the mismatch, with what they stood at before the collective.
   void resync(BlockSeq from, uint32_t next_coll);
   // A flag another thread sets to make the running allreduce give up at once (kAborted): a

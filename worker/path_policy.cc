@@ -518,7 +518,7 @@ void PathPolicy::follow_replacement() {
 }
 
 // A silent aggregator ends a collective early only where the host path takes it over
-// (inc_engine.cc, "A silent aggregator").
+// (inc_failure.cc, "A silent aggregator").
 void PathPolicy::arm_silence() {
   if (engine_ && mesh_ != nullptr) engine_->set_silence_limit(IncEngine::kSilenceLimit);
 }
