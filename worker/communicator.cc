@@ -4,20 +4,18 @@
 // aggregator, and the collectives no aggregator does: allgather, reduce_scatter, broadcast,
 // barrier, alltoall(v)).
 //
-// Length: one short check-then-dispatch function per collective of ina.hpp, plus the mesh and
-// path setup they share; splitting them would scatter the API's argument checks.
+// The host mesh is connected in mesh_connect.cc; the kernel UDP transports to the aggregators are
+// made in transport/udp_factory.cc, the kernel-bypass ones by their plugins (plugin_loader.h).
 #include <algorithm>
 #include <chrono>
 #include <cinttypes>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
-#include "ina/base/features.h"
 #include "ina/base/half.h"
 #include "ina/base/log.h"
 #include "ina/ina.hpp"
@@ -34,19 +32,16 @@
 #include "worker/host/alltoall.h"
 #include "worker/host/barrier.h"
 #include "worker/host/broadcast.h"
-#include "worker/host/mesh_address.h"
 #include "worker/host/reduce_scatter.h"
 #include "worker/host/select.h"
 #include "worker/host/store.h"
-#include "worker/host/tcp_mesh.h"
 #include "worker/inc_engine.h"
+#include "worker/mesh_connect.h"
 #include "worker/path_policy.h"
 #include "worker/plugin/plugin_loader.h"
-#include "worker/plugin/probes.h"
-#include "worker/rdma/verbs_proto.h"
 #include "worker/sharded_engine.h"
 #include "worker/transport/fault_transport.h"
-#include "worker/transport/udp_transport.h"
+#include "worker/transport/udp_factory.h"
 
 namespace ina {
 namespace worker {
@@ -129,31 +124,6 @@ Status check_count(const char* what, size_t count, size_t blocks, DType dtype) {
   }
   return ok_status();
 }
-
-}  // namespace
-
-Result<std::vector<std::unique_ptr<Transport>>> udp_transports(
-    int rank, const std::vector<AggregatorAddress>& list) {
-  std::vector<std::unique_ptr<Transport>> transports;
-  for (size_t k = 0; k < list.size(); ++k) {
-    UdpTransportOptions opts;
-    opts.host = list[k].host;
-    opts.port = list[k].port;
-    Result<std::unique_ptr<UdpTransport>> udp = UdpTransport::create(opts);
-    if (!udp.ok()) {
-      if (list.size() == 1) return udp.status();
-      return Status(udp.status().code(), "shard " + std::to_string(k) + " of " +
-                                             std::to_string(list.size()) + ": " +
-                                             udp.status().message());
-    }
-    INA_DEBUG("worker", "rank %d: transport udp to %s (shard %zu of %zu)", rank,
-              udp.value()->peer_name().c_str(), k, list.size());
-    transports.push_back(std::move(udp.value()));
-  }
-  return transports;
-}
-
-namespace {
 
 // Exact mode's host AllReduce moves its words in chunks of at most this many elements (whole
 // blocks): 2 MiB of int64 words and 3 MiB of float32's limbs (4 MiB beyond 1024 ranks).
@@ -500,107 +470,7 @@ class CommunicatorImpl final : public Communicator {
   std::vector<float> wide_out_;  // reduce_scatter of 16-bit elements: the float32 result
 };
 
-// The host mesh through the job's rendezvous store, on the transport INA_HOST_TRANSPORT selects.
-Result<std::unique_ptr<host::Context>> connect_mesh(const Config& cfg,
-                                                    std::unique_ptr<host::TcpStore>* store) {
-  const features::Probe rdma_probe = features::probe_rdma();
-  INA_ASSIGN_OR_RETURN(HostTransport transport,
-                       rdma::choose_host_transport(cfg.host_transport, rdma_probe.built,
-                                                   rdma_probe.usable, rdma_probe.detail));
-  // The rendezvous: the application's store (no TcpStore of our own), or INA_STORE's TcpStore,
-  // served by rank 0 while the communicator lives.
-  std::optional<host::ExternalStoreAdapter> external;
-  host::Store* base = nullptr;
-  if (cfg.external_store != nullptr) {
-    external.emplace(*cfg.external_store);
-    base = &*external;
-  } else {
-    std::string host;
-    uint16_t port = 0;
-    INA_RETURN_IF_ERROR(parse_host_port(cfg.store, "INA_STORE", &host, &port));
-    host::TcpStoreOptions so;
-    so.host = host;
-    so.port = port;
-    so.is_server = cfg.rank == 0;
-    so.connect_timeout = cfg.timeout;
-    Result<std::unique_ptr<host::TcpStore>> ts = host::TcpStore::create(so);
-    if (!ts.ok()) {
-      return Status(ts.status().code(),
-                    "the rendezvous store " + cfg.store +
-                        " (INA_STORE, or MASTER_ADDR:MASTER_PORT): " + ts.status().message());
-    }
-    *store = std::move(ts).value();
-    base = store->get();
-  }
-  host::PrefixStore prefixed("ina/job" + std::to_string(cfg.job), *base);
-  // The ranks agree on one transport (their machines may differ): see agree_host_transport.
-  if (cfg.world_size > 1) {
-    const rdma::TransportVote mine{transport, cfg.host_transport};
-    INA_RETURN_IF_ERROR(prefixed.set("transport/" + std::to_string(cfg.rank),
-                                     host::to_bytes(rdma::encode_vote(mine))));
-    std::vector<rdma::TransportVote> votes;
-    for (int r = 0; r < cfg.world_size; ++r) {
-      INA_ASSIGN_OR_RETURN(host::Bytes b,
-                           prefixed.get("transport/" + std::to_string(r), cfg.timeout));
-      INA_ASSIGN_OR_RETURN(
-          rdma::TransportVote v,
-          rdma::decode_vote(host::to_string(b), "rank " + std::to_string(r) + "'s host transport"));
-      votes.push_back(v);
-    }
-    INA_ASSIGN_OR_RETURN(transport, rdma::agree_host_transport(votes));
-  }
-  INA_DEBUG("worker", "rank %d: host transport %s (INA_HOST_TRANSPORT=%s; rdma: %s)", cfg.rank,
-            rdma::host_transport_name(transport), rdma::host_transport_name(cfg.host_transport),
-            rdma_probe.detail.c_str());
-  if (transport == HostTransport::kVerbs) {  // libina-verbs.so (plugin_loader.h)
-    INA_ASSIGN_OR_RETURN(rdma::VerbsSelection sel,
-                         rdma::parse_verbs_selection(cfg.verbs_device.c_str(), nullptr));
-    rdma::VerbsMeshOptions vo;
-    vo.device = sel.device;
-    vo.port = sel.port;
-    vo.gid_index = cfg.verbs_gid_index;
-    vo.timeout = cfg.timeout;
-    return connect_verbs_mesh(prefixed, cfg.rank, cfg.world_size, vo);
-  }
-  host::MeshAddressInputs mi;
-  mi.mesh_addr = cfg.mesh_address;
-  mi.ifname = cfg.mesh_interface;
-  if (cfg.external_store == nullptr || !cfg.store.empty()) {
-    std::string host;
-    uint16_t port = 0;
-    if (parse_host_port(cfg.store, "INA_STORE", &host, &port).ok()) {
-      mi.store_host = host;
-      mi.store_port = port;
-    }
-  }
-  INA_ASSIGN_OR_RETURN(host::MeshAddress where, host::find_mesh_address(mi));
-  INA_DEBUG("worker", "rank %d: mesh address %s (%s)", cfg.rank, where.address.c_str(),
-            where.how.c_str());
-  host::TcpMeshOptions mo;
-  mo.address = where.address;
-  mo.timeout = cfg.timeout;
-  INA_ASSIGN_OR_RETURN(std::unique_ptr<host::TcpMesh> tm,
-                       host::TcpMesh::connect(prefixed, cfg.rank, cfg.world_size, mo));
-  return std::unique_ptr<host::Context>(std::move(tm));
-}
-
 }  // namespace
-
-uint64_t effective_fault_seed(const Config& cfg) {
-  if (cfg.fault.seed != 0) return cfg.fault.seed;
-  // Distinct per rank so that ranks do not lose the same packets in lockstep.
-  return 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(cfg.rank) + 1);
-}
-
-void wrap_fault_injection(const Config& cfg, std::vector<std::unique_ptr<Transport>>* transports) {
-  if (!FaultInjectingTransport::wanted(cfg.fault)) return;
-  for (size_t k = 0; k < transports->size(); ++k) {
-    // Shard 0 keeps the unsharded seed; the others draw their own losses.
-    (*transports)[k] = std::make_unique<FaultInjectingTransport>(
-        std::move((*transports)[k]), cfg.fault,
-        effective_fault_seed(cfg) ^ (0xD1B54A32D192ED03ull * k));
-  }
-}
 
 Result<std::unique_ptr<Communicator>> create_communicator(const Config& cfg,
                                                           std::unique_ptr<Transport> transport) {

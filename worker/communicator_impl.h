@@ -33,15 +33,4 @@ Result<std::unique_ptr<Communicator>> create_communicator(
     const Config& cfg, std::vector<std::unique_ptr<Transport>> transports,
     std::unique_ptr<DeviceOps> device_ops, const std::string& not_served = {});
 
-// One kernel UDP socket per aggregator (shard) of `list`, for rank `rank`; with several, an error
-// names the shard.
-Result<std::vector<std::unique_ptr<Transport>>> udp_transports(
-    int rank, const std::vector<AggregatorAddress>& list);
-
-// The seed FaultInjection uses: cfg.fault.seed, or one derived from the rank when it is 0.
-uint64_t effective_fault_seed(const Config& cfg);
-// Wraps each shard's transport in a FaultInjectingTransport when cfg.fault asks for one (shard 0
-// with the unsharded seed, the others with their own).
-void wrap_fault_injection(const Config& cfg, std::vector<std::unique_ptr<Transport>>* transports);
-
 }  // namespace ina::worker

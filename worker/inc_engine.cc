@@ -73,7 +73,6 @@
 #include <thread>
 
 #include "ina/base/log.h"
-#include "worker/communicator_impl.h"
 #include "worker/inc_engine_internal.h"
 #include "worker/transport/fault_transport.h"
 

@@ -61,10 +61,10 @@
 
 #include "ina/base/log.h"
 #include "worker/admission.h"
-#include "worker/communicator_impl.h"
 #include "worker/config_internal.h"
 #include "worker/host/broadcast.h"
 #include "worker/transport/fault_transport.h"
+#include "worker/transport/udp_factory.h"
 
 namespace ina::worker {
 namespace {

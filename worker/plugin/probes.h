@@ -1,6 +1,6 @@
 // The probes of libina's optional transports (loaded as plugins): RDMA verbs (ibv_get_device_list)
 // and AF_XDP (libxdp's version). Defined by plugin/transports.cc, which loads the plugin and asks
-// it, or without the feature by rdma/verbs_probe_none.cc and transport/xdp_probe_none.cc.
+// it, or, without the feature, says how to build it.
 #pragma once
 
 #include "ina/base/features.h"

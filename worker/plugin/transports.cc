@@ -78,6 +78,8 @@ Probe probe_rdma() {
   if (!api.ok()) return {true, false, api.status().message()};
   return api.value()->probe();
 }
+#else
+Probe probe_rdma() { return {false, false, "configure with -Drdma=enabled and libibverbs-dev"}; }
 #endif
 
 #if INA_HAVE_XDP
@@ -86,6 +88,10 @@ Probe probe_xdp() {
       worker::plugin::api<worker::plugin::XdpApi>("xdp", "", "the AF_XDP transport plugin");
   if (!api.ok()) return {true, false, api.status().message()};
   return api.value()->probe();
+}
+#else
+Probe probe_xdp() {
+  return {false, false, "configure with -Dxdp=enabled, libxdp-dev and libbpf-dev"};
 }
 #endif
 

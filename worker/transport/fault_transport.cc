@@ -59,4 +59,20 @@ Result<size_t> FaultInjectingTransport::recv_batch(std::span<Datagram> out,
   return kept;
 }
 
+uint64_t effective_fault_seed(const Config& cfg) {
+  if (cfg.fault.seed != 0) return cfg.fault.seed;
+  // Distinct per rank so that ranks do not lose the same packets in lockstep.
+  return 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(cfg.rank) + 1);
+}
+
+void wrap_fault_injection(const Config& cfg, std::vector<std::unique_ptr<Transport>>* transports) {
+  if (!FaultInjectingTransport::wanted(cfg.fault)) return;
+  for (size_t k = 0; k < transports->size(); ++k) {
+    // Shard 0 keeps the unsharded seed; the others draw their own losses.
+    (*transports)[k] = std::make_unique<FaultInjectingTransport>(
+        std::move((*transports)[k]), cfg.fault,
+        effective_fault_seed(cfg) ^ (0xD1B54A32D192ED03ull * k));
+  }
+}
+
 }  // namespace ina::worker

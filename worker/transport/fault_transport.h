@@ -26,6 +26,12 @@ double next_fault_percent(uint64_t* state);
 // plus fault.straggle_delay_us in fault.straggle_percent of the calls, drawn from *state.
 uint64_t collective_delay_us(const FaultInjection& fault, uint64_t* state);
 
+// The seed FaultInjection uses: cfg.fault.seed, or one derived from the rank when it is 0.
+uint64_t effective_fault_seed(const Config& cfg);
+// Wraps each shard's transport in a FaultInjectingTransport when cfg.fault asks for one (shard 0
+// with the unsharded seed, the others with their own).
+void wrap_fault_injection(const Config& cfg, std::vector<std::unique_ptr<Transport>>* transports);
+
 class FaultInjectingTransport final : public Transport {
  public:
   // `seed` must be the effective seed (FaultInjection::seed, or one derived from the rank).
