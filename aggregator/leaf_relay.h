@@ -40,7 +40,7 @@
 #include <span>
 #include <vector>
 
-#include "aggregator/engine.h"
+#include "aggregator/job.h"
 #include "aggregator/slot_table.h"
 #include "ina/base/status.h"
 #include "ina/protocol/wire.h"
