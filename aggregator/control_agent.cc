@@ -13,7 +13,7 @@
 #include <string>
 #include <thread>
 
-#include "controller/http_bind.h"
+#include "ina/base/http_bind.h"
 #include "ina/base/log.h"
 
 namespace ina::agg {

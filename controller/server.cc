@@ -32,11 +32,11 @@
 #include <sstream>
 #include <thread>
 
-#include "controller/http_bind.h"
 #include "controller/replica_etcd.h"
 #include "controller/requests.h"
 #include "controller/state.h"
 #include "controller/state_file.h"
+#include "ina/base/http_bind.h"
 #include "ina/base/log.h"
 
 namespace ina::ctl {

@@ -6,7 +6,8 @@
 // failed bind is an error naming the address, the port and the reason. The backlog is raised to
 // SOMAXCONN: httplib listens with 5, so the 6th of a job's ranks asking the controller at once had
 // its SYN dropped and waited for the 1 s SYN retransmission (TcpExtListenOverflows).
-// Header only: the controller and the aggregator's control agent both include it.
+// Header only (it needs cpp-httplib, which base does not link): the controller and the
+// aggregator's control agent both include it.
 #pragma once
 
 #include <httplib.h>
