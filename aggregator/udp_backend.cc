@@ -1,5 +1,5 @@
 // Kernel UDP backend (see udp_backend.h): the sockets and threads, the jobs, the snapshot and the
-// counters. Each thread's loop is a Lane (udp_lane.h); its replies go out through a ReplyQueue
+// counters. Each thread's loop is a UdpLane (udp_lane.h); its replies go out through a ReplyQueue
 // (udp_tx.h); the sockets and the steering program are set up by udp_net.h.
 #include "aggregator/udp_backend.h"
 
@@ -39,25 +39,29 @@ unsigned allowed_cpu_count() {
 
 }  // namespace
 
+UdpAggregator::UdpAggregator() : shared_(std::make_unique<UdpShared>()) {}
 UdpAggregator::~UdpAggregator() = default;
 
-const Engine& UdpAggregator::engine(unsigned i) const { return *lanes_.at(i)->engine; }
+unsigned UdpAggregator::threads() const { return static_cast<unsigned>(shared_->lanes.size()); }
+bool UdpAggregator::gso_enabled() const { return shared_->gso_on.load(std::memory_order_relaxed); }
+
+const Engine& UdpAggregator::engine(unsigned i) const { return *shared_->lanes.at(i)->engine; }
 
 EngineCounters UdpAggregator::engine_totals() const {
   EngineCounters t;
-  for (const auto& l : lanes_) add_counters(t, l->engine->counters());
+  for (const auto& l : shared_->lanes) add_counters(t, l->engine->counters());
   return t;
 }
 
 uint64_t UdpAggregator::dropped_by_hook() const {
   uint64_t n = 0;
-  for (const auto& l : lanes_) n += l->c.hook_dropped;
+  for (const auto& l : shared_->lanes) n += l->c.hook_dropped;
   return n;
 }
 
 uint64_t UdpAggregator::handed_off() const {
   uint64_t n = 0;
-  for (const auto& l : lanes_) n += l->c.handed_off;
+  for (const auto& l : shared_->lanes) n += l->c.handed_off;
   return n;
 }
 
@@ -168,7 +172,7 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
     // The kernel has UDP_SEGMENT when it answers for the option (the per-send cmsg is used).
     int v = 0;
     socklen_t vl = sizeof v;
-    a->gso_on_ = getsockopt(fds[0], SOL_UDP, UDP_SEGMENT, &v, &vl) == 0;
+    a->shared_->gso_on = getsockopt(fds[0], SOL_UDP, UDP_SEGMENT, &v, &vl) == 0;
   }
 
   EngineOptions eo;
@@ -176,8 +180,8 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
   eo.epoch_salt = draw_epoch_salt();  // one for every lane: they must name incarnations alike
   const size_t ring_bytes = std::max(kMinRingBytes, kRingPackets * max_packet);
   for (unsigned i = 0; i < lanes; ++i) {
-    auto l = std::make_unique<Lane>();
-    l->self = a.get();
+    auto l = std::make_unique<UdpLane>();
+    l->shared = a->shared_.get();
     l->idx = i;
     l->lanes = lanes;
     l->opts = opts;
@@ -212,12 +216,12 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
         if (fd >= 0) ::close(fd);
       return st;
     }
-    a->lanes_.push_back(std::move(l));
+    a->shared_->lanes.push_back(std::move(l));
   }
-  for (auto& l : a->lanes_) {
+  for (auto& l : a->shared_->lanes) {
     l->in.assign(lanes, nullptr);
     for (unsigned s = 0; s < lanes; ++s) {
-      if (s != l->idx) l->in[s] = a->lanes_[s]->out[l->idx].get();
+      if (s != l->idx) l->in[s] = a->shared_->lanes[s]->out[l->idx].get();
     }
     l->apply_jobs(jobs);
     if (!l->job_errors.empty()) {
@@ -225,44 +229,45 @@ Result<std::unique_ptr<UdpAggregator>> UdpAggregator::create(const UdpOptions& o
       return invalid_argument("udp: job " + std::to_string(job) + ": " + err);
     }
   }
-  a->board_ = std::make_unique<SnapshotBoard>(lanes, "threads");
-  for (auto& l : a->lanes_) a->board_->put(l->idx, l->take_snapshot());
-  a->board_->publish(monotonic_ns(), /*log_changes=*/false);  // main() reports the initial jobs
+  a->shared_->board = std::make_unique<SnapshotBoard>(lanes, "threads");
+  for (auto& l : a->shared_->lanes) a->shared_->board->put(l->idx, l->take_snapshot());
+  a->shared_->board->publish(monotonic_ns(),
+                             /*log_changes=*/false);  // main() reports the initial jobs
   return a;
 }
 
 void UdpAggregator::set_jobs(std::vector<JobConfig> jobs) {
   {
-    std::lock_guard<std::mutex> g(jobs_mu_);
-    desired_jobs_ = std::move(jobs);
-    desired_gen_.fetch_add(1, std::memory_order_release);
+    std::lock_guard<std::mutex> g(shared_->jobs_mu);
+    shared_->desired_jobs = std::move(jobs);
+    shared_->desired_gen.fetch_add(1, std::memory_order_release);
   }
-  for (const auto& l : lanes_) {  // apply now, not after a poll timeout
+  for (const auto& l : shared_->lanes) {  // apply now, not after a poll timeout
     const uint64_t one = 1;
     (void)!::write(l->efd, &one, sizeof one);
   }
 }
 
-AggregatorSnapshot UdpAggregator::snapshot() const { return board_->snapshot(); }
+AggregatorSnapshot UdpAggregator::snapshot() const { return shared_->board->snapshot(); }
 
 // Lane i's part (on lane i's thread, between batches); lane 0 also publishes the merge, once every
 // lane has applied the jobs it has (false: deferred).
-bool UdpAggregator::publish(unsigned i) {
-  board_->put(i, lanes_[i]->take_snapshot());
+bool UdpShared::publish(unsigned i) {
+  board->put(i, lanes[i]->take_snapshot());
   if (i != 0) return true;
-  const uint64_t gen = lanes_[0]->applied_gen.load(std::memory_order_relaxed);
-  for (const auto& l : lanes_) {
+  const uint64_t gen = lanes[0]->applied_gen.load(std::memory_order_relaxed);
+  for (const auto& l : lanes) {
     if (l->applied_gen.load(std::memory_order_acquire) != gen) return false;
   }
-  board_->publish(monotonic_ns());
+  board->publish(monotonic_ns());
   return true;
 }
 
 Status UdpAggregator::run(const std::atomic<bool>& stop) {
   std::atomic<bool> halt{false};  // a lane failed: the others stop too
   // Lanes 1..: a thread each (std::thread allocates its start state once, here, not in the loop).
-  for (size_t i = 1; i < lanes_.size(); ++i) {
-    Lane& l = *lanes_[i];
+  for (size_t i = 1; i < shared_->lanes.size(); ++i) {
+    UdpLane& l = *shared_->lanes[i];
     l.thread = std::thread([&l, &stop, &halt] {
       char name[16];
       std::snprintf(name, sizeof name, "ina-udp-%u", l.idx);
@@ -271,25 +276,25 @@ Status UdpAggregator::run(const std::atomic<bool>& stop) {
       if (!l.result.ok()) halt.store(true);
     });
   }
-  Lane& l0 = *lanes_[0];
+  UdpLane& l0 = *shared_->lanes[0];
   l0.result = l0.serve(stop, halt);
   if (!l0.result.ok()) halt.store(true);
-  for (size_t i = 1; i < lanes_.size(); ++i) lanes_[i]->thread.join();
-  if (lanes_.size() > 1 && l0.opts.snapshot_interval.count() > 0) {
-    board_->publish(monotonic_ns());  // every lane's final part
+  for (size_t i = 1; i < shared_->lanes.size(); ++i) shared_->lanes[i]->thread.join();
+  if (shared_->lanes.size() > 1 && l0.opts.snapshot_interval.count() > 0) {
+    shared_->board->publish(monotonic_ns());  // every lane's final part
   }
-  for (const auto& l : lanes_) {
+  for (const auto& l : shared_->lanes) {
     if (!l->result.ok()) return l->result;
   }
   return ok_status();
 }
 
 std::string UdpAggregator::format_counters() const {
-  Lane::Counters b;
+  UdpLane::Counters b;
   udp::ReplyQueue::Counters tb;
   std::vector<AggregatorSnapshot> parts;
-  for (const auto& l : lanes_) {
-    const Lane::Counters& x = l->c;
+  for (const auto& l : shared_->lanes) {
+    const UdpLane::Counters& x = l->c;
     const udp::ReplyQueue::Counters& y = l->tx.counters();
     b.rx_buffers += x.rx_buffers;
     b.rx_datagrams += x.rx_datagrams;
@@ -312,7 +317,7 @@ std::string UdpAggregator::format_counters() const {
   CounterTable t;
   t.engine(all.engine);
   t.section("udp:");
-  t.row("threads", lanes_.size());
+  t.row("threads", shared_->lanes.size());
   t.row("rx_buffers", b.rx_buffers);
   t.row("rx_datagrams", b.rx_datagrams);
   t.row("gro_buffers", b.gro_buffers);
@@ -328,10 +333,10 @@ std::string UdpAggregator::format_counters() const {
   t.row("tx_gso_entries", tb.tx_gso_entries);
   t.row("send_errors", tb.send_errors);
   t.row("unroutable", tb.unroutable);
-  if (lanes_.size() > 1) {
+  if (shared_->lanes.size() > 1) {
     t.section("per thread:");
     char line[160];
-    for (const auto& l : lanes_) {
+    for (const auto& l : shared_->lanes) {
       const EngineCounters& e = l->engine->counters();
       std::snprintf(line, sizeof line,
                     "  thread %u: rx %" PRIu64 " ina %" PRIu64 " completed %" PRIu64
@@ -343,7 +348,7 @@ std::string UdpAggregator::format_counters() const {
   }
   // A rank's address as any lane learned it (a leaf job: lane 0).
   t.ranks(all, [this](JobId job, size_t r) -> std::string {
-    for (const auto& l : lanes_) {
+    for (const auto& l : shared_->lanes) {
       const std::vector<udp::Peer>* p = std::as_const(l->peers).find(job);
       if (p != nullptr && r < p->size() && (*p)[r].known) return udp::format_addr((*p)[r].addr);
     }

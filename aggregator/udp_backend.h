@@ -26,45 +26,12 @@
 #include "aggregator/backend_shell.h"
 #include "aggregator/engine.h"
 #include "aggregator/snapshot.h"
+#include "aggregator/udp_options.h"
 #include "ina/base/status.h"
 
 namespace ina::agg {
 
-struct UdpOptions {
-  std::string bind_host = "0.0.0.0";
-  uint16_t port = 47474;  // 0: an ephemeral port (see UdpAggregator::port())
-  uint32_t batch = 64;    // datagrams per recvmmsg/sendmmsg
-  // After traffic, poll the socket (yielding the CPU between polls) this long before sleeping in
-  // poll(): a round whose last block arrives within it is answered without a wake-up (udp_lane.h).
-  std::chrono::microseconds spin{200};
-  bool gro = true;                              // UDP_GRO when the kernel has it
-  bool gso = true;                              // UDP_SEGMENT when the kernel has it
-  std::chrono::milliseconds stats_interval{0};  // print counters this often (0: never)
-  // Test hooks: drop or duplicate received datagrams at random.
-  double drop_percent = 0;
-  double dup_percent = 0;
-  uint64_t seed = 1;
-  // Jobs added at run time (set_jobs, from the controller): the aggregator's slot memory shared
-  // by all jobs (0: unchecked; per thread: each holds a copy of every job's slots) and the
-  // largest block (in bytes) a job may have (sizes the buffers; 0: the largest of the jobs given
-  // to create(), which may then be empty only if this is set).
-  uint32_t slot_capacity = 0;
-  uint32_t max_payload_bytes = 0;
-  // Telemetry: time every datagram, publish a snapshot this often (0: only at create(); the
-  // snapshot is built between batches and allocates, the packet path never does), report rounds
-  // older than stall_after as stalled.
-  bool telemetry = true;
-  std::chrono::milliseconds snapshot_interval{0};
-  std::chrono::milliseconds stall_after{1000};
-  // Serving threads (see the top of this file): 1..kMaxUdpThreads, or 0 for one per CPU this
-  // process may run on (its affinity mask).
-  unsigned threads = 1;
-  // Test hook: false leaves the reuseport group unsteered (the kernel's flow hash places each
-  // sender on one thread) so that every foreign slot goes through the handoff rings.
-  bool steer = true;
-};
-
-inline constexpr unsigned kMaxUdpThreads = 64;
+struct UdpShared;  // what the serving threads share (udp_lane.h)
 
 class UdpAggregator {
  public:
@@ -74,7 +41,7 @@ class UdpAggregator {
                                                        const std::vector<JobConfig>& jobs);
   uint16_t port() const { return port_; }
   // Serving threads (1 when more were asked for but the steering program could not be attached).
-  unsigned threads() const { return static_cast<unsigned>(lanes_.size()); }
+  unsigned threads() const;
   // Serves until `stop` becomes true (checked at least every 100 ms). Safe to set from a signal
   // handler or another thread. With several threads, runs thread 0 on the caller's thread.
   Status run(const std::atomic<bool>& stop);
@@ -94,23 +61,13 @@ class UdpAggregator {
   // Datagrams a thread received for another thread's slot and copied to it.
   uint64_t handed_off() const;
   bool gro_enabled() const { return gro_on_; }
-  bool gso_enabled() const { return gso_on_.load(std::memory_order_relaxed); }
-
-  struct Lane;  // one serving thread (udp_backend.cc)
+  bool gso_enabled() const;
 
  private:
-  UdpAggregator() = default;
-  std::vector<std::unique_ptr<Lane>> lanes_;
+  UdpAggregator();
+  std::unique_ptr<UdpShared> shared_;  // the serving threads (lanes) and what they share
   uint16_t port_ = 0;
   bool gro_on_ = false;
-  std::atomic<bool> gso_on_{false};  // turned off by any thread whose GSO send is refused
-  // set_jobs() hand-off: each thread applies a new generation between batches.
-  std::mutex jobs_mu_;
-  std::atomic<uint64_t> desired_gen_{0};
-  std::vector<JobConfig> desired_jobs_;
-  // Each thread's snapshot part; thread 0 publishes the merge.
-  std::unique_ptr<SnapshotBoard> board_;
-  bool publish(unsigned lane);
 };
 
 }  // namespace ina::agg

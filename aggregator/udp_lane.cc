@@ -46,13 +46,13 @@ uint64_t monotonic_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
 }
 
-bool UdpAggregator::Lane::chance(double percent) {
+bool UdpLane::chance(double percent) {
   if (percent <= 0) return false;
   const double u = static_cast<double>(splitmix64(&rng) >> 11) * 0x1.0p-53;
   return u * 100.0 < percent;
 }
 
-Status UdpAggregator::Lane::alloc_buffers(size_t b) {
+Status UdpLane::alloc_buffers(size_t b) {
   try {
     rx_buf.assign(b * kRecvBufSize, 0);
     rx_msgs.assign(b, mmsghdr{});
@@ -62,10 +62,10 @@ Status UdpAggregator::Lane::alloc_buffers(size_t b) {
   } catch (const std::bad_alloc&) {
     return resource_exhausted("udp: cannot allocate buffers for batch " + std::to_string(b));
   }
-  return tx.init(b, max_packet, fd, &self->gso_on_, &peers);
+  return tx.init(b, max_packet, fd, &shared->gso_on, &peers);
 }
 
-void UdpAggregator::Lane::on_datagram(std::span<const uint8_t> d, const sockaddr_in& src) {
+void UdpLane::on_datagram(std::span<const uint8_t> d, const sockaddr_in& src) {
   ++c.rx_datagrams;
   if (chance(opts.drop_percent)) {
     ++c.hook_dropped;
@@ -80,7 +80,7 @@ void UdpAggregator::Lane::on_datagram(std::span<const uint8_t> d, const sockaddr
 
 // To this lane's Engine, to the lane that owns the datagram's slot, or (a worker's HELLO) to every
 // lane. A datagram too short to route is this lane's: its Engine counts it as malformed.
-void UdpAggregator::Lane::route(std::span<const uint8_t> d, const sockaddr_in& src) {
+void UdpLane::route(std::span<const uint8_t> d, const sockaddr_in& src) {
   if (lanes == 1 || d.size() < wire::kHeaderSize) {
     handle(d, src, batch_now, false);
     return;
@@ -106,8 +106,7 @@ void UdpAggregator::Lane::route(std::span<const uint8_t> d, const sockaddr_in& s
   }
 }
 
-void UdpAggregator::Lane::hand_off(unsigned to, std::span<const uint8_t> d, const sockaddr_in& src,
-                                   bool copy) {
+void UdpLane::hand_off(unsigned to, std::span<const uint8_t> d, const sockaddr_in& src, bool copy) {
   HandoffRing& r = *out[to];
   // A copy is counted by the lane that received the datagram (Engine::on_packet's
   // counted_elsewhere), so it travels with a mark.
@@ -119,7 +118,7 @@ void UdpAggregator::Lane::hand_off(unsigned to, std::span<const uint8_t> d, cons
   }
 }
 
-size_t UdpAggregator::Lane::drain_handoffs() {
+size_t UdpLane::drain_handoffs() {
   size_t took = 0;
   for (HandoffRing* r : in) {
     if (r == nullptr) continue;
@@ -136,12 +135,12 @@ size_t UdpAggregator::Lane::drain_handoffs() {
 }
 
 // After the replies are flushed: the lanes this one handed datagrams to, if they sleep.
-void UdpAggregator::Lane::wake() {
+void UdpLane::wake() {
   if (wake_mask == 0) return;
   // Pairs with idle_wait(): the rings' head stores before the loads of `sleeping`.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   for (uint64_t m = wake_mask; m != 0; m &= m - 1) {
-    Lane& l = *self->lanes_[static_cast<size_t>(__builtin_ctzll(m))];
+    UdpLane& l = *shared->lanes[static_cast<size_t>(__builtin_ctzll(m))];
     if (l.sleeping.load(std::memory_order_relaxed)) {
       const uint64_t one = 1;
       ssize_t rc;
@@ -156,7 +155,7 @@ void UdpAggregator::Lane::wake() {
 
 // Nothing received and nothing handed over: sleeps until the socket or another lane has something,
 // at most kPollMs (a stop request is seen that late at worst).
-void UdpAggregator::Lane::idle_wait() {
+void UdpLane::idle_wait() {
   pollfd pfd[2] = {{fd, POLLIN, 0}, {efd, POLLIN, 0}};
   if (lanes > 1) {
     sleeping.store(true, std::memory_order_relaxed);
@@ -176,8 +175,8 @@ void UdpAggregator::Lane::idle_wait() {
   }
 }
 
-void UdpAggregator::Lane::handle(std::span<const uint8_t> d, const sockaddr_in& src, uint64_t now,
-                                 bool hello_copy) {
+void UdpLane::handle(std::span<const uint8_t> d, const sockaddr_in& src, uint64_t now,
+                     bool hello_copy) {
   int32_t rank = -1;
   JobId job = 0;
   // Arrival time of the batch (read once per recvmmsg): the lags telemetry looks for are
@@ -204,7 +203,7 @@ void UdpAggregator::Lane::handle(std::span<const uint8_t> d, const sockaddr_in& 
 
 // What this lane serves of the jobs (a leaf job: lane 0 only; the others route its datagrams
 // there) and the checks and bookkeeping around its Engine's.
-JobHooks UdpAggregator::Lane::job_hooks() {
+JobHooks UdpLane::job_hooks() {
   JobHooks h;
   h.serves = [this](const JobConfig& j) { return idx == 0 || !j.is_leaf(); };
   h.admit = [this](const JobConfig& j) -> Status {
@@ -229,7 +228,7 @@ JobHooks UdpAggregator::Lane::job_hooks() {
 
 // Between batches (nothing pending in the arena): the jobs of the newest set_jobs() (or of
 // create()).
-void UdpAggregator::Lane::apply_jobs(const std::vector<JobConfig>& desired) {
+void UdpLane::apply_jobs(const std::vector<JobConfig>& desired) {
   job_errors = reconcile_jobs(*engine, desired, job_hooks());
   for (const auto& [job, err] : job_errors) parents.erase(job);
   leaf_jobs.clear();
@@ -238,7 +237,7 @@ void UdpAggregator::Lane::apply_jobs(const std::vector<JobConfig>& desired) {
   }
 }
 
-AggregatorSnapshot UdpAggregator::Lane::take_snapshot() const {
+AggregatorSnapshot UdpLane::take_snapshot() const {
   const uint64_t stall_ns =
       static_cast<uint64_t>(std::chrono::nanoseconds(opts.stall_after).count());
   // Not ranked: the board's merge ranks the stragglers from every lane's telemetry.
@@ -252,8 +251,8 @@ AggregatorSnapshot UdpAggregator::Lane::take_snapshot() const {
 
 // One received buffer: a datagram, or a GRO buffer of datagrams of gso_size bytes (the last
 // possibly shorter).
-void UdpAggregator::Lane::receive_buffer(const msghdr& h, const uint8_t* data, size_t len,
-                                         const sockaddr_in& src) {
+void UdpLane::receive_buffer(const msghdr& h, const uint8_t* data, size_t len,
+                             const sockaddr_in& src) {
   ++c.rx_buffers;
   size_t seg = len;
   for (cmsghdr* cm = CMSG_FIRSTHDR(&h); cm != nullptr;
@@ -274,7 +273,7 @@ void UdpAggregator::Lane::receive_buffer(const msghdr& h, const uint8_t* data, s
   }
 }
 
-Status UdpAggregator::Lane::serve(const std::atomic<bool>& stop, const std::atomic<bool>& halt) {
+Status UdpLane::serve(const std::atomic<bool>& stop, const std::atomic<bool>& halt) {
   const unsigned batch = opts.batch;
   using Clock = std::chrono::steady_clock;
   const bool stats = opts.stats_interval.count() > 0;
@@ -286,14 +285,14 @@ Status UdpAggregator::Lane::serve(const std::atomic<bool>& stop, const std::atom
   if (lanes > 1) std::snprintf(who, sizeof who, "thread %u: ", idx);
 
   auto between_batches = [&] {
-    if (self->desired_gen_.load(std::memory_order_acquire) !=
+    if (shared->desired_gen.load(std::memory_order_acquire) !=
         applied_gen.load(std::memory_order_relaxed)) {
       std::vector<JobConfig> desired;
       uint64_t gen;
       {
-        std::lock_guard<std::mutex> g(self->jobs_mu_);
-        desired = self->desired_jobs_;
-        gen = self->desired_gen_.load(std::memory_order_relaxed);
+        std::lock_guard<std::mutex> g(shared->jobs_mu);
+        desired = shared->desired_jobs;
+        gen = shared->desired_gen.load(std::memory_order_relaxed);
       }
       apply_jobs(desired);
       applied_gen.store(gen, std::memory_order_release);
@@ -302,7 +301,7 @@ Status UdpAggregator::Lane::serve(const std::atomic<bool>& stop, const std::atom
     if (opts.snapshot_interval.count() > 0 && Clock::now() >= next_snapshot) {
       // Lane 0 defers while another lane has not applied the same jobs (soon: set_jobs() woke
       // it), so that a published job is served by every lane.
-      const bool published = self->publish(idx);
+      const bool published = shared->publish(idx);
       next_snapshot =
           Clock::now() + (published ? opts.snapshot_interval : std::chrono::milliseconds(1));
     }
@@ -376,11 +375,11 @@ Status UdpAggregator::Lane::serve(const std::atomic<bool>& stop, const std::atom
     }
   }
   tx.flush();
-  if (opts.snapshot_interval.count() > 0) self->publish(idx);
+  if (opts.snapshot_interval.count() > 0) shared->publish(idx);
   return ok_status();
 }
 
-void UdpAggregator::Lane::enqueue(const Reply& r, const sockaddr_in& src) {
+void UdpLane::enqueue(const Reply& r, const sockaddr_in& src) {
   const sockaddr_in* dest = &src;
   if (r.target == Reply::Target::kParent) {
     auto it = parents.find(r.hdr.job);

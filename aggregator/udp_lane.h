@@ -36,20 +36,25 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "aggregator/backend_shell.h"
+#include "aggregator/engine.h"
 #include "aggregator/handoff_ring.h"
-#include "aggregator/udp_backend.h"
+#include "aggregator/snapshot.h"
 #include "aggregator/udp_net.h"
+#include "aggregator/udp_options.h"
 #include "aggregator/udp_tx.h"
 
 namespace ina::agg {
 
-struct UdpAggregator::Lane {
+struct UdpShared;
+
+struct UdpLane {
   struct Counters {
     uint64_t rx_calls = 0;      // recvmmsg calls that returned data
     uint64_t rx_buffers = 0;    // buffers received (a GRO buffer counts one)
@@ -64,7 +69,7 @@ struct UdpAggregator::Lane {
     uint64_t sleeps = 0;           // idle waits in poll() (each ends in a wake-up)
   };
 
-  UdpAggregator* self = nullptr;
+  UdpShared* shared = nullptr;  // owned by the UdpAggregator, which outlives its lanes
   unsigned idx = 0;
   unsigned lanes = 1;
   UdpOptions opts;
@@ -104,7 +109,7 @@ struct UdpAggregator::Lane {
   // leaf jobs' parent aggregators, resolved when the job is added
   std::map<JobId, sockaddr_in> parents;
 
-  ~Lane() {
+  ~UdpLane() {
     if (fd >= 0) ::close(fd);
     if (efd >= 0) ::close(efd);
   }
@@ -131,6 +136,19 @@ struct UdpAggregator::Lane {
   void idle_wait();
   void handle(std::span<const uint8_t> d, const sockaddr_in& src, uint64_t now, bool hello_copy);
   void enqueue(const Reply& r, const sockaddr_in& src);
+};
+
+// What the serving threads share, owned by their UdpAggregator.
+struct UdpShared {
+  std::vector<std::unique_ptr<UdpLane>> lanes;
+  std::atomic<bool> gso_on{false};  // turned off by any thread whose GSO send is refused
+  // set_jobs() hand-off: each thread applies a new generation between batches.
+  std::mutex jobs_mu;
+  std::atomic<uint64_t> desired_gen{0};
+  std::vector<JobConfig> desired_jobs;
+  // Each thread's snapshot part; thread 0 publishes the merge.
+  std::unique_ptr<SnapshotBoard> board;
+  bool publish(unsigned lane);
 };
 
 uint64_t monotonic_ns();
