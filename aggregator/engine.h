@@ -37,6 +37,8 @@ struct EngineOptions {
 // A random salt for EngineOptions::epoch_salt, from the kernel's CSPRNG (getrandom(2)).
 uint64_t draw_epoch_salt();
 
+struct EngineJob;  // the state the engine keeps per job (engine_job.h)
+
 class Engine {
  public:
   Engine();
@@ -114,7 +116,7 @@ class Engine {
                                          size_t max = 16) const;
 
  private:
-  struct Job;
+  using Job = EngineJob;
   Reply handle_hello(Job& job, const wire::PacketView& pkt);
   static uint32_t hello_limit(const wire::PacketView& pkt);
   Reply barrier_complete(Job& job, const wire::Header& h);

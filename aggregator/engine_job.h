@@ -1,14 +1,13 @@
-// The state the engine keeps per job (Engine::Job): its table, join barrier and incarnations,
-// counters, telemetry and loss tracking, a leaf's relay, its last poisoned collective. Private to
-// the engine's files (engine.cc: jobs and rounds; engine_join.cc; engine_failure.cc;
-// engine_telemetry.cc).
+// The state the engine keeps per job (Engine::Job, an EngineJob): its table, join barrier and
+// incarnations, counters, telemetry and loss tracking, a leaf's relay, its last poisoned
+// collective. Private to the engine's files (engine.cc: jobs and rounds; engine_join.cc;
+// engine_failure.cc; engine_telemetry.cc).
 #pragma once
 
 #include <cstdint>
 #include <memory>
 #include <vector>
 
-#include "aggregator/engine.h"
 #include "aggregator/job.h"
 #include "aggregator/leaf_relay.h"
 #include "aggregator/slot_table.h"
@@ -16,7 +15,7 @@
 
 namespace ina::agg {
 
-struct Engine::Job {
+struct EngineJob {
   JobConfig cfg;
   std::unique_ptr<SlotTable> table;
   uint32_t world = 0;
