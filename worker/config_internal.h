@@ -1,4 +1,5 @@
-// Parsing helpers shared by Config::from_env (config.cc) and the C ABI's config merge (c_api.cc).
+// Parsing helpers and limits shared by Config::from_env (config.cc), Config::validate
+// (config_validate.cc) and the C ABI's config merge (c_api.cc).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 
 #include "ina/base/status.h"
 #include "ina/ina.hpp"
+#include "ina/protocol/wire.h"
 
 namespace ina::worker {
 
@@ -38,6 +40,17 @@ std::vector<AggregatorAddress> aggregator_list(const Config& cfg);
 // within 65535. Errors name the variable. Config::validate calls it for its transport unless
 // host_only; the transport's options are built after it (bypass_endpoint.h).
 Status validate_bypass(const Config& cfg, AggregatorTransport kind);
+
+// The limits Config::validate checks and from_env's parsers apply.
+inline constexpr uint32_t kMaxWorldSize = 65535;  // ranks are 16 bits on the wire
+inline constexpr uint32_t kMaxBlockElems = 16384;
+inline constexpr uint32_t kMaxWindow = wire::kMaxSlot + 1;
+inline constexpr uint64_t kMaxTimeoutMs = 24ull * 3600 * 1000;  // a day: beyond that it is a typo
+inline constexpr uint64_t kMaxRetransmitUs = 60ull * 1000 * 1000;
+
+// The message of a value out of range: "invalid FIELD VALUE: must be in RANGE (ENV)".
+std::string range_error(std::string_view field, std::string_view env, const std::string& value,
+                        const std::string& range);
 
 // The most aggregators one job may be sharded over (each costs the communicator a thread and a
 // socket).
