@@ -1,6 +1,6 @@
 // How the engine and a leaf job's relay (leaf_relay.h) build a Reply in place: the header fields
 // every reply shares, a slot copy's round, control words as the payload. Private to the
-// aggregator's packet logic (engine.cc, leaf_relay.cc); inline, as they were in engine.cc.
+// aggregator's packet logic (engine.cc, engine_join.cc, engine_failure.cc, leaf_relay.cc); inline.
 #pragma once
 
 #include <cstdint>

@@ -863,7 +863,7 @@ TEST(IncEngineAllreduce, NoAnswerDuringCollectiveIsUnavailable) {
 
 // A silent aggregator is probed (Transport::probe) every kSilenceProbe of silence, so that a dead
 // one's host refuses a datagram long before a retransmission timer (here 1 s) would send one.
-// A silent aggregator (inc_engine.cc): one restarted on its port has no key for the rank's
+// A silent aggregator (inc_failure.cc): one restarted on its port has no key for the rank's
 // incarnation, so it drops every DATA as a bad tag and answers nothing. Armed (as the path policy
 // does where the host path takes over), the collective ends with Unavailable long before its
 // deadline; unarmed, only the deadline ends it.
