@@ -39,7 +39,7 @@
 #include "ina/protocol/quantize.h"
 #include "ina/protocol/types.h"
 #include "ina_config.h"
-#include "testbed/dtype_list.h"
+#include "testbed/instruments/dtype_list.h"
 #include "worker/host/reduce.h"
 
 namespace {

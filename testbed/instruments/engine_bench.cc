@@ -21,7 +21,7 @@
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
 #include "ina_config.h"
-#include "testbed/engine_stream.h"
+#include "testbed/instruments/engine_stream.h"
 
 namespace {
 

@@ -54,8 +54,8 @@
 #include "ina/protocol/frame.h"
 #include "ina/protocol/wire.h"
 #include "ina_config.h"
-#include "testbed/dpdk_bench_common.h"
-#include "testbed/dpdk_bench_memif.h"
+#include "testbed/instruments/dpdk_bench_common.h"
+#include "testbed/instruments/dpdk_bench_memif.h"
 
 namespace {
 

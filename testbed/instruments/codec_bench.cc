@@ -38,7 +38,7 @@
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
 #include "ina_config.h"
-#include "testbed/dtype_list.h"
+#include "testbed/instruments/dtype_list.h"
 
 namespace {
 

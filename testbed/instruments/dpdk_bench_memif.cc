@@ -16,7 +16,7 @@
 // rank per block, as many as the DATA frames in; testpmd: the frames themselves) and per CPU
 // second of the DUT's polling thread. The share of generator tx bursts that found the ring full
 // says who limits: near 0 the generator (the DUT kept up), near 1 the DUT.
-#include "testbed/dpdk_bench_memif.h"
+#include "testbed/instruments/dpdk_bench_memif.h"
 
 #include <rte_cycles.h>
 #include <rte_eal.h>
@@ -31,7 +31,7 @@
 #include <cstdio>
 
 #include "aggregator/dpdk_backend.h"
-#include "testbed/dpdk_bench_common.h"
+#include "testbed/instruments/dpdk_bench_common.h"
 
 namespace ina::bench {
 

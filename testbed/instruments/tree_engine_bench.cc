@@ -16,7 +16,7 @@
 #include "aggregator/engine.h"
 #include "ina/protocol/wire.h"
 #include "ina_config.h"
-#include "testbed/engine_stream.h"
+#include "testbed/instruments/engine_stream.h"
 
 namespace {
 
