@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """AllToAll(v): INA's host algorithms against Open MPI (MPI_Alltoall(v) over TCP) on loopback,
 the tools alternated round by round in one run, so that load from elsewhere on the machine falls
 on all of them alike; the table gives each tool's median time per size over the rounds and the
@@ -30,7 +29,7 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 
 
 def machine(argv):
@@ -98,14 +97,14 @@ def main(argv):
     p.add_argument("--base-bench", default="")
     p.add_argument("--timeout", type=int, default=300)
     p.add_argument("--out", required=True)
-    a = p.parse_args(argv[1:])
+    a = p.parse_args(argv)
     variants = a.variants.split(",")
     if "ina-base" in variants and not a.base_bench:
         p.error("ina-base needs --base-bench")
     if "gloo" in variants and a.coll != "alltoall":
         p.error("gloo runs AllToAll only (--coll alltoall)")
     os.makedirs(a.out, exist_ok=True)
-    info = machine(argv)
+    info = machine(["testbed/run.py alltoall"] + list(argv))
     rows = []
     failures = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -170,7 +169,3 @@ def main(argv):
         f.write("\n".join(out) + "\n")
     print("\n".join(out))
     return 1 if failures or wrong else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

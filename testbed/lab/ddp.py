@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """DDP across network namespaces, as torchrun runs a job on 4 hosts: each rank in a namespace of
 its own (veth to a bridge, 10.79.0.10 .. 13), given only the launcher's variables (RANK,
 WORLD_SIZE, MASTER_ADDR = rank 0's address, MASTER_PORT) and, for the "ina" backend,
@@ -20,11 +19,12 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
 WORLD = 4
 
 
 def rank_mode(args):
-    sys.path.insert(0, os.path.join(HERE, "..", "integrations", "torch", "examples"))
+    sys.path.insert(0, os.path.join(ROOT, "integrations", "torch", "examples"))
     import ddp_digits
 
     class Out:
@@ -41,10 +41,10 @@ def sh(*cmd):
     subprocess.run(cmd, check=True)
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--aggregator-bin", default=os.path.join(HERE, "..", "build", "aggregator",
+    ap.add_argument("--aggregator-bin", default=os.path.join(ROOT, "build", "aggregator",
                                                              "ina-aggregator"))
     ap.add_argument("--epochs", type=int, default=5)
     ap.add_argument("--batch", type=int, default=32)
@@ -53,7 +53,7 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--backend", help=argparse.SUPPRESS)
     ap.add_argument("--timeout", type=float, default=600)
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     if args.backend:
         return rank_mode(args)
     if os.geteuid() != 0:
@@ -98,8 +98,9 @@ def main():
                        if not k.startswith("INA_") or k == "INA_LOG_LEVEL"}
                 env.update({k: v for k, v in env_extra.items() if v is not None})
                 env["RANK"] = str(r)
-                cmd = ["ip", "netns", "exec", ns, sys.executable, os.path.abspath(__file__),
-                       "--backend", backend, "--epochs", str(args.epochs), "--batch",
+                cmd = ["ip", "netns", "exec", ns, sys.executable, "-c",
+                       f"import sys; sys.path.insert(0, {HERE!r}); import ddp; "
+                       "sys.exit(ddp.main(sys.argv[1:]))", "--backend", backend, "--epochs", str(args.epochs), "--batch",
                        str(args.batch), "--hidden", str(args.hidden), "--lr", str(args.lr),
                        "--seed", str(args.seed)]
                 procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE,
@@ -131,7 +132,3 @@ def main():
             agg.wait()
         for ns in nss + [br]:
             subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,8 +10,8 @@ import os
 import shutil
 import sys
 import tempfile
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "integrations",
-                                "torch", "tests"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "integrations", "torch", "tests"))
 import common
 
 WORLD = 8
@@ -52,7 +52,7 @@ def rank_main(rank, world, outdir):
     dist.destroy_process_group()
 
 
-def main():
+def main(argv=None):
     common.import_or_skip()
     import torch
     out = tempfile.mkdtemp(prefix="ina-fallback-precision-")
@@ -88,7 +88,4 @@ def main():
             print(f"{str(dt)[6:]:9} {kind:8} {row[0][0]:17.3g} {row[1][0]:17.3g} "
                   f"{row[0][1]:15.3g} {row[1][1]:15.3g}")
     shutil.rmtree(out, ignore_errors=True)
-
-
-if __name__ == "__main__":
-    main()
+    return 0

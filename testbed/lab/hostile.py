@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Hostile traffic against a running job (issue 19): does any collective fail or go wrong?
 
 Starts an ina-aggregator on 127.0.0.1 with a job key, and ina-bench as the job's ranks (threads
@@ -104,15 +103,15 @@ def forge_pool(data, hello, rng, n=20000):
     return pool
 
 
-def main():
+def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--build-dir", default="build-test")
+    ap.add_argument("--build-dir", default="build")
     ap.add_argument("--seconds", type=float, default=10.0)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--size", default="64K", help="bytes per AllReduce (ina-bench -b/-e)")
     ap.add_argument("--iters", type=int, default=200, help="collectives per bench run")
     ap.add_argument("--seed", type=int, default=1)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     if os.geteuid() != 0:
         print("hostile_traffic: needs root (AF_PACKET capture on lo)", file=sys.stderr)
         return 77
@@ -209,7 +208,3 @@ def main():
     print("aggregator counters at exit:")
     print("\n".join(lines[start:]))
     return 0 if failed == 0 and total > 0 else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Link-bound testbed: link rates (tc tbf), the rate check, INA's framing and every variant's
 bound.
 
@@ -32,7 +31,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 WIRE_H = os.path.join(ROOT, "protocol", "include", "ina", "protocol", "wire.h")
 
 ETH_HDR, IPV4_HDR, UDP_HDR = 14, 20, 8
@@ -429,14 +428,3 @@ def size_tables(rows, min_bytes=1 << 20):
             out.append(f"| {_human(s)} | " + " | ".join(cells) + f" | {ratio} | |")
         out.append("")
     return "\n".join(out)
-
-
-if __name__ == "__main__":
-    # Print the bounds: linkbound.py RATE N [DTYPE]
-    if len(sys.argv) < 3:
-        sys.exit("usage: linkbound.py RATE N [DTYPE]   e.g. linkbound.py 500mbit 4")
-    bps, n = parse_rate(sys.argv[1]), int(sys.argv[2])
-    dt = sys.argv[3] if len(sys.argv) > 3 else "float32"
-    for v in ("ina", "host-ring", "host-hd", "host-tree"):
-        print(f"{v:10s} {bound_algbw(v, n, bps, dt) / 1e6:8.2f} MB/s")
-    print(f"INA/ring bound ratio {bound_algbw('ina', n, bps, dt) / bound_algbw('host-ring', n, bps, dt):.3f}")

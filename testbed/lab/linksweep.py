@@ -1,4 +1,4 @@
-"""harness.py --link-rate: every variant across network namespaces on the same shaped links.
+"""sweep.py --link-rate: every variant across network namespaces on the same shaped links.
 
 For each link rate and N: one star topology (topo.Topology: N worker namespaces and two
 aggregator namespaces on a bridge, tbf of that rate on both ends of every worker link, the
@@ -24,7 +24,9 @@ the sweep), then every variant in turn, one process per rank in the workers' nam
              worker's namespace (ip netns exec); Open MPI's own choice of algorithm
   mpi-ring   the same with the tuned component's ring forced (coll_tuned_allreduce_algorithm 4)
 
-Every file goes under the harness's output directory (the Gloo store, Open MPI's session
+With --coll alltoall or alltoallv (--zipf S: expert loads 1/(j+1)^S), the AllToAll variants: host
+(libina's host AllToAll, the cost model's choice), gloo (AllToAll only) and mpi.
+Every file goes under the sweep's output directory (the Gloo store, Open MPI's session
 directory through TMPDIR, rank outputs); DPDK's runtime directory /var/run/dpdk/<prefix> is
 removed after each run.
 """
@@ -37,11 +39,11 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 import linkbound  # noqa: E402
 import topo  # noqa: E402
 
-LINK_VARIANTS = ["ina", "host-ring", "host-tree", "host-hd", "gloo", "mpi", "mpi-ring",
+LINK_VARIANTS = ["ina", "host", "host-ring", "host-tree", "host-hd", "gloo", "mpi", "mpi-ring",
                  "ina-xdp", "ina-dpdk"]
 LATE = ("ina-xdp", "ina-dpdk")  # run last in a topology, in this order: they change offloads
 FLOAT32_ONLY = {"gloo", "mpi", "mpi-ring"}
@@ -117,7 +119,11 @@ class LinkSweep:
         return env
 
     def _sizes(self, dtype):
-        return self.h.sizes_args(0) + ["-d", dtype]
+        coll = getattr(self.a, "coll", "allreduce")
+        extra = [] if coll == "allreduce" else ["--coll", coll]
+        if coll == "alltoallv":
+            extra += ["--zipf", str(self.a.zipf)]
+        return self.h.sizes_args(0) + ["-d", dtype] + extra
 
     def _ranks(self, argvs_envs, timeout, log):
         """Starts one process per worker (argv, env); waits for all within timeout. Returns the
@@ -216,9 +222,9 @@ class LinkSweep:
                 return self._ranks(jobs, timeout, log)
             finally:
                 self._stop(ap, agg_log, log, f"aggregator ({variant})")
-        if variant.startswith("host-"):
-            algo = variant.split("-", 1)[1]
-            jobs = [([bench, "--transport", "host", "--algo", algo, "--rank", str(w.index),
+        if variant == "host" or variant.startswith("host-"):
+            algo = ["--algo", variant.split("-", 1)[1]] if "-" in variant else []
+            jobs = [([bench, "--transport", "host", *algo, "--rank", str(w.index),
                       "--workers", str(n), *sizes, *csv_of(w.index)],
                      self._env(INA_STORE=f"{ws[0].ip}:{port}", INA_MESH_ADDR=w.ip,
                                INA_TIMEOUT_MS=60000)) for w in ws]
@@ -275,7 +281,7 @@ class LinkSweep:
                            f"not started: the sweep's budget of {self.a.budget_min:g} min was spent")
                     for (_, _, dt, v) in items:
                         i += 1
-                        uw.writerow([v, "allreduce", n, 0, "skipped", 0, why, rate, dt])
+                        uw.writerow([v, self.a.coll, n, 0, "skipped", 0, why, rate, dt])
                         print(f"[{i}/{len(plan)}] {v:10s} N={n} {linkbound.rate_name(rate)} "
                               f"{dt} skipped ({why})", flush=True)
                     continue
@@ -300,7 +306,7 @@ class LinkSweep:
                         print(f"# REFUSED: {refused}", flush=True)
                         for (_, _, dt, v) in items:
                             i += 1
-                            uw.writerow([v, "allreduce", n, 0, "refused", 0, refused, rate, dt])
+                            uw.writerow([v, self.a.coll, n, 0, "refused", 0, refused, rate, dt])
                         continue
                     csum_off, agg_csum_off = False, False
                     for (_, _, dt, v) in items:
@@ -308,26 +314,24 @@ class LinkSweep:
                         if self.a.budget_min > 0 and time.time() - t0 > self.a.budget_min * 60:
                             why = (f"not started: the sweep's budget of {self.a.budget_min:g} "
                                    "min was spent")
-                            uw.writerow([v, "allreduce", n, 0, "skipped", 0, why, rate, dt])
+                            uw.writerow([v, self.a.coll, n, 0, "skipped", 0, why, rate, dt])
                             print(f"[{i}/{len(plan)}] {v:10s} N={n} skipped ({why})", flush=True)
                             continue
                         if v == "ina-xdp" and not agg_csum_off:
                             t._ns(t.aggregators()[0].ns, sys.executable,
-                                  os.path.join(os.path.dirname(HERE), "scripts",
-                                               "tx_checksum_off.py"), "eth0")
+                                  os.path.join(ROOT, "scripts", "tx_checksum_off.py"), "eth0")
                             agg_csum_off = True
                         if v == "ina-dpdk" and not csum_off:
                             for w in t.workers():
                                 t._ns(w.ns, sys.executable,
-                                      os.path.join(os.path.dirname(HERE), "scripts",
-                                                   "tx_checksum_off.py"), "eth0")
+                                      os.path.join(ROOT, "scripts", "tx_checksum_off.py"), "eth0")
                             csum_off = True
                         s0 = time.time()
                         status, rows_, note = self.one(v, n, dt, rate, tables)
                         dt_s = time.time() - s0
                         for r in rows_:
                             rw.writerow(r)
-                        uw.writerow([v, "allreduce", n, 0, status, f"{dt_s:.1f}", note, rate, dt])
+                        uw.writerow([v, self.a.coll, n, 0, status, f"{dt_s:.1f}", note, rate, dt])
                         done += 1
                         el = time.time() - t0
                         print(f"[{i}/{len(plan)}] {v:10s} N={n} {linkbound.rate_name(rate):8s} "
@@ -368,7 +372,7 @@ class LinkSweep:
         if os.path.exists(tmpcsv):
             with open(tmpcsv, newline="") as f:
                 for r in csv.DictReader(f):
-                    rows.append({"variant": v, "coll": "allreduce", "loss_pct": 0,
+                    rows.append({"variant": v, "coll": self.a.coll, "loss_pct": 0,
                                  "link_rate": rate, "block_bytes": block_bytes,
                                  **{k: r[k] for k in ("ranks", "bytes", "count", "dtype", "op",
                                                       "time_us", "algbw", "busbw", "wrong")}})

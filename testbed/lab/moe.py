@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """A mixture-of-experts layer's communication as a trainer issues it, through torch.distributed:
 per step, every rank routes its tokens to the experts (one expert per rank) with Zipf(S)
 popularity, exchanges the per-expert counts (all_to_all_single of N int64), dispatches the tokens
@@ -91,7 +90,7 @@ def main(argv):
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--backends", default="ina,gloo")
-    a = p.parse_args(argv[1:])
+    a = p.parse_args(argv)
     backends = a.backends.split(",")
     with open("/proc/loadavg") as f:
         load = " ".join(f.read().split()[:3])
@@ -115,7 +114,3 @@ def main(argv):
         x, y = backends
         print(f"{x}/{y}: {statistics.median(med[x]) / statistics.median(med[y]):.2f}")
     return 1 if failed else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

@@ -1,13 +1,13 @@
-#!/usr/bin/python3
-"""Regenerates testbed/results/REPORT.md from the latest harness results (or the directory
-given): the machine, what ran and what was skipped, headline figures (N = 4: busbw at the largest
+"""The testbed report from sweep result directories (`testbed/run.py report DIR...`): the machine, what ran and what was skipped, headline figures (N = 4: busbw at the largest
 size, latency at the smallest), PNG plots (busbw vs size, latency vs N, throughput vs loss), the
 simulator calibrated on those results (alpha, beta, the aggregator's per-packet cost), its
 validation error at the measured N, crossover tables and predictions at 1024 and 4096 workers.
 
-usage: testbed/report.py [RESULTS_DIR...] [--report PATH]
-  RESULTS_DIR  testbed/results/compare-* directories (default: the newest one); several are
+usage: testbed/run.py report RESULTS_DIR... [--report PATH | --write]
+  RESULTS_DIR  directories written by a sweep scenario (linkbound, compare, ...); several are
                merged (e.g. a --quick run and an N = 8 run)
+The report goes to the first directory's REPORT.md (or --report PATH); only --write replaces the
+tracked testbed/results/REPORT.md.
 """
 import argparse
 import csv
@@ -17,22 +17,15 @@ import os
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "sim"))
+TESTBED = os.path.dirname(HERE)
+ROOT = os.path.dirname(TESTBED)
+TRACKED_REPORT = os.path.join(TESTBED, "results", "REPORT.md")
+sys.path.insert(0, os.path.join(TESTBED, "sim"))
 import inasim  # noqa: E402
 
-sys.path.insert(0, HERE)
 import linkbound  # noqa: E402
 
 VALIDATED = ("ina", "host-ring", "host-tree", "host-hd")  # the simulator's target: <= 25% / 50%
-
-
-def latest_results():
-    dirs = sorted(d for d in glob.glob(os.path.join(HERE, "results", "compare-*"))
-                  if os.path.exists(os.path.join(d, "results.csv")))
-    if not dirs:
-        raise SystemExit("report.py: no testbed/results/compare-*/results.csv; run "
-                         "testbed/harness.py first")
-    return dirs[-1]
 
 
 def load(results_dir):
@@ -207,13 +200,19 @@ def link_sim_section(rdirs):
            "ring models fitted on `ina` and `host-ring` (not their own rows).", ""]
     if fit["inc"]:
         rate = max(r["rate"] for r in rows)
-        md += [f"Predictions to 16384 workers on {linkbound.rate_name(int(rate))} links. "
-               f"Measured (fitted above at {linkbound.rate_name(int(rate))}): a, k, x0, ki and "
-               "the software aggregator's c. Assumed: "
-               "fan-in 32 per aggregator for `hier` (a tree of aggregators, levels pipelined), "
-               "every level's latency x0, no congestion above the first level; `hier (hw)` "
-               "assumes c = 10 ns per packet (a switch pipeline) instead of the fitted c. Ring and "
-               "double binary tree: a per step, k x the link rate, TCP framing.", "",
+        rn = linkbound.rate_name(int(rate))
+        md += [f"Predictions to 16384 workers on {rn} links, from the parameters fitted above at "
+               f"{rn} (a, k, x0, ki and the software aggregator's c). What each column assumes:",
+               "",
+               f"* ring: 2(N-1) steps of latency a each; every rank sends 2(N-1)/N of its data "
+               f"at k x {rn} with TCP framing; no aggregator.",
+               "* double binary tree: 2 log2(N) steps of latency a; the busiest rank moves T(N) "
+               "times its data (libina's two trees); no aggregator.",
+               "* hier: a tree of software aggregators of fan-in 32, levels pipelined, each level "
+               "adding x0; one aggregator's capacity is its fitted per-packet cost c, paid serially "
+               "for the 32 children's packets (k p c); no congestion above the first level.",
+               "* hier (hw): the same tree with an aggregator that costs c = 10 ns per packet (a "
+               "switch pipeline, 100 Mpps) in place of the fitted c: assumed, not measured.", "",
                "| N | size | ring | double binary tree | hier | hier (hw) | ring / hier (hw) |",
                "|---|---|---|---|---|---|---|"]
         for n in (8, 64, 512, 4096, 16384):
@@ -338,12 +337,17 @@ def headline(rows, n=4):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("results_dir", nargs="*",
-                    help="harness output directories (default: the newest); several are "
-                         "merged, a later one's row replacing an earlier one's for the same run")
-    ap.add_argument("--report", default=os.path.join(HERE, "results", "REPORT.md"))
+    ap.add_argument("results_dir", nargs="+",
+                    help="sweep output directories; several are merged, a later one's row "
+                         "replacing an earlier one's for the same run")
+    ap.add_argument("--report", help="where to write (default: RESULTS_DIR/REPORT.md of the first)")
+    ap.add_argument("--write", action="store_true",
+                    help="replace the tracked testbed/results/REPORT.md")
     a = ap.parse_args(argv)
-    rdirs = [os.path.abspath(d) for d in (a.results_dir or [latest_results()])]
+    if a.write and a.report:
+        ap.error("--write and --report: give one")
+    rdirs = [os.path.abspath(d) for d in a.results_dir]
+    a.report = TRACKED_REPORT if a.write else (a.report or os.path.join(rdirs[0], "REPORT.md"))
     link_dirs = [d for d in rdirs if raw_link_rows([d])]
     loop_dirs = [d for d in rdirs if d not in link_dirs]
     merged, runs = {}, []
@@ -355,11 +359,12 @@ def main(argv=None):
     rows = list(merged.values())
     if not rows and not link_dirs:
         raise SystemExit(f"report.py: no rows in {', '.join(d + '/results.csv' for d in rdirs)}")
-    srcs = ", ".join(f"`{os.path.relpath(d, os.path.dirname(HERE))}`" for d in rdirs)
+    srcs = ", ".join(f"`{os.path.relpath(d, ROOT)}`" for d in rdirs)
     report_dir = os.path.dirname(os.path.abspath(a.report))
     md = ["# INA testbed report", "",
-          f"Generated by `testbed/report.py {' '.join(os.path.relpath(d, os.path.dirname(HERE)) for d in rdirs)}` "
-          f"(that command regenerates it) from {srcs} (written by `testbed/harness.py`).", ""]
+          f"Generated by `testbed/run.py report {' '.join(os.path.relpath(d, ROOT) for d in rdirs)}"
+          f"{' --write' if a.write else ''}` (that command regenerates it) from {srcs} (written "
+          "by `testbed/run.py`).", ""]
     machines = []
     for d in rdirs:
         with open(os.path.join(d, "machine.txt")) as f:
@@ -437,7 +442,7 @@ def main(argv=None):
                f"`{info['host_variant']}`; in-network alpha = {p.alpha_inc * 1e6:.1f} us, "
                f"beta = {p.beta_inc * 1e9:.3f} ns/B, aggregator per-packet cost c = "
                f"{p.c_pkt * 1e9:.0f} ns (payload {p.payload} B) from "
-               f"`{info['inc_variant']}`. Parameters: `{os.path.relpath(rdir, os.path.dirname(HERE))}"
+               f"`{info['inc_variant']}`. Parameters: `{os.path.relpath(rdir, ROOT)}"
                f"/sim-params.json`.", "",
                "Validation (the model predicting the measured lossless rows, N = "
                f"{','.join(str(n) for n in sorted({r['n'] for r in sim_rows}))}):", "",
@@ -488,7 +493,3 @@ def main(argv=None):
         f.write("\n".join(md))
     print(f"wrote {os.path.relpath(a.report)} ({len(made)} plots from {rdir})")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

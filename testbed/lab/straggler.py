@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Straggler location scenario (issue 21): does the aggregator name the injected straggler, and
 its cause?
 
@@ -33,7 +32,6 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import topo as topo_mod  # noqa: E402
 
 KINDS = ("start", "link", "loss")
@@ -258,7 +256,3 @@ def main(argv=None):
         with open(args.json, "w") as f:
             json.dump({"seed": seed, "args": vars(args), "trials": results}, f, indent=1)
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

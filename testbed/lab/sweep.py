@@ -1,25 +1,24 @@
-#!/usr/bin/python3
-"""Comparison harness: INA (in-network, kernel UDP aggregator; on loopback and across veth links
+"""The comparison sweep (scenarios smoke, compare, latency, loss, linkbound, dpdk, af_xdp): INA (in-network, kernel UDP aggregator; on loopback and across veth links
 between network namespaces), INA's host algorithms (ring, tree, halving-doubling), Open MPI (TCP)
 and Gloo (TCP), in one run, at N = 2, 4, 8, sizes 8 B .. 64 MiB, with and without injected loss.
 
 Each run happens in a fresh network namespace of its own (its loopback carries the traffic; with
 loss, an nft `numgen random` rule drops that percent of the packets it receives), or, for
-`ina-veth`, in a topology of testbed/topo.py (workers and the aggregator in namespaces on one
+`ina-veth`, in a topology of topo.py (workers and the aggregator in namespaces on one
 bridge, the loss on every host's input). Without root, runs use the machine's loopback and the
 lossy rows are skipped with a note.
 
-Writes --out DIR (default testbed/results/compare-<UTC stamp>/), and nothing outside it:
+Writes --out DIR (testbed/run.py gives it), and nothing outside it:
   machine.txt   CPU model, cores, kernel, load, date, git rev, the command line
   results.csv   variant,coll,ranks,loss_pct,bytes,count,dtype,op,time_us,algbw,busbw,wrong
   runs.csv      one row per run: variant,coll,ranks,loss_pct,status,seconds,note
   tables.txt    every tool's nccl-tests table, as printed
   summary.md    one nccl-tests style table per variant and N, lossless and lossy
-then runs testbed/report.py (plots, simulator calibration, DIR/REPORT.md) unless --no-report.
+then the report (report.py: plots, simulator calibration, DIR/REPORT.md) unless --no-report.
 --link-rate R[,R...]: every peer across namespaces on worker links shaped to R (linksweep.py;
 ratecheck.csv too); a start at a load above the core count is refused unless --force.
 
-usage: testbed/harness.py [--quick] [-N 2,4,8] [-b 8] [-e 64M] [-f 2] [--loss 0,0.1,1]
+options (a scenario's args, or after `--` on testbed/run.py): [--quick] [-N 2,4,8] [-b 8] [-e 64M] [-f 2] [--loss 0,0.1,1]
                           [--loss-stepfactor 8] [--variants LIST] [--backends kernel]
                           [-n 20] [-w 5] [-B 256M] [--timeout 180] [--budget-min 20]
                           [--build-dir build] [--out DIR] [--no-report]
@@ -41,12 +40,13 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-sys.path.insert(0, HERE)
-import topo  # noqa: E402
-
+ROOT = os.path.dirname(os.path.dirname(HERE))
 import linkbound  # noqa: E402
 import linksweep  # noqa: E402
+import report  # noqa: E402
+import topo  # noqa: E402
+
+RUN_PY = os.path.join(os.path.dirname(HERE), "run.py")
 
 ALL_VARIANTS = ["ina", "ina-veth", "host-ring", "host-tree", "host-hd", "mpi", "gloo",
                 "host-alltoall", "mpi-alltoall"]
@@ -108,6 +108,7 @@ def machine_description(argv, load_line=""):
                     break
     except OSError:
         pass
+    argv = os.environ.get("INA_TESTBED_COMMAND", "").split() or argv
     rev = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
                          text=True).stdout.strip() or "unknown"
     dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain"], capture_output=True,
@@ -192,8 +193,7 @@ class Harness:
         self.ina_coll_flag = "--coll" in ina_help
         self.agg_help = help_text([self.bin["agg"]]) if os.access(self.bin["agg"], os.X_OK) else ""
         self.mpi_coll_flag = "--coll" in mpi_help
-        self.out = os.path.abspath(a.out) if a.out else os.path.join(HERE, "results",
-                                         "compare-" + time.strftime("%Y%m%d-%H%M%S", time.gmtime()))
+        self.out = os.path.abspath(a.out)
         self.notes = []
         self.port = 29500 + os.getpid() % 2000
 
@@ -271,7 +271,7 @@ class Harness:
         if os.path.exists(tmpcsv):
             os.remove(tmpcsv)
         if variant == "ina-veth":
-            argv = [sys.executable, os.path.join(HERE, "topo.py"), "run-ina", "-N", str(n),
+            argv = [sys.executable, RUN_PY, "topo", "run-ina", "-N", str(n),
                     "-M", "1", "--build-dir", self.build, "--timeout", str(self.a.timeout)]
             if loss > 0:
                 argv += ["--loss", ",".join([f"w{i}={loss}" for i in range(n)] + [f"agg0={loss}"])]
@@ -332,7 +332,11 @@ class Harness:
                 uw.writerow([v, "", "", "", "skipped", 0, why, "", ""])
             done, refused = sweep.run(plan, tables, rw, uw, cw, t0, CSV_FIELDS)
         with open(os.path.join(self.out, "summary.md"), "w") as f:
-            f.write(link_summary_markdown(os.path.join(self.out, "results.csv"), skipped))
+            if a.coll == "allreduce":
+                f.write(link_summary_markdown(os.path.join(self.out, "results.csv"), skipped))
+            else:
+                f.write(alltoall_summary_markdown(os.path.join(self.out, "results.csv"), skipped,
+                                                  a.coll, a.zipf))
         print(f"# {done} runs in {time.time() - t0:.0f}s; results in {self.out}", flush=True)
         with open(os.path.join(self.out, "machine.txt"), "a") as f:
             f.write(f"load average at end: {' '.join(open('/proc/loadavg').read().split()[:3])}\n")
@@ -453,9 +457,55 @@ def link_summary_markdown(results_csv, skipped):
         rows = list(csv.DictReader(f))
     out = [f"* skipped {v}: {why}" for v, why in skipped]
     out += ["", "Each variant's algbw (MB/s of the user's buffer) and its % of the bound "
-            "(testbed/linkbound.py); the smallest size shows the time of one AllReduce.", "",
+            "(linkbound.py); the smallest size shows the time of one AllReduce.", "",
             linkbound.headline_table(rows), "", linkbound.size_tables(rows, min_bytes=1), ""]
     return "\n".join(out)
+
+
+def alltoall_bound_us(coll, zipf, n, nbytes, bps, dtype_bytes=4):
+    """The busiest link's time for one AllToAll(v) on a star of links of bps each way: uniform,
+    each rank sends and receives (N-1)/N of its buffer; Zipf, rank 0 (the hot expert) receives
+    N-1 blocks of share 1/(1)^S / sum_j 1/(j+1)^S (bench_common.h's bench_a2av_count). TCP
+    framing (1448 of 1514 bytes)."""
+    if coll == "alltoall":
+        busiest = nbytes * (n - 1) / n
+    else:
+        elems = nbytes // dtype_bytes
+        total = sum((j + 1) ** -zipf for j in range(n))
+        shares = [int(elems * (j + 1) ** -zipf / total) for j in range(n)]
+        busiest = (n - 1) * (shares[0] + elems - sum(shares)) * dtype_bytes
+    return busiest / linkbound.TCP_EFFICIENCY / (bps / 8) * 1e6
+
+
+def alltoall_summary_markdown(results_csv, skipped, coll, zipf):
+    """Per link rate and N: each variant's time per size, the busiest link's bound, and each
+    variant's time over Open MPI's."""
+    with open(results_csv, newline="") as f:
+        rows = list(csv.DictReader(f))
+    out = [f"* skipped {v}: {why}" for v, why in skipped]
+    what = "AllToAll (uniform)" if coll == "alltoall" else f"AllToAllv, Zipf({zipf:g}) expert loads"
+    out += ["", f"{what}: time per call (us, median over the run's iterations as the bench "
+            "reports it), the busiest link's bound (us) and time / Open MPI's.", ""]
+    groups = sorted({(int(float(r["link_rate"])), int(r["ranks"])) for r in rows})
+    for rate, n in groups:
+        sub = [r for r in rows if int(float(r["link_rate"])) == rate and int(r["ranks"]) == n]
+        variants = list(dict.fromkeys(r["variant"] for r in sub))
+        out += [f"### {linkbound.rate_name(rate)} links, N = {n}", "",
+                "| bytes per rank | bound | " + " | ".join(variants) + " | " +
+                " | ".join(f"{v}/mpi" for v in variants if v != "mpi") + " |",
+                "|---|---|" + "---|" * (2 * len(variants) - ("mpi" in variants)) ]
+        for b in sorted({int(r["bytes"]) for r in sub}):
+            t = {r["variant"]: float(r["time_us"]) for r in sub if int(r["bytes"]) == b}
+            cells = [f"{t[v]:.0f}" if v in t else "-" for v in variants]
+            ratio = [f"{t[v] / t['mpi']:.2f}" if v in t and t.get("mpi") else "-"
+                     for v in variants if v != "mpi"]
+            out.append(f"| {b} | {alltoall_bound_us(coll, zipf, n, b, rate):.0f} | " +
+                       " | ".join(cells) + " | " + " | ".join(ratio) + " |")
+        out.append("")
+    wrong = sum(int(r["wrong"]) for r in rows if r["wrong"].lstrip("-").isdigit()
+                and int(r["wrong"]) > 0)
+    out.append(f"wrong elements over all rows: {wrong}")
+    return "\n".join(out) + "\n"
 
 
 def main(argv=None):
@@ -485,8 +535,8 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds per run (full: 180, quick: 60)")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
-    ap.add_argument("--out", help="output directory (default results/compare-<stamp>)")
-    ap.add_argument("--no-report", action="store_true", help="do not run report.py afterwards")
+    ap.add_argument("--out", required=True, help="output directory")
+    ap.add_argument("--no-report", action="store_true", help="do not write DIR/REPORT.md")
     ap.add_argument("--link-rate", type=parse_list("link rate", linkbound.parse_rate),
                     default=None,
                     help="link-bound sweep: every variant across namespaces on worker links "
@@ -497,6 +547,10 @@ def main(argv=None):
                          "jumbo frames, which INA's blocks follow up to 8 KiB)")
     ap.add_argument("-d", "--dtypes", type=parse_list("dtypes", str), default=None,
                     help="link-bound sweep: float32,bfloat16 (Gloo and Open MPI: float32 only)")
+    ap.add_argument("--coll", default="allreduce", choices=["allreduce", "alltoall", "alltoallv"],
+                    help="--link-rate: the collective (alltoall(v) variants: host, gloo, mpi)")
+    ap.add_argument("--zipf", type=float, default=1.2,
+                    help="--coll alltoallv: expert loads 1/(j+1)^S")
     ap.add_argument("--force", action="store_true",
                     help="run even at a load above the core count (the output says so)")
     ap.add_argument("--ns-prefix", default="inatb",
@@ -534,6 +588,16 @@ def main(argv=None):
     for d in a.dtypes:
         if d not in linkbound.DTYPE_BYTES:
             ap.error(f"--dtypes: unknown {d!r} (expected float32, bfloat16, float16 or int32)")
+    if a.coll != "allreduce":
+        if not a.link_rate:
+            ap.error("--coll: AllToAll on loopback is the alltoall scenario; here with --link-rate")
+        bad = [v for v in a.variants if v not in ("host", "gloo", "mpi")]
+        if bad:
+            ap.error(f"--coll {a.coll}: variants host, gloo, mpi only (not {','.join(bad)})")
+        if a.coll == "alltoallv" and "gloo" in a.variants:
+            a.variants.remove("gloo")
+            print("# gloo skipped: gloo::alltoallv is not in ina-gloo-bench (AllToAll only)")
+        a.no_report = True  # the report's bounds are AllReduce's
     if a.link_rate and any(x > 0 for x in a.loss):
         ap.error("--loss: the link-bound sweep (--link-rate) runs without loss")
     if any(not 0 <= x <= 100 for x in a.loss):
@@ -550,10 +614,8 @@ def main(argv=None):
     rc = h.run()
     if not a.no_report:
         # The report goes into the output directory: --out DIR writes nowhere else.
-        rc |= subprocess.run([sys.executable, os.path.join(HERE, "report.py"), h.out,
-                              "--report", os.path.join(h.out, "REPORT.md")]).returncode
+        try:
+            rc |= report.main([h.out, "--report", os.path.join(h.out, "REPORT.md")])
+        except SystemExit as e:  # no rows (every variant skipped): said, not fatal
+            print(f"# report: {e}", flush=True)
     return rc
-
-
-if __name__ == "__main__":
-    sys.exit(main())

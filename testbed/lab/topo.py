@@ -1,4 +1,3 @@
-#!/usr/bin/python3
 """Network-namespace topologies for the INA testbed: N worker hosts and M aggregator hosts.
 
 Every host is a network namespace with one veth link (eth0) to a switch namespace that holds the
@@ -30,7 +29,6 @@ import subprocess
 import sys
 import time
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import linkbound  # noqa: E402
 
 NFT_TABLE = "inatb_loss"
@@ -519,7 +517,3 @@ def main(argv=None):
         print("ready", flush=True)
         while True:
             time.sleep(3600)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Smoke tests of the comparison harness, the report and the aggregator fault driver:
 * a tiny sweep (N = 2, three sizes; INA, the host ring, Gloo when built, INA across veth links
-  (topo.py) and 1% loss when namespaces can be made) gives rows for every run with no wrong
-  element, the machine description and the summary tables; report.py makes the plots and a
+  (lab/topo.py) and 1% loss when namespaces can be made) gives rows for every run with no wrong
+  element, the machine description and the summary tables; run.py report makes the plots and a
   calibrated simulator section; no namespace is left behind;
-* an aggregator killed and restarted mid-run (topo.py run-ina --fallback): the workers finish.
+* an aggregator killed and restarted mid-run (run.py topo run-ina --fallback): the workers finish.
 usage: test_harness.py BUILD_DIR. Exits 77 (SKIP) when ina-bench is not built."""
 import csv
 import os
@@ -15,15 +15,16 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TESTBED = os.path.dirname(HERE)
-sys.path.insert(0, TESTBED)
+sys.path.insert(0, os.path.join(TESTBED, "lab"))
 import topo  # noqa: E402
 
+RUN_PY = os.path.join(TESTBED, "run.py")
 BUILD = os.path.abspath(sys.argv[1]) if len(sys.argv) > 1 else os.path.join(TESTBED, "..", "build")
 
 
 def skip_without_namespaces_or_aggregator(test):
     """Skips `test` (with the reason) unless network namespaces can be made and ina-aggregator
-    is built: topo.py run-ina needs both."""
+    is built: run.py topo run-ina needs both."""
     ok, why = topo.can_make_namespaces()
     if not ok:
         test.skipTest(why)
@@ -42,10 +43,11 @@ class HarnessSmoke(unittest.TestCase):
         losses = ["0", "1"] if root_ok else ["0"]
         before = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
         with tempfile.TemporaryDirectory() as out:
-            r = subprocess.run([sys.executable, os.path.join(TESTBED, "harness.py"), "--quick",
+            r = subprocess.run([sys.executable, RUN_PY, "compare", "--build-dir", BUILD, "--out", out, "--",
+                                "--quick",
                                 "-N", "2", "-b", "8", "-e", "64K", "-f", "64", "--loss-stepfactor", "64",
                                 "--loss", ",".join(losses), "--variants", ",".join(variants),
-                                "--build-dir", BUILD, "--out", out, "--no-report", "--force"],
+                                "--no-report", "--force"],
                                capture_output=True, text=True, timeout=120)
             print(r.stdout[-3000:], r.stderr[-2000:])
             self.assertEqual(r.returncode, 0)
@@ -66,7 +68,7 @@ class HarnessSmoke(unittest.TestCase):
             summary = open(os.path.join(out, "summary.md")).read()
             self.assertIn("### ina (allreduce), N = 2", summary)
             report = os.path.join(out, "REPORT.md")
-            r = subprocess.run([sys.executable, os.path.join(TESTBED, "report.py"), out,
+            r = subprocess.run([sys.executable, RUN_PY, "report", out,
                                 "--report", report], capture_output=True, text=True, timeout=120)
             self.assertEqual(r.returncode, 0, r.stderr)
             text = open(report).read()
@@ -83,12 +85,12 @@ class HarnessSmoke(unittest.TestCase):
 
 class AggregatorKillRestart(unittest.TestCase):
     def test_workers_fall_back_and_return(self):
-        """topo.py run-ina: the aggregator is killed 1 s into a run of 150 small AllReduces
+        """run.py topo run-ina: the aggregator is killed 1 s into a run of 150 small AllReduces
         (rank 0 delayed 20 ms each, so the run outlasts the kill on any machine) and restarted
         0.3 s later; with --fallback the ranks redo the collective on the host path, return
         in-network once the new aggregator answers, and finish with no wrong element."""
         skip_without_namespaces_or_aggregator(self)
-        r = subprocess.run([sys.executable, os.path.join(TESTBED, "topo.py"), "run-ina", "-N",
+        r = subprocess.run([sys.executable, RUN_PY, "topo", "run-ina", "-N",
                             "2", "--fallback", "--delay", "0=20000", "--kill-agg-after", "1",
                             "--restart-after", "0.3", "--build-dir", BUILD, "--timeout", "60",
                             "--", "-b", "8", "-e", "64", "-f", "8", "-n", "150", "-w", "1",
@@ -105,12 +107,12 @@ class AggregatorKillRestart(unittest.TestCase):
 
 class OutputLoss(unittest.TestCase):
     def test_loss_in_the_senders_own_firewall(self):
-        """topo.py run-ina with 3% loss in the workers' and the aggregator's *output* hook: the
+        """run.py topo run-ina with 3% loss in the workers' and the aggregator's *output* hook: the
         kernel answers sendmmsg with EPERM for a datagram nftables drops there. That is loss
         like any other (counted, retransmitted), not a broken transport: every size completes
         with no wrong element."""
         skip_without_namespaces_or_aggregator(self)
-        r = subprocess.run([sys.executable, os.path.join(TESTBED, "topo.py"), "run-ina", "-N",
+        r = subprocess.run([sys.executable, RUN_PY, "topo", "run-ina", "-N",
                             "2", "--loss", "w0=3,w1=3,agg0=3", "--loss-direction", "out",
                             "--build-dir", BUILD, "--timeout", "60", "--", "-b", "1K", "-e",
                             "1M", "-f", "32", "-n", "5", "-w", "1", "-c", "1"],

@@ -9,6 +9,8 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sim"))
+# linkbound.py (the link-bound models read its framing) lives in testbed/lab/.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lab"))
 import inasim  # noqa: E402
 
 
