@@ -203,7 +203,7 @@ def _title_and_command(readme):
         if not title and line.startswith("# "):
             title = line[2:].strip()
         if not command and line.startswith("```sh") and i + 1 < len(lines):
-            command = lines[i + 1].strip()
+            command = lines[i + 1].split("  #", 1)[0].strip()
     return title, command
 
 
@@ -225,7 +225,8 @@ def index(results=RESULTS):
           "the testbed's report (its first line names the command that regenerates it).", "",
           "| directory | what it measured | command | cited by |", "|---|---|---|---|"]
     for name, title, command, cited in rows:
-        what = title.split(":", 1)[1].strip() if ":" in title else title
+        head, sep, rest = title.partition(": ")
+        what = rest if sep and " " not in head else title  # "SCENARIO: summary" of the driver
         md.append(f"| [`{name}/`]({name}/README.md) | {what} | "
                   f"{'`' + command + '`' if command else '-'} | "
                   f"{', '.join(f'`{c}`' for c in cited) or '-'} |")
