@@ -98,12 +98,14 @@ def runner_argv(scn, build, out, quick, extra):
     return argv
 
 
-def run_once(name, scn, build, out, quick, extra, command, timeout):
+def run_once(name, scn, build, out, quick, extra, command, timeout, only_parts=()):
     """Runs the scenario into out: its one runner, or each part into out/PART/ (their rows
     merged into out/results.csv with a column `part`, their summaries into out/summary.md).
     Returns the worst exit status (77 only when every part skipped)."""
     parts = scn["parts"]
-    if len(parts) == 1:
+    if len(parts) > 1 and only_parts:
+        parts = [p for p in parts if p["name"] in only_parts]
+    if len(parts) == 1 and "runner" in scn:
         why = missing(parts[0]["needs"], build)
         if why:
             print(f"SKIP: {name}: {why}", flush=True)
@@ -209,7 +211,7 @@ def do_scenario(name, scn, a, extra):
     t0 = time.monotonic()
     ab_md, note = "", ""
     if len(builds) == 1:
-        rc = run_once(name, scn, builds[0], out, a.quick, extra, command, a.timeout)
+        rc = run_once(name, scn, builds[0], out, a.quick, extra, command, a.timeout, a.parts)
         rows = record.read_csv(os.path.join(out, "results.csv"))
     else:
         labels = [os.path.relpath(b, ROOT) if b.startswith(ROOT + os.sep) else b for b in builds]
@@ -222,7 +224,8 @@ def do_scenario(name, scn, a, extra):
             for i in order:
                 sub = os.path.join(out, "runs", f"{r + 1}-{'AB'[i]}")
                 print(f"# round {r + 1}/{rounds}: build {'AB'[i]} ({labels[i]})", flush=True)
-                rc_i = run_once(name, scn, builds[i], sub, a.quick, extra, command, a.timeout)
+                rc_i = run_once(name, scn, builds[i], sub, a.quick, extra, command, a.timeout,
+                                a.parts)
                 rc = rc or rc_i
                 runs.append((r + 1, labels[i], record.read_csv(os.path.join(sub, "results.csv"))))
         rows, ab_md = record.merge_builds(runs)
@@ -280,11 +283,17 @@ def main(argv=None):
                     help="with --builds A,B: alternate the builds round by round")
     ap.add_argument("--rounds", type=int, default=2, help="--alternate: rounds (default 2)")
     ap.add_argument("--out", help="output directory (default testbed/results/SCENARIO-<stamp>)")
+    ap.add_argument("--parts", type=lambda t: [x for x in t.split(",") if x], default=[],
+                    help="a scenario of several parts: run only these (comma-separated)")
     ap.add_argument("--timeout", type=float, default=3600,
                     help="seconds per run of the scenario (default 3600)")
     a = ap.parse_args(argv)
     if a.rounds < 1:
         ap.error("--rounds must be >= 1")
+    names = [p["name"] for p in scns[a.scenario]["parts"]]
+    if a.parts and (len(names) < 2 or set(a.parts) - set(names)):
+        ap.error(f"--parts: {a.scenario} has " + (f"the parts {', '.join(names)}"
+                                                  if len(names) > 1 else "no parts"))
     return do_scenario(a.scenario, scns[a.scenario], a, extra)
 
 

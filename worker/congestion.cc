@@ -42,7 +42,7 @@
 //   standing >  target: cwnd x max(1/2, 1 - 0.8 (standing - target) / minimum RTT)  (Swift).
 // target = max(500 us, base RTT): 28 packets at 500 Mbit/s, 57 at 1 Gbit/s. Swift's targets are
 // tens of microseconds, with NIC timestamps; these RTTs are software timestamps of processes that
-// share their cores. On the shaped star (testbed/shaped_star.py, each against the former rules in
+// share their cores. On the shaped star (testbed/run.py linkbound, each against the former rules in
 // one sitting) a target of 250 us gave away 10% of the link at load 14 (CPU scheduling counted as
 // queue), 1 ms none at load 24; but a target above a shallow buffer's depth turns every overflow
 // into a loss for the timer to repair, as the loss rule ignores losses below the target.

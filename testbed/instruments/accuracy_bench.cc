@@ -1,6 +1,6 @@
 // ina-accuracy-bench: the worst error of a float SUM against the exact sum, in units of the
 // output's ulp at the exact sum, for the in-network result and for the host ring in float, on the
-// same inputs (issue 15's accuracy table).
+// same inputs (the accuracy table of the docs).
 //
 //   in-network  what every aggregator path computes (flat, tree, shards, and the exact host
 //               fallback, bitwise alike: paths_agree and QUANTIZATION.md): per block of one

@@ -1,3 +1,5 @@
+// Longer than 700 lines: one tool whose three modes (local, local host, external ranks) share
+// the options, the element check and the CPU report; splitting it would scatter one CLI.
 // ina-bench: AllReduce through an INA aggregator, in the style of nccl-tests' all_reduce_perf;
 // also the host algorithms (--transport host: ring, tree, halving-doubling over the TCP mesh, no
 // aggregator) and AllToAll (--coll alltoall, nccl-tests' alltoall_perf: each rank sends size/N

@@ -13,10 +13,10 @@ Variants (--variants, comma-separated):
 Writes --out DIR: machine.txt (CPU, cores, load before and after, revision, command),
 results.csv (round,variant,ranks,bytes,time_us,wrong), summary.md (medians and ratios).
 
-usage: testbed/alltoall_compare.py [-N 4,8] [-b 8] [-e 64M] [-f 4] [-n 20] [-w 5] [-B 256M]
-                                   [--rounds 3] [--coll alltoall|alltoallv] [--zipf 1.2]
-                                   [--variants ina,mpi] [--group G] [--build-dir build]
-                                   [--base-bench PATH] [--timeout 300] --out DIR
+options (the alltoall scenario's, or after `--` on testbed/run.py):
+       [-N 4,8] [-b 8] [-e 64M] [-f 4] [-n 20] [-w 5] [-B 256M] [--rounds 3] [--coll alltoall|alltoallv] [--zipf 1.2]
+       [--variants ina,mpi] [--group G] [--build-dir build] [--base-bench PATH]
+       [--timeout 300] --out DIR
 """
 import argparse
 import csv

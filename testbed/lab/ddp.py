@@ -7,8 +7,7 @@ GLOO_SOCKET_IFNAME=eth0 here: its default resolves the host name). Prints both b
 loss and accuracy and libina's counters (in-network: no fallback, no host AllReduce).
 Root only (exits 77 otherwise).
 
-    PYTHONPATH=build/integrations/torch /usr/bin/python3 testbed/ddp_netns.py \\
-        --aggregator-bin build/aggregator/ina-aggregator --epochs 5
+    testbed/run.py ddp              # PYTHONPATH and --aggregator-bin from the build directory
 """
 import argparse
 import json

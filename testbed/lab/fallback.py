@@ -4,7 +4,7 @@ torch backend with INA_TRANSPORT=host, the same inputs in both modes (Gaussian, 
 one rank's +L and another's -L among 1.0s), float32, float16 and bfloat16. The figures in README.md
 (INA_FALLBACK) come from it.
 
-usage: PYTHONPATH=build/integrations/torch /usr/bin/python3 testbed/fallback_precision.py"""
+usage: testbed/run.py fallback-precision"""
 import math
 import os
 import shutil

@@ -1,4 +1,4 @@
-"""Hostile traffic against a running job (issue 19): does any collective fail or go wrong?
+"""Hostile traffic against a running job: does any collective fail or go wrong?
 
 Starts an ina-aggregator on 127.0.0.1 with a job key, and ina-bench as the job's ranks (threads
 of one process, external mode, the same key). It captures one genuine DATA and one genuine HELLO
@@ -17,7 +17,7 @@ under attack too) and checks every element of each size's last output. Prints on
 bench run, then the totals: collectives run, runs failed, elements wrong, datagrams sent by kind,
 and the aggregator's drop counters by reason. Exit 0 when no run failed.
 
-  sudo testbed/hostile_traffic.py --build-dir build-test [--seconds 10] [--workers 4]
+  testbed/run.py hostile [-- --seconds 10 --workers 4]       (root)
 """
 import argparse
 import os

@@ -4,8 +4,7 @@ popularity, exchanges the per-expert counts (all_to_all_single of N int64), disp
 (all_to_all_single with uneven input and output splits), and combines them back (the reverse
 splits). Times the step (the three calls) per backend, the backends alternated round by round.
 
-    PYTHONPATH=build/integrations/torch testbed/torch_moe_alltoall.py -N 4 --tokens 4096 \\
-        --hidden 1024 --steps 30 --rounds 3 --backends ina,gloo
+    testbed/run.py moe [-- -N 4 --tokens 4096 --hidden 1024 --steps 30 --rounds 3]
 
 The ina backend runs every collective on libina's host TCP mesh (no aggregator set); gloo is
 PyTorch's own. Prints the median step time per backend and round, and the ratio ina/gloo; every

@@ -116,9 +116,9 @@ def link_section(rdirs, outdir, rel):
           "default picks: at 16 MiB and N = 4 and 8 on 500 Mbit/s links its time matched the "
           "forced Rabenseifner (algorithm 6: recursive-halving reduce-scatter + "
           "recursive-doubling allgather) within 5%, not recursive doubling (3) or the ring (4) "
-          "(testbed/README.md). Sizes below ~1 MiB ride tbf's burst (128 KiB at the veth's "
+          "(docs/testbed.md). Sizes below ~1 MiB ride tbf's burst (128 KiB at the veth's "
           "speed) and can exceed their bound: the % of bound means something from 1 MiB.", "",
-          f"Bounds (algbw, `testbed/linkbound.py`): INA = R/8 x {user}/{frame} (float32; "
+          f"Bounds (algbw, `testbed/lab/linkbound.py`): INA = R/8 x {user}/{frame} (float32; "
           "each worker sends and receives its data once; payload/frame from `ina_framing()`); "
           f"ring = R/8 x N/(2(N-1)) x {linkbound.TCP_PAYLOAD}/{linkbound.TCP_FRAME} (TCP); "
           "halving-doubling as the ring at powers of two; double binary tree = R/8 x "
@@ -410,7 +410,7 @@ def main(argv=None):
         md.append(line)
     md += ["", "Variants: `ina` in-network AllReduce through ina-bench's embedded kernel-UDP "
            "aggregator on the run's loopback; `ina-veth` the same with the workers and an "
-           "ina-aggregator in separate namespaces on one bridge (testbed/topo.py); `host-ring`, "
+           "ina-aggregator in separate namespaces on one bridge (testbed/lab/topo.py); `host-ring`, "
            "`host-tree`, `host-hd` libina's host algorithms over its TCP mesh; `mpi` Open MPI's "
            "MPI_Allreduce over TCP; `gloo` Gloo's ring over TCP. Loss: nft `numgen random` drop "
            "of that percent of the packets each namespace receives (TCP peers retransmit, INA "

@@ -1,7 +1,7 @@
-"""Straggler location scenario (issue 21): does the aggregator name the injected straggler, and
+"""Straggler location: does the aggregator name the injected straggler, and
 its cause?
 
-A star of network namespaces (testbed/topo.py: N worker hosts and one aggregator host on one
+A star of network namespaces (topo.py: N worker hosts and one aggregator host on one
 bridge). Each trial starts a fresh ina-aggregator (--http-port), runs ina-bench on every worker
 (external mode) with one straggler injected into one rank chosen at random, reads the
 aggregator's /v1/telemetry and scores the first entry of the job's "stragglers" list (the
@@ -19,8 +19,8 @@ With --hog N, N CPU-burning processes (one `python3 -c 'while 1: pass'` each, en
 the end) run beside the job for the whole run. Prints one line per trial and a table; --json
 writes the trials. Needs root, ip, nft and tc (exit 77 with the reason otherwise).
 
-  testbed/straggler_scenario.py --build-dir build --trials 20 [--kinds start,link,loss]
-      [--ranks 8] [--iters 1500] [--hog 1] [--json out.json]
+  testbed/run.py stragglers [-- --trials 20 --kinds start,link,loss --ranks 8 --iters 1500
+      --hog 1]
 """
 import argparse
 import json

@@ -484,13 +484,15 @@ def alltoall_summary_markdown(results_csv, skipped, coll, zipf):
         rows = list(csv.DictReader(f))
     out = [f"* skipped {v}: {why}" for v, why in skipped]
     what = "AllToAll (uniform)" if coll == "alltoall" else f"AllToAllv, Zipf({zipf:g}) expert loads"
-    out += ["", f"{what}: time per call (us, median over the run's iterations as the bench "
-            "reports it), the busiest link's bound (us) and time / Open MPI's.", ""]
-    groups = sorted({(int(float(r["link_rate"])), int(r["ranks"])) for r in rows})
-    for rate, n in groups:
-        sub = [r for r in rows if int(float(r["link_rate"])) == rate and int(r["ranks"]) == n]
+    out += ["", f"{what}: time per call (us: the slowest rank's average over the timed "
+            "iterations), the busiest link's bound (us) and time / Open MPI's; the variants run "
+            "one after the other on the same links.", ""]
+    groups = sorted({(int(float(r["link_rate"])), int(r["ranks"]), r["dtype"]) for r in rows})
+    for rate, n, dtype in groups:
+        sub = [r for r in rows if int(float(r["link_rate"])) == rate and int(r["ranks"]) == n
+               and r["dtype"] == dtype]
         variants = list(dict.fromkeys(r["variant"] for r in sub))
-        out += [f"### {linkbound.rate_name(rate)} links, N = {n}", "",
+        out += [f"### {linkbound.rate_name(rate)} links, N = {n}, {dtype}", "",
                 "| bytes per rank | bound | " + " | ".join(variants) + " | " +
                 " | ".join(f"{v}/mpi" for v in variants if v != "mpi") + " |",
                 "|---|---|" + "---|" * (2 * len(variants) - ("mpi" in variants)) ]
@@ -499,7 +501,8 @@ def alltoall_summary_markdown(results_csv, skipped, coll, zipf):
             cells = [f"{t[v]:.0f}" if v in t else "-" for v in variants]
             ratio = [f"{t[v] / t['mpi']:.2f}" if v in t and t.get("mpi") else "-"
                      for v in variants if v != "mpi"]
-            out.append(f"| {b} | {alltoall_bound_us(coll, zipf, n, b, rate):.0f} | " +
+            width = linkbound.DTYPE_BYTES.get(dtype, 4)
+            out.append(f"| {b} | {alltoall_bound_us(coll, zipf, n, b, rate, width):.0f} | " +
                        " | ".join(cells) + " | " + " | ".join(ratio) + " |")
         out.append("")
     wrong = sum(int(r["wrong"]) for r in rows if r["wrong"].lstrip("-").isdigit()
