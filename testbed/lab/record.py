@@ -114,6 +114,22 @@ def merge_builds(runs):
     return merged, "\n".join(md) + "\n"
 
 
+def _label(key, value):
+    """A group's value for a file name or a title: ranks as N4, link rates as 1gbit, loss as
+    loss1pct."""
+    try:
+        x = float(value)
+    except ValueError:
+        return str(value)
+    if key == "link_rate":
+        return f"{x / 1e9:g}gbit" if x >= 1e9 else f"{x / 1e6:g}mbit"
+    if key == "ranks":
+        return f"N{int(x)}"
+    if key == "loss_pct":
+        return f"loss{x:g}pct".replace(".", "_")
+    return str(value)
+
+
 def plots(out, rows, name):
     """time (and algbw where present) against size, one PNG per group of ranks / link / coll /
     dtype, one line per variant (and build). Returns the files written; [] without matplotlib
@@ -154,11 +170,12 @@ def plots(out, rows, name):
             ax.set_ylabel({"time_us": "time per call (us)", "algbw": "algbw (GB/s)"}[m])
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=7)
-        title = ", ".join(f"{k} {v}" for k, v in zip(group_keys, g) if v not in ("", None))
+        title = ", ".join(f"{k} {_label(k, v)}" for k, v in zip(group_keys, g)
+                          if v not in ("", None))
         fig.suptitle(f"{name}: {title}", fontsize=9)
         fig.tight_layout()
-        fname = "plot-" + "-".join(str(v).replace(".", "_") for v in g if v not in ("", None)) + \
-            ".png"
+        fname = "plot-" + "-".join(_label(k, v) for k, v in zip(group_keys, g)
+                                   if v not in ("", None)) + ".png"
         fig.savefig(os.path.join(out, fname), dpi=80)
         plt.close(fig)
         made.append(fname)

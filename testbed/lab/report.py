@@ -59,35 +59,42 @@ def raw_link_rows(rdirs):
 
 
 def link_plots(lr, outdir):
-    """algbw vs size per (rate, N, dtype), each variant with its bound (dashed)."""
+    """algbw vs size, one PNG per dtype: a panel per (rate, N), each variant with its bound
+    (dashed)."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     made = {}
-    groups = sorted({(r["link_rate"], r["ranks"], r["dtype"]) for r in lr},
-                    key=lambda k: (k[2] != "float32", k[2], k[0], k[1]))
-    for rate, n, dt in groups:
-        sub = [r for r in lr if (r["link_rate"], r["ranks"], r["dtype"]) == (rate, n, dt)]
-        fig, ax = plt.subplots(figsize=(6.5, 4))
-        for k, v in enumerate(linkbound._variants(sub)):
-            pts = sorted((r["bytes"], r["algbw"] * 1e3) for r in sub if r["variant"] == v)
-            line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=v)
-            b = next((r["bound"] * 1e9 for r in sub if r["variant"] == v and r["bound"]), None)
-            if b and v in ("ina", "host-ring", "host-tree"):
-                ax.axhline(b / 1e6, color=line.get_color(), linestyle="--", linewidth=0.8)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("bytes per rank")
-        ax.set_ylabel("algbw (MB/s)")
-        top = max([r["bound"] * 1e3 * 1.3 for r in sub if r["bound"]] + [1])
-        ax.set_ylim(0, top)
-        ax.set_title(f"{linkbound.rate_name(rate)} links, N = {n}, {dt} (dashed: bounds)")
-        ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+    for dt in sorted({r["dtype"] for r in lr}, key=lambda d: (d != "float32", d)):
+        rates = sorted({r["link_rate"] for r in lr if r["dtype"] == dt})
+        ns = sorted({r["ranks"] for r in lr if r["dtype"] == dt})
+        fig, axes = plt.subplots(len(rates), len(ns), figsize=(5.2 * len(ns), 3.6 * len(rates)),
+                                 squeeze=False)
+        for i, rate in enumerate(rates):
+            for j, n in enumerate(ns):
+                ax = axes[i][j]
+                sub = [r for r in lr if (r["link_rate"], r["ranks"], r["dtype"]) == (rate, n, dt)]
+                for v in linkbound._variants(sub):
+                    pts = sorted((r["bytes"], r["algbw"] * 1e3) for r in sub if r["variant"] == v)
+                    line, = ax.plot([p[0] for p in pts], [p[1] for p in pts], marker=".", label=v)
+                    b = next((r["bound"] * 1e9 for r in sub if r["variant"] == v and r["bound"]),
+                             None)
+                    if b and v in ("ina", "host-ring", "host-tree"):
+                        ax.axhline(b / 1e6, color=line.get_color(), linestyle="--", linewidth=0.8)
+                ax.set_xscale("log", base=2)
+                ax.set_xlabel("bytes per rank")
+                ax.set_ylabel("algbw (MB/s)")
+                top = max([r["bound"] * 1e3 * 1.3 for r in sub if r["bound"]] + [1])
+                ax.set_ylim(0, top)
+                ax.set_title(f"{linkbound.rate_name(rate)} links, N = {n}", fontsize=9)
+                ax.grid(True, alpha=0.3)
+                ax.legend(fontsize=6)
+        fig.suptitle(f"algbw against size, {dt} (dashed: bounds)", fontsize=10)
         fig.tight_layout()
-        f = f"link-algbw-{linkbound.rate_name(rate)}-N{n}-{dt}.png"
-        fig.savefig(os.path.join(outdir, f), dpi=90)
+        f = f"link-algbw-{dt}.png"
+        fig.savefig(os.path.join(outdir, f), dpi=80)
         plt.close(fig)
-        made[f"{linkbound.rate_name(rate)}, N = {n}, {dt}"] = f
+        made[f"{dt}: every link rate and N"] = f
     return made
 
 
