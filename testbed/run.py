@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The INA testbed driver: runs a scenario (testbed/scenarios/NAME.toml) and writes its record.
+"""The INA testbed driver: runs a scenario (a table of testbed/scenarios.toml) and writes its record.
 
   testbed/run.py SCENARIO [--quick] [--build-dir build] [--out DIR] [-- runner options]
   testbed/run.py SCENARIO --builds A,B --alternate [--rounds 2]   # A/B of two build dirs
@@ -7,7 +7,7 @@
   testbed/run.py index                       # regenerate testbed/results/README.md
   testbed/run.py topo check|shell|run-ina ...  # the topology by hand (topo.py)
 
-A scenario file names its runner (a module of testbed/lab/) and the runner's options; options
+A scenario names its runner (a module of testbed/lab/) and the runner's options; options
 after `--` are appended (the last one given wins). The output directory (default
 testbed/results/SCENARIO-<UTC stamp>/, which git ignores) gets the runner's files (results.csv,
 summary.md, ...), output.txt (everything the runner printed), plots of results.csv and a README
@@ -29,7 +29,7 @@ import tomllib
 TESTBED = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(TESTBED)
 LAB = os.path.join(TESTBED, "lab")
-SCENARIOS = os.path.join(TESTBED, "scenarios")
+SCENARIOS = os.path.join(TESTBED, "scenarios.toml")
 sys.path.insert(0, LAB)
 import record  # noqa: E402
 
@@ -42,22 +42,21 @@ TOOLS = {
 
 
 def load_scenarios():
+    """{name: scenario} from testbed/scenarios.toml, each with its parts (one, or [[NAME.parts]])
+    and their defaults filled in."""
+    with open(SCENARIOS, "rb") as f:
+        try:
+            table = tomllib.load(f)
+        except tomllib.TOMLDecodeError as e:
+            raise SystemExit(f"run.py: {SCENARIOS}: {e}")
     out = {}
-    for path in sorted(os.listdir(SCENARIOS)):
-        if not path.endswith(".toml"):
-            continue
-        with open(os.path.join(SCENARIOS, path), "rb") as f:
-            try:
-                s = tomllib.load(f)
-            except tomllib.TOMLDecodeError as e:
-                raise SystemExit(f"run.py: {path}: {e}")
-        name = path[:-5]
+    for name, s in table.items():
         if "summary" not in s:
-            raise SystemExit(f"run.py: {path}: no 'summary'")
+            raise SystemExit(f"run.py: {SCENARIOS}: [{name}] has no 'summary'")
         parts = s.get("parts") or [s]
         for p in parts:
             if "runner" not in p:
-                raise SystemExit(f"run.py: {path}: no 'runner'")
+                raise SystemExit(f"run.py: {SCENARIOS}: [{name}] has no 'runner'")
             p.setdefault("name", name)
             p.setdefault("args", [])
             p.setdefault("quick", [])
@@ -245,7 +244,7 @@ def do_scenario(name, scn, a, extra):
 
 def scenario_help(scns):
     width = max(len(n) for n in list(scns) + list(TOOLS)) + 2
-    lines = ["scenarios (testbed/scenarios/NAME.toml):"]
+    lines = ["scenarios (testbed/scenarios.toml):"]
     lines += [f"  {n:{width}s}{s['summary']}" for n, s in scns.items()]
     lines += ["", "tools:"] + [f"  {n:{width}s}{t}" for n, t in TOOLS.items()]
     return "\n".join(lines)

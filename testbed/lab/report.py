@@ -388,10 +388,11 @@ def main(argv=None):
     if link_dirs:
         ldir = link_dirs[-1]
         md += link_section(link_dirs, ldir, os.path.relpath(ldir, report_dir))
-        md += [f"Raw data: [{os.path.relpath(ldir, report_dir)}/results.csv]"
-               f"({os.path.relpath(ldir, report_dir)}/results.csv), every tool's output in "
-               f"[tables.txt]({os.path.relpath(ldir, report_dir)}/tables.txt), runs in "
-               f"[runs.csv]({os.path.relpath(ldir, report_dir)}/runs.csv).", ""]
+        lrel = os.path.relpath(ldir, report_dir)
+        tables = (f", every tool's output in [tables.txt]({lrel}/tables.txt)"
+                  if os.path.exists(os.path.join(ldir, "tables.txt")) else "")
+        md += [f"Raw data: [{lrel}/results.csv]({lrel}/results.csv){tables}, runs in "
+               f"[runs.csv]({lrel}/runs.csv).", ""]
     if not rows:
         with open(a.report, "w") as f:
             f.write("\n".join(md))
