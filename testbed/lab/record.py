@@ -88,7 +88,8 @@ def merge_builds(runs):
     labels = list(dict.fromkeys(label for _, label, _ in runs))
     if len(labels) != 2 or not merged or "time_us" not in merged[0]:
         return merged, ""
-    keys = [k for k in merged[0] if k not in ("build", "round", "round_") and k not in MEASURES]
+    keys = [k for k in merged[0] if k not in ("build", "round") and k not in MEASURES
+            and any(r.get(k) not in ("", None) for r in merged)]
     points = {}
     for r in merged:
         t = _num(r, "time_us")

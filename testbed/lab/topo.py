@@ -66,6 +66,24 @@ def can_make_namespaces():
     return True, ""
 
 
+def skip_unless_namespaces():
+    """For a test's main: exit 77 (Meson SKIP) with the reason when namespaces cannot be made."""
+    ok, why = can_make_namespaces()
+    if not ok:
+        print(f"SKIP: {why}")
+        sys.exit(77)
+
+
+def skip_unless_plotting():
+    """For a test's main: exit 77 (Meson SKIP) without numpy and matplotlib."""
+    try:
+        import matplotlib  # noqa: F401
+        import numpy  # noqa: F401
+    except ImportError as e:
+        print(f"SKIP: {e} (apt-get install python3-numpy python3-matplotlib)")
+        sys.exit(77)
+
+
 def loss_rules(percent, hook="input"):
     """nft script body for a random drop of `percent` (0..100, 0.01 steps) on `hook`."""
     if not 0 <= percent <= 100:

@@ -128,10 +128,5 @@ if __name__ == "__main__":
     if not os.access(os.path.join(BUILD, "testbed", "ina-bench"), os.X_OK):
         print(f"SKIP: {BUILD}/testbed/ina-bench is not built")
         sys.exit(77)
-    try:
-        import matplotlib  # noqa: F401
-        import numpy  # noqa: F401
-    except ImportError as e:
-        print(f"SKIP: {e} (apt-get install python3-numpy python3-matplotlib)")
-        sys.exit(77)
+    topo.skip_unless_plotting()
     unittest.main(argv=sys.argv[:1], verbosity=2)

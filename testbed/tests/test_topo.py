@@ -122,8 +122,5 @@ class CpuAccounting(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ok, why = topo.can_make_namespaces()
-    if not ok:
-        print(f"SKIP: {why}")
-        sys.exit(77)
+    topo.skip_unless_namespaces()
     unittest.main(verbosity=2)
