@@ -24,7 +24,6 @@ import os
 import platform
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 

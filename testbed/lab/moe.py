@@ -14,7 +14,6 @@ import argparse
 import os
 import socket
 import statistics
-import sys
 import time
 
 

@@ -99,7 +99,7 @@ def merge_builds(runs):
     a, b = labels
     md = [f"Median time (us) over the rounds per point, builds alternated round by round "
           f"(A = `{a}`, B = `{b}`); B/A below 1: B is faster.", "",
-          "| " + " | ".join(keys) + f" | A | B | B/A | rounds |",
+          "| " + " | ".join(keys) + " | A | B | B/A | rounds |",
           "|" + "---|" * (len(keys) + 4)]
     ratios = []
     for k, by in points.items():

@@ -11,7 +11,6 @@ tracked testbed/results/REPORT.md.
 """
 import argparse
 import csv
-import glob
 import json
 import os
 import sys

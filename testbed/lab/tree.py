@@ -8,7 +8,6 @@ import csv
 import os
 import re
 import subprocess
-import sys
 import tempfile
 import time
 
