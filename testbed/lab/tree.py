@@ -111,6 +111,7 @@ def main(argv=None):
                         text = open(os.path.join(tmp, f"{leaf}.out")).read()
                         counters = re.findall(r"^ +(completed|forwarded|reforwarded|parent_results"
                                               r"|parent_stale|parent_errors) +(\S+)", text, re.M)
+                        counters = dict.fromkeys(counters)  # the report repeats some
                         notes.append(f"{leaf}: " + (", ".join(f"{k} {v}" for k, v in counters)
                                                     or "no counter report"))
         finally:
