@@ -466,8 +466,15 @@ def main(argv=None):
         if len({r["n"] for r in sim_rows}) < 2:
             md += ["", "**Note**: one rank count only: per-rank terms (ring alpha, the "
                    "aggregator's per-packet cost) are not identifiable; run N = 2, 4, 8."]
-        md += ["", "Predicted time of one AllReduce (fan-in k = "
-               f"{p.fan_in} for `hier`):", "",
+        md += ["", "Predicted time of one AllReduce, from the loopback fit. What each column "
+               "assumes:", "",
+               "* ring, tree, hd: the host alpha and beta fitted above (loopback, so CPU-bound, "
+               "not a network's), no contention between ranks.",
+               "* inc (1 level): one software aggregator for all N ranks, its capacity the fitted "
+               "per-packet cost c paid serially for all N p packets (N p c).",
+               f"* hier: a tree of such aggregators of fan-in {p.fan_in}, levels pipelined, each "
+               f"serving {p.fan_in} children (k p c) and adding 2(ai + c) of latency; no "
+               "congestion above the first level.", "",
                "| N | size | ring | tree | hd | inc (1 level) | hier | hier speed-up over ring |",
                "|---|---|---|---|---|---|---|---|"]
         for n in (1024, 4096):

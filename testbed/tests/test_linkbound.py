@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""The link-bound testbed (issue 17), across network namespaces on tbf-shaped links:
+"""The link-bound sweep, across network namespaces on tbf-shaped links:
 * the rate check passes on a shaped link and catches an unshaped one;
 * a 2-worker link-bound sweep: INA/ring measured within 15% of the bounds' ratio;
 * the link-bound sweep (run.py ... --link-rate) leaves no namespace, qdisc or process behind after a normal exit, a
