@@ -213,25 +213,39 @@ def do_scenario(name, scn, a, extra):
         rc = run_once(name, scn, builds[0], out, a.quick, extra, command, a.timeout, a.parts)
         rows = record.read_csv(os.path.join(out, "results.csv"))
     else:
-        labels = [os.path.relpath(b, ROOT) if b.startswith(ROOT + os.sep) else b for b in builds]
-        if labels[0] == labels[1]:
-            labels = [f"A:{labels[0]}", f"B:{labels[1]}"]
+        labels = record.build_labels(builds)
         rounds = a.rounds if a.alternate else 1
-        runs, rc = [], 0
-        for r in range(rounds):
-            order = [0, 1] if r % 2 == 0 else [1, 0]
-            for i in order:
-                sub = os.path.join(out, "runs", f"{r + 1}-{'AB'[i]}")
-                print(f"# round {r + 1}/{rounds}: build {'AB'[i]} ({labels[i]})", flush=True)
-                rc_i = run_once(name, scn, builds[i], sub, a.quick, extra, command, a.timeout,
-                                a.parts)
-                rc = rc or rc_i
-                runs.append((r + 1, labels[i], record.read_csv(os.path.join(sub, "results.csv"))))
-        rows, ab_md = record.merge_builds(runs)
-        if rows:
-            record.write_csv(os.path.join(out, "results.csv"), rows)
-        note = (f"Builds: A = `{labels[0]}`, B = `{labels[1]}`; {rounds} round(s), "
-                "alternated (A B, then B A, ...); each run's files are under runs/ROUND-BUILD/.")
+        parts = [p for p in scn["parts"] if len(scn["parts"]) == 1 or not a.parts
+                 or p["name"] in a.parts]
+        if a.alternate and all(p["runner"] == "sweep" for p in parts):
+            # The sweep alternates the builds point by point (variant, N, size sweep, loss,
+            # link), inside the same topology: the closest two runs can be.
+            rc = run_once(name, scn, builds[0], out, a.quick,
+                          extra + ["--builds", ",".join(builds), "--ab-rounds", str(rounds)],
+                          command, a.timeout, a.parts)
+            rows = record.read_csv(os.path.join(out, "results.csv"))
+            note = (f"Builds: A = `{labels[0]}`, B = `{labels[1]}`, alternated point by point "
+                    f"by the sweep ({rounds} run(s) of each point per build, the order flipping "
+                    "from point to point); columns `build` and `round` in results.csv.")
+        else:
+            runs, rc = [], 0
+            for r in range(rounds):
+                order = [0, 1] if r % 2 == 0 else [1, 0]
+                for i in order:
+                    sub = os.path.join(out, "runs", f"{r + 1}-{'AB'[i]}")
+                    print(f"# round {r + 1}/{rounds}: build {'AB'[i]} ({labels[i]})", flush=True)
+                    rc_i = run_once(name, scn, builds[i], sub, a.quick, extra, command,
+                                    a.timeout, a.parts)
+                    rc = rc or rc_i
+                    runs.append((r + 1, labels[i],
+                                 record.read_csv(os.path.join(sub, "results.csv"))))
+            rows = record.merge_builds(runs)
+            if rows:
+                record.write_csv(os.path.join(out, "results.csv"), rows)
+            note = (f"Builds: A = `{labels[0]}`, B = `{labels[1]}`; {rounds} round(s) of the "
+                    "whole scenario, alternated (A B, then B A, ...); each run's files are "
+                    "under runs/ROUND-BUILD/.")
+        ab_md = record.ab_table(rows, labels) if a.alternate or len(builds) == 2 else ""
     made = record.plots(out, rows, name)
     files = sorted(os.path.relpath(os.path.join(d, f), out) for d, _, fs in os.walk(out)
                    for f in fs if not f.startswith("."))

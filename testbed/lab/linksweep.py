@@ -326,17 +326,22 @@ class LinkSweep:
                                 t._ns(w.ns, sys.executable,
                                       os.path.join(ROOT, "scripts", "tx_checksum_off.py"), "eth0")
                             csum_off = True
-                        s0 = time.time()
-                        status, rows_, note = self.one(v, n, dt, rate, tables)
-                        dt_s = time.time() - s0
-                        for r in rows_:
-                            rw.writerow(r)
-                        uw.writerow([v, self.a.coll, n, 0, status, f"{dt_s:.1f}", note, rate, dt])
-                        done += 1
-                        el = time.time() - t0
-                        print(f"[{i}/{len(plan)}] {v:10s} N={n} {linkbound.rate_name(rate):8s} "
-                              f"{dt:8s} {status:6s} {len(rows_):2d} sizes {dt_s:6.1f}s  elapsed "
-                              f"{el:5.0f}s" + (f"  ({note})" if note else ""), flush=True)
+                        for rnd, label in self.h.ab_points(i):
+                            s0 = time.time()
+                            status, rows_, note = self.one(v, n, dt, rate, tables)
+                            dt_s = time.time() - s0
+                            for r in rows_:
+                                rw.writerow({**r, "build": label,
+                                             "round": rnd if label else ""})
+                            uw.writerow([v, self.a.coll, n, 0, status, f"{dt_s:.1f}", note, rate,
+                                         dt, label])
+                            done += 1
+                            el = time.time() - t0
+                            print(f"[{i}/{len(plan)}] {v:10s} N={n} "
+                                  f"{linkbound.rate_name(rate):8s} {dt:8s} {status:6s} "
+                                  f"{len(rows_):2d} sizes {dt_s:6.1f}s  elapsed {el:5.0f}s"
+                                  + (f"  [{label} round {rnd}]" if label else "")
+                                  + (f"  ({note})" if note else ""), flush=True)
                 self.topo = None
                 self._cleanup_dpdk()
         finally:

@@ -78,27 +78,37 @@ def _num(r, k):
         return None
 
 
+def build_labels(builds):
+    """How two build directories are named in rows and tables: the path relative to the
+    checkout when inside it; A:/B: in front when the two read alike."""
+    labels = [os.path.relpath(b, ROOT) if os.path.abspath(b).startswith(ROOT + os.sep) else b
+              for b in builds]
+    if len(labels) == 2 and labels[0] == labels[1]:
+        labels = [f"A:{labels[0]}", f"B:{labels[1]}"]
+    return labels
+
+
 def merge_builds(runs):
-    """runs: [(round, build label, results.csv rows)] -> (merged rows, markdown of the A/B
-    table: per point the median time of each build over the rounds and B/A)."""
-    merged = []
-    for rnd, label, rows in runs:
-        for r in rows:
-            merged.append({"build": label, "round": rnd, **r})
-    labels = list(dict.fromkeys(label for _, label, _ in runs))
-    if len(labels) != 2 or not merged or "time_us" not in merged[0]:
-        return merged, ""
-    keys = [k for k in merged[0] if k not in ("build", "round") and k not in MEASURES
-            and any(r.get(k) not in ("", None) for r in merged)]
+    """runs: [(round, build label, results.csv rows)] -> the rows with columns build, round."""
+    return [{"build": label, "round": rnd, **r} for rnd, label, rows in runs for r in rows]
+
+
+def ab_table(rows, labels):
+    """Markdown: per point (every column but the build, the round and the measurements) the
+    median time of each build over the rounds, and B/A; "" when there is nothing to compare."""
+    if len(labels) != 2 or not rows or "time_us" not in rows[0]:
+        return ""
+    keys = [k for k in rows[0] if k not in ("build", "round") and k not in MEASURES
+            and any(r.get(k) not in ("", None) for r in rows)]
     points = {}
-    for r in merged:
+    for r in rows:
         t = _num(r, "time_us")
         if t is None or t <= 0:
             continue
         points.setdefault(tuple(r.get(k, "") for k in keys), {}).setdefault(r["build"], []).append(t)
     a, b = labels
-    md = [f"Median time (us) over the rounds per point, builds alternated round by round "
-          f"(A = `{a}`, B = `{b}`); B/A below 1: B is faster.", "",
+    md = [f"Median time (us) over the rounds per point, the builds alternated (A = `{a}`, "
+          f"B = `{b}`); B/A below 1: B is faster.", "",
           "| " + " | ".join(keys) + " | A | B | B/A | rounds |",
           "|" + "---|" * (len(keys) + 4)]
     ratios = []
@@ -107,12 +117,13 @@ def merge_builds(runs):
             continue
         ma, mb = statistics.median(by[a]), statistics.median(by[b])
         ratios.append(mb / ma)
-        md.append("| " + " | ".join(k) + f" | {ma:.1f} | {mb:.1f} | {mb / ma:.3f} | "
-                  f"{min(len(by[a]), len(by[b]))} |")
-    if ratios:
-        md += ["", f"B/A over {len(ratios)} points: median {statistics.median(ratios):.3f}, "
-               f"range {min(ratios):.3f} .. {max(ratios):.3f}."]
-    return merged, "\n".join(md) + "\n"
+        md.append("| " + " | ".join(str(x) for x in k) + f" | {ma:.1f} | {mb:.1f} | "
+                  f"{mb / ma:.3f} | {min(len(by[a]), len(by[b]))} |")
+    if not ratios:
+        return ""
+    md += ["", f"B/A over {len(ratios)} points: median {statistics.median(ratios):.3f}, "
+           f"range {min(ratios):.3f} .. {max(ratios):.3f}."]
+    return "\n".join(md) + "\n"
 
 
 def _label(key, value):

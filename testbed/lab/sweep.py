@@ -43,6 +43,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 import linkbound  # noqa: E402
 import linksweep  # noqa: E402
+import record  # noqa: E402
 import report  # noqa: E402
 import topo  # noqa: E402
 
@@ -52,9 +53,9 @@ ALL_VARIANTS = ["ina", "ina-veth", "host-ring", "host-tree", "host-hd", "mpi", "
                 "host-alltoall", "mpi-alltoall"]
 LINK_VARIANTS = linksweep.LINK_VARIANTS
 CSV_FIELDS = ["variant", "coll", "ranks", "loss_pct", "bytes", "count", "dtype", "op", "time_us",
-              "algbw", "busbw", "wrong", "link_rate", "block_bytes"]
+              "algbw", "busbw", "wrong", "link_rate", "block_bytes", "build", "round"]
 RUNS_FIELDS = ["variant", "coll", "ranks", "loss_pct", "status", "seconds", "note", "link_rate",
-               "dtype"]
+               "dtype", "build"]
 
 
 def parse_size(s):
@@ -182,10 +183,9 @@ class Box:
 class Harness:
     def __init__(self, a):
         self.a = a
-        self.build = os.path.abspath(a.build_dir)
-        self.bin = {k: os.path.join(self.build, *v) for k, v in {
-            "ina": ("testbed", "ina-bench"), "agg": ("aggregator", "ina-aggregator"),
-            "mpi": ("testbed", "ina-mpi-bench"), "gloo": ("testbed", "ina-gloo-bench")}.items()}
+        self.builds = [os.path.abspath(b) for b in (a.builds or [a.build_dir])]
+        self.labels = record.build_labels(self.builds) if len(self.builds) == 2 else [""]
+        self.use(self.builds[0])
         self.root_ok, self.root_why = topo.can_make_namespaces()
         ina_help = help_text([self.bin["ina"]]) if os.access(self.bin["ina"], os.X_OK) else ""
         mpi_help = help_text([self.bin["mpi"]]) if os.access(self.bin["mpi"], os.X_OK) else ""
@@ -196,6 +196,25 @@ class Harness:
         self.out = os.path.abspath(a.out)
         self.notes = []
         self.port = 29500 + os.getpid() % 2000
+
+    def use(self, build):
+        """The binaries of this build directory from now on."""
+        self.build = build
+        self.bin = {k: os.path.join(self.build, *v) for k, v in {
+            "ina": ("testbed", "ina-bench"), "agg": ("aggregator", "ina-aggregator"),
+            "mpi": ("testbed", "ina-mpi-bench"), "gloo": ("testbed", "ina-gloo-bench")}.items()}
+
+    def ab_points(self, i):
+        """(round, build label) of each run of the i-th point, the binaries switched before
+        each: one run without --builds; with two builds, --ab-rounds rounds of A then B or B
+        then A (the order flips from point to point and from round to round)."""
+        if len(self.builds) == 1:
+            yield 0, ""
+            return
+        for r in range(self.a.ab_rounds):
+            for k in ((0, 1) if (i + r) % 2 == 0 else (1, 0)):
+                self.use(self.builds[k])
+                yield r + 1, self.labels[k]
 
     # What can run, and why not.
     def unavailable(self, variant):
@@ -405,20 +424,22 @@ class Harness:
                           f"({note})", flush=True)
                     uw.writerow([v, "", n, loss, "skipped", 0, note, "", ""])
                     continue
-                s0 = time.time()
-                status, rows, note = self.run_one(v, n, loss, tables)
-                dt = time.time() - s0
-                for r in rows:
-                    rw.writerow(r)
-                rf.flush()
-                uw.writerow([v, "alltoall" if v.endswith("alltoall") else "allreduce", n, loss,
-                             status, f"{dt:.1f}", note, "", ""])
-                uf.flush()
-                done = time.time() - t0
-                eta = done / (i + 1) * (len(plan) - i - 1)
-                print(f"[{i + 1}/{len(plan)}] {v:13s} N={n} loss={loss:<4g}% {status:6s} "
-                      f"{len(rows):2d} sizes {dt:6.1f}s  elapsed {done:5.0f}s  eta {eta:5.0f}s"
-                      + (f"  ({note})" if note else ""), flush=True)
+                for rnd, label in self.ab_points(i):
+                    s0 = time.time()
+                    status, rows, note = self.run_one(v, n, loss, tables)
+                    dt = time.time() - s0
+                    for r in rows:
+                        rw.writerow({**r, "build": label, "round": rnd if label else ""})
+                    rf.flush()
+                    uw.writerow([v, "alltoall" if v.endswith("alltoall") else "allreduce", n,
+                                 loss, status, f"{dt:.1f}", note, "", "", label])
+                    uf.flush()
+                    done = time.time() - t0
+                    eta = done / (i + 1) * (len(plan) - i - 1)
+                    print(f"[{i + 1}/{len(plan)}] {v:13s} N={n} loss={loss:<4g}% {status:6s} "
+                          f"{len(rows):2d} sizes {dt:6.1f}s  elapsed {done:5.0f}s  eta {eta:5.0f}s"
+                          + (f"  [{label} round {rnd}]" if label else "")
+                          + (f"  ({note})" if note else ""), flush=True)
         with open(os.path.join(self.out, "summary.md"), "w") as f:
             f.write(summary_markdown(results, self.notes, skipped))
         print(f"# {len(plan)} runs in {time.time() - t0:.0f}s; results in "
@@ -538,6 +559,11 @@ def main(argv=None):
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds per run (full: 180, quick: 60)")
     ap.add_argument("--build-dir", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--builds", type=parse_list("builds", str), default=None,
+                    help="A,B: two build directories, each point run with both, alternated "
+                         "(testbed/run.py --builds A,B --alternate passes it)")
+    ap.add_argument("--ab-rounds", type=int, default=1,
+                    help="--builds: runs of each point per build (the order flips each time)")
     ap.add_argument("--out", required=True, help="output directory")
     ap.add_argument("--no-report", action="store_true", help="do not write DIR/REPORT.md")
     ap.add_argument("--link-rate", type=parse_list("link rate", linkbound.parse_rate),
@@ -591,6 +617,15 @@ def main(argv=None):
     for d in a.dtypes:
         if d not in linkbound.DTYPE_BYTES:
             ap.error(f"--dtypes: unknown {d!r} (expected float32, bfloat16, float16 or int32)")
+    if a.builds is not None:
+        if len(a.builds) != 2:
+            ap.error("--builds: two build directories")
+        for b in a.builds:
+            if not os.access(os.path.join(b, "testbed", "ina-bench"), os.X_OK):
+                ap.error(f"--builds: {b}/testbed/ina-bench is not built")
+        a.no_report = True  # the report merges rows by point: it has no notion of two builds
+    if a.ab_rounds < 1:
+        ap.error("--ab-rounds must be >= 1")
     if a.coll != "allreduce":
         if not a.link_rate:
             ap.error("--coll: AllToAll on loopback is the alltoall scenario; here with --link-rate")
