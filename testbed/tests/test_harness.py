@@ -4,10 +4,15 @@
   (lab/topo.py) and 1% loss when namespaces can be made) gives rows for every run with no wrong
   element, the machine description and the summary tables; run.py report makes the plots and a
   calibrated simulator section; no namespace is left behind;
-* an aggregator killed and restarted mid-run (run.py topo run-ina --fallback): the workers finish.
+* an aggregator killed and restarted mid-run (run.py topo run-ina --fallback): the workers finish;
+* the driver: --help lists every scenario of scenarios.toml; `smoke` writes its record (README
+  with command, machine, load, revision and exit status; rows with no wrong element; a plot);
+  two builds alternated point by point give rows of both and the B/A table; bad arguments are
+  refused with the reason.
 usage: test_harness.py BUILD_DIR. Exits 77 (SKIP) when ina-bench is not built."""
 import csv
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -122,6 +127,80 @@ class OutputLoss(unittest.TestCase):
         self.assertEqual(r.returncode, 0)
         self.assertNotIn("Operation not permitted", out)
         self.assertIn("Out of bounds values : 0 OK", out)
+
+
+class Driver(unittest.TestCase):
+    def run_py(self, *args, timeout=120):
+        return subprocess.run([sys.executable, RUN_PY, *args], capture_output=True, text=True,
+                              timeout=timeout)
+
+    def test_help_lists_every_scenario(self):
+        import tomllib
+        with open(os.path.join(TESTBED, "scenarios.toml"), "rb") as f:
+            scenarios = tomllib.load(f)
+        r = self.run_py("--help")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        for name, s in scenarios.items():
+            self.assertRegex(r.stdout, rf"\n  {re.escape(name)} +{re.escape(s['summary'][:30])}")
+        for tool in ("report", "index", "topo"):
+            self.assertIn(f"\n  {tool} ", r.stdout)
+
+    def test_smoke_writes_its_record(self):
+        with tempfile.TemporaryDirectory() as out:
+            r = self.run_py("smoke", "--build-dir", BUILD, "--out", out)
+            self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr)
+            with open(os.path.join(out, "README.md")) as f:
+                readme = f.read()
+            for what in ("testbed/run.py smoke", "- machine: ", "cores", "- load (1, 5, 15 min): ",
+                         "- git: ", "- exit status: 0", "## Summary", "## Plots"):
+                self.assertIn(what, readme)
+            with open(os.path.join(out, "results.csv"), newline="") as f:
+                rows = list(csv.DictReader(f))
+            self.assertEqual(sorted({r["variant"] for r in rows}), ["host-ring", "ina"])
+            self.assertTrue(rows and all(r["wrong"] == "0" for r in rows), rows)
+            pngs = [f for f in os.listdir(out) if f.endswith(".png")]
+            self.assertTrue(pngs)
+            self.assertGreater(os.path.getsize(os.path.join(out, pngs[0])), 1000)
+            with open(os.path.join(out, "output.txt")) as f:
+                self.assertIn("# 2 runs", f.read())
+
+    def test_two_builds_alternated(self):
+        with tempfile.TemporaryDirectory() as out:
+            r = self.run_py("smoke", "--builds", f"{BUILD},{BUILD}", "--alternate", "--rounds", "2",
+                            "--out", out, "--", "--variants", "ina", "-e", "512")
+            self.assertEqual(r.returncode, 0, r.stdout[-2000:] + r.stderr)
+            with open(os.path.join(out, "results.csv"), newline="") as f:
+                rows = list(csv.DictReader(f))
+            label = os.path.relpath(BUILD, os.path.dirname(TESTBED))
+            label = label if not label.startswith("..") else BUILD
+            # 8, 64 and 512 B, each twice per build
+            for b in (f"A:{label}", f"B:{label}"):
+                got = sorted((int(x["bytes"]), x["round"]) for x in rows if x["build"] == b)
+                self.assertEqual(got, [(8, "1"), (8, "2"), (64, "1"), (64, "2"), (512, "1"),
+                                       (512, "2")], b)
+            with open(os.path.join(out, "README.md")) as f:
+                readme = f.read()
+            self.assertIn("## Two builds", readme)
+            self.assertRegex(readme, r"B/A over 3 points: median [0-9.]+")
+
+    def test_ab_table(self):
+        import record
+        rows = [{"build": b, "round": r, "variant": "ina", "bytes": "8", "time_us": str(t)}
+                for b, r, t in (("a", 1, 10), ("b", 1, 5), ("a", 2, 30), ("b", 2, 15),
+                                ("a", 3, 20), ("b", 3, 10))]
+        md = record.ab_table(rows, ["a", "b"])
+        self.assertIn("| ina | 8 | 20.0 | 10.0 | 0.500 | 3 |", md)
+        self.assertEqual(record.ab_table(rows, ["a"]), "")
+
+    def test_bad_arguments(self):
+        for args, why in ((["nosuch"], "invalid choice"),
+                          (["smoke", "--alternate"], "--alternate needs --builds A,B"),
+                          (["smoke", "--parts", "x"], "smoke has no parts"),
+                          (["alltoall", "--parts", "x"], "the parts loopback-uniform"),
+                          (["smoke", "--rounds", "0"], "--rounds must be >= 1")):
+            r = self.run_py(*args, "--out", os.devnull + "-not-used")
+            self.assertNotEqual(r.returncode, 0, args)
+            self.assertIn(why, r.stdout + r.stderr, args)
 
 
 if __name__ == "__main__":
