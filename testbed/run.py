@@ -151,8 +151,9 @@ def run_runner(name, scn, build, out, quick, extra, command, timeout):
     paths = [os.path.join(build, p) for p in scn["pythonpath"]]
     if paths:
         env["PYTHONPATH"] = os.pathsep.join(paths + [env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-    code = (f"import sys; sys.path[:0] = {[LAB] + paths!r}; import {scn['runner']} as m; "
-            "r = m.main(sys.argv[1:]); sys.exit(r if isinstance(r, int) else 0)")
+    module, _, func = scn["runner"].partition(":")  # MODULE or MODULE:FUNCTION (main)
+    code = (f"import sys; sys.path[:0] = {[LAB] + paths!r}; import {module} as m; "
+            f"r = m.{func or 'main'}(sys.argv[1:]); sys.exit(r if isinstance(r, int) else 0)")
     print(f"# {name}: {scn['runner']} {' '.join(shlex.quote(a) for a in argv)}", flush=True)
     with open(os.path.join(out, "output.txt"), "w") as log:
         p = subprocess.Popen([sys.executable, "-c", code, *argv], env=env, cwd=ROOT,

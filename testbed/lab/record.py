@@ -17,6 +17,24 @@ RESULTS = os.path.join(TESTBED, "results")
 MEASURES = ("time_us", "algbw", "busbw", "wrong", "count", "seconds", "status", "note")
 
 
+def last_wins(args):
+    """Options given more than once (a scenario's, then --quick's, then the caller's) reduced to
+    the last one, for tools that refuse repeats (CLI11): ['-n', '20', '-n', '5'] -> ['-n', '5'].
+    An option's value is the next word unless that starts with '-' and is not a number."""
+    def is_option(w):
+        return w.startswith("-") and not w.lstrip("-").replace(".", "", 1).isdigit()
+    pairs, i = [], 0
+    while i < len(args):
+        if is_option(args[i]) and i + 1 < len(args) and not is_option(args[i + 1]):
+            pairs.append((args[i], [args[i], args[i + 1]]))
+            i += 2
+        else:
+            pairs.append((args[i] if is_option(args[i]) else None, [args[i]]))
+            i += 1
+    last = {k: n for n, (k, _) in enumerate(pairs) if k}
+    return [w for n, (k, words) in enumerate(pairs) if not k or last[k] == n for w in words]
+
+
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as f:

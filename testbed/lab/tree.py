@@ -11,6 +11,8 @@ import subprocess
 import tempfile
 import time
 
+import record
+
 WORLD = 8
 
 
@@ -75,7 +77,8 @@ def main(argv=None):
     ap.add_argument("--out", required=True)
     ap.add_argument("--timeout", type=float, default=180)
     a, bench_args = ap.parse_known_args(argv)  # the rest: ina-bench's size options
-    bench_args = bench_args or ["-b", "4K", "-e", "4M", "-f", "4", "-n", "5", "-w", "2"]
+    bench_args = record.last_wins(bench_args or ["-b", "4K", "-e", "4M", "-f", "4", "-n", "5",
+                                                 "-w", "2"])
     agg_bin = os.path.join(a.build_dir, "aggregator", "ina-aggregator")
     bench = os.path.join(a.build_dir, "testbed", "ina-bench")
     for b in (agg_bin, bench):

@@ -7,8 +7,8 @@
 * an aggregator killed and restarted mid-run (run.py topo run-ina --fallback): the workers finish;
 * the driver: --help lists every scenario of scenarios.toml; `smoke` writes its record (README
   with command, machine, load, revision and exit status; rows with no wrong element; a plot);
-  two builds alternated point by point give rows of both and the B/A table; bad arguments are
-  refused with the reason.
+  two builds alternated point by point give rows of both and the B/A table; repeated options
+  reduce to the last; bad arguments are refused with the reason.
 usage: test_harness.py BUILD_DIR. Exits 77 (SKIP) when ina-bench is not built."""
 import csv
 import os
@@ -191,6 +191,10 @@ class Driver(unittest.TestCase):
         md = record.ab_table(rows, ["a", "b"])
         self.assertIn("| ina | 8 | 20.0 | 10.0 | 0.500 | 3 |", md)
         self.assertEqual(record.ab_table(rows, ["a"]), "")
+        # a scenario's options, then --quick's, then the caller's: the last of each wins
+        self.assertEqual(record.last_wins(["-e", "4M", "-n", "20", "-v", "-e", "1M", "--zipf",
+                                           "-1.5", "-n", "5"]),
+                         ["-v", "-e", "1M", "--zipf", "-1.5", "-n", "5"])
 
     def test_bad_arguments(self):
         for args, why in ((["nosuch"], "invalid choice"),
