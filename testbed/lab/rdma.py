@@ -23,7 +23,11 @@ def main(argv=None):
     if shutil.which("rdma") is None:
         print("SKIP: the rdma tool (iproute2) is missing")
         return 77
-    if subprocess.run(["modprobe", "rdma_rxe"], capture_output=True).returncode != 0:
+    modprobe = shutil.which("modprobe") or "/sbin/modprobe"
+    if not os.access(modprobe, os.X_OK):
+        print("SKIP: modprobe is missing (kmod): cannot load rdma_rxe")
+        return 77
+    if subprocess.run([modprobe, "rdma_rxe"], capture_output=True).returncode != 0:
         print("SKIP: the kernel has no rdma_rxe module (soft RoCE)")
         return 77
     tag = f"ina{os.getpid()}"
