@@ -284,8 +284,10 @@ TEST(SelectAlltoall, BruckOnlyForSmallSteps) {
   loaded.alpha_s = 2e-3;
   loaded.beta_s_per_byte = 0.1e-9;
   loaded.gamma_s_per_byte = 0.01e-9;
-  EXPECT_EQ(pick(loaded, 4 << 10, 8, 0, ""), AlltoallAlgorithm::kBruck);  // 16 KiB steps
-  EXPECT_EQ(pick(loaded, 8 << 10, 8, 0, ""), AlltoallAlgorithm::kPairwise);
+  EXPECT_EQ(pick(loaded, 1 << 10, 8, 0, ""), AlltoallAlgorithm::kBruck);     // 4 KiB steps
+  EXPECT_EQ(pick(loaded, 2 << 10, 4, 0, ""), AlltoallAlgorithm::kBruck);     // 4 KiB steps
+  EXPECT_EQ(pick(loaded, 2 << 10, 8, 0, ""), AlltoallAlgorithm::kPairwise);  // 8 KiB steps
+  EXPECT_EQ(pick(loaded, 4 << 10, 4, 0, ""), AlltoallAlgorithm::kPairwise);
   EXPECT_EQ(pick(loaded, 16 << 10, 4, 0, ""), AlltoallAlgorithm::kPairwise);
   EXPECT_TRUE(std::isinf(alltoall_cost(loaded, AlltoallAlgorithm::kBruck, 1 << 20, 4, 0)));
   EXPECT_EQ(pick(loaded, 1 << 20, 4, 0, "bruck"), AlltoallAlgorithm::kBruck);  // forced: runs

@@ -63,12 +63,12 @@ inline std::optional<AlltoallAlgorithm> parse_alltoall_algorithm(std::string_vie
 inline constexpr size_t kAlltoallWindowBytes = 8 << 20;
 // Bruck is considered only while one step's message (floor(P/2) blocks) stays under this: beyond
 // it the log2 P-fold bytes and the copies cost more than the latencies saved (measured on
-// loopback with ina-a2a-algo-bench: Bruck ties pairwise at 8-16 KiB steps and loses from 32 KiB
-// on, at 4 and 8 ranks), and a
-// latency measured under load (alpha inflated, beta not) would otherwise push the model towards
-// it for large blocks, as AllReduce's recursive doubling is bounded by
-// kRecursiveDoublingMaxBytes.
-inline constexpr size_t kBruckMaxStepBytes = 16 << 10;
+// loopback with ina-a2a-algo-bench, calls interleaved: Bruck is 1.3-1.5x faster than pairwise
+// at 2-4 KiB steps, 1.5x slower at 8 KiB steps at 4 ranks and from even to 1.25x slower at
+// 16 KiB steps at 8 ranks), and a latency measured under load (alpha inflated, beta not) would
+// otherwise push the model towards it for large blocks, as AllReduce's recursive doubling is
+// bounded by kRecursiveDoublingMaxBytes.
+inline constexpr size_t kBruckMaxStepBytes = 4 << 10;
 inline constexpr int kAlltoallMinRounds = 4;
 
 struct AlltoallOptions {
@@ -110,10 +110,10 @@ Status alltoallv_pairwise(Context& ctx, const uint8_t* send, std::span<const siz
 // The cost model of the AllToAll algorithms (select.h's alpha, beta and gamma; gamma stands for
 // the time per byte of a memory copy, the same order as a reduction's), for blocks of `b` bytes
 // over P ranks, W = the pairwise window in rounds, G the node size (M = P/G nodes):
-//   pairwise      alpha R + 0.6 (P-1-R) alpha + (P-1) b beta, R = ceil((P-1)/W) windows
+//   pairwise      alpha R + (P-1-R) alpha + (P-1) b beta, R = ceil((P-1)/W) windows
 //                 (a window of rounds shares one latency; each further message in it still
-//                 costs a send and a receive system call and often a wake-up: 0.5-1 alpha
-//                 measured on loopback)
+//                 costs a send and a receive system call and often a wake-up: about one
+//                 measured alpha on loopback, kFurtherMessageAlpha in alltoall.cc)
 //   bruck         ceil(log2 P) (alpha + floor(P/2) b (beta + 2 gamma)) + P b gamma
 //                 (each step packs and unpacks about half the blocks; the rotations copy all);
 //                 infinite when floor(P/2) b > kBruckMaxStepBytes
