@@ -277,6 +277,27 @@ TEST(SelectAlltoall, CostsGrowWithSizeAndPairwiseCrossesBruckOnce) {
   }
 }
 
+// The models measure_cost_model gave in the runs that refitted the AllToAll constants
+// (ina-a2a-algo-bench on loopback, 2-core VM; testbed/results/alltoall-20261206b/algo-*.txt) pick
+// what those runs measured fastest: Bruck for 1 KiB blocks at 4 and 8 ranks (1.3x), pairwise for
+// 2 KiB blocks at 8 ranks and 4 KiB blocks at 4 ranks (8 KiB steps, beyond Bruck's bound).
+TEST(SelectAlltoall, RefittedOnInterleavedLoopbackRuns) {
+  CostModel four;
+  four.alpha_s = 12.4e-6;
+  four.beta_s_per_byte = 0.328e-9;
+  four.gamma_s_per_byte = 0.046e-9;
+  EXPECT_EQ(pick(four, 1 << 10, 4, 0, ""), AlltoallAlgorithm::kBruck);
+  EXPECT_EQ(pick(four, 4 << 10, 4, 0, ""), AlltoallAlgorithm::kPairwise);
+  CostModel eight;
+  eight.alpha_s = 41.3e-6;
+  eight.beta_s_per_byte = 0.356e-9;
+  eight.gamma_s_per_byte = 0.050e-9;
+  for (size_t b = 64; b <= 1024; b *= 2)
+    EXPECT_EQ(pick(eight, b, 8, 0, ""), AlltoallAlgorithm::kBruck) << b;
+  for (size_t b = 2048; b <= (size_t{64} << 20); b *= 2)
+    EXPECT_EQ(pick(eight, b, 8, 0, ""), AlltoallAlgorithm::kPairwise) << b;
+}
+
 // A latency measured under load (alpha large, beta small) does not push large blocks to Bruck:
 // one step's message is bounded by kBruckMaxStepBytes.
 TEST(SelectAlltoall, BruckOnlyForSmallSteps) {
