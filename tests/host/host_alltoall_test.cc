@@ -278,7 +278,7 @@ TEST(SelectAlltoall, CostsGrowWithSizeAndPairwiseCrossesBruckOnce) {
 }
 
 // The models measure_cost_model gave in the runs that refitted the AllToAll constants
-// (ina-a2a-algo-bench on loopback, 2-core VM; testbed/results/alltoall-20261206b/algo-*.txt) pick
+// (ina-a2a-algo-bench on loopback, 2-core VM; testbed/results/alltoall-20261206b/algo.txt) pick
 // what those runs measured fastest: Bruck for 1 KiB blocks at 4 and 8 ranks (1.3x), pairwise for
 // 2 KiB blocks at 8 ranks and 4 KiB blocks at 4 ranks (8 KiB steps, beyond Bruck's bound).
 TEST(SelectAlltoall, RefittedOnInterleavedLoopbackRuns) {
