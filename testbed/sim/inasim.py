@@ -35,7 +35,8 @@ memory copy, M = N / G nodes:
                   flight, at least 4 rounds); node and network bytes move concurrently
   bruck           ceil(log2 N) (alpha + floor(N/2) b (beta + 2 gc)) + N b gc; considered only
                   while floor(N/2) b <= 4 KiB (kBruckMaxStepBytes, as the cost model)
-  hierarchical    the pairwise term over G ranks with blocks of M b (node links)
+  hierarchical    (chosen by the cost model only for b <= 4 KiB, kHierarchicalMaxBlockBytes)
+                  the pairwise term over G ranks with blocks of M b (node links)
                   + the pairwise term over M ranks with blocks of G b (network)
                   + 2 N b gc                                         (packing before each phase)
 Assumptions (printed with every alltoall table): ranks of a node are consecutive; a rank's
@@ -434,6 +435,7 @@ def _a2a_check(n, g, b):
 A2A_WINDOW_BYTES = 8 << 20   # kAlltoallWindowBytes (worker/host/alltoall.h)
 A2A_MIN_ROUNDS = 4           # kAlltoallMinRounds
 BRUCK_MAX_STEP_BYTES = 4 << 10  # kBruckMaxStepBytes
+HIER_MAX_BLOCK_BYTES = 4 << 10  # kHierarchicalMaxBlockBytes
 
 
 def a2a_windows(n, b):
@@ -484,7 +486,7 @@ def a2a_choice(n, g, b, p):
     t = {"pairwise": t_a2a_pairwise(n, g, b, p)}
     if (n // 2) * b <= BRUCK_MAX_STEP_BYTES:
         t["bruck"] = t_a2a_bruck(n, g, b, p)
-    if 1 < g < n:
+    if 1 < g < n and b <= HIER_MAX_BLOCK_BYTES:
         t["hier"] = t_a2a_hier(n, g, b, p)
     return min(t, key=t.get)
 
@@ -506,7 +508,8 @@ def a2a_assumptions(n, g, p):
         f"{(g - 1) + (m - 1)} ({g - 1} in the node, {m - 1} across nodes)",
         "no incast (each round pairs every receiver with one sender), no loss, no congestion "
         "control, no stragglers, no overlap of the two hierarchical phases",
-        "Bruck only while floor(N/2) b <= 4 KiB (the cost model's bound)",
+        "the cost model's choice: Bruck only while floor(N/2) b <= 4 KiB, the hierarchical "
+        "exchange only for blocks <= 4 KiB (its bounds in worker/host/alltoall.h)",
     ]
 
 

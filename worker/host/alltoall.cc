@@ -54,7 +54,8 @@ double alltoall_cost(const CostModel& m, AlltoallAlgorithm a, size_t block_bytes
                   std::floor(p / 2) * b * (m.beta_s_per_byte + 2 * m.gamma_s_per_byte)) +
              p * b * m.gamma_s_per_byte;
     case AlltoallAlgorithm::kHierarchical: {
-      if (!alltoall_groups(world, group_size)) return std::numeric_limits<double>::infinity();
+      if (!alltoall_groups(world, group_size) || block_bytes > kHierarchicalMaxBlockBytes)
+        return std::numeric_limits<double>::infinity();
       const int nodes = world / group_size;
       return pairwise_cost(m, block_bytes * static_cast<size_t>(nodes), group_size,
                            kAlltoallWindowBytes) +

@@ -69,6 +69,13 @@ inline constexpr size_t kAlltoallWindowBytes = 8 << 20;
 // otherwise push the model towards it for large blocks, as AllReduce's recursive doubling is
 // bounded by kRecursiveDoublingMaxBytes.
 inline constexpr size_t kBruckMaxStepBytes = 4 << 10;
+// The cost model considers the hierarchical exchange only for blocks up to this. Its formula is
+// optimistic at middle sizes (each byte crosses links twice and is packed twice, costs that a
+// loaded host's measured beta understates): with nodes of 4 at 8 ranks on loopback it won at
+// 256 B - 4 KiB blocks (1.1-1.9x) and lost 1.8x at 16 KiB (ina-a2a-algo-bench --group 4), where
+// its model chose it. inasim.py puts its gain at 1,024 ranks at 1.2x by 8 KiB blocks and none
+// from 32 KiB, so the bound gives up little where the exchange is meant for.
+inline constexpr size_t kHierarchicalMaxBlockBytes = 4 << 10;
 inline constexpr int kAlltoallMinRounds = 4;
 
 struct AlltoallOptions {
@@ -118,7 +125,8 @@ Status alltoallv_pairwise(Context& ctx, const uint8_t* send, std::span<const siz
 //                 (each step packs and unpacks about half the blocks; the rotations copy all);
 //                 infinite when floor(P/2) b > kBruckMaxStepBytes
 //   hierarchical  pairwise(G ranks, blocks of M b) + pairwise(M ranks, blocks of G b)
-//                 + 2 P b gamma (packing before each level)
+//                 + 2 P b gamma (packing before each level); infinite when
+//                 b > kHierarchicalMaxBlockBytes
 // Inapplicable algorithms cost infinity (hierarchical without a group that divides P).
 double alltoall_cost(const CostModel& m, AlltoallAlgorithm a, size_t block_bytes, int world,
                      int group_size);
