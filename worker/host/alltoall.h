@@ -63,11 +63,11 @@ inline std::optional<AlltoallAlgorithm> parse_alltoall_algorithm(std::string_vie
 inline constexpr size_t kAlltoallWindowBytes = 8 << 20;
 // Bruck is considered only while one step's message (floor(P/2) blocks) stays under this: beyond
 // it the log2 P-fold bytes and the copies cost more than the latencies saved (measured on
-// loopback with ina-a2a-algo-bench, calls interleaved: Bruck is 1.3-1.5x faster than pairwise
-// at 2-4 KiB steps, 1.5x slower at 8 KiB steps at 4 ranks and from even to 1.25x slower at
-// 16 KiB steps at 8 ranks), and a latency measured under load (alpha inflated, beta not) would
-// otherwise push the model towards it for large blocks, as AllReduce's recursive doubling is
-// bounded by kRecursiveDoublingMaxBytes.
+// loopback with ina-a2a-algo-bench, calls interleaved: Bruck 1.3-1.5x faster than pairwise at
+// 2-4 KiB steps; at 8 KiB steps (4 ranks) 1.5x slower in one run, 1.14x faster in another; at
+// 16 KiB steps (8 ranks) even to 1.25x slower), and a latency measured under load (alpha
+// inflated, beta not) would otherwise push the model towards it for large blocks, as AllReduce's
+// recursive doubling is bounded by kRecursiveDoublingMaxBytes.
 inline constexpr size_t kBruckMaxStepBytes = 4 << 10;
 // The cost model considers the hierarchical exchange only for blocks up to this. Its formula is
 // optimistic at middle sizes (each byte crosses links twice and is packed twice, costs that a
