@@ -60,7 +60,8 @@ int rank_main(const Options& o, const std::string& dir, int rank) {
   auto model = ina::host::measure_cost_model(ctx);
   if (!model.ok()) return 2;
   // pairwise4: the pairwise schedule with kAlltoallMinRounds rounds in flight whatever their
-  // size (a 1-byte window), as before the byte window.
+  // size (a 1-byte window), as before the byte window; pairwiseall: every round in flight at once
+  // (no window, Gloo's schedule).
   struct Variant {
     const char* name;
     AlltoallAlgorithm algorithm;
@@ -69,6 +70,7 @@ int rank_main(const Options& o, const std::string& dir, int rank) {
   std::vector<Variant> algos = {
       {"pairwise", AlltoallAlgorithm::kPairwise, ina::host::kAlltoallWindowBytes},
       {"pairwise4", AlltoallAlgorithm::kPairwise, 1},
+      {"pairwiseall", AlltoallAlgorithm::kPairwise, SIZE_MAX},
       {"bruck", AlltoallAlgorithm::kBruck, ina::host::kAlltoallWindowBytes}};
   const int g = o.group;
   if (g > 1 && g < o.ranks && o.ranks % g == 0)
