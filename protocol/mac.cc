@@ -351,6 +351,31 @@ Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word
   return s;
 }
 
+// polyval_of(head || body) without the concatenation: the blocks up to the first whole block
+// after the head (and through the zeroed word) from a copy, the rest of the body in place.
+Gf128 polyval_parts(const MacKey& k, std::span<const uint8_t> head, std::span<const uint8_t> body,
+                    size_t zero_word, MacPath path) {
+  const size_t n = head.size() + body.size();
+  size_t lead = (head.size() + 15) / 16 * 16;
+  if (zero_word != kNoZero) lead = std::max(lead, (zero_word / 2 + 1) * 16);
+  lead = std::min(lead, n);
+  alignas(16) uint8_t bounce[kMaxMacHead + 16] = {};  // lead <= 64 (mac.h)
+  std::memcpy(bounce, head.data(), head.size());
+  const size_t from_body = lead - head.size();
+  if (from_body > 0) std::memcpy(bounce + head.size(), body.data(), from_body);
+  if (zero_word != kNoZero) std::memset(bounce + 8 * zero_word, 0, 8);
+  Gf128 s = blocks(Gf128{}, bounce, (lead + 15) / 16, k, path);
+  const std::span<const uint8_t> rest = body.subspan(from_body);
+  const size_t whole = rest.size() / 16;
+  s = blocks(s, rest.data(), whole, k, path);
+  if (const size_t tail = rest.size() - whole * 16; tail > 0) {
+    alignas(16) uint8_t last[16] = {};
+    std::memcpy(last, rest.data() + whole * 16, tail);
+    s = blocks(s, last, 1, k, path);
+  }
+  return s;
+}
+
 // The key for hash key h: its powers by the carry-less multiply when `fast`, else portably (the
 // tests compare the two).
 MacKey key_for_polyval(const Gf128& h, bool fast) {
@@ -434,6 +459,11 @@ uint64_t packet_mac(const MacKey& key, std::span<const uint8_t> msg, size_t zero
   return finish(key, polyval_of(key, msg, zero_word, best()), msg.size());
 }
 
+uint64_t packet_mac_parts(const MacKey& key, std::span<const uint8_t> head,
+                          std::span<const uint8_t> body, size_t zero_word, MacPath path) {
+  return finish(key, polyval_parts(key, head, body, zero_word, path), head.size() + body.size());
+}
+
 namespace {
 // The per-thread cache of expanded keys, direct-mapped: plain thread-local storage,
 // zero-initialized (no TLS constructor or destructor), so that sealing never allocates (the
@@ -446,9 +476,8 @@ struct CachedKey {
 };
 constexpr size_t kCacheEntries = 8;
 thread_local CachedKey tls_keys[kCacheEntries];
-}  // namespace
 
-uint64_t packet_mac(const Key128& key, std::span<const uint8_t> msg, size_t zero_word) {
+const MacKey& cached_key(const Key128& key) {
   const uint64_t mix = (key.lo ^ key.hi) * 0x9E3779B97F4A7C15ull;
   static_assert(kCacheEntries == 8, "the index is the mix's top 3 bits");
   CachedKey& c = tls_keys[mix >> 61];
@@ -456,7 +485,17 @@ uint64_t packet_mac(const Key128& key, std::span<const uint8_t> msg, size_t zero
     c.k = expand_mac_key(key);
     c.valid = true;
   }
-  return packet_mac(c.k, msg, zero_word);
+  return c.k;
+}
+}  // namespace
+
+uint64_t packet_mac(const Key128& key, std::span<const uint8_t> msg, size_t zero_word) {
+  return packet_mac(cached_key(key), msg, zero_word);
+}
+
+uint64_t packet_mac_parts(const Key128& key, std::span<const uint8_t> head,
+                          std::span<const uint8_t> body, size_t zero_word) {
+  return packet_mac_parts(cached_key(key), head, body, zero_word, best());
 }
 
 }  // namespace ina
