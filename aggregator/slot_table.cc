@@ -124,7 +124,8 @@ SlotTable::SlotTable(const SlotTableConfig& cfg)
       result_(size_t{cfg.num_slots} * 2 * cfg.max_payload_bytes),
       raw_(size_t{cfg.num_slots} * 2 * cfg.world_size * cfg.max_payload_bytes),
       bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_),
-      other_bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_) {}
+      other_bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_),
+      sum_tile_(kSumTile) {}
 
 SlotTable::~SlotTable() = default;
 
@@ -155,14 +156,15 @@ void SlotTable::finish(size_t k) {
       return;
     case CopyMode::kRaw: {
       if (cfg_.defer_float_sum) return;
-      // Tile by tile, so that the accumulators stay in the L1 cache from the first rank's words
-      // (stored, not added to zeros: no clearing pass) through the last rank's to the result.
+      // Tile by tile in one reused tile of accumulators, which stays in the L1 cache from the
+      // first rank's words (stored, not added to zeros: no clearing pass) through the last
+      // rank's to the result.
       const uint8_t* raw = raw_.data() + k * cfg_.world_size * cfg_.max_payload_bytes;
       const size_t esize = dtype_size(c.dtype);
       const int scale = codec::scale_exponent(c.dtype, c.exp, quant_world_);
       for (size_t at = 0; at < c.count; at += kSumTile) {
         const size_t n = std::min<size_t>(kSumTile, c.count - at);
-        int64_t* tile = acc + at;
+        int64_t* tile = sum_tile_.data();
         codec::quantize(raw + at * esize, n, c.dtype, c.exp, quant_world_, tile);
         for (uint32_t r = 1; r < cfg_.world_size; ++r) {
           codec::quantize_add(raw + size_t{r} * cfg_.max_payload_bytes + at * esize, n, c.dtype,
