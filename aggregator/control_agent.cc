@@ -60,7 +60,7 @@ json telemetry(const JobSnapshot& j) {
     o["parent_results"] = j.counters.parent_results;
   }
   const uint32_t first = j.cfg.first_rank();
-  // The stragglers by lost time (issue 21), each with its arrival-lag telemetry; a snapshot
+  // The stragglers by lost time, each with its arrival-lag telemetry; a snapshot
   // without the lost-time ranking (a part not ranked yet) lists them by lag.
   const bool by_loss = j.lost_ranking.size() == j.telemetry.size() && !j.lost_ranking.empty();
   std::vector<const RankVerdict*> verdicts;
@@ -121,7 +121,7 @@ json telemetry(const JobSnapshot& j) {
                       {"lost_ms", static_cast<double>(lost) / 1e6}};
   json lag_order = json::array();
   for (uint32_t r : j.straggler_ranking) lag_order.push_back(first + r);
-  o["lag_ranking"] = lag_order;  // by median arrival lag (the ranking before issue 21)
+  o["lag_ranking"] = lag_order;  // by median arrival lag (the former ranking)
   json stalled = json::array();
   for (const StalledSlot& s : j.stalled) {
     stalled.push_back({{"slot", s.slot},
@@ -186,7 +186,7 @@ Result<std::vector<JobConfig>> parse_heartbeat_jobs(const std::string& body) {
     // block_elems counts 4-byte elements: the block is 4 x block_elems bytes (wire v2).
     c.slots.max_payload_bytes = static_cast<uint32_t>(block) * 4;
     c.slot_base = static_cast<uint32_t>(base);
-    // Aggregation trees (issue 5's contract): "role" flat (the default), leaf or root.
+    // Aggregation trees (the controller's leaf contract): "role" flat (the default), leaf or root.
     if (x.contains("role")) {
       const json& r = x["role"];
       const std::string role = r.is_string() ? r.get<std::string>() : std::string{};

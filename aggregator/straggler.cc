@@ -225,7 +225,7 @@ void LossTracker::on_completion(uint32_t rank, uint64_t now, uint64_t second, bo
       // Silent: nothing of L arrived since the others had all sent this round (a late start);
       // L's packets arriving after that, in a trickle or in bursts, are its link's pace.
       const bool silent = s.prev_arrival == 0 || s.prev_arrival <= second;
-      // A silence inside a collective L had begun spreads its packets out (the slow
+      // A silence inside a collective L had begun spreads its packets out (a slow
       // link: a rank whose socket drains slowly also stops while it waits); a late start is a
       // silence before L's first packet of the collective.
       const bool began = s.prev_arrival != 0 && s.prev_collective == collective_seq_;

@@ -1,4 +1,4 @@
-// Straggler location by lost time (issue 21): which rank held the job up, how often, by how much
+// Straggler location by lost time: which rank held the job up, how often, by how much
 // and why. Pure logic: no I/O, no clock (the caller passes arrival times), no locks.
 //
 // What is measured. When a round (slot copy) completes, the rank L whose contribution came last

@@ -1,4 +1,4 @@
-// The straggler ranking of one job as text for `ina-ctl job ID` (issue 21): from the controller's
+// The straggler ranking of one job as text for `ina-ctl job ID`: from the controller's
 // /v1/jobs/ID answer (each aggregator's telemetry: "stragglers" by lost time with their causes),
 // per aggregator the ranks by lost time, and for a tree the path from the root's worst leaf to
 // that leaf's worst rank. Pure: JSON in, text out.

@@ -11,7 +11,7 @@
 // flight. On a 500 Mbit/s link that is 2.25 ms of queue in front of the last packet, above the
 // 2 ms retransmission timeout: the timer fires on queueing delay, the resends add to the queue,
 // and on the testbed's shaped star 11-24% of the packets were resent with nothing lost, holding the
-// link at 71-89% of its bound (issue 16). A window near the path's bandwidth-delay product plus a
+// link at 71-89% of its bound. A window near the path's bandwidth-delay product plus a
 // small standing queue keeps the link busy with none of that.
 //
 // The choice, from the field's practice:
@@ -42,7 +42,7 @@
 //   standing >  target: cwnd x max(1/2, 1 - 0.8 (standing - target) / minimum RTT)  (Swift).
 // target = max(500 us, base RTT): 28 packets at 500 Mbit/s, 57 at 1 Gbit/s. Swift's targets are
 // tens of microseconds, with NIC timestamps; these RTTs are software timestamps of processes that
-// share their cores. On the shaped star (testbed/shaped_star.py, each against the former rules in
+// share their cores. On the shaped star (testbed/run.py linkbound, each against the former rules in
 // one sitting) a target of 250 us gave away 10% of the link at load 14 (CPU scheduling counted as
 // queue), 1 ms none at load 24; but a target above a shallow buffer's depth turns every overflow
 // into a loss for the timer to repair, as the loss rule ignores losses below the target.
@@ -70,8 +70,8 @@
 // and an incomplete one with its bitmap. The timer alone was not enough: a lost round keeps its
 // place in the window until its timer fires, and a round that waited for another rank's resend
 // is a clean RTT sample here (Karn's rule only knows this rank's resends), so SRTT, and with it
-// the timeout, grew with every repair. On the testbed's shaped star with 1% loss each way (issue
-// 16), 16 MiB took 357-370 ms (77-80% of the bound) with the default 2 ms floor, the timeout
+// the timeout, grew with every repair. On the testbed's shaped star with 1% loss each way,
+// 16 MiB took 357-370 ms (77-80% of the bound) with the default 2 ms floor, the timeout
 // reaching 21 ms, and 1.2-1.3 s with an 8 ms floor (timeouts up to 385 ms); with the detector,
 // 306-316 ms with either floor.
 

@@ -266,13 +266,18 @@ void IncEngine::start_block(uint32_t s, uint64_t block) {
   Slot& sl = slots_[s];
   const Collective& c = coll_;
   const size_t len = block_len(block);
-  // The raw elements: the payload is little-endian, as the user's buffer is (wire.h).
-  std::memcpy(sl.pkt + wire::kHeaderSize, block_in(block), len * c.elem_size);
   sl.block = block;
   sl.seq = static_cast<BlockSeq>(c.base_seq + block);
   sl.shadow = ((sl.first_use + sl.rounds) & 1) != 0;
   ++sl.rounds;
   finish_header(sl, 0, static_cast<uint16_t>(len));
+  // The raw elements, little-endian as the user's buffer is (wire.h), stay where they are: the
+  // header is sealed over them and the transport gathers them into the datagram (flush()). The
+  // user's send buffer is not written while the collective runs, and a block's result (which may
+  // overwrite it in place) arrives only once the block is sent for good.
+  sl.pkt_len = static_cast<uint32_t>(wire::kHeaderSize);
+  sl.body = block_in(block);
+  sl.body_len = static_cast<uint32_t>(len * c.elem_size);
 }
 
 void IncEngine::queue(uint32_t s, Clock::time_point now) {
@@ -296,19 +301,23 @@ void IncEngine::queue(uint32_t s, Clock::time_point now) {
 Status IncEngine::flush() {
   if (tx_slots_.empty()) return ok_status();
   // Spans are built now, not at queue time: the packet is final once the iteration is over.
-  tx_.clear();
+  gtx_.clear();
   for (uint32_t s : tx_slots_) {
     Slot& sl = slots_[s];
     sl.queued = false;
+    const std::span<uint8_t> head(sl.pkt, sl.pkt_len);
+    const std::span<const uint8_t> body = sl.pkt_len == wire::kHeaderSize
+                                              ? std::span<const uint8_t>(sl.body, sl.body_len)
+                                              : std::span<const uint8_t>();
     if (!sl.resealed) {
-      seal_tag(std::span<uint8_t>(sl.pkt, sl.pkt_len), traffic_key_);
+      wire::seal_parts(head, body, traffic_key_);
       sl.resealed = true;
     }
-    tx_.emplace_back(sl.pkt, sl.pkt_len);
+    gtx_.push_back(GatherDatagram{head, body});
   }
   tx_slots_.clear();
-  stats_.packets_sent += tx_.size();
-  return transport_->send_batch(tx_);
+  stats_.packets_sent += gtx_.size();
+  return transport_->send_gather(gtx_);
 }
 
 void IncEngine::retransmit_due(Clock::time_point now) {

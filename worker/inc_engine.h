@@ -146,6 +146,11 @@ class IncEngine {
   struct Slot {
     uint8_t* pkt = nullptr;  // the last packet sent on this slot (kept for retransmission)
     uint32_t pkt_len = 0;
+    // A DATA packet is its header in pkt (pkt_len == wire::kHeaderSize) followed by its payload,
+    // read in place from the user's buffer (sent by Transport::send_gather: no copy here); any
+    // other packet (pkt_len > kHeaderSize: an abort) lies whole in pkt.
+    const uint8_t* body = nullptr;
+    uint32_t body_len = 0;
     uint64_t block = 0;  // block of the outstanding round
     BlockSeq seq = 0;
     uint32_t rounds = 0;      // rounds sent on this slot in this collective
@@ -290,6 +295,7 @@ class IncEngine {
   std::vector<uint8_t> pkt_storage_;  // slots_.size() packets of pkt_capacity_ bytes
   size_t pkt_capacity_ = 0;
   std::vector<std::span<const uint8_t>> tx_;
+  std::vector<GatherDatagram> gtx_;  // flush()'s batch (capacity kept)
   std::vector<uint32_t> tx_slots_;
   std::vector<Datagram> rx_;
   Collective coll_;

@@ -29,15 +29,21 @@ worker/host/alltoall*.cc with a two-tier network, node links (alpha_node, beta_n
 network (alpha, beta, each rank's share of its node's NIC), o the CPU cost of each further
 message of a window (a send and a receive system call, a wake-up), gc the time per byte of a
 memory copy, M = N / G nodes:
-  flat pairwise   alpha + (N-2) o + max((G-1) b beta_node, (N-G) b beta)
-                  (every message posted at once; node and network bytes move concurrently)
-  bruck           ceil(log2 N) (alpha + floor(N/2) b (beta + 2 gc)) + N b gc
-  hierarchical    alpha_node + (G-2) o + (G-1) M b beta_node        (node phase, messages M b)
-                  + alpha + (M-2) o + (M-1) G b beta                 (global phase, messages G b)
+  flat pairwise   R alpha + (N-1-R) o + max((G-1) b beta_node, (N-G) b beta)
+                  R = ceil((N-1)/W) windows of W = clamp(window / 2b, 4, N-1) rounds, as
+                  worker/host/alltoall_exchange.h posts them (8 MiB of sends plus receives in
+                  flight, at least 4 rounds); node and network bytes move concurrently
+  bruck           ceil(log2 N) (alpha + floor(N/2) b (beta + 2 gc)) + N b gc; considered only
+                  while floor(N/2) b <= 4 KiB (kBruckMaxStepBytes, as the cost model)
+  hierarchical    (chosen by the cost model only for b <= 4 KiB, kHierarchicalMaxBlockBytes)
+                  the pairwise term over G ranks with blocks of M b (node links)
+                  + the pairwise term over M ranks with blocks of G b (network)
                   + 2 N b gc                                         (packing before each phase)
-Assumptions: ranks of a node are consecutive; a rank's network share is its NIC divided by G;
-a window of messages shares one latency (no incast: the pairwise schedule pairs every receiver
-with one sender per round); no loss, no congestion control effects.
+Assumptions (printed with every alltoall table): ranks of a node are consecutive; a rank's
+network share is its NIC divided by G; a window of messages shares one latency and each further
+message costs o of CPU (a send and a receive system call); no incast (the pairwise schedule pairs
+every receiver with one sender per round); no loss, no congestion control effects, no
+stragglers; every rank's blocks have the same size (AllToAll, not a skewed AllToAllv).
 
 CLI:
   inasim.py alltoall -N 1024 -G 8 [--alpha 20e-6 ...]             # flat vs hierarchical
@@ -411,7 +417,7 @@ class A2AParams:
     """AllToAll model parameters (seconds, seconds per byte). Defaults: a cluster of nodes of 8
     ranks, 100 Gbit/s NICs (12.5 GB/s shared by the node's 8 ranks), kernel TCP latency between
     nodes, shared-memory-speed links inside a node; o from the loopback measurements of the host
-    path (0.6 alpha per further message there; here the CPU part only, 5 us)."""
+    path (about one alpha per further message there; here the CPU part only, 5 us)."""
 
     def __init__(self, alpha=20e-6, beta=8 / 12.5e9, alpha_node=5e-6, beta_node=1 / 10e9,
                  o=5e-6, gc=1 / 10e9):
@@ -426,11 +432,33 @@ def _a2a_check(n, g, b):
         raise ValueError(f"b {b}: must be >= 0 bytes")
 
 
+A2A_WINDOW_BYTES = 8 << 20   # kAlltoallWindowBytes (worker/host/alltoall.h)
+A2A_MIN_ROUNDS = 4           # kAlltoallMinRounds
+BRUCK_MAX_STEP_BYTES = 4 << 10  # kBruckMaxStepBytes
+HIER_MAX_BLOCK_BYTES = 4 << 10  # kHierarchicalMaxBlockBytes
+
+
+def a2a_windows(n, b):
+    """Windows of the pairwise schedule over n ranks with blocks of b bytes (alltoall_exchange.h:
+    rounds posted while the sends plus receives in flight stay under the window, at least
+    A2A_MIN_ROUNDS rounds)."""
+    if n <= 1:
+        return 0
+    per_round = 2 * b
+    w = n - 1 if per_round == 0 else max(A2A_MIN_ROUNDS, A2A_WINDOW_BYTES // per_round)
+    return math.ceil((n - 1) / min(w, n - 1))
+
+
+def _pairwise_latency(n, b, alpha, o):
+    r = a2a_windows(n, b)
+    return r * alpha + (n - 1 - r) * o
+
+
 def t_a2a_pairwise(n, g, b, p):
     _a2a_check(n, g, b)
     if n == 1:
         return 0.0
-    lat = (p.alpha if n > g else p.alpha_node) + (n - 2) * p.o
+    lat = _pairwise_latency(n, b, p.alpha if n > g else p.alpha_node, p.o)
     return lat + max((g - 1) * b * p.beta_node, (n - g) * b * p.beta)
 
 
@@ -447,9 +475,42 @@ def t_a2a_hier(n, g, b, p):
     m = n // g
     if g == 1 or m == 1:
         return t_a2a_pairwise(n, g, b, p)
-    node = p.alpha_node + (g - 2) * p.o + (g - 1) * m * b * p.beta_node
-    glob = p.alpha + (m - 2) * p.o + (m - 1) * g * b * p.beta
+    node = _pairwise_latency(g, m * b, p.alpha_node, p.o) + (g - 1) * m * b * p.beta_node
+    glob = _pairwise_latency(m, g * b, p.alpha, p.o) + (m - 1) * g * b * p.beta
     return node + glob + 2 * n * b * p.gc
+
+
+def a2a_choice(n, g, b, p):
+    """What the cost model would run: the cheapest of pairwise, Bruck (within its step bound) and
+    hierarchical (when G groups N into more than one node of more than one rank)."""
+    t = {"pairwise": t_a2a_pairwise(n, g, b, p)}
+    if (n // 2) * b <= BRUCK_MAX_STEP_BYTES:
+        t["bruck"] = t_a2a_bruck(n, g, b, p)
+    if 1 < g < n and b <= HIER_MAX_BLOCK_BYTES:
+        t["hier"] = t_a2a_hier(n, g, b, p)
+    return min(t, key=t.get)
+
+
+def a2a_assumptions(n, g, p):
+    """The model's assumptions, as lines (printed with every alltoall table)."""
+    m = n // g
+    return [
+        f"N = {n} ranks on {m} nodes of G = {g} consecutive ranks; blocks of b bytes per pair, "
+        "the same for every pair (AllToAll, no skew)",
+        f"network: alpha {p.alpha * 1e6:g} us per message, each rank's share of its node's NIC "
+        f"{1 / p.beta / 1e9:.3g} GB/s (the NIC divided by G); inside a node: alpha_node "
+        f"{p.alpha_node * 1e6:g} us, {1 / p.beta_node / 1e9:.3g} GB/s",
+        f"o = {p.o * 1e6:g} us of CPU for each further message of a window (a send and a receive "
+        f"system call; loopback measurements: one sendmsg and one recvmsg per message); memory "
+        f"copies {1 / p.gc / 1e9:.3g} GB/s" if p.gc > 0 else "no copy cost",
+        f"pairwise: windows of 8 MiB (sends plus receives) or at least 4 rounds, one alpha per "
+        f"window; flat pairwise sends {n - 1} messages per rank, hierarchical "
+        f"{(g - 1) + (m - 1)} ({g - 1} in the node, {m - 1} across nodes)",
+        "no incast (each round pairs every receiver with one sender), no loss, no congestion "
+        "control, no stragglers, no overlap of the two hierarchical phases",
+        "the cost model's choice: Bruck only while floor(N/2) b <= 4 KiB, the hierarchical "
+        "exchange only for blocks <= 4 KiB (its bounds in worker/host/alltoall.h)",
+    ]
 
 
 A2A_ALGORITHMS = {"pairwise": t_a2a_pairwise, "bruck": t_a2a_bruck, "hier": t_a2a_hier}
@@ -458,12 +519,13 @@ A2A_ALGORITHMS = {"pairwise": t_a2a_pairwise, "bruck": t_a2a_bruck, "hier": t_a2
 def a2a_table(n, g, p, blocks=None):
     """Markdown: predicted time per algorithm per block size, and flat/hierarchical."""
     blocks = list(blocks or sizes(8, 1 << 20, 4))
-    lines = [f"| block per pair | " + " | ".join(A2A_ALGORITHMS) + " | pairwise / hier |",
-             "|---" * (len(A2A_ALGORITHMS) + 2) + "|"]
+    lines = [f"| block per pair | " + " | ".join(A2A_ALGORITHMS) +
+             " | flat pairwise / hier | cost model's choice |",
+             "|---" * (len(A2A_ALGORITHMS) + 3) + "|"]
     for b in blocks:
         t = {a: f(n, g, b, p) for a, f in A2A_ALGORITHMS.items()}
         lines.append(f"| {human(b)} | " + " | ".join(f"{t[a] * 1e3:.3f} ms" for a in t) +
-                     f" | {t['pairwise'] / t['hier']:.2f} |")
+                     f" | {t['pairwise'] / t['hier']:.2f} | {a2a_choice(n, g, b, p)} |")
     return "\n".join(lines)
 
 
@@ -587,7 +649,14 @@ def main(argv=None):
         p = A2AParams(**{k: getattr(args, k) for k in A2AParams().__dict__})
         print(f"# AllToAll, N = {args.N} ranks on nodes of G = {args.G}: predicted time of one "
               f"call (inasim.py's A2AParams: {p.__dict__})")
+        print("# assumptions:")
+        for line in a2a_assumptions(args.N, args.G, p):
+            print(f"#   - {line}")
         print(a2a_table(args.N, args.G, p))
+        wins = [b for b in sizes(8, 1 << 20, 2)
+                if t_a2a_hier(args.N, args.G, b, p) < t_a2a_pairwise(args.N, args.G, b, p)]
+        print(f"# hierarchical faster than flat pairwise up to blocks of "
+              f"{human(max(wins)) if wins else 'none'} (searched 8 B - 1 MiB by powers of 2)")
         return 0
     if args.cmd == "calibrate":
         p, info = calibrate(read_csv(args.csv), args.host_variant)

@@ -9,7 +9,7 @@ import sys
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "lab"))
 import topo  # noqa: E402
 
 RECEIVER = r"""
@@ -93,8 +93,5 @@ class LossInjector(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ok, why = topo.can_make_namespaces()
-    if not ok:
-        print(f"SKIP: {why}")
-        sys.exit(77)
+    topo.skip_unless_namespaces()
     unittest.main(verbosity=2)

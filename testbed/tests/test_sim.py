@@ -9,6 +9,8 @@ import sys
 import unittest
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "sim"))
+# linkbound.py (the link-bound models read its framing) lives in testbed/lab/.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lab"))
 import inasim  # noqa: E402
 
 
@@ -137,10 +139,15 @@ class Alltoall(unittest.TestCase):
 
     def test_pairwise_formula(self):
         p = self.p
-        for n, g, b in ((8, 8, 64), (1024, 8, 4096), (64, 4, 1 << 20)):
+        # Small blocks: every round in one window, one latency.
+        for n, g, b in ((8, 8, 64), (1024, 8, 4096)):
             lat = (p.alpha if n > g else p.alpha_node) + (n - 2) * p.o
             want = lat + max((g - 1) * b * p.beta_node, (n - g) * b * p.beta)
             self.assertAlmostEqual(inasim.t_a2a_pairwise(n, g, b, p), want, delta=want * 1e-12)
+        # 1 MiB blocks over 64 ranks: 2 MiB per round, an 8 MiB window of 4 rounds, 16 windows.
+        self.assertEqual(inasim.a2a_windows(64, 1 << 20), 16)
+        want = 16 * p.alpha + 47 * p.o + max(3 * (1 << 20) * p.beta_node, 60 * (1 << 20) * p.beta)
+        self.assertAlmostEqual(inasim.t_a2a_pairwise(64, 4, 1 << 20, p), want, delta=want * 1e-12)
         self.assertEqual(inasim.t_a2a_pairwise(1, 1, 1 << 20, p), 0.0)
 
     def test_hierarchical_pays_fewer_latencies_and_moves_bytes_twice(self):
@@ -163,6 +170,23 @@ class Alltoall(unittest.TestCase):
                            inasim.t_a2a_pairwise(1024, 8, 1 << 16, p))
         table = inasim.a2a_table(1024, 8, p, blocks=[8, 1 << 20])
         self.assertEqual(len(table.splitlines()), 4)
+        # The choice mirrors the cost model: Bruck for 8 B blocks (512 x 8 B per step, under
+        # 4 KiB), never beyond its bound; the flat schedule for 1 MiB blocks.
+        self.assertEqual(inasim.a2a_choice(1024, 8, 8, p), "bruck")
+        self.assertEqual(inasim.a2a_choice(1024, 8, 1 << 20, p), "pairwise")
+        self.assertNotEqual(inasim.a2a_choice(1024, 8, 64, p), "bruck")
+
+    def test_assumptions_are_printed(self):
+        import contextlib
+        import io
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            self.assertEqual(inasim.main(["alltoall", "-N", "1024", "-G", "8"]), 0)
+        text = out.getvalue()
+        self.assertIn("# assumptions:", text)
+        self.assertIn("no incast", text)
+        self.assertIn("1023 messages per rank, hierarchical 134", text)
+        self.assertIn("hierarchical faster than flat pairwise up to blocks of", text)
 
 
 if __name__ == "__main__":

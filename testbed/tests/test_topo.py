@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Topology create/teardown (testbed/topo.py) leaves nothing behind: namespaces, links and nft
+"""Topology create/teardown (testbed/lab/topo.py) leaves nothing behind: namespaces, links and nft
 tables, after a normal exit, an exception, and SIGTERM/SIGINT of the CLI. Needs root and
 `ip netns`: exits 77 (Meson SKIP) with the reason otherwise."""
 import os
@@ -10,10 +10,10 @@ import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(HERE, "..", "lab"))
 import topo  # noqa: E402
 
-TOPO = os.path.join(HERE, "..", "topo.py")
+RUN_PY = os.path.join(HERE, "..", "run.py")
 
 
 def snapshot():
@@ -70,7 +70,7 @@ class TopologyTeardown(unittest.TestCase):
     def test_cli_signal_teardown(self):
         for sig in (signal.SIGTERM, signal.SIGINT):
             before = snapshot()
-            p = subprocess.Popen([sys.executable, TOPO, "shell", "-N", "2", "-M", "1",
+            p = subprocess.Popen([sys.executable, RUN_PY, "topo", "shell", "-N", "2", "-M", "1",
                                   "--loss", "w0=1"], stdout=subprocess.PIPE, text=True)
             out = ""
             deadline = time.time() + 30
@@ -122,8 +122,5 @@ class CpuAccounting(unittest.TestCase):
 
 
 if __name__ == "__main__":
-    ok, why = topo.can_make_namespaces()
-    if not ok:
-        print(f"SKIP: {why}")
-        sys.exit(77)
+    topo.skip_unless_namespaces()
     unittest.main(verbosity=2)

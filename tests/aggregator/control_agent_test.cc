@@ -1,5 +1,5 @@
 // The aggregator's control agent as pure functions: the controller's heartbeat answer parsed into
-// jobs (issue 5's tree fields: role, a leaf's rank_base, local_ranks, child_index, parent,
+// jobs (the aggregation tree's fields: role, a leaf's rank_base, local_ranks, child_index, parent,
 // parent_world, leaf_bases), with errors naming the entry and the field, and a leaf's telemetry
 // JSON reporting its tree role and global ranks.
 #include "aggregator/control_agent.h"
@@ -121,7 +121,7 @@ TEST(HeartbeatJobs, LeafTelemetryNamesGlobalRanks) {
   EXPECT_EQ(o["stalled_slots"][0]["missing_ranks"][0], 5);
 }
 
-// Issue 21: the telemetry lists the ranks by lost time with their cause, and /metrics has the
+// The telemetry lists the ranks by lost time with their cause, and /metrics has the
 // per-rank, per-cause lost-time counters labelled ina_job.
 TEST(Telemetry, StragglersByLostTimeWithCausesAndCounters) {
   JobSnapshot j;

@@ -292,7 +292,7 @@ TEST(DpdkCreate, RefusesATreeLeafJob) {
   EXPECT_NE(a.status().message().find("--backend udp"), std::string::npos);
 }
 
-// A tree root on the DPDK loop (issue 15): the leaves' float SUM PARTIAL words are twice the
+// A tree root on the DPDK loop: the leaves' float SUM PARTIAL words are twice the
 // block (an int64 per float32 element, 2112-byte frames for a 1024-byte block), so the root's
 // mbufs and MTU are sized for them. Two leaves ask for the exponent (the MAX comes back to both),
 // then send their words; both get the float32 sum, converted once.

@@ -481,7 +481,7 @@ TEST_F(EngineTest, AbortedRoundCannotBeCompletedByALateRank) {
     expect_error(data(r, 2, true, 7, {1}), wire::ErrorReason::kAborted);
 }
 
-// Issue 19 item 1: the job restarts (every rank a new incarnation, the same key) and its block
+// Replayed datagrams: the job restarts (every rank a new incarnation, the same key) and its block
 // sequence starts again at 1. A DATA packet and an abort captured from the earlier incarnation,
 // replayed when their seq names a live round, fail the tag (the incarnation is bound into it,
 // WIRE.md): counted as bad_tag, unanswered, no address learned, the rounds unchanged.

@@ -107,7 +107,7 @@ TEST(MergeSnapshots, SumsCountersAndRecomputesTheRanking) {
   EXPECT_TRUE(m.jobs[1].ready);
 }
 
-// Issue 21: the lost-time windows of the lcores are summed and ranked anew.
+// The lost-time windows of the lcores are summed and ranked anew.
 TEST(MergeSnapshots, SumsLostTimeAndRanksItAnew) {
   AggregatorSnapshot a, b;
   JobSnapshot ja = job(1, 3, true), jb = job(1, 3, true);

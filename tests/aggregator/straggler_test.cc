@@ -166,7 +166,7 @@ TEST(LossRanking, IntermittentRankAtTenPercentByOneMsIsFirstAndALateStart) {
 }
 
 TEST(LossRanking, TheMedianOfAnIntermittentRankIsPunctualButItLosesTheMostTime) {
-  // The case: rank 2 late 3 ms in 20% of collectives, rank 3 a little late always.
+  // The motivating case: rank 2 late 3 ms in 20% of collectives, rank 3 a little late always.
   Sim sim;
   sim.ranks = 4;
   sim.collectives = 300;

@@ -101,9 +101,9 @@ TEST_F(TelemetryTest, LagHistogramAndRankingNameTheDelayedRank) {
   EXPECT_EQ(lag_bucket(uint64_t{1} << 60), kLagBuckets - 1);
 }
 
-// Lost time through the engine (issue 21): rounds of 4 blocks on 4 slots, one collective per
+// Lost time through the engine: rounds of 4 blocks on 4 slots, one collective per
 // round of blocks; rank 3 starts 2 ms late in every fifth collective, rank 5 100 us late in
-// every one (the issue's case), the others within 0..7 us.
+// every one (a steady small straggler), the others within 0..7 us.
 TEST_F(TelemetryTest, LostTimeNamesTheIntermittentRankAndItsLateStart) {
   uint64_t t = 1'000'000;
   for (int c = 0; c < 50; ++c) {

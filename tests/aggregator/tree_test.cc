@@ -1,4 +1,4 @@
-// Two-level aggregation trees in the aggregator engine (issue 5): two leaf Engines and a root
+// Two-level aggregation trees in the aggregator engine: two leaf Engines and a root
 // Engine wired in process (8 ranks, 4 per leaf) against a flat 8-rank Engine fed the same data,
 // on a simulated network that shuffles, duplicates and drops packets in every direction, with
 // simulated workers whose retransmission timer fires whenever the network goes quiet. Every rank's

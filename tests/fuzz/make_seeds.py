@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""Writes the fuzz harnesses' seed inputs into tests/fuzz/corpus/<harness>/ (committed; rerun
-after changing an input layout and review the diff). Crash regressions are committed beside them
-by hand, named regress-*.
+"""Writes the fuzz harnesses' seed inputs into CORPUS_DIR/<harness>/seed-*: run_fuzzer.sh calls it
+at every run (into its work directory), so the seeds follow the input layouts and the wire
+vectors. Crash regressions are committed by hand in tests/fuzz/corpus/<harness>/, named regress-*.
 
-  tests/fuzz/make_seeds.py [corpus_dir]
+  tests/fuzz/make_seeds.py CORPUS_DIR
 
 The engine seeds follow engine_fuzz.cc's record layout; the wire seeds are the checked-in wire
 vectors (protocol/testdata/*.hex)."""
@@ -207,7 +207,9 @@ def controller_seeds():
 
 
 def main():
-    out = pathlib.Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "corpus"
+    if len(sys.argv) != 2:
+        sys.exit("usage: make_seeds.py CORPUS_DIR")
+    out = pathlib.Path(sys.argv[1])
     sets = {
         "wire": {p.stem: hexfile(p) for p in sorted(TESTDATA.glob("*.hex"))},
         "frame": frame_seeds(),

@@ -277,6 +277,27 @@ TEST(SelectAlltoall, CostsGrowWithSizeAndPairwiseCrossesBruckOnce) {
   }
 }
 
+// The models measure_cost_model gave in the runs that refitted the AllToAll constants
+// (ina-a2a-algo-bench on loopback, 2-core VM; testbed/results/alltoall-20261206b/algo.txt) pick
+// what those runs measured fastest: Bruck for 1 KiB blocks at 4 and 8 ranks (1.3x), pairwise for
+// 2 KiB blocks at 8 ranks and 4 KiB blocks at 4 ranks (8 KiB steps, beyond Bruck's bound).
+TEST(SelectAlltoall, RefittedOnInterleavedLoopbackRuns) {
+  CostModel four;
+  four.alpha_s = 12.4e-6;
+  four.beta_s_per_byte = 0.328e-9;
+  four.gamma_s_per_byte = 0.046e-9;
+  EXPECT_EQ(pick(four, 1 << 10, 4, 0, ""), AlltoallAlgorithm::kBruck);
+  EXPECT_EQ(pick(four, 4 << 10, 4, 0, ""), AlltoallAlgorithm::kPairwise);
+  CostModel eight;
+  eight.alpha_s = 41.3e-6;
+  eight.beta_s_per_byte = 0.356e-9;
+  eight.gamma_s_per_byte = 0.050e-9;
+  for (size_t b = 64; b <= 1024; b *= 2)
+    EXPECT_EQ(pick(eight, b, 8, 0, ""), AlltoallAlgorithm::kBruck) << b;
+  for (size_t b = 2048; b <= (size_t{64} << 20); b *= 2)
+    EXPECT_EQ(pick(eight, b, 8, 0, ""), AlltoallAlgorithm::kPairwise) << b;
+}
+
 // A latency measured under load (alpha large, beta small) does not push large blocks to Bruck:
 // one step's message is bounded by kBruckMaxStepBytes.
 TEST(SelectAlltoall, BruckOnlyForSmallSteps) {
@@ -284,8 +305,10 @@ TEST(SelectAlltoall, BruckOnlyForSmallSteps) {
   loaded.alpha_s = 2e-3;
   loaded.beta_s_per_byte = 0.1e-9;
   loaded.gamma_s_per_byte = 0.01e-9;
-  EXPECT_EQ(pick(loaded, 4 << 10, 8, 0, ""), AlltoallAlgorithm::kBruck);  // 16 KiB steps
-  EXPECT_EQ(pick(loaded, 8 << 10, 8, 0, ""), AlltoallAlgorithm::kPairwise);
+  EXPECT_EQ(pick(loaded, 1 << 10, 8, 0, ""), AlltoallAlgorithm::kBruck);     // 4 KiB steps
+  EXPECT_EQ(pick(loaded, 2 << 10, 4, 0, ""), AlltoallAlgorithm::kBruck);     // 4 KiB steps
+  EXPECT_EQ(pick(loaded, 2 << 10, 8, 0, ""), AlltoallAlgorithm::kPairwise);  // 8 KiB steps
+  EXPECT_EQ(pick(loaded, 4 << 10, 4, 0, ""), AlltoallAlgorithm::kPairwise);
   EXPECT_EQ(pick(loaded, 16 << 10, 4, 0, ""), AlltoallAlgorithm::kPairwise);
   EXPECT_TRUE(std::isinf(alltoall_cost(loaded, AlltoallAlgorithm::kBruck, 1 << 20, 4, 0)));
   EXPECT_EQ(pick(loaded, 1 << 20, 4, 0, "bruck"), AlltoallAlgorithm::kBruck);  // forced: runs
@@ -302,6 +325,17 @@ TEST(SelectAlltoall, HierarchicalOnlyWithAGroupThatDivides) {
             alltoall_cost(m, AlltoallAlgorithm::kPairwise, 4096, 1024, 0));
   // 64 MiB blocks: moving every byte twice loses.
   EXPECT_EQ(pick(m, 64 << 20, 1024, 32, ""), AlltoallAlgorithm::kPairwise);
+  // Beyond kHierarchicalMaxBlockBytes the model does not consider it (its formula is optimistic
+  // at middle sizes: 8 ranks in nodes of 4 on loopback, 16 KiB blocks, it lost 1.8x to pairwise
+  // where the model chose it), but an override still runs it.
+  CostModel loaded = m;
+  loaded.alpha_s = 33.3e-6;
+  loaded.beta_s_per_byte = 0.273e-9;
+  loaded.gamma_s_per_byte = 0.050e-9;
+  EXPECT_EQ(pick(loaded, 4 << 10, 8, 4, ""), AlltoallAlgorithm::kHierarchical);
+  EXPECT_EQ(pick(loaded, 16 << 10, 8, 4, ""), AlltoallAlgorithm::kPairwise);
+  EXPECT_TRUE(std::isinf(alltoall_cost(loaded, AlltoallAlgorithm::kHierarchical, 8 << 10, 8, 4)));
+  EXPECT_EQ(pick(loaded, 16 << 10, 8, 4, "hier"), AlltoallAlgorithm::kHierarchical);
 }
 
 TEST(SelectAlltoall, OverrideWinsAndABadOneNamesTheVariable) {

@@ -454,7 +454,7 @@ TEST_F(ControllerTest, DelayedRankIsRankedFirst) {
     }
   }
   EXPECT_GE(first, 19) << misses;
-  // ina-ctl job ID names it with its cause (issue 21): 15 ms late before every collective.
+  // ina-ctl job ID names it with its cause: 15 ms late before every collective.
   if (!env("INA_CTL_BIN").empty()) {
     EXPECT_NE(ctl_text.find("rank 0  STRAGGLER"), std::string::npos) << ctl_text;
     EXPECT_NE(ctl_text.find("late start"), std::string::npos) << ctl_text;

@@ -164,7 +164,7 @@ TEST(CudaDeviceAllreduce, AsyncOrderedOnAStream) {
   EXPECT_EQ(err, "");
 }
 
-// Figures for testbed/gpu_check.sh (no assertion on speed): 2 ranks on loopback, float32 SUM of
+// Figures for `testbed/run.py gpu` (no assertion on speed): 2 ranks on loopback, float32 SUM of
 // 16 Mi elements, device buffers (staged) vs host buffers, best of 3.
 TEST(CudaDeviceAllreduceThroughput, DeviceVsHostBuffers) {
   const std::string why = device_skip_reason();

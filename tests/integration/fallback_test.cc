@@ -209,7 +209,7 @@ TEST(Fallback, AggregatorKilledMidStream) {
 
 // ---- the aggregator SIGKILLed: the collective in flight moves to the host path at once ----
 
-// Issue 16: at the default deadline (30 s) the collective in flight used to wait the whole
+// At the default deadline (30 s) the collective in flight used to wait the whole
 // deadline although loopback answered the dead port with ICMP port unreachable at once. Refusals
 // plus silence now end it as Unavailable, and the host path redoes it (exact mode: same bits).
 struct SharedKill {
@@ -285,7 +285,7 @@ TEST(Fallback, AggregatorSigkilledMovesToTheHostPathBeforeTheDeadline) {
 
 // ---- a worker SIGKILLed: every survivor names it, within the deadline ----
 
-// Issue 19: with the fallback armed (a store), survivors of a dead rank used to name a live rank
+// With the fallback armed (a store), survivors of a dead rank used to name a live rank
 // first ("rank 2: connection reset (connections also closed by: rank 3)") after 2-3 deadlines.
 // Rank 3 dies at the start of collective 1, while the others are in it; each survivor's error
 // must name rank 3 before any other rank, within about one deadline (a bound with margin, not a

@@ -1,4 +1,4 @@
-// One job's results, bit for bit, on every path libina has (issue 15): a flat job on one
+// One job's results, bit for bit, on every path libina has: a flat job on one
 // ina-aggregator, the job sharded over two, a two-level tree (root + two leaves), and the exact
 // host fallback (INA_FALLBACK=exact on the TCP mesh, no aggregator). Every dtype (int32, float32,
 // float16, bfloat16, float8 e4m3 and e5m2) x every op (SUM, MIN, MAX), at world sizes 1, 2, 3 and

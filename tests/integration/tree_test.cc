@@ -1,4 +1,4 @@
-// A two-level aggregation tree of real processes on loopback (issue 5): one root ina-aggregator
+// A two-level aggregation tree of real processes on loopback: one root ina-aggregator
 // (world 2: its ranks are the leaves) and two leaf ina-aggregators with the static leaf options
 // (--parent, --child-index, --rank-base, --local-ranks), and 8 forked worker processes, each with
 // its own libina communicator talking to its leaf (ranks 0..3 to leaf 0, 4..7 to leaf 1). Every

@@ -44,7 +44,7 @@ void run_verbs(int world, const std::function<void(VerbsMesh&)>& fn, VerbsMeshOp
   for (auto& t : threads) t.join();
 }
 
-// INA_VERBS_DEVICE / INA_VERBS_GID_INDEX pick the device (testbed/rdma_rxe_check.sh sets them).
+// INA_VERBS_DEVICE / INA_VERBS_GID_INDEX pick the device (`testbed/run.py rdma` sets them).
 VerbsMeshOptions small_slots() {
   VerbsMeshOptions o;
   auto sel =

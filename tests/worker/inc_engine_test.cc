@@ -613,7 +613,7 @@ TEST(IncEngineAllreduce, MissingRankIsNamedAtTheDeadline) {
   }
 }
 
-// Ranks that call one collective with different arguments (issue 19): every rank gets the same
+// Ranks that call one collective with different arguments: every rank gets the same
 // kInvalidArgument naming both groups of ranks and both shapes (the poisoned rounds answer all of
 // them alike), within the deadline; then the communicator resynchronizes and the next matched
 // collective succeeds on every rank. Counts of the same and of different block counts, a dtype
@@ -677,7 +677,7 @@ TEST(IncEngineAllreduce, MismatchGivesEveryRankTheSameErrorAndTheNextCollectiveW
   }
 }
 
-// A rank that comes after the others' deadline (issue 19, recovery): the others fail with the
+// A rank that comes after the others' deadline (recovery): the others fail with the
 // deadline naming it and give their rounds up (ERROR kAborted), so the late rank cannot complete
 // them and return success: it fails too, within its own deadline, naming the rank that gave up.
 // The next collective, called alike by every rank, succeeds on every rank with the exact sum. One
@@ -723,7 +723,7 @@ TEST(IncEngineAllreduce, LateRankFailsAsTheOthersDidAndTheNextCollectiveWorks) {
   }
 }
 
-// The abort window (issue 19): ranks 0 and 1 reach their deadline with every round outstanding,
+// The abort window: ranks 0 and 1 reach their deadline with every round outstanding,
 // and the late rank's blocks reach the aggregator before their aborts do (the aborts are held in
 // their transports until the late rank has returned). The rounds complete there, so the late
 // rank returns success; the ranks that gave up must too, with the same bits, or the ranks would

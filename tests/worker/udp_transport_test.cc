@@ -123,6 +123,36 @@ TEST(UdpTransportTest, SendKeepsDatagramBoundariesWithoutGso) {
   check_send_keeps_boundaries(false);
 }
 
+// Datagrams in two parts (an INA header, the payload elsewhere: the engine's DATA packets) arrive
+// as the two joined, with and without GSO, mixed with whole datagrams (headers only: an abort's
+// body lies in its head), over more than one sendmmsg batch.
+void check_gather_joins_the_parts(bool gso) {
+  PeerSocket peer;
+  auto t = connect_to(peer.port(), gso);
+  ASSERT_NE(t, nullptr);
+  std::vector<std::vector<uint8_t>> heads, bodies, want;
+  for (size_t i = 0; i < 160; ++i) {
+    std::vector<uint8_t> h = pattern(i, wire::kHeaderSize);
+    wire::put_u16(h.data() + wire::kOffSlot, static_cast<uint16_t>(i % 8));
+    const size_t body = i == 70 ? 0 : i == 71 ? 13 : 1024;
+    heads.push_back(h);
+    bodies.push_back(pattern(1000 + i, body));
+    want.push_back(h);
+    want.back().insert(want.back().end(), bodies.back().begin(), bodies.back().end());
+  }
+  std::vector<GatherDatagram> g;
+  for (size_t i = 0; i < heads.size(); ++i) g.push_back(GatherDatagram{heads[i], bodies[i]});
+  ASSERT_TRUE(t->send_gather(g).ok());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(peer.recv_one(), want[i]) << "datagram " << i;
+  EXPECT_EQ(t->counters().datagrams_sent, want.size());
+  if (gso && t->gso_enabled()) {
+    EXPECT_GT(t->counters().gso_sends, 0u);
+  }
+}
+
+TEST(UdpTransportTest, GatherJoinsThePartsWithGso) { check_gather_joins_the_parts(true); }
+TEST(UdpTransportTest, GatherJoinsThePartsWithoutGso) { check_gather_joins_the_parts(false); }
+
 // INA datagrams of consecutive slots 8..55: GSO trains end where a run of wire::kSlotRun slots
 // ends (a multi-threaded aggregator steers a train by its first slot), so 8..15, 16..31, 32..47
 // and 48..55 leave as four trains.

@@ -15,10 +15,14 @@ namespace ina::host {
 namespace {
 
 // What each further message of a pairwise window costs, in latencies: a send and a receive
-// system call, and a wake-up whenever the receive finds nothing yet (the messages of a window
-// arrive spread out). Measured on a 2-core VM over loopback: 0.5 to 1 alpha (8 ranks, 64 B
-// blocks: pairwise 4.4 alpha against Bruck's 3).
-constexpr double kFurtherMessageAlpha = 0.6;
+// system call (strace: exactly one sendmsg and one recvmsg per message), and a wake-up whenever
+// the receive finds nothing yet (the messages of a window arrive spread out). On loopback alpha
+// (measure_cost_model's ring step) is itself a send, a receive and a wake-up, so a further
+// message costs about one alpha: with 0.6 the model kept pairwise for 1 KiB blocks at 4 and 8
+// ranks, where Bruck measured 1.3-1.5x faster (ina-a2a-algo-bench, calls interleaved, 2-core
+// VM). On a real network alpha also holds the wire's latency, which a window shares, so this
+// overstates pairwise's cost there a little: Bruck remains bounded by kBruckMaxStepBytes.
+constexpr double kFurtherMessageAlpha = 1.0;
 
 double pairwise_cost(const CostModel& m, size_t b, int p, size_t window_bytes) {
   if (p <= 1) return 0;
@@ -50,7 +54,8 @@ double alltoall_cost(const CostModel& m, AlltoallAlgorithm a, size_t block_bytes
                   std::floor(p / 2) * b * (m.beta_s_per_byte + 2 * m.gamma_s_per_byte)) +
              p * b * m.gamma_s_per_byte;
     case AlltoallAlgorithm::kHierarchical: {
-      if (!alltoall_groups(world, group_size)) return std::numeric_limits<double>::infinity();
+      if (!alltoall_groups(world, group_size) || block_bytes > kHierarchicalMaxBlockBytes)
+        return std::numeric_limits<double>::infinity();
       const int nodes = world / group_size;
       return pairwise_cost(m, block_bytes * static_cast<size_t>(nodes), group_size,
                            kAlltoallWindowBytes) +

@@ -63,12 +63,19 @@ inline std::optional<AlltoallAlgorithm> parse_alltoall_algorithm(std::string_vie
 inline constexpr size_t kAlltoallWindowBytes = 8 << 20;
 // Bruck is considered only while one step's message (floor(P/2) blocks) stays under this: beyond
 // it the log2 P-fold bytes and the copies cost more than the latencies saved (measured on
-// loopback with ina-a2a-algo-bench: Bruck ties pairwise at 8-16 KiB steps and loses from 32 KiB
-// on, at 4 and 8 ranks), and a
-// latency measured under load (alpha inflated, beta not) would otherwise push the model towards
-// it for large blocks, as AllReduce's recursive doubling is bounded by
-// kRecursiveDoublingMaxBytes.
-inline constexpr size_t kBruckMaxStepBytes = 16 << 10;
+// loopback with ina-a2a-algo-bench, calls interleaved: Bruck 1.3-1.5x faster than pairwise at
+// 2-4 KiB steps; at 8 KiB steps (4 ranks) 1.5x slower in one run, 1.14x faster in another; at
+// 16 KiB steps (8 ranks) even to 1.25x slower), and a latency measured under load (alpha
+// inflated, beta not) would otherwise push the model towards it for large blocks, as AllReduce's
+// recursive doubling is bounded by kRecursiveDoublingMaxBytes.
+inline constexpr size_t kBruckMaxStepBytes = 4 << 10;
+// The cost model considers the hierarchical exchange only for blocks up to this. Its formula is
+// optimistic at middle sizes (each byte crosses links twice and is packed twice, costs that a
+// loaded host's measured beta understates): with nodes of 4 at 8 ranks on loopback it won at
+// 256 B - 4 KiB blocks (1.1-1.9x) and lost 1.8x at 16 KiB (ina-a2a-algo-bench --group 4), where
+// its model chose it. inasim.py puts its gain at 1,024 ranks at 1.2x by 8 KiB blocks and none
+// from 32 KiB, so the bound gives up little where the exchange is meant for.
+inline constexpr size_t kHierarchicalMaxBlockBytes = 4 << 10;
 inline constexpr int kAlltoallMinRounds = 4;
 
 struct AlltoallOptions {
@@ -110,15 +117,16 @@ Status alltoallv_pairwise(Context& ctx, const uint8_t* send, std::span<const siz
 // The cost model of the AllToAll algorithms (select.h's alpha, beta and gamma; gamma stands for
 // the time per byte of a memory copy, the same order as a reduction's), for blocks of `b` bytes
 // over P ranks, W = the pairwise window in rounds, G the node size (M = P/G nodes):
-//   pairwise      alpha R + 0.6 (P-1-R) alpha + (P-1) b beta, R = ceil((P-1)/W) windows
+//   pairwise      alpha R + (P-1-R) alpha + (P-1) b beta, R = ceil((P-1)/W) windows
 //                 (a window of rounds shares one latency; each further message in it still
-//                 costs a send and a receive system call and often a wake-up: 0.5-1 alpha
-//                 measured on loopback)
+//                 costs a send and a receive system call and often a wake-up: about one
+//                 measured alpha on loopback, kFurtherMessageAlpha in alltoall.cc)
 //   bruck         ceil(log2 P) (alpha + floor(P/2) b (beta + 2 gamma)) + P b gamma
 //                 (each step packs and unpacks about half the blocks; the rotations copy all);
 //                 infinite when floor(P/2) b > kBruckMaxStepBytes
 //   hierarchical  pairwise(G ranks, blocks of M b) + pairwise(M ranks, blocks of G b)
-//                 + 2 P b gamma (packing before each level)
+//                 + 2 P b gamma (packing before each level); infinite when
+//                 b > kHierarchicalMaxBlockBytes
 // Inapplicable algorithms cost infinity (hierarchical without a group that divides P).
 double alltoall_cost(const CostModel& m, AlltoallAlgorithm a, size_t block_bytes, int world,
                      int group_size);

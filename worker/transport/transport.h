@@ -11,8 +11,10 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "ina/base/status.h"
 
@@ -22,6 +24,14 @@ namespace ina::worker {
 // recv_batch() call on the same transport.
 using Datagram = std::span<const uint8_t>;
 
+// A datagram to send in two parts, one after the other: the header (the engine's slot buffer) and
+// the payload (read in place, from the user's buffer).
+struct GatherDatagram {
+  std::span<const uint8_t> head;
+  std::span<const uint8_t> body;
+  size_t size() const { return head.size() + body.size(); }
+};
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -30,6 +40,26 @@ class Transport {
   // buffer) loses is not an error: the engine retransmits. An error Status means the transport
   // itself is broken (a closed socket, a datagram larger than the transport can carry).
   virtual Status send_batch(std::span<const std::span<const uint8_t>> pkts) = 0;
+
+  // The same for datagrams in two parts (each entry one datagram, head then body). The kernel UDP
+  // transport hands the parts to the kernel as they are (sendmmsg's iovecs: the payload is copied
+  // once, by the kernel, from the user's buffer); by default the parts are joined in a buffer the
+  // transport keeps (its capacity reused: no allocation in the steady state) and sent by
+  // send_batch().
+  virtual Status send_gather(std::span<const GatherDatagram> pkts) {
+    size_t total = 0;
+    for (const GatherDatagram& g : pkts) total += g.size();
+    if (gather_buf_.size() < total) gather_buf_.resize(total);
+    gather_spans_.clear();
+    uint8_t* o = gather_buf_.data();
+    for (const GatherDatagram& g : pkts) {
+      if (!g.head.empty()) std::memcpy(o, g.head.data(), g.head.size());
+      if (!g.body.empty()) std::memcpy(o + g.head.size(), g.body.data(), g.body.size());
+      gather_spans_.emplace_back(o, g.size());
+      o += g.size();
+    }
+    return send_batch(gather_spans_);
+  }
 
   // Waits up to `timeout` for at least one datagram, then stores up to out.size() of them in
   // `out` without waiting further. Returns how many (0: the timeout expired). A timeout of 0
@@ -58,6 +88,10 @@ class Transport {
   // aggregator without waiting for a retransmission timer. Best effort; transports that do not
   // see ICMP (kernel bypass) do nothing.
   virtual void probe() {}
+
+ private:
+  std::vector<uint8_t> gather_buf_;  // send_gather()'s joined datagrams
+  std::vector<std::span<const uint8_t>> gather_spans_;
 };
 
 }  // namespace ina::worker

@@ -165,7 +165,7 @@ Status UdpTransport::init(const UdpTransportOptions& opts) {
   const size_t tx_ctrl_words =
       (CMSG_SPACE(sizeof(uint16_t)) + sizeof(uint64_t) - 1) / sizeof(uint64_t);
   tx_msgs_.assign(batch_, mmsghdr{});
-  tx_iov_.assign(size_t{batch_} * kMaxGsoSegments, iovec{});
+  tx_iov_.assign(size_t{batch_} * kMaxGsoSegments * 2, iovec{});
   tx_ctrl_.assign(size_t{batch_} * tx_ctrl_words, 0);
   tx_pkts_per_msg_.assign(batch_, 0);
 
@@ -174,7 +174,26 @@ Status UdpTransport::init(const UdpTransportOptions& opts) {
   return ok_status();
 }
 
-long UdpTransport::send_some(std::span<const std::span<const uint8_t>> pkts, size_t from) {
+namespace {
+
+// A datagram's header (what wire::slot_run_of reads) and its iovecs, for either kind of datagram.
+std::span<const uint8_t> head_of(std::span<const uint8_t> p) { return p; }
+std::span<const uint8_t> head_of(const GatherDatagram& g) { return g.head; }
+size_t put_iov(std::span<const uint8_t> p, iovec* iov) {
+  iov->iov_base = const_cast<uint8_t*>(p.data());
+  iov->iov_len = p.size();
+  return 1;
+}
+size_t put_iov(const GatherDatagram& g, iovec* iov) {
+  size_t n = put_iov(g.head, iov);
+  if (!g.body.empty()) n += put_iov(g.body, iov + n);
+  return n;
+}
+
+}  // namespace
+
+template <class P>
+long UdpTransport::send_some(std::span<const P> pkts, size_t from) {
   const size_t tx_ctrl_words = tx_ctrl_.size() / batch_;
   size_t m = 0;
   size_t iov_used = 0;
@@ -188,20 +207,18 @@ long UdpTransport::send_some(std::span<const std::span<const uint8_t>> pkts, siz
       // A train also stays within one run of wire::kSlotRun slots: a multi-threaded aggregator's
       // kernel places a train by its first datagram, and each of its threads owns whole runs.
       const size_t max_run = std::min(kMaxGsoSegments, kMaxUdpPayload / sz);
-      const uint16_t slot_run = wire::slot_run_of(pkts[i]);
+      const uint16_t slot_run = wire::slot_run_of(head_of(pkts[i]));
       while (i + run < pkts.size() && run < max_run && pkts[i + run].size() == sz &&
-             wire::slot_run_of(pkts[i + run]) == slot_run) {
+             wire::slot_run_of(head_of(pkts[i + run])) == slot_run) {
         ++run;
       }
     }
     msghdr& h = tx_msgs_[m].msg_hdr;
     h = msghdr{};
-    for (size_t k = 0; k < run; ++k) {
-      tx_iov_[iov_used + k].iov_base = const_cast<uint8_t*>(pkts[i + k].data());
-      tx_iov_[iov_used + k].iov_len = pkts[i + k].size();
-    }
+    size_t iovs = 0;
+    for (size_t k = 0; k < run; ++k) iovs += put_iov(pkts[i + k], &tx_iov_[iov_used + iovs]);
     h.msg_iov = &tx_iov_[iov_used];
-    h.msg_iovlen = run;
+    h.msg_iovlen = iovs;
     if (run > 1) {
       h.msg_control = &tx_ctrl_[m * tx_ctrl_words];
       h.msg_controllen = CMSG_SPACE(sizeof(uint16_t));
@@ -213,7 +230,7 @@ long UdpTransport::send_some(std::span<const std::span<const uint8_t>> pkts, siz
       std::memcpy(CMSG_DATA(c), &gso_size, sizeof gso_size);
     }
     tx_pkts_per_msg_[m] = static_cast<uint32_t>(run);
-    iov_used += run;
+    iov_used += iovs;
     i += run;
     ++m;
   }
@@ -235,6 +252,13 @@ void UdpTransport::probe() {
 }
 
 Status UdpTransport::send_batch(std::span<const std::span<const uint8_t>> pkts) {
+  return send_all(pkts);
+}
+
+Status UdpTransport::send_gather(std::span<const GatherDatagram> pkts) { return send_all(pkts); }
+
+template <class P>
+Status UdpTransport::send_all(std::span<const P> pkts) {
   for (const auto& p : pkts) {
     if (p.size() > kMaxUdpPayload) {
       return invalid_argument("datagram of " + std::to_string(p.size()) +

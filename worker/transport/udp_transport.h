@@ -59,6 +59,7 @@ class UdpTransport final : public Transport {
   UdpTransport& operator=(const UdpTransport&) = delete;
 
   Status send_batch(std::span<const std::span<const uint8_t>> pkts) override;
+  Status send_gather(std::span<const GatherDatagram> pkts) override;
   Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds timeout) override;
   // One datagram on the path to the aggregator: its route's MTU less the IP and UDP headers.
   size_t max_datagram() const override { return max_datagram_; }
@@ -84,7 +85,11 @@ class UdpTransport final : public Transport {
   size_t drain(std::span<Datagram> out);
   // Sends pkts[from, from + n) with one sendmmsg call (GSO runs grouped); returns how many
   // datagrams went out, or -1 with errno.
-  long send_some(std::span<const std::span<const uint8_t>> pkts, size_t from);
+  // P: a contiguous datagram (std::span) or one in two parts (GatherDatagram).
+  template <class P>
+  long send_some(std::span<const P> pkts, size_t from);
+  template <class P>
+  Status send_all(std::span<const P> pkts);
 
   int fd_ = -1;
   std::string peer_name_;
@@ -112,7 +117,7 @@ class UdpTransport final : public Transport {
 
   // Send side: per sendmmsg call at most batch_ messages; a GSO message gathers a run.
   std::vector<mmsghdr> tx_msgs_;
-  std::vector<iovec> tx_iov_;
+  std::vector<iovec> tx_iov_;  // two per datagram (send_gather's parts)
   std::vector<uint64_t> tx_ctrl_;
   std::vector<uint32_t> tx_pkts_per_msg_;
 };

@@ -1,4 +1,4 @@
-"""The aggregator's straggler ranking at the end of a run (issue 21).
+"""The aggregator's straggler ranking at the end of a run.
 
 With INA_STRAGGLER_REPORT=1, rank 0 (RANK, else INA_RANK) prints at exit the job's stragglers by
 time lost with their causes, read over HTTP from the aggregator's /v1/telemetry

@@ -50,7 +50,7 @@ struct FaultInjection {
 //           algorithm's chain (float16/bfloat16/float8 widened to float32 and rounded once at
 //           the end: float32 words on the wire). Not bitwise identical, and not more precise in general:
 //           when ranks cancel, float32's partial-sum roundings can exceed the in-network bound
-//           (README, INA_FALLBACK).
+//           (docs/integrating.md, INA_FALLBACK).
 // int32 is reduced the same way in both.
 enum class FallbackMode : uint8_t { kExact = 0, kFloat = 1 };
 

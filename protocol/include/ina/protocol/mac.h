@@ -70,4 +70,13 @@ uint64_t packet_mac(const MacKey& key, std::span<const uint8_t> msg, size_t zero
 // used; a packet's key changes only when a job or its incarnation does).
 uint64_t packet_mac(const Key128& key, std::span<const uint8_t> msg, size_t zero_word);
 
+// The MAC of the concatenation head || body, computed in place (a datagram whose payload stays in
+// the user's buffer, sent by a gathering send): the same value as packet_mac over the two
+// concatenated. head.size() <= kMaxMacHead; the zeroed word lies in the first kMaxMacHead bytes.
+inline constexpr size_t kMaxMacHead = 48;
+uint64_t packet_mac_parts(const MacKey& key, std::span<const uint8_t> head,
+                          std::span<const uint8_t> body, size_t zero_word, MacPath path);
+uint64_t packet_mac_parts(const Key128& key, std::span<const uint8_t> head,
+                          std::span<const uint8_t> body, size_t zero_word);
+
 }  // namespace ina

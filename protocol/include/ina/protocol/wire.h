@@ -236,6 +236,12 @@ inline uint64_t compute_tag(std::span<const uint8_t> datagram, const Key128& key
 inline void seal(std::span<uint8_t> datagram, const Key128& key) {
   put_u64(datagram.data() + kOffTag, compute_tag(datagram, key));
 }
+// The same for a datagram in two parts, the header (in `head`, whose tag field is written) and
+// the payload (`body`, anywhere: the user's buffer under a gathering send).
+inline void seal_parts(std::span<uint8_t> head, std::span<const uint8_t> body, const Key128& key) {
+  static_assert(kHeaderSize <= kMaxMacHead);
+  put_u64(head.data() + kOffTag, packet_mac_parts(key, head, body, kOffTag / 8));
+}
 // Whether `datagram` carries the tag `key` gives it. False for anything shorter than a header.
 // The comparison is of the whole word (no early exit on a byte).
 inline bool tag_ok(std::span<const uint8_t> datagram, const Key128& key) {
