@@ -1,12 +1,18 @@
 #!/usr/bin/env python3
-"""Writes the wire v4 test vectors (*.hex) of this folder, with every field annotated.
+"""Writes the wire v4 test vectors of this folder into vectors.hex, one `=== NAME` section per
+packet, with every field annotated.
 
 An independent implementation of ../WIRE.md (struct packing, no INA code): the C++ test
 (tests/protocol/wire_test.cc) checks its own encoder and decoder against these bytes and against
 field values transcribed by hand. Run it only when WIRE.md changes, and review the diff.
 """
+import os
+import re
 import struct
 from fractions import Fraction
+
+NAME = re.compile(r"[a-z0-9_]+")  # a section's name (README.md "Format")
+SECTIONS = {}  # name -> its text, in the order written
 
 FLAGS = {0x01: "RESULT", 0x02: "RETRANSMIT", 0x04: "ERROR", 0x08: "NONFINITE", 0x10: "HELLO",
          0x20: "PARTIAL"}
@@ -22,8 +28,8 @@ def f32_bits(x):
 
 def vector(name, title, flags, seq, rank, slot, shadow, count, dtype, op, coll, elems, exp,
            root, words, notes, seal=None):
-    """Writes one vector; with seal = (k0, k1) its tag is packet_tag() under that key of the
-    bytes written (tag field zero), else the tag field stays 0."""
+    """Adds the section of one vector to SECTIONS; with seal = (k0, k1) its tag is packet_tag()
+    under that key of the bytes written (tag field zero), else the tag field stays 0."""
     if flags & (0x10 | 0x04):
         width, kind = 4, "u32 control words"
     elif flags & 0x20:
@@ -68,8 +74,8 @@ def vector(name, title, flags, seq, rank, slot, shadow, count, dtype, op, coll, 
         datagram = bytes.fromhex("".join(l.split("#", 1)[0].strip() for l in lines))
         tag_row(packet_tag(*seal, datagram))
         lines[tag_at] = lines.pop()
-    with open(name, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    assert NAME.fullmatch(name) and name not in SECTIONS, name
+    SECTIONS[name] = "=== %s\n" % name + "\n".join(lines) + "\n"
 
 
 M64 = (1 << 64) - 1
@@ -167,7 +173,7 @@ def packet_tag(k0, k1, dgram):  # dgram with its tag field (bytes 32..39) zero
 # The SipHash paper's key (bytes 00..0f): k0 = 0x0706050403020100, k1 = 0x0f0e0d0c0b0a0908.
 K0, K1 = 0x0706050403020100, 0x0F0E0D0C0B0A0908
 assert siphash24(K0, K1, bytes(range(15))) == 0xA129CA6149BE45E5  # the paper's vector
-NONCES = [0x5EED1234, 0x5EED1235, 0x5EED1200]  # hello.hex's nonce is rank 0's
+NONCES = [0x5EED1234, 0x5EED1235, 0x5EED1200]  # the hello vector's nonce is rank 0's
 EPOCH = incarnation_epoch(K0, K1, 0x5A17, NONCES)
 KEY = incarnation_key(K0, K1, EPOCH)
 # 60 ranks: three blocks of the chain.
@@ -186,49 +192,49 @@ def q(x, e, b):  # rint(x * 2^(b - e)), ties to even, exactly
 NOEXP = -32768
 f32 = lambda x: struct.unpack("<f", struct.pack("<f", x))[0]
 
-vector("data_i32_sum.hex", "DATA, worker -> aggregator: int32 SUM, retransmitted, shadow copy.",
+vector("data_i32_sum", "DATA, worker -> aggregator: int32 SUM, retransmitted, shadow copy.",
        0x02, 0xA1B2C3D4, 515, 0x0123, True, 4, 1, 1, 7, 65540, NOEXP, 0xFFFF,
        [1, -1, 2**31 - 1, -2**31], ["1", "-1", "INT32_MAX", "INT32_MIN"])
 xs = [0.1, -0.001, 0.12, -0.0625]
-vector("data_f32_sum.hex",
+vector("data_f32_sum",
        "DATA: float32 SUM, raw user words (no quantization on the worker in v2).\n"
        "NONFINITE on DATA is allowed (the aggregator scans every block itself).",
        0x0A, 0x00000010, 3, 2, False, 4, 2, 1, 0xFFFFFFFF, 0xFFFFFFFF, NOEXP, 0xFFFF,
        [f32_bits(x) for x in xs], ["%gf = 0x%08X" % (x, f32_bits(x)) for x in xs])
-vector("data_f16_min.hex", "DATA: float16 MIN, an odd count (10 payload bytes), root 2.",
+vector("data_f16_min", "DATA: float16 MIN, an odd count (10 payload bytes), root 2.",
        0x00, 0x00000011, 1, 9, True, 5, 3, 2, 1, 5, NOEXP, 2,
        [0x3C00, 0xC000, 0x7BFF, 0x8000, 0x0001],
        ["1.0", "-2.0", "65504 (largest finite)", "-0.0", "2^-24 (smallest subnormal)"])
-vector("data_bf16_sum.hex", "DATA: bfloat16 SUM, 2-byte words.",
+vector("data_bf16_sum", "DATA: bfloat16 SUM, 2-byte words.",
        0x00, 0x00000012, 0, 0, False, 4, 4, 1, 2, 1000000, NOEXP, 0xFFFF,
        [0x3F80, 0xC020, 0x4049, 0x0001],
        ["1.0", "-2.5", "3.140625", "2^-133 (smallest subnormal)"])
-vector("result_i32_max.hex", "RESULT, aggregator -> worker: int32 MAX, slot 0x7FFF, seq top bit.",
+vector("result_i32_max", "RESULT, aggregator -> worker: int32 MAX, slot 0x7FFF, seq top bit.",
        0x01, 0xFFFFFFFE, 0, 0x7FFF, False, 3, 1, 3, 0x80000000, 3, NOEXP, 0xFFFF,
        [7, -7, 0], ["7", "-7", "0"])
-vector("result_f32_sum.hex",
+vector("result_f32_sum",
        "RESULT: float32 SUM of a block that held a NaN or Inf: NONFINITE, every element NaN.",
        0x09, 0x00000010, 0, 2, False, 2, 2, 1, 0xFFFFFFFF, 0xFFFFFFFF, NOEXP, 0xFFFF,
        [0x7FC00000, 0x7FC00000], ["quiet NaN", "quiet NaN"])
-vector("result_f16_sum.hex", "RESULT: float16 SUM, correctly rounded once from the integer sum.",
+vector("result_f16_sum", "RESULT: float16 SUM, correctly rounded once from the integer sum.",
        0x01, 0x00000020, 0, 4, True, 3, 3, 1, 12, 3, NOEXP, 0xFFFF,
        [0x3C00, 0x3555, 0x8000], ["1.0", "0.33325195 (1/3 rounded)", "-0.0"])
-vector("result_bf16_max.hex",
+vector("result_bf16_max",
        "RESULT: bfloat16 MAX resent to one rank (RETRANSMIT), in the user's width.",
        0x03, 0x00000021, 0, 5, False, 4, 4, 3, 13, 4, NOEXP, 0xFFFF,
        [0xFF80, 0xC020, 0x8000, 0x3F80], ["-Inf", "-2.5", "-0.0", "1.0"])
-vector("partial_exp_f32.hex",
+vector("partial_exp_f32",
        "PARTIAL, tree leaf -> root: the exponent request of a float32 SUM block (count 0).\n"
        "rank = the leaf's child index; exp = E_leaf = MAX of its ranks' block exponents;\n"
        "NONFINITE: one of its ranks' blocks held a NaN or Inf.",
        0x28, 0x00000030, 1, 6, False, 0, 2, 1, 20, 1024, -3, 0xFFFF, [], [])
-vector("partial_exp_answer_bf16.hex",
+vector("partial_exp_answer_bf16",
        "PARTIAL | RESULT, root -> leaves: the job-wide E = MAX over the leaves (count 0).",
        0x21, 0x00000031, 0, 7, True, 0, 4, 1, 21, 2048, 5, 0xFFFF, [], [])
 E, N = -3, 4
 B = 62 - 2
 vals = [f32(0.1), f32(-0.001)]
-vector("partial_f32_sum.hex",
+vector("partial_f32_sum",
        "PARTIAL, leaf -> root: fixed-point partial sums of a float32 SUM block, int64 words.\n"
        "exp = E - B, the exponent of one unit: E = -3, world N = 4, B = 62 - 2 = 60: exp = -63.\n"
        "The words are rint(x * 2^(B-E)) of a leaf with one rank and the values below.",
@@ -236,16 +242,17 @@ vector("partial_f32_sum.hex",
        [q(v, E, B) for v in vals], ["q(0.1f) = %d" % q(vals[0], E, B),
                                     "q(-0.001f) = %d" % q(vals[1], E, B)])
 E, B = 1, 30 - 3
-vector("partial_f16_sum.hex",
+vector("partial_f16_sum",
        "PARTIAL, leaf -> root: float16 SUM partials, int32 words. E = 1, N = 8, B = 27:\n"
        "exp = E - B = -26; the words are the sums over the leaf's two ranks of rint(x * 2^26).",
        0x20, 0x00000040, 2, 8, True, 2, 3, 1, 22, 2, E - B, 0xFFFF,
        [q(1.0, E, B) + q(0.5, E, B), q(-0.25, E, B) + q(-0.25, E, B)],
        ["1.0 + 0.5 -> 100663296", "-0.25 + -0.25 -> -33554432"])
-vector("hello.hex", "HELLO, worker -> aggregator: a retransmitted join request.\n"
+vector("hello", "HELLO, worker -> aggregator: a retransmitted join request.\n"
        "seq = the incarnation nonce; payload [world_size].",
        0x12, 0x5EED1234, 39, 0, False, 1, 1, 1, 0, 0, NOEXP, 0xFFFF, [40], ["world_size 40"])
-vector("welcome.hex", "WELCOME, aggregator -> worker: the answer to hello.hex (seq = its nonce).\n"
+vector("welcome",
+       "WELCOME, aggregator -> worker: the answer to the hello vector (seq = its nonce).\n"
        "Under the job key 000102..0f (k0 = 0x%016X, k1 = 0x%016X), with salt 0x5A17\n"
        "and the nonces of ranks 0, 1, 2 = 0x%08X, 0x%08X, 0x%08X:\n"
        "epoch = incarnation_epoch = 0x%016X,\n"
@@ -255,30 +262,38 @@ vector("welcome.hex", "WELCOME, aggregator -> worker: the answer to hello.hex (s
        0x11, NONCES[0], 0, 0, False, 4, 1, 1, 0, 0, NOEXP, 0xFFFF,
        [512, 1024, EPOCH & 0xFFFFFFFF, EPOCH >> 32],
        ["num_slots 512", "max_payload_bytes 1024", "epoch, low 32 bits", "epoch, high 32 bits"])
-vector("error_missing_ranks.hex",
+vector("error_missing_ranks",
        "ERROR, aggregator -> worker: kMissingRanks with the bitmap of a 40-rank job\n"
        "(ranks 0, 1, 2, 5, 31, 32, 39 present). rank = the rank answered.",
        0x04, 0xA1B2C3D4, 515, 0x0123, True, 3, 1, 1, 7, 65540, NOEXP, 0xFFFF,
        [1, 0x80000027, 0x00000081], ["reason 1 = kMissingRanks", "bitmap[0] ranks 0, 1, 2, 5, 31",
                                      "bitmap[1] ranks 32, 39"])
-vector("error_aborted.hex",
+vector("error_aborted",
        "ERROR, worker -> aggregator: kAborted, the one ERROR a worker sends: rank 2 gives up on\n"
        "the round (seq, slot, shadow) at its deadline. The aggregator answers a late rank's DATA\n"
        "for that round with the same three words.",
        0x04, 0x00001234, 2, 9, True, 3, 1, 1, 11, 1000, NOEXP, 0xFFFF,
        [5, 2, 1], ["reason 5 = kAborted", "the rank that gave up: 2", "cause 1 = its deadline"])
-vector("error_superseded.hex",
+vector("error_superseded",
        "ERROR, aggregator -> worker: kSuperseded, the answer to DATA for a round older than the\n"
        "one its slot copy holds (seq 0x1234 there, the copy holds 0x1274).",
        0x04, 0x00001234, 3, 9, True, 2, 1, 1, 11, 1000, NOEXP, 0xFFFF,
        [6, 0x1274], ["reason 6 = kSuperseded", "the sequence the copy holds: 0x1274"])
 
 # A sealed DATA packet: 100 float32 words (440 bytes: the tag's 27 whole blocks and a partial one)
-# under the incarnation key of welcome.hex.
-vector("data_f32_sealed.hex",
+# under the incarnation key of the welcome vector.
+vector("data_f32_sealed",
        "DATA: float32 SUM, 100 words, sealed: word i = (i - 50) / 8.\n"
-       "The tag under welcome.hex's incarnation key (k0 0x%016X, k1 0x%016X)."
+       "The tag under the incarnation key of welcome (k0 0x%016X, k1 0x%016X)."
        % (KEY[0], KEY[1]),
        0x00, 0x00000100, 1, 3, False, 100, 2, 1, 30, 100, NOEXP, 0xFFFF,
        [f32_bits((i - 50) / 8.0) for i in range(100)],
        ["%g" % ((i - 50) / 8.0) for i in range(100)], seal=KEY)
+
+HEAD = """\
+# Wire format version 4 test vectors (../WIRE.md): one packet per section, `=== NAME` starts the
+# packet NAME. Format and the list of vectors: README.md. Written by gen_vectors.py: do not edit
+# by hand; rerun it when WIRE.md changes and review the diff.
+"""
+with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "vectors.hex"), "w") as f:
+    f.write(HEAD + "".join("\n" + text for text in SECTIONS.values()))

@@ -6,20 +6,51 @@ vectors. Crash regressions are committed by hand in tests/fuzz/corpus/<harness>/
   tests/fuzz/make_seeds.py CORPUS_DIR
 
 The engine seeds follow engine_fuzz.cc's record layout; the wire seeds are the checked-in wire
-vectors (protocol/testdata/*.hex)."""
+vectors (the sections of protocol/testdata/vectors.hex), one seed named after each."""
 import json
 import os
 import pathlib
+import re
+import string
 import struct
 import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
-TESTDATA = HERE.parent.parent / "protocol" / "testdata"
+VECTORS = HERE.parent.parent / "protocol" / "testdata" / "vectors.hex"
+SECTION = re.compile(r"=== ([a-z0-9_]+)")
 
 
-def hexfile(path):
-    digits = "".join(line.split("#", 1)[0].strip().replace(" ", "") for line in open(path))
-    return bytes.fromhex(digits)
+def wire_vectors(path=VECTORS):
+    """The packets of a vectors file by name, sorted by name (format in its folder's README.md);
+    exits with the line on a malformed file."""
+    texts, name = {}, None
+    for n, line in enumerate(open(path), 1):
+        if line.startswith("==="):
+            m = SECTION.fullmatch(line.rstrip("\r\n"))
+            if not m or m.group(1) in texts:
+                sys.exit("%s:%d: a malformed or duplicated section %r" % (path, n, line.strip()))
+            name = m.group(1)
+            texts[name] = ""
+        elif name is None:
+            if line.split("#", 1)[0].strip():
+                sys.exit("%s:%d: bytes before the first section" % (path, n))
+        else:
+            texts[name] += line.split("#", 1)[0]
+    out = {}
+    for name in sorted(texts):
+        words = texts[name].split()  # whitespace between bytes, never inside one
+        digits = "".join(words)
+        if not digits or any(len(w) % 2 for w in words) or \
+                any(c not in string.hexdigits for c in digits):
+            sys.exit("%s: section %s: no bytes, a byte split or not hex" % (path, name))
+        out[name] = bytes.fromhex(digits)
+    if not out:
+        sys.exit("%s: no sections" % path)
+    return out
+
+
+def vector(name):
+    return wire_vectors()[name]
 
 
 def csum(b):
@@ -54,8 +85,8 @@ def udp_frame(datagram, dport=47474, options=b"", padding=b""):
 
 
 def frame_seeds():
-    hello = hexfile(TESTDATA / "hello.hex")
-    data = hexfile(TESTDATA / "data_f32_sum.hex")
+    hello = vector("hello")
+    data = vector("data_f32_sum")
     arp = (b"\xff" * 6 + PEER_MAC + b"\x08\x06" +
            struct.pack("!HHBBH6s4s6s4s", 1, 0x0800, 6, 4, 1, PEER_MAC, PEER_IP, b"\0" * 6, US_IP))
     icmp = struct.pack("!BBHHH", 8, 0, 0, 7, 1) + b"ping data"
@@ -136,8 +167,8 @@ def engine_seeds():
         "leaf-i32": leaf_join + leaf_round,
         "leaf-f32": leaf_join + leaf_float,
         "root-f32": root_join + root_float,
-        "raw-vectors": b"".join(raw(FLAT, hexfile(p)) for p in sorted(TESTDATA.glob("*.hex"))),
-        "raw-sealed": raw(FLAT, hexfile(TESTDATA / "hello.hex"), seal=True),
+        "raw-vectors": b"".join(raw(FLAT, v) for v in wire_vectors().values()),
+        "raw-sealed": raw(FLAT, vector("hello"), seal=True),
     }
 
 
@@ -211,7 +242,7 @@ def main():
         sys.exit("usage: make_seeds.py CORPUS_DIR")
     out = pathlib.Path(sys.argv[1])
     sets = {
-        "wire": {p.stem: hexfile(p) for p in sorted(TESTDATA.glob("*.hex"))},
+        "wire": wire_vectors(),
         "frame": frame_seeds(),
         "engine": engine_seeds(),
         "config": config_seeds(),

@@ -709,10 +709,11 @@ TEST(Codec, AccWordsRoundTrip) {
   }
 }
 
-// The PARTIAL vectors' words are this codec's output (protocol/testdata/gen_vectors.py).
+// The PARTIAL vectors' words are this codec's output (protocol/testdata/gen_vectors.py wrote
+// them into vectors.hex).
 TEST(Codec, MatchesThePartialTestVectors) {
   {
-    const std::vector<uint8_t> pkt = ::ina::testing::load_vector("partial_f32_sum.hex");
+    const std::vector<uint8_t> pkt = ::ina::testing::load_vector("partial_f32_sum");
     wire::PacketView view;
     ASSERT_EQ(wire::decode(pkt, &view), wire::DecodeError::kOk);
     const float x[] = {0.1f, -0.001f};
@@ -724,7 +725,7 @@ TEST(Codec, MatchesThePartialTestVectors) {
     EXPECT_TRUE(std::equal(words.begin(), words.end(), view.payload));
   }
   {
-    const std::vector<uint8_t> pkt = ::ina::testing::load_vector("partial_f16_sum.hex");
+    const std::vector<uint8_t> pkt = ::ina::testing::load_vector("partial_f16_sum");
     wire::PacketView view;
     ASSERT_EQ(wire::decode(pkt, &view), wire::DecodeError::kOk);
     const uint16_t r0[] = {float_to_half(1.0f), float_to_half(-0.25f)};

@@ -1,15 +1,21 @@
-// Wire format tests: the checked-in vectors (protocol/testdata/) are the specification, so every
-// field of every vector is compared against values written here by hand, and encoding those
-// values must reproduce the vector's bytes. Then every DecodeError is provoked, and random and
-// mutated inputs are decoded from exact-size heap buffers (run under -fsanitize=address to catch
-// any read past the end).
+// Wire format tests: the checked-in vectors (protocol/testdata/vectors.hex) are the specification,
+// so every field of every vector is compared against values written here by hand, and encoding
+// those values must reproduce the vector's bytes. Then every DecodeError is provoked, and random
+// and mutated inputs are decoded from exact-size heap buffers (run under -fsanitize=address to
+// catch any read past the end).
 #include "ina/protocol/wire.h"
 
+#include <gtest/gtest-spi.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
 #include <random>
 #include <set>
 #include <string>
@@ -23,6 +29,7 @@ namespace {
 
 using ::ina::testing::load_vector;
 using ::ina::testing::parse_hex;
+using ::ina::testing::parse_vectors;
 
 // Decodes from a heap buffer of exactly bytes.size() bytes, so that AddressSanitizer flags any
 // read beyond it (a std::vector built from a range allocates exactly its size).
@@ -34,7 +41,7 @@ DecodeError decode_exact(const std::vector<uint8_t>& bytes, PacketView* view,
 }
 
 struct Vector {
-  const char* file;
+  const char* name;  // the section of protocol/testdata/vectors.hex
   Header hdr;
   std::vector<int64_t> words;  // payload words, payload_width(flags, dtype) bytes each
 };
@@ -64,70 +71,70 @@ constexpr DType kI32 = DType::kInt32, kF32 = DType::kFloat32, kF16 = DType::kFlo
                 kBF16 = DType::kBFloat16;
 constexpr ReduceOp kSum = ReduceOp::kSum, kMin = ReduceOp::kMin, kMax = ReduceOp::kMax;
 
-// The expected contents of each vector, transcribed from the vector files' comments and checked
+// The expected contents of each vector, transcribed from the vectors' comments and checked
 // by hand against WIRE.md. Do not regenerate these from the encoder.
 std::vector<Vector> expected_vectors() {
   return {
-      {"data_i32_sum.hex",
+      {"data_i32_sum",
        make_header(kFlagRetransmit, 0xA1B2C3D4u, 515, 0x0123, true, 4, kI32, kSum, 7, 65540,
                    kNoExponent, kNoRoot),
        {1, -1, INT32_MAX, INT32_MIN}},
-      {"data_f32_sum.hex",
+      {"data_f32_sum",
        make_header(kFlagRetransmit | kFlagNonFinite, 0x10, 3, 2, false, 4, kF32, kSum, 0xFFFFFFFFu,
                    0xFFFFFFFFu, kNoExponent, kNoRoot),
        {0x3DCCCCCD, 0xBA83126F, 0x3DF5C28F, 0xBD800000}},
-      {"data_f16_min.hex",
+      {"data_f16_min",
        make_header(0, 0x11, 1, 9, true, 5, kF16, kMin, 1, 5, kNoExponent, 2),
        {0x3C00, 0xC000, 0x7BFF, 0x8000, 0x0001}},
-      {"data_bf16_sum.hex",
+      {"data_bf16_sum",
        make_header(0, 0x12, 0, 0, false, 4, kBF16, kSum, 2, 1000000, kNoExponent, kNoRoot),
        {0x3F80, 0xC020, 0x4049, 0x0001}},
-      {"result_i32_max.hex",
+      {"result_i32_max",
        make_header(kFlagResult, 0xFFFFFFFEu, 0, 0x7FFF, false, 3, kI32, kMax, 0x80000000u, 3,
                    kNoExponent, kNoRoot),
        {7, -7, 0}},
-      {"result_f32_sum.hex",
+      {"result_f32_sum",
        make_header(kFlagResult | kFlagNonFinite, 0x10, 0, 2, false, 2, kF32, kSum, 0xFFFFFFFFu,
                    0xFFFFFFFFu, kNoExponent, kNoRoot),
        {0x7FC00000, 0x7FC00000}},
-      {"result_f16_sum.hex",
+      {"result_f16_sum",
        make_header(kFlagResult, 0x20, 0, 4, true, 3, kF16, kSum, 12, 3, kNoExponent, kNoRoot),
        {0x3C00, 0x3555, 0x8000}},
-      {"result_bf16_max.hex",
+      {"result_bf16_max",
        make_header(kFlagResult | kFlagRetransmit, 0x21, 0, 5, false, 4, kBF16, kMax, 13, 4,
                    kNoExponent, kNoRoot),
        {0xFF80, 0xC020, 0x8000, 0x3F80}},
-      {"partial_exp_f32.hex",
+      {"partial_exp_f32",
        make_header(kFlagPartial | kFlagNonFinite, 0x30, 1, 6, false, 0, kF32, kSum, 20, 1024, -3,
                    kNoRoot),
        {}},
-      {"partial_exp_answer_bf16.hex",
+      {"partial_exp_answer_bf16",
        make_header(kFlagPartial | kFlagResult, 0x31, 0, 7, true, 0, kBF16, kSum, 21, 2048, 5,
                    kNoRoot),
        {}},
-      {"partial_f32_sum.hex",
+      {"partial_f32_sum",
        make_header(kFlagPartial, 0x30, 1, 6, false, 2, kF32, kSum, 20, 1024, -63, kNoRoot),
        {922337217429372928ll, -9223372474941440ll}},
-      {"partial_f16_sum.hex",
+      {"partial_f16_sum",
        make_header(kFlagPartial, 0x40, 2, 8, true, 2, kF16, kSum, 22, 2, -26, kNoRoot),
        {100663296, -33554432}},
-      {"hello.hex",
+      {"hello",
        make_header(kFlagHello | kFlagRetransmit, 0x5EED1234u, 39, 0, false, 1, kI32, kSum, 0, 0,
                    kNoExponent, kNoRoot),
        {40}},
-      {"welcome.hex",
+      {"welcome",
        make_header(kFlagHello | kFlagResult, 0x5EED1234u, 0, 0, false, 4, kI32, kSum, 0, 0,
                    kNoExponent, kNoRoot),
        {512, 1024, static_cast<int32_t>(0xD92353FEu), static_cast<int32_t>(0x936A9C72u)}},
-      {"error_missing_ranks.hex",
+      {"error_missing_ranks",
        make_header(kFlagError, 0xA1B2C3D4u, 515, 0x0123, true, 3, kI32, kSum, 7, 65540, kNoExponent,
                    kNoRoot),
        {static_cast<int32_t>(ErrorReason::kMissingRanks), static_cast<int32_t>(0x80000027u),
         0x00000081}},
-      {"error_aborted.hex",
+      {"error_aborted",
        make_header(kFlagError, 0x1234, 2, 9, true, 3, kI32, kSum, 11, 1000, kNoExponent, kNoRoot),
        {static_cast<int32_t>(ErrorReason::kAborted), 2, static_cast<int32_t>(kAbortDeadline)}},
-      {"error_superseded.hex",
+      {"error_superseded",
        make_header(kFlagError, 0x1234, 3, 9, true, 2, kI32, kSum, 11, 1000, kNoExponent, kNoRoot),
        {static_cast<int32_t>(ErrorReason::kSuperseded), 0x1274}},
   };
@@ -188,10 +195,61 @@ TEST(WireTestdata, ParserAcceptsCommentsAndRejectsJunk) {
   EXPECT_FALSE(parse_hex("49zz", &b, &err));
 }
 
+TEST(WireTestdata, SectionsSplitByName) {
+  std::map<std::string, std::vector<uint8_t>> v;
+  std::string err;
+  ASSERT_TRUE(parse_vectors("# head\n\n=== a_1\n# what\n49 4E # x\n\n=== b\n0aFF\n", &v, &err))
+      << err;
+  EXPECT_EQ(
+      v, (std::map<std::string, std::vector<uint8_t>>{{"a_1", {0x49, 0x4E}}, {"b", {0x0A, 0xFF}}}));
+}
+
+TEST(WireTestdata, MalformedSectionsAreRejectedWithTheLine) {
+  std::map<std::string, std::vector<uint8_t>> v;
+  std::string err;
+  EXPECT_FALSE(parse_vectors("=== a\n49\n=== b\n4E\n=== a\n00\n", &v, &err));
+  EXPECT_NE(err.find("line 5"), std::string::npos) << err;
+  EXPECT_NE(err.find("twice"), std::string::npos) << err;
+  EXPECT_FALSE(parse_vectors("=== a\n49\n=== b\n4E 0\n", &v, &err));  // an odd digit count
+  EXPECT_NE(err.find("section b: line 4"), std::string::npos) << err;
+  EXPECT_FALSE(parse_vectors("=== a\n49\n=== b\n4E0", &v, &err));
+  EXPECT_NE(err.find("section b: odd number"), std::string::npos) << err;
+  EXPECT_FALSE(parse_vectors("=== a\n49\n=== b\n4E\n4 E\n", &v, &err));
+  EXPECT_NE(err.find("line 5"), std::string::npos) << err;
+  EXPECT_FALSE(parse_vectors("=== a\n49\n=== b\n4E\n4x\n", &v, &err));
+  EXPECT_NE(err.find("line 5: unexpected character 'x'"), std::string::npos) << err;
+  EXPECT_FALSE(parse_vectors("49\n=== a\n4E\n", &v, &err));  // bytes before any section
+  EXPECT_FALSE(parse_vectors("=== a\n# nothing\n=== b\n4E\n", &v, &err));  // an empty one
+  EXPECT_FALSE(parse_vectors("=== A\n49\n", &v, &err));                    // bad names
+  EXPECT_FALSE(parse_vectors("===a\n49\n", &v, &err));
+  EXPECT_FALSE(parse_vectors("=== a b\n49\n", &v, &err));
+  EXPECT_FALSE(parse_vectors("=== \n49\n", &v, &err));
+  EXPECT_FALSE(parse_vectors("# no section\n", &v, &err));
+}
+
+TEST(WireTestdata, AnUnknownNameFailsTheTest) {
+  EXPECT_NONFATAL_FAILURE(load_vector("no_such_vector"), "has no vector no_such_vector");
+  EXPECT_EQ(load_vector("hello").size(), kHeaderSize + 4);
+}
+
+// A malformed vectors file fails the test that loads from it (with the reason), not a crash.
+TEST(WireTestdata, AMalformedFileFailsTheTest) {
+  const std::string real = ::ina::testing::testdata_dir();
+  const std::string dir =
+      ::testing::TempDir() + "/wire_test_bad_vectors." + std::to_string(getpid());
+  ASSERT_TRUE(std::filesystem::create_directories(dir) || std::filesystem::is_directory(dir));
+  std::ofstream(dir + "/vectors.hex") << "=== hello\n49\n=== hello\n4E\n";
+  ASSERT_EQ(setenv("INA_TESTDATA", dir.c_str(), 1), 0);
+  EXPECT_NONFATAL_FAILURE(load_vector("hello"), "line 3: section hello appears twice");
+  ASSERT_EQ(setenv("INA_TESTDATA", real.c_str(), 1), 0);
+  std::filesystem::remove_all(dir);
+  EXPECT_FALSE(load_vector("hello").empty());
+}
+
 TEST(WireVectors, DecodeToTheDocumentedFields) {
   for (const Vector& v : expected_vectors()) {
-    SCOPED_TRACE(v.file);
-    const std::vector<uint8_t> bytes = load_vector(v.file);
+    SCOPED_TRACE(v.name);
+    const std::vector<uint8_t> bytes = load_vector(v.name);
     ASSERT_EQ(bytes.size(), packet_size(v.hdr));
     std::vector<uint8_t> storage;
     PacketView view;
@@ -217,15 +275,15 @@ TEST(WireVectors, DecodeToTheDocumentedFields) {
 
 TEST(WireVectors, EncodeReproducesTheBytes) {
   for (const Vector& v : expected_vectors()) {
-    SCOPED_TRACE(v.file);
-    EXPECT_EQ(encode_vector(v), load_vector(v.file));
+    SCOPED_TRACE(v.name);
+    EXPECT_EQ(encode_vector(v), load_vector(v.name));
   }
 }
 
-// data_f32_sealed.hex carries the tag that gen_vectors.py (its own POLYVAL and SipHash) computed
-// under welcome.hex's incarnation key: the C++ MAC must accept exactly that packet.
+// The vector data_f32_sealed carries the tag that gen_vectors.py (its own POLYVAL and SipHash)
+// computed under the incarnation key of welcome: the C++ MAC must accept exactly that packet.
 TEST(WireVectors, SealedPacketVerifiesUnderTheIncarnationKey) {
-  const std::vector<uint8_t> bytes = load_vector("data_f32_sealed.hex");
+  const std::vector<uint8_t> bytes = load_vector("data_f32_sealed");
   ASSERT_EQ(bytes.size(), kHeaderSize + 400);
   const Key128 key(0x8F679BA281A92F94ull, 0x4B458006CB2DD636ull);
   PacketView v;
@@ -247,12 +305,13 @@ TEST(WireVectors, SealedPacketVerifiesUnderTheIncarnationKey) {
 
 TEST(WireVectors, UserWordsAreTheUsersBytes) {
   // DATA and RESULT payloads are the user's elements as they lie in memory: no swap.
-  const std::vector<uint8_t> bytes = load_vector("data_f32_sum.hex");
+  const std::vector<uint8_t> bytes = load_vector("data_f32_sum");
   const float xs[4] = {0.1f, -0.001f, 0.12f, -0.0625f};
   ASSERT_EQ(bytes.size(), kHeaderSize + sizeof xs);
   EXPECT_EQ(std::memcmp(bytes.data() + kHeaderSize, xs, sizeof xs), 0);
-  const std::vector<uint8_t> h = load_vector("data_f16_min.hex");
+  const std::vector<uint8_t> h = load_vector("data_f16_min");
   const uint16_t hs[5] = {0x3C00, 0xC000, 0x7BFF, 0x8000, 0x0001};
+  ASSERT_EQ(h.size(), kHeaderSize + sizeof hs);
   EXPECT_EQ(std::memcmp(h.data() + kHeaderSize, hs, sizeof hs), 0);
 }
 
@@ -273,7 +332,7 @@ TEST(WireVectors, EveryKindAndDtypeIsCovered) {
 }
 
 TEST(WireVectors, ErrorBitmapNamesTheRanksPresent) {
-  const std::vector<uint8_t> bytes = load_vector("error_missing_ranks.hex");
+  const std::vector<uint8_t> bytes = load_vector("error_missing_ranks");
   std::vector<uint8_t> storage;
   PacketView view;
   ASSERT_EQ(decode_exact(bytes, &view, &storage), DecodeError::kOk);
@@ -313,7 +372,7 @@ TEST(WireDecode, EmptyAndMaximalPayloadsAreValid) {
       encode_header(h, bytes.data());
       std::vector<uint8_t> storage;
       PacketView view;
-      ASSERT_EQ(decode_exact(bytes, &view, &storage), DecodeError::kOk) << v.file << count;
+      ASSERT_EQ(decode_exact(bytes, &view, &storage), DecodeError::kOk) << v.name << count;
       EXPECT_EQ(view.hdr.count, count);
       EXPECT_EQ(view.payload_bytes, size_t{count} * width_of(h));
     }
@@ -408,7 +467,8 @@ TEST(WireDecode, EveryErrorKindIsDetectedAndCounted) {
   }
   // PARTIAL only for a float SUM, never with HELLO or ERROR; exp only on PARTIAL.
   {
-    std::vector<uint8_t> b = load_vector("partial_f16_sum.hex");
+    std::vector<uint8_t> b = load_vector("partial_f16_sum");
+    ASSERT_EQ(b.size(), kHeaderSize + 8);
     check(b, DecodeError::kOk, "partial");
     std::vector<uint8_t> c = b;
     c[kOffOp] = static_cast<uint8_t>(ReduceOp::kMax);
@@ -425,7 +485,8 @@ TEST(WireDecode, EveryErrorKindIsDetectedAndCounted) {
     c = good;
     put_u16(c.data() + kOffExp, 5);
     check(c, DecodeError::kBadExponent, "exp on DATA");
-    c = load_vector("result_f16_sum.hex");
+    c = load_vector("result_f16_sum");
+    ASSERT_EQ(c.size(), kHeaderSize + 6);
     put_u16(c.data() + kOffExp, 0);
     check(c, DecodeError::kBadExponent, "exp 0 on RESULT");
   }
@@ -511,8 +572,8 @@ TEST(WireFuzz, MutationsAndTruncationsOfValidPacketsNeverCrash) {
   std::mt19937_64 rng(42);
   std::vector<uint8_t> storage;
   for (const Vector& v : expected_vectors()) {
-    SCOPED_TRACE(v.file);
-    const std::vector<uint8_t> good = load_vector(v.file);
+    SCOPED_TRACE(v.name);
+    const std::vector<uint8_t> good = load_vector(v.name);
     ASSERT_FALSE(good.empty());
     // Every single-byte mutation (several values per position).
     for (size_t at = 0; at < good.size(); ++at) {
@@ -549,7 +610,7 @@ namespace ina::wire {
 namespace {
 
 // WIRE.md "Incarnations": the epoch of a barrier and an incarnation's key, against the values
-// gen_vectors.py (an independent Python SipHash) wrote into welcome.hex's comment.
+// gen_vectors.py (an independent Python SipHash) wrote into the comment of the vector welcome.
 TEST(WireIncarnation, EpochAndKeyMatchTheVectors) {
   const Key128 job(0x0706050403020100ull, 0x0F0E0D0C0B0A0908ull);  // the SipHash paper's key
   const BlockSeq nonces[3] = {0x5EED1234u, 0x5EED1235u, 0x5EED1200u};

@@ -1,6 +1,6 @@
 // The INA wire format, version 4: the one definition of the packet header that every worker,
 // aggregator and backend uses. The byte layout is drawn in protocol/WIRE.md; checked-in test
-// vectors (protocol/testdata/) are decoded by the tests.
+// vectors (protocol/testdata/vectors.hex) are decoded by the tests.
 //
 // A packet is the 40-byte header followed by `count` payload words. Header fields are big-endian
 // (network order); payload words are little-endian (the hosts and GPUs INA runs on are, so user
