@@ -58,8 +58,9 @@
 // 8 B AllReduce at 4 ranks took 83-112 us blocking, more than libina's host halving-doubling
 // (63-75 us); polling, 50-68 us (medians: 0.87x halving-doubling, 0.59x Open MPI over TCP).
 //
-// Cost per packet: two copies (into the kept packet, out of the result), no allocation, no lock,
-// no log. Sends of one loop iteration go out as one batch.
+// Cost per packet: one copy (out of the result; a DATA packet's payload is sent from the user's
+// buffer, its header sealed over it in place), no allocation, no lock, no log. Sends of one loop
+// iteration go out as one batch.
 //
 // The engine's other phases have files of their own: the join barrier in inc_join.cc; failure
 // handling (a dead or silent aggregator, the deadline, aborts and the error text) in
