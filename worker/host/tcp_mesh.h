@@ -24,14 +24,15 @@
 // Small-message path: a wait() on a receive of at most 64 KiB while no send is queued anywhere (the
 // latency-bound steps of hd, tree and the agreement messages: the send went out eagerly when
 // posted) blocks in recvmsg() on that one socket instead of poll() + read: one send and one receive
-// system call per step. The blocking receive wakes every kRecvSliceMs (SO_RCVTIMEO) to check the
-// deadline and to notice peers that closed meanwhile, so a vanished rank is still named. Errors
-// name the rank: "rank 3: connection closed", "rank 3: connection reset", "rank 3 did not send
-// within 5000 ms". A peer that closes while this rank waits on another one is remembered and named
-// when that wait times out (the peer that died is the cause). A rank that fails because a peer is
-// gone sends its other peers an abort notice naming that peer (in place of a message's length),
-// so a rank that waits on it, and never talks to the dead one, names the dead one too: "rank 3:
-// gone (reported by rank 1)".
+// system call per step. Every wait first polls without sleeping, yielding the CPU between polls,
+// for up to 50 us (kSpin), so that a message due within microseconds costs no wake-up. The blocking
+// receive wakes every kRecvSliceMs (SO_RCVTIMEO) to check the deadline and to notice peers that
+// closed meanwhile, so a vanished rank is still named. Errors name the rank: "rank 3: connection
+// closed", "rank 3: connection reset", "rank 3 did not send within 5000 ms". A peer that closes
+// while this rank waits on another one is remembered and named when that wait times out (the peer
+// that died is the cause). A rank that fails because a peer is gone sends its other peers an abort
+// notice naming that peer (in place of a message's length), so a rank that waits on it, and never
+// talks to the dead one, names the dead one too: "rank 3: gone (reported by rank 1)".
 #pragma once
 
 #include <poll.h>
