@@ -513,6 +513,14 @@ Status TcpMesh::timeout_error(const Op& op) const {
   return deadline_exceeded(what);
 }
 
+Status TcpMesh::spin(Op& op, bool one_peer) {
+  for (const auto end = Clock::now() + kSpin; !op.complete && Clock::now() < end;) {
+    INA_RETURN_IF_ERROR(one_peer ? progress_recv(op.peer) : poll_once(0));
+    if (!op.complete) sched_yield();
+  }
+  return ok_status();
+}
+
 Status TcpMesh::wait(Handle h) {
   if (h == 0) return ok_status();
   if (!broken_.ok()) return broken_;
@@ -523,11 +531,7 @@ Status TcpMesh::wait(Handle h) {
   if (!op->is_send && op->bytes <= kSmallMessage && !sends_queued() &&
       peers_[static_cast<size_t>(op->peer)].recvs.front() == op) {
     // The small-message path (see the header): nothing else needs this rank's progress.
-    for (const auto spin_end = Clock::now() + kSpin; !op->complete && Clock::now() < spin_end;) {
-      Status s = progress_recv(op->peer);
-      if (!s.ok()) return fail(std::move(s));
-      if (!op->complete) sched_yield();
-    }
+    if (Status s = spin(*op, true); !s.ok()) return fail(std::move(s));
     while (!op->complete) {
       if (ms_until(deadline) == 0) return fail(timeout_error(*op));
       Status s = recv_blocking(*op);
@@ -543,11 +547,8 @@ Status TcpMesh::wait(Handle h) {
                                                                     : progress_send(op->peer))
                  : progress_recv(op->peer);
   if (!s.ok()) return fail(std::move(s));
-  for (const auto spin_end = Clock::now() + kSpin; !op->complete && Clock::now() < spin_end;) {
-    s = poll_once(0);
-    if (!s.ok()) return fail(std::move(s));
-    if (!op->complete) sched_yield();
-  }
+  s = spin(*op, false);
+  if (!s.ok()) return fail(std::move(s));
   while (!op->complete) {
     const int ms = ms_until(deadline);
     if (ms == 0) return fail(timeout_error(*op));

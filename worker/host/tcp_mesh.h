@@ -103,6 +103,9 @@ class TcpMesh final : public Context {
   Status recv_blocking(Op& op);
   bool sends_queued() const;
   Status poll_once(int timeout_ms);
+  // Progresses without sleeping, yielding the CPU between tries, until `op` completes or kSpin
+  // went by: on the small-message path its peer's socket alone (one_peer), else every peer's.
+  Status spin(Op& op, bool one_peer);
   Status fail(Status s);
   Status timeout_error(const Op& op) const;
   // Marks a peer closed, in the order they are seen; the ranks seen closed, first seen first.
