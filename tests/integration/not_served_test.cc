@@ -134,20 +134,24 @@ void expect_no_warning(const Logs& logs) {
   }
 }
 
+// Runs `rank` (int -> "" or what went wrong) in kWorld forked processes; "" when every one passed.
+template <class RankFn>
+std::string run_ranks(RankFn rank) {
+  return ina::testing::run_forked(
+      kWorld, rank, [] { return std::string(); }, 60s);
+}
+
 TEST(NotServed, SilentAggregatorWarnsOnceAndRunsOnTheHostPath) {
   SilentAggregator agg;
   ASSERT_NE(agg.port, 0);
   const uint16_t store = ina::testing::free_loopback_port();
   ASSERT_NE(store, 0);
   Logs logs;
-  const std::string err = ina::testing::run_forked(
-      kWorld,
-      [&](int r) {
-        ina::Config cfg = base_config(r, store);
-        cfg.aggregator_port = agg.port;
-        return runs_on_host_path(cfg, logs);
-      },
-      [] { return std::string(); }, 60s);
+  const std::string err = run_ranks([&](int r) {
+    ina::Config cfg = base_config(r, store);
+    cfg.aggregator_port = agg.port;
+    return runs_on_host_path(cfg, logs);
+  });
   EXPECT_EQ(err, "");
   expect_one_warning_per_rank(logs, "no aggregator for job");
 }
@@ -158,14 +162,11 @@ TEST(NotServed, SilentAggregatorWithRequireIncFailsOnEveryRank) {
   const uint16_t store = ina::testing::free_loopback_port();
   ASSERT_NE(store, 0);
   Logs logs;
-  const std::string err = ina::testing::run_forked(
-      kWorld,
-      [&](int r) {
-        ina::Config cfg = base_config(r, store);
-        cfg.aggregator_port = agg.port;
-        return create_fails(cfg, logs, "no aggregator for job");
-      },
-      [] { return std::string(); }, 60s);
+  const std::string err = run_ranks([&](int r) {
+    ina::Config cfg = base_config(r, store);
+    cfg.aggregator_port = agg.port;
+    return create_fails(cfg, logs, "no aggregator for job");
+  });
   EXPECT_EQ(err, "");
   expect_no_warning(logs);  // the error replaces the warning
 }
@@ -184,10 +185,8 @@ TEST(NotServed, DeadControllerWarnsOnceAndRunsOnTheHostPath) {
   ASSERT_NE(store, 0);
   ASSERT_NE(controller, 0);
   Logs logs;
-  const std::string err = ina::testing::run_forked(
-      kWorld,
-      [&](int r) { return runs_on_host_path(dead_controller_config(r, store, controller), logs); },
-      [] { return std::string(); }, 60s);
+  const std::string err = run_ranks(
+      [&](int r) { return runs_on_host_path(dead_controller_config(r, store, controller), logs); });
   EXPECT_EQ(err, "");
   expect_one_warning_per_rank(logs, "controller 127.0.0.1:" + std::to_string(controller));
 }
@@ -198,13 +197,10 @@ TEST(NotServed, DeadControllerWithRequireIncFailsOnEveryRank) {
   ASSERT_NE(store, 0);
   ASSERT_NE(controller, 0);
   Logs logs;
-  const std::string err = ina::testing::run_forked(
-      kWorld,
-      [&](int r) {
-        return create_fails(dead_controller_config(r, store, controller), logs,
-                            "controller 127.0.0.1:" + std::to_string(controller));
-      },
-      [] { return std::string(); }, 60s);
+  const std::string err = run_ranks([&](int r) {
+    return create_fails(dead_controller_config(r, store, controller), logs,
+                        "controller 127.0.0.1:" + std::to_string(controller));
+  });
   EXPECT_EQ(err, "");
 }
 

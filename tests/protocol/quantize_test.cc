@@ -24,7 +24,6 @@
 #include "ina/protocol/codec.h"
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
-#include "testdata.h"
 
 namespace ina::quant {
 namespace {
