@@ -45,7 +45,20 @@ message costs o of CPU (a send and a receive system call); no incast (the pairwi
 every receiver with one sender per round); no loss, no congestion control effects, no
 stragglers; every rank's blocks have the same size (AllToAll, not a skewed AllToAllv).
 
+CPU-bound AllReduce (`inasim.py cpu`): where a core, not the link, runs out. The measured CPU
+seconds per GB reduced (ina-bench --cpu: the sum over M ranks, and the aggregator serving them)
+give a worker's cost per GB of its data cw = ranks / M, the aggregator's per child stream
+ca = aggregator / M, and a ring rank's cr = ring / M at M ranks (scaled by (N-1)/N over
+(M-1)/M at N ranks: the bytes a ring rank moves and reduces). With C cores per rank for
+communication, T aggregator threads, worker NICs of R and aggregator NICs of Ra, one GB per rank
+takes:
+  ring            max(2(N-1)/N 8/R, cr(N)/C) + 2(N-1) a / D
+  hier (fan-in k) max(8/R, cw/C, k ca/T, k 8/Ra) + 2 L (ai + c) / D
+so the tree keeps the worker's link busy when T >= k ca R/8 and Ra >= k R (or results go out by
+multicast); the printed table gives both, and the tree's speed-up over the ring.
+
 CLI:
+  inasim.py cpu --ranks 2.9 --aggregator 2.5 --ring 2.4 -M 4 [--cores 1 --threads 8 ...]
   inasim.py alltoall -N 1024 -G 8 [--alpha 20e-6 ...]             # flat vs hierarchical
   inasim.py formulas --alpha 5e-6 --beta 1e-10 -N 8 -D 1M        # one point, every algorithm
   inasim.py calibrate results.csv [--json params.json]            # fit and validate
@@ -411,6 +424,78 @@ def predict_link_scale(fit, alg, n, d, rate, dtype="float32", fan_in=32, c_pkt=N
     raise ValueError(f"algorithm {alg!r}: expected ring, tree or hier")
 
 
+# ---- CPU-bound AllReduce ----
+
+class CpuParams:
+    """Measured CPU seconds per GB reduced (ina-bench --cpu, M ranks on loopback) and the
+    capacity assumed at scale: cores per rank for communication, aggregator threads, fan-in."""
+
+    def __init__(self, ranks=2.9, aggregator=2.5, ring=2.4, m=4, cores=1.0, threads=8,
+                 fan_in=32, alpha=20e-6):
+        if m < 2:
+            raise ValueError(f"M {m}: the measurement needs at least 2 ranks")
+        if min(ranks, aggregator, ring) <= 0 or cores <= 0 or threads <= 0 or fan_in < 2:
+            raise ValueError("CPU costs, cores and threads must be positive, the fan-in >= 2")
+        self.ranks, self.aggregator, self.ring, self.m = ranks, aggregator, ring, m
+        self.cores, self.threads, self.fan_in, self.alpha = cores, threads, fan_in, alpha
+
+    def worker(self):
+        return self.ranks / self.m
+
+    def per_stream(self):
+        return self.aggregator / self.m
+
+    def ring_rank(self, n):
+        return self.ring / self.m * ((n - 1) / n) / ((self.m - 1) / self.m)
+
+
+def cpu_times(n, rate, q, agg_rate=None):
+    """Seconds per GB per rank (ring, hier) at N ranks on worker links of `rate` bit/s, and what
+    bounds each: 'link', 'rank CPU', 'aggregator CPU' or 'aggregator NIC'."""
+    if n < 2:
+        raise ValueError(f"N {n}: must be >= 2")
+    gb = 1e9
+    ring_terms = {"link": 2 * (n - 1) / n * 8 / rate * gb, "rank CPU": q.ring_rank(n) / q.cores}
+    k = min(q.fan_in, n)
+    levels = max(1, math.ceil(math.log(n, k) - 1e-12))
+    hier_terms = {"link": 8 / rate * gb, "rank CPU": q.worker() / q.cores,
+                  "aggregator CPU": k * q.per_stream() / q.threads}
+    if agg_rate:
+        hier_terms["aggregator NIC"] = k * 8 / agg_rate * gb
+    ring_bound = max(ring_terms, key=ring_terms.get)
+    hier_bound = max(hier_terms, key=hier_terms.get)
+    ring = ring_terms[ring_bound] + 2 * (n - 1) * q.alpha
+    hier = hier_terms[hier_bound] + 2 * levels * q.alpha
+    return ring, ring_bound, hier, hier_bound
+
+
+def cpu_table(q, ns=(8, 64, 1024), rates=(10e9, 25e9, 100e9, 400e9)):
+    lines = ["| N | worker link | ring s/GB | bound | hier s/GB | bound | ring / hier |"
+             " aggregator threads for the link | worker cores for the link |",
+             "|---" * 9 + "|"]
+    for n in ns:
+        for r in rates:
+            ring, rb, hier, hb = cpu_times(n, r, q)
+            k = min(q.fan_in, n)
+            threads = k * q.per_stream() * r / 8 / 1e9
+            cores = q.worker() * r / 8 / 1e9
+            lines.append(f"| {n} | {r / 1e9:g} Gbit/s | {ring:.3f} | {rb} | {hier:.3f} | {hb} |"
+                         f" {ring / hier:.2f} | {threads:.1f} | {cores:.1f} |")
+    return "\n".join(lines)
+
+
+def cpu_assumptions(q):
+    return [
+        f"a worker spends {q.worker():.3f} s per GB of its data (ranks {q.ranks:g} s / M = {q.m}),"
+        f" a ring rank {q.ring / q.m:.3f} s at M ranks, scaled by the bytes it moves at N",
+        f"the aggregator {q.per_stream():.3f} s per GB per child stream, {q.threads:g} threads "
+        f"that scale linearly, fan-in {q.fan_in}, its NIC not the limit (results by multicast or "
+        f"an NIC of fan-in x the worker's rate)",
+        f"{q.cores:g} core(s) per rank for communication; CPU and link overlap fully (the larger "
+        f"bounds); latency {q.alpha * 1e6:g} us per step or level; no loss, no stragglers",
+    ]
+
+
 # ---- crossover ----
 
 class A2AParams:
@@ -636,6 +721,10 @@ def main(argv=None):
     t.add_argument("-G", type=int, default=8)
     for name, default in A2AParams().__dict__.items():
         t.add_argument("--" + name.replace("_", "-"), type=float, default=default)
+    u = sub.add_parser("cpu", help="CPU-bound AllReduce from measured CPU seconds per GB")
+    for name, default in CpuParams().__dict__.items():
+        u.add_argument("-M" if name == "m" else "--" + name.replace("_", "-"), dest=name,
+                       type=type(default), default=default)
     x = sub.add_parser("crossover")
     x.add_argument("--params", help="JSON written by calibrate --json")
     x.add_argument("--plots", help="directory for PNG plots")
@@ -657,6 +746,18 @@ def main(argv=None):
                 if t_a2a_hier(args.N, args.G, b, p) < t_a2a_pairwise(args.N, args.G, b, p)]
         print(f"# hierarchical faster than flat pairwise up to blocks of "
               f"{human(max(wins)) if wins else 'none'} (searched 8 B - 1 MiB by powers of 2)")
+        return 0
+    if args.cmd == "cpu":
+        try:
+            q = CpuParams(**{k: getattr(args, k) for k in CpuParams().__dict__})
+        except ValueError as e:
+            ap.error(str(e))
+        print("# CPU-bound AllReduce: seconds per GB per rank, ring against a tree of software "
+              "aggregators (inasim.py cpu)")
+        print("# assumptions:")
+        for line in cpu_assumptions(q):
+            print(f"#   - {line}")
+        print(cpu_table(q))
         return 0
     if args.cmd == "calibrate":
         p, info = calibrate(read_csv(args.csv), args.host_variant)
