@@ -70,6 +70,14 @@ std::vector<std::string> eal_args(const char* name, const MemifArgs& a, bool ser
 }
 }  // namespace
 
+agg::DpdkOptions::Fanout parse_fanout(const std::string& s) {
+  if (s == "chains") return agg::DpdkOptions::Fanout::kChains;
+  if (s == "copies") return agg::DpdkOptions::Fanout::kCopies;
+  return agg::DpdkOptions::Fanout::kAuto;
+}
+
+DType parse_dtype(const std::string& s) { return s == "float32" ? DType::kFloat32 : DType::kInt32; }
+
 double testpmd_cycles_per_packet(const std::string& log) {
   // Printed when forwarding stops: "CPU cycles/packet=1234.56 (busy cycles=... / total ...".
   std::ifstream f(log);
@@ -143,7 +151,8 @@ int memif_generator(const MemifArgs& a) {
     }
     rte_delay_ms(10);
   }
-  FrameTemplates tmpl(a.elems, a.world, a.slots, frame::Endpoint{kAggMac, kAggIp, kAggPort});
+  FrameTemplates tmpl(a.elems, a.world, a.slots, frame::Endpoint{kAggMac, kAggIp, kAggPort},
+                      parse_dtype(a.dtype));
   std::vector<rte_mbuf*> frames(nframes);
   if (rte_pktmbuf_alloc_bulk(pool, frames.data(), nframes) != 0) {
     std::printf("ERROR generator: cannot take %u mbufs for the frames\n", nframes);
@@ -277,7 +286,7 @@ int memif_aggregator(const MemifArgs& a) {
   o.mac = kAggMac;
   o.lcores = 1;
   o.mbufs = 16383;
-  o.indirect_multicast = a.indirect;
+  o.fanout = parse_fanout(a.results);
   o.check_tag = !a.no_tag;
   agg::JobConfig job;
   job.job = kJob;
@@ -295,7 +304,7 @@ int memif_aggregator(const MemifArgs& a) {
     std::printf("ERROR aggregator start: %s\n", s.to_string().c_str());
     return 1;
   }
-  std::printf("READY\n");
+  std::printf("READY chains=%d\n", ag->chains() ? 1 : 0);
   std::fflush(stdout);
   char buf[64];
   while (read(0, buf, sizeof buf) > 0) {
@@ -347,19 +356,21 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd, con
                                     "--mem",
                                     a.mem,
                                     "--bsize",
-                                    std::to_string(memif_bsize(a))};
+                                    std::to_string(memif_bsize(a)),
+                                    "--dtype",
+                                    a.dtype};
   };
 
   Child d;
   if (to_agg) {
     std::vector<std::string> args = role_args("agg", dut_cpu);
-    if (a.indirect) args.push_back("--indirect");
+    for (const std::string& x : {std::string("--results"), a.results}) args.push_back(x);
     if (a.no_tag) args.push_back("--no-tag");
     if (!d.spawn(args, dut_log, true)) return fail("cannot start the aggregator process");
     std::string line;
     bool ready = false;
     while (!ready && d.read_line(&line, std::chrono::seconds(60))) {
-      ready = line == "READY";
+      ready = std::sscanf(line.c_str(), "READY chains=%d", &row.dut_chains) == 1;
       if (line.rfind("ERROR", 0) == 0) break;
     }
     if (!ready) {
