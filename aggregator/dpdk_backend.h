@@ -111,6 +111,9 @@ struct DpdkOptions {
   // Benchmarks only (ina-dpdk-bench --no-tag): skip the per-job tag check to measure its cost.
   // Never off in a served aggregator (ina-aggregator has no switch for it).
   bool check_tag = true;
+  // Benchmarks only (ina-dpdk-bench --stages): DpdkLoopCounters::rx_tsc, work_tsc and tx_tsc (four
+  // TSC reads per busy iteration).
+  bool stage_cycles = false;
 };
 
 // Per-lcore counters of the I/O loop (the Engine's own counters are in Engine::counters()).
@@ -133,8 +136,13 @@ struct DpdkLoopCounters {
   uint64_t busy_tsc = 0;         // TSC cycles in the other iterations, rx to tx (benchmarks:
                                  // cycles per frame, as testpmd --record-core-cycles counts them,
                                  // less the rx of a burst that follows an idle poll)
-  uint64_t cpu_ns = 0;           // CPU time of the lcore's thread in the loop (benchmarks)
-  uint64_t wall_ns = 0;          // wall time in the loop
+  // DpdkOptions::stage_cycles: the busy iterations' TSC cycles split by stage: the rx burst
+  // (the PMD's receive, for net_memif its copy out of the shared ring), the frames' processing
+  // (classify, tag check, slot table, result build and seal, fan-out), the tx burst (the PMD's
+  // send, for net_memif its copy into the ring, and the frees).
+  uint64_t rx_tsc = 0, work_tsc = 0, tx_tsc = 0;
+  uint64_t cpu_ns = 0;   // CPU time of the lcore's thread in the loop (benchmarks)
+  uint64_t wall_ns = 0;  // wall time in the loop
 };
 
 class DpdkAggregator {

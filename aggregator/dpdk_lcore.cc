@@ -116,13 +116,20 @@ void DpdkAggregator::Lcore::loop() {
   // a busy iteration starts where the previous busy one ended, or after its rx burst when the
   // previous iteration was idle (that burst's rx time is then not counted).
   uint64_t busy_from = 0;  // 0: the previous iteration was idle
+  const bool stages = a.opts_.stage_cycles;
+  uint64_t t_rx = 0, t_work = 0;  // stages: TSC before the rx burst, after it
   while (!a.stop_.load(std::memory_order_relaxed)) {
     answer_mail();
     now = 0;
     uint16_t got = 0;
+    if (stages) t_rx = t_work = rte_rdtsc();
     if (has_rxq) {
       got = rte_eth_rx_burst(a.port_, queue, pkts, burst);
       if (got != 0 && busy_from == 0) busy_from = rte_rdtsc();
+      if (stages) {
+        t_work = rte_rdtsc();
+        if (got != 0) c.rx_tsc += t_work - t_rx;
+      }
       // The mbufs and frames were written by another core (the PMD's or a peer's): the mbuf
       // headers of the whole burst first, then each frame's headers and payload a few frames
       // ahead of its processing, so that their cache misses overlap.
@@ -156,7 +163,14 @@ void DpdkAggregator::Lcore::loop() {
       tx_n += k;
       got = static_cast<uint16_t>(got + k);
     }
-    if (tx_n != 0) flush_tx();
+    if (stages && got != 0) {
+      const uint64_t t_tx = rte_rdtsc();
+      c.work_tsc += t_tx - t_work;
+      if (tx_n != 0) flush_tx();
+      c.tx_tsc += rte_rdtsc() - t_tx;
+    } else if (tx_n != 0) {
+      flush_tx();
+    }
     ++c.polls;
     if (got == 0) {
       ++c.idle_polls;

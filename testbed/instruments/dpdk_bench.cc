@@ -428,6 +428,12 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
         share(tp), tp.dut_cycles, tp.full_share, per_cpu(tp) > 0 ? per_cpu(ag) / per_cpu(tp) : 0.0,
         mpps(tp) > 0 ? mpps(ag) / mpps(tp) : 0.0,
         ag.dut_chains < 0 ? "-" : (ag.dut_chains ? "chains" : "copies"));
+    if (a.stages && ag.ok) {
+      std::printf(
+          "  # %u elements, aggregator cycles per frame by stage: rx burst %.0f, "
+          "processing %.0f, tx burst %.0f\n",
+          unsigned{e}, ag.dut_rx_cycles, ag.dut_work_cycles, ag.dut_tx_cycles);
+    }
     // Every block but the last completes (each rank's frame of a block is sent before the next
     // block's); HELLOs are in packets_in. Results the generator no longer took after its window
     // (tx_dropped) are expected.
@@ -510,8 +516,12 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"int32", "float32"}))
       ->capture_default_str();
   bool no_tag = false;
+  bool stages = false;
   app.add_flag("--no-tag", no_tag,
                "the aggregator skips the per-job tag check (SipHash), to measure what it costs");
+  app.add_flag("--stages", stages,
+               "memif: the aggregator's cycles per frame split into its rx burst, its processing "
+               "and its tx burst (four TSC reads per busy loop iteration)");
   app.add_option("--bsize", bsize, "memif buffer size (0: one buffer per frame)")
       ->capture_default_str();
   app.add_option("--testpmd", testpmd, "dpdk-testpmd binary, or 'none'")->capture_default_str();
@@ -538,6 +548,7 @@ int main(int argc, char** argv) {
   memif.results = results;
   memif.dtype = dtype;
   memif.no_tag = no_tag;
+  memif.stages = stages;
   memif.gen_zero_copy = !gen_copy;
   if (!role.empty()) {
     MemifArgs a = memif;

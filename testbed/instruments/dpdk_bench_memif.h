@@ -28,6 +28,7 @@ struct MemifArgs {
   std::string results = "auto";  // aggregator: results as chains, copies or auto (--results)
   std::string dtype = "int32";   // the DATA frames' type: int32 or float32
   bool no_tag = false;           // aggregator: skip the tag check (its cost: --no-tag)
+  bool stages = false;           // aggregator: cycles per frame by stage (--stages)
   bool gen_zero_copy = true;     // generator: memif zero-copy client where it can be (hugepages):
                                  // the server copies, the generator does not
 };
@@ -56,6 +57,9 @@ struct MemifRow {
   // TSC cycles per frame of the DUT's busy loop iterations (rx to tx, bursts that had frames):
   // the aggregator's own count, testpmd's --record-core-cycles; -1 when not known.
   double dut_cycles = -1;
+  // Aggregator DUT with --stages: TSC cycles per received frame in its rx bursts, its processing
+  // and its tx bursts (DpdkLoopCounters::rx_tsc, work_tsc, tx_tsc).
+  double dut_rx_cycles = -1, dut_work_cycles = -1, dut_tx_cycles = -1;
 };
 
 // One measurement: spawns the DUT ("agg" or a testpmd forward mode: "io", "macswap"), then the
