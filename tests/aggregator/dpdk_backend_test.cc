@@ -292,6 +292,35 @@ TEST(DpdkCreate, RefusesATreeLeafJob) {
   EXPECT_NE(a.status().message().find("--backend udp"), std::string::npos);
 }
 
+// DpdkOptions::fanout: kChains and kCopies as asked; kAuto chains where the port's PMD transmits
+// multi-segment frames (net_memif does: dpdk_memif_test checks its aggregator's log), else copies.
+TEST(DpdkCreate, FanoutFollowsTheOptionAndThePort) {
+  for (const auto f :
+       {DpdkOptions::Fanout::kAuto, DpdkOptions::Fanout::kChains, DpdkOptions::Fanout::kCopies}) {
+    RingPort port(1);
+    rte_eth_dev_info info{};
+    ASSERT_EQ(rte_eth_dev_info_get(static_cast<uint16_t>(std::stoi(port.name())), &info), 0);
+    const bool multi_segs = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
+    DpdkOptions o;
+    o.port = port.name();
+    o.ip = kAggIp;
+    o.udp_port = kAggPort;
+    o.mbufs = 1023;
+    o.lcores = 1;
+    o.fanout = f;
+    JobConfig j;
+    j.job = kJob;
+    j.slots.world_size = 2;
+    j.slots.num_slots = 4;
+    auto a = DpdkAggregator::create(o, {j});
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    const bool want =
+        f == DpdkOptions::Fanout::kChains || (f == DpdkOptions::Fanout::kAuto && multi_segs);
+    EXPECT_EQ((*a)->chains(), want)
+        << "fanout " << int(f) << ", net_ring multi-segment tx " << multi_segs;
+  }
+}
+
 // A tree root on the DPDK loop: the leaves' float SUM PARTIAL words are twice the
 // block (an int64 per float32 element, 2112-byte frames for a 1024-byte block), so the root's
 // mbufs and MTU are sized for them. Two leaves ask for the exponent (the MAX comes back to both),
