@@ -378,8 +378,8 @@ void DpdkAggregator::Lcore::multicast_chains(rte_mbuf* m, const std::vector<Peer
   // this rank's addresses) whose next is m. m's reference count is the number of chains, so the
   // PMD frees it with the last of them (rte_pktmbuf_free walks each chain and only drops a
   // reference of a segment still shared); nothing of the datagram is copied or cloned per rank.
+  set_len(m, frame::kUdpHeadroom + len);  // first: m may be a fresh mbuf (writable_reply)
   rte_pktmbuf_adj(m, static_cast<uint16_t>(frame::kUdpHeadroom));
-  set_len(m, len);
   uint16_t refs = 0;
   for (int k = 0; k <= last; ++k) refs = static_cast<uint16_t>(refs + peers[size_t(k)].known);
   rte_mbuf_refcnt_set(m, refs);
