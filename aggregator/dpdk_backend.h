@@ -80,10 +80,14 @@ struct DpdkOptions {
   uint32_t mbufs = 16383;        // mbuf pool size
   uint32_t handoff_ring = 1024;  // per lcore pair
   unsigned lcores = 0;           // worker lcores to use, the first ones (0: every worker lcore)
-  // Results for every rank: false: one single-segment copy per rank (the default: every PMD sends
-  // those); true: per rank a 42-byte header mbuf chained to an indirect mbuf (rte_pktmbuf_clone)
-  // of the one encoded datagram, for ports that transmit chains (ina-dpdk-bench --indirect).
-  bool indirect_multicast = false;
+  // How a result goes to every rank. kChains: the datagram is encoded once, in one mbuf, and each
+  // rank gets a 42-byte header mbuf chained to it (the datagram's reference count is the number
+  // of ranks): no copy per rank. kCopies: one single-segment copy per rank (every PMD sends
+  // those). kAuto: chains where the port transmits multi-segment frames
+  // (RTE_ETH_TX_OFFLOAD_MULTI_SEGS, which net_memif and most NIC PMDs have; then it is enabled),
+  // else copies. DpdkAggregator::chains() says what was chosen.
+  enum class Fanout : uint8_t { kAuto, kCopies, kChains };
+  Fanout fanout = Fanout::kAuto;
   // Configure the port (queues, pool) and start it. When false the caller configured and started
   // it (tests with rte_eth_from_rings do this to own the rings): it must have at least as many tx
   // queues as worker lcores; rx queues beyond the workers are not polled.
@@ -107,6 +111,9 @@ struct DpdkOptions {
   // Benchmarks only (ina-dpdk-bench --no-tag): skip the per-job tag check to measure its cost.
   // Never off in a served aggregator (ina-aggregator has no switch for it).
   bool check_tag = true;
+  // Benchmarks only (ina-dpdk-bench --stages): DpdkLoopCounters::rx_tsc, work_tsc and tx_tsc (four
+  // TSC reads per busy iteration).
+  bool stage_cycles = false;
 };
 
 // Per-lcore counters of the I/O loop (the Engine's own counters are in Engine::counters()).
@@ -129,8 +136,13 @@ struct DpdkLoopCounters {
   uint64_t busy_tsc = 0;         // TSC cycles in the other iterations, rx to tx (benchmarks:
                                  // cycles per frame, as testpmd --record-core-cycles counts them,
                                  // less the rx of a burst that follows an idle poll)
-  uint64_t cpu_ns = 0;           // CPU time of the lcore's thread in the loop (benchmarks)
-  uint64_t wall_ns = 0;          // wall time in the loop
+  // DpdkOptions::stage_cycles: the busy iterations' TSC cycles split by stage: the rx burst
+  // (the PMD's receive, for net_memif its copy out of the shared ring), the frames' processing
+  // (classify, tag check, slot table, result build and seal, fan-out), the tx burst (the PMD's
+  // send, for net_memif its copy into the ring, and the frees).
+  uint64_t rx_tsc = 0, work_tsc = 0, tx_tsc = 0;
+  uint64_t cpu_ns = 0;   // CPU time of the lcore's thread in the loop (benchmarks)
+  uint64_t wall_ns = 0;  // wall time in the loop
 };
 
 class DpdkAggregator {
@@ -167,6 +179,8 @@ class DpdkAggregator {
   const frame::LocalConfig& local() const { return local_; }
   unsigned lcores() const { return static_cast<unsigned>(lcores_.size()); }
   uint16_t rx_queues() const { return rx_queues_; }
+  // Whether results go to the ranks as header + shared datagram chains (DpdkOptions::fanout).
+  bool chains() const { return chains_; }
   // The largest INA datagram its mbufs (and the port's MTU) hold: every job's DATA, RESULT and
   // control packets, and a tree root's PARTIAL words.
   size_t max_packet() const { return max_packet_; }
@@ -196,6 +210,7 @@ class DpdkAggregator {
   uint16_t port_ = 0;
   uint16_t rx_queues_ = 0;
   bool port_started_ = false;
+  bool chains_ = false;  // DpdkOptions::fanout as resolved for the port
   bool running_ = false;
   std::atomic<bool> stop_{false};
   rte_mempool* pool_ = nullptr;

@@ -184,6 +184,9 @@ DpdkLoopCounters DpdkAggregator::loop_totals() const {
     t.polls += c.polls;
     t.idle_polls += c.idle_polls;
     t.busy_tsc += c.busy_tsc;
+    t.rx_tsc += c.rx_tsc;
+    t.work_tsc += c.work_tsc;
+    t.tx_tsc += c.tx_tsc;
   }
   return t;
 }

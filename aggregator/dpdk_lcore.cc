@@ -12,11 +12,10 @@
 //      queue pairs the peer connects, to lcore 0, which sends them with its own); the few
 //      counters are published.
 // A reply to the sender reuses the received mbuf. A result for every rank is encoded once in the
-// received mbuf; each other rank's frame is a fresh mbuf with a copy of the encoded datagram and
-// its own headers (the UDP checksum of the datagram is summed once). Copies are the default because
-// every PMD transmits single-segment frames (not every one takes chains); indirect_multicast
-// chains a header mbuf to a clone of the one datagram instead (see ina-dpdk-bench --indirect for
-// the cost of each).
+// received mbuf (header, payload copied out of the slot's shadow and summed for the UDP checksum in
+// one pass, then sealed); where the port transmits chains (DpdkOptions::fanout) each rank gets a
+// header mbuf chained to that one datagram, else a fresh mbuf with a copy of it and its own
+// headers (the UDP checksum of the datagram is summed once either way).
 #include "aggregator/dpdk_lcore.h"
 
 #include <rte_cycles.h>
@@ -117,13 +116,20 @@ void DpdkAggregator::Lcore::loop() {
   // a busy iteration starts where the previous busy one ended, or after its rx burst when the
   // previous iteration was idle (that burst's rx time is then not counted).
   uint64_t busy_from = 0;  // 0: the previous iteration was idle
+  const bool stages = a.opts_.stage_cycles;
+  uint64_t t_rx = 0, t_work = 0;  // stages: TSC before the rx burst, after it
   while (!a.stop_.load(std::memory_order_relaxed)) {
     answer_mail();
     now = 0;
     uint16_t got = 0;
+    if (stages) t_rx = t_work = rte_rdtsc();
     if (has_rxq) {
       got = rte_eth_rx_burst(a.port_, queue, pkts, burst);
       if (got != 0 && busy_from == 0) busy_from = rte_rdtsc();
+      if (stages) {
+        t_work = rte_rdtsc();
+        if (got != 0) c.rx_tsc += t_work - t_rx;
+      }
       // The mbufs and frames were written by another core (the PMD's or a peer's): the mbuf
       // headers of the whole burst first, then each frame's headers and payload a few frames
       // ahead of its processing, so that their cache misses overlap.
@@ -157,7 +163,14 @@ void DpdkAggregator::Lcore::loop() {
       tx_n += k;
       got = static_cast<uint16_t>(got + k);
     }
-    if (tx_n != 0) flush_tx();
+    if (stages && got != 0) {
+      const uint64_t t_tx = rte_rdtsc();
+      c.work_tsc += t_tx - t_work;
+      if (tx_n != 0) flush_tx();
+      c.tx_tsc += rte_rdtsc() - t_tx;
+    } else if (tx_n != 0) {
+      flush_tx();
+    }
     ++c.polls;
     if (got == 0) {
       ++c.idle_polls;
@@ -352,19 +365,24 @@ inline void DpdkAggregator::Lcore::multicast(rte_mbuf* m, std::vector<Peer>* pee
     rte_pktmbuf_free(m);
     return;
   }
-  if (self->opts_.indirect_multicast) {
-    multicast_indirect(m, *peers, last, len, sum);
+  if (self->chains_) {
+    multicast_chains(m, *peers, last, len, sum);
   } else {
     multicast_copy(m, *peers, last, len, sum);
   }
 }
 
-void DpdkAggregator::Lcore::multicast_indirect(rte_mbuf* m, const std::vector<Peer>& peers,
-                                               int last, size_t len, uint32_t sum) {
-  // m becomes the datagram alone; each rank gets a header mbuf chained to a clone of it (the
-  // last rank to m itself).
-  set_len(m, frame::kUdpHeadroom + len);
+void DpdkAggregator::Lcore::multicast_chains(rte_mbuf* m, const std::vector<Peer>& peers, int last,
+                                             size_t len, uint32_t sum) {
+  // m becomes the datagram alone, the one tail of every rank's chain: a header mbuf (42 bytes,
+  // this rank's addresses) whose next is m. m's reference count is the number of chains, so the
+  // PMD frees it with the last of them (rte_pktmbuf_free walks each chain and only drops a
+  // reference of a segment still shared); nothing of the datagram is copied or cloned per rank.
+  set_len(m, frame::kUdpHeadroom + len);  // first: m may be a fresh mbuf (writable_reply)
   rte_pktmbuf_adj(m, static_cast<uint16_t>(frame::kUdpHeadroom));
+  uint16_t refs = 0;
+  for (int k = 0; k <= last; ++k) refs = static_cast<uint16_t>(refs + peers[size_t(k)].known);
+  rte_mbuf_refcnt_set(m, refs);
   for (int k = 0; k <= last; ++k) {
     const Peer& pe = peers[static_cast<size_t>(k)];
     if (!pe.known) {
@@ -372,22 +390,16 @@ void DpdkAggregator::Lcore::multicast_indirect(rte_mbuf* m, const std::vector<Pe
       continue;
     }
     rte_mbuf* h = reply_mbuf();
-    rte_mbuf* seg = k == last ? m : rte_pktmbuf_clone(m, self->pool_);
-    if (h == nullptr || seg == nullptr) [[unlikely]] {
+    if (h == nullptr) [[unlikely]] {
       ++c.no_mbuf;
-      rte_pktmbuf_free(h);
-      if (seg != m) rte_pktmbuf_free(seg);
-      if (k == last) rte_pktmbuf_free(m);
+      rte_pktmbuf_free(m);  // this rank's reference
       continue;
     }
-    set_len(h, pe.hdr.write(rte_pktmbuf_mtod(h, uint8_t*), len, sum, ip_id++) - len);
-    if (rte_pktmbuf_chain(h, seg) != 0) [[unlikely]] {
-      ++c.reply_too_big;
-      rte_pktmbuf_free(h);
-      if (seg != m) rte_pktmbuf_free(seg);
-      if (k == last) rte_pktmbuf_free(m);
-      continue;
-    }
+    const size_t hlen = pe.hdr.write(rte_pktmbuf_mtod(h, uint8_t*), len, sum, ip_id++) - len;
+    h->data_len = static_cast<uint16_t>(hlen);
+    h->pkt_len = static_cast<uint32_t>(hlen + len);
+    h->next = m;
+    h->nb_segs = 2;
     send(h);
   }
 }

@@ -125,8 +125,8 @@ struct alignas(64) DpdkAggregator::Lcore {
   // The same to every rank of `job` whose address is known (`peers`: its book, when found).
   void multicast(rte_mbuf* m, std::vector<Peer>* peers, JobId job, size_t len, uint32_t sum);
   // Rank `last` is the highest known; it gets `m` (as do the others, through clones or copies).
-  void multicast_indirect(rte_mbuf* m, const std::vector<Peer>& peers, int last, size_t len,
-                          uint32_t sum);
+  void multicast_chains(rte_mbuf* m, const std::vector<Peer>& peers, int last, size_t len,
+                        uint32_t sum);
   void multicast_copy(rte_mbuf* m, const std::vector<Peer>& peers, int last, size_t len,
                       uint32_t sum);
   void send(rte_mbuf* m);

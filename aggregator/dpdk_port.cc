@@ -156,8 +156,9 @@ unsigned wanted_rx_queues(const rte_eth_dev_info& info, const DpdkOptions& opts,
 // The port's configuration: RSS over `rx_queues`, the checksum offloads it has, and the MTU that
 // frames of `max_frame` bytes need (DpdkOptions::max_payload_bytes, the jobs' blocks).
 Result<rte_eth_conf> port_conf(const rte_eth_dev_info& info, uint16_t rx_queues, size_t max_frame,
-                               bool memif) {
+                               bool memif, bool chains) {
   rte_eth_conf conf{};
+  if (chains) conf.txmode.offloads |= RTE_ETH_TX_OFFLOAD_MULTI_SEGS;
   if (rx_queues > 1) {
     const uint64_t hf = info.flow_type_rss_offloads & (RTE_ETH_RSS_IP | RTE_ETH_RSS_UDP);
     if (hf != 0) {
@@ -207,18 +208,27 @@ Status setup_queues(uint16_t port, const rte_eth_conf& conf, uint16_t rx_queues,
 // the rx queues it has (`want_rx`, at most the port's).
 Result<uint16_t> configure_port(uint16_t port, const rte_eth_dev_info& info,
                                 const DpdkOptions& opts, unsigned n, unsigned want_rx,
-                                size_t max_frame, bool memif, rte_mempool* pool) {
+                                size_t max_frame, bool memif, bool chains, rte_mempool* pool) {
   if (info.max_tx_queues < n) {
     return invalid_argument("dpdk: port " + opts.port + " has " +
                             std::to_string(info.max_tx_queues) + " tx queues, fewer than the " +
                             std::to_string(n) + " worker lcores: use fewer lcores");
   }
   const uint16_t rx_queues = static_cast<uint16_t>(std::min<unsigned>(want_rx, info.max_rx_queues));
-  INA_ASSIGN_OR_RETURN(const rte_eth_conf conf, port_conf(info, rx_queues, max_frame, memif));
+  INA_ASSIGN_OR_RETURN(const rte_eth_conf conf,
+                       port_conf(info, rx_queues, max_frame, memif, chains));
   INA_RETURN_IF_ERROR(setup_queues(port, conf, rx_queues, n, opts, pool));
   const int rc = rte_eth_dev_start(port);
   if (rc != 0) return dpdk_error("rte_eth_dev_start", rc);
   return rx_queues;
+}
+
+// The tx offloads the caller enabled on a port it configured (DpdkOptions::configure_port false),
+// as its first tx queue reports them (none where the PMD does not say).
+uint64_t port_tx_offloads(uint16_t port, const rte_eth_dev_info& info) {
+  rte_eth_txq_info q{};
+  if (rte_eth_tx_queue_info_get(port, 0, &q) != 0) return 0;
+  return q.conf.offloads & info.tx_offload_capa;
 }
 
 // DpdkOptions::configure_port false: the rx queues to poll on the port the caller configured
@@ -368,10 +378,19 @@ Result<std::unique_ptr<DpdkAggregator>> DpdkAggregator::create(const DpdkOptions
   INA_ASSIGN_OR_RETURN(a->pool_,
                        create_pool("ina_agg_" + std::to_string(inst), opts.mbufs, max_frame, port));
 
+  // Chains need a port that transmits them: one whose PMD has the multi-segment offload (on a port
+  // the caller configured, enabled; a PMD may send only a chain's first segment without it).
+  const uint64_t tx_offloads =
+      opts.configure_port ? info.tx_offload_capa : port_tx_offloads(port, info);
+  a->chains_ = opts.fanout == DpdkOptions::Fanout::kChains ||
+               (opts.fanout == DpdkOptions::Fanout::kAuto &&
+                (tx_offloads & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0);
+  INA_INFO(kComponent, "%s: results to every rank as %s", info.driver_name,
+           a->chains_ ? "header + shared datagram chains" : "one copy per rank");
   const unsigned want_rx = wanted_rx_queues(info, opts, n);
   if (opts.configure_port) {
-    INA_ASSIGN_OR_RETURN(a->rx_queues_,
-                         configure_port(port, info, opts, n, want_rx, max_frame, memif, a->pool_));
+    INA_ASSIGN_OR_RETURN(a->rx_queues_, configure_port(port, info, opts, n, want_rx, max_frame,
+                                                       memif, a->chains_, a->pool_));
     a->port_started_ = true;
   } else {
     INA_ASSIGN_OR_RETURN(a->rx_queues_, given_rx_queues(info, opts, n, want_rx));

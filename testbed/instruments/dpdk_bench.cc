@@ -2,7 +2,8 @@
 // kind of port and frame size, in the same run, in two modes:
 //
 //   ina-dpdk-bench [--mode memif,ring] [--elems 64,256,1024] [--seconds 1] [--world 4]
-//                  [--slots 128] [--lcores 1] [--mem auto|huge|nohuge] [--indirect]
+//                  [--slots 128] [--lcores 1] [--mem auto|huge|nohuge]
+//                  [--results auto|chains|copies] [--dtype int32|float32] [--no-tag]
 //                  [--bsize N] [--forward-mode io|macswap] [--gen-copy]
 //                  [--testpmd dpdk-testpmd|none] [-- <EAL arguments of the ring mode>]
 //
@@ -59,6 +60,7 @@
 
 namespace {
 
+using ina::DType;
 using ina::agg::DpdkAggregator;
 namespace frame = ina::frame;
 namespace wire = ina::wire;
@@ -194,7 +196,7 @@ TestpmdResult run_testpmd(const std::string& bin, const std::vector<std::string>
 }
 
 bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, double seconds,
-              bool indirect, rte_mempool* gen_pool, SizeResult* res) {
+              const std::string& results, DType dtype, rte_mempool* gen_pool, SizeResult* res) {
   static int serial = 0;
   const std::string base = "b" + std::to_string(serial++);
   rte_ring* rx =
@@ -216,7 +218,7 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
   o.udp_port = kAggPort;
   o.lcores = lcores;
   o.mbufs = 16383;
-  o.indirect_multicast = indirect;
+  o.fanout = parse_fanout(results);
   ina::agg::JobConfig job;
   job.job = kJob;
   job.slots.world_size = world;
@@ -232,7 +234,7 @@ bool run_size(uint16_t elems, uint32_t world, uint32_t slots, unsigned lcores, d
   const frame::Endpoint agg_ep{local.mac, local.ip, local.udp_port};
 
   // The generator's frames (dpdk_bench_common.h); the join barrier first.
-  FrameTemplates tmpl(elems, world, slots, agg_ep);
+  FrameTemplates tmpl(elems, world, slots, agg_ep, dtype);
   const size_t flen = tmpl.flen;
   res->frame_len = flen;
   auto send_hellos = [&] {
@@ -373,10 +375,11 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
   a.mem = eal_memory(a.mem, 128, &used).front() == "--in-memory" ? "huge" : "nohuge";
   std::printf(
       "# memif: generator process (memif client, %s, prebuilt frames) on CPU %d, DUT "
-      "process (memif server, copy mode) on CPU %d; memory: %s; aggregator results %s, tag "
-      "check %s; testpmd --forward-mode=%s --port-topology=loop\n",
+      "process (memif server, copy mode) on CPU %d; memory: %s; %s frames; aggregator results "
+      "--results %s (fan: chains or copies, as chosen), tag check %s; testpmd "
+      "--forward-mode=%s --port-topology=loop\n",
       memif_gen_zero_copy(a) ? "zero-copy" : "copy mode", gen_cpu, dut_cpu, used.c_str(),
-      a.indirect ? "indirect (chains)" : "copied", a.no_tag ? "off" : "on", fwd.c_str());
+      a.dtype.c_str(), a.results.c_str(), a.no_tag ? "off" : "on", fwd.c_str());
   std::printf(
       "# Mpps: frames back at the generator per second of its window; /cpu: per CPU second"
       " of the DUT's lcore\n# thread (from /proc, the same meter for both DUTs); cpu%%: "
@@ -385,9 +388,9 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
       "a burst after an idle poll, so compare them with care); full:\n# share of generator"
       " tx bursts that found the ring full (near 0: the generator is the limit);\n# ratio: "
       "agg/cpu over tpm/cpu; r_wall: agg_Mpps over tpm_Mpps.\n");
-  std::printf("# %5s %5s %5s | %8s %8s %8s %5s %7s %5s | %8s %8s %5s %7s %5s | %6s %6s\n", "elems",
-              "frame", "bsize", "agg_Mpps", "agg/cpu", "Gel/cpu", "cpu%", "cyc/f", "full",
-              "tpm_Mpps", "tpm/cpu", "cpu%", "cyc/f", "full", "ratio", "r_wall");
+  std::printf("# %5s %5s %5s | %8s %8s %8s %5s %7s %5s | %8s %8s %5s %7s %5s | %6s %6s %6s\n",
+              "elems", "frame", "bsize", "agg_Mpps", "agg/cpu", "Gel/cpu", "cpu%", "cyc/f", "full",
+              "tpm_Mpps", "tpm/cpu", "cpu%", "cyc/f", "full", "ratio", "r_wall", "fan");
   std::fflush(stdout);
   bool ok = true;
   for (uint16_t e : sizes) {
@@ -419,11 +422,18 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
     };
     std::printf(
         "  %5u %5zu %5u | %8.3f %8.3f %8.3f %4.0f%% %7.0f %5.2f | %8.3f %8.3f %4.0f%% "
-        "%7.0f %5.2f | %6.3f %6.3f\n",
+        "%7.0f %5.2f | %6.3f %6.3f %6s\n",
         unsigned{e}, memif_frame_len(e), unsigned{memif_bsize(a)}, mpps(ag), per_cpu(ag),
         per_cpu(ag) * e / 1e3, share(ag), ag.dut_cycles, ag.full_share, mpps(tp), per_cpu(tp),
         share(tp), tp.dut_cycles, tp.full_share, per_cpu(tp) > 0 ? per_cpu(ag) / per_cpu(tp) : 0.0,
-        mpps(tp) > 0 ? mpps(ag) / mpps(tp) : 0.0);
+        mpps(tp) > 0 ? mpps(ag) / mpps(tp) : 0.0,
+        ag.dut_chains < 0 ? "-" : (ag.dut_chains ? "chains" : "copies"));
+    if (a.stages && ag.ok) {
+      std::printf(
+          "  # %u elements, aggregator cycles per frame by stage: rx burst %.0f, "
+          "processing %.0f, tx burst %.0f\n",
+          unsigned{e}, ag.dut_rx_cycles, ag.dut_work_cycles, ag.dut_tx_cycles);
+    }
     // Every block but the last completes (each rank's frame of a block is sent before the next
     // block's); HELLOs are in packets_in. Results the generator no longer took after its window
     // (tx_dropped) are expected.
@@ -464,6 +474,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> modes = {"memif", "ring"};
   std::string mem = "auto";
   bool indirect = false;
+  std::string results = "auto";
+  std::string dtype = "int32";
   bool gen_copy = false;
   uint16_t bsize = 0;
   std::string role, sock, to = "agg";
@@ -492,11 +504,24 @@ int main(int argc, char** argv) {
   app.add_flag("--gen-copy", gen_copy,
                "memif generator in copy mode (default: zero-copy client on hugepages, so that the "
                "generator does less work per frame than the DUT it drives)");
-  app.add_flag("--indirect", indirect,
-               "results to every rank as header + indirect datagram chains instead of copies");
+  app.add_option("--results", results,
+                 "results to every rank: chains (a header mbuf per rank chained to the one "
+                 "datagram), copies (a copy per rank), or auto (chains where the port sends them)")
+      ->check(CLI::IsMember({"auto", "chains", "copies"}))
+      ->capture_default_str();
+  app.add_flag("--indirect", indirect, "the same as --results chains");
+  app.add_option("--dtype", dtype,
+                 "the DATA frames' type: int32 (integer SUM: no codec, the I/O path's own cost) or "
+                 "float32 (float SUM: the codec at every completion)")
+      ->check(CLI::IsMember({"int32", "float32"}))
+      ->capture_default_str();
   bool no_tag = false;
+  bool stages = false;
   app.add_flag("--no-tag", no_tag,
                "the aggregator skips the per-job tag check (SipHash), to measure what it costs");
+  app.add_flag("--stages", stages,
+               "memif: the aggregator's cycles per frame split into its rx burst, its processing "
+               "and its tx burst (four TSC reads per busy loop iteration)");
   app.add_option("--bsize", bsize, "memif buffer size (0: one buffer per frame)")
       ->capture_default_str();
   app.add_option("--testpmd", testpmd, "dpdk-testpmd binary, or 'none'")->capture_default_str();
@@ -519,8 +544,11 @@ int main(int argc, char** argv) {
   memif.seconds = seconds;
   memif.mem = mem;
   memif.bsize = bsize;
-  memif.indirect = indirect;
+  if (indirect) results = "chains";
+  memif.results = results;
+  memif.dtype = dtype;
   memif.no_tag = no_tag;
+  memif.stages = stages;
   memif.gen_zero_copy = !gen_copy;
   if (!role.empty()) {
     MemifArgs a = memif;
@@ -564,9 +592,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf(
-      "# ring: %u aggregator lcore(s), results %s, net_ring in process (generator on the "
-      "main lcore); testpmd io fwd on net_ring0 (lcores %s); memory: %s\n",
-      lcores, indirect ? "indirect (chains)" : "copied", lcore_map.c_str(), used.c_str());
+      "# ring: %u aggregator lcore(s), results --results %s, %s frames, net_ring in process "
+      "(generator on the main lcore); testpmd io fwd on net_ring0 (lcores %s); memory: %s\n",
+      lcores, results.c_str(), dtype.c_str(), lcore_map.c_str(), used.c_str());
   std::printf(
       "# Mpps: frames per wall second; /cpu: per CPU second of the polling thread(s) (the\n"
       "# fair figure where CPU is shared or capped); ratio = agg/cpu over testpmd/cpu;\n"
@@ -578,7 +606,7 @@ int main(int argc, char** argv) {
               "cyc/f", "ratio", "drops", "per-lcore Mpps/cpu");
   for (uint16_t e : sizes) {
     SizeResult r;
-    if (!run_size(e, world, slots, lcores, seconds, indirect, gen_pool, &r)) {
+    if (!run_size(e, world, slots, lcores, seconds, results, parse_dtype(dtype), gen_pool, &r)) {
       rc = 1;
       break;
     }

@@ -76,7 +76,10 @@ struct FrameTemplates {
   std::vector<std::vector<uint8_t>> hellos;
   Key128 traffic = kBenchKey;  // set from the WELCOMEs' epoch (welcome_rank) before DATA goes
 
-  FrameTemplates(uint16_t e, uint32_t w, uint32_t s, const frame::Endpoint& agg)
+  // `dtype`: int32 (the integer SUM: tag, add and result, no codec) or float32 (the float SUM:
+  // the aggregator's codec quantizes, adds and rounds each block at completion).
+  FrameTemplates(uint16_t e, uint32_t w, uint32_t s, const frame::Endpoint& agg,
+                 DType dtype = DType::kInt32)
       : elems(e), world(w), slots(s) {
     dlen = wire::packet_size(elems, 4);
     flen = frame::kUdpHeadroom + dlen;
@@ -92,7 +95,14 @@ struct FrameTemplates {
           h.slot = static_cast<uint16_t>(sl);
           h.shadow = sh != 0;
           h.count = elems;
-          for (uint16_t i = 0; i < elems; ++i) pl[i] = static_cast<int32_t>(r * 1000 + i);
+          h.dtype = dtype;
+          for (uint16_t i = 0; i < elems; ++i) {
+            pl[i] = static_cast<int32_t>(r * 1000 + i);
+            if (dtype == DType::kFloat32) {
+              const float v = static_cast<float>(pl[i]) * 0.25f - 100.0f;
+              std::memcpy(&pl[i], &v, 4);
+            }
+          }
           wire::encode_header(h, f + frame::kUdpHeadroom);
           wire::store_words(f + frame::kUdpHeadroom + wire::kHeaderSize, pl.data(), elems);
           frame::write_udp_headers(f, rank_endpoint(r), agg, dlen, 0, 1);

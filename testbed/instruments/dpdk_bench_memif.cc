@@ -70,6 +70,14 @@ std::vector<std::string> eal_args(const char* name, const MemifArgs& a, bool ser
 }
 }  // namespace
 
+agg::DpdkOptions::Fanout parse_fanout(const std::string& s) {
+  if (s == "chains") return agg::DpdkOptions::Fanout::kChains;
+  if (s == "copies") return agg::DpdkOptions::Fanout::kCopies;
+  return agg::DpdkOptions::Fanout::kAuto;
+}
+
+DType parse_dtype(const std::string& s) { return s == "float32" ? DType::kFloat32 : DType::kInt32; }
+
 double testpmd_cycles_per_packet(const std::string& log) {
   // Printed when forwarding stops: "CPU cycles/packet=1234.56 (busy cycles=... / total ...".
   std::ifstream f(log);
@@ -143,7 +151,8 @@ int memif_generator(const MemifArgs& a) {
     }
     rte_delay_ms(10);
   }
-  FrameTemplates tmpl(a.elems, a.world, a.slots, frame::Endpoint{kAggMac, kAggIp, kAggPort});
+  FrameTemplates tmpl(a.elems, a.world, a.slots, frame::Endpoint{kAggMac, kAggIp, kAggPort},
+                      parse_dtype(a.dtype));
   std::vector<rte_mbuf*> frames(nframes);
   if (rte_pktmbuf_alloc_bulk(pool, frames.data(), nframes) != 0) {
     std::printf("ERROR generator: cannot take %u mbufs for the frames\n", nframes);
@@ -277,8 +286,9 @@ int memif_aggregator(const MemifArgs& a) {
   o.mac = kAggMac;
   o.lcores = 1;
   o.mbufs = 16383;
-  o.indirect_multicast = a.indirect;
+  o.fanout = parse_fanout(a.results);
   o.check_tag = !a.no_tag;
+  o.stage_cycles = a.stages;
   agg::JobConfig job;
   job.job = kJob;
   job.slots.world_size = a.world;
@@ -295,7 +305,7 @@ int memif_aggregator(const MemifArgs& a) {
     std::printf("ERROR aggregator start: %s\n", s.to_string().c_str());
     return 1;
   }
-  std::printf("READY\n");
+  std::printf("READY chains=%d\n", ag->chains() ? 1 : 0);
   std::fflush(stdout);
   char buf[64];
   while (read(0, buf, sizeof buf) > 0) {
@@ -303,12 +313,15 @@ int memif_aggregator(const MemifArgs& a) {
   ag->stop();
   const auto e = ag->engine_totals();
   const auto l = ag->loop_totals();
+  auto per_frame = [&](uint64_t tsc) {
+    return l.rx ? static_cast<double>(tsc) / static_cast<double>(l.rx) : -1.0;
+  };
   std::printf("RESULT packets_in=%" PRIu64 " completed=%" PRIu64 " tx=%" PRIu64
               " tx_dropped=%" PRIu64 " no_mbuf=%" PRIu64 " polls=%" PRIu64 " idle_polls=%" PRIu64
-              " cycles=%.1f malformed=%" PRIu64 "\n",
+              " cycles=%.1f malformed=%" PRIu64 " rx_cyc=%.1f work_cyc=%.1f tx_cyc=%.1f\n",
               e.packets_in, e.completed, l.tx, l.tx_dropped, l.no_mbuf, l.polls, l.idle_polls,
-              l.rx ? static_cast<double>(l.busy_tsc) / static_cast<double>(l.rx) : -1.0,
-              e.malformed);
+              per_frame(l.busy_tsc), e.malformed, per_frame(l.rx_tsc), per_frame(l.work_tsc),
+              per_frame(l.tx_tsc));
   std::fflush(stdout);
   ag.reset();  // stops and closes the port
   return 0;
@@ -347,19 +360,22 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd, con
                                     "--mem",
                                     a.mem,
                                     "--bsize",
-                                    std::to_string(memif_bsize(a))};
+                                    std::to_string(memif_bsize(a)),
+                                    "--dtype",
+                                    a.dtype};
   };
 
   Child d;
   if (to_agg) {
     std::vector<std::string> args = role_args("agg", dut_cpu);
-    if (a.indirect) args.push_back("--indirect");
+    for (const std::string& x : {std::string("--results"), a.results}) args.push_back(x);
     if (a.no_tag) args.push_back("--no-tag");
+    if (a.stages) args.push_back("--stages");
     if (!d.spawn(args, dut_log, true)) return fail("cannot start the aggregator process");
     std::string line;
     bool ready = false;
     while (!ready && d.read_line(&line, std::chrono::seconds(60))) {
-      ready = line == "READY";
+      ready = std::sscanf(line.c_str(), "READY chains=%d", &row.dut_chains) == 1;
       if (line.rfind("ERROR", 0) == 0) break;
     }
     if (!ready) {
@@ -430,13 +446,14 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd, con
     d.in_fd = -1;
     while (d.read_line(&line, std::chrono::seconds(10))) {
       if (line.rfind("RESULT ", 0) == 0) {
-        std::sscanf(line.c_str(),
-                    "RESULT packets_in=%" SCNu64 " completed=%" SCNu64 " tx=%" SCNu64
-                    " tx_dropped=%" SCNu64 " no_mbuf=%" SCNu64 " polls=%" SCNu64
-                    " idle_polls=%" SCNu64 " cycles=%lf malformed=%" SCNu64,
-                    &row.dut_packets_in, &row.dut_completed, &row.dut_tx, &row.dut_tx_dropped,
-                    &row.dut_no_mbuf, &row.dut_polls, &row.dut_idle_polls, &row.dut_cycles,
-                    &row.dut_malformed);
+        std::sscanf(
+            line.c_str(),
+            "RESULT packets_in=%" SCNu64 " completed=%" SCNu64 " tx=%" SCNu64 " tx_dropped=%" SCNu64
+            " no_mbuf=%" SCNu64 " polls=%" SCNu64 " idle_polls=%" SCNu64
+            " cycles=%lf malformed=%" SCNu64 " rx_cyc=%lf work_cyc=%lf tx_cyc=%lf",
+            &row.dut_packets_in, &row.dut_completed, &row.dut_tx, &row.dut_tx_dropped,
+            &row.dut_no_mbuf, &row.dut_polls, &row.dut_idle_polls, &row.dut_cycles,
+            &row.dut_malformed, &row.dut_rx_cycles, &row.dut_work_cycles, &row.dut_tx_cycles);
         break;
       }
     }

@@ -4,8 +4,10 @@ mode (generator process vs the aggregator and vs dpdk-testpmd when installed) an
 net_ring mode, at 64 and 1024 elements per packet (1024: 4170-byte frames, beyond memif's 1518-byte
 reported maximum). Asserts the bench exits 0, prints one row per size and mode with a positive
 aggregator rate (and testpmd rate when it ran), and no UNEXPECTED aggregator counters (exact
-aggregation: every block completes). Exits 77 (SKIP) with the reason when not root or the EAL
-cannot start.
+aggregation: every block completes); that the aggregator sent its results over memif as chains
+(the port transmits them: DpdkOptions::fanout auto); then a float32 run (the float SUM's codec)
+with --stages prints its row and the cycles per frame by stage. Exits 77 (SKIP) with the reason
+when not root or the EAL cannot start.
 
     test_dpdk_bench.py BUILD_DIR
 """
@@ -46,10 +48,23 @@ def main():
         assert float(r[4]) > 0, f"memif aggregator rate is 0 at {r[0]} elements"
         if testpmd != "none":
             assert float(r[11]) > 0, f"memif testpmd rate is 0 at {r[0]} elements"
+        assert r[-1] == "chains", f"memif results sent as {r[-1]}, not chains"
     for r in ring_rows:
         assert float(r[2]) > 0, f"ring aggregator rate is 0 at {r[0]} elements"
-    print("ok: %d memif rows, %d ring rows (testpmd: %s)" % (len(memif_rows), len(ring_rows),
-                                                           testpmd))
+
+    cmd = [bench, "--mode", "memif", "--elems", "256", "--seconds", "0.3", "--testpmd", "none",
+           "--dtype", "float32", "--stages"]
+    print("running:", " ".join(cmd), flush=True)
+    q = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=120)
+    print(q.stdout)
+    assert q.returncode == 0, f"ina-dpdk-bench --dtype float32 exited {q.returncode}"
+    assert "UNEXPECTED" not in q.stdout, "inexact aggregation counters (float32)"
+    rows = [line.split() for line in q.stdout.splitlines() if line.split()[:1] == ["256"]]
+    assert len(rows) == 1 and float(rows[0][4]) > 0, f"float32 memif row: {rows}"
+    assert "aggregator cycles per frame by stage: rx burst" in q.stdout, "no --stages line"
+    print("ok: %d memif rows, %d ring rows (testpmd: %s), float32 with stages" %
+          (len(memif_rows), len(ring_rows), testpmd))
     return 0
 
 

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <map>
 #include <random>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -99,6 +100,17 @@ class RingPort {
     ASSERT_NE(m, nullptr);
     std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(f.size())), f.data(), f.size());
     while (rte_ring_enqueue(rx_, m) != 0) std::this_thread::yield();
+  }
+  // The frame as an indirect mbuf (rte_pktmbuf_clone) of a buffer the aggregator must not write:
+  // its replies come from fresh mbufs.
+  void inject_clone(const std::vector<uint8_t>& f) {
+    rte_mbuf* m = rte_pktmbuf_alloc(g_pool);
+    ASSERT_NE(m, nullptr);
+    std::memcpy(rte_pktmbuf_append(m, static_cast<uint16_t>(f.size())), f.data(), f.size());
+    rte_mbuf* c = rte_pktmbuf_clone(m, g_pool);
+    ASSERT_NE(c, nullptr);
+    rte_pktmbuf_free(m);  // the clone holds the buffer
+    while (rte_ring_enqueue(rx_, c) != 0) std::this_thread::yield();
   }
   // Replies so far.
   std::vector<Rx> drain() {
@@ -203,7 +215,7 @@ std::unique_ptr<Running> start(unsigned lcores, uint32_t world, uint32_t slots, 
   o.mac = kAggMac;
   o.mbufs = 4095;
   o.lcores = lcores;
-  o.indirect_multicast = indirect;
+  o.fanout = indirect ? DpdkOptions::Fanout::kChains : DpdkOptions::Fanout::kCopies;
   JobConfig j;
   j.job = kJob;
   j.key = kKey;
@@ -292,6 +304,35 @@ TEST(DpdkCreate, RefusesATreeLeafJob) {
   EXPECT_NE(a.status().message().find("--backend udp"), std::string::npos);
 }
 
+// DpdkOptions::fanout: kChains and kCopies as asked; kAuto chains where the port's PMD transmits
+// multi-segment frames (net_memif does: dpdk_memif_test checks its aggregator's log), else copies.
+TEST(DpdkCreate, FanoutFollowsTheOptionAndThePort) {
+  for (const auto f :
+       {DpdkOptions::Fanout::kAuto, DpdkOptions::Fanout::kChains, DpdkOptions::Fanout::kCopies}) {
+    RingPort port(1);
+    rte_eth_dev_info info{};
+    ASSERT_EQ(rte_eth_dev_info_get(static_cast<uint16_t>(std::stoi(port.name())), &info), 0);
+    const bool multi_segs = (info.tx_offload_capa & RTE_ETH_TX_OFFLOAD_MULTI_SEGS) != 0;
+    DpdkOptions o;
+    o.port = port.name();
+    o.ip = kAggIp;
+    o.udp_port = kAggPort;
+    o.mbufs = 1023;
+    o.lcores = 1;
+    o.fanout = f;
+    JobConfig j;
+    j.job = kJob;
+    j.slots.world_size = 2;
+    j.slots.num_slots = 4;
+    auto a = DpdkAggregator::create(o, {j});
+    ASSERT_TRUE(a.ok()) << a.status().to_string();
+    const bool want =
+        f == DpdkOptions::Fanout::kChains || (f == DpdkOptions::Fanout::kAuto && multi_segs);
+    EXPECT_EQ((*a)->chains(), want)
+        << "fanout " << int(f) << ", net_ring multi-segment tx " << multi_segs;
+  }
+}
+
 // A tree root on the DPDK loop: the leaves' float SUM PARTIAL words are twice the
 // block (an int64 per float32 element, 2112-byte frames for a 1024-byte block), so the root's
 // mbufs and MTU are sized for them. Two leaves ask for the exponent (the MAX comes back to both),
@@ -342,6 +383,7 @@ TEST_P(DpdkLoop, ShuffledDuplicatedLossyTrafficGivesExactSums) {
   const bool indirect = std::get<1>(GetParam());
   constexpr uint32_t kWorld = 4, kSlots = 8, kEpochs = 2;
   constexpr uint16_t kElems = 64;
+  const unsigned in_use = rte_mempool_in_use_count(g_pool);
   auto run = start(lcores, kWorld, kSlots, kElems, indirect);
   ASSERT_NE(run, nullptr);
   join(*run, kWorld, kSlots, kElems);
@@ -449,6 +491,60 @@ TEST_P(DpdkLoop, ShuffledDuplicatedLossyTrafficGivesExactSums) {
     EXPECT_GT(lc.handed_off, 0u);
     for (unsigned i = 0; i < lcores; ++i) EXPECT_GT(run->agg->engine(i).counters().completed, 0u);
   }
+  // Every received frame (a chain's shared datagram is one: its reference count is the number of
+  // ranks) is back in the pool once every reply is freed: none leaked, none freed twice.
+  run->port->drain();
+  run->agg.reset();
+  EXPECT_EQ(rte_mempool_in_use_count(g_pool), in_use);
+}
+
+// A result whose received mbuf is shared (an indirect mbuf here) is encoded in a fresh mbuf; as
+// chains or copies, every rank gets the exact sum, and every mbuf goes back to the pool.
+TEST_P(DpdkLoop, ResultsFromAFreshMbufWhenTheReceivedOneIsShared) {
+  const unsigned lcores = std::get<0>(GetParam());
+  constexpr uint32_t kWorld = 3, kSlots = 4;
+  constexpr uint16_t kElems = 40;
+  const unsigned in_use = rte_mempool_in_use_count(g_pool);
+  auto run = start(lcores, kWorld, kSlots, kElems, std::get<1>(GetParam()));
+  ASSERT_NE(run, nullptr);
+  join(*run, kWorld, kSlots, kElems);
+  for (uint32_t b = 0; b < kSlots; ++b) {
+    for (uint32_t r = 0; r < kWorld; ++r) {
+      wire::Header h;
+      h.tag = kKey;
+      h.job = kJob;
+      h.rank = static_cast<uint16_t>(r);
+      h.slot = static_cast<uint16_t>(b);
+      h.seq = b + 1;
+      h.count = kElems;
+      std::vector<int32_t> pl(kElems);
+      for (uint32_t i = 0; i < kElems; ++i) pl[i] = value(r, b, i);
+      run->port->inject_clone(ina_frame(r, h, pl));
+    }
+  }
+  auto got = run->port->wait_for(
+      [&](const std::vector<Rx>& v) { return v.size() >= size_t{kWorld} * kSlots; });
+  ASSERT_EQ(got.size(), size_t{kWorld} * kSlots);
+  std::set<std::pair<uint32_t, uint32_t>> seen;
+  for (const Rx& rx : got) {
+    Decoded d;
+    ASSERT_TRUE(decode_reply(rx, kWorld, &d));
+    ASSERT_TRUE(d.pkt.hdr.has(wire::kFlagResult));
+    const uint32_t b = d.pkt.hdr.seq - 1;
+    ASSERT_EQ(d.words.size(), kElems);
+    for (uint32_t i = 0; i < kElems; ++i) {
+      int64_t want = 0;
+      for (uint32_t r = 0; r < kWorld; ++r) want += value(r, b, i);
+      ASSERT_EQ(d.words[i], static_cast<int32_t>(want)) << "block " << b << " elem " << i;
+    }
+    seen.insert({d.rank, b});
+  }
+  EXPECT_EQ(seen.size(), size_t{kWorld} * kSlots);
+  run->agg->stop();
+  EXPECT_EQ(run->agg->loop_totals().no_mbuf, 0u);
+  run->port->drain();
+  run->agg.reset();
+  EXPECT_EQ(rte_mempool_in_use_count(g_pool), in_use);
 }
 
 // Malformed frames are counted by reason and never answered; ARP and ICMP echo are answered.

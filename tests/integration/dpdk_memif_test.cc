@@ -208,6 +208,11 @@ int main(int argc, char** argv) {
   }
   ranks.comms.clear();  // the last transport stops the port (its peer is gone: nothing is polling)
   const std::string agg_log = slurp(log);
+  // net_memif transmits chains: every result went to the ranks as header mbufs chained to one
+  // shared datagram (DpdkOptions::fanout), and the sums above were exact.
+  CHECK(
+      agg_log.find("results to every rank as header + shared datagram chains") != std::string::npos,
+      "the aggregator did not send results as chains over net_memif");
   if (rc == 0 && agg_lcores > 1) {
     // Slots of lcores past the first were answered through lcore 0 (the totals at exit).
     CHECK(agg_log.find("tx_handed_off") != std::string::npos,

@@ -457,8 +457,10 @@ Status DpdkTransport::send_batch(std::span<const std::span<const uint8_t>> pkts)
       const std::span<const uint8_t> d = pkts[i + k];
       rte_mbuf* m = tx_[k];
       uint8_t* f = rte_pktmbuf_mtod(m, uint8_t*);
-      if (!d.empty()) std::memcpy(f + frame::kUdpHeadroom, d.data(), d.size());
-      const uint32_t sum = frame::sum16(f + frame::kUdpHeadroom, d.size());
+      // Copied and summed for the UDP checksum in one vectorized pass (sum16 is the bytewise
+      // loop for headers: several times slower over a payload).
+      const uint32_t sum =
+          d.empty() ? 0 : frame::copy_sum16(f + frame::kUdpHeadroom, d.data(), d.size());
       set_len(m, frame::write_udp_headers(f, src_, dst_, d.size(), sum, ip_id_++));
     }
     const uint16_t sent = port_->send(tx_.data(), n);

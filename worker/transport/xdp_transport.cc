@@ -361,8 +361,10 @@ Status XdpTransport::send_batch(std::span<const std::span<const uint8_t>> pkts) 
       const uint64_t addr = tx_free_.back();
       tx_free_.pop_back();
       auto* f = static_cast<uint8_t*>(xsk_umem__get_data(s_->area, addr));
-      if (!d.empty()) std::memcpy(f + frame::kUdpHeadroom, d.data(), d.size());
-      const uint32_t sum = frame::sum16(f + frame::kUdpHeadroom, d.size());
+      // Copied and summed for the UDP checksum in one vectorized pass (sum16 is the bytewise
+      // loop for headers: several times slower over a payload).
+      const uint32_t sum =
+          d.empty() ? 0 : frame::copy_sum16(f + frame::kUdpHeadroom, d.data(), d.size());
       xdp_desc* td = xsk_ring_prod__tx_desc(&s_->tx, ti + k);
       td->addr = addr;
       td->len =
