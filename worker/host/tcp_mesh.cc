@@ -63,11 +63,10 @@ constexpr std::chrono::microseconds kSpin{50};
 // again within tens of microseconds, hundreds at most for MiB blocks). Spinning then costs a
 // slice per yield, while a rank blocked in recvmsg/poll is woken, and scheduled early, when its
 // data lands: the mesh stops spinning for kNoSpinFor and blocks at once (then tries again). On
-// the shared 2-core VM, 8 ranks on loopback, rounds paired with the mesh that always spins:
-// with other jobs holding 1.4-1.8 cores (a 200 us threshold), AllToAll of 128 KiB per rank took
-// 0.70x the time (median of 11 rounds), AllToAllv Zipf(1.2) of 16 and 64 KiB 0.76x and 0.68x,
-// 8 MiB 0.96x; at load 14-18 (500 us, 10 rounds) 0.12x and 0.16x at 128 KiB and Zipf 64 KiB,
-// where spinning took 5.7 and 7.9 ms per call. With the cores idle a yield comes back within
+// the shared 2-core VM, rounds paired with the mesh that always spins: 8 ranks, AllToAll of
+// 128 KiB per rank 0.70x the time with other jobs holding 1.4-1.8 cores and 0.12x with them
+// holding 1.6-1.95 (load 14-18), AllToAllv Zipf(1.2) of 64 KiB 0.68x and 0.16x; 4 ranks 0.78-0.98x
+// (testbed/results/alltoall-contended-20261206/). With the cores idle a yield comes back within
 // microseconds and nothing changes.
 constexpr std::chrono::microseconds kYieldLost{500};
 constexpr std::chrono::milliseconds kNoSpinFor{100};
