@@ -57,6 +57,19 @@ constexpr size_t kSmallMessage = 64 << 10;  // the blocking path's limit (larger
 // 0.59-0.87x from 1 to 256 KiB, at the same CPU per byte within the noise
 // (testbed/results/alltoall-loopback-20261206/).
 constexpr std::chrono::microseconds kSpin{50};
+// A yield after which this rank got the CPU back only kYieldLost later handed the core to a
+// process that does not give it back at its next wait: another job's CPU-bound work, which holds
+// the core for a scheduler slice (milliseconds), not a peer rank (which runs its sends and waits
+// again within tens of microseconds, hundreds at most for MiB blocks). Spinning then costs a
+// slice per yield, while a rank blocked in recvmsg/poll is woken, and scheduled early, when its
+// data lands: the mesh stops spinning for kNoSpinFor and blocks at once (then tries again). On
+// the shared 2-core VM, rounds paired with the mesh that always spins: 8 ranks, AllToAll of
+// 128 KiB per rank 0.70x the time with other jobs holding 1.4-1.8 cores and 0.12x with them
+// holding 1.6-1.95 (load 14-18), AllToAllv Zipf(1.2) of 64 KiB 0.68x and 0.16x; 4 ranks 0.78-0.98x
+// (testbed/results/alltoall-contended-20261206/). With the cores idle a yield comes back within
+// microseconds and nothing changes.
+constexpr std::chrono::microseconds kYieldLost{500};
+constexpr std::chrono::milliseconds kNoSpinFor{100};
 
 // An abort notice: in place of a message's 8-byte length, 0xFFFFFFFF then the rank that a failing
 // rank found gone (see TcpMesh::fail). No message is 2^32 times 4 GiB long.
@@ -514,9 +527,18 @@ Status TcpMesh::timeout_error(const Op& op) const {
 }
 
 Status TcpMesh::spin(Op& op, bool one_peer) {
-  for (const auto end = Clock::now() + kSpin; !op.complete && Clock::now() < end;) {
+  auto now = Clock::now();
+  if (now < no_spin_until_) return ok_status();  // the core is contended: block at once
+  for (const auto end = now + kSpin; !op.complete && now < end;) {
     INA_RETURN_IF_ERROR(one_peer ? progress_recv(op.peer) : poll_once(0));
-    if (!op.complete) sched_yield();
+    if (op.complete) break;
+    const auto before = Clock::now();
+    sched_yield();
+    now = Clock::now();
+    if (now - before > kYieldLost) {
+      no_spin_until_ = now + kNoSpinFor;
+      break;
+    }
   }
   return ok_status();
 }

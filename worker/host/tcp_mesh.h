@@ -25,7 +25,9 @@
 // latency-bound steps of hd, tree and the agreement messages: the send went out eagerly when
 // posted) blocks in recvmsg() on that one socket instead of poll() + read: one send and one receive
 // system call per step. Every wait first polls without sleeping, yielding the CPU between polls,
-// for up to 50 us (kSpin), so that a message due within microseconds costs no wake-up. The blocking
+// for up to 50 us (kSpin), so that a message due within microseconds costs no wake-up; a yield that
+// kept the rank off the CPU for a scheduler slice (another job holds the core) stops the spinning
+// for a while, since spinning then delays the rank by a slice per yield (kYieldLost). The blocking
 // receive wakes every kRecvSliceMs (SO_RCVTIMEO) to check the deadline and to notice peers that
 // closed meanwhile, so a vanished rank is still named. Errors name the rank: "rank 3: connection
 // closed", "rank 3: connection reset", "rank 3 did not send within 5000 ms". A peer that closes
@@ -105,6 +107,7 @@ class TcpMesh final : public Context {
   Status poll_once(int timeout_ms);
   // Progresses without sleeping, yielding the CPU between tries, until `op` completes or kSpin
   // went by: on the small-message path its peer's socket alone (one_peer), else every peer's.
+  // Returns at once while no_spin_until_ lies ahead, and sets it when a yield lost the core.
   Status spin(Op& op, bool one_peer);
   Status fail(Status s);
   Status timeout_error(const Op& op) const;
@@ -130,6 +133,8 @@ class TcpMesh final : public Context {
   std::vector<int> poll_ranks_;
   Handle next_handle_ = 1;
   Status broken_;
+  // Until then waits block at once: a yield lost the core to another process (tcp_mesh.cc).
+  std::chrono::steady_clock::time_point no_spin_until_{};
 };
 
 }  // namespace ina::host
