@@ -361,6 +361,7 @@ const CodecKernels& avx2_table() {
       dequantize_narrow,
       add_int32,
       from_sum_int32,
+      nullptr,  // quantize_sum: composed of the loops above (the codec's tile loop)
   };
   return t;
 }
