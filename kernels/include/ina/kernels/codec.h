@@ -10,7 +10,8 @@
 //             dequantizers replaced (vcvtpd2qq and vcvtqq2ps convert int64 in one instruction),
 //             and the fused float SUM completion (quantize_sum)
 //   neon      arm64 (BlueField and other SmartNIC aggregators): the magnitude scan, the float32
-//             quantizer, int32 SUM and the float32/int32 keys; the rest portable
+//             quantizer, int32 SUM and the float32/int32 keys; the rest portable (and no fused
+//             completion: the codec composes it of the loops)
 //
 // Every function takes raw little-endian bytes at any alignment and any n (tails included).
 #pragma once
