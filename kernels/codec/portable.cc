@@ -2,7 +2,6 @@
 // the reference the vector implementations are held to, bit for bit.
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 
 #include "dispatch.h"
 
@@ -87,32 +86,10 @@ void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
   for (size_t i = 0; i < n; ++i) store<F32>(dst, i, static_cast<uint32_t>(acc[i]));
 }
 
-// Element by element: each rank's word as quantize_f32 computes it, added in uint64 (the int64
-// sum with wrap-around, never undefined), then dequantize_f32's or dequantize_narrow's value.
-void quantize_sum(Format f, const void* src, size_t stride, size_t ranks, size_t n, double scale,
-                  double limit, float m, void* dst) {
-  with_float(f, [&]<class E>(E) {
-    for (size_t i = 0; i < n; ++i) {
-      uint64_t sum = 0;
-      for (size_t r = 0; r < ranks; ++r) {
-        const float x = E::to_float(load<E>(static_cast<const uint8_t*>(src) + r * stride, i));
-        int64_t q = 0;
-        quantize_f32(&x, 1, scale, limit, &q, false);
-        sum += static_cast<uint64_t>(q);
-      }
-      const auto s = static_cast<int64_t>(sum);
-      if constexpr (std::is_same_v<E, F32>) {
-        dequantize_f32(&s, 1, m, static_cast<uint8_t*>(dst) + 4 * i);
-      } else {
-        store<E>(dst, i, E::from_float(round_to_odd24(s) * m));
-      }
-    }
-  });
-}
-
 constexpr CodecKernels kPortable{
-    "portable",     scan_codes,        quantize_f32, widen,          keys,         from_keys,
-    dequantize_f32, dequantize_narrow, add_int32,    from_sum_int32, quantize_sum,
+    "portable", scan_codes,     quantize_f32,      widen,     keys,
+    from_keys,  dequantize_f32, dequantize_narrow, add_int32, from_sum_int32,
+    nullptr,  // quantize_sum: the codec composes the loops above (its tile loop)
 };
 
 }  // namespace

@@ -57,7 +57,8 @@ struct CodecKernels {
   // limit)) (quantize_f32's word of each widened element, added in int64 with wrap-around), and
   // dst[i] = Q_i dequantized with m (dequantize_f32 for kF32, dequantize_narrow otherwise; m as
   // they take it). The bits of widen + quantize_f32 + dequantize_* run rank by rank, without the
-  // accumulators in memory. Null where a table has no such loop: the caller composes those.
+  // accumulators in memory. Null where a table has no such loop (portable, neon): the caller
+  // composes those loops instead, which is also the reference the fused ones are held to.
   void (*quantize_sum)(Format f, const void* src, size_t stride, size_t ranks, size_t n,
                        double scale, double limit, float m, void* dst);
 };
