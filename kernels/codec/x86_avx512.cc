@@ -180,9 +180,10 @@ template <class E, bool kFloatScale>
 INA_AVX512 void quantize_sum_avx512(const uint8_t* src, size_t stride, size_t ranks, size_t n,
                                     double scale, double limit, float m, uint8_t* dst) {
   constexpr size_t w = sizeof(typename E::Bits);
-  const __m512 fscale = _mm512_set1_ps(static_cast<float>(scale));
-  const __m512 fhi = _mm512_set1_ps(static_cast<float>(limit));
-  const __m512 flo = _mm512_set1_ps(static_cast<float>(-limit));
+  // (Only the float32 path converts them: a scale beyond float32's range would not convert.)
+  const __m512 fscale = _mm512_set1_ps(kFloatScale ? static_cast<float>(scale) : 0.0f);
+  const __m512 fhi = _mm512_set1_ps(kFloatScale ? static_cast<float>(limit) : 0.0f);
+  const __m512 flo = _mm512_set1_ps(kFloatScale ? static_cast<float>(-limit) : 0.0f);
   const __m512d dscale = _mm512_set1_pd(scale);
   const __m512d dhi = _mm512_set1_pd(limit);
   const __m512d dlo = _mm512_set1_pd(-limit);
