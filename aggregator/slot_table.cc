@@ -49,9 +49,6 @@ namespace {
 constexpr uint32_t kMaxSlots = uint32_t{wire::kMaxSlot} + 1;
 constexpr uint32_t kMaxPayload = 16384;
 constexpr uint32_t kMaxWorld = 65535;
-// Elements per tile of a float SUM's completion: 4 KiB of accumulators, in L1 beside the ranks'
-// words of the tile.
-constexpr size_t kSumTile = 512;
 constexpr uint32_t kMinWidth = 1;  // the narrowest element (float8): sizes the accumulators
 
 std::string range_error(const char* field, uint32_t lo, uint32_t hi, uint64_t got) {
@@ -124,8 +121,7 @@ SlotTable::SlotTable(const SlotTableConfig& cfg)
       result_(size_t{cfg.num_slots} * 2 * cfg.max_payload_bytes),
       raw_(size_t{cfg.num_slots} * 2 * cfg.world_size * cfg.max_payload_bytes),
       bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_),
-      other_bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_),
-      sum_tile_(kSumTile) {}
+      other_bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_) {}
 
 SlotTable::~SlotTable() = default;
 
@@ -156,22 +152,10 @@ void SlotTable::finish(size_t k) {
       return;
     case CopyMode::kRaw: {
       if (cfg_.defer_float_sum) return;
-      // Tile by tile in one reused tile of accumulators, which stays in the L1 cache from the
-      // first rank's words (stored, not added to zeros: no clearing pass) through the last
-      // rank's to the result.
-      const uint8_t* raw = raw_.data() + k * cfg_.world_size * cfg_.max_payload_bytes;
-      const size_t esize = dtype_size(c.dtype);
-      const int scale = codec::scale_exponent(c.dtype, c.exp, quant_world_);
-      for (size_t at = 0; at < c.count; at += kSumTile) {
-        const size_t n = std::min<size_t>(kSumTile, c.count - at);
-        int64_t* tile = sum_tile_.data();
-        codec::quantize(raw + at * esize, n, c.dtype, c.exp, quant_world_, tile);
-        for (uint32_t r = 1; r < cfg_.world_size; ++r) {
-          codec::quantize_add(raw + size_t{r} * cfg_.max_payload_bytes + at * esize, n, c.dtype,
-                              c.exp, quant_world_, tile);
-        }
-        codec::dequantize(tile, n, c.dtype, scale, out + at * esize);
-      }
+      // Every rank's words quantized with E = MAX, added and converted in one pass (codec.h).
+      codec::quantize_sum(raw_.data() + k * cfg_.world_size * cfg_.max_payload_bytes,
+                          cfg_.max_payload_bytes, cfg_.world_size, c.count, c.dtype, c.exp,
+                          quant_world_, out);
       return;
     }
     case CopyMode::kExp: c.answer_exp = c.exp; return;

@@ -210,9 +210,6 @@ class SlotTable {
   ZeroedArray<uint8_t> raw_;             // float SUM: world_size * max_payload_bytes per copy
   std::vector<uint64_t> bitmaps_;        // bitmap_words_ per copy
   std::vector<uint64_t> other_bitmaps_;  // poisoned copies: the ranks of another shape
-  // A float SUM round's completion: one tile of accumulators, reused by every round (a copy's own
-  // accumulators are cold by the time its round completes; this tile stays in L1).
-  std::vector<int64_t> sum_tile_;
 };
 
 }  // namespace ina::agg

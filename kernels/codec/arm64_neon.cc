@@ -169,6 +169,7 @@ const CodecKernels& neon_table() {
     k.keys = keys;
     k.add_int32 = add_int32;
     k.from_sum_int32 = from_sum_int32;
+    k.quantize_sum = nullptr;  // composed of the loops above (the codec's tile loop)
     return k;
   }();
   return t;

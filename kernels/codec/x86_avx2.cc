@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 
 #include "dispatch.h"
@@ -339,6 +340,90 @@ void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
   from_sum_int32_avx2(acc, n, static_cast<uint8_t*>(dst));
 }
 
+// The float SUM's completion (quantize_sum): a tile of up to 256 elements at a time, eight at a
+// time summed over every rank in registers, then the tile's sums converted by the dequantizers
+// above (float32: the portable loop, AVX2 having no int64 -> float conversion). Each rank's word
+// is quantize_f32_avx2's integer-valued double v (|v| <= 2^62), split the same exact way into
+// hi = floor(v / 2^32) (|hi| <= 2^30) and lo = v - hi * 2^32 (in [0, 2^32)); the his and the los
+// are summed apart in doubles, exactly (at most 65536 ranks a group: sums below 2^47 and 2^49),
+// and the group's int64 sum is (sum hi) * 2^32 + (sum lo), each half moved out through the
+// mantissa once per element instead of once per rank. Groups of ranks add in int64, wrapping.
+template <class E>
+[[gnu::target("avx2,f16c")]] void quantize_sum_avx2(const uint8_t* src, size_t stride, size_t ranks,
+                                                    size_t n, double scale, double limit, float m,
+                                                    uint8_t* dst) {
+  constexpr size_t w = sizeof(typename E::Bits);
+  constexpr size_t kTile = 256;
+  constexpr size_t kGroup = 65536;
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i inf = _mm256_set1_epi32(0x7F800000);
+  const __m256d vscale = _mm256_set1_pd(scale);
+  const __m256d hi_lim = _mm256_set1_pd(limit);
+  const __m256d lo_lim = _mm256_set1_pd(-limit);
+  const __m256d two_m32 = _mm256_set1_pd(0x1p-32);
+  const __m256d two_32 = _mm256_set1_pd(0x1p32);
+  const __m256d magic = _mm256_set1_pd(0x1.8p52);
+  alignas(32) int64_t q[kTile];
+  for (size_t at = 0; at < n; at += kTile) {
+    const size_t tn = std::min(kTile, n - at);
+    std::fill_n(q, (tn + 7) & ~size_t{7}, int64_t{0});
+    for (size_t g = 0; g < ranks; g += kGroup) {
+      const size_t gn = std::min(kGroup, ranks - g);
+      for (size_t i = 0; i < tn; i += 8) {
+        __m256d sh[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
+        __m256d sl[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
+        const uint8_t* p = src + g * stride + w * (at + i);
+        for (size_t r = 0; r < gn; ++r, p += stride) {
+          __m256 x;
+          if (i + 8 <= tn) {
+            x = widen8<E>(p);
+          } else {
+            alignas(32) uint8_t tail[32] = {};
+            std::memcpy(tail, p, w * (tn - i));
+            x = widen8<E>(tail);
+          }
+          const __m256i bits = _mm256_castps_si256(x);
+          const __m256i finite = _mm256_cmpgt_epi32(inf, _mm256_and_si256(bits, abs_mask));
+          const __m256 xf = _mm256_and_ps(x, _mm256_castsi256_ps(finite));
+          for (int h = 0; h < 2; ++h) {
+            const __m128 half = h == 0 ? _mm256_castps256_ps128(xf) : _mm256_extractf128_ps(xf, 1);
+            __m256d v = _mm256_mul_pd(_mm256_cvtps_pd(half), vscale);
+            v = _mm256_min_pd(_mm256_max_pd(v, lo_lim), hi_lim);
+            v = _mm256_round_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+            const __m256d hi = _mm256_floor_pd(_mm256_mul_pd(v, two_m32));
+            sh[h] = _mm256_add_pd(sh[h], hi);
+            sl[h] = _mm256_add_pd(sl[h], _mm256_sub_pd(v, _mm256_mul_pd(hi, two_32)));
+          }
+        }
+        for (int h = 0; h < 2; ++h) {
+          const __m256i hi_i = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(sh[h], magic)),
+                                                _mm256_castpd_si256(magic));
+          const __m256i lo_i = _mm256_sub_epi64(_mm256_castpd_si256(_mm256_add_pd(sl[h], magic)),
+                                                _mm256_castpd_si256(magic));
+          const __m256i sum = _mm256_add_epi64(_mm256_slli_epi64(hi_i, 32), lo_i);
+          auto* out = reinterpret_cast<__m256i*>(q + i + 4 * h);
+          _mm256_store_si256(out, _mm256_add_epi64(_mm256_load_si256(out), sum));
+        }
+      }
+    }
+    uint8_t* d = dst + w * at;
+    if constexpr (std::is_same_v<E, F32>) {
+      for (size_t i = 0; i < tn; ++i)
+        store<F32>(d, i, F32::from_float(static_cast<float>(q[i]) * m));
+    } else {
+      dequantize_narrow_avx2<E>(q, tn, m, d);
+    }
+  }
+}
+
+void quantize_sum(Format f, const void* src, size_t stride, size_t ranks, size_t n, double scale,
+                  double limit, float m, void* dst) {
+  with_float(f, [&]<class E>(E) {
+    quantize_sum_avx2<E>(static_cast<const uint8_t*>(src), stride, ranks, n, scale, limit, m,
+                         static_cast<uint8_t*>(dst));
+  });
+}
+
 // F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
 bool have_f16c() {
   unsigned a = 0, b = 0, c = 0, d = 0;
@@ -361,6 +446,7 @@ const CodecKernels& avx2_table() {
       dequantize_narrow,
       add_int32,
       from_sum_int32,
+      quantize_sum,
   };
   return t;
 }

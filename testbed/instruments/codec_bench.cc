@@ -13,7 +13,10 @@
 // A second table gives the aggregator's float SUM path in ns per element, stage by stage: what
 // it does per rank's packet (the tag checked over header and payload, scan, quantize+add) and
 // per block once (dequantize, the result's tag), and the whole path per element per rank:
-// tag + scan + quant_add + (dequant + tag) / world, beside memcpy per element and the ratio.
+// tag + scan + fused + tag / world, beside memcpy per element and the ratio. The completion of a
+// round (every rank's words quantized, added and converted) is timed twice over the slot table's
+// layout: the per-rank loops through a tile and the fused loop (codec::quantize_sum), beside a
+// memcpy of the same ranks' words.
 // --impl runs one kernel implementation (ina/kernels/codec.h: avx512, avx2, neon, portable), so two
 // can be compared in the same run, alternated.
 //
@@ -232,14 +235,62 @@ int main(int argc, char** argv) {
           }
         });
         if (is_float) {
+          // The completion as the slot table runs it: every rank's words of a block side by side
+          // (rank r's at r * payload bytes), the blocks one after another; `tiles` is the loop
+          // the fused kernel replaced (quantize, quantize_add per rank, dequantize, through a
+          // 512-element tile), `fused` is codec::quantize_sum (the kernels' one-pass loop where
+          // the table has one, the same tile loop where not); `copy` is memcpy of the same
+          // ranks' words. All in ns per element per rank.
+          const size_t blocks = packets;
+          const size_t stride = payload;
+          std::vector<uint8_t> raw(blocks * world * stride);
+          for (size_t b = 0; b < blocks; ++b) {
+            const size_t n = std::min(block, elems - b * block);
+            for (uint32_t r = 0; r < world; ++r) {
+              std::memcpy(raw.data() + (b * world + r) * stride, in.data() + b * block * w, n * w);
+            }
+          }
+          std::vector<uint8_t> raw_out(raw.size());
+          auto per_round = [&](auto&& step) {
+            return median_seconds(reps, [&] {
+              for (size_t b = 0; b < blocks; ++b) {
+                step(raw.data() + b * world * stride, std::min(block, elems - b * block), exps[b],
+                     out.data() + b * block * w);
+              }
+            });
+          };
+          alignas(64) static int64_t tile[512];
+          const double tiles_s =
+              per_round([&](const uint8_t* src, size_t n, int16_t e, uint8_t* d) {
+                for (size_t at = 0; at < n; at += 512) {
+                  const size_t m = std::min<size_t>(512, n - at);
+                  codec::quantize(src + at * w, m, t, e, world, tile);
+                  for (uint32_t r = 1; r < world; ++r) {
+                    codec::quantize_add(src + r * stride + at * w, m, t, e, world, tile);
+                  }
+                  codec::dequantize(tile, m, t, codec::scale_exponent(t, e, world), d + at * w);
+                }
+              });
+          const double fused_s =
+              per_round([&](const uint8_t* src, size_t n, int16_t e, uint8_t* d) {
+                codec::quantize_sum(src, stride, world, n, t, e, world, d);
+              });
+          const double rawcp_s =
+              median_seconds(reps, [&] { std::memcpy(raw_out.data(), raw.data(), raw.size()); });
           const double e = static_cast<double>(elems);
+          const double er = e * world;
           const double ns_scan = scan_s / e * 1e9, ns_q = quant_s / e * 1e9, ns_d = deq_s / e * 1e9;
           const double ns_tag = tag_s / e * 1e9, ns_cp = cp_s / e * 1e9;
-          const double path = ns_tag + ns_scan + ns_q + (ns_d + ns_tag) / world;
-          char line[256];
-          std::snprintf(line, sizeof line, "%-8s %-12s %8.3f %9.3f %8.3f %8.3f %8.3f %8.3f %7.2f",
-                        impl, std::string(ina::dtype_name(t)).c_str(), ns_scan, ns_q, ns_d, ns_tag,
-                        path, ns_cp, path / ns_cp);
+          const double ns_tiles = tiles_s / er * 1e9, ns_fused = fused_s / er * 1e9;
+          const double ns_rawcp = rawcp_s / er * 1e9;
+          const double path = ns_tag + ns_scan + ns_fused + ns_tag / world;
+          char line[320];
+          std::snprintf(line, sizeof line,
+                        "%-8s %-12s %8.3f %9.3f %8.3f %8.3f %8.3f %8.3f %8.3f %8.3f %7.2f %8.3f "
+                        "%7.2f",
+                        impl, std::string(ina::dtype_name(t)).c_str(), ns_scan, ns_q, ns_d,
+                        ns_tiles, ns_fused, ns_tag, path, ns_cp, path / ns_cp, ns_rawcp,
+                        ns_fused / ns_rawcp);
           path_rows.push_back(line);
         }
         // Keep the results alive (and the compiler honest).
@@ -252,12 +303,16 @@ int main(int argc, char** argv) {
   }
   if (!path_rows.empty()) {
     std::printf(
-        "#\n# float SUM at the aggregator, ns per element (per rank): path = tag + scan + "
-        "quant_add + (dequant + tag) / %u; memcpy = the user's buffer copied; x = "
-        "path / memcpy\n",
-        world);
-    std::printf("%-8s %-12s %8s %9s %8s %8s %8s %8s %7s\n", "kernels", "dtype", "scan", "quant_add",
-                "dequant", "tag", "path", "memcpy", "x");
+        "#\n# float SUM at the aggregator, ns per element (per rank): scan, quant_add, dequant: "
+        "the stages alone (dequant per block, not per rank); tiles: the completion as the "
+        "per-rank loops through a tile (quantize + quantize_add x %u + dequantize), fused: "
+        "codec::quantize_sum, both over the ranks' words side by side; path = tag + scan + "
+        "fused + tag / %u; memcpy = the user's buffer copied, x = path / memcpy; copy = the "
+        "ranks' words copied, c = fused / copy\n",
+        world - 1, world);
+    std::printf("%-8s %-12s %8s %9s %8s %8s %8s %8s %8s %8s %7s %8s %7s\n", "kernels", "dtype",
+                "scan", "quant_add", "dequant", "tiles", "fused", "tag", "path", "memcpy", "x",
+                "copy", "c");
     for (const auto& l : path_rows) std::printf("%s\n", l.c_str());
   }
   return 0;

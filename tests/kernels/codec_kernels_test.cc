@@ -5,6 +5,7 @@
 // offset 0..7 from a 64-byte boundary. A plain program (tests/check.h), so that the same source
 // also runs cross-compiled under qemu-user (test codec_kernels_arm64, tests/arm64_check.sh: the
 // NEON path).
+#include <algorithm>
 #include <array>
 #include <bit>
 #include <cstdint>
@@ -180,6 +181,49 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
     k.from_sum_int32(a.data(), n, oa.data() + off % 4);
     ref.from_sum_int32(a.data(), n, oc.data() + off % 4);
     CHECK(oa == oc, "%s: from_sum_int32", where);
+  }
+  // The fused float SUM completion (where the table has one), every format, 0..5 ranks whose
+  // blocks lie at an odd stride: against the portable loops it stands for (widen, quantize_f32
+  // adding rank by rank, dequantize_*), which is what the codec runs where a table has none.
+  if (k.quantize_sum != nullptr) {
+    for (Format f : kFloats) {
+      const size_t w = width(f);
+      for (size_t ranks : {size_t{0}, size_t{1}, size_t{2}, size_t{3}, size_t{5}}) {
+        const size_t stride = n * w + 8 * w + 3;
+        std::vector<uint8_t> data(ranks * stride);
+        for (size_t r = 0; r < ranks; ++r) {
+          const std::vector<uint8_t> block = make(f, n, rng);
+          if (n > 0) std::memcpy(data.data() + r * stride, block.data(), block.size());
+        }
+        const Placed in(data, off);
+        for (int b : {60, 27}) {
+          for (int e : {1, -3, 40, -149, 129, 60}) {
+            std::snprintf(where, sizeof where, "%s %s n=%zu off=%zu ranks=%zu B=%d E=%d", k.name,
+                          fname(f), n, off, ranks, b, e);
+            const double scale = pow2(b - e);
+            const double limit = pow2(b);
+            const float m = std::bit_cast<float>(
+                static_cast<uint32_t>(127 + std::clamp(e - b, -126, 127)) << 23);
+            std::vector<uint8_t> a(n * w + 16, 0x5A), c(n * w + 16, 0x5A);
+            k.quantize_sum(f, in.p, stride, ranks, n, scale, limit, m, a.data() + off % 4);
+            std::vector<int64_t> q(n, 0);
+            std::vector<float> x(n);
+            for (size_t r = 0; r < ranks; ++r) {
+              const uint8_t* blk = in.p + r * stride;
+              if (f != Format::kF32) ref.widen(f, blk, n, x.data());
+              ref.quantize_f32(f == Format::kF32 ? static_cast<const void*>(blk) : x.data(), n,
+                               scale, limit, q.data(), true);
+            }
+            if (f == Format::kF32) {
+              ref.dequantize_f32(q.data(), n, m, c.data() + off % 4);
+            } else {
+              ref.dequantize_narrow(f, q.data(), n, m, c.data() + off % 4);
+            }
+            CHECK(a == c, "%s: quantize_sum", where);
+          }
+        }
+      }
+    }
   }
   // The dequantizers: sums of up to 2^62 (and edges) at scales 2^-126 .. 2^127.
   {

@@ -449,6 +449,53 @@ struct Elems {
 const DType kFloatTypes[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3,
                              DType::kFloat8E5M2};
 
+// The float SUM completion in one call (quantize_sum: the fused kernel where the CPU has it,
+// the tile loop otherwise, and the portable loops) against quantize, quantize_add rank by rank
+// and dequantize: every dtype, 1..9 ranks at an odd stride, the ranks' own exponent, a too small
+// one (saturation), a large one, none, and subnormal-only blocks (a scale beyond float32's).
+TEST(Codec, QuantizeSumIsTheRankByRankLoop) {
+  std::mt19937_64 rng(34);
+  const DType types[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3,
+                         DType::kFloat8E5M2};
+  for (const bool simd : {true, false}) {
+    set_simd_for_testing(simd);
+    for (const DType t : types) {
+      SCOPED_TRACE(std::string(dtype_name(t)) + (simd ? " simd" : " portable"));
+      const size_t w = dtype_size(t);
+      for (int rep = 0; rep < 150; ++rep) {
+        const size_t n = rng() % 1100;
+        const uint32_t world = 1 + static_cast<uint32_t>(rng() % 9);
+        const size_t stride = n * w + rng() % 40;
+        const bool tiny = rep % 10 == 0;  // float32: subnormals only
+        std::vector<uint8_t> raw(world * stride + 1);
+        int16_t own = kNoExponent;
+        for (uint32_t r = 0; r < world; ++r) {
+          std::vector<uint8_t> blk = random_block(t, n, rng);
+          if (tiny && t == DType::kFloat32) {
+            for (size_t i = 0; i < n; ++i) blk[4 * i + 3] &= 0x80, blk[4 * i + 2] &= 0x7F;
+          }
+          if (n > 0) std::memcpy(raw.data() + 1 + r * stride, blk.data(), blk.size());
+          own = max_exponent(own, scan(blk.data(), n, t, ReduceOp::kSum).exp);
+        }
+        const int16_t base = own == kNoExponent ? int16_t{0} : own;
+        for (const int16_t e : {own, static_cast<int16_t>(base - 1 - int(rng() % 70)),
+                                static_cast<int16_t>(base + 30 + int(rng() % 100)), kNoExponent}) {
+          std::vector<int64_t> q(n);
+          if (world > 0) quantize(raw.data() + 1, n, t, e, world, q.data());
+          for (uint32_t r = 1; r < world; ++r) {
+            quantize_add(raw.data() + 1 + r * stride, n, t, e, world, q.data());
+          }
+          std::vector<uint8_t> want(n * w + 3, 0x5A), got(n * w + 3, 0x5A);
+          dequantize(q.data(), n, t, scale_exponent(t, e, world), want.data() + 3);
+          quantize_sum(raw.data() + 1, stride, world, n, t, e, world, got.data() + 3);
+          ASSERT_EQ(got, want) << "n " << n << " world " << world << " exp " << e;
+        }
+      }
+    }
+  }
+  set_simd_for_testing(true);
+}
+
 TEST(CodecExhaustive, EveryPatternKeysAndQuantizesAsTheScalarCode) {
   std::mt19937_64 rng(21);
   for (const DType t : {DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3, DType::kFloat8E5M2,

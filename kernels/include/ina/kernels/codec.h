@@ -7,9 +7,11 @@
 //   portable  plain C++ (every target)
 //   avx2      x86-64 with AVX2 and F16C
 //   avx512    x86-64 with AVX-512 F/DQ/VL/BW: the avx2 table with the float32 quantizer and the
-//             dequantizers replaced (vcvtpd2qq and vcvtqq2ps convert int64 in one instruction)
+//             dequantizers replaced (vcvtpd2qq and vcvtqq2ps convert int64 in one instruction),
+//             and the fused float SUM completion (quantize_sum)
 //   neon      arm64 (BlueField and other SmartNIC aggregators): the magnitude scan, the float32
-//             quantizer, int32 SUM and the float32/int32 keys; the rest portable
+//             quantizer, int32 SUM and the float32/int32 keys; the rest portable (and no fused
+//             completion: the codec composes it of the loops)
 //
 // Every function takes raw little-endian bytes at any alignment and any n (tails included).
 #pragma once
@@ -50,6 +52,15 @@ struct CodecKernels {
   // int32 SUM: acc[i] += x_i (sign-extended); from_sum_int32: the low words back.
   void (*add_int32)(const void* src, size_t n, int64_t* acc);
   void (*from_sum_int32)(const int64_t* acc, size_t n, void* dst);
+  // A float SUM's completion in one pass: `ranks` blocks of n elements of float format f, block
+  // r at src + r * stride bytes; Q_i = the sum over the ranks of rint(clamp(x * scale, -limit,
+  // limit)) (quantize_f32's word of each widened element, added in int64 with wrap-around), and
+  // dst[i] = Q_i dequantized with m (dequantize_f32 for kF32, dequantize_narrow otherwise; m as
+  // they take it). The bits of widen + quantize_f32 + dequantize_* run rank by rank, without the
+  // accumulators in memory. Null where a table has no such loop (portable, neon): the caller
+  // composes those loops instead, which is also the reference the fused ones are held to.
+  void (*quantize_sum)(Format f, const void* src, size_t stride, size_t ranks, size_t n,
+                       double scale, double limit, float m, void* dst);
 };
 
 // The implementation in use (chosen at the first call: the best this CPU runs).
