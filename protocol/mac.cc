@@ -150,15 +150,19 @@ INA_CLMUL inline Gf128 from_m128(__m128i v) {
 // until finish().
 template <bool kCopy, bool kScan>
 struct Sink128 {
+  // PassOut's fields as values (the stores may alias anything: no reloads through `o`).
   PassOut* o;
+  uint8_t* dst = o != nullptr ? o->dst : nullptr;
+  const uint8_t* src0 = o != nullptr ? o->src0 : nullptr;
+  int bad_minus_1 = o != nullptr ? static_cast<int>(o->bad - 1) : 0;
   __m128i top = _mm_setzero_si128();
   __m128i seen = _mm_setzero_si128();  // lanes that held a code >= bad
   INA_CLMUL void operator()(const __m128i& v, const uint8_t* at) {
-    if constexpr (kCopy) _mm_storeu_si128(reinterpret_cast<__m128i*>(o->dst + (at - o->src0)), v);
+    if constexpr (kCopy) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (at - src0)), v);
     if constexpr (kScan) {
       const __m128i m = _mm_and_si128(v, _mm_set1_epi32(0x7FFFFFFF));
       // Codes are below 2^31: signed compares and max.
-      seen = _mm_or_si128(seen, _mm_cmpgt_epi32(m, _mm_set1_epi32(static_cast<int>(o->bad - 1))));
+      seen = _mm_or_si128(seen, _mm_cmpgt_epi32(m, _mm_set1_epi32(bad_minus_1)));
       const __m128i inf = _mm_cmpgt_epi32(m, _mm_set1_epi32(static_cast<int>(kF32Inf - 1)));
       top = _mm_max_epi32(top, _mm_andnot_si128(inf, m));
     }
@@ -224,15 +228,23 @@ INA_CLMUL512 inline __m128i xor_lanes(__m512i v) {
 template <bool kCopy, bool kScan>
 struct Sink512 {
   PassOut* o;
+  uint8_t* dst;
+  const uint8_t* src0;
+  int bad;
   __m512i top;
   __mmask16 seen = 0;
-  INA_CLMUL512 explicit Sink512(PassOut* out) : o(out), top(_mm512_setzero_si512()) {}
+  INA_CLMUL512 explicit Sink512(PassOut* out)
+      : o(out),
+        dst(out != nullptr ? out->dst : nullptr),
+        src0(out != nullptr ? out->src0 : nullptr),
+        bad(out != nullptr ? static_cast<int>(out->bad) : 0),
+        top(_mm512_setzero_si512()) {}
   INA_CLMUL512 void operator()(const __m512i& v, const uint8_t* at, __mmask8 m = 0xFF) {
-    if constexpr (kCopy) _mm512_mask_storeu_epi64(o->dst + (at - o->src0), m, v);
+    if constexpr (kCopy) _mm512_mask_storeu_epi64(dst + (at - src0), m, v);
     if constexpr (kScan) {
       // Lanes past the mask were loaded as zeros: code 0, which changes nothing.
       const __m512i c = _mm512_and_si512(v, _mm512_set1_epi32(0x7FFFFFFF));
-      const __mmask16 b = _mm512_cmpge_epu32_mask(c, _mm512_set1_epi32(static_cast<int>(o->bad)));
+      const __mmask16 b = _mm512_cmpge_epu32_mask(c, _mm512_set1_epi32(bad));
       seen = static_cast<__mmask16>(seen | b);
       const __mmask16 fin = _mm512_cmplt_epu32_mask(c, _mm512_set1_epi32(kF32Inf));
       top = _mm512_mask_max_epu32(top, fin, top, c);
@@ -377,13 +389,16 @@ INA_PMULL inline Gf128 store_gf(uint8x16_t v) {
 template <bool kCopy, bool kScan>
 struct Sink128 {
   PassOut* o;
+  uint8_t* dst = o != nullptr ? o->dst : nullptr;
+  const uint8_t* src0 = o != nullptr ? o->src0 : nullptr;
+  uint32_t bad = o != nullptr ? o->bad : 0;
   uint32x4_t top = vdupq_n_u32(0);
   uint32x4_t seen = vdupq_n_u32(0);
   INA_PMULL void operator()(const uint8x16_t& v, const uint8_t* at) {
-    if constexpr (kCopy) vst1q_u8(o->dst + (at - o->src0), v);
+    if constexpr (kCopy) vst1q_u8(dst + (at - src0), v);
     if constexpr (kScan) {
       const uint32x4_t c = vandq_u32(vreinterpretq_u32_u8(v), vdupq_n_u32(0x7FFFFFFF));
-      seen = vorrq_u32(seen, vcgeq_u32(c, vdupq_n_u32(o->bad)));
+      seen = vorrq_u32(seen, vcgeq_u32(c, vdupq_n_u32(bad)));
       top = vmaxq_u32(top, vbicq_u32(c, vcgeq_u32(c, vdupq_n_u32(kF32Inf))));
     }
   }
