@@ -328,6 +328,7 @@ TEST(SlotTableTest, RawWordsForPointsOnlyWhereNothingLiveIs) {
     };
     // Stores the words where raw_words_for points (as the receive pass would), then on_data.
     auto feed_stored = [&](const wire::Header& h, const std::vector<float>& v) {
+      EXPECT_EQ(v.size(), h.count);
       std::vector<uint8_t> b(wire::packet_size(h));
       wire::encode_header(h, b.data());
       std::memcpy(b.data() + wire::kHeaderSize, v.data(), v.size() * 4);
@@ -338,7 +339,7 @@ TEST(SlotTableTest, RawWordsForPointsOnlyWhereNothingLiveIs) {
       if (words == nullptr) return t->on_data(pkt);
       std::memcpy(words, pkt.payload, pkt.payload_bytes);
       StoredWords stored;
-      stored.scanned = v.size() % 2 == 0;  // both ways: scanned by the pass, or by the table
+      stored.scanned = h.rank % 2 == 0;  // both ways: scanned by the pass, or by the table
       stored.scan = codec::scan(v.data(), v.size(), DType::kFloat32, ReduceOp::kSum);
       const Verdict got = t->on_data(pkt, &stored);
       EXPECT_EQ(got, want);
@@ -363,7 +364,7 @@ TEST(SlotTableTest, RawWordsForPointsOnlyWhereNothingLiveIs) {
       EXPECT_EQ(0, std::memcmp(a.result, b.result, 8));
     }
     // The next round of the copy, finite, stored by the pass: the same bits as without it.
-    for (uint16_t r = 0; r < 3; ++r) feed_stored(f32(r, 7), {0.5f * r, 1e-3f + r, 3.0f});
+    for (uint16_t r = 0; r < 3; ++r) feed_stored(f32(r, 7), {0.5f * r, 1e-3f + r});
     const CopyView c = t->copy(1, false), d = plain->copy(1, false);
     EXPECT_TRUE(c.complete);
     EXPECT_FALSE(c.nonfinite);
