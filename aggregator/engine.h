@@ -124,7 +124,9 @@ class Engine {
   Reply welcome_reply(const Job& job, const wire::Header& h, Reply::Target target);
   Reply result_reply(const Job& job, const wire::Header& h, Reply::Target target,
                      uint8_t extra_flags);
-  Reply handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns);
+  // `stored`: the receive pass already put the words in the table (SlotTable::raw_words_for).
+  Reply handle_data(Job& job, const wire::PacketView& pkt, uint64_t now_ns,
+                    const StoredWords* stored = nullptr);
   // Telemetry and loss tracking of a DATA the slot table judged `v` (engine_telemetry.cc).
   void note_arrival(Job& job, const wire::Header& h, Verdict v, uint64_t now_ns);
   Reply handle_abort(Job& job, const wire::PacketView& pkt, uint32_t global_rank);

@@ -165,7 +165,25 @@ void SlotTable::finish(size_t k) {
   }
 }
 
-Verdict SlotTable::on_data(const wire::PacketView& pkt) {
+uint8_t* SlotTable::raw_words_for(const wire::Header& h) {
+  if ((h.flags & (wire::kFlagPartial | wire::kFlagHello | wire::kFlagResult | wire::kFlagError)) !=
+          0 ||
+      !codec::needs_exponent(h.dtype, h.op) || h.slot >= cfg_.num_slots ||
+      h.rank >= cfg_.world_size || size_t{h.count} * dtype_size(h.dtype) > cfg_.max_payload_bytes) {
+    return nullptr;
+  }
+  const size_t k = copy_index(h.slot, h.shadow);
+  const Copy& c = copies_[k];
+  const bool held = (bitmaps_[k * bitmap_words_ + h.rank / 64] >> (h.rank % 64) & 1) != 0;
+  // A complete round's words were quantized into its result by finish(), unless a leaf defers
+  // that to the root's exponent (quantize_partial reads them).
+  const bool live =
+      c.used && c.mode == CopyMode::kRaw && held && (!c.complete || cfg_.defer_float_sum);
+  if (live) return nullptr;
+  return raw_.data() + (k * cfg_.world_size + h.rank) * cfg_.max_payload_bytes;
+}
+
+Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* stored) {
   const wire::Header& h = pkt.hdr;
   if (h.slot >= cfg_.num_slots) [[unlikely]]
     return Verdict::kBadSlot;
@@ -269,11 +287,14 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt) {
       }
       break;
     case CopyMode::kRaw: {
-      const codec::Scan s = codec::scan(src, h.count, c.dtype, c.op);
+      uint8_t* words = raw_.data() + (k * cfg_.world_size + h.rank) * cfg_.max_payload_bytes;
+      if (stored == nullptr) std::memcpy(words, src, pkt.payload_bytes);
+      // Scanned from the stored words (in the L1 cache) when the pass that stored them did not.
+      const codec::Scan s = stored != nullptr && stored->scanned
+                                ? stored->scan
+                                : codec::scan(words, h.count, c.dtype, c.op);
       c.exp = codec::max_exponent(c.exp, s.exp);
       c.nonfinite = c.nonfinite || s.nonfinite;
-      std::memcpy(raw_.data() + (k * cfg_.world_size + h.rank) * cfg_.max_payload_bytes, src,
-                  pkt.payload_bytes);
       break;
     }
     case CopyMode::kExp: c.exp = codec::max_exponent(c.exp, h.exp); break;

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "ina/base/status.h"
+#include "ina/protocol/codec.h"
 #include "ina/protocol/types.h"
 #include "ina/protocol/wire.h"
 
@@ -100,6 +101,13 @@ enum class CopyMode : uint8_t {
   kPartial,  // root: the leaves' PARTIAL fixed-point words (after kExp, same copy)
 };
 
+// A float SUM DATA packet whose words are already in the table's storage (raw_words_for): their
+// scan when the pass that stored them made it too (float32), else the table scans them there.
+struct StoredWords {
+  bool scanned = false;
+  codec::Scan scan;
+};
+
 // A view of one copy's state, valid until the next mutating call.
 struct CopyView {
   uint16_t slot = 0;
@@ -148,8 +156,18 @@ class SlotTable {
   ~SlotTable();  // out of line: Copy is complete only in slot_table.cc
 
   // Processes a DATA or PARTIAL packet already validated by wire::decode (RESULT, HELLO and
-  // ERROR are the engine's business).
-  Verdict on_data(const wire::PacketView& pkt);
+  // ERROR are the engine's business). `stored`: a float SUM DATA packet whose words the engine's
+  // receive pass already copied to raw_words_for(pkt.hdr) (see there).
+  Verdict on_data(const wire::PacketView& pkt, const StoredWords* stored = nullptr);
+  // Where a float SUM DATA packet's words go (rank h.rank's raw words in the copy it names), when
+  // nothing live is there: the rank has no words in the copy's round, or its complete round
+  // consumed them (finish()). The engine verifies the packet's tag while it copies (and scans)
+  // its words there in one pass (wire::tag_ok_copy), since a forged packet that writes them
+  // changes nothing the table reads; then on_data(pkt, &stored). Null for any other packet, or
+  // when the words are live (a duplicate of a contribution the round holds, a leaf's complete
+  // round waiting for its root's exponent): the engine verifies the tag first, as for every
+  // other packet.
+  uint8_t* raw_words_for(const wire::Header& h);
 
   CopyView copy(uint16_t slot, bool shadow) const;
   // Tree leaf: quantizes a complete, deferred float SUM round (kRaw) with the root's exponent

@@ -97,15 +97,28 @@ int magnitude_bits(DType t, uint32_t world_size) {
 }
 
 Scan scan(const void* src, size_t n, DType t, ReduceOp op) {
+  uint32_t top = 0;
+  bool nonfinite = false;
+  if (t != DType::kInt32) {
+    kernels::codec_kernels().scan_codes(format(t), src, n, nonfinite_code(t, op), &top, &nonfinite);
+  }
+  return scan_of_codes(t, top, nonfinite);
+}
+
+uint32_t nonfinite_code(DType t, ReduceOp op) {
+  uint32_t bad = 0;
+  dispatch(t, [&]<class E>(E) {
+    // On the magnitude codes (sign cleared), which order like the values: SUM counts NaN and Inf
+    // as non-finite, MIN/MAX NaN only.
+    bad = op == ReduceOp::kSum || !E::kHasInf ? uint32_t{E::kInf} : E::kInf + 1u;
+  });
+  return bad;
+}
+
+Scan scan_of_codes(DType t, uint32_t top, bool nonfinite) {
   Scan s;
   dispatch(t, [&]<class E>(E) {
-    // On the magnitude codes (sign cleared), which order like the values: the largest finite
-    // one, and whether any is non-finite (SUM: NaN or Inf; MIN/MAX: NaN only).
     using Bits = typename E::Bits;
-    const uint32_t bad = op == ReduceOp::kSum || !E::kHasInf ? uint32_t{E::kInf} : E::kInf + 1u;
-    uint32_t top = 0;
-    bool nonfinite = false;
-    kernels::codec_kernels().scan_codes(format(t), src, n, bad, &top, &nonfinite);
     s.nonfinite = nonfinite;
     if (top != 0) {
       int e = 0;

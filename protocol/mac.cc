@@ -8,6 +8,12 @@
 // 256-bit carry-less products are XORed first and reduced once (aggregated reduction, as in the
 // AES-GCM-SIV implementations): r up to 8 with 128-bit vectors, up to kMacFold = 32 with 512-bit
 // ones. Each product takes three multiplies (Karatsuba).
+//
+// The same loops serve the receive pass (packet_mac_copy): every vector a fold loads to multiply
+// is also handed to a sink, which does nothing (the MAC alone), stores it at the same offset of a
+// destination (verify and copy in one read of the datagram) or also scans its 4-byte lanes as
+// float32 magnitude codes (verify, copy and scan). The sink is a template parameter, so the MAC
+// alone compiles to the loops it always was.
 #include "ina/protocol/mac.h"
 
 #include <algorithm>
@@ -60,10 +66,49 @@ Gf128 load_block(const uint8_t* p) {
   return x;
 }
 
+// What a pass does beside the MAC with the bytes it reads (packet_mac_copy): copy them to `dst`
+// (the bytes at src0 + i to dst + i) and, with kScan, scan them as float32 magnitude codes (4-byte
+// lanes, sign cleared): the largest one below `bad` into top, and whether any is >= bad.
+struct PassOut {
+  const uint8_t* src0 = nullptr;
+  uint8_t* dst = nullptr;
+  uint32_t bad = 0;
+  uint32_t top = 0;
+  bool nonfinite = false;
+};
+
+// float32's first non-finite magnitude code: the largest finite code is the largest below it,
+// whatever `bad` (MIN/MAX count only NaN non-finite; an Inf is still no finite magnitude).
+constexpr uint32_t kF32Inf = 0x7F800000u;
+
+// The scan of `bytes` bytes (a multiple of 4) as magnitude codes, one at a time.
+void scan_codes(const uint8_t* p, size_t bytes, PassOut* o) {
+  for (size_t i = 0; i + 4 <= bytes; i += 4) {
+    uint32_t v;
+    std::memcpy(&v, p + i, 4);
+    v &= 0x7FFFFFFFu;
+    if (v >= o->bad) o->nonfinite = true;
+    if (v < kF32Inf && v > o->top) o->top = v;
+  }
+}
+
+// The sinks: what happens to each vector of the datagram a loop loads. kCopy stores it, kScan
+// scans it; with neither, nothing (the MAC alone).
+template <bool kCopy, bool kScan>
+struct PortableSink {
+  PassOut* o;
+  void operator()(const uint8_t* p16) const {
+    if constexpr (kCopy) std::memcpy(o->dst + (p16 - o->src0), p16, 16);
+    if constexpr (kScan) scan_codes(p16, 16, o);
+  }
+};
+
 // S after `n` whole blocks at p, portably: S = (S ^ X) * h * x^-128.
-Gf128 blocks_portable(Gf128 s, const uint8_t* p, size_t n, const Gf128& h_mont) {
+template <class Sink>
+Gf128 blocks_portable(Gf128 s, const uint8_t* p, size_t n, const Gf128& h_mont, const Sink& sink) {
   for (size_t j = 0; j < n; ++j, p += 16) {
     const Gf128 x = load_block(p);
+    sink(p);
     s = gf_mul(Gf128{s.lo ^ x.lo, s.hi ^ x.hi}, h_mont);
   }
   return s;
@@ -101,12 +146,46 @@ INA_CLMUL inline Gf128 from_m128(__m128i v) {
   return x;
 }
 
+// The 128-bit sink (PortableSink's work on a loaded vector); the scan keeps its state in vectors
+// until finish().
+template <bool kCopy, bool kScan>
+struct Sink128 {
+  // PassOut's fields as values (the stores may alias anything: no reloads through `o`).
+  PassOut* o;
+  uint8_t* dst = o != nullptr ? o->dst : nullptr;
+  const uint8_t* src0 = o != nullptr ? o->src0 : nullptr;
+  int bad_minus_1 = o != nullptr ? static_cast<int>(o->bad - 1) : 0;
+  __m128i top = _mm_setzero_si128();
+  __m128i seen = _mm_setzero_si128();  // lanes that held a code >= bad
+  INA_CLMUL void operator()(const __m128i& v, const uint8_t* at) {
+    if constexpr (kCopy) _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + (at - src0)), v);
+    if constexpr (kScan) {
+      const __m128i m = _mm_and_si128(v, _mm_set1_epi32(0x7FFFFFFF));
+      // Codes are below 2^31: signed compares and max.
+      seen = _mm_or_si128(seen, _mm_cmpgt_epi32(m, _mm_set1_epi32(bad_minus_1)));
+      const __m128i inf = _mm_cmpgt_epi32(m, _mm_set1_epi32(static_cast<int>(kF32Inf - 1)));
+      top = _mm_max_epi32(top, _mm_andnot_si128(inf, m));
+    }
+  }
+  INA_CLMUL void finish() {
+    if constexpr (kScan) {
+      alignas(16) uint32_t t[4];
+      _mm_store_si128(reinterpret_cast<__m128i*>(t), top);
+      for (uint32_t x : t) o->top = std::max(o->top, x);
+      o->nonfinite = o->nonfinite || _mm_testz_si128(seen, seen) == 0;
+    }
+  }
+};
+
 // r (1..8) blocks at p folded into s with one reduction: block j takes hp[j], hp = the key's
 // hrev + kMacFold - r (the powers r down to 1).
-INA_CLMUL inline __m128i fold128(__m128i s, const uint8_t* p, size_t r, const Gf128* hp) {
+template <class Sink>
+INA_CLMUL inline __m128i fold128(__m128i s, const uint8_t* p, size_t r, const Gf128* hp,
+                                 Sink& sink) {
   __m128i lo = _mm_setzero_si128(), hi = _mm_setzero_si128(), kara = _mm_setzero_si128();
   for (size_t j = 0; j < r; ++j) {
     __m128i y = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p + 16 * j));
+    sink(y, p + 16 * j);
     if (j == 0) y = _mm_xor_si128(y, s);
     const __m128i h = to_m128(hp[j]);
     lo = _mm_xor_si128(lo, _mm_clmulepi64_si128(y, h, 0x00));
@@ -120,18 +199,23 @@ INA_CLMUL inline __m128i fold128(__m128i s, const uint8_t* p, size_t r, const Gf
 
 // dot(a, b): one block a folded into a zero state with the power b.
 INA_CLMUL Gf128 dot_clmul(const Gf128& a, const Gf128& b) {
-  return from_m128(fold128(_mm_setzero_si128(), reinterpret_cast<const uint8_t*>(&a), 1, &b));
+  Sink128<false, false> none{nullptr};
+  return from_m128(fold128(_mm_setzero_si128(), reinterpret_cast<const uint8_t*>(&a), 1, &b, none));
 }
 
-INA_CLMUL Gf128 blocks_clmul(const Gf128& s0, const uint8_t* p, size_t n, const MacKey& k) {
+template <bool kCopy, bool kScan>
+INA_CLMUL Gf128 blocks_clmul(const Gf128& s0, const uint8_t* p, size_t n, const MacKey& k,
+                             PassOut* o) {
   static_assert(sizeof(Gf128) == 16, "Gf128 is loaded as one 16-byte vector");
+  Sink128<kCopy, kScan> sink{o};
   __m128i s = to_m128(s0);
   while (n > 0) {
     const size_t r = n < 8 ? n : 8;
-    s = fold128(s, p, r, k.hrev + (kMacFold - r));
+    s = fold128(s, p, r, k.hrev + (kMacFold - r), sink);
     p += 16 * r;
     n -= r;
   }
+  sink.finish();
   return from_m128(s);
 }
 
@@ -140,14 +224,53 @@ INA_CLMUL512 inline __m128i xor_lanes(__m512i v) {
   return _mm_xor_si128(_mm256_castsi256_si128(h), _mm256_extracti128_si256(h, 1));
 }
 
+// The 512-bit sink: a vector of four blocks, stored under the mask it was loaded with.
+template <bool kCopy, bool kScan>
+struct Sink512 {
+  PassOut* o;
+  uint8_t* dst;
+  const uint8_t* src0;
+  int bad;
+  __m512i top;
+  __mmask16 seen = 0;
+  INA_CLMUL512 explicit Sink512(PassOut* out)
+      : o(out),
+        dst(out != nullptr ? out->dst : nullptr),
+        src0(out != nullptr ? out->src0 : nullptr),
+        bad(out != nullptr ? static_cast<int>(out->bad) : 0),
+        top(_mm512_setzero_si512()) {}
+  INA_CLMUL512 void operator()(const __m512i& v, const uint8_t* at, __mmask8 m = 0xFF) {
+    if constexpr (kCopy) _mm512_mask_storeu_epi64(dst + (at - src0), m, v);
+    if constexpr (kScan) {
+      // Lanes past the mask were loaded as zeros: code 0, which changes nothing.
+      const __m512i c = _mm512_and_si512(v, _mm512_set1_epi32(0x7FFFFFFF));
+      const __mmask16 b = _mm512_cmpge_epu32_mask(c, _mm512_set1_epi32(bad));
+      seen = static_cast<__mmask16>(seen | b);
+      const __mmask16 fin = _mm512_cmplt_epu32_mask(c, _mm512_set1_epi32(kF32Inf));
+      top = _mm512_mask_max_epu32(top, fin, top, c);
+    }
+  }
+  INA_CLMUL512 void finish() {
+    if constexpr (kScan) {
+      alignas(64) uint32_t t[16];
+      _mm512_store_si512(t, top);
+      for (uint32_t x : t) o->top = std::max(o->top, x);
+      o->nonfinite = o->nonfinite || seen != 0;
+    }
+  }
+};
+
 // r (1..kMacFold) blocks at p folded into s with one reduction, four blocks per vector; a last
 // group of fewer than four is loaded under a mask (the lanes past it multiply zeros).
-INA_CLMUL512 inline __m128i fold512(__m128i s, const uint8_t* p, size_t r, const Gf128* hp) {
+template <class Sink>
+INA_CLMUL512 inline __m128i fold512(__m128i s, const uint8_t* p, size_t r, const Gf128* hp,
+                                    Sink& sink) {
   __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512(), kara = _mm512_setzero_si512();
   for (size_t j = 0; j < r; j += 4) {
     const size_t left = r - j;
     const __mmask8 m = left >= 4 ? __mmask8{0xFF} : static_cast<__mmask8>((1u << (2 * left)) - 1);
     __m512i y = _mm512_maskz_loadu_epi64(m, p + 16 * j);
+    sink(y, p + 16 * j, m);
     if (j == 0) y = _mm512_xor_si512(y, _mm512_zextsi128_si512(s));
     const __m512i h = _mm512_maskz_loadu_epi64(m, hp + j);
     lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128(y, h, 0x00));
@@ -170,17 +293,22 @@ INA_CLMUL inline __m128i reduce_schoolbook(__m128i lo, __m128i hi, __m128i mid) 
 // Karatsuba operands cost a shuffle each, on the same port as the multiply. The state enters
 // with the first group, whose product is added last, so that only one multiply, the lane sums
 // and the reduction lie between one run's state and the next.
-INA_CLMUL512 inline __m128i fold512_full(__m128i s, const uint8_t* p, const __m512i* hv) {
+template <class Sink>
+INA_CLMUL512 inline __m128i fold512_full(__m128i s, const uint8_t* p, const __m512i* hv,
+                                         Sink& sink) {
   static_assert(kMacFold == 32, "eight groups of four blocks");
   __m512i lo = _mm512_setzero_si512(), hi = _mm512_setzero_si512(), mid = _mm512_setzero_si512();
   for (size_t j = 1; j < 8; ++j) {
     const __m512i y = _mm512_loadu_si512(p + 64 * j);
+    sink(y, p + 64 * j);
     lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128(y, hv[j], 0x00));
     hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128(y, hv[j], 0x11));
     mid = _mm512_ternarylogic_epi64(mid, _mm512_clmulepi64_epi128(y, hv[j], 0x01),
                                     _mm512_clmulepi64_epi128(y, hv[j], 0x10), 0x96);
   }
-  const __m512i y = _mm512_xor_si512(_mm512_loadu_si512(p), _mm512_zextsi128_si512(s));
+  const __m512i y0 = _mm512_loadu_si512(p);
+  sink(y0, p);
+  const __m512i y = _mm512_xor_si512(y0, _mm512_zextsi128_si512(s));
   lo = _mm512_xor_si512(lo, _mm512_clmulepi64_epi128(y, hv[0], 0x00));
   hi = _mm512_xor_si512(hi, _mm512_clmulepi64_epi128(y, hv[0], 0x11));
   mid = _mm512_ternarylogic_epi64(mid, _mm512_clmulepi64_epi128(y, hv[0], 0x01),
@@ -188,23 +316,27 @@ INA_CLMUL512 inline __m128i fold512_full(__m128i s, const uint8_t* p, const __m5
   return reduce_schoolbook(xor_lanes(lo), xor_lanes(hi), xor_lanes(mid));
 }
 
-INA_CLMUL512 Gf128 blocks_clmul512(const Gf128& s0, const uint8_t* p, size_t n, const MacKey& k) {
+template <bool kCopy, bool kScan>
+INA_CLMUL512 Gf128 blocks_clmul512(const Gf128& s0, const uint8_t* p, size_t n, const MacKey& k,
+                                   PassOut* o) {
+  Sink512<kCopy, kScan> sink(o);
   __m128i s = to_m128(s0);
   if (n >= kMacFold) {
     __m512i hv[kMacFold / 4];
     for (size_t i = 0; i < kMacFold / 4; ++i) hv[i] = _mm512_loadu_si512(k.hrev + 4 * i);
     do {
-      s = fold512_full(s, p, hv);
+      s = fold512_full(s, p, hv, sink);
       p += 16 * kMacFold;
       n -= kMacFold;
     } while (n >= kMacFold);
   }
   while (n > 0) {
     const size_t r = n < kMacFold ? n : kMacFold;
-    s = fold512(s, p, r, k.hrev + (kMacFold - r));
+    s = fold512(s, p, r, k.hrev + (kMacFold - r), sink);
     p += 16 * r;
     n -= r;
   }
+  sink.finish();
   return from_m128(s);
 }
 
@@ -253,12 +385,40 @@ INA_PMULL inline Gf128 store_gf(uint8x16_t v) {
   vst1q_u8(reinterpret_cast<uint8_t*>(&x), v);
   return x;
 }
+// As the x86 Sink128.
+template <bool kCopy, bool kScan>
+struct Sink128 {
+  PassOut* o;
+  uint8_t* dst = o != nullptr ? o->dst : nullptr;
+  const uint8_t* src0 = o != nullptr ? o->src0 : nullptr;
+  uint32_t bad = o != nullptr ? o->bad : 0;
+  uint32x4_t top = vdupq_n_u32(0);
+  uint32x4_t seen = vdupq_n_u32(0);
+  INA_PMULL void operator()(const uint8x16_t& v, const uint8_t* at) {
+    if constexpr (kCopy) vst1q_u8(dst + (at - src0), v);
+    if constexpr (kScan) {
+      const uint32x4_t c = vandq_u32(vreinterpretq_u32_u8(v), vdupq_n_u32(0x7FFFFFFF));
+      seen = vorrq_u32(seen, vcgeq_u32(c, vdupq_n_u32(bad)));
+      top = vmaxq_u32(top, vbicq_u32(c, vcgeq_u32(c, vdupq_n_u32(kF32Inf))));
+    }
+  }
+  INA_PMULL void finish() {
+    if constexpr (kScan) {
+      o->top = std::max(o->top, vmaxvq_u32(top));
+      o->nonfinite = o->nonfinite || vmaxvq_u32(seen) != 0;
+    }
+  }
+};
+
 // As the x86 fold128(): r (1..8) blocks at p folded into s with one reduction, block j taking
 // hp[j].
-INA_PMULL inline uint8x16_t fold128(uint8x16_t s, const uint8_t* p, size_t r, const Gf128* hp) {
+template <class Sink>
+INA_PMULL inline uint8x16_t fold128(uint8x16_t s, const uint8_t* p, size_t r, const Gf128* hp,
+                                    Sink& sink) {
   uint8x16_t lo = vdupq_n_u8(0), hi = lo, kara = lo;
   for (size_t j = 0; j < r; ++j) {
     uint8x16_t y = vld1q_u8(p + 16 * j);
+    sink(y, p + 16 * j);
     if (j == 0) y = veorq_u8(y, s);
     const uint8x16_t h = load_gf(hp[j]);
     lo = veorq_u8(lo, pmull_lo(y, h));
@@ -270,17 +430,22 @@ INA_PMULL inline uint8x16_t fold128(uint8x16_t s, const uint8_t* p, size_t r, co
 
 // dot(a, b): one block a folded into a zero state with the power b.
 INA_PMULL Gf128 dot_clmul(const Gf128& a, const Gf128& b) {
-  return store_gf(fold128(vdupq_n_u8(0), reinterpret_cast<const uint8_t*>(&a), 1, &b));
+  Sink128<false, false> none{nullptr};
+  return store_gf(fold128(vdupq_n_u8(0), reinterpret_cast<const uint8_t*>(&a), 1, &b, none));
 }
 
-INA_PMULL Gf128 blocks_clmul(const Gf128& s0, const uint8_t* p, size_t n, const MacKey& k) {
+template <bool kCopy, bool kScan>
+INA_PMULL Gf128 blocks_clmul(const Gf128& s0, const uint8_t* p, size_t n, const MacKey& k,
+                             PassOut* o) {
+  Sink128<kCopy, kScan> sink{o};
   uint8x16_t s = load_gf(s0);
   while (n > 0) {
     const size_t r = n < 8 ? n : 8;
-    s = fold128(s, p, r, k.hrev + (kMacFold - r));
+    s = fold128(s, p, r, k.hrev + (kMacFold - r), sink);
     p += 16 * r;
     n -= r;
   }
+  sink.finish();
   return store_gf(s);
 }
 
@@ -309,24 +474,34 @@ MacPath best() {
   return p;
 }
 
-// S after n whole blocks at p, by `path`.
-Gf128 blocks(const Gf128& s, const uint8_t* p, size_t n, const MacKey& k, MacPath path) {
+// S after n whole blocks at p, by `path`, each block also through the sink <kCopy, kScan> (o:
+// where to; null for the MAC alone).
+template <bool kCopy = false, bool kScan = false>
+Gf128 blocks(const Gf128& s, const uint8_t* p, size_t n, const MacKey& k, MacPath path,
+             PassOut* o = nullptr) {
 #if defined(__x86_64__)
-  if (path == MacPath::kClmul512) return blocks_clmul512(s, p, n, k);
+  if (path == MacPath::kClmul512) return blocks_clmul512<kCopy, kScan>(s, p, n, k, o);
 #endif
 #if INA_HAVE_CLMUL128
-  if (path == MacPath::kClmul) return blocks_clmul(s, p, n, k);
+  if (path == MacPath::kClmul) return blocks_clmul<kCopy, kScan>(s, p, n, k, o);
 #else
   (void)path;
 #endif
-  return blocks_portable(s, p, n, k.h_mont);
+  return blocks_portable(s, p, n, k.h_mont, PortableSink<kCopy, kScan>{o});
 }
 
 // POLYVAL of msg (zero-padded), the 8 bytes at [8 * zero_word, +8) read as zero when zero_word is
 // not kNoZero.
 constexpr size_t kNoZero = ~size_t{0};
 
-Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word, MacPath path) {
+//
+// With kCopy, the same pass also copies msg[from, n) to dst and, with kScan, scans those bytes as
+// float32 magnitude codes (o: dst, bad; top and nonfinite out). `from` lies in the blocks read
+// from the copy (from <= head_len; mac.h): those bytes and the last partial block's are copied
+// (and scanned) from msg, every whole block after them by the fold loops' sink as it is loaded.
+template <bool kCopy = false, bool kScan = false>
+Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word, MacPath path,
+                 size_t from = 0, PassOut* o = nullptr) {
   const uint8_t* p = msg.data();
   const size_t n = msg.size();
   Gf128 s;
@@ -340,12 +515,23 @@ Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word
     s = blocks(s, head, (head_len + 15) / 16, k, path);
     at = head_len;
   }
+  if constexpr (kCopy) {
+    if (at > from) {
+      std::memcpy(o->dst, p + from, at - from);
+      if constexpr (kScan) scan_codes(p + from, at - from, o);
+    }
+    o->src0 = p + from;
+  }
   const size_t whole = (n - at) / 16;
-  s = blocks(s, p + at, whole, k, path);
+  s = blocks<kCopy, kScan>(s, p + at, whole, k, path, o);
   at += whole * 16;
   if (at < n) {
     alignas(16) uint8_t last[16] = {};
     std::memcpy(last, p + at, n - at);
+    if constexpr (kCopy) {
+      std::memcpy(o->dst + (at - from), p + at, n - at);
+      if constexpr (kScan) scan_codes(p + at, n - at, o);
+    }
     s = blocks(s, last, 1, k, path);
   }
   return s;
@@ -464,6 +650,26 @@ uint64_t packet_mac_parts(const MacKey& key, std::span<const uint8_t> head,
   return finish(key, polyval_parts(key, head, body, zero_word, path), head.size() + body.size());
 }
 
+uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, uint8_t* dst, MacPath path) {
+  PassOut o;
+  o.dst = dst;
+  return finish(key, polyval_of<true, false>(key, msg, zero_word, path, from, &o), msg.size());
+}
+
+uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, uint8_t* dst, MagnitudeCodes* codes, MacPath path) {
+  PassOut o;
+  o.dst = dst;
+  o.bad = codes->bad;
+  o.top = codes->top;
+  o.nonfinite = codes->nonfinite;
+  const Gf128 s = polyval_of<true, true>(key, msg, zero_word, path, from, &o);
+  codes->top = o.top;
+  codes->nonfinite = o.nonfinite;
+  return finish(key, s, msg.size());
+}
+
 namespace {
 // The per-thread cache of expanded keys, direct-mapped: plain thread-local storage,
 // zero-initialized (no TLS constructor or destructor), so that sealing never allocates (the
@@ -496,6 +702,16 @@ uint64_t packet_mac(const Key128& key, std::span<const uint8_t> msg, size_t zero
 uint64_t packet_mac_parts(const Key128& key, std::span<const uint8_t> head,
                           std::span<const uint8_t> body, size_t zero_word) {
   return packet_mac_parts(cached_key(key), head, body, zero_word, best());
+}
+
+uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, uint8_t* dst) {
+  return packet_mac_copy(cached_key(key), msg, zero_word, from, dst, best());
+}
+
+uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, uint8_t* dst, MagnitudeCodes* codes) {
+  return packet_mac_copy(cached_key(key), msg, zero_word, from, dst, codes, best());
 }
 
 }  // namespace ina

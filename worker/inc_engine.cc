@@ -372,8 +372,11 @@ Status IncEngine::on_datagram(Datagram d) {
     return ok_status();
   }
   // Only the aggregator holds the job's key: a forged or corrupted reply, or one of an earlier
-  // incarnation, changes nothing.
-  if (!wire::tag_ok(d, traffic_key_)) {
+  // incarnation, changes nothing. A RESULT for a round this rank waits on is verified by the pass
+  // that copies its payload into the user's buffer (mac.h, packet_mac_copy: one read of the
+  // datagram instead of two) where a forged one's bytes change nothing (result_out).
+  uint8_t* out = result_out(pv);
+  if (out != nullptr ? !wire::tag_ok_copy(d, traffic_key_, out) : !wire::tag_ok(d, traffic_key_)) {
     // A late duplicate WELCOME (sealed with the job's key) is not worth a bad_tag.
     if (!pv.hdr.has(wire::kFlagHello) || !wire::tag_ok(d, cfg_.job_key)) ++stats_.bad_tag;
     return ok_status();
@@ -383,28 +386,51 @@ Status IncEngine::on_datagram(Datagram d) {
   const wire::Header& h = pv.hdr;
   if (h.has(wire::kFlagError)) return on_error(pv);
   if (h.has(wire::kFlagHello)) return ok_status();
-  if (h.has(wire::kFlagResult)) return on_result(pv);
+  if (h.has(wire::kFlagResult)) return on_result(pv, out != nullptr);
   ++stats_.malformed;  // DATA is never sent to a worker
   return ok_status();
 }
 
-Status IncEngine::on_result(const wire::PacketView& pv) {
+IncEngine::ResultFit IncEngine::result_fit(const wire::Header& h) const {
+  const Collective& c = coll_;
+  if (h.slot >= c.width) return ResultFit::kDuplicate;
+  const Slot& sl = slots_[h.slot];
+  // A result for a round already done (or of an older collective).
+  if (!sl.active || h.seq != sl.seq || h.shadow != sl.shadow) return ResultFit::kDuplicate;
+  if (h.count != sl.count || h.dtype != c.dtype || h.op != c.op || h.has(wire::kFlagPartial)) {
+    return ResultFit::kMalformed;
+  }
+  return ResultFit::kFits;
+}
+
+// A RESULT that fits its round may be copied before its tag is known only where a forged one's
+// bytes change nothing: the user's block of an active round, which nothing reads until its
+// genuine result overwrites it, unless the collective is in place (send and recv overlap: that
+// block is also the DATA a retransmission sends, so there the tag is checked first).
+uint8_t* IncEngine::result_out(const wire::PacketView& pv) const {
+  const wire::Header& h = pv.hdr;
+  if ((h.flags & (wire::kFlagResult | wire::kFlagHello | wire::kFlagError)) != wire::kFlagResult ||
+      result_fit(h) != ResultFit::kFits) {
+    return nullptr;
+  }
+  const Collective& c = coll_;
+  const uintptr_t send = reinterpret_cast<uintptr_t>(c.send);
+  const uintptr_t recv = reinterpret_cast<uintptr_t>(c.recv);
+  const uintptr_t bytes = c.count * c.elem_size;
+  if (send < recv + bytes && recv < send + bytes) return nullptr;
+  return block_out(slots_[h.slot].block);
+}
+
+Status IncEngine::on_result(const wire::PacketView& pv, bool copied) {
   const wire::Header& h = pv.hdr;
   Collective& c = coll_;
-  if (h.slot >= c.width) {
-    ++stats_.duplicate_results;
-    return ok_status();
+  switch (result_fit(h)) {
+    case ResultFit::kFits: break;
+    case ResultFit::kDuplicate: ++stats_.duplicate_results; return ok_status();
+    case ResultFit::kMalformed: ++stats_.malformed; return ok_status();
   }
   const uint32_t s = h.slot;
   Slot& sl = slots_[s];
-  if (!sl.active || h.seq != sl.seq || h.shadow != sl.shadow) {
-    ++stats_.duplicate_results;  // a result for a round already done (or of an older collective)
-    return ok_status();
-  }
-  if (h.count != sl.count || h.dtype != c.dtype || h.op != c.op || h.has(wire::kFlagPartial)) {
-    ++stats_.malformed;
-    return ok_status();
-  }
   sl.active = false;
   --c.rounds_left;
   const Clock::time_point now = Clock::now();
@@ -430,8 +456,9 @@ Status IncEngine::on_result(const wire::PacketView& pv) {
   }
   const uint64_t block = sl.block;
   ++sl.results;
-  // The reduced elements in the user's type (a NONFINITE block: the aggregator's NaNs).
-  std::memcpy(block_out(block), pv.payload, pv.payload_bytes);
+  // The reduced elements in the user's type (a NONFINITE block: the aggregator's NaNs), unless
+  // the pass that verified the tag put them there.
+  if (!copied) std::memcpy(block_out(block), pv.payload, pv.payload_bytes);
   if (h.has(wire::kFlagNonFinite) && c.dtype != DType::kInt32) ++stats_.nonfinite_blocks;
   const uint64_t next = block + c.width;
   if (next < c.blocks) start_or_defer(s, next, now);

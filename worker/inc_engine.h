@@ -211,7 +211,14 @@ class IncEngine {
 
   // Handles one received datagram while a collective runs; a non-OK Status ends it.
   Status on_datagram(Datagram d);
-  Status on_result(const wire::PacketView& pv);
+  // `copied`: the receive pass already put the payload in the user's buffer (result_out).
+  Status on_result(const wire::PacketView& pv, bool copied);
+  // Whether a RESULT fits the round its slot waits on (else on_result counts it and drops it).
+  enum class ResultFit : uint8_t { kFits, kDuplicate, kMalformed };
+  ResultFit result_fit(const wire::Header& h) const;
+  // Where the receive pass may copy a RESULT's payload as it verifies its tag: the user's block,
+  // when the RESULT fits its round and the collective is out of place; else null.
+  uint8_t* result_out(const wire::PacketView& pv) const;
   Status on_error(const wire::PacketView& pv);
   void retransmit_due(Clock::time_point now);
   // Brings forward the timer of every outstanding round the loss detector presumes lost (a round

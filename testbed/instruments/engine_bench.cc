@@ -190,5 +190,19 @@ int main(int argc, char** argv) {
   }
   std::printf("    wire v3's tag (SipHash-2-4 over the datagram): %.1f ns\n",
               bench::siphash_ns_per_datagram(dg));
+  // The receive pass (mac.h, packet_mac_copy): verify and keep the payload in one read, for a
+  // 1 KiB block and an 8 KiB one (ina-bench's default).
+  for (const size_t bytes : {dg, wire::kHeaderSize + 8192}) {
+    for (const size_t span : {bytes - wire::kHeaderSize, size_t{16} << 20}) {
+      const bench::ReceivePassNs r = bench::receive_pass_ns(bytes, span);
+      std::printf(
+          "  receive a %zu-byte datagram, destination %s:\n"
+          "    verify + copy:        %6.1f ns apart, %6.1f ns in one pass (x%.2f)\n"
+          "    verify + scan + copy: %6.1f ns apart, %6.1f ns in one pass (x%.2f)\n",
+          bytes, span < (size_t{16} << 20) ? "one block" : "walking 16 MiB", r.separate_copy,
+          r.fused_copy, r.fused_copy / r.separate_copy, r.separate_scan, r.fused_scan,
+          r.fused_scan / r.separate_scan);
+    }
+  }
   return per_dtype(dtypes, world, slots, elems, rounds, reps);
 }

@@ -10,10 +10,12 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <ctime>
 #include <vector>
 
 #include "aggregator/engine.h"
 #include "ina/base/half.h"
+#include "ina/protocol/codec.h"
 #include "ina/protocol/fp8.h"
 #include "ina/protocol/wire.h"
 
@@ -180,6 +182,71 @@ inline double tag_ns_per_datagram(size_t bytes, const MacPath* path = nullptr, u
   const MacPath p = *path;
   return ns_per_tag(bytes, n, reps,
                     [&](auto d) { return packet_mac(mk, d, wire::kOffTag / 8, p); });
+}
+
+// A received datagram's tag verified and its payload kept (the worker's RESULT into the user's
+// buffer, the aggregator's float SUM words into slot storage, with their scan): nanoseconds per
+// datagram of `bytes` bytes (float32 payload), the passes apart (tag, then codec::scan, then
+// memcpy) or in one (wire::tag_ok_copy). The destination walks `dst_span` bytes (the size of a
+// 1 KiB block: one block, in L1; 16 MiB: a collective's buffer, cold as at a rank). The thread's
+// CPU time (not the wall clock: steadier on a shared machine), median of `reps` runs, the four
+// ways alternated run by run.
+struct ReceivePassNs {
+  double separate_copy = 0, fused_copy = 0, separate_scan = 0, fused_scan = 0;
+};
+inline double thread_cpu_s() {
+  timespec ts{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+}
+inline ReceivePassNs receive_pass_ns(size_t bytes, size_t dst_span, uint32_t n = 20000,
+                                     uint32_t reps = 41) {
+  const size_t payload = bytes - wire::kHeaderSize;
+  std::vector<uint8_t> d(bytes, 0x3A);  // finite float32 payload words
+  std::vector<uint8_t> dst(std::max(dst_span, payload));
+  const size_t slots = dst.size() / payload;
+  std::vector<double> ns[4];
+  uint64_t sink = 0;
+  for (uint32_t rep = 0; rep < reps; ++rep) {
+    for (int way = 0; way < 4; ++way) {
+      const double t0 = thread_cpu_s();
+      for (uint32_t i = 0; i < n; ++i) {
+        d[8] = static_cast<uint8_t>(i);  // a different datagram each time
+        uint8_t* out = dst.data() + (i % slots) * payload;
+        const std::span<const uint8_t> dg(d);
+        switch (way) {
+          case 0:
+            sink += wire::tag_ok(dg, kTagBenchKey);
+            std::memcpy(out, d.data() + wire::kHeaderSize, payload);
+            break;
+          case 1: sink += wire::tag_ok_copy(dg, kTagBenchKey, out); break;
+          case 2: {
+            sink += wire::tag_ok(dg, kTagBenchKey);
+            const codec::Scan sc = codec::scan(d.data() + wire::kHeaderSize, payload / 4,
+                                               DType::kFloat32, ReduceOp::kSum);
+            sink += static_cast<uint64_t>(sc.exp);
+            std::memcpy(out, d.data() + wire::kHeaderSize, payload);
+            break;
+          }
+          case 3: {
+            MagnitudeCodes codes;
+            sink += wire::tag_ok_copy(dg, kTagBenchKey, out, &codes);
+            sink += static_cast<uint64_t>(
+                codec::scan_of_codes(DType::kFloat32, codes.top, codes.nonfinite).exp);
+            break;
+          }
+        }
+      }
+      ns[way].push_back((thread_cpu_s() - t0) * 1e9 / n);
+    }
+  }
+  volatile uint64_t keep = sink + dst[dst.size() / 2];
+  (void)keep;
+  auto med = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return {med(ns[0]), med(ns[1]), med(ns[2]), med(ns[3])};
 }
 
 // SipHash-2-4 over the whole datagram: wire v3's tag, for comparison.

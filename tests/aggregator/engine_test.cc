@@ -544,6 +544,98 @@ TEST_F(EngineTest, DataBeforeBarrierIsUnauthenticated) {
   EXPECT_FALSE(engine_.slot_table(kJob)->copy(0, false).used);
 }
 
+// Float SUM DATA is verified by the pass that stores its words in the slot table (raw_words_for)
+// where nothing live is, and before anything else where something is. Either way a packet that
+// fails the tag changes nothing: no bitmap bit, no exponent or non-finite mark, no new round, no
+// words in a result, no reply and no address learned; float32 (verified, copied and scanned in
+// one pass) and bfloat16 (verified and copied, then scanned where stored).
+TEST_F(EngineTest, ForgedFloatSumDataChangesNothing) {
+  join_all();
+  for (const DType dt : {DType::kFloat32, DType::kBFloat16}) {
+    const uint16_t slot = dt == DType::kFloat32 ? 1 : 2;
+    // Two elements of the type, from float values (exact in both: small dyadic ones).
+    auto block = [&](uint16_t rank, BlockSeq seq, float x0, float x1, uint8_t flags = 0,
+                     bool forge = false) {
+      wire::Header h = data_header(kJob, kKey, rank, slot, false, seq, 2);
+      h.dtype = dt;
+      h.flags = flags;
+      std::vector<uint8_t> b(wire::packet_size(h));
+      wire::encode_header(h, b.data());
+      for (int i = 0; i < 2; ++i) {
+        const float x = i == 0 ? x0 : x1;
+        if (dt == DType::kFloat32) {
+          std::memcpy(b.data() + wire::kHeaderSize + 4 * i, &x, 4);
+        } else {
+          const uint16_t hi = static_cast<uint16_t>(std::bit_cast<uint32_t>(x) >> 16);
+          std::memcpy(b.data() + wire::kHeaderSize + 2 * i, &hi, 2);
+        }
+      }
+      testing::seal_test_datagram(b, kKey);
+      if (forge) b[wire::kHeaderSize] ^= 0x40;  // the first element changed after sealing
+      return b;
+    };
+    const float inf = std::numeric_limits<float>::infinity();
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    auto unchanged = [&](const CopyView& before, const char* what) {
+      const CopyView c = engine_.slot_table(kJob)->copy(slot, false);
+      EXPECT_EQ(c.seq, before.seq) << what;
+      EXPECT_EQ(c.contributors, before.contributors) << what;
+      EXPECT_EQ(c.exp, before.exp) << what;
+      EXPECT_EQ(c.nonfinite, before.nonfinite) << what;
+      EXPECT_EQ(c.complete, before.complete) << what;
+      EXPECT_EQ(std::vector<uint64_t>(c.bitmap.begin(), c.bitmap.end()),
+                std::vector<uint64_t>(before.bitmap.begin(), before.bitmap.end()))
+          << what;
+    };
+    auto forged = [&](const std::vector<uint8_t>& b, const char* what) {
+      const uint64_t bad = engine_.counters().bad_tag;
+      const CopyView before = engine_.slot_table(kJob)->copy(slot, false);
+      const std::vector<uint64_t> bits(before.bitmap.begin(), before.bitmap.end());
+      const Sent s = send_bytes(b);
+      EXPECT_EQ(s.target, Reply::Target::kNone) << what;
+      EXPECT_EQ(s.sender_rank, -1) << what;
+      EXPECT_EQ(engine_.counters().bad_tag, bad + 1) << what;
+      CopyView was = before;
+      was.bitmap = bits;
+      unchanged(was, what);
+    };
+    EXPECT_EQ(send_bytes(block(0, 5, 1.5f, -0.25f)).sender_rank, 0);
+    // A rank not yet in (its words stored as they are verified), huge and non-finite values.
+    forged(block(1, 5, inf, 3e38f, 0, true), "a new rank's forged words");
+    forged(block(2, 5, nan, 1.0f, wire::kFlagNonFinite, true), "a forged NONFINITE");
+    // Rank 0 again (its words are the round's: verified before anything).
+    forged(block(0, 5, nan, nan, wire::kFlagRetransmit, true), "a forged duplicate");
+    // A newer round (it would abandon this one).
+    forged(block(1, 6, 2.0f, 2.0f, 0, true), "a forged newer round");
+    EXPECT_EQ(send_bytes(block(1, 5, 2.25f, 0.5f)).target, Reply::Target::kNone);
+    Sent s = send_bytes(block(2, 5, -0.75f, 0.25f));
+    ASSERT_EQ(s.target, Reply::Target::kAllRanks);
+    EXPECT_EQ(s.hdr.flags, wire::kFlagResult);  // no forged NaN got in
+    auto elems = [&](const Sent& r) {           // payload_words: one element per word
+      std::vector<float> out;
+      for (const int32_t w : r.payload) {
+        const uint32_t u = static_cast<uint32_t>(w);
+        out.push_back(std::bit_cast<float>(dt == DType::kFloat32 ? u : u << 16));
+      }
+      return out;
+    };
+    EXPECT_EQ(elems(s), (std::vector<float>{3.0f, 0.5f}));
+    // The round complete, a forged next round's words land in its rank's consumed words: a
+    // resent result is still the round's, and the next round adds only genuine words.
+    forged(block(0, 7, nan, inf, 0, true), "a forged round after a complete one");
+    s = send_bytes(block(1, 5, 2.25f, 0.5f, wire::kFlagRetransmit));
+    ASSERT_EQ(s.target, Reply::Target::kSender);
+    EXPECT_EQ(elems(s), (std::vector<float>{3.0f, 0.5f}));
+    send_bytes(block(0, 7, 1.0f, 1.0f));
+    send_bytes(block(1, 7, 1.0f, 2.0f));
+    s = send_bytes(block(2, 7, 1.0f, 4.0f));
+    ASSERT_EQ(s.target, Reply::Target::kAllRanks);
+    EXPECT_EQ(s.hdr.flags, wire::kFlagResult);
+    EXPECT_EQ(elems(s), (std::vector<float>{3.0f, 7.0f}));
+  }
+  EXPECT_EQ(engine_.job_counters(kJob)->bad_tag, 10u);
+}
+
 TEST_F(EngineTest, CompletedRoundGoesToEveryRank) {
   join_all();
   wire::Header h = data_header(kJob, kKey, 0, 3, true, 42, 0);

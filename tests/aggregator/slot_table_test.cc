@@ -309,6 +309,88 @@ TEST(SlotTableTest, ResetForgetsEveryRound) {
   EXPECT_EQ(data_of(t->copy(1, true)), (std::vector<int32_t>{9}));
 }
 
+// The engine's receive pass stores a float SUM DATA packet's words while it verifies the tag
+// (raw_words_for): only where nothing live is, so that a forged packet's words change nothing;
+// on_data(pkt, &stored) then gives what on_data(pkt) does.
+TEST(SlotTableTest, RawWordsForPointsOnlyWhereNothingLiveIs) {
+  for (const bool defer : {false, true}) {
+    SlotTableConfig cfg;
+    cfg.world_size = 3;
+    cfg.num_slots = 2;
+    cfg.max_payload_bytes = 64;
+    cfg.defer_float_sum = defer;
+    auto t = std::move(SlotTable::create(cfg)).value();
+    auto plain = std::move(SlotTable::create(cfg)).value();  // the same packets, no receive pass
+    auto f32 = [](uint16_t rank, BlockSeq seq) {
+      wire::Header h = data_header(1, 0, rank, 1, false, seq, 2);
+      h.dtype = DType::kFloat32;
+      return h;
+    };
+    // Stores the words where raw_words_for points (as the receive pass would), then on_data.
+    auto feed_stored = [&](const wire::Header& h, const std::vector<float>& v) {
+      EXPECT_EQ(v.size(), h.count);
+      std::vector<uint8_t> b(wire::packet_size(h));
+      wire::encode_header(h, b.data());
+      std::memcpy(b.data() + wire::kHeaderSize, v.data(), v.size() * 4);
+      wire::PacketView pkt;
+      EXPECT_EQ(wire::decode(b, &pkt), wire::DecodeError::kOk);
+      const Verdict want = plain->on_data(pkt);
+      uint8_t* words = t->raw_words_for(h);
+      if (words == nullptr) return t->on_data(pkt);
+      std::memcpy(words, pkt.payload, pkt.payload_bytes);
+      StoredWords stored;
+      stored.scanned = h.rank % 2 == 0;  // both ways: scanned by the pass, or by the table
+      stored.scan = codec::scan(v.data(), v.size(), DType::kFloat32, ReduceOp::kSum);
+      const Verdict got = t->on_data(pkt, &stored);
+      EXPECT_EQ(got, want);
+      return got;
+    };
+    EXPECT_NE(t->raw_words_for(f32(0, 5)), nullptr);  // an unused copy
+    EXPECT_EQ(feed_stored(f32(0, 5), {1.5f, -2.0f}), Verdict::kAdded);
+    EXPECT_EQ(t->raw_words_for(f32(0, 5)), nullptr);  // rank 0's words are the round's
+    EXPECT_EQ(t->raw_words_for(f32(0, 7)), nullptr);  // even for a newer round (not yet taken)
+    EXPECT_NE(t->raw_words_for(f32(1, 5)), nullptr);
+    EXPECT_NE(t->raw_words_for(f32(1, 7)), nullptr);
+    EXPECT_EQ(feed_stored(f32(1, 5), {0.25f, 8.0f}), Verdict::kAdded);
+    EXPECT_EQ(feed_stored(f32(2, 5), {1.0f, std::numeric_limits<float>::infinity()}),
+              Verdict::kCompleted);
+    // Complete: its words went into the result, unless a leaf waits for the root's exponent.
+    for (uint16_t r = 0; r < 3; ++r) EXPECT_EQ(t->raw_words_for(f32(r, 7)) == nullptr, defer);
+    const CopyView a = t->copy(1, false), b = plain->copy(1, false);
+    EXPECT_EQ(a.exp, b.exp);
+    EXPECT_EQ(a.nonfinite, b.nonfinite);
+    EXPECT_TRUE(a.nonfinite);
+    if (!defer) {
+      EXPECT_EQ(0, std::memcmp(a.result, b.result, 8));
+    }
+    // The next round of the copy, finite, stored by the pass: the same bits as without it.
+    for (uint16_t r = 0; r < 3; ++r) feed_stored(f32(r, 7), {0.5f * r, 1e-3f + r});
+    const CopyView c = t->copy(1, false), d = plain->copy(1, false);
+    EXPECT_TRUE(c.complete);
+    EXPECT_FALSE(c.nonfinite);
+    EXPECT_EQ(c.exp, d.exp);
+    if (!defer) {
+      EXPECT_EQ(0, std::memcmp(c.result, d.result, 8));
+    }
+    // Not float SUM DATA, or beyond the table: never a destination.
+    wire::Header h = f32(0, 9);
+    h.op = ReduceOp::kMax;
+    EXPECT_EQ(t->raw_words_for(h), nullptr);
+    EXPECT_EQ(t->raw_words_for(data_header(1, 0, 0, 1, false, 9, 2)), nullptr);  // int32
+    h = f32(0, 9);
+    h.flags = wire::kFlagPartial;
+    EXPECT_EQ(t->raw_words_for(h), nullptr);
+    h = f32(3, 9);
+    EXPECT_EQ(t->raw_words_for(h), nullptr);  // rank beyond the world
+    h = f32(0, 9);
+    h.slot = 2;
+    EXPECT_EQ(t->raw_words_for(h), nullptr);
+    h = f32(0, 9);
+    h.count = 17;
+    EXPECT_EQ(t->raw_words_for(h), nullptr);  // beyond the block
+  }
+}
+
 TEST(SlotTableTest, VerdictNames) {
   EXPECT_STREQ(verdict_name(Verdict::kAdded), "added");
   EXPECT_STREQ(verdict_name(Verdict::kReportMissing), "report_missing");

@@ -12,6 +12,7 @@
 #include <thread>
 #include <vector>
 
+#include "ina/protocol/codec.h"
 #include "ina/protocol/wire.h"
 
 namespace ina {
@@ -237,6 +238,183 @@ TEST(PacketMac, WireTagIsThePacketMac) {
   const Key128 k{5, 6};
   std::vector<uint8_t> d = random_bytes(wire::kHeaderSize + 64, 9);
   EXPECT_EQ(wire::compute_tag(d, k), packet_mac(expand_mac_key(k), d, wire::kOffTag / 8));
+}
+
+// ---- the receive pass (packet_mac_copy): the MAC as packet_mac gives it, the bytes from `from`
+// copied exactly (nothing written outside them), and the float32 scan as the codec's.
+
+constexpr uint8_t kGuard = 0xCC;
+constexpr size_t kGuardBytes = 64;
+
+// packet_mac_copy(path) of msg into dst at dst_off of a guarded buffer, checked against packet_mac
+// and a plain copy; with `codes`, the scanning variant. Returns a failure message, empty if none.
+std::string check_pass(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
+                       size_t from, size_t dst_off, MacPath p, MagnitudeCodes* codes) {
+  const size_t len = msg.size() - from;
+  std::vector<uint8_t> out(kGuardBytes + 64 + len + kGuardBytes, kGuard);
+  uint8_t* dst = out.data() + kGuardBytes + dst_off;
+  const uint64_t got = codes == nullptr ? packet_mac_copy(key, msg, zero_word, from, dst, p)
+                                        : packet_mac_copy(key, msg, zero_word, from, dst, codes, p);
+  std::string where = std::string(mac_path_name(p)) + ", " + std::to_string(msg.size()) +
+                      " bytes from " + std::to_string(from) + " (zero word " +
+                      std::to_string(zero_word) + "), dst at +" + std::to_string(dst_off) + ": ";
+  if (got != packet_mac(key, msg, zero_word, p)) return where + "MAC differs";
+  if (len > 0 && std::memcmp(dst, msg.data() + from, len) != 0) return where + "copy differs";
+  for (size_t i = 0; i < out.size(); ++i) {
+    const bool inside = i >= kGuardBytes + dst_off && i < kGuardBytes + dst_off + len;
+    if (!inside && out[i] != kGuard)
+      return where + "wrote outside the copy at " + std::to_string(i);
+  }
+  return {};
+}
+
+TEST(ReceivePass, CopiesThePayloadAndGivesThePacketMacAtEveryLengthAndAlignment) {
+  // Every payload length up to 4136 bytes (many whole 32-block folds) with the source and the
+  // destination at varied offsets of a 64-byte line, then every pair of offsets 0..63 for lengths
+  // around the vector and fold sizes; the portable (bit-serial) path over fewer lengths.
+  std::mt19937_64 rng(21);
+  const MacKey key = expand_mac_key(Key128{rng(), rng()});
+  std::vector<uint8_t> all(64 + wire::kHeaderSize + 4136);
+  for (auto& b : all) b = static_cast<uint8_t>(rng());
+  for (MacPath p : available_paths()) {
+    const size_t max_len = p == MacPath::kPortable ? 700 : 4136;
+    for (size_t len = 0; len <= max_len; ++len) {
+      const size_t src_off = (len * 13) % 64, dst_off = (len * 29 + 5) % 64;
+      const std::span<const uint8_t> msg(all.data() + src_off, wire::kHeaderSize + len);
+      const std::string e = check_pass(key, msg, 4, wire::kHeaderSize, dst_off, p, nullptr);
+      ASSERT_TRUE(e.empty()) << e;
+    }
+    const std::vector<size_t> lens =
+        p == MacPath::kPortable
+            ? std::vector<size_t>{0, 1, 7, 8, 9, 24, 57}
+            : std::vector<size_t>{0, 1, 7, 8, 9, 24, 56, 57, 63, 64, 65, 120, 504, 512, 1024, 1432};
+    for (size_t len : lens) {
+      for (size_t src_off = 0; src_off < 64; ++src_off) {
+        for (size_t dst_off = 0; dst_off < 64; dst_off += p == MacPath::kPortable ? 7 : 1) {
+          const std::span<const uint8_t> msg(all.data() + src_off, wire::kHeaderSize + len);
+          const std::string e = check_pass(key, msg, 4, wire::kHeaderSize, dst_off, p, nullptr);
+          ASSERT_TRUE(e.empty()) << e;
+        }
+      }
+    }
+    // Other zeroed words and copy starts mac.h allows (the copy starting in the blocks read from
+    // the zeroed copy, or right after them), short messages included.
+    for (const auto& [zero_word, from] : std::vector<std::pair<size_t, size_t>>{
+             {0, 8}, {0, 16}, {1, 16}, {2, 24}, {2, 32}, {4, 44}, {4, 48}, {7, 64}}) {
+      for (size_t n = from; n < from + 300; n += p == MacPath::kPortable ? 13 : 1) {
+        const std::span<const uint8_t> msg(all.data() + n % 64, n);
+        const std::string e = check_pass(key, msg, zero_word, from, (n * 7) % 64, p, nullptr);
+        ASSERT_TRUE(e.empty()) << e;
+      }
+    }
+  }
+}
+
+// float32 words with every kind of edge value among random finite ones.
+std::vector<uint32_t> edgy_floats(size_t n, std::mt19937_64& rng, bool finite_only) {
+  static constexpr uint32_t kEdges[] = {
+      0x7FC00000u, 0xFFC00001u, 0x7F800001u, 0xFFBFFFFFu,  // quiet and signalling NaNs
+      0x7F800000u, 0xFF800000u,                            // +-Inf
+      0x00000001u, 0x807FFFFFu, 0x00400000u,               // subnormals
+      0x00000000u, 0x80000000u,                            // +-0
+      0x7F7FFFFFu, 0xFF7FFFFFu, 0x00800000u, 0x3F800000u,  // largest finite, smallest normal, 1
+  };
+  std::vector<uint32_t> w(n);
+  const size_t edges = finite_only ? 4 : std::size(kEdges);  // the first finite edge is index 6
+  for (auto& x : w) {
+    if (rng() % 16 == 0) {
+      x = kEdges[finite_only ? 6 + rng() % (std::size(kEdges) - 6) : rng() % edges];
+    } else {
+      // A random finite magnitude of any exponent, so that the largest varies.
+      x = static_cast<uint32_t>(rng()) & 0x807FFFFFu;
+      x |= static_cast<uint32_t>(rng() % 255) << 23;
+    }
+  }
+  return w;
+}
+
+TEST(ReceivePass, ScansTheCopiedFloatsAsTheCodecDoes) {
+  // The scanning variant: the copy and the MAC as above, and the largest finite code and the
+  // non-finite mark giving codec::scan's block exponent and mark (SUM: Inf and NaN count; MIN/MAX:
+  // NaN only), for every element count up to 1100 (then some grid of offsets), blocks with and
+  // without non-finite values, the values carried over from the caller kept.
+  std::mt19937_64 rng(33);
+  const MacKey key = expand_mac_key(Key128{rng(), rng()});
+  for (MacPath p : available_paths()) {
+    const size_t max_count = p == MacPath::kPortable ? 180 : 1100;
+    for (size_t count = 0; count <= max_count; ++count) {
+      for (int variant = 0; variant < 3; ++variant) {
+        const bool finite_only = variant == 0;
+        const std::vector<uint32_t> w = edgy_floats(count, rng, finite_only);
+        std::vector<uint8_t> msg(64 + wire::kHeaderSize + count * 4);
+        const size_t src_off = (count + static_cast<size_t>(variant) * 21) % 64;
+        for (size_t i = 0; i < wire::kHeaderSize; ++i) {
+          msg[src_off + i] = static_cast<uint8_t>(rng());
+        }
+        // A tag field whose bytes look like NaNs and huge floats: never scanned.
+        std::memset(msg.data() + src_off + wire::kOffTag, 0x7F, wire::kTagSize);
+        if (count > 0) std::memcpy(msg.data() + src_off + wire::kHeaderSize, w.data(), count * 4);
+        const std::span<const uint8_t> m(msg.data() + src_off, wire::kHeaderSize + count * 4);
+        const ReduceOp op = variant == 2 ? ReduceOp::kMax : ReduceOp::kSum;
+        MagnitudeCodes codes;
+        codes.bad = codec::nonfinite_code(DType::kFloat32, op);
+        const std::string e =
+            check_pass(key, m, 4, wire::kHeaderSize, (count * 11) % 64, p, &codes);
+        ASSERT_TRUE(e.empty()) << e;
+        const codec::Scan want = codec::scan(w.data(), count, DType::kFloat32, op);
+        const codec::Scan got = codec::scan_of_codes(DType::kFloat32, codes.top, codes.nonfinite);
+        ASSERT_EQ(got.exp, want.exp) << mac_path_name(p) << " count " << count << " v" << variant;
+        ASSERT_EQ(got.nonfinite, want.nonfinite)
+            << mac_path_name(p) << " count " << count << " v" << variant;
+        // Carried over: a larger top and a set mark stay.
+        MagnitudeCodes carried{codes.bad, 0x7F7FFFFFu, true};
+        ASSERT_TRUE(check_pass(key, m, 4, wire::kHeaderSize, 3, p, &carried).empty());
+        EXPECT_EQ(carried.top, 0x7F7FFFFFu);
+        EXPECT_TRUE(carried.nonfinite);
+      }
+    }
+    for (size_t count : {size_t{1}, size_t{2}, size_t{3}, size_t{5}, size_t{16}, size_t{255},
+                         size_t{256}, size_t{358}}) {
+      const std::vector<uint32_t> w = edgy_floats(count, rng, false);
+      std::vector<uint8_t> msg(64 + wire::kHeaderSize + count * 4);
+      for (size_t src_off = 0; src_off < 64; src_off += p == MacPath::kPortable ? 5 : 1) {
+        for (size_t i = 0; i < wire::kHeaderSize; ++i) msg[src_off + i] = static_cast<uint8_t>(i);
+        std::memcpy(msg.data() + src_off + wire::kHeaderSize, w.data(), count * 4);
+        const std::span<const uint8_t> m(msg.data() + src_off, wire::kHeaderSize + count * 4);
+        for (size_t dst_off = 0; dst_off < 64; dst_off += p == MacPath::kPortable ? 9 : 1) {
+          MagnitudeCodes codes;
+          const std::string e = check_pass(key, m, 4, wire::kHeaderSize, dst_off, p, &codes);
+          ASSERT_TRUE(e.empty()) << e;
+          const codec::Scan want = codec::scan(w.data(), count, DType::kFloat32, ReduceOp::kSum);
+          const codec::Scan got = codec::scan_of_codes(DType::kFloat32, codes.top, codes.nonfinite);
+          ASSERT_EQ(got.exp, want.exp) << count << " +" << src_off << " +" << dst_off;
+          ASSERT_EQ(got.nonfinite, want.nonfinite) << count << " +" << src_off << " +" << dst_off;
+        }
+      }
+    }
+  }
+}
+
+TEST(ReceivePass, WireTagOkCopyIsTagOkPlusTheCopy) {
+  std::vector<uint8_t> d = random_bytes(wire::kHeaderSize + 1024, 13);
+  const Key128 key{7, 8};
+  wire::seal(d, key);
+  std::vector<uint8_t> out(1024);
+  EXPECT_TRUE(wire::tag_ok_copy(d, key, out.data()));
+  EXPECT_EQ(0, std::memcmp(out.data(), d.data() + wire::kHeaderSize, 1024));
+  MagnitudeCodes codes;
+  std::fill(out.begin(), out.end(), 0);
+  EXPECT_TRUE(wire::tag_ok_copy(d, key, out.data(), &codes));
+  EXPECT_EQ(0, std::memcmp(out.data(), d.data() + wire::kHeaderSize, 1024));
+  // Any flipped bit outside the tag field, another key, or a short datagram: false.
+  for (size_t i : {size_t{0}, size_t{31}, size_t{40}, size_t{500}, size_t{1063}}) {
+    d[i] ^= 0x10;
+    EXPECT_FALSE(wire::tag_ok_copy(d, key, out.data())) << i;
+    EXPECT_FALSE(wire::tag_ok_copy(d, key, out.data(), &codes)) << i;
+    d[i] ^= 0x10;
+  }
+  EXPECT_FALSE(wire::tag_ok_copy(d, Key128{7, 9}, out.data()));
+  EXPECT_FALSE(wire::tag_ok_copy(std::span<const uint8_t>(d.data(), 39), key, out.data()));
 }
 
 }  // namespace

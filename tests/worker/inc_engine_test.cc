@@ -1001,6 +1001,97 @@ TEST(IncEngineAllreduce, RepliesWithABadTagAreDroppedAndCounted) {
   }
 }
 
+// A transport that loses the first DATA datagram of a collective on its way to the aggregator and
+// hands the rank, in its place, a forged RESULT for that very round (its header, a payload of
+// NaN-looking bytes, a tag the key does not give): the rank must drop it, retransmit its DATA
+// (read again from the user's buffer, which in place is also the result's) and finish with the
+// exact sum. A forged RESULT copied into the buffer before its tag was checked would have
+// replaced the retransmitted DATA there.
+class ForgesOneResult final : public Transport {
+ public:
+  explicit ForgesOneResult(std::unique_ptr<Transport> t) : t_(std::move(t)) {}
+  Status send_batch(std::span<const std::span<const uint8_t>> pkts) override {
+    for (const std::span<const uint8_t> d : pkts) {
+      wire::PacketView pv;
+      if (armed && !forged_ready_ && wire::decode(d, &pv) == wire::DecodeError::kOk &&
+          pv.hdr.flags == 0) {
+        forged_.assign(d.begin(), d.end());
+        forged_[wire::kOffFlags] = wire::kFlagResult;
+        std::fill(forged_.begin() + wire::kHeaderSize, forged_.end(), uint8_t{0x7F});
+        forged_ready_ = true;
+        armed = false;
+        ++forged;
+        continue;  // lost
+      }
+      const std::span<const uint8_t> one[1] = {d};
+      INA_RETURN_IF_ERROR(t_->send_batch(one));
+    }
+    return ok_status();
+  }
+  Result<size_t> recv_batch(std::span<Datagram> out, std::chrono::microseconds t) override {
+    if (forged_ready_ && !out.empty()) {
+      forged_ready_ = false;
+      out[0] = forged_;
+      return size_t{1};
+    }
+    return t_->recv_batch(out, t);
+  }
+  size_t max_datagram() const override { return t_->max_datagram(); }
+  std::string peer_name() const override { return t_->peer_name(); }
+  bool armed = false;
+  int forged = 0;
+
+ private:
+  std::unique_ptr<Transport> t_;
+  std::vector<uint8_t> forged_;
+  bool forged_ready_ = false;
+};
+
+TEST(IncEngineAllreduce, AForgedResultNeverReplacesDataStillToBeResent) {
+  // In place and out of place (where the RESULT's payload is copied into the user's buffer as its
+  // tag is verified), float32 and int32: the exact sums, the forgery counted as a bad tag.
+  for (const bool in_place : {true, false}) {
+    for (const DType dt : {DType::kFloat32, DType::kInt32}) {
+      SCOPED_TRACE(std::string(in_place ? "in place " : "out of place ") +
+                   std::string(dtype_name(dt)));
+      const int world = 2;
+      MemNetwork net(world, job_config(world));
+      std::vector<CommStats> st(world);
+      std::vector<int> forged(world);
+      run_ranks(world, [&](int r) {
+        auto t = std::make_unique<ForgesOneResult>(net.transport(static_cast<size_t>(r)));
+        ForgesOneResult* tp = t.get();
+        Config c = rank_config(r, world);
+        c.retransmit = std::chrono::microseconds(5000);
+        IncEngine e(c, std::move(t));
+        ASSERT_TRUE(e.join().ok());
+        tp->armed = true;
+        constexpr size_t kCount = 700;  // three blocks
+        std::vector<int32_t> in(kCount), out(kCount, 0x55);
+        for (size_t i = 0; i < kCount; ++i) {
+          in[i] = dt == DType::kInt32 ? static_cast<int32_t>(i) * (r + 1)
+                                      : std::bit_cast<int32_t>(static_cast<float>(i) * (r + 1));
+        }
+        std::vector<int32_t>& buf = in_place ? in : out;
+        ASSERT_TRUE(e.allreduce(in.data(), buf.data(), kCount, dt, ReduceOp::kSum).ok());
+        for (size_t i = 0; i < kCount; ++i) {
+          const int32_t want = dt == DType::kInt32
+                                   ? static_cast<int32_t>(i) * 3
+                                   : std::bit_cast<int32_t>(static_cast<float>(i) * 3);
+          ASSERT_EQ(buf[i], want) << "rank " << r << " element " << i;
+        }
+        st[static_cast<size_t>(r)] = e.stats();
+        forged[static_cast<size_t>(r)] = tp->forged;
+      });
+      for (int r = 0; r < world; ++r) {
+        EXPECT_EQ(forged[static_cast<size_t>(r)], 1) << "rank " << r;
+        EXPECT_GE(st[static_cast<size_t>(r)].bad_tag, 1u) << "rank " << r;
+        EXPECT_GE(st[static_cast<size_t>(r)].retransmits, 1u) << "rank " << r;
+      }
+    }
+  }
+}
+
 // A worker whose key is not the job's: the aggregator drops its HELLOs as bad tags, unanswered,
 // and the join fails with a message that names the key as a cause.
 TEST(IncEngineJoin, WrongKeyIsDroppedAndTheErrorSaysSo) {

@@ -44,6 +44,12 @@ struct Scan {
 // n elements of src (type t, little-endian, any alignment). int32: {kNoExponent, false}.
 Scan scan(const void* src, size_t n, DType t, ReduceOp op);
 inline int16_t max_exponent(int16_t a, int16_t b) { return a > b ? a : b; }
+// scan() in two steps, for a caller that reads the magnitude codes itself (the receive pass of
+// mac.h, packet_mac_copy, scans float32 codes while it verifies and copies a datagram): the code
+// from which scan() counts an element non-finite under op (float types; int32: 0), and the Scan
+// of a block whose largest finite code is `top` (0: none).
+uint32_t nonfinite_code(DType t, ReduceOp op);
+Scan scan_of_codes(DType t, uint32_t top, bool nonfinite);
 
 // The exponent of one unit of the fixed-point words of a block with shared exponent E: E - B,
 // or kNoScale when E is kNoExponent.

@@ -79,4 +79,32 @@ uint64_t packet_mac_parts(const MacKey& key, std::span<const uint8_t> head,
 uint64_t packet_mac_parts(const Key128& key, std::span<const uint8_t> head,
                           std::span<const uint8_t> body, size_t zero_word);
 
+// The receive pass: packet_mac(key, msg, zero_word) computed while msg[from, msg.size()) is copied
+// to dst (msg.size() - from bytes; dst must not overlap msg), in one read of the datagram: each
+// vector the MAC loads is also stored. A receiver that verifies a datagram and keeps its payload
+// (the worker's RESULT into the user's buffer, the aggregator's float SUM words into slot
+// storage) pays one pass instead of two; it must copy only where a datagram that fails the tag
+// may write (the copy happens whatever the tag). 8 * (zero_word + 1) <= from <=
+// 16 * (zero_word / 2 + 1) and from <= msg.size() (a wire header: from 40, zero_word 4).
+uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, uint8_t* dst, MacPath path);
+uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, uint8_t* dst);
+
+// The copied bytes read as float32 magnitude codes (4-byte little-endian lanes from `from`, the
+// sign bit cleared), what the block codec's scan_codes computes for float32 (codec.h, scan): the
+// largest finite code (below Inf's; 0 for none) and whether any is >= bad. Updated in place: top
+// and nonfinite carry over from the caller's values.
+struct MagnitudeCodes {
+  uint32_t bad = 0x7F800000u;  // Inf: a SUM's non-finite bound
+  uint32_t top = 0;
+  bool nonfinite = false;
+};
+// packet_mac_copy that also scans the copied bytes (from and their number multiples of 4): verify,
+// copy and scan in one pass.
+uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, uint8_t* dst, MagnitudeCodes* codes, MacPath path);
+uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, uint8_t* dst, MagnitudeCodes* codes);
+
 }  // namespace ina
