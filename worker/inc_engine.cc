@@ -143,6 +143,9 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   }
   inflight_ = 0;
   ready_.clear();
+  low_ = 0;
+  low_slot_ = 0;
+  low_round_ = 0;
   missing_.valid = false;
   for (MissingReport& r : slot_missing_) r.valid = false;
   heard_ = false;
@@ -442,6 +445,13 @@ Status IncEngine::on_result(const wire::PacketView& pv) {
 void IncEngine::start_or_defer(uint32_t s, uint64_t block, Clock::time_point now) {
   Slot& sl = slots_[s];
   sl.next_block = block;
+  if (ready_.empty() && may_launch(block)) {
+    // The usual case in a stream (a result frees the window for its slot's next block): what
+    // the heap would return at once, without the heap.
+    start_block(s, block);
+    queue(s, now);
+    return;
+  }
   ready_.push_back(s);
   std::push_heap(ready_.begin(), ready_.end(), ReadyLater{&slots_});
   launch_ready(now);
@@ -453,17 +463,30 @@ void IncEngine::start_or_defer(uint32_t s, uint64_t block, Clock::time_point now
 // would wait for that rank, whose own full window waits for this one. With it, the lowest block
 // no rank has completed is always sent by every rank (at each, every lower block is done, or
 // outstanding and recovered by retransmission), so it completes.
+//
+// "No lower block is out" is tested in O(1) amortised: the blocks this rank has not completed are
+// each slot's current one (outstanding, waiting in ready_, or not yet started at the start of a
+// collective, all above the lowest ready one), so a lower block is out exactly when the lowest
+// incomplete block (low_) is below the lowest ready one. low_ only moves up, once per block of
+// the collective: block b is complete when its slot b mod W' has more than b / W' results.
+bool IncEngine::may_launch(uint64_t block) {
+  if (inflight_ < cc_.window()) return true;
+  const uint32_t width = coll_.width;
+  while (low_ < block && slots_[low_slot_].results > low_round_) {
+    ++low_;
+    if (++low_slot_ == width) {
+      low_slot_ = 0;
+      ++low_round_;
+    }
+  }
+  return low_ == block;  // (low_ <= block always: block is not complete)
+}
+
 void IncEngine::launch_ready(Clock::time_point now) {
-  const uint32_t window = cc_.window();
   while (!ready_.empty()) {
     const uint32_t s = ready_.front();
     const uint64_t block = slots_[s].next_block;
-    if (inflight_ >= window) {
-      for (uint32_t t = 0; t < coll_.width; ++t) {
-        const Slot& o = slots_[t];
-        if (o.active && o.block < block) return;  // a lower one is out
-      }
-    }
+    if (!may_launch(block)) return;  // a lower one is out
     std::pop_heap(ready_.begin(), ready_.end(), ReadyLater{&slots_});
     ready_.pop_back();
     start_block(s, block);

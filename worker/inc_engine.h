@@ -224,6 +224,8 @@ class IncEngine {
   // the lowest incomplete one regardless of the window).
   void start_or_defer(uint32_t s, uint64_t block, Clock::time_point now);
   void launch_ready(Clock::time_point now);
+  // Whether a ready block may go out now: the window has room, or no lower block is out.
+  bool may_launch(uint64_t block);
 
   // Messages.
   std::string describe_collective() const;
@@ -279,6 +281,11 @@ class IncEngine {
   LossDetector loss_;
   bool loss_moved_ = false;  // a result moved loss_ on: presume_lost() is due
   uint32_t inflight_ = 0;    // rounds outstanding
+  // The lowest block of the collective this rank has not completed (may_launch): its slot and
+  // round (low_ = low_round_ * W' + low_slot_).
+  uint64_t low_ = 0;
+  uint32_t low_slot_ = 0;
+  uint64_t low_round_ = 0;
   // Slots whose next block waits for the window: a min-heap on the block (launch_ready).
   std::vector<uint32_t> ready_;
   struct ReadyLater {
