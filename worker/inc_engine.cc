@@ -49,14 +49,17 @@
 // (slot, shadow, seq); anything else is a duplicate or stale and is counted and ignored.
 //
 // Waiting. A rank that has nothing to read polls its transport for up to kSpin (yielding the CPU
-// between polls) before it blocks, when at most kSpinRounds rounds are outstanding: then the
-// collective waits on a round trip that nothing else overlaps (a small collective, or a large
-// one's last rounds), and a blocked rank would add a wake-up to it (10-15 us on the 2-core VM, at
-// each end: the aggregator polls after traffic too, udp_lane.cc). With more rounds outstanding
-// the window hides the wake-up, and each one returns a batch of results, so the rank blocks and
-// leaves the CPU to the others. On the 2-core VM (testbed/results/spin-20261205/) an
-// 8 B AllReduce at 4 ranks took 83-112 us blocking, more than libina's host halving-doubling
-// (63-75 us); polling, 50-68 us (medians: 0.87x halving-doubling, 0.59x Open MPI over TCP).
+// between polls) before it blocks, when every round it has left is outstanding and they are at
+// most kSpinRounds: then the collective waits on a round trip that nothing else overlaps (a small
+// collective, or a large one's last rounds), and a blocked rank would add a wake-up to it (10-15
+// us on the 2-core VM, at each end: the aggregator polls after traffic too, udp_lane.cc). While
+// blocks remain to be sent the window hides the wake-up, however small the window (the delay-based
+// window of a loaded host is often below kSpinRounds), and each wake-up returns a batch of
+// results, so the rank blocks and leaves the CPU to the others: polling there cost each rank a
+// sched_yield (a context switch when the cores are shared) per empty poll, in steady state. On the
+// 2-core VM (testbed/results/spin-20261205/) an 8 B AllReduce at 4 ranks took 83-112 us blocking,
+// more than libina's host halving-doubling (63-75 us); polling, 50-68 us (medians: 0.87x
+// halving-doubling, 0.59x Open MPI over TCP).
 //
 // Cost per packet: one copy (out of the result; a DATA packet's payload is sent from the user's
 // buffer, its header sealed over it in place), no allocation, no lock, no log. Sends of one loop
@@ -177,7 +180,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
     const Clock::time_point probe_at = std::max(last_rx, last_probe) + kSilenceProbe;
     const auto wait = std::chrono::ceil<std::chrono::microseconds>(
         std::min({next_due_, deadline, probe_at}) - now);
-    transport_->set_spin(spin_for(inflight_));
+    transport_->set_spin(spin_for(inflight_, c.rounds_left));
     INA_ASSIGN_OR_RETURN(size_t n, transport_->recv_batch(rx_, wait));
     for (size_t i = 0; i < n; ++i) INA_RETURN_IF_ERROR(on_datagram(rx_[i]));
     if (loss_moved_) presume_lost();

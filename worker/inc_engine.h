@@ -56,12 +56,13 @@ class IncEngine {
   // result of a round that completed before the abort, or the abort itself) before it fails
   // the collective anyway (see inc_failure.cc, "At the deadline").
   static constexpr std::chrono::milliseconds kAbortSettle{100};
-  // Waiting for results (inc_engine.cc, "Waiting"): with at most kSpinRounds rounds outstanding
-  // the rank polls for up to kSpin before it blocks; with more it blocks at once.
+  // Waiting for results (inc_engine.cc, "Waiting"): when every round left is outstanding and
+  // they are at most kSpinRounds the rank polls for up to kSpin before it blocks; otherwise it
+  // blocks at once.
   static constexpr std::chrono::microseconds kSpin{200};
   static constexpr uint32_t kSpinRounds = 16;
-  static constexpr std::chrono::microseconds spin_for(uint32_t outstanding) {
-    return outstanding <= kSpinRounds ? kSpin : std::chrono::microseconds(0);
+  static constexpr std::chrono::microseconds spin_for(uint32_t outstanding, uint64_t left) {
+    return outstanding <= kSpinRounds && left <= outstanding ? kSpin : std::chrono::microseconds(0);
   }
 
   // A silent aggregator (inc_failure.cc, "A dead aggregator"): once set_silence_limit() armed it,
