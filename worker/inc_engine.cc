@@ -74,6 +74,7 @@
 #include <atomic>
 #include <cinttypes>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "ina/base/log.h"
@@ -229,6 +230,7 @@ void IncEngine::ensure_slot_buffers(uint32_t width) {
   // Grows to the widest collective seen (at most the window); pointers are refreshed because the
   // storage may move, which is fine between collectives.
   slots_.resize(width);
+  ready_.reserve(width);  // each slot waits there at most once: no allocation per packet
   slot_missing_.resize(width);
   pkt_storage_.resize(size_t{width} * pkt_capacity_);
   for (size_t s = 0; s < slots_.size(); ++s) {
@@ -446,8 +448,6 @@ Status IncEngine::on_result(const wire::PacketView& pv) {
 }
 
 void IncEngine::start_or_defer(uint32_t s, uint64_t block, Clock::time_point now) {
-  Slot& sl = slots_[s];
-  sl.next_block = block;
   if (ready_.empty() && may_launch(block)) {
     // The usual case in a stream (a result frees the window for its slot's next block): what
     // the heap would return at once, without the heap.
@@ -455,8 +455,8 @@ void IncEngine::start_or_defer(uint32_t s, uint64_t block, Clock::time_point now
     queue(s, now);
     return;
   }
-  ready_.push_back(s);
-  std::push_heap(ready_.begin(), ready_.end(), ReadyLater{&slots_});
+  ready_.push_back(block);  // its slot: block mod W'
+  std::push_heap(ready_.begin(), ready_.end(), std::greater<>());
   launch_ready(now);
 }
 
@@ -487,11 +487,11 @@ bool IncEngine::may_launch(uint64_t block) {
 
 void IncEngine::launch_ready(Clock::time_point now) {
   while (!ready_.empty()) {
-    const uint32_t s = ready_.front();
-    const uint64_t block = slots_[s].next_block;
+    const uint64_t block = ready_.front();
     if (!may_launch(block)) return;  // a lower one is out
-    std::pop_heap(ready_.begin(), ready_.end(), ReadyLater{&slots_});
+    std::pop_heap(ready_.begin(), ready_.end(), std::greater<>());
     ready_.pop_back();
+    const auto s = static_cast<uint32_t>(block % coll_.width);
     start_block(s, block);
     queue(s, now);
   }

@@ -154,11 +154,10 @@ class IncEngine {
     uint32_t body_len = 0;
     uint64_t block = 0;  // block of the outstanding round
     BlockSeq seq = 0;
-    uint32_t rounds = 0;      // rounds sent on this slot in this collective
-    uint32_t results = 0;     // block results received on this slot in this collective
-    uint64_t next_block = 0;  // waiting for the window (ready_): the block
-    uint32_t first_use = 0;   // the slot's use counter u[s] when the collective began
-    uint16_t count = 0;       // payload elements of the outstanding round
+    uint32_t rounds = 0;     // rounds sent on this slot in this collective
+    uint32_t results = 0;    // block results received on this slot in this collective
+    uint32_t first_use = 0;  // the slot's use counter u[s] when the collective began
+    uint16_t count = 0;      // payload elements of the outstanding round
     bool shadow = false;
     bool resealed = false;       // the tag covers the packet as it is now (wire::seal)
     bool active = false;         // a round is outstanding
@@ -287,14 +286,9 @@ class IncEngine {
   uint64_t low_ = 0;
   uint32_t low_slot_ = 0;
   uint64_t low_round_ = 0;
-  // Slots whose next block waits for the window: a min-heap on the block (launch_ready).
-  std::vector<uint32_t> ready_;
-  struct ReadyLater {
-    const std::vector<Slot>* slots;
-    bool operator()(uint32_t a, uint32_t b) const {
-      return (*slots)[a].next_block > (*slots)[b].next_block;
-    }
-  };
+  // Blocks that wait for the window, each its slot's next (slot = block mod W'): a min-heap
+  // (launch_ready). The blocks themselves, not slot indices: comparing them reads no slot.
+  std::vector<uint64_t> ready_;
   uint64_t straggle_state_ = 0;  // draws of the intermittent-straggler test hook
   std::vector<uint32_t> use_;    // u[s]: rounds ever sent on slot s (shadow = u & 1)
 
