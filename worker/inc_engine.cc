@@ -232,10 +232,10 @@ void IncEngine::ensure_slot_buffers(uint32_t width) {
   slots_.resize(width);
   ready_.reserve(width);  // each slot waits there at most once: no allocation per packet
   slot_missing_.resize(width);
-  pkt_storage_.resize(size_t{width} * pkt_capacity_);
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    slots_[s].pkt = pkt_storage_.data() + s * pkt_capacity_;
-  }
+  pkt_storage_.resize((size_t{width} + 1) * kSlotPacket);
+  uint8_t* base = pkt_storage_.data();
+  base += (kSlotPacket - reinterpret_cast<uintptr_t>(base) % kSlotPacket) % kSlotPacket;
+  for (size_t s = 0; s < slots_.size(); ++s) slots_[s].pkt = base + s * kSlotPacket;
 }
 
 size_t IncEngine::block_len(uint64_t block) const {

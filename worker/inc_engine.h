@@ -294,8 +294,11 @@ class IncEngine {
 
   // Per-collective state, allocated at join / first use and reused.
   std::vector<Slot> slots_;
-  std::vector<uint8_t> pkt_storage_;  // slots_.size() packets of pkt_capacity_ bytes
-  size_t pkt_capacity_ = 0;
+  // The slots' packet buffers, kSlotPacket bytes each, one cache line apart: a DATA packet's
+  // header (its payload is gathered from the user's buffer) or an abort, whole.
+  static constexpr size_t kSlotPacket = 64;
+  static_assert(kSlotPacket >= wire::kHeaderSize && kSlotPacket >= wire::control_packet_size(3));
+  std::vector<uint8_t> pkt_storage_;  // slots_.size() buffers, aligned to kSlotPacket
   std::vector<std::span<const uint8_t>> tx_;
   std::vector<GatherDatagram> gtx_;  // flush()'s batch (capacity kept)
   std::vector<uint32_t> tx_slots_;
