@@ -62,8 +62,11 @@
 // halving-doubling, 0.59x Open MPI over TCP).
 //
 // Cost per packet: one copy (out of the result; a DATA packet's payload is sent from the user's
-// buffer, its header sealed over it in place), no allocation, no lock, no log. Sends of one loop
-// iteration go out as one batch.
+// buffer, its header sealed over it in place), no allocation, no lock, no log; the window's
+// bookkeeping is O(1) amortised per round (launch_ready), and only the loss detector's pass
+// (presume_lost) and the timers' (retransmit_due) visit every slot, once per receive batch at
+// most. Sends of one loop iteration go out as one batch: in a stream a wake-up costs one ppoll,
+// one recvmmsg and one sendmmsg (udp_transport.cc).
 //
 // The engine's other phases have files of their own: the join barrier in inc_join.cc; failure
 // handling (a dead or silent aggregator, the deadline, aborts and the error text) in
