@@ -49,18 +49,24 @@
 // (slot, shadow, seq); anything else is a duplicate or stale and is counted and ignored.
 //
 // Waiting. A rank that has nothing to read polls its transport for up to kSpin (yielding the CPU
-// between polls) before it blocks, when at most kSpinRounds rounds are outstanding: then the
-// collective waits on a round trip that nothing else overlaps (a small collective, or a large
-// one's last rounds), and a blocked rank would add a wake-up to it (10-15 us on the 2-core VM, at
-// each end: the aggregator polls after traffic too, udp_lane.cc). With more rounds outstanding
-// the window hides the wake-up, and each one returns a batch of results, so the rank blocks and
-// leaves the CPU to the others. On the 2-core VM (testbed/results/spin-20261205/) an
-// 8 B AllReduce at 4 ranks took 83-112 us blocking, more than libina's host halving-doubling
-// (63-75 us); polling, 50-68 us (medians: 0.87x halving-doubling, 0.59x Open MPI over TCP).
+// between polls) before it blocks, when every round it has left is outstanding and they are at
+// most kSpinRounds: then the collective waits on a round trip that nothing else overlaps (a small
+// collective, or a large one's last rounds), and a blocked rank would add a wake-up to it (10-15
+// us on the 2-core VM, at each end: the aggregator polls after traffic too, udp_lane.cc). While
+// blocks remain to be sent the window hides the wake-up, however small the window (the delay-based
+// window of a loaded host is often below kSpinRounds), and each wake-up returns a batch of
+// results, so the rank blocks and leaves the CPU to the others: polling there cost each rank a
+// sched_yield (a context switch when the cores are shared) per empty poll, in steady state. On the
+// 2-core VM (testbed/results/spin-20261205/) an 8 B AllReduce at 4 ranks took 83-112 us blocking,
+// more than libina's host halving-doubling (63-75 us); polling, 50-68 us (medians: 0.87x
+// halving-doubling, 0.59x Open MPI over TCP).
 //
 // Cost per packet: one copy (out of the result; a DATA packet's payload is sent from the user's
-// buffer, its header sealed over it in place), no allocation, no lock, no log. Sends of one loop
-// iteration go out as one batch.
+// buffer, its header sealed over it in place), no allocation, no lock, no log; the window's
+// bookkeeping is O(1) amortised per round (launch_ready), and only the loss detector's pass
+// (presume_lost) and the timers' (retransmit_due) visit every slot, once per receive batch at
+// most. Sends of one loop iteration go out as one batch: in a stream a wake-up costs one ppoll,
+// one recvmmsg and one sendmmsg (udp_transport.cc).
 //
 // The engine's other phases have files of their own: the join barrier in inc_join.cc; failure
 // handling (a dead or silent aggregator, the deadline, aborts and the error text) in
@@ -71,6 +77,7 @@
 #include <atomic>
 #include <cinttypes>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "ina/base/log.h"
@@ -143,6 +150,9 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
   }
   inflight_ = 0;
   ready_.clear();
+  low_ = 0;
+  low_slot_ = 0;
+  low_round_ = 0;
   missing_.valid = false;
   for (MissingReport& r : slot_missing_) r.valid = false;
   heard_ = false;
@@ -174,7 +184,7 @@ Status IncEngine::allreduce(const void* send, void* recv, size_t count, DType dt
     const Clock::time_point probe_at = std::max(last_rx, last_probe) + kSilenceProbe;
     const auto wait = std::chrono::ceil<std::chrono::microseconds>(
         std::min({next_due_, deadline, probe_at}) - now);
-    transport_->set_spin(spin_for(inflight_));
+    transport_->set_spin(spin_for(inflight_, c.rounds_left));
     INA_ASSIGN_OR_RETURN(size_t n, transport_->recv_batch(rx_, wait));
     for (size_t i = 0; i < n; ++i) INA_RETURN_IF_ERROR(on_datagram(rx_[i]));
     if (loss_moved_) presume_lost();
@@ -223,11 +233,12 @@ void IncEngine::ensure_slot_buffers(uint32_t width) {
   // Grows to the widest collective seen (at most the window); pointers are refreshed because the
   // storage may move, which is fine between collectives.
   slots_.resize(width);
+  ready_.reserve(width);  // each slot waits there at most once: no allocation per packet
   slot_missing_.resize(width);
-  pkt_storage_.resize(size_t{width} * pkt_capacity_);
-  for (size_t s = 0; s < slots_.size(); ++s) {
-    slots_[s].pkt = pkt_storage_.data() + s * pkt_capacity_;
-  }
+  pkt_storage_.resize((size_t{width} + 1) * kSlotPacket);
+  uint8_t* base = pkt_storage_.data();
+  base += (kSlotPacket - reinterpret_cast<uintptr_t>(base) % kSlotPacket) % kSlotPacket;
+  for (size_t s = 0; s < slots_.size(); ++s) slots_[s].pkt = base + s * kSlotPacket;
 }
 
 size_t IncEngine::block_len(uint64_t block) const {
@@ -467,10 +478,15 @@ Status IncEngine::on_result(const wire::PacketView& pv, bool copied) {
 }
 
 void IncEngine::start_or_defer(uint32_t s, uint64_t block, Clock::time_point now) {
-  Slot& sl = slots_[s];
-  sl.next_block = block;
-  ready_.push_back(s);
-  std::push_heap(ready_.begin(), ready_.end(), ReadyLater{&slots_});
+  if (ready_.empty() && may_launch(block)) {
+    // The usual case in a stream (a result frees the window for its slot's next block): what
+    // the heap would return at once, without the heap.
+    start_block(s, block);
+    queue(s, now);
+    return;
+  }
+  ready_.push_back(block);  // its slot: block mod W'
+  std::push_heap(ready_.begin(), ready_.end(), std::greater<>());
   launch_ready(now);
 }
 
@@ -480,19 +496,32 @@ void IncEngine::start_or_defer(uint32_t s, uint64_t block, Clock::time_point now
 // would wait for that rank, whose own full window waits for this one. With it, the lowest block
 // no rank has completed is always sent by every rank (at each, every lower block is done, or
 // outstanding and recovered by retransmission), so it completes.
-void IncEngine::launch_ready(Clock::time_point now) {
-  const uint32_t window = cc_.window();
-  while (!ready_.empty()) {
-    const uint32_t s = ready_.front();
-    const uint64_t block = slots_[s].next_block;
-    if (inflight_ >= window) {
-      for (uint32_t t = 0; t < coll_.width; ++t) {
-        const Slot& o = slots_[t];
-        if (o.active && o.block < block) return;  // a lower one is out
-      }
+//
+// "No lower block is out" is tested in O(1) amortised: the blocks this rank has not completed are
+// each slot's current one (outstanding, waiting in ready_, or not yet started at the start of a
+// collective, all above the lowest ready one), so a lower block is out exactly when the lowest
+// incomplete block (low_) is below the lowest ready one. low_ only moves up, once per block of
+// the collective: block b is complete when its slot b mod W' has more than b / W' results.
+bool IncEngine::may_launch(uint64_t block) {
+  if (inflight_ < cc_.window()) return true;
+  const uint32_t width = coll_.width;
+  while (low_ < block && slots_[low_slot_].results > low_round_) {
+    ++low_;
+    if (++low_slot_ == width) {
+      low_slot_ = 0;
+      ++low_round_;
     }
-    std::pop_heap(ready_.begin(), ready_.end(), ReadyLater{&slots_});
+  }
+  return low_ == block;  // (low_ <= block always: block is not complete)
+}
+
+void IncEngine::launch_ready(Clock::time_point now) {
+  while (!ready_.empty()) {
+    const uint64_t block = ready_.front();
+    if (!may_launch(block)) return;  // a lower one is out
+    std::pop_heap(ready_.begin(), ready_.end(), std::greater<>());
     ready_.pop_back();
+    const auto s = static_cast<uint32_t>(block % coll_.width);
     start_block(s, block);
     queue(s, now);
   }

@@ -56,12 +56,13 @@ class IncEngine {
   // result of a round that completed before the abort, or the abort itself) before it fails
   // the collective anyway (see inc_failure.cc, "At the deadline").
   static constexpr std::chrono::milliseconds kAbortSettle{100};
-  // Waiting for results (inc_engine.cc, "Waiting"): with at most kSpinRounds rounds outstanding
-  // the rank polls for up to kSpin before it blocks; with more it blocks at once.
+  // Waiting for results (inc_engine.cc, "Waiting"): when every round left is outstanding and
+  // they are at most kSpinRounds the rank polls for up to kSpin before it blocks; otherwise it
+  // blocks at once.
   static constexpr std::chrono::microseconds kSpin{200};
   static constexpr uint32_t kSpinRounds = 16;
-  static constexpr std::chrono::microseconds spin_for(uint32_t outstanding) {
-    return outstanding <= kSpinRounds ? kSpin : std::chrono::microseconds(0);
+  static constexpr std::chrono::microseconds spin_for(uint32_t outstanding, uint64_t left) {
+    return outstanding <= kSpinRounds && left <= outstanding ? kSpin : std::chrono::microseconds(0);
   }
 
   // A silent aggregator (inc_failure.cc, "A dead aggregator"): once set_silence_limit() armed it,
@@ -153,11 +154,10 @@ class IncEngine {
     uint32_t body_len = 0;
     uint64_t block = 0;  // block of the outstanding round
     BlockSeq seq = 0;
-    uint32_t rounds = 0;      // rounds sent on this slot in this collective
-    uint32_t results = 0;     // block results received on this slot in this collective
-    uint64_t next_block = 0;  // waiting for the window (ready_): the block
-    uint32_t first_use = 0;   // the slot's use counter u[s] when the collective began
-    uint16_t count = 0;       // payload elements of the outstanding round
+    uint32_t rounds = 0;     // rounds sent on this slot in this collective
+    uint32_t results = 0;    // block results received on this slot in this collective
+    uint32_t first_use = 0;  // the slot's use counter u[s] when the collective began
+    uint16_t count = 0;      // payload elements of the outstanding round
     bool shadow = false;
     bool resealed = false;       // the tag covers the packet as it is now (wire::seal)
     bool active = false;         // a round is outstanding
@@ -231,6 +231,8 @@ class IncEngine {
   // the lowest incomplete one regardless of the window).
   void start_or_defer(uint32_t s, uint64_t block, Clock::time_point now);
   void launch_ready(Clock::time_point now);
+  // Whether a ready block may go out now: the window has room, or no lower block is out.
+  bool may_launch(uint64_t block);
 
   // Messages.
   std::string describe_collective() const;
@@ -286,21 +288,24 @@ class IncEngine {
   LossDetector loss_;
   bool loss_moved_ = false;  // a result moved loss_ on: presume_lost() is due
   uint32_t inflight_ = 0;    // rounds outstanding
-  // Slots whose next block waits for the window: a min-heap on the block (launch_ready).
-  std::vector<uint32_t> ready_;
-  struct ReadyLater {
-    const std::vector<Slot>* slots;
-    bool operator()(uint32_t a, uint32_t b) const {
-      return (*slots)[a].next_block > (*slots)[b].next_block;
-    }
-  };
+  // The lowest block of the collective this rank has not completed (may_launch): its slot and
+  // round (low_ = low_round_ * W' + low_slot_).
+  uint64_t low_ = 0;
+  uint32_t low_slot_ = 0;
+  uint64_t low_round_ = 0;
+  // Blocks that wait for the window, each its slot's next (slot = block mod W'): a min-heap
+  // (launch_ready). The blocks themselves, not slot indices: comparing them reads no slot.
+  std::vector<uint64_t> ready_;
   uint64_t straggle_state_ = 0;  // draws of the intermittent-straggler test hook
   std::vector<uint32_t> use_;    // u[s]: rounds ever sent on slot s (shadow = u & 1)
 
   // Per-collective state, allocated at join / first use and reused.
   std::vector<Slot> slots_;
-  std::vector<uint8_t> pkt_storage_;  // slots_.size() packets of pkt_capacity_ bytes
-  size_t pkt_capacity_ = 0;
+  // The slots' packet buffers, kSlotPacket bytes each, one cache line apart: a DATA packet's
+  // header (its payload is gathered from the user's buffer) or an abort, whole.
+  static constexpr size_t kSlotPacket = 64;
+  static_assert(kSlotPacket >= wire::kHeaderSize && kSlotPacket >= wire::control_packet_size(3));
+  std::vector<uint8_t> pkt_storage_;  // slots_.size() buffers, aligned to kSlotPacket
   std::vector<std::span<const uint8_t>> tx_;
   std::vector<GatherDatagram> gtx_;  // flush()'s batch (capacity kept)
   std::vector<uint32_t> tx_slots_;

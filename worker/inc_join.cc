@@ -161,7 +161,6 @@ Status IncEngine::join(std::chrono::milliseconds timeout, std::chrono::milliseco
         next_coll_ = 1;
         slots_.clear();
         pkt_storage_.clear();
-        pkt_capacity_ = wire::kHeaderSize + payload_bytes_;
         tx_.clear();
         tx_.reserve(window_);
         tx_slots_.clear();
@@ -225,7 +224,6 @@ void IncEngine::lower_payload_bytes(uint32_t bytes) {
   payload_bytes_ = bytes;
   slots_.clear();
   pkt_storage_.clear();
-  pkt_capacity_ = wire::kHeaderSize + payload_bytes_;
 }
 
 }  // namespace ina::worker

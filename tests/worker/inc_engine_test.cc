@@ -438,13 +438,17 @@ TEST(IncEngineAllreduce, LargeCountThroughASmallWindow) {
   }
 }
 
-// Waiting (inc_engine.cc): a rank polls for its results while few rounds are outstanding (a small
-// collective, a large one's tail) and blocks at once otherwise, and while joining.
+// Waiting (inc_engine.cc): a rank polls for its results while its last few rounds are
+// outstanding (a small collective, a large one's tail) and blocks at once otherwise (blocks left
+// to send, however small the window), and while joining.
 TEST(IncEngineAllreduce, PollsForResultsOnlyWithFewRoundsOutstanding) {
-  EXPECT_GT(IncEngine::spin_for(1).count(), 0);
-  EXPECT_EQ(IncEngine::spin_for(IncEngine::kSpinRounds), IncEngine::kSpin);
-  EXPECT_EQ(IncEngine::spin_for(IncEngine::kSpinRounds + 1).count(), 0);
-  EXPECT_EQ(IncEngine::spin_for(128).count(), 0);
+  EXPECT_GT(IncEngine::spin_for(1, 1).count(), 0);
+  EXPECT_EQ(IncEngine::spin_for(IncEngine::kSpinRounds, IncEngine::kSpinRounds), IncEngine::kSpin);
+  EXPECT_EQ(IncEngine::spin_for(IncEngine::kSpinRounds + 1, IncEngine::kSpinRounds + 1).count(), 0);
+  EXPECT_EQ(IncEngine::spin_for(128, 128).count(), 0);
+  // A small window in the middle of a large collective: the window hides the wake-up.
+  EXPECT_EQ(IncEngine::spin_for(1, 2).count(), 0);
+  EXPECT_EQ(IncEngine::spin_for(IncEngine::kSpinRounds, 2048).count(), 0);
 
   // What the engine asks its transport for, call by call.
   struct Calls {
@@ -474,9 +478,9 @@ TEST(IncEngineAllreduce, PollsForResultsOnlyWithFewRoundsOutstanding) {
   };
 
   const int world = 2;
-  MemNetwork net(world, job_config(world));
+  MemNetwork net(world, job_config(world, 4, 64));
   std::vector<Calls> calls(world);
-  std::vector<std::vector<int64_t>> joined(world), small(world);
+  std::vector<std::vector<int64_t>> joined(world), small(world), large(world);
   run_ranks(world, [&](int r) {
     IncEngine e(rank_config(r, world), std::make_unique<SpinRecorder>(net.transport(r), &calls[r]));
     ASSERT_TRUE(e.join().ok());
@@ -488,14 +492,34 @@ TEST(IncEngineAllreduce, PollsForResultsOnlyWithFewRoundsOutstanding) {
     std::vector<int32_t> v(2, r + 1);  // 8 bytes: one round
     ASSERT_TRUE(e.allreduce(v.data(), v.data(), v.size(), DType::kInt32, ReduceOp::kSum).ok());
     EXPECT_EQ(v[0], 3);
+    {
+      std::lock_guard<std::mutex> l(calls[r].m);
+      small[r] = calls[r].spins;
+      calls[r].spins.clear();
+    }
+    // 64 blocks through at most 4 outstanding rounds (4 slots): blocks while blocks are left to
+    // send, polls for the last rounds only.
+    std::vector<int32_t> big(64 * 64, r + 1);
+    ASSERT_TRUE(
+        e.allreduce(big.data(), big.data(), big.size(), DType::kInt32, ReduceOp::kSum).ok());
+    EXPECT_EQ(big.back(), 3);
     std::lock_guard<std::mutex> l(calls[r].m);
-    small[r] = calls[r].spins;
+    large[r] = calls[r].spins;
   });
   for (int r = 0; r < world; ++r) {
     ASSERT_FALSE(joined[r].empty()) << "rank " << r;
     for (int64_t us : joined[r]) EXPECT_EQ(us, 0) << "rank " << r << " polled while joining";
     ASSERT_FALSE(small[r].empty()) << "rank " << r;
     for (int64_t us : small[r]) EXPECT_EQ(us, IncEngine::kSpin.count()) << "rank " << r;
+    // Each wait of the stream is one call; the window of 4 frees the last block after at least
+    // 60 results, so most waits block and only a suffix polls.
+    ASSERT_FALSE(large[r].empty()) << "rank " << r;
+    const auto first_poll = std::find(large[r].begin(), large[r].end(), IncEngine::kSpin.count());
+    EXPECT_NE(large[r].front(), IncEngine::kSpin.count()) << "rank " << r;
+    for (auto it = large[r].begin(); it != first_poll; ++it) EXPECT_EQ(*it, 0) << "rank " << r;
+    for (auto it = first_poll; it != large[r].end(); ++it) {
+      EXPECT_EQ(*it, IncEngine::kSpin.count()) << "rank " << r << ": polled, then blocked again";
+    }
   }
 }
 

@@ -265,6 +265,51 @@ TEST(UdpTransportTest, SpinReceivesWithoutBlocking) {
   EXPECT_EQ(t->counters().blocking_waits, 1u);
 }
 
+// A read that left the socket empty makes the next blocking receive wait before it reads (one
+// syscall less per wake-up): datagrams that came meanwhile are still received at once, and
+// nothing lost or reordered; an empty wait still ends at its timeout.
+TEST(UdpTransportTest, WaitFirstAfterADrainedReadMissesNothing) {
+  PeerSocket peer;
+  auto t = connect_to(peer.port());
+  ASSERT_NE(t, nullptr);
+  sockaddr_in dst = address_of(*t);
+  auto send = [&](uint32_t seed) {
+    const auto p = pattern(seed, 100);
+    ASSERT_EQ(::sendto(peer.fd(), p.data(), p.size(), 0, reinterpret_cast<const sockaddr*>(&dst),
+                       sizeof dst),
+              static_cast<ssize_t>(p.size()));
+  };
+  std::vector<Datagram> out(8);
+  t->set_spin(std::chrono::microseconds(0));
+  send(1);
+  auto n = t->recv_batch(out, std::chrono::seconds(10));  // reads first: finds it, drains
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  ASSERT_EQ(*n, 1u);
+  for (int round = 0; round < 3; ++round) {
+    send(10 + round);
+    send(20 + round);
+    // Both are in the socket before the call (loopback delivers within the sendto).
+    const auto t0 = std::chrono::steady_clock::now();
+    size_t got = 0;
+    while (got < 2) {
+      n = t->recv_batch(std::span<Datagram>(out).subspan(got), std::chrono::seconds(10));
+      ASSERT_TRUE(n.ok()) << n.status().to_string();
+      ASSERT_GT(*n, 0u);
+      got += *n;
+    }
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+    ASSERT_EQ(got, 2u);
+    EXPECT_EQ(std::vector<uint8_t>(out[0].begin(), out[0].end()), pattern(10 + round, 100));
+    EXPECT_EQ(std::vector<uint8_t>(out[1].begin(), out[1].end()), pattern(20 + round, 100));
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  n = t->recv_batch(out, std::chrono::milliseconds(50));
+  ASSERT_TRUE(n.ok()) << n.status().to_string();
+  EXPECT_EQ(*n, 0u);
+  EXPECT_GE(std::chrono::steady_clock::now() - t0, std::chrono::milliseconds(49));
+  EXPECT_EQ(t->counters().datagrams_received, 7u);
+}
+
 // Waits 50 ms on a socket nothing arrives at; returns how long the wait took.
 std::chrono::steady_clock::duration time_empty_wait(UdpTransport& t) {
   std::vector<Datagram> out(4);

@@ -404,9 +404,15 @@ Result<size_t> UdpTransport::recv_batch(std::span<Datagram> out,
   // a busy spin would hold the core that the aggregator or another rank needs to produce the
   // very datagram awaited (on the 2-core VM a 50 us busy spin made an 8 B AllReduce at 4 ranks
   // 2.7x slower), while sched_yield() gives it up and returns at once when nothing else runs.
-  int got = read_now();
+  //
+  // A read that found fewer messages than a batch left the socket empty: when the caller would
+  // block anyway (no polling budget), the wait comes first, not a read that most likely finds
+  // nothing (in a stream that cost one recvmmsg per wake-up; ppoll returns at once where a
+  // datagram came meanwhile).
+  const auto us = std::max<int64_t>(0, timeout.count());
+  const bool wait_first = rx_drained_ && spin_us_ == 0 && us > 0;
+  int got = wait_first ? 0 : read_now();
   if (got == 0) {
-    const auto us = std::max<int64_t>(0, timeout.count());
     const auto spin = std::min<int64_t>(us, spin_us_);
     if (spin > 0) {
       const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(spin);
@@ -431,6 +437,7 @@ Result<size_t> UdpTransport::recv_batch(std::span<Datagram> out,
     }
   }
   if (got < 0) return errno_status("recvmmsg from aggregator " + peer_name_, -got);
+  rx_drained_ = static_cast<size_t>(got) < batch_;
   if (got == 0) return size_t{0};
   rx_received_ = static_cast<size_t>(got);
   rx_next_msg_ = 0;

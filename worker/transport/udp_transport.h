@@ -48,7 +48,7 @@ struct UdpTransportCounters {
   uint64_t refusals = 0;        // ECONNREFUSED (ICMP port unreachable)
   uint64_t filtered = 0;        // EPERM: dropped by a firewall in our own output path (loss)
   uint64_t spin_receives = 0;   // waits that found datagrams while polling (no wake-up)
-  uint64_t blocking_waits = 0;  // waits that blocked in ppoll
+  uint64_t blocking_waits = 0;  // waits in ppoll (it returns at once if a datagram came)
 };
 
 class UdpTransport final : public Transport {
@@ -111,9 +111,10 @@ class UdpTransport final : public Transport {
   std::vector<iovec> rx_iov_;
   std::vector<uint64_t> rx_ctrl_;  // CMSG space per message (uint64 for alignment)
   size_t rx_ctrl_words_ = 0;
-  size_t rx_received_ = 0;  // messages in the last recvmmsg
-  size_t rx_next_msg_ = 0;  // first message not fully handed out
-  size_t rx_next_off_ = 0;  // offset in it (GRO buffers are handed out in pieces)
+  size_t rx_received_ = 0;   // messages in the last recvmmsg
+  size_t rx_next_msg_ = 0;   // first message not fully handed out
+  size_t rx_next_off_ = 0;   // offset in it (GRO buffers are handed out in pieces)
+  bool rx_drained_ = false;  // the last read found fewer messages than a batch (recv_batch)
 
   // Send side: per sendmmsg call at most batch_ messages; a GSO message gathers a run.
   std::vector<mmsghdr> tx_msgs_;
