@@ -66,9 +66,12 @@ constexpr std::chrono::microseconds kSpin{50};
 // the shared 2-core VM, rounds paired with the mesh that always spins: 8 ranks, AllToAll of
 // 128 KiB per rank 0.70x the time with other jobs holding 1.4-1.8 cores and 0.12x with them
 // holding 1.6-1.95 (load 14-18), AllToAllv Zipf(1.2) of 64 KiB 0.68x and 0.16x; 4 ranks 0.78-0.98x
-// (testbed/results/alltoall-contended-20261206/). With the cores idle a yield comes back within
-// microseconds and nothing changes.
-constexpr std::chrono::microseconds kYieldLost{500};
+// (testbed/results/alltoall-contended-20261206/). The threshold is 2 ms, not less: with the
+// cores otherwise idle, 4 ranks on 2 cores lose them to each other for up to about a millisecond
+// at 32 KiB-2 MiB (a peer's large send), and at 500 us the rule fired there and cost 1.1-1.5x
+// the time; at 2 ms the quiet runs were no slower than without the rule, and beside two CPU hogs
+// 8 ranks still took 0.14-0.25x the time of spinning at 16 and 128 KiB (same record).
+constexpr std::chrono::microseconds kYieldLost{2000};
 constexpr std::chrono::milliseconds kNoSpinFor{100};
 
 // An abort notice: in place of a message's 8-byte length, 0xFFFFFFFF then the rank that a failing
