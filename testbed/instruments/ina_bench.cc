@@ -784,7 +784,58 @@ class CpuReport {
   std::vector<Row> rows_;
 };
 
-// A TCP port free on 127.0.0.1 now (the kernel's pick; rank 0's store binds it right after).
+// One local sweep as the forked ranks report it: a table row per size (and its CPU row), then
+// the ranks reaped; all_ok is false for a failed, incomplete, wrong or unreached size, a rank that
+// did not exit cleanly, or a truncated report.
+struct Sweep {
+  double busbw_sum = 0;
+  int rows = 0;
+  int64_t wrong_total = 0;
+  bool all_ok = true;
+  bench::Collected col;
+  std::vector<std::string> failures;
+
+  // The ranks' counters (BENCH_REC_STATS), summed over the ranks that sent theirs.
+  std::array<uint64_t, BENCH_STATS> stats() const {
+    std::array<uint64_t, BENCH_STATS> w{};
+    for (size_t r = 0; r < col.stats.size(); ++r)
+      if (col.have_stats[r])
+        for (size_t j = 0; j < w.size(); ++j) w[j] += col.stats[r][j];
+    return w;
+  }
+};
+
+Sweep collect_sweep(const Options& o, const std::vector<size_t>& sizes, int read_fd,
+                    const std::vector<pid_t>& pids, CpuReport* cpu) {
+  Sweep sw;
+  cpu->start();
+  bench::collect(
+      read_fd, o.workers, static_cast<int>(sizes.size()),
+      [&](int k, const bench::SizeRow& row) {
+        if (!row.ok) {  // a rank's collective failed: no numbers for this size
+          std::printf("%12zu  FAILED (see below)\n", sizes[static_cast<size_t>(k)]);
+          sw.all_ok = false;
+          return;
+        }
+        const bool complete = row.reports == o.workers;
+        print_row(o, o.workers, sizes[static_cast<size_t>(k)], row.time_us, row.wrong, complete,
+                  &sw.busbw_sum, &sw.rows);
+        if (complete) cpu->row(sizes[static_cast<size_t>(k)], row.cpu_s);
+        if (row.wrong > 0) sw.wrong_total += row.wrong;
+        if (!complete || row.wrong > 0) sw.all_ok = false;
+      },
+      &sw.col);
+  sw.failures = sw.col.failures;
+  if (!bench::wait_ranks(pids, &sw.failures)) sw.all_ok = false;
+  for (size_t k = 0; k < sizes.size(); ++k)
+    if (!sw.col.rows[k].printed) sw.all_ok = false;  // a size no rank reached
+  if (sw.col.protocol_error) {
+    sw.failures.push_back("a rank sent a truncated report");
+    sw.all_ok = false;
+  }
+  return sw;
+}
+
 // Local mode on the host transport: the ranks and their TCP mesh, no aggregator.
 int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vector<size_t>& sizes) {
   bench_print_preamble(stdout, tool_line(o));
@@ -796,48 +847,17 @@ int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vect
           o.workers, [&](int rank, int fd) { return child_main(o, env_cfg, sizes, {}, rank, fd); },
           &pids, &read_fd))
     return 1;
-  double busbw_sum = 0;
-  int rows = 0;
-  int64_t wrong_total = 0;
-  bool all_ok = true;
-  bench::Collected col;
   CpuReport cpu(o, false);
-  cpu.start();
-  bench::collect(
-      read_fd, o.workers, static_cast<int>(sizes.size()),
-      [&](int k, const bench::SizeRow& row) {
-        if (!row.ok) {
-          std::printf("%12zu  FAILED (see below)\n", sizes[static_cast<size_t>(k)]);
-          all_ok = false;
-          return;
-        }
-        const bool complete = row.reports == o.workers;
-        print_row(o, o.workers, sizes[static_cast<size_t>(k)], row.time_us, row.wrong, complete,
-                  &busbw_sum, &rows);
-        if (complete) cpu.row(sizes[static_cast<size_t>(k)], row.cpu_s);
-        if (row.wrong > 0) wrong_total += row.wrong;
-        if (!complete || row.wrong > 0) all_ok = false;
-      },
-      &col);
-  std::vector<std::string> failures = col.failures;
-  if (!bench::wait_ranks(pids, &failures)) all_ok = false;
-  for (size_t k = 0; k < sizes.size(); ++k)
-    if (!col.rows[k].printed) all_ok = false;
-  if (col.protocol_error) {
-    failures.push_back("a rank sent a truncated report");
-    all_ok = false;
-  }
-  bench_print_footer(stdout, busbw_sum, rows, static_cast<long long>(wrong_total), o.check);
+  const Sweep sw = collect_sweep(o, sizes, read_fd, pids, &cpu);
+  bench_print_footer(stdout, sw.busbw_sum, sw.rows, static_cast<long long>(sw.wrong_total),
+                     o.check);
   if (o.cpu) cpu.print(false);
-  std::array<uint64_t, BENCH_STATS> w{};
-  for (size_t r = 0; r < col.stats.size(); ++r)
-    if (col.have_stats[r])
-      for (size_t j = 0; j < w.size(); ++j) w[j] += col.stats[r][j];
+  const std::array<uint64_t, BENCH_STATS> w = sw.stats();
   std::printf("# workers: collectives %llu\n", static_cast<unsigned long long>(w[0]));
   print_path(o, w);
-  for (const auto& f : failures) std::printf("# FAILED %s\n", f.c_str());
+  for (const auto& f : sw.failures) std::printf("# FAILED %s\n", f.c_str());
   std::fflush(stdout);
-  return all_ok ? 0 : 1;
+  return sw.all_ok ? 0 : 1;
 }
 
 int run_local(const Options& o, const std::vector<size_t>& sizes) {
@@ -916,49 +936,19 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
     servers.emplace_back([&, i] { agg_status[i] = aggregators[i]->run(stop); });
   }
 
-  double busbw_sum = 0;
-  int rows = 0;
-  int64_t wrong_total = 0;
-  bool all_ok = true;
-  bench::Collected col;
   CpuReport cpu(o, true);
-  cpu.start();
-  bench::collect(
-      read_fd, o.workers, static_cast<int>(sizes.size()),
-      [&](int k, const bench::SizeRow& row) {
-        bool complete = row.reports == o.workers && row.ok;
-        if (!row.ok) {  // a rank's collective failed: no numbers for this size
-          std::printf("%12zu  FAILED (see below)\n", sizes[static_cast<size_t>(k)]);
-          all_ok = false;
-          return;
-        }
-        print_row(o, o.workers, sizes[static_cast<size_t>(k)], row.time_us, row.wrong, complete,
-                  &busbw_sum, &rows);
-        if (complete) cpu.row(sizes[static_cast<size_t>(k)], row.cpu_s);
-        if (row.wrong > 0) wrong_total += row.wrong;
-        if (!complete || row.wrong > 0) all_ok = false;
-      },
-      &col);
-  std::vector<std::string> failures = col.failures;
-  if (!bench::wait_ranks(pids, &failures)) all_ok = false;
+  const Sweep sw = collect_sweep(o, sizes, read_fd, pids, &cpu);
   stop.store(true);
   for (std::thread& t : servers) t.join();
-
-  for (size_t k = 0; k < sizes.size(); ++k)
-    if (!col.rows[k].printed) all_ok = false;  // a size no rank reached
-  if (col.protocol_error) {
-    failures.push_back("a rank sent a truncated report");
-    all_ok = false;
-  }
-  bench_print_footer(stdout, busbw_sum, rows, static_cast<long long>(wrong_total), o.check);
+  bool all_ok = sw.all_ok;
+  std::vector<std::string> failures = sw.failures;
+  bench_print_footer(stdout, sw.busbw_sum, sw.rows, static_cast<long long>(sw.wrong_total),
+                     o.check);
   if (o.cpu) cpu.print(o.floor && !o.alltoall);  // AllToAll moves its bytes on the host mesh
 
   uint64_t bytes_in = 0;
   for (const auto& a : aggregators) bytes_in += a->engine_totals().bytes_in;
-  std::array<uint64_t, BENCH_STATS> w{};
-  for (size_t r = 0; r < col.stats.size(); ++r)
-    if (col.have_stats[r])
-      for (size_t j = 0; j < w.size(); ++j) w[j] += col.stats[r][j];
+  const std::array<uint64_t, BENCH_STATS> w = sw.stats();
   print_summary(o, w, o.workers, bytes_in);
   print_path(o, w);
   for (size_t i = 0; o.verbose && i < aggregators.size(); ++i) {
