@@ -77,6 +77,28 @@ struct PassOut {
   bool nonfinite = false;
 };
 
+// Software prefetch ahead of a pass. Where the bytes a pass reads (a user's buffer sealed as it
+// is sent) or writes (a result copied into the user's buffer) are not in cache, the fold's own
+// loads and stores keep too few lines in flight: the MAC then ran at half a memcpy's speed over
+// the same cold bytes (7-8 against 16 GB/s on a 2-core Xeon VM), the verify-and-copy at 0.7x.
+// Each fold of the vector loops therefore asks for the lines kPrefetchAhead bytes past the ones it
+// reads (the MAC alone) or writes (a copy, whose source is a datagram just received, in cache):
+// within a datagram, and past its end into what a stream of consecutive blocks touches next. So
+// the cold MAC runs at 14-15 GB/s and the verify-and-copy into a cold buffer at 13 (a plain memcpy
+// 11). The addresses are hints (a prefetch never faults), formed as integers since they may lie
+// past the buffer. Always inlined: GCC 12 deems a function of prefetches alone free of effects
+// and drops the calls.
+constexpr uintptr_t kPrefetchAhead = 4096;
+
+template <bool kCopy>
+[[gnu::always_inline]] inline void prefetch_fold(const uint8_t* p, size_t bytes, const PassOut* o) {
+  uintptr_t at = reinterpret_cast<uintptr_t>(p) + kPrefetchAhead;
+  if constexpr (kCopy)
+    at += reinterpret_cast<uintptr_t>(o->dst) - reinterpret_cast<uintptr_t>(o->src0);
+  for (size_t q = 0; q < bytes; q += 64)
+    __builtin_prefetch(reinterpret_cast<const void*>(at + q), kCopy ? 1 : 0, 3);
+}
+
 // float32's first non-finite magnitude code: the largest finite code is the largest below it,
 // whatever `bad` (MIN/MAX count only NaN non-finite; an Inf is still no finite magnitude).
 constexpr uint32_t kF32Inf = 0x7F800000u;
@@ -211,6 +233,7 @@ INA_CLMUL Gf128 blocks_clmul(const Gf128& s0, const uint8_t* p, size_t n, const 
   __m128i s = to_m128(s0);
   while (n > 0) {
     const size_t r = n < 8 ? n : 8;
+    prefetch_fold<kCopy>(p, 16 * r, o);
     s = fold128(s, p, r, k.hrev + (kMacFold - r), sink);
     p += 16 * r;
     n -= r;
@@ -325,6 +348,7 @@ INA_CLMUL512 Gf128 blocks_clmul512(const Gf128& s0, const uint8_t* p, size_t n, 
     __m512i hv[kMacFold / 4];
     for (size_t i = 0; i < kMacFold / 4; ++i) hv[i] = _mm512_loadu_si512(k.hrev + 4 * i);
     do {
+      prefetch_fold<kCopy>(p, 16 * kMacFold, o);
       s = fold512_full(s, p, hv, sink);
       p += 16 * kMacFold;
       n -= kMacFold;
@@ -441,6 +465,7 @@ INA_PMULL Gf128 blocks_clmul(const Gf128& s0, const uint8_t* p, size_t n, const 
   uint8x16_t s = load_gf(s0);
   while (n > 0) {
     const size_t r = n < 8 ? n : 8;
+    prefetch_fold<kCopy>(p, 16 * r, o);
     s = fold128(s, p, r, k.hrev + (kMacFold - r), sink);
     p += 16 * r;
     n -= r;
