@@ -72,6 +72,7 @@ Gf128 load_block(const uint8_t* p) {
 struct PassOut {
   const uint8_t* src0 = nullptr;
   uint8_t* dst = nullptr;
+  bool stream = false;  // dst is CopyDst::kStream: prefetch ahead of the stores
   uint32_t bad = 0;
   uint32_t top = 0;
   bool nonfinite = false;
@@ -82,19 +83,23 @@ struct PassOut {
 // loads and stores keep too few lines in flight: the MAC then ran at half a memcpy's speed over
 // the same cold bytes (7-8 against 16 GB/s on a 2-core Xeon VM), the verify-and-copy at 0.7x.
 // Each fold of the vector loops therefore asks for the lines kPrefetchAhead bytes past the ones it
-// reads (the MAC alone) or writes (a copy, whose source is a datagram just received, in cache):
-// within a datagram, and past its end into what a stream of consecutive blocks touches next. So
-// the cold MAC runs at 14-15 GB/s and the verify-and-copy into a cold buffer at 13 (a plain memcpy
-// 11). The addresses are hints (a prefetch never faults), formed as integers since they may lie
-// past the buffer. Always inlined: GCC 12 deems a function of prefetches alone free of effects
-// and drops the calls.
+// reads (the MAC alone) or, for a copy into a stream (CopyDst::kStream; its source is a datagram
+// just received, in cache), past the ones it writes: within a datagram, and past its end into what
+// a stream of consecutive blocks touches next. So the cold MAC runs at 14-15 GB/s and the
+// verify-and-copy into a cold buffer at 13 (a plain memcpy 11). A copy into resident storage (the
+// aggregator's slots) prefetches nothing: there the lines ahead are other slots' words, and asking
+// for them cost the aggregator's pass 1.3x. The addresses are hints (a prefetch never faults),
+// formed as integers since they may lie past the buffer. Always inlined: GCC 12 deems a function
+// of prefetches alone free of effects and drops the calls.
 constexpr uintptr_t kPrefetchAhead = 4096;
 
 template <bool kCopy>
 [[gnu::always_inline]] inline void prefetch_fold(const uint8_t* p, size_t bytes, const PassOut* o) {
   uintptr_t at = reinterpret_cast<uintptr_t>(p) + kPrefetchAhead;
-  if constexpr (kCopy)
+  if constexpr (kCopy) {
+    if (!o->stream) return;
     at += reinterpret_cast<uintptr_t>(o->dst) - reinterpret_cast<uintptr_t>(o->src0);
+  }
   for (size_t q = 0; q < bytes; q += 64)
     __builtin_prefetch(reinterpret_cast<const void*>(at + q), kCopy ? 1 : 0, 3);
 }
@@ -676,9 +681,10 @@ uint64_t packet_mac_parts(const MacKey& key, std::span<const uint8_t> head,
 }
 
 uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
-                         size_t from, uint8_t* dst, MacPath path) {
+                         size_t from, uint8_t* dst, MacPath path, CopyDst where) {
   PassOut o;
   o.dst = dst;
+  o.stream = where == CopyDst::kStream;
   return finish(key, polyval_of<true, false>(key, msg, zero_word, path, from, &o), msg.size());
 }
 
@@ -730,8 +736,8 @@ uint64_t packet_mac_parts(const Key128& key, std::span<const uint8_t> head,
 }
 
 uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
-                         size_t from, uint8_t* dst) {
-  return packet_mac_copy(cached_key(key), msg, zero_word, from, dst, best());
+                         size_t from, uint8_t* dst, CopyDst where) {
+  return packet_mac_copy(cached_key(key), msg, zero_word, from, dst, best(), where);
 }
 
 uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,

@@ -387,7 +387,8 @@ Status IncEngine::on_datagram(Datagram d) {
   // that copies its payload into the user's buffer (mac.h, packet_mac_copy: one read of the
   // datagram instead of two) where a forged one's bytes change nothing (result_out).
   uint8_t* out = result_out(pv);
-  if (out != nullptr ? !wire::tag_ok_copy(d, traffic_key_, out) : !wire::tag_ok(d, traffic_key_)) {
+  if (out != nullptr ? !wire::tag_ok_copy(d, traffic_key_, out, CopyDst::kStream)
+                     : !wire::tag_ok(d, traffic_key_)) {
     // A late duplicate WELCOME (sealed with the job's key) is not worth a bad_tag.
     if (!pv.hdr.has(wire::kFlagHello) || !wire::tag_ok(d, cfg_.job_key)) ++stats_.bad_tag;
     return ok_status();

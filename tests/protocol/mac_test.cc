@@ -249,15 +249,18 @@ constexpr size_t kGuardBytes = 64;
 // packet_mac_copy(path) of msg into dst at dst_off of a guarded buffer, checked against packet_mac
 // and a plain copy; with `codes`, the scanning variant. Returns a failure message, empty if none.
 std::string check_pass(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
-                       size_t from, size_t dst_off, MacPath p, MagnitudeCodes* codes) {
+                       size_t from, size_t dst_off, MacPath p, MagnitudeCodes* codes,
+                       CopyDst dst_kind = CopyDst::kResident) {
   const size_t len = msg.size() - from;
   std::vector<uint8_t> out(kGuardBytes + 64 + len + kGuardBytes, kGuard);
   uint8_t* dst = out.data() + kGuardBytes + dst_off;
-  const uint64_t got = codes == nullptr ? packet_mac_copy(key, msg, zero_word, from, dst, p)
-                                        : packet_mac_copy(key, msg, zero_word, from, dst, codes, p);
+  const uint64_t got = codes == nullptr
+                           ? packet_mac_copy(key, msg, zero_word, from, dst, p, dst_kind)
+                           : packet_mac_copy(key, msg, zero_word, from, dst, codes, p);
   std::string where = std::string(mac_path_name(p)) + ", " + std::to_string(msg.size()) +
                       " bytes from " + std::to_string(from) + " (zero word " +
-                      std::to_string(zero_word) + "), dst at +" + std::to_string(dst_off) + ": ";
+                      std::to_string(zero_word) + "), dst at +" + std::to_string(dst_off) +
+                      (dst_kind == CopyDst::kStream ? " (stream)" : "") + ": ";
   if (got != packet_mac(key, msg, zero_word, p)) return where + "MAC differs";
   if (len > 0 && std::memcmp(dst, msg.data() + from, len) != 0) return where + "copy differs";
   for (size_t i = 0; i < out.size(); ++i) {
@@ -270,8 +273,9 @@ std::string check_pass(const MacKey& key, std::span<const uint8_t> msg, size_t z
 
 TEST(ReceivePass, CopiesThePayloadAndGivesThePacketMacAtEveryLengthAndAlignment) {
   // Every payload length up to 4136 bytes (many whole 32-block folds) with the source and the
-  // destination at varied offsets of a 64-byte line, then every pair of offsets 0..63 for lengths
-  // around the vector and fold sizes; the portable (bit-serial) path over fewer lengths.
+  // destination at varied offsets of a 64-byte line, into resident storage and into a stream (the
+  // pass then prefetches past its stores), then every pair of offsets 0..63 for lengths around the
+  // vector and fold sizes; the portable (bit-serial) path over fewer lengths.
   std::mt19937_64 rng(21);
   const MacKey key = expand_mac_key(Key128{rng(), rng()});
   std::vector<uint8_t> all(64 + wire::kHeaderSize + 4136);
@@ -281,8 +285,11 @@ TEST(ReceivePass, CopiesThePayloadAndGivesThePacketMacAtEveryLengthAndAlignment)
     for (size_t len = 0; len <= max_len; ++len) {
       const size_t src_off = (len * 13) % 64, dst_off = (len * 29 + 5) % 64;
       const std::span<const uint8_t> msg(all.data() + src_off, wire::kHeaderSize + len);
-      const std::string e = check_pass(key, msg, 4, wire::kHeaderSize, dst_off, p, nullptr);
-      ASSERT_TRUE(e.empty()) << e;
+      for (CopyDst where : {CopyDst::kResident, CopyDst::kStream}) {
+        const std::string e =
+            check_pass(key, msg, 4, wire::kHeaderSize, dst_off, p, nullptr, where);
+        ASSERT_TRUE(e.empty()) << e;
+      }
     }
     const std::vector<size_t> lens =
         p == MacPath::kPortable

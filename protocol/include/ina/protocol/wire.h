@@ -249,14 +249,15 @@ inline bool tag_ok(std::span<const uint8_t> datagram, const Key128& key) {
   return (compute_tag(datagram, key) ^ get_u64(datagram.data() + kOffTag)) == 0;
 }
 
-// tag_ok(datagram, key) with the payload copied to dst in the same pass (mac.h, packet_mac_copy),
-// and with `codes` its float32 magnitude codes scanned too. dst gets datagram.size() - kHeaderSize
-// bytes and `codes` is updated whatever the tag: they must be storage that a datagram failing the
-// tag may overwrite (nothing else reads it until a datagram passes), and the caller keeps them only
-// when this returns true.
-inline bool tag_ok_copy(std::span<const uint8_t> datagram, const Key128& key, uint8_t* dst) {
+// tag_ok(datagram, key) with the payload copied to dst in the same pass (mac.h, packet_mac_copy;
+// `where` as there), and with `codes` its float32 magnitude codes scanned too. dst gets
+// datagram.size() - kHeaderSize bytes and `codes` is updated whatever the tag: they must be storage
+// that a datagram failing the tag may overwrite (nothing else reads it until a datagram passes),
+// and the caller keeps them only when this returns true.
+inline bool tag_ok_copy(std::span<const uint8_t> datagram, const Key128& key, uint8_t* dst,
+                        CopyDst where = CopyDst::kResident) {
   if (datagram.size() < kHeaderSize) return false;
-  return (packet_mac_copy(key, datagram, kOffTag / 8, kHeaderSize, dst) ^
+  return (packet_mac_copy(key, datagram, kOffTag / 8, kHeaderSize, dst, where) ^
           get_u64(datagram.data() + kOffTag)) == 0;
 }
 inline bool tag_ok_copy(std::span<const uint8_t> datagram, const Key128& key, uint8_t* dst,
