@@ -189,10 +189,11 @@ inline double tag_ns_per_datagram(size_t bytes, const MacPath* path = nullptr, u
 // datagram of `bytes` bytes (float32 payload), the passes apart (tag, then codec::scan, then
 // memcpy) or in one (wire::tag_ok_copy). The destination walks `dst_span` bytes (the size of a
 // 1 KiB block: one block, in L1; 16 MiB: a collective's buffer, cold as at a rank). The thread's
-// CPU time (not the wall clock: steadier on a shared machine), median of `reps` runs, the four
-// ways alternated run by run.
+// CPU time (not the wall clock: steadier on a shared machine), median of `reps` runs, the five
+// ways alternated run by run (the fifth: the one pass told that its destination is a stream).
 struct ReceivePassNs {
   double separate_copy = 0, fused_copy = 0, separate_scan = 0, fused_scan = 0;
+  double stream_copy = 0;  // fused_copy into a stream (CopyDst::kStream: prefetched stores)
 };
 inline double thread_cpu_s() {
   timespec ts{};
@@ -205,10 +206,10 @@ inline ReceivePassNs receive_pass_ns(size_t bytes, size_t dst_span, uint32_t n =
   std::vector<uint8_t> d(bytes, 0x3A);  // finite float32 payload words
   std::vector<uint8_t> dst(std::max(dst_span, payload));
   const size_t slots = dst.size() / payload;
-  std::vector<double> ns[4];
+  std::vector<double> ns[5];
   uint64_t sink = 0;
   for (uint32_t rep = 0; rep < reps; ++rep) {
-    for (int way = 0; way < 4; ++way) {
+    for (int way = 0; way < 5; ++way) {
       const double t0 = thread_cpu_s();
       for (uint32_t i = 0; i < n; ++i) {
         d[8] = static_cast<uint8_t>(i);  // a different datagram each time
@@ -235,6 +236,7 @@ inline ReceivePassNs receive_pass_ns(size_t bytes, size_t dst_span, uint32_t n =
                 codec::scan_of_codes(DType::kFloat32, codes.top, codes.nonfinite).exp);
             break;
           }
+          case 4: sink += wire::tag_ok_copy(dg, kTagBenchKey, out, CopyDst::kStream); break;
         }
       }
       ns[way].push_back((thread_cpu_s() - t0) * 1e9 / n);
@@ -246,7 +248,49 @@ inline ReceivePassNs receive_pass_ns(size_t bytes, size_t dst_span, uint32_t n =
     std::sort(v.begin(), v.end());
     return v[v.size() / 2];
   };
-  return {med(ns[0]), med(ns[1]), med(ns[2]), med(ns[3])};
+  return {med(ns[0]), med(ns[1]), med(ns[2]), med(ns[3]), med(ns[4])};
+}
+
+// A DATA datagram sealed over its payload in place (the worker: the header's tag over the user's
+// buffer, then the kernel's copy of the same bytes), the payload at consecutive offsets of a
+// `src_span`-byte buffer: nanoseconds per datagram of the seal alone, of a memcpy of the payload
+// alone (what the kernel's copy costs when it is the first to read the bytes) and of the seal then
+// the memcpy. Thread CPU time, median of `reps` runs, the three alternated.
+struct SealWalkNs {
+  double seal = 0, copy = 0, seal_then_copy = 0;
+};
+inline SealWalkNs seal_walk_ns(size_t payload, size_t src_span, uint32_t n = 20000,
+                               uint32_t reps = 21) {
+  std::vector<uint8_t> src(std::max(src_span, payload), 0x3A);
+  std::vector<uint8_t> head(wire::kHeaderSize, 0x11), out(payload);
+  const size_t slots = src.size() / payload;
+  const MacKey mk = expand_mac_key(kTagBenchKey);
+  std::vector<double> ns[3];
+  uint64_t sink = 0;
+  for (uint32_t rep = 0; rep < reps; ++rep) {
+    for (int way = 0; way < 3; ++way) {
+      const double t0 = thread_cpu_s();
+      for (uint32_t i = 0; i < n; ++i) {
+        const std::span<const uint8_t> body(src.data() + (i % slots) * payload, payload);
+        if (way != 1) {
+          head[8] = static_cast<uint8_t>(i);
+          sink += packet_mac_parts(mk, head, body, wire::kOffTag / 8, best_mac_path());
+        }
+        if (way != 0) {
+          std::memcpy(out.data(), body.data(), payload);
+          sink += out[i % payload];
+        }
+      }
+      ns[way].push_back((thread_cpu_s() - t0) * 1e9 / n);
+    }
+  }
+  volatile uint64_t keep = sink;
+  (void)keep;
+  auto med = [](std::vector<double>& v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  return {med(ns[0]), med(ns[1]), med(ns[2])};
 }
 
 // SipHash-2-4 over the whole datagram: wire v3's tag, for comparison.
