@@ -77,13 +77,25 @@ inline constexpr size_t kBruckMaxStepBytes = 4 << 10;
 // from 32 KiB, so the bound gives up little where the exchange is meant for.
 inline constexpr size_t kHierarchicalMaxBlockBytes = 4 << 10;
 inline constexpr int kAlltoallMinRounds = 4;
+// A round that moves more than this (its send plus its receive) is posted only once every round
+// before it has retired, and rounds after it wait by the window's rule (small ones go behind it:
+// a hot expert's round does not hold up the others). Large blocks then move one round at a time:
+// the receiver copies out of the socket bytes that the sender copied in moments before, instead
+// of megabytes queued behind other rounds, and the kernel holds fewer buffers at once. On
+// loopback (2-core VM, 8 ranks, loaded, alternated with the build that kept 4 rounds in flight)
+// the ranks' CPU per call fell 0.89x at 8 MiB per rank, 0.88x at 32 MiB, 0.90x for AllToAllv
+// under Zipf(1.2) at 16 MiB, 0.97x with 4 ranks at 32 MiB
+// (testbed/results/alltoall-large-20261206/). The kernel's socket buffers still hold the next
+// bytes of every link while the next round is posted, so a link does not idle between rounds.
+inline constexpr size_t kAlltoallSoloRoundBytes = 1 << 20;
 
 struct AlltoallOptions {
   AlltoallAlgorithm algorithm = AlltoallAlgorithm::kPairwise;
   // Hierarchical: ranks per node, the node being consecutive ranks [n G, (n+1) G). It must divide
   // the world size; 0 or 1 (or the world size) leaves nothing to group: the flat pairwise runs.
   int group_size = 0;
-  size_t window_bytes = kAlltoallWindowBytes;  // pairwise
+  size_t window_bytes = kAlltoallWindowBytes;         // pairwise
+  size_t solo_round_bytes = kAlltoallSoloRoundBytes;  // pairwise: larger rounds go alone
 };
 
 // send and recv hold size() blocks of `count` elements: block j of send goes to rank j, and
@@ -105,14 +117,16 @@ Status alltoallv(Context& ctx, const void* send, std::span<const size_t> send_co
 
 // The algorithms themselves, in bytes (blocks of block_bytes; arguments checked by alltoall()).
 Status alltoall_pairwise(Context& ctx, const uint8_t* send, uint8_t* recv, size_t block_bytes,
-                         size_t window_bytes);
+                         size_t window_bytes, size_t solo_round_bytes = kAlltoallSoloRoundBytes);
 Status alltoall_bruck(Context& ctx, const uint8_t* send, uint8_t* recv, size_t block_bytes);
 Status alltoall_hierarchical(Context& ctx, const uint8_t* send, uint8_t* recv, size_t block_bytes,
-                             int group_size, size_t window_bytes);
+                             int group_size, size_t window_bytes,
+                             size_t solo_round_bytes = kAlltoallSoloRoundBytes);
 Status alltoallv_pairwise(Context& ctx, const uint8_t* send, std::span<const size_t> send_counts,
                           std::span<const size_t> send_displs, uint8_t* recv,
                           std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
-                          size_t elem_bytes, size_t window_bytes);
+                          size_t elem_bytes, size_t window_bytes,
+                          size_t solo_round_bytes = kAlltoallSoloRoundBytes);
 
 // The cost model of the AllToAll algorithms (select.h's alpha, beta and gamma; gamma stands for
 // the time per byte of a memory copy, the same order as a reduction's), for blocks of `b` bytes
