@@ -87,7 +87,7 @@ inline constexpr int kAlltoallMinRounds = 4;
 // under Zipf(1.2) at 16 MiB, 0.97x with 4 ranks at 32 MiB
 // (testbed/results/alltoall-large-20261206/). The kernel's socket buffers still hold the next
 // bytes of every link while the next round is posted, so a link does not idle between rounds.
-inline constexpr size_t kAlltoallSoloRoundBytes = 1 << 20;
+inline constexpr size_t kAlltoallSoloRoundBytes = 256 << 10;
 
 struct AlltoallOptions {
   AlltoallAlgorithm algorithm = AlltoallAlgorithm::kPairwise;
