@@ -80,13 +80,15 @@ inline constexpr int kAlltoallMinRounds = 4;
 // A round that moves more than this (its send plus its receive) is posted only once every round
 // before it has retired, and rounds after it wait by the window's rule (small ones go behind it:
 // a hot expert's round does not hold up the others). Large blocks then move one round at a time:
-// the receiver copies out of the socket bytes that the sender copied in moments before, instead
-// of megabytes queued behind other rounds, and the kernel holds fewer buffers at once. On
-// loopback (2-core VM, 8 ranks, loaded, alternated with the build that kept 4 rounds in flight)
-// the ranks' CPU per call fell 0.89x at 8 MiB per rank, 0.88x at 32 MiB, 0.90x for AllToAllv
-// under Zipf(1.2) at 16 MiB, 0.97x with 4 ranks at 32 MiB
-// (testbed/results/alltoall-large-20261206/). The kernel's socket buffers still hold the next
-// bytes of every link while the next round is posted, so a link does not idle between rounds.
+// the receiver copies out of its socket bytes that the sender copied in shortly before, instead
+// of megabytes queued behind other rounds. Over loopback TCP both INA and Open MPI spend a call's
+// CPU in those two copies per byte, about equally; on a 2-core VM, alternated with four rounds in
+// flight, the ranks' CPU per call was 0.89-0.98x at 2-32 MiB per rank with 4 and 8 ranks and
+// 0.91-1.03x for AllToAllv under Zipf(1.2), INA/MPI medians 0.68-0.96 at 8-32 MiB, and rounds
+// of 32 KiB or less unchanged (testbed/results/alltoall-large-20261206/). Bounds of 16-128 KiB
+// saved nothing more; small rounds stay together (posted one by one they would pay a latency
+// each). The kernel's socket buffers still hold each link's next bytes while the next round is
+// posted, so a link does not idle between rounds.
 inline constexpr size_t kAlltoallSoloRoundBytes = 256 << 10;
 
 struct AlltoallOptions {
