@@ -7,11 +7,11 @@
 // Rounds are posted while the bytes in flight stay under a window (and at least
 // kAlltoallMinRounds rounds are in flight whatever their size): small blocks all go out at once
 // (one latency for the whole exchange, not one per round), larger ones keep a few rounds in flight
-// (every link stays busy while the oldest round drains); a round of more than
-// kAlltoallSoloRoundBytes waits for every older one and goes alone (alltoall.h). Under skew
-// (per-peer sizes that differ 10-100x) the window is what keeps links busy: rounds of small blocks
-// are posted behind a hot one instead of waiting for it, and each wait makes progress on every
-// posted message. Empty blocks are not sent at all (both sides of a pair know the size), so a
+// (every link stays busy while the oldest round drains); a round of more than solo_round_bytes
+// (AllToAll: kAlltoallSoloRoundBytes) waits for every older one and goes alone (alltoall.h). Under
+// skew (per-peer sizes that differ 10-100x) the window is what keeps links busy: rounds of small
+// blocks are posted behind a hot one instead of waiting for it, and each wait makes progress on
+// every posted message. Empty blocks are not sent at all (both sides of a pair know the size), so a
 // zero-size pair costs nothing. The member's own block is copied locally while the first round is
 // in flight.
 #pragma once

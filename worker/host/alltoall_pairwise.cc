@@ -2,8 +2,9 @@
 // schedule: in round i = 1 .. P-1 rank r sends its block for r+i to r+i while it receives the
 // block from r-i, so every byte crosses the network once and no rank receives from several at
 // once. Rounds are posted under a byte window (alltoall_exchange.h): small blocks all at once,
-// larger ones a few rounds deep, rounds of over 256 KiB one at a time. Cost: P-1 messages of b
-// bytes per rank, about alpha ceil((P-1)/W) + (P-1)(alpha/8 + b beta) with W rounds in flight.
+// larger ones a few rounds deep, AllToAll's rounds of over 256 KiB one at a time. Cost: P-1
+// messages of b bytes per rank, about alpha ceil((P-1)/W) + (P-1)(alpha/8 + b beta) with W rounds
+// in flight.
 //
 // AllToAllv runs the same schedule with per-peer sizes. Under skew (a hot expert receives 10-100x
 // the bytes of the others) the window keeps the other links busy: rounds of small blocks go out
