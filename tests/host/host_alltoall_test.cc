@@ -2,10 +2,11 @@
 //   * every algorithm (pairwise, bruck, hierarchical with every group size that divides the world,
 //     and one that does not) x world sizes 1..9 x block sizes of 1, 3, 7 and 1009 bytes (odd
 //     sizes: no alignment is assumed) and one of 64 KiB, with a small pairwise window so that
-//     the windowed admission (rounds waiting for older ones) runs too;
+//     the windowed admission (rounds waiting for older ones) runs too, and a small
+//     solo-round bound (larger rounds posted alone, after the older ones retired);
 //   * AllToAllv with zero-size pairs (whole rows and columns empty, and everything empty) and
 //     Zipf(1.2) expert loads (one hot rank receiving 10-100x the others), windows from 1 byte to
-//     the default, at world sizes 1..9;
+//     the default and the hot expert's rounds posted alone, at world sizes 1..9;
 //   * the cost model's choice (bruck for small blocks, pairwise for large ones, hierarchical for
 //     many ranks of small blocks when a group is given) and the INA_A2A_ALGO override.
 // The reference: byte b of element k of the block rank i sends to rank j is a hash of (i, j, k, b),
@@ -37,12 +38,13 @@ struct Case {
   AlltoallAlgorithm algorithm;
   int group;
   size_t window;
+  size_t solo = kAlltoallSoloRoundBytes;
 };
 
 std::string describe(const Case& c, int world, size_t b) {
   return std::string(alltoall_algorithm_name(c.algorithm)) + " group " + std::to_string(c.group) +
-         " window " + std::to_string(c.window) + " world " + std::to_string(world) + " block " +
-         std::to_string(b) + " B";
+         " window " + std::to_string(c.window) + " solo " + std::to_string(c.solo) + " world " +
+         std::to_string(world) + " block " + std::to_string(b) + " B";
 }
 
 // Runs one AllToAll of blocks of b bytes (uint8 elements, so any size) and checks every byte.
@@ -56,6 +58,7 @@ void check_alltoall(Context& ctx, const Case& c, size_t b, uint64_t seed) {
   o.algorithm = c.algorithm;
   o.group_size = c.group;
   o.window_bytes = c.window;
+  o.solo_round_bytes = c.solo;
   const std::string what = describe(c, ctx.size(), b) + " rank " + std::to_string(ctx.rank());
   // int32 elements when they fit the block evenly (the dtype only sets the element size).
   const bool words = b % 4 == 0;
@@ -81,6 +84,8 @@ TEST_P(AlltoallWorld, EveryAlgorithmMatchesTheReference) {
   std::vector<Case> cases = {
       {AlltoallAlgorithm::kPairwise, 0, kAlltoallWindowBytes},
       {AlltoallAlgorithm::kPairwise, 0, 1},  // kAlltoallMinRounds rounds at a time
+      // Rounds of more than 1 KiB one at a time (1009 B and 64 KiB blocks), smaller ones together.
+      {AlltoallAlgorithm::kPairwise, 0, kAlltoallWindowBytes, 1024},
       {AlltoallAlgorithm::kBruck, 0, kAlltoallWindowBytes},
       {AlltoallAlgorithm::kHierarchical, world + 1, kAlltoallWindowBytes},  // no group: flat
   };
@@ -139,7 +144,7 @@ size_t pattern_count(Pattern pt, int p, int i, int j, uint64_t seed) {
   return 0;
 }
 
-void check_alltoallv(Context& ctx, Pattern pt, size_t window, uint64_t seed) {
+void check_alltoallv(Context& ctx, Pattern pt, size_t window, size_t solo, uint64_t seed) {
   const int p = ctx.size();
   const int me = ctx.rank();
   const auto ps = static_cast<size_t>(p);
@@ -165,9 +170,10 @@ void check_alltoallv(Context& ctx, Pattern pt, size_t window, uint64_t seed) {
       in[sd[j] * es + k] = block_byte(me, static_cast<int>(j), k, seed);
   AlltoallOptions o;
   o.window_bytes = window;
+  o.solo_round_bytes = solo;
   const std::string what = "alltoallv pattern " + std::to_string(static_cast<int>(pt)) +
-                           " window " + std::to_string(window) + " world " + std::to_string(p) +
-                           " rank " + std::to_string(me);
+                           " window " + std::to_string(window) + " solo " + std::to_string(solo) +
+                           " world " + std::to_string(p) + " rank " + std::to_string(me);
   Status s = alltoallv(ctx, in.data(), sc, sd, out.data(), rc, rd, DType::kFloat16, o);
   ASSERT_TRUE(s.ok()) << what << ": " << s.to_string();
   std::vector<bool> covered(recv_elems * es, false);
@@ -187,8 +193,11 @@ TEST_P(AlltoallWorld, AlltoallvZeroPairsAndSkew) {
     uint64_t seed = 7;
     for (Pattern pt :
          {Pattern::kAllZero, Pattern::kZeroRowsAndColumns, Pattern::kZipf, Pattern::kHotReceiver})
-      for (size_t window : {size_t{1}, size_t{16} << 10, kAlltoallWindowBytes})
-        check_alltoallv(ctx, pt, window, ++seed);
+      for (size_t window : {size_t{1}, size_t{16} << 10, kAlltoallWindowBytes}) {
+        check_alltoallv(ctx, pt, window, kAlltoallSoloRoundBytes, ++seed);
+        // The hot expert's rounds (up to 40 KB) alone, the small ones behind them.
+        if (window == kAlltoallWindowBytes) check_alltoallv(ctx, pt, window, 4096, ++seed);
+      }
   });
 }
 

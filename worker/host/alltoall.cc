@@ -96,11 +96,13 @@ Status alltoall(Context& ctx, const void* send, void* recv, size_t count, DType 
   const auto* s = static_cast<const uint8_t*>(send);
   auto* r = static_cast<uint8_t*>(recv);
   const size_t b = count * dtype_size(t);
+  const size_t solo = opts.solo_round_bytes > 0 ? opts.solo_round_bytes : kAlltoallSoloRoundBytes;
   switch (opts.algorithm) {
-    case AlltoallAlgorithm::kPairwise: return alltoall_pairwise(ctx, s, r, b, opts.window_bytes);
+    case AlltoallAlgorithm::kPairwise:
+      return alltoall_pairwise(ctx, s, r, b, opts.window_bytes, solo);
     case AlltoallAlgorithm::kBruck: return alltoall_bruck(ctx, s, r, b);
     case AlltoallAlgorithm::kHierarchical:
-      return alltoall_hierarchical(ctx, s, r, b, opts.group_size, opts.window_bytes);
+      return alltoall_hierarchical(ctx, s, r, b, opts.group_size, opts.window_bytes, solo);
   }
   return invalid_argument("alltoall: bad algorithm");
 }
@@ -123,7 +125,8 @@ Status alltoallv(Context& ctx, const void* send, std::span<const size_t> send_co
     return invalid_argument("alltoallv: null buffer");
   return alltoallv_pairwise(ctx, static_cast<const uint8_t*>(send), send_counts, send_displs,
                             static_cast<uint8_t*>(recv), recv_counts, recv_displs, dtype_size(t),
-                            opts.window_bytes);
+                            opts.window_bytes,
+                            opts.solo_round_bytes > 0 ? opts.solo_round_bytes : SIZE_MAX);
 }
 
 }  // namespace ina::host

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -77,6 +78,20 @@ inline constexpr size_t kBruckMaxStepBytes = 4 << 10;
 // from 32 KiB, so the bound gives up little where the exchange is meant for.
 inline constexpr size_t kHierarchicalMaxBlockBytes = 4 << 10;
 inline constexpr int kAlltoallMinRounds = 4;
+// AllToAll: a round that moves more than this (its send plus its receive) is posted only once
+// every round before it has retired. Large blocks then move one round at a time: the receiver
+// copies out of its socket bytes that the sender copied in shortly before, instead of megabytes
+// queued behind other rounds, and a receiver's link carries fewer senders at once. Over loopback
+// TCP both INA and Open MPI spend a call's CPU in those two copies per byte, about equally; on a
+// 2-core VM, alternated with four rounds in flight, the ranks' CPU per call was 0.89-0.98x at
+// 2-32 MiB per rank with 4 and 8 ranks, INA/MPI medians 0.68-0.96 at 8-32 MiB, rounds of 32 KiB
+// or less unchanged; on 1 Gbit/s shaped links (8 ranks) 2 and 8 MiB per rank took 0.28x and
+// 0.37x the time (testbed/results/alltoall-large-20261206/). Bounds of 16-128 KiB saved nothing
+// more; small rounds stay together (posted one by one they would pay a latency each). AllToAllv
+// has no bound by default: under Zipf(1.2) loads on the shaped links the bound took 1.3-1.9x the
+// time (the hot expert reading one sender at a time, likely, where the window's rule feeds its
+// link from several at once), while on loopback it changed AllToAllv's CPU per call 0.91-1.03x.
+inline constexpr size_t kAlltoallSoloRoundBytes = 256 << 10;
 
 struct AlltoallOptions {
   AlltoallAlgorithm algorithm = AlltoallAlgorithm::kPairwise;
@@ -84,6 +99,9 @@ struct AlltoallOptions {
   // the world size; 0 or 1 (or the world size) leaves nothing to group: the flat pairwise runs.
   int group_size = 0;
   size_t window_bytes = kAlltoallWindowBytes;  // pairwise
+  // Pairwise: rounds of more than this go alone; 0: kAlltoallSoloRoundBytes for AllToAll, no
+  // bound for AllToAllv (under skew the window keeps the hot expert's link fed, see above).
+  size_t solo_round_bytes = 0;
 };
 
 // send and recv hold size() blocks of `count` elements: block j of send goes to rank j, and
@@ -105,14 +123,16 @@ Status alltoallv(Context& ctx, const void* send, std::span<const size_t> send_co
 
 // The algorithms themselves, in bytes (blocks of block_bytes; arguments checked by alltoall()).
 Status alltoall_pairwise(Context& ctx, const uint8_t* send, uint8_t* recv, size_t block_bytes,
-                         size_t window_bytes);
+                         size_t window_bytes, size_t solo_round_bytes = kAlltoallSoloRoundBytes);
 Status alltoall_bruck(Context& ctx, const uint8_t* send, uint8_t* recv, size_t block_bytes);
 Status alltoall_hierarchical(Context& ctx, const uint8_t* send, uint8_t* recv, size_t block_bytes,
-                             int group_size, size_t window_bytes);
+                             int group_size, size_t window_bytes,
+                             size_t solo_round_bytes = kAlltoallSoloRoundBytes);
 Status alltoallv_pairwise(Context& ctx, const uint8_t* send, std::span<const size_t> send_counts,
                           std::span<const size_t> send_displs, uint8_t* recv,
                           std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
-                          size_t elem_bytes, size_t window_bytes);
+                          size_t elem_bytes, size_t window_bytes,
+                          size_t solo_round_bytes = SIZE_MAX);
 
 // The cost model of the AllToAll algorithms (select.h's alpha, beta and gamma; gamma stands for
 // the time per byte of a memory copy, the same order as a reduction's), for blocks of `b` bytes

@@ -6,12 +6,14 @@
 // sender: no receiver is the target of several senders at once (no incast), whatever the sizes.
 // Rounds are posted while the bytes in flight stay under a window (and at least
 // kAlltoallMinRounds rounds are in flight whatever their size): small blocks all go out at once
-// (one latency for the whole exchange, not one per round), large ones keep a few rounds in flight
-// (every link stays busy while the oldest round drains). Under skew (per-peer sizes that differ
-// 10-100x) the window is what keeps links busy: rounds of small blocks are posted behind a hot
-// one instead of waiting for it, and each wait makes progress on every posted message. Empty
-// blocks are not sent at all (both sides of a pair know the size), so a zero-size pair costs
-// nothing. The member's own block is copied locally while the first round is in flight.
+// (one latency for the whole exchange, not one per round), larger ones keep a few rounds in flight
+// (every link stays busy while the oldest round drains); a round of more than solo_round_bytes
+// (AllToAll: kAlltoallSoloRoundBytes) waits for every older one and goes alone (alltoall.h). Under
+// skew (per-peer sizes that differ 10-100x) the window is what keeps links busy: rounds of small
+// blocks are posted behind a hot one instead of waiting for it, and each wait makes progress on
+// every posted message. Empty blocks are not sent at all (both sides of a pair know the size), so a
+// zero-size pair costs nothing. The member's own block is copied locally while the first round is
+// in flight.
 #pragma once
 
 #include <cstring>
@@ -46,7 +48,8 @@ struct BlockRef {
 // what this rank expects from k). The caller checked that the own block's sizes agree.
 template <typename SendBlock, typename RecvBlock>
 Status pairwise_exchange(Context& ctx, const ExchangeGroup& g, SendBlock send_block,
-                         RecvBlock recv_block, size_t window_bytes) {
+                         RecvBlock recv_block, size_t window_bytes,
+                         size_t solo_round_bytes = kAlltoallSoloRoundBytes) {
   auto copy_own = [&] {
     const BlockRef s = send_block(g.me);
     const BlockRef r = recv_block(g.me);
@@ -77,8 +80,11 @@ Status pairwise_exchange(Context& ctx, const ExchangeGroup& g, SendBlock send_bl
     const BlockRef s = send_block(to);
     const size_t bytes = r.bytes + s.bytes;
     if (bytes == 0) continue;
-    while (static_cast<int>(in_flight.size()) >= kAlltoallMinRounds &&
-           bytes_in_flight + bytes > window_bytes)
+    // A large round goes alone (solo_round_bytes); any round waits while the window is full,
+    // once kAlltoallMinRounds rounds are in flight.
+    while (!in_flight.empty() &&
+           (bytes > solo_round_bytes || (static_cast<int>(in_flight.size()) >= kAlltoallMinRounds &&
+                                         bytes_in_flight + bytes > window_bytes)))
       INA_RETURN_IF_ERROR(retire());
     Round rd;
     rd.bytes = bytes;

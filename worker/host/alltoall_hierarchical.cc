@@ -22,10 +22,11 @@
 namespace ina::host {
 
 Status alltoall_hierarchical(Context& ctx, const uint8_t* send, uint8_t* recv, size_t block_bytes,
-                             int group_size, size_t window_bytes) {
+                             int group_size, size_t window_bytes, size_t solo_round_bytes) {
   const int p = ctx.size();
   const int g = group_size;
-  if (!alltoall_groups(p, g)) return alltoall_pairwise(ctx, send, recv, block_bytes, window_bytes);
+  if (!alltoall_groups(p, g))
+    return alltoall_pairwise(ctx, send, recv, block_bytes, window_bytes, solo_round_bytes);
   const int m_nodes = p / g;
   const int node = ctx.rank() / g;
   const int local = ctx.rank() % g;
@@ -47,7 +48,7 @@ Status alltoall_hierarchical(Context& ctx, const uint8_t* send, uint8_t* recv, s
       [&](int k) {
         return BlockRef{nullptr, bb + static_cast<size_t>(k) * node_msg, node_msg};
       },
-      window_bytes));
+      window_bytes, solo_round_bytes));
   for (size_t m = 0; m < ms; ++m)
     for (size_t lp = 0; lp < gs; ++lp)
       std::memcpy(c + (m * gs + lp) * b, bb + (lp * ms + m) * b, b);
@@ -60,7 +61,7 @@ Status alltoall_hierarchical(Context& ctx, const uint8_t* send, uint8_t* recv, s
       [&](int k) {
         return BlockRef{nullptr, recv + static_cast<size_t>(k) * global_msg, global_msg};
       },
-      window_bytes);
+      window_bytes, solo_round_bytes);
 }
 
 }  // namespace ina::host

@@ -2,8 +2,9 @@
 // schedule: in round i = 1 .. P-1 rank r sends its block for r+i to r+i while it receives the
 // block from r-i, so every byte crosses the network once and no rank receives from several at
 // once. Rounds are posted under a byte window (alltoall_exchange.h): small blocks all at once,
-// large ones a few rounds deep. Cost: P-1 messages of b bytes per rank, about
-// alpha ceil((P-1)/W) + (P-1)(alpha/8 + b beta) with W rounds in flight.
+// larger ones a few rounds deep, AllToAll's rounds of over 256 KiB one at a time. Cost: P-1
+// messages of b bytes per rank, about alpha ceil((P-1)/W) + (P-1)(alpha/8 + b beta) with W rounds
+// in flight.
 //
 // AllToAllv runs the same schedule with per-peer sizes. Under skew (a hot expert receives 10-100x
 // the bytes of the others) the window keeps the other links busy: rounds of small blocks go out
@@ -16,7 +17,7 @@
 namespace ina::host {
 
 Status alltoall_pairwise(Context& ctx, const uint8_t* send, uint8_t* recv, size_t block_bytes,
-                         size_t window_bytes) {
+                         size_t window_bytes, size_t solo_round_bytes) {
   const ExchangeGroup g{ctx.size(), ctx.rank(), 0, 1};
   const size_t b = block_bytes;
   return pairwise_exchange(
@@ -27,13 +28,13 @@ Status alltoall_pairwise(Context& ctx, const uint8_t* send, uint8_t* recv, size_
       [&](int k) {
         return BlockRef{nullptr, recv + static_cast<size_t>(k) * b, b};
       },
-      window_bytes);
+      window_bytes, solo_round_bytes);
 }
 
 Status alltoallv_pairwise(Context& ctx, const uint8_t* send, std::span<const size_t> send_counts,
                           std::span<const size_t> send_displs, uint8_t* recv,
                           std::span<const size_t> recv_counts, std::span<const size_t> recv_displs,
-                          size_t elem_bytes, size_t window_bytes) {
+                          size_t elem_bytes, size_t window_bytes, size_t solo_round_bytes) {
   const int rank = ctx.rank();
   const auto me = static_cast<size_t>(rank);
   if (send_counts[me] != recv_counts[me])
@@ -52,7 +53,7 @@ Status alltoallv_pairwise(Context& ctx, const uint8_t* send, std::span<const siz
         const auto i = static_cast<size_t>(k);
         return BlockRef{nullptr, recv + recv_displs[i] * es, recv_counts[i] * es};
       },
-      window_bytes);
+      window_bytes, solo_round_bytes);
 }
 
 }  // namespace ina::host
