@@ -139,6 +139,7 @@ void DpdkAggregator::Lcore::loop() {
         if (i + kPrefetchAhead < got) prefetch_frame(pkts[i + kPrefetchAhead]);
         on_frame(pkts[i], false);
       }
+      process_pending();
       c.rx += got;
       if (n > 1) flush_stage();
     }
@@ -152,6 +153,7 @@ void DpdkAggregator::Lcore::loop() {
         if (i + kPrefetchAhead < k) prefetch_frame(pkts[i + kPrefetchAhead]);
         on_frame(pkts[i], true);
       }
+      process_pending();
       c.handoff_received += k;
       got = static_cast<uint16_t>(got + k);
     }
@@ -263,15 +265,73 @@ void DpdkAggregator::Lcore::on_frame(rte_mbuf* m, bool verified) {
       }
     }
   }
-  process_ina(m, p, hello, hello && verified);
+  pending[n_pending++] = Pending{m, p, hello, hello && verified};
+}
+
+inline const DpdkAggregator::Lcore::TagKey* DpdkAggregator::Lcore::tag_key(JobId job) {
+  Key128 traffic, up;
+  if (!engine->current_keys(job, &traffic, &up)) return nullptr;
+  for (TagKey& k : tag_keys) {
+    if (k.job != job) continue;
+    if (k.traffic != traffic) {  // a new incarnation
+      k.traffic = traffic;
+      k.mac = expand_mac_key(traffic);
+    }
+    return &k;
+  }
+  if (tag_keys.size() >= 64) tag_keys.erase(tag_keys.begin());  // jobs since removed
+  tag_keys.push_back(TagKey{job, traffic, expand_mac_key(traffic)});
+  return &tag_keys.back();
+}
+
+void DpdkAggregator::Lcore::process_pending() {
+  const unsigned n = n_pending;
+  n_pending = 0;
+  if (n == 0) return;
+  // The DATA and PARTIAL frames (the packets the engine verifies under their job's traffic key:
+  // no HELLO, RESULT or ERROR flag) are verified here, all at once; the others, and any whose tag
+  // is not right under that key, by the engine as usual (which counts a bad tag).
+  const MacKey* keys[kMaxBurst];
+  std::span<const uint8_t> msgs[kMaxBurst];
+  uint16_t which[kMaxBurst];
+  unsigned nm = 0;
+  const TagKey* last = nullptr;
+  if (self->opts_.check_tag) {
+    for (unsigned i = 0; i < n; ++i) {
+      const std::span<const uint8_t> d = pending[i].p.ina;
+      if (pending[i].hello || d.size() < wire::kHeaderSize ||
+          (d[wire::kOffFlags] & (wire::kFlagHello | wire::kFlagResult | wire::kFlagError)) != 0)
+        continue;
+      const JobId job = wire::get_u32(d.data() + wire::kOffJob);
+      if (last == nullptr || last->job != job) last = tag_key(job);
+      if (last == nullptr) continue;
+      keys[nm] = &last->mac;
+      msgs[nm] = d;
+      which[nm++] = static_cast<uint16_t>(i);
+    }
+  }
+  uint64_t macs[kMaxBurst];
+  if (nm > 0) packet_mac_many(keys, msgs, nm, wire::kOffTag / 8, macs);
+  const Key128* checked[kMaxBurst];
+  for (unsigned i = 0; i < n; ++i) checked[i] = nullptr;
+  for (unsigned j = 0; j < nm; ++j) {
+    if (macs[j] == wire::get_u64(msgs[j].data() + wire::kOffTag)) {
+      checked[which[j]] = &keys[j]->prf;
+      ++c.tags_in_burst;
+    }
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    const Pending& e = pending[i];
+    process_ina(e.m, e.p, e.hello, e.hello_copy, checked[i]);
+  }
 }
 
 void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello,
-                                        bool hello_copy) {
+                                        bool hello_copy, const Key128* tag_checked) {
   int32_t rank = -1;
   JobId job = 0;
   if (self->opts_.telemetry && now == 0) now = now_ns(CLOCK_MONOTONIC);
-  const Reply r = engine->on_packet(p.ina, now, &rank, &job, hello_copy);
+  const Reply r = engine->on_packet(p.ina, now, &rank, &job, hello_copy, tag_checked);
   std::vector<Peer>* peers = learn_peer(rank, job, p);
   // Only lcore 0 answers HELLOs (every lcore saw them).
   if (r.target == Reply::Target::kNone || (hello && idx != 0)) {

@@ -21,6 +21,7 @@
 #include "aggregator/snapshot.h"
 #include "ina/base/status.h"
 #include "ina/protocol/frame.h"
+#include "ina/protocol/mac.h"
 
 namespace ina::agg::dpdk {
 
@@ -99,6 +100,27 @@ struct alignas(64) DpdkAggregator::Lcore {
   std::array<rte_mbuf*, dpdk::kRecycle> recycled{};
   unsigned n_recycled = 0;
 
+  // INA frames of the burst this lcore processes itself, held by on_frame() until the burst is
+  // classified; then process_pending() verifies the tags of their DATA at once
+  // (packet_mac_many: the MACs of several datagrams overlap, where one datagram's chain of
+  // reductions and SipHash rounds leaves the core waiting) and hands each to the Engine.
+  struct Pending {
+    rte_mbuf* m;
+    frame::Parsed p;
+    bool hello;
+    bool hello_copy;
+  };
+  std::array<Pending, dpdk::kMaxBurst> pending;
+  unsigned n_pending = 0;
+  // A job's current traffic key (Engine::current_keys) expanded for the MAC, renewed when the
+  // job's incarnation changes it.
+  struct TagKey {
+    JobId job = 0;
+    Key128 traffic;
+    MacKey mac;
+  };
+  std::vector<TagKey> tag_keys;
+
   // dpdk_port.cc: lcore `i` of `a` (EAL lcore `lcore_id`) serving `jobs`, with its rings and a tx
   // array of `tx_cap`; create() calls it once the port and the rings are set up.
   static Result<std::unique_ptr<Lcore>> make(DpdkAggregator* a, unsigned i, unsigned lcore_id,
@@ -109,8 +131,14 @@ struct alignas(64) DpdkAggregator::Lcore {
   void recycle(rte_mbuf* m);
   rte_mbuf* reply_mbuf();
   void on_frame(rte_mbuf* m, bool verified);
+  // The frames on_frame() held, verified and processed in order.
+  void process_pending();
+  // The expanded key of `job`'s traffic now; nullptr when the engine does not serve it.
+  const TagKey* tag_key(JobId job);
   // hello_copy: a HELLO another lcore received and counts (every lcore runs the join barrier).
-  void process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello, bool hello_copy);
+  // tag_checked: the datagram's tag verified under this key (Engine::on_packet).
+  void process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello, bool hello_copy,
+                   const Key128* tag_checked = nullptr);
   // process_ina's steps, defined inline in dpdk_lcore.cc (call them there only).
   // The job's address book with the sender's address learnt (rank >= 0), or nullptr.
   std::vector<Peer>* learn_peer(int32_t rank, JobId job, const frame::Parsed& p);
