@@ -139,7 +139,7 @@ void DpdkAggregator::Lcore::loop() {
         if (i + kPrefetchAhead < got) prefetch_frame(pkts[i + kPrefetchAhead]);
         on_frame(pkts[i], false);
       }
-      process_pending();
+      if (n_pending != 0) process_pending();
       c.rx += got;
       if (n > 1) flush_stage();
     }
@@ -153,7 +153,7 @@ void DpdkAggregator::Lcore::loop() {
         if (i + kPrefetchAhead < k) prefetch_frame(pkts[i + kPrefetchAhead]);
         on_frame(pkts[i], true);
       }
-      process_pending();
+      if (n_pending != 0) process_pending();
       c.handoff_received += k;
       got = static_cast<uint16_t>(got + k);
     }
@@ -271,31 +271,30 @@ void DpdkAggregator::Lcore::on_frame(rte_mbuf* m, bool verified) {
 inline const DpdkAggregator::Lcore::TagKey* DpdkAggregator::Lcore::tag_key(JobId job) {
   Key128 traffic, up;
   if (!engine->current_keys(job, &traffic, &up)) return nullptr;
-  for (TagKey& k : tag_keys) {
-    if (k.job != job) continue;
-    if (k.traffic != traffic) {  // a new incarnation
-      k.traffic = traffic;
-      k.mac = expand_mac_key(traffic);
+  for (auto& k : tag_keys) {
+    if (k->job != job) continue;
+    if (k->traffic != traffic) {  // a new incarnation (a burst's earlier DATA verified already)
+      k->traffic = traffic;
+      k->mac = expand_mac_key(traffic);
     }
-    return &k;
+    return k.get();
   }
-  if (tag_keys.size() >= 64) tag_keys.erase(tag_keys.begin());  // jobs since removed
-  tag_keys.push_back(TagKey{job, traffic, expand_mac_key(traffic)});
-  return &tag_keys.back();
+  tag_keys.push_back(std::make_unique<TagKey>(TagKey{job, traffic, expand_mac_key(traffic)}));
+  return tag_keys.back().get();
 }
 
 void DpdkAggregator::Lcore::process_pending() {
   const unsigned n = n_pending;
   n_pending = 0;
-  if (n == 0) return;
+  if (tag_keys.size() > kTagKeys)  // no burst refers to them now
+    tag_keys.erase(tag_keys.begin(), tag_keys.end() - kTagKeys);
   // The DATA and PARTIAL frames (the packets the engine verifies under their job's traffic key:
   // no HELLO, RESULT or ERROR flag) are verified here, all at once; the others, and any whose tag
   // is not right under that key, by the engine as usual (which counts a bad tag).
-  const MacKey* keys[kMaxBurst];
-  std::span<const uint8_t> msgs[kMaxBurst];
-  uint16_t which[kMaxBurst];
+  TagBatch& b = tb;
   unsigned nm = 0;
   const TagKey* last = nullptr;
+  for (unsigned i = 0; i < n; ++i) b.checked[i] = nullptr;
   if (self->opts_.check_tag) {
     for (unsigned i = 0; i < n; ++i) {
       const std::span<const uint8_t> d = pending[i].p.ina;
@@ -305,24 +304,21 @@ void DpdkAggregator::Lcore::process_pending() {
       const JobId job = wire::get_u32(d.data() + wire::kOffJob);
       if (last == nullptr || last->job != job) last = tag_key(job);
       if (last == nullptr) continue;
-      keys[nm] = &last->mac;
-      msgs[nm] = d;
-      which[nm++] = static_cast<uint16_t>(i);
+      b.keys[nm] = &last->mac;
+      b.msgs[nm] = d;
+      b.which[nm++] = static_cast<uint16_t>(i);
     }
   }
-  uint64_t macs[kMaxBurst];
-  if (nm > 0) packet_mac_many(keys, msgs, nm, wire::kOffTag / 8, macs);
-  const Key128* checked[kMaxBurst];
-  for (unsigned i = 0; i < n; ++i) checked[i] = nullptr;
+  if (nm > 0) packet_mac_many(b.keys.data(), b.msgs.data(), nm, wire::kOffTag / 8, b.macs.data());
   for (unsigned j = 0; j < nm; ++j) {
-    if (macs[j] == wire::get_u64(msgs[j].data() + wire::kOffTag)) {
-      checked[which[j]] = &keys[j]->prf;
+    if (b.macs[j] == wire::get_u64(b.msgs[j].data() + wire::kOffTag)) {
+      b.checked[b.which[j]] = &b.keys[j]->prf;
       ++c.tags_in_burst;
     }
   }
   for (unsigned i = 0; i < n; ++i) {
     const Pending& e = pending[i];
-    process_ina(e.m, e.p, e.hello, e.hello_copy, checked[i]);
+    process_ina(e.m, e.p, e.hello, e.hello_copy, b.checked[i]);
   }
 }
 

@@ -112,14 +112,27 @@ struct alignas(64) DpdkAggregator::Lcore {
   };
   std::array<Pending, dpdk::kMaxBurst> pending;
   unsigned n_pending = 0;
+  // process_pending()'s arrays (members, not a 10 KiB stack frame per burst): the datagrams whose
+  // tags it verifies, their keys, their index in `pending` and MACs; per pending frame, the key its
+  // tag was verified with.
+  struct TagBatch {
+    std::array<const MacKey*, dpdk::kMaxBurst> keys;
+    std::array<std::span<const uint8_t>, dpdk::kMaxBurst> msgs;
+    std::array<uint16_t, dpdk::kMaxBurst> which;
+    std::array<uint64_t, dpdk::kMaxBurst> macs;
+    std::array<const Key128*, dpdk::kMaxBurst> checked;
+  } tb;
   // A job's current traffic key (Engine::current_keys) expanded for the MAC, renewed when the
-  // job's incarnation changes it.
+  // job's incarnation changes it; allocated when the lcore first sees a served job's DATA (not per
+  // packet), at a stable address while a burst refers to it, the oldest dropped between bursts
+  // beyond kTagKeys.
   struct TagKey {
     JobId job = 0;
     Key128 traffic;
     MacKey mac;
   };
-  std::vector<TagKey> tag_keys;
+  static constexpr size_t kTagKeys = 64;
+  std::vector<std::unique_ptr<TagKey>> tag_keys;
 
   // dpdk_port.cc: lcore `i` of `a` (EAL lcore `lcore_id`) serving `jobs`, with its rings and a tx
   // array of `tx_cap`; create() calls it once the port and the rings are set up.

@@ -1,7 +1,7 @@
 // ina-dpdk-bench: the DPDK aggregator loop at full rate beside dpdk-testpmd forwarding on the same
-// kind of port and frame size, in the same run, in two modes:
+// kind of port and frame size, in the same run, in two modes (and the tag check alone):
 //
-//   ina-dpdk-bench [--mode memif,ring] [--elems 64,256,1024] [--seconds 1] [--world 4]
+//   ina-dpdk-bench [--mode memif,ring,tags] [--elems 64,256,1024] [--seconds 1] [--world 4]
 //                  [--slots 128] [--lcores 1] [--mem auto|huge|nohuge]
 //                  [--results auto|chains|copies] [--dtype int32|float32] [--no-tag]
 //                  [--bsize N] [--forward-mode io|macswap] [--gen-copy]
@@ -19,6 +19,11 @@
 // the block's sequence patched in, UDP checksum 0, "none"); it drains and frees the replies. The
 // aggregator runs on the worker lcores. testpmd io forwarding on a ring never touches a frame (it
 // passes pointers), so it is an upper bound no packet-processing loop reaches.
+//
+// tags (tag_table): the DATA tag check alone on a burst of the generator's frames in cache, one
+// frame at a time (the Engine's own check) against the burst at once (as the loop verifies it),
+// in TSC cycles per frame; no EAL, no second process: a figure other work on the machine barely
+// moves.
 //
 // Printed per size: Mpps (frames in; the aggregator returns one result per DATA frame) and
 // aggregated elements/s, per wall second and per CPU second of the DUT's polling thread (where CPU
@@ -53,6 +58,7 @@
 
 #include "aggregator/dpdk_backend.h"
 #include "ina/protocol/frame.h"
+#include "ina/protocol/mac.h"
 #include "ina/protocol/wire.h"
 #include "ina_config.h"
 #include "testbed/instruments/dpdk_bench_common.h"
@@ -61,6 +67,9 @@
 namespace {
 
 using ina::DType;
+using ina::Key128;
+using ina::MacKey;
+using ina::packet_mac_many;
 using ina::agg::DpdkAggregator;
 namespace frame = ina::frame;
 namespace wire = ina::wire;
@@ -449,6 +458,52 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
   return ok;
 }
 
+// --mode tags: what the aggregator's tag check costs per DATA frame, one datagram at a time
+// (wire::tag_ok, the Engine's own check) against a burst's at once (mac.h, packet_mac_many, as the
+// DPDK loop verifies each burst), over a burst of `burst` of the generator's frames in cache; TSC
+// cycles per frame, the best of many repetitions (robust where other work shares the CPU).
+void tag_table(const std::vector<uint16_t>& sizes, uint32_t world, uint32_t slots, uint16_t burst,
+               DType dtype) {
+  std::printf(
+      "# tags: the DATA tag check per frame, %u frames per burst, TSC cycles (best of 15)\n",
+      unsigned{burst});
+  std::printf("# %5s %9s %9s %7s\n", "elems", "one", "burst", "x");
+  const Key128 key{0x1234567890ABCDEFull, 0x0FEDCBA987654321ull};
+  const MacKey mk = ina::expand_mac_key(key);
+  for (uint16_t e : sizes) {
+    FrameTemplates t(e, world, slots, frame::Endpoint{kAggMac, kAggIp, kAggPort}, dtype);
+    const size_t n = std::min<size_t>(burst, size_t{world} * slots * 2);
+    std::vector<std::span<const uint8_t>> msgs(n);
+    std::vector<const MacKey*> keys(n, &mk);
+    for (size_t i = 0; i < n; ++i) {
+      uint8_t* dg = t.data.data() + i * t.flen + frame::kUdpHeadroom;
+      wire::seal(std::span<uint8_t>(dg, t.dlen), key);
+      msgs[i] = std::span<const uint8_t>(dg, t.dlen);
+    }
+    std::vector<uint64_t> macs(n);
+    auto best = [&](auto&& pass) {
+      uint64_t b = ~uint64_t{0};
+      for (int rep = 0; rep < 15; ++rep) {
+        const uint64_t t0 = rte_rdtsc();
+        for (int k = 0; k < 50; ++k) pass();
+        b = std::min(b, rte_rdtsc() - t0);
+      }
+      return static_cast<double>(b) / (50.0 * static_cast<double>(n));
+    };
+    size_t ok = 0;
+    const double one = best([&] {
+      for (size_t i = 0; i < n; ++i) ok += wire::tag_ok(msgs[i], key);
+    });
+    const double many = best([&] {
+      packet_mac_many(keys.data(), msgs.data(), n, wire::kOffTag / 8, macs.data());
+      for (size_t i = 0; i < n; ++i) ok += macs[i] == wire::get_u64(msgs[i].data() + wire::kOffTag);
+    });
+    if (ok != 2 * 15 * 50 * n) std::printf("  # UNEXPECTED: a genuine tag failed\n");
+    std::printf("  %5u %9.0f %9.0f %7.2f\n", unsigned{e}, one, many, one / many);
+  }
+  std::fflush(stdout);
+}
+
 std::string self_exe(const char* argv0) {
   char buf[4096];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -492,9 +547,11 @@ int main(int argc, char** argv) {
   app.add_option("--lcores", lcores, "aggregator worker lcores (ring mode)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--mode", modes, "memif (two processes), ring (in process), or both")
+  app.add_option("--mode", modes,
+                 "memif (two processes), ring (in process), or both; tags: the DATA tag check "
+                 "alone, one frame at a time against a burst at once")
       ->delimiter(',')
-      ->check(CLI::IsMember({"memif", "ring"}))
+      ->check(CLI::IsMember({"memif", "ring", "tags"}))
       ->capture_default_str();
   app.add_option("--mem", mem,
                  "EAL memory: huge (hugepages, see scripts/dpdk-hugepages.sh), nohuge, or auto "
@@ -565,6 +622,9 @@ int main(int argc, char** argv) {
   std::printf("# ina-dpdk-bench: world %u, slots %u, %.1f s per size and DUT, CPUs allowed: %zu\n",
               world, slots, seconds, cpus.size());
   int rc = 0;
+  if (std::find(modes.begin(), modes.end(), "tags") != modes.end()) {
+    tag_table(sizes, world, slots, 32, parse_dtype(dtype));
+  }
   if (std::find(modes.begin(), modes.end(), "memif") != modes.end()) {
     if (!memif_sweep(self_exe(argv[0]), testpmd, fwd, sizes, memif, cpus)) rc = 1;
   }
