@@ -465,8 +465,10 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
 // the Engine's whole work per DATA frame (on_packet: decode, tag, slot table, completion; no I/O)
 // with its own tag check against the loop's (a burst's tags at once, then on_packet told so). TSC
 // cycles per frame, the best of several repetitions (robust where other work shares the CPU).
-void tag_table(const std::vector<uint16_t>& sizes, uint32_t world, uint32_t slots, uint16_t burst,
+// False when a genuine tag failed or a round did not complete (printed UNEXPECTED).
+bool tag_table(const std::vector<uint16_t>& sizes, uint32_t world, uint32_t slots, uint16_t burst,
                DType dtype) {
+  bool good = true;
   std::printf(
       "# tags: per DATA frame, TSC cycles (best of 15 or 7), %s, %u frames per burst: the tag "
       "check one frame at a time (tag_one) and a burst at once (tag_burst); the Engine's whole "
@@ -504,7 +506,10 @@ void tag_table(const std::vector<uint16_t>& sizes, uint32_t world, uint32_t slot
       packet_mac_many(keys.data(), msgs.data(), n, wire::kOffTag / 8, macs.data());
       for (size_t i = 0; i < n; ++i) ok += macs[i] == wire::get_u64(msgs[i].data() + wire::kOffTag);
     });
-    if (ok != 2 * 15 * 50 * n) std::printf("  # UNEXPECTED: a genuine tag failed\n");
+    if (ok != 2 * 15 * 50 * n) {
+      std::printf("  # UNEXPECTED: a genuine tag failed\n");
+      good = false;
+    }
 
     // The Engine: `rounds` blocks of every rank through a fresh engine per repetition.
     constexpr uint32_t kRounds = 1024;
@@ -554,11 +559,15 @@ void tag_table(const std::vector<uint16_t>& sizes, uint32_t world, uint32_t slot
       eng_one = std::min(eng_one, static_cast<double>(engine_pass(false)) / dgs.size());
       eng_burst = std::min(eng_burst, static_cast<double>(engine_pass(true)) / dgs.size());
     }
-    if (!complete) std::printf("  # UNEXPECTED: the engine did not complete every round\n");
+    if (!complete) {
+      std::printf("  # UNEXPECTED: the engine did not complete every round\n");
+      good = false;
+    }
     std::printf("  %5u %9.0f %9.0f %6.2f %11.0f %12.0f %6.2f\n", unsigned{e}, one, many, one / many,
                 eng_one, eng_burst, eng_one / eng_burst);
   }
   std::fflush(stdout);
+  return good;
 }
 
 std::string self_exe(const char* argv0) {
@@ -680,7 +689,7 @@ int main(int argc, char** argv) {
               world, slots, seconds, cpus.size());
   int rc = 0;
   if (std::find(modes.begin(), modes.end(), "tags") != modes.end()) {
-    tag_table(sizes, world, slots, 32, parse_dtype(dtype));
+    if (!tag_table(sizes, world, slots, 32, parse_dtype(dtype))) rc = 1;
   }
   if (std::find(modes.begin(), modes.end(), "memif") != modes.end()) {
     if (!memif_sweep(self_exe(argv[0]), testpmd, fwd, sizes, memif, cpus)) rc = 1;
