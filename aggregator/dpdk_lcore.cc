@@ -294,43 +294,55 @@ void DpdkAggregator::Lcore::process_pending() {
   n_pending = 0;
   if (tag_keys.size() > kTagKeys)  // no burst refers to them now
     tag_keys.erase(tag_keys.begin(), tag_keys.end() - kTagKeys);
+  // In runs between HELLOs (a HELLO, or a parent's WELCOME, may start an incarnation: a new key
+  // for the frames after it), each run's tags verified at once, then its frames processed.
+  for (unsigned from = 0; from < n;) {
+    unsigned to = from;
+    while (to < n && !pending[to].hello) ++to;
+    verify_run(from, to);
+    for (unsigned i = from; i < to; ++i) {
+      const Pending& e = pending[i];
+      process_ina(e.m, e.p, false, false, tb.checked[i]);
+    }
+    if (to < n) process_ina(pending[to].m, pending[to].p, true, pending[to].hello_copy);
+    from = to + 1;
+  }
+}
+
+void DpdkAggregator::Lcore::verify_run(unsigned from, unsigned to) {
   // The DATA and PARTIAL frames (the packets the engine verifies under their job's traffic key:
   // no HELLO, RESULT or ERROR flag) are verified here, all at once; the others, and any whose tag
   // is not right under that key, by the engine as usual (which counts a bad tag).
   TagBatch& b = tb;
   unsigned nm = 0;
   const TagKey* last = nullptr;
-  for (unsigned i = 0; i < n; ++i) b.checked[i] = nullptr;
-  if (self->opts_.check_tag) {
-    for (unsigned i = 0; i < n; ++i) {
-      const std::span<const uint8_t> d = pending[i].p.ina;
-      if (pending[i].hello || d.size() < wire::kHeaderSize ||
-          (d[wire::kOffFlags] & (wire::kFlagHello | wire::kFlagResult | wire::kFlagError)) != 0)
-        continue;
-      // A float SUM block larger than kFusedFrom: the engine's receive pass verifies, copies and
-      // scans it in one read, which beat this pass plus its copy and scan there.
-      if (d.size() - wire::kHeaderSize > kFusedFrom &&
-          codec::needs_exponent(static_cast<DType>(d[wire::kOffDtype]),
-                                static_cast<ReduceOp>(d[wire::kOffOp])))
-        continue;
-      const JobId job = wire::get_u32(d.data() + wire::kOffJob);
-      if (last == nullptr || last->job != job) last = tag_key(job);
-      if (last == nullptr) continue;
-      b.keys[nm] = &last->mac;
-      b.msgs[nm] = d;
-      b.which[nm++] = static_cast<uint16_t>(i);
-    }
+  for (unsigned i = from; i < to; ++i) b.checked[i] = nullptr;
+  if (!self->opts_.check_tag) return;
+  for (unsigned i = from; i < to; ++i) {
+    const std::span<const uint8_t> d = pending[i].p.ina;
+    if (d.size() < wire::kHeaderSize ||
+        (d[wire::kOffFlags] & (wire::kFlagHello | wire::kFlagResult | wire::kFlagError)) != 0)
+      continue;
+    // A float SUM block larger than kFusedFrom: the engine's receive pass verifies, copies and
+    // scans it in one read, which beat this pass plus its copy and scan there.
+    if (d.size() - wire::kHeaderSize > kFusedFrom &&
+        codec::needs_exponent(static_cast<DType>(d[wire::kOffDtype]),
+                              static_cast<ReduceOp>(d[wire::kOffOp])))
+      continue;
+    const JobId job = wire::get_u32(d.data() + wire::kOffJob);
+    if (last == nullptr || last->job != job) last = tag_key(job);
+    if (last == nullptr) continue;
+    b.keys[nm] = &last->mac;
+    b.msgs[nm] = d;
+    b.which[nm++] = static_cast<uint16_t>(i);
   }
-  if (nm > 0) packet_mac_many(b.keys.data(), b.msgs.data(), nm, wire::kOffTag / 8, b.macs.data());
+  if (nm == 0) return;
+  packet_mac_many(b.keys.data(), b.msgs.data(), nm, wire::kOffTag / 8, b.macs.data());
   for (unsigned j = 0; j < nm; ++j) {
     if (b.macs[j] == wire::get_u64(b.msgs[j].data() + wire::kOffTag)) {
       b.checked[b.which[j]] = &b.keys[j]->prf;
       ++c.tags_in_burst;
     }
-  }
-  for (unsigned i = 0; i < n; ++i) {
-    const Pending& e = pending[i];
-    process_ina(e.m, e.p, e.hello, e.hello_copy, b.checked[i]);
   }
 }
 

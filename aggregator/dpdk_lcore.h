@@ -146,6 +146,8 @@ struct alignas(64) DpdkAggregator::Lcore {
   void on_frame(rte_mbuf* m, bool verified);
   // The frames on_frame() held, verified and processed in order.
   void process_pending();
+  // The tags of pending[from, to) (no HELLO among them) verified at once: tb.checked.
+  void verify_run(unsigned from, unsigned to);
   // The expanded key of `job`'s traffic now; nullptr when the engine does not serve it.
   const TagKey* tag_key(JobId job);
   // hello_copy: a HELLO another lcore received and counts (every lcore runs the join barrier).
