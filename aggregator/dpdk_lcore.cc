@@ -300,10 +300,13 @@ void DpdkAggregator::Lcore::process_pending() {
     unsigned to = from;
     while (to < n && !pending[to].hello) ++to;
     verify_run(from, to);
+    defer_seal = true;
     for (unsigned i = from; i < to; ++i) {
       const Pending& e = pending[i];
       process_ina(e.m, e.p, false, false, tb.checked[i]);
     }
+    defer_seal = false;
+    if (n_unsealed != 0) send_unsealed();
     if (to < n) process_ina(pending[to].m, pending[to].p, true, pending[to].hello_copy);
     from = to + 1;
   }
@@ -362,7 +365,18 @@ void DpdkAggregator::Lcore::process_ina(rte_mbuf* m, const frame::Parsed& p, boo
   m = writable_reply(m, frame::kUdpHeadroom + len);
   if (m == nullptr) [[unlikely]]
     return;
-  const uint32_t sum = encode_reply(r, rte_pktmbuf_mtod(m, uint8_t*) + frame::kUdpHeadroom, len);
+  uint8_t* dg = rte_pktmbuf_mtod(m, uint8_t*) + frame::kUdpHeadroom;
+  if (defer_seal) {
+    unsealed[n_unsealed++] = Unsealed{m,
+                                      &p,
+                                      static_cast<uint32_t>(len),
+                                      encode_unsealed(r, dg),
+                                      r.hdr.job,
+                                      r.target == Reply::Target::kSender,
+                                      r.key};
+    return;
+  }
+  const uint32_t sum = encode_reply(r, dg, len);
   if (r.target == Reply::Target::kSender) {
     unicast(m, p, len, sum);
   } else {
@@ -408,17 +422,60 @@ inline rte_mbuf* DpdkAggregator::Lcore::writable_reply(rte_mbuf* m, size_t flen)
   return m;
 }
 
-inline uint32_t DpdkAggregator::Lcore::encode_reply(const Reply& r, uint8_t* dg, size_t len) {
+inline uint32_t DpdkAggregator::Lcore::encode_unsealed(const Reply& r, uint8_t* dg) {
   wire::encode_header(r.hdr, dg);
   // The payload is copied and summed for the UDP checksum in one pass (frame.h); then the tag is
-  // sealed over dg[0, len) and the header, tag included, summed. One sealed frame serves a
-  // multicast: the tag does not cover the addresses.
-  const uint32_t payload_sum =
-      r.payload_bytes() > 0
-          ? frame::copy_sum16(dg + wire::kHeaderSize, r.payload, r.payload_bytes())
-          : 0;
-  wire::seal(std::span<uint8_t>(dg, len), r.key);
+  // sealed over the datagram and the header, tag included, summed (seal_reply). One sealed frame
+  // serves a multicast: the tag does not cover the addresses.
+  return r.payload_bytes() > 0
+             ? frame::copy_sum16(dg + wire::kHeaderSize, r.payload, r.payload_bytes())
+             : 0;
+}
+
+inline uint32_t DpdkAggregator::Lcore::seal_reply(uint8_t* dg, size_t len, const Key128& key,
+                                                  uint32_t payload_sum) {
+  wire::seal(std::span<uint8_t>(dg, len), key);
   return frame::sum16(dg, wire::kHeaderSize, payload_sum);
+}
+
+inline uint32_t DpdkAggregator::Lcore::encode_reply(const Reply& r, uint8_t* dg, size_t len) {
+  return seal_reply(dg, len, r.key, encode_unsealed(r, dg));
+}
+
+void DpdkAggregator::Lcore::send_unsealed() {
+  // The replies under their job's current traffic key (results and most answers to DATA) are
+  // sealed at once, the others one by one; then each is summed and sent, in order.
+  const unsigned n = n_unsealed;
+  n_unsealed = 0;
+  TagBatch& b = tb;
+  unsigned nm = 0;
+  const TagKey* last = nullptr;
+  for (unsigned i = 0; i < n; ++i) {
+    Unsealed& u = unsealed[i];
+    uint8_t* dg = rte_pktmbuf_mtod(u.m, uint8_t*) + frame::kUdpHeadroom;
+    if (last == nullptr || last->job != u.job) last = tag_key(u.job);
+    if (last != nullptr && last->traffic == u.key && u.len >= wire::kHeaderSize) {
+      b.keys[nm] = &last->mac;
+      b.msgs[nm] = std::span<const uint8_t>(dg, u.len);
+      b.which[nm++] = static_cast<uint16_t>(i);
+    } else {
+      wire::seal(std::span<uint8_t>(dg, u.len), u.key);
+    }
+  }
+  if (nm > 0) packet_mac_many(b.keys.data(), b.msgs.data(), nm, wire::kOffTag / 8, b.macs.data());
+  for (unsigned j = 0; j < nm; ++j) {
+    wire::put_u64(const_cast<uint8_t*>(b.msgs[j].data()) + wire::kOffTag, b.macs[j]);
+  }
+  for (unsigned i = 0; i < n; ++i) {
+    const Unsealed& u = unsealed[i];
+    const uint8_t* dg = rte_pktmbuf_mtod(u.m, const uint8_t*) + frame::kUdpHeadroom;
+    const uint32_t sum = frame::sum16(dg, wire::kHeaderSize, u.payload_sum);
+    if (u.to_sender) {
+      unicast(u.m, *u.p, u.len, sum);
+    } else {
+      multicast(u.m, nullptr, u.job, u.len, sum);
+    }
+  }
 }
 
 inline void DpdkAggregator::Lcore::unicast(rte_mbuf* m, const frame::Parsed& p, size_t len,

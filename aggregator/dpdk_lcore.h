@@ -132,6 +132,20 @@ struct alignas(64) DpdkAggregator::Lcore {
     MacKey mac;
   };
   static constexpr size_t kTagKeys = 64;
+  // Replies to a run's frames, encoded but not sealed yet: send_unsealed() seals them at once
+  // (packet_mac_many, as the run's tags were verified), then sends them.
+  struct Unsealed {
+    rte_mbuf* m;
+    const frame::Parsed* p;  // the request's (pending): a reply to its sender
+    uint32_t len;            // the datagram's, at kUdpHeadroom
+    uint32_t payload_sum;    // sum16 of its payload
+    JobId job;
+    bool to_sender;
+    Key128 key;
+  };
+  std::array<Unsealed, dpdk::kMaxBurst> unsealed;
+  unsigned n_unsealed = 0;
+  bool defer_seal = false;  // process_ina of a run's frames
   std::vector<std::unique_ptr<TagKey>> tag_keys;
 
   // dpdk_port.cc: lcore `i` of `a` (EAL lcore `lcore_id`) serving `jobs`, with its rings and a tx
@@ -148,6 +162,7 @@ struct alignas(64) DpdkAggregator::Lcore {
   void process_pending();
   // The tags of pending[from, to) (no HELLO among them) verified at once: tb.checked.
   void verify_run(unsigned from, unsigned to);
+  void send_unsealed();
   // The expanded key of `job`'s traffic now; nullptr when the engine does not serve it.
   const TagKey* tag_key(JobId job);
   // hello_copy: a HELLO another lcore received and counts (every lcore runs the join barrier).
@@ -162,6 +177,10 @@ struct alignas(64) DpdkAggregator::Lcore {
   rte_mbuf* writable_reply(rte_mbuf* m, size_t flen);
   // Encodes and seals the reply's datagram at `dg`; returns the UDP checksum's sum over it.
   static uint32_t encode_reply(const Reply& r, uint8_t* dg, size_t len);
+  // encode_reply's steps: the header and payload (returns the payload's sum), then the seal
+  // (returns the whole sum).
+  static uint32_t encode_unsealed(const Reply& r, uint8_t* dg);
+  static uint32_t seal_reply(uint8_t* dg, size_t len, const Key128& key, uint32_t payload_sum);
   // The reply in `m` (its datagram at kUdpHeadroom: `len` bytes whose sum is `sum`) to the
   // sender of `p`.
   void unicast(rte_mbuf* m, const frame::Parsed& p, size_t len, uint32_t sum);
