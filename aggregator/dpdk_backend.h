@@ -130,6 +130,7 @@ struct DpdkLoopCounters {
   uint64_t multi_segment = 0;    // scattered frames, dropped
   uint64_t unroutable = 0;       // a result for a rank whose address is not known yet
   uint64_t reply_too_big = 0;    // the reply does not fit the mbuf
+  uint64_t tags_in_burst = 0;    // DATA whose tag the burst's pass verified (packet_mac_many)
   uint64_t polls = 0;            // loop iterations (benchmarks: idle_polls / polls is the idle
                                  // share)
   uint64_t idle_polls = 0;       // iterations that found nothing to do

@@ -181,6 +181,7 @@ DpdkLoopCounters DpdkAggregator::loop_totals() const {
     t.multi_segment += c.multi_segment;
     t.unroutable += c.unroutable;
     t.reply_too_big += c.reply_too_big;
+    t.tags_in_burst += c.tags_in_burst;
     t.polls += c.polls;
     t.idle_polls += c.idle_polls;
     t.busy_tsc += c.busy_tsc;
@@ -206,6 +207,7 @@ std::string DpdkAggregator::format_counters() const {
   t.row("multi_segment", lt.multi_segment);
   t.row("unroutable", lt.unroutable);
   t.row("reply_too_big", lt.reply_too_big);
+  t.row("tags_in_burst", lt.tags_in_burst);
   t.section("frames by verdict:");
   for (size_t i = 0; i < ft.by_verdict.size(); ++i) {
     t.row(std::string(frame::verdict_name(static_cast<frame::Verdict>(i))), ft.by_verdict[i]);

@@ -21,6 +21,7 @@
 #include "aggregator/snapshot.h"
 #include "ina/base/status.h"
 #include "ina/protocol/frame.h"
+#include "ina/protocol/mac.h"
 
 namespace ina::agg::dpdk {
 
@@ -99,6 +100,54 @@ struct alignas(64) DpdkAggregator::Lcore {
   std::array<rte_mbuf*, dpdk::kRecycle> recycled{};
   unsigned n_recycled = 0;
 
+  // INA frames of the burst this lcore processes itself, held by on_frame() until the burst is
+  // classified; then process_pending() verifies the tags of their DATA at once
+  // (packet_mac_many: the MACs of several datagrams overlap, where one datagram's chain of
+  // reductions and SipHash rounds leaves the core waiting) and hands each to the Engine.
+  struct Pending {
+    rte_mbuf* m;
+    frame::Parsed p;
+    bool hello;
+    bool hello_copy;
+  };
+  std::array<Pending, dpdk::kMaxBurst> pending;
+  unsigned n_pending = 0;
+  // process_pending()'s arrays (members, not a 10 KiB stack frame per burst): the datagrams whose
+  // tags it verifies, their keys, their index in `pending` and MACs; per pending frame, the key its
+  // tag was verified with.
+  struct TagBatch {
+    std::array<const MacKey*, dpdk::kMaxBurst> keys;
+    std::array<std::span<const uint8_t>, dpdk::kMaxBurst> msgs;
+    std::array<uint16_t, dpdk::kMaxBurst> which;
+    std::array<uint64_t, dpdk::kMaxBurst> macs;
+    std::array<const Key128*, dpdk::kMaxBurst> checked;
+  } tb;
+  // A job's current traffic key (Engine::current_keys) expanded for the MAC, renewed when the
+  // job's incarnation changes it; allocated when the lcore first sees a served job's DATA (not per
+  // packet), at a stable address while a burst refers to it, the oldest dropped between bursts
+  // beyond kTagKeys.
+  struct TagKey {
+    JobId job = 0;
+    Key128 traffic;
+    MacKey mac;
+  };
+  static constexpr size_t kTagKeys = 64;
+  // Replies to a run's frames, encoded but not sealed yet: send_unsealed() seals them at once
+  // (packet_mac_many, as the run's tags were verified), then sends them.
+  struct Unsealed {
+    rte_mbuf* m;
+    const frame::Parsed* p;  // the request's (pending): a reply to its sender
+    uint32_t len;            // the datagram's, at kUdpHeadroom
+    uint32_t payload_sum;    // sum16 of its payload
+    JobId job;
+    bool to_sender;
+    Key128 key;
+  };
+  std::array<Unsealed, dpdk::kMaxBurst> unsealed;
+  unsigned n_unsealed = 0;
+  bool defer_seal = false;  // process_ina of a run's frames
+  std::vector<std::unique_ptr<TagKey>> tag_keys;
+
   // dpdk_port.cc: lcore `i` of `a` (EAL lcore `lcore_id`) serving `jobs`, with its rings and a tx
   // array of `tx_cap`; create() calls it once the port and the rings are set up.
   static Result<std::unique_ptr<Lcore>> make(DpdkAggregator* a, unsigned i, unsigned lcore_id,
@@ -109,8 +158,17 @@ struct alignas(64) DpdkAggregator::Lcore {
   void recycle(rte_mbuf* m);
   rte_mbuf* reply_mbuf();
   void on_frame(rte_mbuf* m, bool verified);
+  // The frames on_frame() held, verified and processed in order.
+  void process_pending();
+  // The tags of pending[from, to) (no HELLO among them) verified at once: tb.checked.
+  void verify_run(unsigned from, unsigned to);
+  void send_unsealed();
+  // The expanded key of `job`'s traffic now; nullptr when the engine does not serve it.
+  const TagKey* tag_key(JobId job);
   // hello_copy: a HELLO another lcore received and counts (every lcore runs the join barrier).
-  void process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello, bool hello_copy);
+  // tag_checked: the datagram's tag verified under this key (Engine::on_packet).
+  void process_ina(rte_mbuf* m, const frame::Parsed& p, bool hello, bool hello_copy,
+                   const Key128* tag_checked = nullptr);
   // process_ina's steps, defined inline in dpdk_lcore.cc (call them there only).
   // The job's address book with the sender's address learnt (rank >= 0), or nullptr.
   std::vector<Peer>* learn_peer(int32_t rank, JobId job, const frame::Parsed& p);
@@ -119,6 +177,10 @@ struct alignas(64) DpdkAggregator::Lcore {
   rte_mbuf* writable_reply(rte_mbuf* m, size_t flen);
   // Encodes and seals the reply's datagram at `dg`; returns the UDP checksum's sum over it.
   static uint32_t encode_reply(const Reply& r, uint8_t* dg, size_t len);
+  // encode_reply's steps: the header and payload (returns the payload's sum), then the seal
+  // (returns the whole sum).
+  static uint32_t encode_unsealed(const Reply& r, uint8_t* dg);
+  static uint32_t seal_reply(uint8_t* dg, size_t len, const Key128& key, uint32_t payload_sum);
   // The reply in `m` (its datagram at kUdpHeadroom: `len` bytes whose sum is `sum`) to the
   // sender of `p`.
   void unicast(rte_mbuf* m, const frame::Parsed& p, size_t len, uint32_t sum);

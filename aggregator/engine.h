@@ -79,8 +79,13 @@ class Engine {
   // backend hands every HELLO to each lcore's engine): processed alike, counted by none of the
   // counters on_packet moves (packets, bytes, hellos, per-job and per-rank packets, the
   // malformed and mismatch counters of its checks).
+  // `tag_checked`: the backend verified the datagram's tag under this key already (a burst at
+  // once: mac.h, packet_mac_many; keys from current_keys()). Taken for the engine's own check only
+  // where that is the key the packet is verified with (a DATA or PARTIAL under the current
+  // incarnation's key); every other packet is verified here as usual.
   Reply on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int32_t* sender_rank,
-                  JobId* sender_job, bool counted_elsewhere = false);
+                  JobId* sender_job, bool counted_elsewhere = false,
+                  const Key128* tag_checked = nullptr);
 
   const EngineCounters& counters() const { return counters_; }
   const StragglerOptions& straggler_options() const { return opts_.straggler; }

@@ -1,7 +1,7 @@
 // ina-dpdk-bench: the DPDK aggregator loop at full rate beside dpdk-testpmd forwarding on the same
-// kind of port and frame size, in the same run, in two modes:
+// kind of port and frame size, in the same run, in two modes (and the tag check alone):
 //
-//   ina-dpdk-bench [--mode memif,ring] [--elems 64,256,1024] [--seconds 1] [--world 4]
+//   ina-dpdk-bench [--mode memif,ring,tags] [--elems 64,256,1024] [--seconds 1] [--world 4]
 //                  [--slots 128] [--lcores 1] [--mem auto|huge|nohuge]
 //                  [--results auto|chains|copies] [--dtype int32|float32] [--no-tag]
 //                  [--bsize N] [--forward-mode io|macswap] [--gen-copy]
@@ -19,6 +19,11 @@
 // the block's sequence patched in, UDP checksum 0, "none"); it drains and frees the replies. The
 // aggregator runs on the worker lcores. testpmd io forwarding on a ring never touches a frame (it
 // passes pointers), so it is an upper bound no packet-processing loop reaches.
+//
+// tags (tag_table): the DATA tag check alone on a burst of the generator's frames in cache, one
+// frame at a time (the Engine's own check) against the burst at once (as the loop verifies it),
+// in TSC cycles per frame; no EAL, no second process: a figure other work on the machine barely
+// moves.
 //
 // Printed per size: Mpps (frames in; the aggregator returns one result per DATA frame) and
 // aggregated elements/s, per wall second and per CPU second of the DUT's polling thread (where CPU
@@ -53,14 +58,19 @@
 
 #include "aggregator/dpdk_backend.h"
 #include "ina/protocol/frame.h"
+#include "ina/protocol/mac.h"
 #include "ina/protocol/wire.h"
 #include "ina_config.h"
 #include "testbed/instruments/dpdk_bench_common.h"
 #include "testbed/instruments/dpdk_bench_memif.h"
+#include "testbed/instruments/engine_stream.h"
 
 namespace {
 
 using ina::DType;
+using ina::Key128;
+using ina::MacKey;
+using ina::packet_mac_many;
 using ina::agg::DpdkAggregator;
 namespace frame = ina::frame;
 namespace wire = ina::wire;
@@ -449,6 +459,117 @@ bool memif_sweep(const std::string& argv0, const std::string& testpmd, const std
   return ok;
 }
 
+// --mode tags: what the aggregator's tag check costs per DATA frame, one datagram at a time
+// (wire::tag_ok, the Engine's own check) against a burst's at once (mac.h, packet_mac_many, as the
+// DPDK loop verifies each burst), over a burst of `burst` of the generator's frames in cache; then
+// the Engine's whole work per DATA frame (on_packet: decode, tag, slot table, completion; no I/O)
+// with its own tag check against the loop's (a burst's tags at once, then on_packet told so). TSC
+// cycles per frame, the best of several repetitions (robust where other work shares the CPU).
+// False when a genuine tag failed or a round did not complete (printed UNEXPECTED).
+bool tag_table(const std::vector<uint16_t>& sizes, uint32_t world, uint32_t slots, uint16_t burst,
+               DType dtype) {
+  bool good = true;
+  std::printf(
+      "# tags: per DATA frame, TSC cycles (best of 15 or 7), %s, %u frames per burst: the tag "
+      "check one frame at a time (tag_one) and a burst at once (tag_burst); the Engine's whole "
+      "work with its own check (engine_one) and with the burst's (engine_burst)\n",
+      dtype == DType::kFloat32 ? "float32" : "int32", unsigned{burst});
+  std::printf("# %5s %9s %9s %6s %11s %12s %6s\n", "elems", "tag_one", "tag_burst", "x",
+              "engine_one", "engine_burst", "x");
+  const Key128 key{0x1234567890ABCDEFull, 0x0FEDCBA987654321ull};
+  const MacKey mk = ina::expand_mac_key(key);
+  for (uint16_t e : sizes) {
+    FrameTemplates t(e, world, slots, frame::Endpoint{kAggMac, kAggIp, kAggPort}, dtype);
+    const size_t n = std::min<size_t>(burst, size_t{world} * slots * 2);
+    std::vector<std::span<const uint8_t>> msgs(n);
+    std::vector<const MacKey*> keys(n, &mk);
+    for (size_t i = 0; i < n; ++i) {
+      uint8_t* dg = t.data.data() + i * t.flen + frame::kUdpHeadroom;
+      wire::seal(std::span<uint8_t>(dg, t.dlen), key);
+      msgs[i] = std::span<const uint8_t>(dg, t.dlen);
+    }
+    std::vector<uint64_t> macs(n);
+    auto best = [&](int reps, int times, size_t frames, auto&& pass) {
+      uint64_t b = ~uint64_t{0};
+      for (int rep = 0; rep < reps; ++rep) {
+        const uint64_t t0 = rte_rdtsc();
+        for (int k = 0; k < times; ++k) pass();
+        b = std::min(b, rte_rdtsc() - t0);
+      }
+      return static_cast<double>(b) / (times * static_cast<double>(frames));
+    };
+    size_t ok = 0;
+    const double one = best(15, 50, n, [&] {
+      for (size_t i = 0; i < n; ++i) ok += wire::tag_ok(msgs[i], key);
+    });
+    const double many = best(15, 50, n, [&] {
+      packet_mac_many(keys.data(), msgs.data(), n, wire::kOffTag / 8, macs.data());
+      for (size_t i = 0; i < n; ++i) ok += macs[i] == wire::get_u64(msgs[i].data() + wire::kOffTag);
+    });
+    if (ok != 2 * 15 * 50 * n) {
+      std::printf("  # UNEXPECTED: a genuine tag failed\n");
+      good = false;
+    }
+
+    // The Engine: `rounds` blocks of every rank through a fresh engine per repetition.
+    constexpr uint32_t kRounds = 1024;
+    constexpr uint64_t kEngineKey = 0x0123456789ABCDEFull;
+    const auto pkts =
+        data_stream(kRounds, world, slots, e, dtype, incarnation_key_of(kEngineKey, world, 77));
+    std::vector<std::span<const uint8_t>> dgs(pkts.begin(), pkts.end());
+    bool complete = true;
+    auto engine_pass = [&](bool in_bursts) {
+      ina::agg::EngineOptions eo;
+      eo.telemetry = false;
+      ina::agg::Engine eng(eo);
+      (void)eng.add_job(job_config(world, slots, e, kEngineKey));
+      int32_t rank;
+      ina::JobId job;
+      for (uint32_t r = 0; r < world; ++r)
+        eng.on_packet(hello_packet(static_cast<uint16_t>(r), world, kEngineKey, 77), &rank, &job);
+      Key128 traffic, up;
+      (void)eng.current_keys(1, &traffic, &up);
+      const MacKey tk = ina::expand_mac_key(traffic);
+      std::vector<const MacKey*> bk(burst, &tk);
+      std::vector<uint64_t> bm(burst);
+      // Each burst is first copied into the same `burst` buffers, untimed, as a PMD's receive
+      // leaves it in the mbufs: in cache, as the loop finds it.
+      std::vector<uint8_t> rx(size_t{burst} * t.dlen);
+      std::vector<std::span<const uint8_t>> in(burst);
+      uint64_t cycles = 0;
+      for (size_t at = 0; at < dgs.size(); at += burst) {
+        const size_t k = std::min<size_t>(burst, dgs.size() - at);
+        for (size_t i = 0; i < k; ++i) {
+          std::memcpy(rx.data() + i * t.dlen, dgs[at + i].data(), dgs[at + i].size());
+          in[i] = std::span<const uint8_t>(rx.data() + i * t.dlen, dgs[at + i].size());
+        }
+        const uint64_t t0 = rte_rdtsc();
+        if (in_bursts) packet_mac_many(bk.data(), in.data(), k, wire::kOffTag / 8, bm.data());
+        for (size_t i = 0; i < k; ++i) {
+          const bool checked = in_bursts && bm[i] == wire::get_u64(in[i].data() + wire::kOffTag);
+          eng.on_packet(in[i], 0, &rank, &job, false, checked ? &traffic : nullptr);
+        }
+        cycles += rte_rdtsc() - t0;
+      }
+      complete = complete && eng.counters().completed == kRounds && eng.counters().bad_tag == 0;
+      return cycles;
+    };
+    double eng_one = 1e30, eng_burst = 1e30;
+    for (int rep = 0; rep < 7; ++rep) {
+      eng_one = std::min(eng_one, static_cast<double>(engine_pass(false)) / dgs.size());
+      eng_burst = std::min(eng_burst, static_cast<double>(engine_pass(true)) / dgs.size());
+    }
+    if (!complete) {
+      std::printf("  # UNEXPECTED: the engine did not complete every round\n");
+      good = false;
+    }
+    std::printf("  %5u %9.0f %9.0f %6.2f %11.0f %12.0f %6.2f\n", unsigned{e}, one, many, one / many,
+                eng_one, eng_burst, eng_one / eng_burst);
+  }
+  std::fflush(stdout);
+  return good;
+}
+
 std::string self_exe(const char* argv0) {
   char buf[4096];
   const ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
@@ -492,9 +613,11 @@ int main(int argc, char** argv) {
   app.add_option("--lcores", lcores, "aggregator worker lcores (ring mode)")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();
-  app.add_option("--mode", modes, "memif (two processes), ring (in process), or both")
+  app.add_option("--mode", modes,
+                 "memif (two processes), ring (in process), or both; tags: the DATA tag check "
+                 "alone, one frame at a time against a burst at once")
       ->delimiter(',')
-      ->check(CLI::IsMember({"memif", "ring"}))
+      ->check(CLI::IsMember({"memif", "ring", "tags"}))
       ->capture_default_str();
   app.add_option("--mem", mem,
                  "EAL memory: huge (hugepages, see scripts/dpdk-hugepages.sh), nohuge, or auto "
@@ -565,6 +688,9 @@ int main(int argc, char** argv) {
   std::printf("# ina-dpdk-bench: world %u, slots %u, %.1f s per size and DUT, CPUs allowed: %zu\n",
               world, slots, seconds, cpus.size());
   int rc = 0;
+  if (std::find(modes.begin(), modes.end(), "tags") != modes.end()) {
+    if (!tag_table(sizes, world, slots, 32, parse_dtype(dtype))) rc = 1;
+  }
   if (std::find(modes.begin(), modes.end(), "memif") != modes.end()) {
     if (!memif_sweep(self_exe(argv[0]), testpmd, fwd, sizes, memif, cpus)) rc = 1;
   }

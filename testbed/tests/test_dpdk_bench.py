@@ -6,8 +6,10 @@ reported maximum). Asserts the bench exits 0, prints one row per size and mode w
 aggregator rate (and testpmd rate when it ran), and no UNEXPECTED aggregator counters (exact
 aggregation: every block completes); that the aggregator sent its results over memif as chains
 (the port transmits them: DpdkOptions::fanout auto); then a float32 run (the float SUM's codec)
-with --stages prints its row and the cycles per frame by stage. Exits 77 (SKIP) with the reason
-when not root or the EAL cannot start.
+with --stages prints its row and the cycles per frame by stage; and --mode tags (the DATA tag
+check one frame at a time and a burst at once, and the Engine's work both ways) prints a row per
+size with every figure positive and no UNEXPECTED (a genuine tag failed, a round incomplete).
+Exits 77 (SKIP) with the reason when not root or the EAL cannot start.
 
     test_dpdk_bench.py BUILD_DIR
 """
@@ -63,7 +65,19 @@ def main():
     rows = [line.split() for line in q.stdout.splitlines() if line.split()[:1] == ["256"]]
     assert len(rows) == 1 and float(rows[0][4]) > 0, f"float32 memif row: {rows}"
     assert "aggregator cycles per frame by stage: rx burst" in q.stdout, "no --stages line"
-    print("ok: %d memif rows, %d ring rows (testpmd: %s), float32 with stages" %
+
+    cmd = [bench, "--mode", "tags", "--elems", "64,1024", "--dtype", "float32"]
+    print("running:", " ".join(cmd), flush=True)
+    t = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                       timeout=120)
+    print(t.stdout)
+    assert t.returncode == 0 and "UNEXPECTED" not in t.stdout, "ina-dpdk-bench --mode tags"
+    rows = [line.split() for line in t.stdout.splitlines()
+            if line.split()[:1] in (["64"], ["1024"])]
+    assert [r[0] for r in rows] == ["64", "1024"], f"tags rows: {rows}"
+    for r in rows:
+        assert all(float(x) > 0 for x in r[1:]), f"tags row {r}"
+    print("ok: %d memif rows, %d ring rows (testpmd: %s), float32 with stages, tags" %
           (len(memif_rows), len(ring_rows), testpmd))
     return 0
 

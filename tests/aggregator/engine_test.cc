@@ -636,6 +636,81 @@ TEST_F(EngineTest, ForgedFloatSumDataChangesNothing) {
   EXPECT_EQ(engine_.job_counters(kJob)->bad_tag, 10u);
 }
 
+// A tag the backend verified already (the DPDK loop checks a burst's at once) is taken only
+// under the key the engine would verify with (the incarnation's, for DATA): told of another key,
+// or for a HELLO, the engine verifies as usual, so a forged packet still changes nothing. Float
+// SUM words taken so are copied and scanned where stored: the same sums and non-finite marks.
+TEST_F(EngineTest, ATagTheBackendCheckedCountsOnlyUnderTheIncarnationsKey) {
+  join_all();
+  Key128 traffic, up;
+  ASSERT_TRUE(engine_.current_keys(kJob, &traffic, &up));
+  ASSERT_NE(traffic, Key128{kKey});
+  auto send = [&](const std::vector<uint8_t>& b, const Key128* checked) {
+    int32_t rank = -2;
+    JobId job = 0;
+    const Reply r = engine_.on_packet(b, 0, &rank, &job, false, checked);
+    return std::make_pair(r.target, rank);
+  };
+  const Key128 job_key{kKey};
+  std::vector<uint8_t> forged = packet(0, 0, false, 1, {9, 9, 9});
+  forged[wire::kHeaderSize + 1] ^= 1;
+  EXPECT_EQ(send(forged, &job_key), std::make_pair(Reply::Target::kNone, -1));
+  EXPECT_EQ(engine_.counters().bad_tag, 1u);
+  EXPECT_EQ(engine_.slot_table(kJob)->copy(0, false).contributors, 0u);
+  EXPECT_EQ(send(packet(0, 0, false, 1, {1, 2, 3}), &traffic).second, 0);
+  std::vector<uint8_t> hello_forged;
+  {
+    wire::Header h;
+    h.tag = kKey;
+    h.job = kJob;
+    h.rank = 1;
+    h.seq = 5000;  // a new incarnation, were it genuine
+    h.flags = wire::kFlagHello;
+    hello_forged = encode_packet(h, {3});
+    hello_forged[wire::kOffSeq] ^= 1;
+  }
+  EXPECT_EQ(send(hello_forged, &traffic).first, Reply::Target::kNone);
+  EXPECT_EQ(engine_.counters().bad_tag, 2u);
+  EXPECT_EQ(engine_.epoch(kJob) != 0, true);
+  EXPECT_EQ(send(packet(1, 0, false, 1, {10, 20, 30}), &traffic).second, 1);
+  EXPECT_EQ(send(packet(2, 0, false, 1, {100, 200, 300}), &traffic).first,
+            Reply::Target::kAllRanks);
+  EXPECT_EQ(engine_.counters().completed, 1u);
+
+  auto fblock = [&](uint16_t rank, BlockSeq seq, float x0, float x1) {
+    wire::Header h = data_header(kJob, kKey, rank, 1, false, seq, 2);
+    h.dtype = DType::kFloat32;
+    std::vector<uint8_t> b(wire::packet_size(h));
+    wire::encode_header(h, b.data());
+    std::memcpy(b.data() + wire::kHeaderSize, &x0, 4);
+    std::memcpy(b.data() + wire::kHeaderSize + 4, &x1, 4);
+    testing::seal_test_datagram(b, kKey);
+    return b;
+  };
+  for (int round = 0; round < 2; ++round) {
+    const BlockSeq seq = static_cast<BlockSeq>(2 + round);
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_EQ(send(fblock(0, seq, 1.5f, -0.25f), &traffic).second, 0);
+    EXPECT_EQ(send(fblock(1, seq, 2.25f, round == 1 ? nan : 0.5f), &traffic).second, 1);
+    int32_t rank;
+    JobId job;
+    const Reply r =
+        engine_.on_packet(fblock(2, seq, -0.75f, 0.25f), 0, &rank, &job, false, &traffic);
+    ASSERT_EQ(r.target, Reply::Target::kAllRanks);
+    if (round == 1) {
+      EXPECT_TRUE(r.hdr.has(wire::kFlagNonFinite)) << "the stored words were scanned";
+      continue;
+    }
+    EXPECT_EQ(r.hdr.flags, wire::kFlagResult);
+    ASSERT_EQ(r.hdr.count, 2u);
+    float got[2];
+    std::memcpy(got, r.payload, 8);
+    EXPECT_EQ(got[0], 3.0f);
+    EXPECT_EQ(got[1], 0.5f);
+  }
+  EXPECT_EQ(engine_.counters().bad_tag, 2u);
+}
+
 TEST_F(EngineTest, CompletedRoundGoesToEveryRank) {
   join_all();
   wire::Header h = data_header(kJob, kKey, 0, 3, true, 42, 0);
