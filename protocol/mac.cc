@@ -526,9 +526,10 @@ constexpr size_t kNoZero = ~size_t{0};
 
 //
 // With kCopy, the same pass also copies msg[from, n) to dst and, with kScan, scans those bytes as
-// float32 magnitude codes (o: dst, bad; top and nonfinite out). `from` lies in the blocks read
-// from the copy (from <= head_len; mac.h): those bytes and the last partial block's are copied
-// (and scanned) from msg, every whole block after them by the fold loops' sink as it is loaded.
+// float32 magnitude codes (o: dst, bad; top and nonfinite out; kScan alone: no copy). `from` lies
+// in the blocks read from the copy (from <= head_len; mac.h): those bytes and the last partial
+// block's are copied (and scanned) from msg, every whole block after them by the fold loops' sink
+// as it is loaded.
 template <bool kCopy = false, bool kScan = false>
 Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word, MacPath path,
                  size_t from = 0, PassOut* o = nullptr) {
@@ -545,9 +546,9 @@ Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word
     s = blocks(s, head, (head_len + 15) / 16, k, path);
     at = head_len;
   }
-  if constexpr (kCopy) {
+  if constexpr (kCopy || kScan) {
     if (at > from) {
-      std::memcpy(o->dst, p + from, at - from);
+      if constexpr (kCopy) std::memcpy(o->dst, p + from, at - from);
       if constexpr (kScan) scan_codes(p + from, at - from, o);
     }
     o->src0 = p + from;
@@ -558,10 +559,8 @@ Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word
   if (at < n) {
     alignas(16) uint8_t last[16] = {};
     std::memcpy(last, p + at, n - at);
-    if constexpr (kCopy) {
-      std::memcpy(o->dst + (at - from), p + at, n - at);
-      if constexpr (kScan) scan_codes(p + at, n - at, o);
-    }
+    if constexpr (kCopy) std::memcpy(o->dst + (at - from), p + at, n - at);
+    if constexpr (kScan) scan_codes(p + at, n - at, o);
     s = blocks(s, last, 1, k, path);
   }
   return s;
@@ -701,6 +700,18 @@ uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t
   return finish(key, s, msg.size());
 }
 
+uint64_t packet_mac_scan(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, MagnitudeCodes* codes, MacPath path) {
+  PassOut o;
+  o.bad = codes->bad;
+  o.top = codes->top;
+  o.nonfinite = codes->nonfinite;
+  const Gf128 s = polyval_of<false, true>(key, msg, zero_word, path, from, &o);
+  codes->top = o.top;
+  codes->nonfinite = o.nonfinite;
+  return finish(key, s, msg.size());
+}
+
 namespace {
 // The per-thread cache of expanded keys, direct-mapped: plain thread-local storage,
 // zero-initialized (no TLS constructor or destructor), so that sealing never allocates (the
@@ -743,6 +754,11 @@ uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t
 uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
                          size_t from, uint8_t* dst, MagnitudeCodes* codes) {
   return packet_mac_copy(cached_key(key), msg, zero_word, from, dst, codes, best());
+}
+
+uint64_t packet_mac_scan(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, MagnitudeCodes* codes) {
+  return packet_mac_scan(cached_key(key), msg, zero_word, from, codes, best());
 }
 
 }  // namespace ina

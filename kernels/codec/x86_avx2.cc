@@ -349,7 +349,7 @@ void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
 // and the group's int64 sum is (sum hi) * 2^32 + (sum lo), each half moved out through the
 // mantissa once per element instead of once per rank. Groups of ranks add in int64, wrapping.
 template <class E>
-[[gnu::target("avx2,f16c")]] void quantize_sum_avx2(const uint8_t* src, size_t stride, size_t ranks,
+[[gnu::target("avx2,f16c")]] void quantize_sum_avx2(const uint8_t* const* src, size_t ranks,
                                                     size_t n, double scale, double limit, float m,
                                                     uint8_t* dst) {
   constexpr size_t w = sizeof(typename E::Bits);
@@ -372,8 +372,8 @@ template <class E>
       for (size_t i = 0; i < tn; i += 8) {
         __m256d sh[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
         __m256d sl[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
-        const uint8_t* p = src + g * stride + w * (at + i);
-        for (size_t r = 0; r < gn; ++r, p += stride) {
+        for (size_t r = 0; r < gn; ++r) {
+          const uint8_t* p = src[g + r] + w * (at + i);
           __m256 x;
           if (i + 8 <= tn) {
             x = widen8<E>(p);
@@ -416,11 +416,10 @@ template <class E>
   }
 }
 
-void quantize_sum(Format f, const void* src, size_t stride, size_t ranks, size_t n, double scale,
+void quantize_sum(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
                   double limit, float m, void* dst) {
   with_float(f, [&]<class E>(E) {
-    quantize_sum_avx2<E>(static_cast<const uint8_t*>(src), stride, ranks, n, scale, limit, m,
-                         static_cast<uint8_t*>(dst));
+    quantize_sum_avx2<E>(src, ranks, n, scale, limit, m, static_cast<uint8_t*>(dst));
   });
 }
 

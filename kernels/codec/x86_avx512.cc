@@ -177,8 +177,8 @@ INA_AVX512 void store_sum8(uint8_t* p, __m512i q, __m256 vm) {
 }
 
 template <class E, bool kFloatScale>
-INA_AVX512 void quantize_sum_avx512(const uint8_t* src, size_t stride, size_t ranks, size_t n,
-                                    double scale, double limit, float m, uint8_t* dst) {
+INA_AVX512 void quantize_sum_avx512(const uint8_t* const* src, size_t ranks, size_t n, double scale,
+                                    double limit, float m, uint8_t* dst) {
   constexpr size_t w = sizeof(typename E::Bits);
   // (Only the float32 path converts them: a scale beyond float32's range would not convert.)
   const __m512 fscale = _mm512_set1_ps(kFloatScale ? static_cast<float>(scale) : 0.0f);
@@ -192,9 +192,8 @@ INA_AVX512 void quantize_sum_avx512(const uint8_t* src, size_t stride, size_t ra
   for (; i + 16 <= n; i += 16) {
     __m512i lo = _mm512_setzero_si512();
     __m512i hi = _mm512_setzero_si512();
-    const uint8_t* p = src + w * i;
-    for (size_t r = 0; r < ranks; ++r, p += stride) {
-      const __m512 x = widen16<E>(p);
+    for (size_t r = 0; r < ranks; ++r) {
+      const __m512 x = widen16<E>(src[r] + w * i);
       if constexpr (kFloatScale) {
         __m512 v = _mm512_maskz_mul_ps(static_cast<__mmask16>(~nonfinite16(x)), x, fscale);
         v = _mm512_min_ps(_mm512_max_ps(v, flo), fhi);
@@ -225,7 +224,7 @@ INA_AVX512 void quantize_sum_avx512(const uint8_t* src, size_t stride, size_t ra
     alignas(64) int64_t q[16] = {};
     for (size_t r = 0; r < ranks; ++r) {
       alignas(64) uint8_t tail[16 * 4] = {};
-      std::memcpy(tail, src + r * stride + w * i, w * (n - i));
+      std::memcpy(tail, src[r] + w * i, w * (n - i));
       alignas(64) float x[16];
       _mm512_store_ps(x, widen16<E>(tail));
       quantize_f32_avx512<true>(reinterpret_cast<const uint8_t*>(x), n - i, scale, limit, q);
@@ -237,16 +236,15 @@ INA_AVX512 void quantize_sum_avx512(const uint8_t* src, size_t stride, size_t ra
   }
 }
 
-void quantize_sum(Format f, const void* src, size_t stride, size_t ranks, size_t n, double scale,
+void quantize_sum(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
                   double limit, float m, void* dst) {
   const bool float_scale = scale >= 0x1p-126 && scale <= 0x1p127 && limit >= 1.0 && limit <= 0x1p62;
   with_float(f, [&]<class E>(E) {
-    const auto* s = static_cast<const uint8_t*>(src);
     auto* d = static_cast<uint8_t*>(dst);
     if (float_scale) {
-      quantize_sum_avx512<E, true>(s, stride, ranks, n, scale, limit, m, d);
+      quantize_sum_avx512<E, true>(src, ranks, n, scale, limit, m, d);
     } else {
-      quantize_sum_avx512<E, false>(s, stride, ranks, n, scale, limit, m, d);
+      quantize_sum_avx512<E, false>(src, ranks, n, scale, limit, m, d);
     }
   });
 }

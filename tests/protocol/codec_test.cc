@@ -487,7 +487,9 @@ TEST(Codec, QuantizeSumIsTheRankByRankLoop) {
           }
           std::vector<uint8_t> want(n * w + 3, 0x5A), got(n * w + 3, 0x5A);
           dequantize(q.data(), n, t, scale_exponent(t, e, world), want.data() + 3);
-          quantize_sum(raw.data() + 1, stride, world, n, t, e, world, got.data() + 3);
+          std::vector<const uint8_t*> src(world);
+          for (uint32_t r = 0; r < world; ++r) src[r] = raw.data() + 1 + r * stride;
+          quantize_sum(src.data(), world, n, t, e, world, got.data() + 3);
           ASSERT_EQ(got, want) << "n " << n << " world " << world << " exp " << e;
         }
       }

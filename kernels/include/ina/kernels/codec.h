@@ -53,14 +53,15 @@ struct CodecKernels {
   void (*add_int32)(const void* src, size_t n, int64_t* acc);
   void (*from_sum_int32)(const int64_t* acc, size_t n, void* dst);
   // A float SUM's completion in one pass: `ranks` blocks of n elements of float format f, block
-  // r at src + r * stride bytes; Q_i = the sum over the ranks of rint(clamp(x * scale, -limit,
-  // limit)) (quantize_f32's word of each widened element, added in int64 with wrap-around), and
-  // dst[i] = Q_i dequantized with m (dequantize_f32 for kF32, dequantize_narrow otherwise; m as
-  // they take it). The bits of widen + quantize_f32 + dequantize_* run rank by rank, without the
-  // accumulators in memory. Null where a table has no such loop (portable, neon): the caller
-  // composes those loops instead, which is also the reference the fused ones are held to.
-  void (*quantize_sum)(Format f, const void* src, size_t stride, size_t ranks, size_t n,
-                       double scale, double limit, float m, void* dst);
+  // r at src[r] (anywhere: the slot's storage, or the datagram that completed the round); Q_i = the
+  // sum over the ranks of rint(clamp(x * scale, -limit, limit)) (quantize_f32's word of each
+  // widened element, added in int64 with wrap-around), and dst[i] = Q_i dequantized with m
+  // (dequantize_f32 for kF32, dequantize_narrow otherwise; m as they take it). The bits of widen +
+  // quantize_f32 + dequantize_* run rank by rank, without the accumulators in memory. Null where a
+  // table has no such loop (portable, neon): the caller composes those loops instead, which is also
+  // the reference the fused ones are held to.
+  void (*quantize_sum)(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
+                       double limit, float m, void* dst);
 };
 
 // The implementation in use (chosen at the first call: the best this CPU runs).

@@ -69,11 +69,11 @@ void quantize(const void* src, size_t n, DType t, int16_t exp, uint32_t world_si
 void dequantize(const int64_t* q, size_t n, DType t, int scale, void* dst);
 
 // A float SUM's completion: dst = dequantize(Q, n, t, scale_exponent(t, exp, world_size)) where
-// Q_i is the sum over `ranks` blocks (block r at src + r * stride bytes) of quantize's word, bit
+// Q_i is the sum over `ranks` blocks (block r at src[r]) of quantize's word, bit
 // for bit what quantize, quantize_add rank by rank and dequantize give; in one pass over the
 // ranks' words where the kernels have the fused loop (ina/kernels/codec.h: quantize_sum),
 // otherwise tile by tile through an L1-resident tile of accumulators.
-void quantize_sum(const void* src, size_t stride, size_t ranks, size_t n, DType t, int16_t exp,
+void quantize_sum(const uint8_t* const* src, size_t ranks, size_t n, DType t, int16_t exp,
                   uint32_t world_size, void* dst);
 
 // MIN/MAX. key = the element itself (int32) or the order-preserving int32 image of its float32

@@ -113,5 +113,11 @@ uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t
                          size_t from, uint8_t* dst, MagnitudeCodes* codes, MacPath path);
 uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
                          size_t from, uint8_t* dst, MagnitudeCodes* codes);
+// The same without the copy: verify and scan in one pass, the bytes left where they are (the
+// aggregator's datagram that completes a round, whose words the completion reads from it).
+uint64_t packet_mac_scan(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, MagnitudeCodes* codes, MacPath path);
+uint64_t packet_mac_scan(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, MagnitudeCodes* codes);
 
 }  // namespace ina

@@ -266,6 +266,14 @@ inline bool tag_ok_copy(std::span<const uint8_t> datagram, const Key128& key, ui
   return (packet_mac_copy(key, datagram, kOffTag / 8, kHeaderSize, dst, codes) ^
           get_u64(datagram.data() + kOffTag)) == 0;
 }
+// tag_ok(datagram, key) with the payload's float32 magnitude codes scanned in the same pass (no
+// copy; `codes` updated whatever the tag, kept by the caller only when this returns true).
+inline bool tag_ok_scan(std::span<const uint8_t> datagram, const Key128& key,
+                        MagnitudeCodes* codes) {
+  if (datagram.size() < kHeaderSize) return false;
+  return (packet_mac_scan(key, datagram, kOffTag / 8, kHeaderSize, codes) ^
+          get_u64(datagram.data() + kOffTag)) == 0;
+}
 
 // ---- incarnations (WIRE.md, "Incarnations"). A job's block sequence starts again at 1 with every
 // completed join barrier, and its key may be kept across restarts of the job, so the job's key
