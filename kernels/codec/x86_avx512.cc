@@ -95,26 +95,54 @@ INA_AVX512 void dequantize_f32(const int64_t* q, size_t n, float m, void* dst) {
 // bits (exact: the float's magnitude is at most |Q| < 2^63, so it converts back exactly), and
 // where that lost bits the last one is set: round_to_odd24's value. The product with m is exact
 // (float32 normals; an overflow gives Inf) and narrow8 rounds once, as the portable loop does.
-template <class E>
+//
+// With kBf16Ins (the avx512bf16 table, on CPUs with AVX512-BF16), bfloat16 is rounded by
+// vcvtneps2bf16 instead of the integer rounding of narrow8: to nearest even as that rounding
+// for every float32 but NaNs (none here: the products are finite or Inf) and subnormals (which
+// the instruction reads as zero; none here either: the products are normals, Inf or zero). It is
+// written as inline assembly so that one template serves both tables (a target attribute cannot
+// depend on a template argument); the table is chosen only where the CPU has the instruction.
+INA_AVX512 __m128i bf16_of8(__m256 v) {
+  __m128i r;
+  asm("vcvtneps2bf16 %1, %0" : "=v"(r) : "v"(v));
+  return r;
+}
+
+// Eight sums' products before the final rounding: Q rounded to odd at 24 bits, times m (exact).
+INA_AVX512 __m256 odd_times_m(__m512i q, __m256 vm) {
+  const __m256 t = _mm512_cvt_roundepi64_ps(q, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+  const __mmask8 lost = _mm512_cmpneq_epi64_mask(_mm512_cvttps_epi64(t), q);
+  const __m256i odd = _mm256_mask_or_epi32(_mm256_castps_si256(t), lost, _mm256_castps_si256(t),
+                                           _mm256_set1_epi32(1));
+  return _mm256_mul_ps(_mm256_castsi256_ps(odd), vm);
+}
+
+// Eight such products rounded once to type E at p.
+template <class E, bool kBf16Ins>
+INA_AVX512 void store_narrow8(uint8_t* p, __m256 v) {
+  if constexpr (kBf16Ins && std::is_same_v<E, BF16>) {
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(p), bf16_of8(v));
+  } else {
+    x86::store8<E, false>(p, v);
+  }
+}
+
+template <class E, bool kBf16Ins>
 INA_AVX512 void dequantize_narrow_avx512(const int64_t* q, size_t n, float m, uint8_t* dst) {
   constexpr size_t w = sizeof(typename E::Bits);
   const __m256 vm = _mm256_set1_ps(m);
   size_t i = 0;
   for (; i + 8 <= n; i += 8) {
-    const __m512i qi = _mm512_loadu_si512(q + i);
-    const __m256 t = _mm512_cvt_roundepi64_ps(qi, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __mmask8 lost = _mm512_cmpneq_epi64_mask(_mm512_cvttps_epi64(t), qi);
-    const __m256i odd = _mm256_mask_or_epi32(_mm256_castps_si256(t), lost, _mm256_castps_si256(t),
-                                             _mm256_set1_epi32(1));
-    x86::store8<E, false>(dst + w * i, _mm256_mul_ps(_mm256_castsi256_ps(odd), vm));
+    store_narrow8<E, kBf16Ins>(dst + w * i, odd_times_m(_mm512_loadu_si512(q + i), vm));
   }
   for (; i < n; ++i) store<E>(dst, i, E::from_float(round_to_odd24(q[i]) * m));
 }
 
+template <bool kBf16Ins>
 void dequantize_narrow(Format f, const int64_t* q, size_t n, float m, void* dst) {
   with_float(f, [&]<class E>(E) {
     if constexpr (!std::is_same_v<E, F32>) {
-      dequantize_narrow_avx512<E>(q, n, m, static_cast<uint8_t*>(dst));
+      dequantize_narrow_avx512<E, kBf16Ins>(q, n, m, static_cast<uint8_t*>(dst));
     }
   });
 }
@@ -162,21 +190,17 @@ INA_AVX512 __mmask16 nonfinite16(__m512 v) {
 }
 
 // Eight int64 sums to type E at p (dequantize_f32's and dequantize_narrow_avx512's steps).
-template <class E>
+template <class E, bool kBf16Ins>
 INA_AVX512 void store_sum8(uint8_t* p, __m512i q, __m256 vm) {
   if constexpr (std::is_same_v<E, F32>) {
     const __m256 r = _mm512_cvt_roundepi64_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_storeu_ps(reinterpret_cast<float*>(p), _mm256_mul_ps(r, vm));
   } else {
-    const __m256 t = _mm512_cvt_roundepi64_ps(q, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
-    const __mmask8 lost = _mm512_cmpneq_epi64_mask(_mm512_cvttps_epi64(t), q);
-    const __m256i odd = _mm256_mask_or_epi32(_mm256_castps_si256(t), lost, _mm256_castps_si256(t),
-                                             _mm256_set1_epi32(1));
-    x86::store8<E, false>(p, _mm256_mul_ps(_mm256_castsi256_ps(odd), vm));
+    store_narrow8<E, kBf16Ins>(p, odd_times_m(q, vm));
   }
 }
 
-template <class E, bool kFloatScale>
+template <class E, bool kFloatScale, bool kBf16Ins>
 INA_AVX512 void quantize_sum_avx512(const uint8_t* const* src, size_t ranks, size_t n, double scale,
                                     double limit, float m, uint8_t* dst) {
   constexpr size_t w = sizeof(typename E::Bits);
@@ -215,8 +239,8 @@ INA_AVX512 void quantize_sum_avx512(const uint8_t* const* src, size_t ranks, siz
             hi, _mm512_cvt_roundpd_epi64(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
       }
     }
-    store_sum8<E>(dst + w * i, lo, vm);
-    store_sum8<E>(dst + w * (i + 8), hi, vm);
+    store_sum8<E, kBf16Ins>(dst + w * i, lo, vm);
+    store_sum8<E, kBf16Ins>(dst + w * (i + 8), hi, vm);
   }
   if (i < n) {
     // The last 1..15 elements through a zero-padded copy of each rank's tail (the loads above
@@ -230,21 +254,22 @@ INA_AVX512 void quantize_sum_avx512(const uint8_t* const* src, size_t ranks, siz
       quantize_f32_avx512<true>(reinterpret_cast<const uint8_t*>(x), n - i, scale, limit, q);
     }
     alignas(64) uint8_t out[16 * 4];
-    store_sum8<E>(out, _mm512_load_si512(q), vm);
-    store_sum8<E>(out + 8 * w, _mm512_load_si512(q + 8), vm);
+    store_sum8<E, kBf16Ins>(out, _mm512_load_si512(q), vm);
+    store_sum8<E, kBf16Ins>(out + 8 * w, _mm512_load_si512(q + 8), vm);
     std::memcpy(dst + w * i, out, w * (n - i));
   }
 }
 
+template <bool kBf16Ins>
 void quantize_sum(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
                   double limit, float m, void* dst) {
   const bool float_scale = scale >= 0x1p-126 && scale <= 0x1p127 && limit >= 1.0 && limit <= 0x1p62;
   with_float(f, [&]<class E>(E) {
     auto* d = static_cast<uint8_t*>(dst);
     if (float_scale) {
-      quantize_sum_avx512<E, true>(src, ranks, n, scale, limit, m, d);
+      quantize_sum_avx512<E, true, kBf16Ins>(src, ranks, n, scale, limit, m, d);
     } else {
-      quantize_sum_avx512<E, false>(src, ranks, n, scale, limit, m, d);
+      quantize_sum_avx512<E, false, kBf16Ins>(src, ranks, n, scale, limit, m, d);
     }
   });
 }
@@ -256,8 +281,21 @@ const CodecKernels& avx512_table() {
     k.name = "avx512";
     k.quantize_f32 = quantize_f32;
     k.dequantize_f32 = dequantize_f32;
-    k.dequantize_narrow = dequantize_narrow;
-    k.quantize_sum = quantize_sum;
+    k.dequantize_narrow = dequantize_narrow<false>;
+    k.quantize_sum = quantize_sum<false>;
+    return k;
+  }();
+  return t;
+}
+
+// The avx512 table with bfloat16 rounded by vcvtneps2bf16 (AVX512-BF16: Intel since Cooper Lake
+// and Sapphire Rapids, AMD since Zen 4).
+const CodecKernels& avx512bf16_table() {
+  static const CodecKernels t = [] {
+    CodecKernels k = avx512_table();
+    k.name = "avx512bf16";
+    k.dequantize_narrow = dequantize_narrow<true>;
+    k.quantize_sum = quantize_sum<true>;
     return k;
   }();
   return t;
@@ -272,9 +310,15 @@ const CodecKernels* avx512_codec_kernels() {
   return yes ? &avx512_table() : nullptr;
 }
 
+const CodecKernels* avx512bf16_codec_kernels() {
+  static const bool yes = avx512_codec_kernels() != nullptr && __builtin_cpu_supports("avx512bf16");
+  return yes ? &avx512bf16_table() : nullptr;
+}
+
 }  // namespace ina::kernels
 #else
 namespace ina::kernels {
 const CodecKernels* avx512_codec_kernels() { return nullptr; }
+const CodecKernels* avx512bf16_codec_kernels() { return nullptr; }
 }  // namespace ina::kernels
 #endif

@@ -9,6 +9,7 @@
 //   avx512    x86-64 with AVX-512 F/DQ/VL/BW: the avx2 table with the float32 quantizer and the
 //             dequantizers replaced (vcvtpd2qq and vcvtqq2ps convert int64 in one instruction),
 //             and the fused float SUM completion (quantize_sum)
+//   avx512bf16 the avx512 table with bfloat16's final rounding by vcvtneps2bf16 (AVX512-BF16)
 //   neon      arm64 (BlueField and other SmartNIC aggregators): the magnitude scan, the float32
 //             quantizer, int32 SUM and the float32/int32 keys; the rest portable (and no fused
 //             completion: the codec composes it of the loops)
@@ -77,6 +78,7 @@ bool set_codec_kernels_for_testing(std::string_view name);
 const CodecKernels& portable_codec_kernels();
 const CodecKernels* avx2_codec_kernels();
 const CodecKernels* avx512_codec_kernels();
+const CodecKernels* avx512bf16_codec_kernels();
 const CodecKernels* neon_codec_kernels();
 
 }  // namespace ina::kernels
