@@ -200,6 +200,27 @@ INA_AVX512 void store_sum8(uint8_t* p, __m512i q, __m256 vm) {
   }
 }
 
+// The last 1..15 elements [i, n) through a zero-padded copy of each rank's tail (the vector
+// loops read 16 whole elements), summed by the double path, stored through a buffer.
+template <class E, bool kBf16Ins>
+INA_AVX512 void sum_tail(const uint8_t* const* src, size_t ranks, size_t i, size_t n, double scale,
+                         double limit, float m, uint8_t* dst) {
+  constexpr size_t w = sizeof(typename E::Bits);
+  alignas(64) int64_t q[16] = {};
+  for (size_t r = 0; r < ranks; ++r) {
+    alignas(64) uint8_t tail[16 * 4] = {};
+    std::memcpy(tail, src[r] + w * i, w * (n - i));
+    alignas(64) float x[16];
+    _mm512_store_ps(x, widen16<E>(tail));
+    quantize_f32_avx512<true>(reinterpret_cast<const uint8_t*>(x), n - i, scale, limit, q);
+  }
+  const __m256 vm = _mm256_set1_ps(m);
+  alignas(64) uint8_t out[16 * 4];
+  store_sum8<E, kBf16Ins>(out, _mm512_load_si512(q), vm);
+  store_sum8<E, kBf16Ins>(out + 8 * w, _mm512_load_si512(q + 8), vm);
+  std::memcpy(dst + w * i, out, w * (n - i));
+}
+
 template <class E, bool kFloatScale, bool kBf16Ins>
 INA_AVX512 void quantize_sum_avx512(const uint8_t* const* src, size_t ranks, size_t n, double scale,
                                     double limit, float m, uint8_t* dst) {
@@ -242,30 +263,60 @@ INA_AVX512 void quantize_sum_avx512(const uint8_t* const* src, size_t ranks, siz
     store_sum8<E, kBf16Ins>(dst + w * i, lo, vm);
     store_sum8<E, kBf16Ins>(dst + w * (i + 8), hi, vm);
   }
-  if (i < n) {
-    // The last 1..15 elements through a zero-padded copy of each rank's tail (the loads above
-    // read 16 whole elements), summed by the double path, stored through a buffer.
-    alignas(64) int64_t q[16] = {};
+  if (i < n) sum_tail<E, kBf16Ins>(src, ranks, i, n, scale, limit, m, dst);
+}
+
+// The narrower types' completion in int32 lanes, sixteen at a time. Their fixed point has
+// B = 30 - ceil(log2 N) bits (QUANTIZATION.md), so every rank's word is at most 2^B in
+// magnitude and the sum of N ranks' at most 2^30: where ranks * limit < 2^31 no int32 sum can
+// wrap and each is the int64 sum's value. The word is the float32 path's (vcvtps2dq rounds to
+// nearest even as vcvtps2qq does; |v| <= limit <= 2^30 converts exactly), and the dequantizer's
+// steps are dequantize_narrow's on 32-bit lanes: vcvtdq2ps toward zero keeps 24 significant
+// bits, converted back to compare (exact), the last bit set where bits were lost (round to odd),
+// times m, rounded once. Half the conversions of the int64 lanes per element.
+template <class E, bool kBf16Ins>
+INA_AVX512 void quantize_sum_i32_avx512(const uint8_t* const* src, size_t ranks, size_t n,
+                                        double scale, double limit, float m, uint8_t* dst) {
+  constexpr size_t w = sizeof(typename E::Bits);
+  const __m512 fscale = _mm512_set1_ps(static_cast<float>(scale));
+  const __m512 fhi = _mm512_set1_ps(static_cast<float>(limit));
+  const __m512 flo = _mm512_set1_ps(static_cast<float>(-limit));
+  const __m512 vm = _mm512_set1_ps(m);
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i q = _mm512_setzero_si512();
     for (size_t r = 0; r < ranks; ++r) {
-      alignas(64) uint8_t tail[16 * 4] = {};
-      std::memcpy(tail, src[r] + w * i, w * (n - i));
-      alignas(64) float x[16];
-      _mm512_store_ps(x, widen16<E>(tail));
-      quantize_f32_avx512<true>(reinterpret_cast<const uint8_t*>(x), n - i, scale, limit, q);
+      const __m512 x = widen16<E>(src[r] + w * i);
+      __m512 v = _mm512_maskz_mul_ps(static_cast<__mmask16>(~nonfinite16(x)), x, fscale);
+      v = _mm512_min_ps(_mm512_max_ps(v, flo), fhi);
+      q = _mm512_add_epi32(
+          q, _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
-    alignas(64) uint8_t out[16 * 4];
-    store_sum8<E, kBf16Ins>(out, _mm512_load_si512(q), vm);
-    store_sum8<E, kBf16Ins>(out + 8 * w, _mm512_load_si512(q + 8), vm);
-    std::memcpy(dst + w * i, out, w * (n - i));
+    const __m512 t = _mm512_cvt_roundepi32_ps(q, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
+    const __mmask16 lost = _mm512_cmpneq_epi32_mask(_mm512_cvttps_epi32(t), q);
+    const __m512i odd = _mm512_mask_or_epi32(_mm512_castps_si512(t), lost, _mm512_castps_si512(t),
+                                             _mm512_set1_epi32(1));
+    const __m512 p = _mm512_mul_ps(_mm512_castsi512_ps(odd), vm);
+    store_narrow8<E, kBf16Ins>(dst + w * i, _mm512_castps512_ps256(p));
+    store_narrow8<E, kBf16Ins>(dst + w * (i + 8), _mm512_extractf32x8_ps(p, 1));
   }
+  if (i < n) sum_tail<E, kBf16Ins>(src, ranks, i, n, scale, limit, m, dst);
 }
 
 template <bool kBf16Ins>
 void quantize_sum(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
                   double limit, float m, void* dst) {
   const bool float_scale = scale >= 0x1p-126 && scale <= 0x1p127 && limit >= 1.0 && limit <= 0x1p62;
+  // No int32 sum of `ranks` words of magnitude <= limit can wrap (the narrower types' B).
+  const bool i32 = float_scale && limit * static_cast<double>(ranks) < 0x1p31;
   with_float(f, [&]<class E>(E) {
     auto* d = static_cast<uint8_t*>(dst);
+    if constexpr (!std::is_same_v<E, F32>) {
+      if (i32) {
+        quantize_sum_i32_avx512<E, kBf16Ins>(src, ranks, n, scale, limit, m, d);
+        return;
+      }
+    }
     if (float_scale) {
       quantize_sum_avx512<E, true, kBf16Ins>(src, ranks, n, scale, limit, m, d);
     } else {
