@@ -568,8 +568,11 @@ Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word
 
 // polyval_of(head || body) without the concatenation: the blocks up to the first whole block
 // after the head (and through the zeroed word) from a copy, the rest of the body in place.
+// With kCopy, the body is also copied to o->dst in the same pass (its first bytes, read into the
+// bounce buffer, and the last partial block by memcpy; the whole blocks by the fold loops' sink).
+template <bool kCopy = false>
 Gf128 polyval_parts(const MacKey& k, std::span<const uint8_t> head, std::span<const uint8_t> body,
-                    size_t zero_word, MacPath path) {
+                    size_t zero_word, MacPath path, PassOut* o = nullptr) {
   const size_t n = head.size() + body.size();
   size_t lead = (head.size() + 15) / 16 * 16;
   if (zero_word != kNoZero) lead = std::max(lead, (zero_word / 2 + 1) * 16);
@@ -582,10 +585,15 @@ Gf128 polyval_parts(const MacKey& k, std::span<const uint8_t> head, std::span<co
   Gf128 s = blocks(Gf128{}, bounce, (lead + 15) / 16, k, path);
   const std::span<const uint8_t> rest = body.subspan(from_body);
   const size_t whole = rest.size() / 16;
-  s = blocks(s, rest.data(), whole, k, path);
+  if constexpr (kCopy) {
+    if (from_body > 0) std::memcpy(o->dst, body.data(), from_body);
+    o->src0 = body.data();
+  }
+  s = blocks<kCopy, false>(s, rest.data(), whole, k, path, o);
   if (const size_t tail = rest.size() - whole * 16; tail > 0) {
     alignas(16) uint8_t last[16] = {};
     std::memcpy(last, rest.data() + whole * 16, tail);
+    if constexpr (kCopy) std::memcpy(o->dst + from_body + whole * 16, last, tail);
     s = blocks(s, last, 1, k, path);
   }
   return s;
@@ -679,6 +687,15 @@ uint64_t packet_mac_parts(const MacKey& key, std::span<const uint8_t> head,
   return finish(key, polyval_parts(key, head, body, zero_word, path), head.size() + body.size());
 }
 
+uint64_t packet_mac_parts_copy(const MacKey& key, std::span<const uint8_t> head,
+                               std::span<const uint8_t> body, size_t zero_word, uint8_t* dst,
+                               MacPath path) {
+  PassOut o;
+  o.dst = dst;
+  return finish(key, polyval_parts<true>(key, head, body, zero_word, path, &o),
+                head.size() + body.size());
+}
+
 uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
                          size_t from, uint8_t* dst, MacPath path, CopyDst where) {
   PassOut o;
@@ -754,6 +771,11 @@ uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t
 uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
                          size_t from, uint8_t* dst, MagnitudeCodes* codes) {
   return packet_mac_copy(cached_key(key), msg, zero_word, from, dst, codes, best());
+}
+
+uint64_t packet_mac_parts_copy(const Key128& key, std::span<const uint8_t> head,
+                               std::span<const uint8_t> body, size_t zero_word, uint8_t* dst) {
+  return packet_mac_parts_copy(cached_key(key), head, body, zero_word, dst, best());
 }
 
 uint64_t packet_mac_scan(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,

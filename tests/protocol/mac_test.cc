@@ -145,9 +145,21 @@ TEST(PacketMac, InTwoPartsEqualsTheMacOfTheConcatenation) {
     const std::span<const uint8_t> h(all.data(), head);
     const std::span<const uint8_t> b(body_buf.data() + off, body);
     for (MacPath p : available_paths()) {
-      ASSERT_EQ(packet_mac_parts(key, h, b, zero_word, p),
-                packet_mac(key, std::span<const uint8_t>(all.data(), n), zero_word, p))
+      const uint64_t want = packet_mac(key, std::span<const uint8_t>(all.data(), n), zero_word, p);
+      ASSERT_EQ(packet_mac_parts(key, h, b, zero_word, p), want)
           << mac_path_name(p) << " head " << head << " body " << body << " zero " << zero_word;
+      // packet_mac_parts_copy: the same MAC, the body copied exactly to a destination at another
+      // alignment, nothing written beside it.
+      const size_t dst_off = static_cast<size_t>(rng() % 64);
+      std::vector<uint8_t> out(64 + body + 64, 0xCC);
+      ASSERT_EQ(packet_mac_parts_copy(key, h, b, zero_word, out.data() + dst_off, p), want)
+          << mac_path_name(p) << " head " << head << " body " << body << " zero " << zero_word;
+      ASSERT_EQ(0, body == 0 ? 0 : std::memcmp(out.data() + dst_off, b.data(), body));
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (i < dst_off || i >= dst_off + body) {
+          ASSERT_EQ(out[i], 0xCC) << i;
+        }
+      }
     }
   }
 }
@@ -161,6 +173,14 @@ TEST(PacketMac, WireSealInTwoPartsIsTheWholeDatagramsTag) {
   wire::seal_parts(head, std::span<const uint8_t>(d).subspan(wire::kHeaderSize), key);
   EXPECT_EQ(0, std::memcmp(head.data(), d.data(), wire::kHeaderSize));
   EXPECT_TRUE(wire::tag_ok(d, key));
+  // seal_copy: the datagram built in one buffer from a payload kept elsewhere.
+  std::vector<uint8_t> built(d.size());
+  std::memcpy(built.data(), d.data(), wire::kHeaderSize);
+  std::memset(built.data() + wire::kOffTag, 0xAB, wire::kTagSize);
+  wire::seal_copy(std::span<uint8_t>(built.data(), wire::kHeaderSize),
+                  std::span<const uint8_t>(d).subspan(wire::kHeaderSize),
+                  built.data() + wire::kHeaderSize, key);
+  EXPECT_EQ(built, d);
 }
 
 TEST(PacketMac, TheZeroedWordIsIgnoredAndEveryOtherByteCounts) {
