@@ -360,17 +360,14 @@ bool SlotTable::quantize_partial(uint16_t slot, bool shadow, BlockSeq seq, int16
   Copy& c = copies_[k];
   if (!c.used || !c.complete || c.seq != seq || c.mode != CopyMode::kRaw) return false;
   if (c.partial_ready) return true;
-  int64_t* acc = acc_.data() + k * max_elems_;
-  std::fill_n(acc, c.count, int64_t{0});
+  // Every rank's words quantized with the root's E and added in one pass (codec.h), into the
+  // copy's accumulators as PARTIAL words.
   const uint8_t* raw = raw_.data() + k * cfg_.world_size * cfg_.max_payload_bytes;
   for (uint32_t r = 0; r < cfg_.world_size; ++r) {
-    codec::quantize_add(raw + size_t{r} * cfg_.max_payload_bytes, c.count, c.dtype, exp,
-                        quant_world_, acc);
+    rank_words_[r] = raw + size_t{r} * cfg_.max_payload_bytes;
   }
-  // The words replace the accumulators in place (a word is never wider than an int64, and
-  // word i is written after accumulator i was read).
-  uint8_t* words = reinterpret_cast<uint8_t*>(acc);
-  if (wire::acc_bytes(c.dtype) != sizeof(int64_t)) codec::store_acc(acc, c.count, c.dtype, words);
+  codec::quantize_sum_words(rank_words_.data(), cfg_.world_size, c.count, c.dtype, exp,
+                            quant_world_, reinterpret_cast<uint8_t*>(acc_.data() + k * max_elems_));
   c.answer_exp = exp;
   c.nonfinite = c.nonfinite || nonfinite;
   c.partial_ready = true;

@@ -446,6 +446,7 @@ const CodecKernels& avx2_table() {
       add_int32,
       from_sum_int32,
       quantize_sum,
+      nullptr,  // quantize_sum_words: the codec composes quantize_f32's
   };
   return t;
 }

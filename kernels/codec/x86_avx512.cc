@@ -189,20 +189,36 @@ INA_AVX512 __mmask16 nonfinite16(__m512 v) {
   return _mm512_fpclass_ps_mask(v, 0x01 | 0x08 | 0x10 | 0x80);
 }
 
-// Eight int64 sums to type E at p (dequantize_f32's and dequantize_narrow_avx512's steps).
-template <class E, bool kBf16Ins>
+// What the fused completion stores: the values (bfloat16 rounded by integers or, kValuesBf16,
+// by vcvtneps2bf16) or the sums as fixed-point words (quantize_sum_words).
+enum class Out { kValues, kValuesBf16, kWords };
+template <class E, Out kOut>
+constexpr size_t out_width() {
+  if constexpr (kOut == Out::kWords) return std::is_same_v<E, F32> ? 8 : 4;
+  return sizeof(typename E::Bits);
+}
+
+// Eight int64 sums to type E at p (dequantize_f32's and dequantize_narrow_avx512's steps), or
+// as words (kWords: their low out_width<E, kOut> bytes).
+template <class E, Out kOut>
 INA_AVX512 void store_sum8(uint8_t* p, __m512i q, __m256 vm) {
-  if constexpr (std::is_same_v<E, F32>) {
+  if constexpr (kOut == Out::kWords) {
+    if constexpr (std::is_same_v<E, F32>) {
+      _mm512_storeu_si512(p, q);
+    } else {
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_maskz_cvtepi64_epi32(0xFF, q));
+    }
+  } else if constexpr (std::is_same_v<E, F32>) {
     const __m256 r = _mm512_cvt_roundepi64_ps(q, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     _mm256_storeu_ps(reinterpret_cast<float*>(p), _mm256_mul_ps(r, vm));
   } else {
-    store_narrow8<E, kBf16Ins>(p, odd_times_m(q, vm));
+    store_narrow8<E, kOut == Out::kValuesBf16>(p, odd_times_m(q, vm));
   }
 }
 
 // The last 1..15 elements [i, n) through a zero-padded copy of each rank's tail (the vector
 // loops read 16 whole elements), summed by the double path, stored through a buffer.
-template <class E, bool kBf16Ins>
+template <class E, Out kOut>
 INA_AVX512 void sum_tail(const uint8_t* const* src, size_t ranks, size_t i, size_t n, double scale,
                          double limit, float m, uint8_t* dst) {
   constexpr size_t w = sizeof(typename E::Bits);
@@ -214,14 +230,15 @@ INA_AVX512 void sum_tail(const uint8_t* const* src, size_t ranks, size_t i, size
     _mm512_store_ps(x, widen16<E>(tail));
     quantize_f32_avx512<true>(reinterpret_cast<const uint8_t*>(x), n - i, scale, limit, q);
   }
+  constexpr size_t ow = out_width<E, kOut>();
   const __m256 vm = _mm256_set1_ps(m);
-  alignas(64) uint8_t out[16 * 4];
-  store_sum8<E, kBf16Ins>(out, _mm512_load_si512(q), vm);
-  store_sum8<E, kBf16Ins>(out + 8 * w, _mm512_load_si512(q + 8), vm);
-  std::memcpy(dst + w * i, out, w * (n - i));
+  alignas(64) uint8_t out[16 * 8];
+  store_sum8<E, kOut>(out, _mm512_load_si512(q), vm);
+  store_sum8<E, kOut>(out + 8 * ow, _mm512_load_si512(q + 8), vm);
+  std::memcpy(dst + ow * i, out, ow * (n - i));
 }
 
-template <class E, bool kFloatScale, bool kBf16Ins>
+template <class E, bool kFloatScale, Out kOut>
 INA_AVX512 void quantize_sum_avx512(const uint8_t* const* src, size_t ranks, size_t n, double scale,
                                     double limit, float m, uint8_t* dst) {
   constexpr size_t w = sizeof(typename E::Bits);
@@ -260,10 +277,10 @@ INA_AVX512 void quantize_sum_avx512(const uint8_t* const* src, size_t ranks, siz
             hi, _mm512_cvt_roundpd_epi64(b, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
       }
     }
-    store_sum8<E, kBf16Ins>(dst + w * i, lo, vm);
-    store_sum8<E, kBf16Ins>(dst + w * (i + 8), hi, vm);
+    store_sum8<E, kOut>(dst + out_width<E, kOut>() * i, lo, vm);
+    store_sum8<E, kOut>(dst + out_width<E, kOut>() * (i + 8), hi, vm);
   }
-  if (i < n) sum_tail<E, kBf16Ins>(src, ranks, i, n, scale, limit, m, dst);
+  if (i < n) sum_tail<E, kOut>(src, ranks, i, n, scale, limit, m, dst);
 }
 
 // The narrower types' completion in int32 lanes, sixteen at a time. Their fixed point has
@@ -274,7 +291,7 @@ INA_AVX512 void quantize_sum_avx512(const uint8_t* const* src, size_t ranks, siz
 // steps are dequantize_narrow's on 32-bit lanes: vcvtdq2ps toward zero keeps 24 significant
 // bits, converted back to compare (exact), the last bit set where bits were lost (round to odd),
 // times m, rounded once. Half the conversions of the int64 lanes per element.
-template <class E, bool kBf16Ins>
+template <class E, Out kOut>
 INA_AVX512 void quantize_sum_i32_avx512(const uint8_t* const* src, size_t ranks, size_t n,
                                         double scale, double limit, float m, uint8_t* dst) {
   constexpr size_t w = sizeof(typename E::Bits);
@@ -292,18 +309,23 @@ INA_AVX512 void quantize_sum_i32_avx512(const uint8_t* const* src, size_t ranks,
       q = _mm512_add_epi32(
           q, _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
+    if constexpr (kOut == Out::kWords) {
+      _mm512_storeu_si512(dst + 4 * i, q);  // the int64 sums' low words (no sum wrapped)
+      continue;
+    }
     const __m512 t = _mm512_cvt_roundepi32_ps(q, _MM_FROUND_TO_ZERO | _MM_FROUND_NO_EXC);
     const __mmask16 lost = _mm512_cmpneq_epi32_mask(_mm512_cvttps_epi32(t), q);
     const __m512i odd = _mm512_mask_or_epi32(_mm512_castps_si512(t), lost, _mm512_castps_si512(t),
                                              _mm512_set1_epi32(1));
     const __m512 p = _mm512_mul_ps(_mm512_castsi512_ps(odd), vm);
-    store_narrow8<E, kBf16Ins>(dst + w * i, _mm512_castps512_ps256(p));
-    store_narrow8<E, kBf16Ins>(dst + w * (i + 8), _mm512_extractf32x8_ps(p, 1));
+    constexpr bool kIns = kOut == Out::kValuesBf16;
+    store_narrow8<E, kIns>(dst + w * i, _mm512_castps512_ps256(p));
+    store_narrow8<E, kIns>(dst + w * (i + 8), _mm512_extractf32x8_ps(p, 1));
   }
-  if (i < n) sum_tail<E, kBf16Ins>(src, ranks, i, n, scale, limit, m, dst);
+  if (i < n) sum_tail<E, kOut>(src, ranks, i, n, scale, limit, m, dst);
 }
 
-template <bool kBf16Ins>
+template <Out kOut>
 void quantize_sum(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
                   double limit, float m, void* dst) {
   const bool float_scale = scale >= 0x1p-126 && scale <= 0x1p127 && limit >= 1.0 && limit <= 0x1p62;
@@ -313,16 +335,22 @@ void quantize_sum(Format f, const uint8_t* const* src, size_t ranks, size_t n, d
     auto* d = static_cast<uint8_t*>(dst);
     if constexpr (!std::is_same_v<E, F32>) {
       if (i32) {
-        quantize_sum_i32_avx512<E, kBf16Ins>(src, ranks, n, scale, limit, m, d);
+        quantize_sum_i32_avx512<E, kOut>(src, ranks, n, scale, limit, m, d);
         return;
       }
     }
     if (float_scale) {
-      quantize_sum_avx512<E, true, kBf16Ins>(src, ranks, n, scale, limit, m, d);
+      quantize_sum_avx512<E, true, kOut>(src, ranks, n, scale, limit, m, d);
     } else {
-      quantize_sum_avx512<E, false, kBf16Ins>(src, ranks, n, scale, limit, m, d);
+      quantize_sum_avx512<E, false, kOut>(src, ranks, n, scale, limit, m, d);
     }
   });
+}
+// The same sums as words (a tree leaf's PARTIAL words): the quantizer and the sum of
+// quantize_sum, no dequantizer.
+void quantize_sum_words(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
+                        double limit, void* dst) {
+  quantize_sum<Out::kWords>(f, src, ranks, n, scale, limit, 1.0f, dst);
 }
 #undef INA_AVX512
 
@@ -333,7 +361,8 @@ const CodecKernels& avx512_table() {
     k.quantize_f32 = quantize_f32;
     k.dequantize_f32 = dequantize_f32;
     k.dequantize_narrow = dequantize_narrow<false>;
-    k.quantize_sum = quantize_sum<false>;
+    k.quantize_sum = quantize_sum<Out::kValues>;
+    k.quantize_sum_words = quantize_sum_words;
     return k;
   }();
   return t;
@@ -346,7 +375,7 @@ const CodecKernels& avx512bf16_table() {
     CodecKernels k = avx512_table();
     k.name = "avx512bf16";
     k.dequantize_narrow = dequantize_narrow<true>;
-    k.quantize_sum = quantize_sum<true>;
+    k.quantize_sum = quantize_sum<Out::kValuesBf16>;
     return k;
   }();
   return t;

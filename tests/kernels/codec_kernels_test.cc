@@ -229,6 +229,14 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
               ref.dequantize_narrow(f, q.data(), n, m, c.data() + off % 4);
             }
             CHECK(a == c, "%s: quantize_sum", where);
+            if (k.quantize_sum_words != nullptr) {
+              // The same sums as words: Q's low 8 (float32) or 4 bytes, little-endian.
+              const size_t ww = f == Format::kF32 ? 8 : 4;
+              std::vector<uint8_t> wa(n * ww + 16, 0x5A), wc(n * ww + 16, 0x5A);
+              k.quantize_sum_words(f, src.data(), ranks, n, scale, limit, wa.data() + off % 4);
+              for (size_t i = 0; i < n; ++i) std::memcpy(wc.data() + off % 4 + i * ww, &q[i], ww);
+              CHECK(wa == wc, "%s: quantize_sum_words", where);
+            }
           }
         }
       }

@@ -491,6 +491,12 @@ TEST(Codec, QuantizeSumIsTheRankByRankLoop) {
           for (uint32_t r = 0; r < world; ++r) src[r] = raw.data() + 1 + r * stride;
           quantize_sum(src.data(), world, n, t, e, world, got.data() + 3);
           ASSERT_EQ(got, want) << "n " << n << " world " << world << " exp " << e;
+          // The sums as a tree leaf's PARTIAL words.
+          const size_t ww = wire::acc_bytes(t);
+          std::vector<uint8_t> want_w(n * ww + 3, 0x5A), got_w(n * ww + 3, 0x5A);
+          store_acc(q.data(), n, t, want_w.data() + 3);
+          quantize_sum_words(src.data(), world, n, t, e, world, got_w.data() + 3);
+          ASSERT_EQ(got_w, want_w) << "words: n " << n << " world " << world << " exp " << e;
         }
       }
     }

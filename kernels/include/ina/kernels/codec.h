@@ -63,6 +63,11 @@ struct CodecKernels {
   // the reference the fused ones are held to.
   void (*quantize_sum)(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
                        double limit, float m, void* dst);
+  // The same sums Q_i as fixed-point words, no dequantizer (a tree leaf's PARTIAL words): Q_i
+  // little-endian in 8 bytes (kF32) or its low 4 bytes (the narrower formats), at dst + i * that
+  // width. Null where a table has none (the caller composes quantize_f32's rank by rank).
+  void (*quantize_sum_words)(Format f, const uint8_t* const* src, size_t ranks, size_t n,
+                             double scale, double limit, void* dst);
 };
 
 // The implementation in use (chosen at the first call: the best this CPU runs).

@@ -75,6 +75,10 @@ void dequantize(const int64_t* q, size_t n, DType t, int scale, void* dst);
 // otherwise tile by tile through an L1-resident tile of accumulators.
 void quantize_sum(const uint8_t* const* src, size_t ranks, size_t n, DType t, int16_t exp,
                   uint32_t world_size, void* dst);
+// The same sums Q as fixed-point words (what store_acc writes of quantize and quantize_add rank
+// by rank, bit for bit): a tree leaf's PARTIAL words, in one pass where the kernels have it.
+void quantize_sum_words(const uint8_t* const* src, size_t ranks, size_t n, DType t, int16_t exp,
+                        uint32_t world_size, uint8_t* dst);
 
 // MIN/MAX. key = the element itself (int32) or the order-preserving int32 image of its float32
 // value (float types, widened exactly): -Inf < ... < -0 < +0 < ... < +Inf.
