@@ -153,14 +153,16 @@ void SlotTable::finish(size_t k, const uint8_t* last, uint32_t last_rank) {
       return;
     case CopyMode::kRaw: {
       if (cfg_.defer_float_sum) return;
-      // Every rank's words quantized with E = MAX, added and converted in one pass (codec.h).
+      // Every rank's words quantized with E = MAX, added and converted in one pass (codec.h);
+      // bounded: every word is finite (nonfinite returned above) and E is at least each rank's
+      // exponent, scanned from the very words read here.
       const uint8_t* raw = raw_.data() + k * cfg_.world_size * cfg_.max_payload_bytes;
       for (uint32_t r = 0; r < cfg_.world_size; ++r) {
         rank_words_[r] = raw + size_t{r} * cfg_.max_payload_bytes;
       }
       if (last != nullptr) rank_words_[last_rank] = last;
       codec::quantize_sum(rank_words_.data(), cfg_.world_size, c.count, c.dtype, c.exp,
-                          quant_world_, out);
+                          quant_world_, out, /*bounded=*/true);
       return;
     }
     case CopyMode::kExp: c.answer_exp = c.exp; return;

@@ -184,14 +184,14 @@ void dequantize(const int64_t* q, size_t n, DType t, int scale, void* dst) {
 }
 
 void quantize_sum(const uint8_t* const* src, size_t ranks, size_t n, DType t, int16_t exp,
-                  uint32_t world_size, void* dst) {
+                  uint32_t world_size, void* dst, bool bounded) {
   const int scale = scale_exponent(t, exp, world_size);
   const kernels::CodecKernels& k = kernels::codec_kernels();
   if (k.quantize_sum != nullptr && scale >= -126 && scale <= 127) {
     // quantize_impl's scale and limit and dequantize's m (scale in the float32 normal range).
     const int b = magnitude_bits(t, world_size);
     k.quantize_sum(format(t), src, ranks, n, pow2(std::clamp(b - int{exp}, -1000, 1000)), pow2(b),
-                   std::bit_cast<float>(static_cast<uint32_t>(127 + scale) << 23), dst);
+                   std::bit_cast<float>(static_cast<uint32_t>(127 + scale) << 23), bounded, dst);
     return;
   }
   // Tile by tile in a tile of accumulators that stays in the L1 cache from the first rank's words

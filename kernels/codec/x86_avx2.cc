@@ -417,7 +417,7 @@ template <class E>
 }
 
 void quantize_sum(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
-                  double limit, float m, void* dst) {
+                  double limit, float m, bool /*bounded*/, void* dst) {
   with_float(f, [&]<class E>(E) {
     quantize_sum_avx2<E>(src, ranks, n, scale, limit, m, static_cast<uint8_t*>(dst));
   });

@@ -238,7 +238,7 @@ INA_AVX512 void sum_tail(const uint8_t* const* src, size_t ranks, size_t i, size
   std::memcpy(dst + ow * i, out, ow * (n - i));
 }
 
-template <class E, bool kFloatScale, Out kOut>
+template <class E, bool kFloatScale, Out kOut, bool kBounded = false>
 INA_AVX512 void quantize_sum_avx512(const uint8_t* const* src, size_t ranks, size_t n, double scale,
                                     double limit, float m, uint8_t* dst) {
   constexpr size_t w = sizeof(typename E::Bits);
@@ -257,8 +257,13 @@ INA_AVX512 void quantize_sum_avx512(const uint8_t* const* src, size_t ranks, siz
     for (size_t r = 0; r < ranks; ++r) {
       const __m512 x = widen16<E>(src[r] + w * i);
       if constexpr (kFloatScale) {
-        __m512 v = _mm512_maskz_mul_ps(static_cast<__mmask16>(~nonfinite16(x)), x, fscale);
-        v = _mm512_min_ps(_mm512_max_ps(v, flo), fhi);
+        __m512 v;
+        if constexpr (kBounded) {
+          v = _mm512_mul_ps(x, fscale);  // finite, |v| <= limit: the mask and clamp are no-ops
+        } else {
+          v = _mm512_maskz_mul_ps(static_cast<__mmask16>(~nonfinite16(x)), x, fscale);
+          v = _mm512_min_ps(_mm512_max_ps(v, flo), fhi);
+        }
         lo = _mm512_add_epi64(
             lo, _mm512_cvt_roundps_epi64(_mm512_castps512_ps256(v),
                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
@@ -291,7 +296,7 @@ INA_AVX512 void quantize_sum_avx512(const uint8_t* const* src, size_t ranks, siz
 // steps are dequantize_narrow's on 32-bit lanes: vcvtdq2ps toward zero keeps 24 significant
 // bits, converted back to compare (exact), the last bit set where bits were lost (round to odd),
 // times m, rounded once. Half the conversions of the int64 lanes per element.
-template <class E, Out kOut>
+template <class E, Out kOut, bool kBounded>
 INA_AVX512 void quantize_sum_i32_avx512(const uint8_t* const* src, size_t ranks, size_t n,
                                         double scale, double limit, float m, uint8_t* dst) {
   constexpr size_t w = sizeof(typename E::Bits);
@@ -304,8 +309,13 @@ INA_AVX512 void quantize_sum_i32_avx512(const uint8_t* const* src, size_t ranks,
     __m512i q = _mm512_setzero_si512();
     for (size_t r = 0; r < ranks; ++r) {
       const __m512 x = widen16<E>(src[r] + w * i);
-      __m512 v = _mm512_maskz_mul_ps(static_cast<__mmask16>(~nonfinite16(x)), x, fscale);
-      v = _mm512_min_ps(_mm512_max_ps(v, flo), fhi);
+      __m512 v;
+      if constexpr (kBounded) {
+        v = _mm512_mul_ps(x, fscale);
+      } else {
+        v = _mm512_maskz_mul_ps(static_cast<__mmask16>(~nonfinite16(x)), x, fscale);
+        v = _mm512_min_ps(_mm512_max_ps(v, flo), fhi);
+      }
       q = _mm512_add_epi32(
           q, _mm512_cvt_roundps_epi32(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
@@ -327,19 +337,25 @@ INA_AVX512 void quantize_sum_i32_avx512(const uint8_t* const* src, size_t ranks,
 
 template <Out kOut>
 void quantize_sum(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
-                  double limit, float m, void* dst) {
+                  double limit, float m, bool bounded, void* dst) {
   const bool float_scale = scale >= 0x1p-126 && scale <= 0x1p127 && limit >= 1.0 && limit <= 0x1p62;
   // No int32 sum of `ranks` words of magnitude <= limit can wrap (the narrower types' B).
   const bool i32 = float_scale && limit * static_cast<double>(ranks) < 0x1p31;
   with_float(f, [&]<class E>(E) {
     auto* d = static_cast<uint8_t*>(dst);
     if constexpr (!std::is_same_v<E, F32>) {
+      if (i32 && bounded) {
+        quantize_sum_i32_avx512<E, kOut, true>(src, ranks, n, scale, limit, m, d);
+        return;
+      }
       if (i32) {
-        quantize_sum_i32_avx512<E, kOut>(src, ranks, n, scale, limit, m, d);
+        quantize_sum_i32_avx512<E, kOut, false>(src, ranks, n, scale, limit, m, d);
         return;
       }
     }
-    if (float_scale) {
+    if (float_scale && bounded) {
+      quantize_sum_avx512<E, true, kOut, true>(src, ranks, n, scale, limit, m, d);
+    } else if (float_scale) {
       quantize_sum_avx512<E, true, kOut>(src, ranks, n, scale, limit, m, d);
     } else {
       quantize_sum_avx512<E, false, kOut>(src, ranks, n, scale, limit, m, d);
@@ -350,7 +366,7 @@ void quantize_sum(Format f, const uint8_t* const* src, size_t ranks, size_t n, d
 // quantize_sum, no dequantizer.
 void quantize_sum_words(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
                         double limit, void* dst) {
-  quantize_sum<Out::kWords>(f, src, ranks, n, scale, limit, 1.0f, dst);
+  quantize_sum<Out::kWords>(f, src, ranks, n, scale, limit, 1.0f, false, dst);
 }
 #undef INA_AVX512
 

@@ -214,7 +214,7 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
             const float m = std::bit_cast<float>(
                 static_cast<uint32_t>(127 + std::clamp(e - b, -126, 127)) << 23);
             std::vector<uint8_t> a(n * w + 16, 0x5A), c(n * w + 16, 0x5A);
-            k.quantize_sum(f, src.data(), ranks, n, scale, limit, m, a.data() + off % 4);
+            k.quantize_sum(f, src.data(), ranks, n, scale, limit, m, false, a.data() + off % 4);
             std::vector<int64_t> q(n, 0);
             std::vector<float> x(n);
             for (size_t r = 0; r < ranks; ++r) {

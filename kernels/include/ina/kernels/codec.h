@@ -61,8 +61,11 @@ struct CodecKernels {
   // quantize_f32 + dequantize_* run rank by rank, without the accumulators in memory. Null where a
   // table has no such loop (portable, neon): the caller composes those loops instead, which is also
   // the reference the fused ones are held to.
+  // `bounded`: the caller knows every x is finite and |x * scale| <= limit (the slot table's
+  // completion: E is the MAX of the ranks' own exponents and a non-finite block never gets here),
+  // so a loop may skip the non-finite mask and the clamp, which change nothing then.
   void (*quantize_sum)(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
-                       double limit, float m, void* dst);
+                       double limit, float m, bool bounded, void* dst);
   // The same sums Q_i as fixed-point words, no dequantizer (a tree leaf's PARTIAL words): Q_i
   // little-endian in 8 bytes (kF32) or its low 4 bytes (the narrower formats), at dst + i * that
   // width. Null where a table has none (the caller composes quantize_f32's rank by rank).
