@@ -12,7 +12,9 @@
 //      incarnation (incarnation_key of the epoch its barrier got), so that a packet captured in an
 //      earlier incarnation of the job, whose block sequence started at 1 too, fails here.
 //      A float SUM DATA packet is verified by the pass that stores its words in the slot table
-//      (SlotTable::raw_words_for: only where a forged packet's words change nothing).
+//      (SlotTable::raw_words_for: only where a forged packet's words change nothing), or, the one
+//      that completes its round, by a pass that scans them in the datagram, where the completion
+//      reads them.
 //   3. kind: workers send only DATA and HELLO; RESULT/ERROR/WELCOME flags from them are malformed,
 //      except for a leaf job, where they are its parent's answers (handle_parent).
 //   4. HELLO -> join barrier; DATA -> slot table, once the barrier is complete.
@@ -226,17 +228,20 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
   // tag (and, float32, scans them): one read of the datagram instead of three. Only where the
   // table says a forged packet may write (raw_words_for), so that a packet failing the tag still
   // changes nothing; every other packet is verified before anything else.
+  // The packet that completes its round is verified (and scanned) in the datagram without a
+  // copy: the completion reads its words there (raw_words_for's `completes`).
   StoredWords stored;
   bool fused = false;
   if (opts_.check_tag) [[likely]] {
     uint8_t* words = nullptr;
+    bool completes = false;
     if ((h.flags & ~(wire::kFlagRetransmit | wire::kFlagNonFinite)) == 0 &&
         codec::needs_exponent(h.dtype, h.op)) {
       const uint32_t served = static_cast<uint32_t>(h.rank) - job.rank_base;  // as below
       if (served < job.nranks) {
         wire::Header local = h;
         local.rank = static_cast<uint16_t>(served);
-        words = job.table->raw_words_for(local);
+        words = job.table->raw_words_for(local, &completes);
       }
     }
     // Verified by the backend under the key verify_tag would take (it takes the traffic key for
@@ -253,6 +258,17 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
                     datagram.size() - wire::kHeaderSize);
     } else if (words == nullptr) {
       ok = verify_tag(job.cfg, job.traffic, job.relay.get(), h, datagram);
+    } else if (completes) {
+      stored.in_datagram = true;
+      if (h.dtype == DType::kFloat32) {
+        MagnitudeCodes codes;
+        codes.bad = codec::nonfinite_code(h.dtype, h.op);
+        ok = wire::tag_ok_scan(datagram, job.traffic, &codes);
+        stored.scanned = true;
+        stored.scan = codec::scan_of_codes(h.dtype, codes.top, codes.nonfinite);
+      } else {
+        ok = wire::tag_ok(datagram, job.traffic);  // scanned in the datagram by on_data
+      }
     } else if (h.dtype == DType::kFloat32) {
       MagnitudeCodes codes;
       codes.bad = codec::nonfinite_code(h.dtype, h.op);

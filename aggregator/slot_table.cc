@@ -121,7 +121,8 @@ SlotTable::SlotTable(const SlotTableConfig& cfg)
       result_(size_t{cfg.num_slots} * 2 * cfg.max_payload_bytes),
       raw_(size_t{cfg.num_slots} * 2 * cfg.world_size * cfg.max_payload_bytes),
       bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_),
-      other_bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_) {}
+      other_bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_),
+      rank_words_(cfg.world_size) {}
 
 SlotTable::~SlotTable() = default;
 
@@ -133,7 +134,7 @@ void SlotTable::reset() {
 
 // The round of copy k is complete: its result in the user's type (or, deferred at a leaf, the
 // raw words wait for the root's exponent).
-void SlotTable::finish(size_t k) {
+void SlotTable::finish(size_t k, const uint8_t* last, uint32_t last_rank) {
   Copy& c = copies_[k];
   int64_t* acc = acc_.data() + k * max_elems_;
   uint8_t* out = result_.data() + k * cfg_.max_payload_bytes;
@@ -152,10 +153,16 @@ void SlotTable::finish(size_t k) {
       return;
     case CopyMode::kRaw: {
       if (cfg_.defer_float_sum) return;
-      // Every rank's words quantized with E = MAX, added and converted in one pass (codec.h).
-      codec::quantize_sum(raw_.data() + k * cfg_.world_size * cfg_.max_payload_bytes,
-                          cfg_.max_payload_bytes, cfg_.world_size, c.count, c.dtype, c.exp,
-                          quant_world_, out);
+      // Every rank's words quantized with E = MAX, added and converted in one pass (codec.h);
+      // bounded: every word is finite (nonfinite returned above) and E is at least each rank's
+      // exponent, scanned from the very words read here.
+      const uint8_t* raw = raw_.data() + k * cfg_.world_size * cfg_.max_payload_bytes;
+      for (uint32_t r = 0; r < cfg_.world_size; ++r) {
+        rank_words_[r] = raw + size_t{r} * cfg_.max_payload_bytes;
+      }
+      if (last != nullptr) rank_words_[last_rank] = last;
+      codec::quantize_sum(rank_words_.data(), cfg_.world_size, c.count, c.dtype, c.exp,
+                          quant_world_, out, /*bounded=*/true);
       return;
     }
     case CopyMode::kExp: c.answer_exp = c.exp; return;
@@ -165,7 +172,8 @@ void SlotTable::finish(size_t k) {
   }
 }
 
-uint8_t* SlotTable::raw_words_for(const wire::Header& h) {
+uint8_t* SlotTable::raw_words_for(const wire::Header& h, bool* completes) {
+  if (completes != nullptr) *completes = false;
   if ((h.flags & (wire::kFlagPartial | wire::kFlagHello | wire::kFlagResult | wire::kFlagError)) !=
           0 ||
       !codec::needs_exponent(h.dtype, h.op) || h.slot >= cfg_.num_slots ||
@@ -180,6 +188,12 @@ uint8_t* SlotTable::raw_words_for(const wire::Header& h) {
   const bool live =
       c.used && c.mode == CopyMode::kRaw && held && (!c.complete || cfg_.defer_float_sum);
   if (live) return nullptr;
+  if (completes != nullptr) {
+    // on_data's path to finish() for this packet (none of its early returns taken).
+    *completes = !cfg_.defer_float_sum && c.used && !c.complete && c.seq == h.seq &&
+                 c.mode == CopyMode::kRaw && !c.poisoned && c.aborted_by == CopyView::kNoAbort &&
+                 c.contributors + 1 == cfg_.world_size && same_shape(c, h);
+  }
   return raw_.data() + (k * cfg_.world_size + h.rank) * cfg_.max_payload_bytes;
 }
 
@@ -275,6 +289,7 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
   }
 
   const uint8_t* src = pkt.payload;
+  const uint8_t* last_words = nullptr;  // kRaw: the completing words, left in the datagram
   switch (mode) {
     case CopyMode::kReduce:
       if (c.dtype != DType::kInt32) {
@@ -288,11 +303,22 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
       break;
     case CopyMode::kRaw: {
       uint8_t* words = raw_.data() + (k * cfg_.world_size + h.rank) * cfg_.max_payload_bytes;
-      if (stored == nullptr) std::memcpy(words, src, pkt.payload_bytes);
+      // The round's last words are read once, by the completion below: from the datagram. Any
+      // others are kept in the table until then.
+      const bool last = c.contributors + 1 == cfg_.world_size && !cfg_.defer_float_sum;
+      const uint8_t* at = words;
+      if (stored == nullptr || stored->in_datagram) {
+        if (last) {
+          at = src;
+          last_words = src;
+        } else {
+          std::memcpy(words, src, pkt.payload_bytes);
+        }
+      }
       // Scanned from the stored words (in the L1 cache) when the pass that stored them did not.
       const codec::Scan s = stored != nullptr && stored->scanned
                                 ? stored->scan
-                                : codec::scan(words, h.count, c.dtype, c.op);
+                                : codec::scan(at, h.count, c.dtype, c.op);
       c.exp = codec::max_exponent(c.exp, s.exp);
       c.nonfinite = c.nonfinite || s.nonfinite;
       break;
@@ -304,7 +330,7 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
   c.nonfinite = c.nonfinite || h.has(wire::kFlagNonFinite);
   if (++c.contributors == cfg_.world_size) {
     c.complete = true;
-    finish(k);
+    finish(k, last_words, h.rank);
     return c.mode == CopyMode::kExp ? Verdict::kExpCompleted : Verdict::kCompleted;
   }
   return Verdict::kAdded;
@@ -336,17 +362,14 @@ bool SlotTable::quantize_partial(uint16_t slot, bool shadow, BlockSeq seq, int16
   Copy& c = copies_[k];
   if (!c.used || !c.complete || c.seq != seq || c.mode != CopyMode::kRaw) return false;
   if (c.partial_ready) return true;
-  int64_t* acc = acc_.data() + k * max_elems_;
-  std::fill_n(acc, c.count, int64_t{0});
+  // Every rank's words quantized with the root's E and added in one pass (codec.h), into the
+  // copy's accumulators as PARTIAL words.
   const uint8_t* raw = raw_.data() + k * cfg_.world_size * cfg_.max_payload_bytes;
   for (uint32_t r = 0; r < cfg_.world_size; ++r) {
-    codec::quantize_add(raw + size_t{r} * cfg_.max_payload_bytes, c.count, c.dtype, exp,
-                        quant_world_, acc);
+    rank_words_[r] = raw + size_t{r} * cfg_.max_payload_bytes;
   }
-  // The words replace the accumulators in place (a word is never wider than an int64, and
-  // word i is written after accumulator i was read).
-  uint8_t* words = reinterpret_cast<uint8_t*>(acc);
-  if (wire::acc_bytes(c.dtype) != sizeof(int64_t)) codec::store_acc(acc, c.count, c.dtype, words);
+  codec::quantize_sum_words(rank_words_.data(), cfg_.world_size, c.count, c.dtype, exp,
+                            quant_world_, reinterpret_cast<uint8_t*>(acc_.data() + k * max_elems_));
   c.answer_exp = exp;
   c.nonfinite = c.nonfinite || nonfinite;
   c.partial_ready = true;

@@ -101,11 +101,14 @@ enum class CopyMode : uint8_t {
   kPartial,  // root: the leaves' PARTIAL fixed-point words (after kExp, same copy)
 };
 
-// A float SUM DATA packet whose words are already in the table's storage (raw_words_for): their
-// scan when the pass that stored them made it too (float32), else the table scans them there.
+// A float SUM DATA packet whose tag the engine's receive pass verified: its words stored in the
+// table's storage (raw_words_for), or left in the datagram where that packet completes its round
+// (in_datagram: the completion reads them there, so they are never copied); their scan when the
+// pass made it too (float32), else the table scans them.
 struct StoredWords {
   bool scanned = false;
   codec::Scan scan;
+  bool in_datagram = false;
 };
 
 // A view of one copy's state, valid until the next mutating call.
@@ -167,7 +170,14 @@ class SlotTable {
   // when the words are live (a duplicate of a contribution the round holds, a leaf's complete
   // round waiting for its root's exponent): the engine verifies the tag first, as for every
   // other packet.
-  uint8_t* raw_words_for(const wire::Header& h);
+  //
+  // *completes (when not null) says whether the packet is the last contribution its round waits
+  // for (a contributor of the round's shape, the others all in; not at a tree leaf, which keeps
+  // every rank's words for its root's exponent): its words are then needed only by the completion
+  // that on_data runs at once, so the engine verifies and scans them in the datagram and passes
+  // StoredWords::in_datagram instead of copying them (the words stay where a forged packet cannot
+  // write). on_data gives the same result either way.
+  uint8_t* raw_words_for(const wire::Header& h, bool* completes = nullptr);
 
   CopyView copy(uint16_t slot, bool shadow) const;
   // Tree leaf: quantizes a complete, deferred float SUM round (kRaw) with the root's exponent
@@ -195,7 +205,9 @@ class SlotTable {
  private:
   explicit SlotTable(const SlotTableConfig& cfg);
   struct Copy;
-  void finish(size_t k);
+  // `last`: the words of the rank `last_rank` that completed the round, where they are not in
+  // the table's storage (null: they are).
+  void finish(size_t k, const uint8_t* last = nullptr, uint32_t last_rank = 0);
   // A DATA packet for the poisoned copy k: records its rank (and whether its shape is the first).
   Verdict poisoned_data(size_t k, const wire::Header& h);
   static bool same_shape(const Copy& c, const wire::Header& h);
@@ -223,11 +235,12 @@ class SlotTable {
     };
     std::unique_ptr<T, Free> p_;
   };
-  ZeroedArray<int64_t> acc_;             // accumulators, max_elems_ per copy
-  ZeroedArray<uint8_t> result_;          // max_payload_bytes per copy
-  ZeroedArray<uint8_t> raw_;             // float SUM: world_size * max_payload_bytes per copy
-  std::vector<uint64_t> bitmaps_;        // bitmap_words_ per copy
-  std::vector<uint64_t> other_bitmaps_;  // poisoned copies: the ranks of another shape
+  ZeroedArray<int64_t> acc_;                // accumulators, max_elems_ per copy
+  ZeroedArray<uint8_t> result_;             // max_payload_bytes per copy
+  ZeroedArray<uint8_t> raw_;                // float SUM: world_size * max_payload_bytes per copy
+  std::vector<uint64_t> bitmaps_;           // bitmap_words_ per copy
+  std::vector<uint64_t> other_bitmaps_;     // poisoned copies: the ranks of another shape
+  std::vector<const uint8_t*> rank_words_;  // finish(): each rank's words of the completed round
 };
 
 }  // namespace ina::agg

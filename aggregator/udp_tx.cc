@@ -50,9 +50,15 @@ void ReplyQueue::enqueue(const Reply& r, const sockaddr_in& dest) {
   if (pending_.size() == pending_cap_ || arena_used_ + len > arena_.size()) flush();
   uint8_t* o = arena_.data() + arena_used_;
   wire::encode_header(r.hdr, o);
-  if (r.payload != nullptr) std::memcpy(o + wire::kHeaderSize, r.payload, r.payload_bytes());
-  // One sealed buffer, also for a multicast: the tag does not cover the destination.
-  wire::seal(std::span<uint8_t>(o, len), r.key);
+  // One sealed buffer, also for a multicast: the tag does not cover the destination. The payload
+  // (a result kept in its slot, control words) is sealed as it is copied in.
+  if (r.payload != nullptr) {
+    wire::seal_copy(std::span<uint8_t>(o, wire::kHeaderSize),
+                    std::span<const uint8_t>(r.payload, r.payload_bytes()), o + wire::kHeaderSize,
+                    r.key);
+  } else {
+    wire::seal(std::span<uint8_t>(o, len), r.key);
+  }
   Pending p;
   p.multicast = r.target == Reply::Target::kAllRanks;
   p.job = r.hdr.job;

@@ -183,15 +183,15 @@ void dequantize(const int64_t* q, size_t n, DType t, int scale, void* dst) {
   });
 }
 
-void quantize_sum(const void* src, size_t stride, size_t ranks, size_t n, DType t, int16_t exp,
-                  uint32_t world_size, void* dst) {
+void quantize_sum(const uint8_t* const* src, size_t ranks, size_t n, DType t, int16_t exp,
+                  uint32_t world_size, void* dst, bool bounded) {
   const int scale = scale_exponent(t, exp, world_size);
   const kernels::CodecKernels& k = kernels::codec_kernels();
   if (k.quantize_sum != nullptr && scale >= -126 && scale <= 127) {
     // quantize_impl's scale and limit and dequantize's m (scale in the float32 normal range).
     const int b = magnitude_bits(t, world_size);
-    k.quantize_sum(format(t), src, stride, ranks, n, pow2(std::clamp(b - int{exp}, -1000, 1000)),
-                   pow2(b), std::bit_cast<float>(static_cast<uint32_t>(127 + scale) << 23), dst);
+    k.quantize_sum(format(t), src, ranks, n, pow2(std::clamp(b - int{exp}, -1000, 1000)), pow2(b),
+                   std::bit_cast<float>(static_cast<uint32_t>(127 + scale) << 23), bounded, dst);
     return;
   }
   // Tile by tile in a tile of accumulators that stays in the L1 cache from the first rank's words
@@ -199,18 +199,49 @@ void quantize_sum(const void* src, size_t stride, size_t ranks, size_t n, DType 
   constexpr size_t kTile = 512;
   alignas(64) int64_t tile[kTile];
   const size_t esize = dtype_size(t);
-  const auto* s = static_cast<const uint8_t*>(src);
   for (size_t at = 0; at < n; at += kTile) {
     const size_t m = std::min(kTile, n - at);
     if (ranks == 0) std::fill_n(tile, m, int64_t{0});
     for (size_t r = 0; r < ranks; ++r) {
       if (r == 0) {
-        quantize(s + at * esize, m, t, exp, world_size, tile);
+        quantize(src[0] + at * esize, m, t, exp, world_size, tile);
       } else {
-        quantize_add(s + r * stride + at * esize, m, t, exp, world_size, tile);
+        quantize_add(src[r] + at * esize, m, t, exp, world_size, tile);
       }
     }
     dequantize(tile, m, t, scale, static_cast<uint8_t*>(dst) + at * esize);
+  }
+}
+
+void quantize_sum_words(const uint8_t* const* src, size_t ranks, size_t n, DType t, int16_t exp,
+                        uint32_t world_size, uint8_t* dst) {
+  const size_t width = t == DType::kFloat32 ? 8 : 4;  // wire::acc_bytes
+  if (exp == kNoExponent) {  // no finite non-zero element: every word 0 (quantize_impl)
+    std::fill_n(dst, n * width, uint8_t{0});
+    return;
+  }
+  const kernels::CodecKernels& k = kernels::codec_kernels();
+  const int b = magnitude_bits(t, world_size);
+  if (k.quantize_sum_words != nullptr) {
+    // quantize_impl's scale and limit.
+    k.quantize_sum_words(format(t), src, ranks, n, pow2(std::clamp(b - int{exp}, -1000, 1000)),
+                         pow2(b), dst);
+    return;
+  }
+  constexpr size_t kTile = 512;
+  alignas(64) int64_t tile[kTile];
+  const size_t esize = dtype_size(t);
+  for (size_t at = 0; at < n; at += kTile) {
+    const size_t m = std::min(kTile, n - at);
+    if (ranks == 0) std::fill_n(tile, m, int64_t{0});
+    for (size_t r = 0; r < ranks; ++r) {
+      if (r == 0) {
+        quantize(src[0] + at * esize, m, t, exp, world_size, tile);
+      } else {
+        quantize_add(src[r] + at * esize, m, t, exp, world_size, tile);
+      }
+    }
+    store_acc(tile, m, t, dst + at * width);
   }
 }
 

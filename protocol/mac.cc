@@ -653,9 +653,10 @@ constexpr size_t kNoZero = ~size_t{0};
 
 //
 // With kCopy, the same pass also copies msg[from, n) to dst and, with kScan, scans those bytes as
-// float32 magnitude codes (o: dst, bad; top and nonfinite out). `from` lies in the blocks read
-// from the copy (from <= head_len; mac.h): those bytes and the last partial block's are copied
-// (and scanned) from msg, every whole block after them by the fold loops' sink as it is loaded.
+// float32 magnitude codes (o: dst, bad; top and nonfinite out; kScan alone: no copy). `from` lies
+// in the blocks read from the copy (from <= head_len; mac.h): those bytes and the last partial
+// block's are copied (and scanned) from msg, every whole block after them by the fold loops' sink
+// as it is loaded.
 template <bool kCopy = false, bool kScan = false>
 Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word, MacPath path,
                  size_t from = 0, PassOut* o = nullptr) {
@@ -672,9 +673,9 @@ Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word
     s = blocks(s, head, (head_len + 15) / 16, k, path);
     at = head_len;
   }
-  if constexpr (kCopy) {
+  if constexpr (kCopy || kScan) {
     if (at > from) {
-      std::memcpy(o->dst, p + from, at - from);
+      if constexpr (kCopy) std::memcpy(o->dst, p + from, at - from);
       if constexpr (kScan) scan_codes(p + from, at - from, o);
     }
     o->src0 = p + from;
@@ -685,10 +686,8 @@ Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word
   if (at < n) {
     alignas(16) uint8_t last[16] = {};
     std::memcpy(last, p + at, n - at);
-    if constexpr (kCopy) {
-      std::memcpy(o->dst + (at - from), p + at, n - at);
-      if constexpr (kScan) scan_codes(p + at, n - at, o);
-    }
+    if constexpr (kCopy) std::memcpy(o->dst + (at - from), p + at, n - at);
+    if constexpr (kScan) scan_codes(p + at, n - at, o);
     s = blocks(s, last, 1, k, path);
   }
   return s;
@@ -696,8 +695,11 @@ Gf128 polyval_of(const MacKey& k, std::span<const uint8_t> msg, size_t zero_word
 
 // polyval_of(head || body) without the concatenation: the blocks up to the first whole block
 // after the head (and through the zeroed word) from a copy, the rest of the body in place.
+// With kCopy, the body is also copied to o->dst in the same pass (its first bytes, read into the
+// bounce buffer, and the last partial block by memcpy; the whole blocks by the fold loops' sink).
+template <bool kCopy = false>
 Gf128 polyval_parts(const MacKey& k, std::span<const uint8_t> head, std::span<const uint8_t> body,
-                    size_t zero_word, MacPath path) {
+                    size_t zero_word, MacPath path, PassOut* o = nullptr) {
   const size_t n = head.size() + body.size();
   size_t lead = (head.size() + 15) / 16 * 16;
   if (zero_word != kNoZero) lead = std::max(lead, (zero_word / 2 + 1) * 16);
@@ -710,10 +712,15 @@ Gf128 polyval_parts(const MacKey& k, std::span<const uint8_t> head, std::span<co
   Gf128 s = blocks(Gf128{}, bounce, (lead + 15) / 16, k, path);
   const std::span<const uint8_t> rest = body.subspan(from_body);
   const size_t whole = rest.size() / 16;
-  s = blocks(s, rest.data(), whole, k, path);
+  if constexpr (kCopy) {
+    if (from_body > 0) std::memcpy(o->dst, body.data(), from_body);
+    o->src0 = body.data();
+  }
+  s = blocks<kCopy, false>(s, rest.data(), whole, k, path, o);
   if (const size_t tail = rest.size() - whole * 16; tail > 0) {
     alignas(16) uint8_t last[16] = {};
     std::memcpy(last, rest.data() + whole * 16, tail);
+    if constexpr (kCopy) std::memcpy(o->dst + from_body + whole * 16, last, tail);
     s = blocks(s, last, 1, k, path);
   }
   return s;
@@ -841,6 +848,15 @@ uint64_t packet_mac_parts(const MacKey& key, std::span<const uint8_t> head,
   return finish(key, polyval_parts(key, head, body, zero_word, path), head.size() + body.size());
 }
 
+uint64_t packet_mac_parts_copy(const MacKey& key, std::span<const uint8_t> head,
+                               std::span<const uint8_t> body, size_t zero_word, uint8_t* dst,
+                               MacPath path) {
+  PassOut o;
+  o.dst = dst;
+  return finish(key, polyval_parts<true>(key, head, body, zero_word, path, &o),
+                head.size() + body.size());
+}
+
 uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
                          size_t from, uint8_t* dst, MacPath path, CopyDst where) {
   PassOut o;
@@ -857,6 +873,18 @@ uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t
   o.top = codes->top;
   o.nonfinite = codes->nonfinite;
   const Gf128 s = polyval_of<true, true>(key, msg, zero_word, path, from, &o);
+  codes->top = o.top;
+  codes->nonfinite = o.nonfinite;
+  return finish(key, s, msg.size());
+}
+
+uint64_t packet_mac_scan(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, MagnitudeCodes* codes, MacPath path) {
+  PassOut o;
+  o.bad = codes->bad;
+  o.top = codes->top;
+  o.nonfinite = codes->nonfinite;
+  const Gf128 s = polyval_of<false, true>(key, msg, zero_word, path, from, &o);
   codes->top = o.top;
   codes->nonfinite = o.nonfinite;
   return finish(key, s, msg.size());
@@ -904,6 +932,16 @@ uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t
 uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
                          size_t from, uint8_t* dst, MagnitudeCodes* codes) {
   return packet_mac_copy(cached_key(key), msg, zero_word, from, dst, codes, best());
+}
+
+uint64_t packet_mac_parts_copy(const Key128& key, std::span<const uint8_t> head,
+                               std::span<const uint8_t> body, size_t zero_word, uint8_t* dst) {
+  return packet_mac_parts_copy(cached_key(key), head, body, zero_word, dst, best());
+}
+
+uint64_t packet_mac_scan(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, MagnitudeCodes* codes) {
+  return packet_mac_scan(cached_key(key), msg, zero_word, from, codes, best());
 }
 
 }  // namespace ina

@@ -9,15 +9,16 @@ namespace ina::kernels {
 namespace {
 
 struct Available {
-  std::array<const CodecKernels*, 4> list{};
+  std::array<const CodecKernels*, 5> list{};
   size_t n = 0;
 };
 
 const Available& available() {
   static const Available a = [] {
     Available r;
-    for (const CodecKernels* k : {avx512_codec_kernels(), avx2_codec_kernels(),
-                                  neon_codec_kernels(), &portable_codec_kernels()}) {
+    for (const CodecKernels* k :
+         {avx512bf16_codec_kernels(), avx512_codec_kernels(), avx2_codec_kernels(),
+          neon_codec_kernels(), &portable_codec_kernels()}) {
       if (k != nullptr) r.list[r.n++] = k;
     }
     return r;

@@ -90,6 +90,7 @@ constexpr CodecKernels kPortable{
     "portable", scan_codes,     quantize_f32,      widen,     keys,
     from_keys,  dequantize_f32, dequantize_narrow, add_int32, from_sum_int32,
     nullptr,  // quantize_sum: the codec composes the loops above (its tile loop)
+    nullptr,  // quantize_sum_words: likewise
 };
 
 }  // namespace

@@ -349,7 +349,7 @@ void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
 // and the group's int64 sum is (sum hi) * 2^32 + (sum lo), each half moved out through the
 // mantissa once per element instead of once per rank. Groups of ranks add in int64, wrapping.
 template <class E>
-[[gnu::target("avx2,f16c")]] void quantize_sum_avx2(const uint8_t* src, size_t stride, size_t ranks,
+[[gnu::target("avx2,f16c")]] void quantize_sum_avx2(const uint8_t* const* src, size_t ranks,
                                                     size_t n, double scale, double limit, float m,
                                                     uint8_t* dst) {
   constexpr size_t w = sizeof(typename E::Bits);
@@ -372,8 +372,8 @@ template <class E>
       for (size_t i = 0; i < tn; i += 8) {
         __m256d sh[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
         __m256d sl[2] = {_mm256_setzero_pd(), _mm256_setzero_pd()};
-        const uint8_t* p = src + g * stride + w * (at + i);
-        for (size_t r = 0; r < gn; ++r, p += stride) {
+        for (size_t r = 0; r < gn; ++r) {
+          const uint8_t* p = src[g + r] + w * (at + i);
           __m256 x;
           if (i + 8 <= tn) {
             x = widen8<E>(p);
@@ -416,11 +416,75 @@ template <class E>
   }
 }
 
-void quantize_sum(Format f, const void* src, size_t stride, size_t ranks, size_t n, double scale,
-                  double limit, float m, void* dst) {
+// The 16- and 8-bit formats where no sum can leave [-2^30, 2^30] (ranks * limit <= 2^30, which
+// their B = 30 - ceil(log2 N) gives every honest round) and the scale is a float32 normal: eight
+// elements at a time summed over every rank in int32 lanes, then dequantize_narrow_avx2's
+// in-range steps (round to odd at 24 bits, times m, narrow8). The word is quantize_f32's: the
+// product in float32 is exact unless it overflows (clamped, as the exact one is) or falls below
+// 2^-126 (then both round to 0), the clamp to the power of two +-limit is exact, and vcvtps2dq
+// rounds to nearest even as rint does (|v| <= 2^30).
+template <class E>
+[[gnu::target("avx2,f16c")]] void quantize_sum_i32_avx2(const uint8_t* const* src, size_t ranks,
+                                                        size_t n, double scale, double limit,
+                                                        float m, uint8_t* dst) {
+  constexpr size_t w = sizeof(typename E::Bits);
+  const __m256i abs_mask = _mm256_set1_epi32(0x7FFFFFFF);
+  const __m256i inf = _mm256_set1_epi32(0x7F800000);
+  const __m256 fscale = _mm256_set1_ps(static_cast<float>(scale));
+  const __m256 fhi = _mm256_set1_ps(static_cast<float>(limit));
+  const __m256 flo = _mm256_set1_ps(static_cast<float>(-limit));
+  const __m256 vm = _mm256_set1_ps(m);
+  const __m256i one = _mm256_set1_epi32(1);
+  const __m256i sign_bit = _mm256_set1_epi32(INT32_MIN);
+  for (size_t i = 0; i < n; i += 8) {
+    const size_t left = std::min<size_t>(8, n - i);
+    __m256i q = _mm256_setzero_si256();
+    for (size_t r = 0; r < ranks; ++r) {
+      __m256 x;
+      if (left == 8) {
+        x = widen8<E>(src[r] + w * i);
+      } else {
+        alignas(32) uint8_t tail[32] = {};
+        std::memcpy(tail, src[r] + w * i, w * left);
+        x = widen8<E>(tail);
+      }
+      const __m256i finite =
+          _mm256_cmpgt_epi32(inf, _mm256_and_si256(_mm256_castps_si256(x), abs_mask));
+      __m256 v = _mm256_mul_ps(_mm256_and_ps(x, _mm256_castsi256_ps(finite)), fscale);
+      v = _mm256_min_ps(_mm256_max_ps(v, flo), fhi);
+      q = _mm256_add_epi32(q, _mm256_cvtps_epi32(v));
+    }
+    const __m256i a = _mm256_abs_epi32(q);
+    const __m256 r = _mm256_cvtepi32_ps(a);
+    const __m256i d = _mm256_sub_epi32(a, _mm256_cvttps_epi32(r));  // a - r, exact
+    __m256i bits =
+        _mm256_add_epi32(_mm256_castps_si256(r), _mm256_cmpgt_epi32(_mm256_setzero_si256(), d));
+    bits = _mm256_or_si256(bits,
+                           _mm256_andnot_si256(_mm256_cmpeq_epi32(d, _mm256_setzero_si256()), one));
+    bits = _mm256_or_si256(bits, _mm256_and_si256(q, sign_bit));
+    const __m256 x = _mm256_mul_ps(_mm256_castsi256_ps(bits), vm);
+    if (left == 8) {
+      store8<E, false>(dst + w * i, x);
+    } else {
+      alignas(32) uint8_t out[32];
+      store8<E, false>(out, x);
+      std::memcpy(dst + w * i, out, w * left);
+    }
+  }
+}
+
+void quantize_sum(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
+                  double limit, float m, bool /*bounded*/, void* dst) {
+  const bool i32 = scale >= 0x1p-126 && scale <= 0x1p127 && limit >= 1.0 &&
+                   limit * static_cast<double>(ranks) <= 0x1p30;
   with_float(f, [&]<class E>(E) {
-    quantize_sum_avx2<E>(static_cast<const uint8_t*>(src), stride, ranks, n, scale, limit, m,
-                         static_cast<uint8_t*>(dst));
+    if constexpr (!std::is_same_v<E, F32>) {
+      if (i32) {
+        quantize_sum_i32_avx2<E>(src, ranks, n, scale, limit, m, static_cast<uint8_t*>(dst));
+        return;
+      }
+    }
+    quantize_sum_avx2<E>(src, ranks, n, scale, limit, m, static_cast<uint8_t*>(dst));
   });
 }
 
@@ -447,6 +511,7 @@ const CodecKernels& avx2_table() {
       add_int32,
       from_sum_int32,
       quantize_sum,
+      nullptr,  // quantize_sum_words: the codec composes quantize_f32's
   };
   return t;
 }

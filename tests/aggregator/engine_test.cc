@@ -608,6 +608,9 @@ TEST_F(EngineTest, ForgedFloatSumDataChangesNothing) {
     // A newer round (it would abandon this one).
     forged(block(1, 6, 2.0f, 2.0f, 0, true), "a forged newer round");
     EXPECT_EQ(send_bytes(block(1, 5, 2.25f, 0.5f)).target, Reply::Target::kNone);
+    // The last rank's words (verified in the datagram, where the completion would read them).
+    forged(block(2, 5, nan, inf, 0, true), "a forged last contribution");
+    forged(block(2, 5, 1e30f, 1.0f, wire::kFlagNonFinite, true), "a forged last NONFINITE");
     Sent s = send_bytes(block(2, 5, -0.75f, 0.25f));
     ASSERT_EQ(s.target, Reply::Target::kAllRanks);
     EXPECT_EQ(s.hdr.flags, wire::kFlagResult);  // no forged NaN got in
@@ -628,12 +631,13 @@ TEST_F(EngineTest, ForgedFloatSumDataChangesNothing) {
     EXPECT_EQ(elems(s), (std::vector<float>{3.0f, 0.5f}));
     send_bytes(block(0, 7, 1.0f, 1.0f));
     send_bytes(block(1, 7, 1.0f, 2.0f));
+    forged(block(2, 7, 1.0f, 4.0f, 0, true), "a forged last contribution of the next round");
     s = send_bytes(block(2, 7, 1.0f, 4.0f));
     ASSERT_EQ(s.target, Reply::Target::kAllRanks);
     EXPECT_EQ(s.hdr.flags, wire::kFlagResult);
     EXPECT_EQ(elems(s), (std::vector<float>{3.0f, 7.0f}));
   }
-  EXPECT_EQ(engine_.job_counters(kJob)->bad_tag, 10u);
+  EXPECT_EQ(engine_.job_counters(kJob)->bad_tag, 16u);
 }
 
 // A tag the backend verified already (the DPDK loop checks a burst's at once) is taken only

@@ -311,7 +311,9 @@ TEST(SlotTableTest, ResetForgetsEveryRound) {
 
 // The engine's receive pass stores a float SUM DATA packet's words while it verifies the tag
 // (raw_words_for): only where nothing live is, so that a forged packet's words change nothing;
-// on_data(pkt, &stored) then gives what on_data(pkt) does.
+// the one that completes its round (raw_words_for's `completes`) it verifies in the datagram and
+// leaves there (StoredWords::in_datagram). on_data(pkt, &stored) then gives what on_data(pkt)
+// does.
 TEST(SlotTableTest, RawWordsForPointsOnlyWhereNothingLiveIs) {
   for (const bool defer : {false, true}) {
     SlotTableConfig cfg;
@@ -335,10 +337,15 @@ TEST(SlotTableTest, RawWordsForPointsOnlyWhereNothingLiveIs) {
       wire::PacketView pkt;
       EXPECT_EQ(wire::decode(b, &pkt), wire::DecodeError::kOk);
       const Verdict want = plain->on_data(pkt);
-      uint8_t* words = t->raw_words_for(h);
-      if (words == nullptr) return t->on_data(pkt);
-      std::memcpy(words, pkt.payload, pkt.payload_bytes);
+      bool completes = true;
+      uint8_t* words = t->raw_words_for(h, &completes);
+      if (words == nullptr) {
+        EXPECT_FALSE(completes);
+        return t->on_data(pkt);
+      }
       StoredWords stored;
+      stored.in_datagram = completes;
+      if (!completes) std::memcpy(words, pkt.payload, pkt.payload_bytes);
       stored.scanned = h.rank % 2 == 0;  // both ways: scanned by the pass, or by the table
       stored.scan = codec::scan(v.data(), v.size(), DType::kFloat32, ReduceOp::kSum);
       const Verdict got = t->on_data(pkt, &stored);
@@ -351,7 +358,22 @@ TEST(SlotTableTest, RawWordsForPointsOnlyWhereNothingLiveIs) {
     EXPECT_EQ(t->raw_words_for(f32(0, 7)), nullptr);  // even for a newer round (not yet taken)
     EXPECT_NE(t->raw_words_for(f32(1, 5)), nullptr);
     EXPECT_NE(t->raw_words_for(f32(1, 7)), nullptr);
+    bool completes = true;
+    EXPECT_NE(t->raw_words_for(f32(2, 5), &completes), nullptr);
+    EXPECT_FALSE(completes);  // rank 1 still to come
     EXPECT_EQ(feed_stored(f32(1, 5), {0.25f, 8.0f}), Verdict::kAdded);
+    // The last rank completes the round (not at a leaf, which keeps its words for the root);
+    // not a packet of another shape, round or a rank already in.
+    EXPECT_NE(t->raw_words_for(f32(2, 5), &completes), nullptr);
+    EXPECT_EQ(completes, !defer);
+    wire::Header other = f32(2, 5);
+    other.count = 1;
+    EXPECT_NE(t->raw_words_for(other, &completes), nullptr);
+    EXPECT_FALSE(completes);
+    EXPECT_NE(t->raw_words_for(f32(2, 7), &completes), nullptr);
+    EXPECT_FALSE(completes);
+    EXPECT_EQ(t->raw_words_for(f32(1, 5), &completes), nullptr);
+    EXPECT_FALSE(completes);
     EXPECT_EQ(feed_stored(f32(2, 5), {1.0f, std::numeric_limits<float>::infinity()}),
               Verdict::kCompleted);
     // Complete: its words went into the result, unless a leaf waits for the root's exponent.

@@ -183,8 +183,10 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
     CHECK(oa == oc, "%s: from_sum_int32", where);
   }
   // The fused float SUM completion (where the table has one), every format, 0..5 ranks whose
-  // blocks lie at an odd stride: against the portable loops it stands for (widen, quantize_f32
-  // adding rank by rank, dequantize_*), which is what the codec runs where a table has none.
+  // blocks lie at an odd stride but the last, which lies apart at an odd address (a round
+  // completed from its last datagram): against the portable loops it stands for (widen,
+  // quantize_f32 adding rank by rank, dequantize_*), which is what the codec runs where a table
+  // has none.
   if (k.quantize_sum != nullptr) {
     for (Format f : kFloats) {
       const size_t w = width(f);
@@ -196,6 +198,13 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
           if (n > 0) std::memcpy(data.data() + r * stride, block.data(), block.size());
         }
         const Placed in(data, off);
+        std::vector<const uint8_t*> src(ranks);
+        for (size_t r = 0; r < ranks; ++r) src[r] = in.p + r * stride;
+        std::vector<uint8_t> apart(n * w + 1);
+        if (ranks > 0 && n > 0) {
+          std::memcpy(apart.data() + 1, src[ranks - 1], n * w);
+          src[ranks - 1] = apart.data() + 1;
+        }
         for (int b : {60, 27}) {
           for (int e : {1, -3, 40, -149, 129, 60}) {
             std::snprintf(where, sizeof where, "%s %s n=%zu off=%zu ranks=%zu B=%d E=%d", k.name,
@@ -205,11 +214,11 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
             const float m = std::bit_cast<float>(
                 static_cast<uint32_t>(127 + std::clamp(e - b, -126, 127)) << 23);
             std::vector<uint8_t> a(n * w + 16, 0x5A), c(n * w + 16, 0x5A);
-            k.quantize_sum(f, in.p, stride, ranks, n, scale, limit, m, a.data() + off % 4);
+            k.quantize_sum(f, src.data(), ranks, n, scale, limit, m, false, a.data() + off % 4);
             std::vector<int64_t> q(n, 0);
             std::vector<float> x(n);
             for (size_t r = 0; r < ranks; ++r) {
-              const uint8_t* blk = in.p + r * stride;
+              const uint8_t* blk = src[r];
               if (f != Format::kF32) ref.widen(f, blk, n, x.data());
               ref.quantize_f32(f == Format::kF32 ? static_cast<const void*>(blk) : x.data(), n,
                                scale, limit, q.data(), true);
@@ -220,6 +229,14 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
               ref.dequantize_narrow(f, q.data(), n, m, c.data() + off % 4);
             }
             CHECK(a == c, "%s: quantize_sum", where);
+            if (k.quantize_sum_words != nullptr) {
+              // The same sums as words: Q's low 8 (float32) or 4 bytes, little-endian.
+              const size_t ww = f == Format::kF32 ? 8 : 4;
+              std::vector<uint8_t> wa(n * ww + 16, 0x5A), wc(n * ww + 16, 0x5A);
+              k.quantize_sum_words(f, src.data(), ranks, n, scale, limit, wa.data() + off % 4);
+              for (size_t i = 0; i < n; ++i) std::memcpy(wc.data() + off % 4 + i * ww, &q[i], ww);
+              CHECK(wa == wc, "%s: quantize_sum_words", where);
+            }
           }
         }
       }

@@ -466,16 +466,25 @@ TEST(Codec, QuantizeSumIsTheRankByRankLoop) {
         const size_t n = rng() % 1100;
         const uint32_t world = 1 + static_cast<uint32_t>(rng() % 9);
         const size_t stride = n * w + rng() % 40;
-        const bool tiny = rep % 10 == 0;  // float32: subnormals only
+        const bool tiny = rep % 10 == 0;   // float32: subnormals only
+        const bool finite = rep % 2 == 1;  // non-finite elements replaced by zeros
         std::vector<uint8_t> raw(world * stride + 1);
         int16_t own = kNoExponent;
+        bool any_nonfinite = false;
         for (uint32_t r = 0; r < world; ++r) {
           std::vector<uint8_t> blk = random_block(t, n, rng);
           if (tiny && t == DType::kFloat32) {
             for (size_t i = 0; i < n; ++i) blk[4 * i + 3] &= 0x80, blk[4 * i + 2] &= 0x7F;
           }
+          for (size_t i = 0; finite && i < n; ++i) {
+            if (scan(blk.data() + i * w, 1, t, ReduceOp::kSum).nonfinite) {
+              std::memset(blk.data() + i * w, 0, w);
+            }
+          }
           if (n > 0) std::memcpy(raw.data() + 1 + r * stride, blk.data(), blk.size());
-          own = max_exponent(own, scan(blk.data(), n, t, ReduceOp::kSum).exp);
+          const Scan sc = scan(blk.data(), n, t, ReduceOp::kSum);
+          own = max_exponent(own, sc.exp);
+          any_nonfinite = any_nonfinite || sc.nonfinite;
         }
         const int16_t base = own == kNoExponent ? int16_t{0} : own;
         for (const int16_t e : {own, static_cast<int16_t>(base - 1 - int(rng() % 70)),
@@ -487,8 +496,22 @@ TEST(Codec, QuantizeSumIsTheRankByRankLoop) {
           }
           std::vector<uint8_t> want(n * w + 3, 0x5A), got(n * w + 3, 0x5A);
           dequantize(q.data(), n, t, scale_exponent(t, e, world), want.data() + 3);
-          quantize_sum(raw.data() + 1, stride, world, n, t, e, world, got.data() + 3);
+          std::vector<const uint8_t*> src(world);
+          for (uint32_t r = 0; r < world; ++r) src[r] = raw.data() + 1 + r * stride;
+          quantize_sum(src.data(), world, n, t, e, world, got.data() + 3);
           ASSERT_EQ(got, want) << "n " << n << " world " << world << " exp " << e;
+          if (!any_nonfinite && e == own) {
+            // What the slot table's completion knows (bounded): the same bits.
+            std::fill(got.begin(), got.end(), uint8_t{0x5A});
+            quantize_sum(src.data(), world, n, t, e, world, got.data() + 3, true);
+            ASSERT_EQ(got, want) << "bounded: n " << n << " world " << world << " exp " << e;
+          }
+          // The sums as a tree leaf's PARTIAL words.
+          const size_t ww = wire::acc_bytes(t);
+          std::vector<uint8_t> want_w(n * ww + 3, 0x5A), got_w(n * ww + 3, 0x5A);
+          store_acc(q.data(), n, t, want_w.data() + 3);
+          quantize_sum_words(src.data(), world, n, t, e, world, got_w.data() + 3);
+          ASSERT_EQ(got_w, want_w) << "words: n " << n << " world " << world << " exp " << e;
         }
       }
     }

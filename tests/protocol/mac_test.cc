@@ -145,9 +145,21 @@ TEST(PacketMac, InTwoPartsEqualsTheMacOfTheConcatenation) {
     const std::span<const uint8_t> h(all.data(), head);
     const std::span<const uint8_t> b(body_buf.data() + off, body);
     for (MacPath p : available_paths()) {
-      ASSERT_EQ(packet_mac_parts(key, h, b, zero_word, p),
-                packet_mac(key, std::span<const uint8_t>(all.data(), n), zero_word, p))
+      const uint64_t want = packet_mac(key, std::span<const uint8_t>(all.data(), n), zero_word, p);
+      ASSERT_EQ(packet_mac_parts(key, h, b, zero_word, p), want)
           << mac_path_name(p) << " head " << head << " body " << body << " zero " << zero_word;
+      // packet_mac_parts_copy: the same MAC, the body copied exactly to a destination at another
+      // alignment, nothing written beside it.
+      const size_t dst_off = static_cast<size_t>(rng() % 64);
+      std::vector<uint8_t> out(64 + body + 64, 0xCC);
+      ASSERT_EQ(packet_mac_parts_copy(key, h, b, zero_word, out.data() + dst_off, p), want)
+          << mac_path_name(p) << " head " << head << " body " << body << " zero " << zero_word;
+      ASSERT_EQ(0, body == 0 ? 0 : std::memcmp(out.data() + dst_off, b.data(), body));
+      for (size_t i = 0; i < out.size(); ++i) {
+        if (i < dst_off || i >= dst_off + body) {
+          ASSERT_EQ(out[i], 0xCC) << i;
+        }
+      }
     }
   }
 }
@@ -161,6 +173,14 @@ TEST(PacketMac, WireSealInTwoPartsIsTheWholeDatagramsTag) {
   wire::seal_parts(head, std::span<const uint8_t>(d).subspan(wire::kHeaderSize), key);
   EXPECT_EQ(0, std::memcmp(head.data(), d.data(), wire::kHeaderSize));
   EXPECT_TRUE(wire::tag_ok(d, key));
+  // seal_copy: the datagram built in one buffer from a payload kept elsewhere.
+  std::vector<uint8_t> built(d.size());
+  std::memcpy(built.data(), d.data(), wire::kHeaderSize);
+  std::memset(built.data() + wire::kOffTag, 0xAB, wire::kTagSize);
+  wire::seal_copy(std::span<uint8_t>(built.data(), wire::kHeaderSize),
+                  std::span<const uint8_t>(d).subspan(wire::kHeaderSize),
+                  built.data() + wire::kHeaderSize, key);
+  EXPECT_EQ(built, d);
 }
 
 TEST(PacketMac, TheZeroedWordIsIgnoredAndEveryOtherByteCounts) {
@@ -294,13 +314,15 @@ constexpr uint8_t kGuard = 0xCC;
 constexpr size_t kGuardBytes = 64;
 
 // packet_mac_copy(path) of msg into dst at dst_off of a guarded buffer, checked against packet_mac
-// and a plain copy; with `codes`, the scanning variant. Returns a failure message, empty if none.
+// and a plain copy; with `codes`, the scanning variant, and packet_mac_scan (the same scan and
+// MAC without the copy). Returns a failure message, empty if none.
 std::string check_pass(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
                        size_t from, size_t dst_off, MacPath p, MagnitudeCodes* codes,
                        CopyDst dst_kind = CopyDst::kResident) {
   const size_t len = msg.size() - from;
   std::vector<uint8_t> out(kGuardBytes + 64 + len + kGuardBytes, kGuard);
   uint8_t* dst = out.data() + kGuardBytes + dst_off;
+  MagnitudeCodes scanned = codes != nullptr ? *codes : MagnitudeCodes{};
   const uint64_t got = codes == nullptr
                            ? packet_mac_copy(key, msg, zero_word, from, dst, p, dst_kind)
                            : packet_mac_copy(key, msg, zero_word, from, dst, codes, p);
@@ -309,6 +331,12 @@ std::string check_pass(const MacKey& key, std::span<const uint8_t> msg, size_t z
                       std::to_string(zero_word) + "), dst at +" + std::to_string(dst_off) +
                       (dst_kind == CopyDst::kStream ? " (stream)" : "") + ": ";
   if (got != packet_mac(key, msg, zero_word, p)) return where + "MAC differs";
+  if (codes != nullptr) {
+    if (packet_mac_scan(key, msg, zero_word, from, &scanned, p) != got)
+      return where + "packet_mac_scan's MAC differs";
+    if (scanned.top != codes->top || scanned.nonfinite != codes->nonfinite)
+      return where + "packet_mac_scan's scan differs";
+  }
   if (len > 0 && std::memcmp(dst, msg.data() + from, len) != 0) return where + "copy differs";
   for (size_t i = 0; i < out.size(); ++i) {
     const bool inside = i >= kGuardBytes + dst_off && i < kGuardBytes + dst_off + len;
@@ -460,11 +488,13 @@ TEST(ReceivePass, WireTagOkCopyIsTagOkPlusTheCopy) {
   std::fill(out.begin(), out.end(), 0);
   EXPECT_TRUE(wire::tag_ok_copy(d, key, out.data(), &codes));
   EXPECT_EQ(0, std::memcmp(out.data(), d.data() + wire::kHeaderSize, 1024));
+  EXPECT_TRUE(wire::tag_ok_scan(d, key, &codes));
   // Any flipped bit outside the tag field, another key, or a short datagram: false.
   for (size_t i : {size_t{0}, size_t{31}, size_t{40}, size_t{500}, size_t{1063}}) {
     d[i] ^= 0x10;
     EXPECT_FALSE(wire::tag_ok_copy(d, key, out.data())) << i;
     EXPECT_FALSE(wire::tag_ok_copy(d, key, out.data(), &codes)) << i;
+    EXPECT_FALSE(wire::tag_ok_scan(d, key, &codes)) << i;
     d[i] ^= 0x10;
   }
   EXPECT_FALSE(wire::tag_ok_copy(d, Key128{7, 9}, out.data()));

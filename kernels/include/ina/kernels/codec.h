@@ -9,6 +9,7 @@
 //   avx512    x86-64 with AVX-512 F/DQ/VL/BW: the avx2 table with the float32 quantizer and the
 //             dequantizers replaced (vcvtpd2qq and vcvtqq2ps convert int64 in one instruction),
 //             and the fused float SUM completion (quantize_sum)
+//   avx512bf16 the avx512 table with bfloat16's final rounding by vcvtneps2bf16 (AVX512-BF16)
 //   neon      arm64 (BlueField and other SmartNIC aggregators): the magnitude scan, the float32
 //             quantizer, int32 SUM and the float32/int32 keys; the rest portable (and no fused
 //             completion: the codec composes it of the loops)
@@ -53,14 +54,23 @@ struct CodecKernels {
   void (*add_int32)(const void* src, size_t n, int64_t* acc);
   void (*from_sum_int32)(const int64_t* acc, size_t n, void* dst);
   // A float SUM's completion in one pass: `ranks` blocks of n elements of float format f, block
-  // r at src + r * stride bytes; Q_i = the sum over the ranks of rint(clamp(x * scale, -limit,
-  // limit)) (quantize_f32's word of each widened element, added in int64 with wrap-around), and
-  // dst[i] = Q_i dequantized with m (dequantize_f32 for kF32, dequantize_narrow otherwise; m as
-  // they take it). The bits of widen + quantize_f32 + dequantize_* run rank by rank, without the
-  // accumulators in memory. Null where a table has no such loop (portable, neon): the caller
-  // composes those loops instead, which is also the reference the fused ones are held to.
-  void (*quantize_sum)(Format f, const void* src, size_t stride, size_t ranks, size_t n,
-                       double scale, double limit, float m, void* dst);
+  // r at src[r] (anywhere: the slot's storage, or the datagram that completed the round); Q_i = the
+  // sum over the ranks of rint(clamp(x * scale, -limit, limit)) (quantize_f32's word of each
+  // widened element, added in int64 with wrap-around), and dst[i] = Q_i dequantized with m
+  // (dequantize_f32 for kF32, dequantize_narrow otherwise; m as they take it). The bits of widen +
+  // quantize_f32 + dequantize_* run rank by rank, without the accumulators in memory. Null where a
+  // table has no such loop (portable, neon): the caller composes those loops instead, which is also
+  // the reference the fused ones are held to.
+  // `bounded`: the caller knows every x is finite and |x * scale| <= limit (the slot table's
+  // completion: E is the MAX of the ranks' own exponents and a non-finite block never gets here),
+  // so a loop may skip the non-finite mask and the clamp, which change nothing then.
+  void (*quantize_sum)(Format f, const uint8_t* const* src, size_t ranks, size_t n, double scale,
+                       double limit, float m, bool bounded, void* dst);
+  // The same sums Q_i as fixed-point words, no dequantizer (a tree leaf's PARTIAL words): Q_i
+  // little-endian in 8 bytes (kF32) or its low 4 bytes (the narrower formats), at dst + i * that
+  // width. Null where a table has none (the caller composes quantize_f32's rank by rank).
+  void (*quantize_sum_words)(Format f, const uint8_t* const* src, size_t ranks, size_t n,
+                             double scale, double limit, void* dst);
 };
 
 // The implementation in use (chosen at the first call: the best this CPU runs).
@@ -76,6 +86,7 @@ bool set_codec_kernels_for_testing(std::string_view name);
 const CodecKernels& portable_codec_kernels();
 const CodecKernels* avx2_codec_kernels();
 const CodecKernels* avx512_codec_kernels();
+const CodecKernels* avx512bf16_codec_kernels();
 const CodecKernels* neon_codec_kernels();
 
 }  // namespace ina::kernels

@@ -69,12 +69,18 @@ void quantize(const void* src, size_t n, DType t, int16_t exp, uint32_t world_si
 void dequantize(const int64_t* q, size_t n, DType t, int scale, void* dst);
 
 // A float SUM's completion: dst = dequantize(Q, n, t, scale_exponent(t, exp, world_size)) where
-// Q_i is the sum over `ranks` blocks (block r at src + r * stride bytes) of quantize's word, bit
+// Q_i is the sum over `ranks` blocks (block r at src[r]) of quantize's word, bit
 // for bit what quantize, quantize_add rank by rank and dequantize give; in one pass over the
 // ranks' words where the kernels have the fused loop (ina/kernels/codec.h: quantize_sum),
 // otherwise tile by tile through an L1-resident tile of accumulators.
-void quantize_sum(const void* src, size_t stride, size_t ranks, size_t n, DType t, int16_t exp,
-                  uint32_t world_size, void* dst);
+// `bounded`: every element is finite and exp is at least each block's own exponent (what the
+// slot table's completion guarantees), which lets the kernels skip steps that change nothing.
+void quantize_sum(const uint8_t* const* src, size_t ranks, size_t n, DType t, int16_t exp,
+                  uint32_t world_size, void* dst, bool bounded = false);
+// The same sums Q as fixed-point words (what store_acc writes of quantize and quantize_add rank
+// by rank, bit for bit): a tree leaf's PARTIAL words, in one pass where the kernels have it.
+void quantize_sum_words(const uint8_t* const* src, size_t ranks, size_t n, DType t, int16_t exp,
+                        uint32_t world_size, uint8_t* dst);
 
 // MIN/MAX. key = the element itself (int32) or the order-preserving int32 image of its float32
 // value (float types, widened exactly): -Inf < ... < -0 < +0 < ... < +Inf.

@@ -89,6 +89,14 @@ uint64_t packet_mac_parts(const MacKey& key, std::span<const uint8_t> head,
                           std::span<const uint8_t> body, size_t zero_word, MacPath path);
 uint64_t packet_mac_parts(const Key128& key, std::span<const uint8_t> head,
                           std::span<const uint8_t> body, size_t zero_word);
+// The same while body is copied to dst (body.size() bytes; no overlap), in one read of the body:
+// a sender that builds the datagram from a payload kept elsewhere (the aggregator's result, kept
+// in its slot for resends) seals it as it copies it.
+uint64_t packet_mac_parts_copy(const MacKey& key, std::span<const uint8_t> head,
+                               std::span<const uint8_t> body, size_t zero_word, uint8_t* dst,
+                               MacPath path);
+uint64_t packet_mac_parts_copy(const Key128& key, std::span<const uint8_t> head,
+                               std::span<const uint8_t> body, size_t zero_word, uint8_t* dst);
 
 // The receive pass: packet_mac(key, msg, zero_word) computed while msg[from, msg.size()) is copied
 // to dst (msg.size() - from bytes; dst must not overlap msg), in one read of the datagram: each
@@ -124,5 +132,11 @@ uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t
                          size_t from, uint8_t* dst, MagnitudeCodes* codes, MacPath path);
 uint64_t packet_mac_copy(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
                          size_t from, uint8_t* dst, MagnitudeCodes* codes);
+// The same without the copy: verify and scan in one pass, the bytes left where they are (the
+// aggregator's datagram that completes a round, whose words the completion reads from it).
+uint64_t packet_mac_scan(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, MagnitudeCodes* codes, MacPath path);
+uint64_t packet_mac_scan(const Key128& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, MagnitudeCodes* codes);
 
 }  // namespace ina

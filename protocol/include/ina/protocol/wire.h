@@ -242,6 +242,14 @@ inline void seal_parts(std::span<uint8_t> head, std::span<const uint8_t> body, c
   static_assert(kHeaderSize <= kMaxMacHead);
   put_u64(head.data() + kOffTag, packet_mac_parts(key, head, body, kOffTag / 8));
 }
+// seal_parts with the payload copied to `dst` (body.size() bytes) in the same pass: `head` and
+// dst then hold the sealed datagram's two parts (dst = head.data() + kHeaderSize builds it in one
+// buffer).
+inline void seal_copy(std::span<uint8_t> head, std::span<const uint8_t> body, uint8_t* dst,
+                      const Key128& key) {
+  static_assert(kHeaderSize <= kMaxMacHead);
+  put_u64(head.data() + kOffTag, packet_mac_parts_copy(key, head, body, kOffTag / 8, dst));
+}
 // Whether `datagram` carries the tag `key` gives it. False for anything shorter than a header.
 // The comparison is of the whole word (no early exit on a byte).
 inline bool tag_ok(std::span<const uint8_t> datagram, const Key128& key) {
@@ -264,6 +272,14 @@ inline bool tag_ok_copy(std::span<const uint8_t> datagram, const Key128& key, ui
                         MagnitudeCodes* codes) {
   if (datagram.size() < kHeaderSize) return false;
   return (packet_mac_copy(key, datagram, kOffTag / 8, kHeaderSize, dst, codes) ^
+          get_u64(datagram.data() + kOffTag)) == 0;
+}
+// tag_ok(datagram, key) with the payload's float32 magnitude codes scanned in the same pass (no
+// copy; `codes` updated whatever the tag, kept by the caller only when this returns true).
+inline bool tag_ok_scan(std::span<const uint8_t> datagram, const Key128& key,
+                        MagnitudeCodes* codes) {
+  if (datagram.size() < kHeaderSize) return false;
+  return (packet_mac_scan(key, datagram, kOffTag / 8, kHeaderSize, codes) ^
           get_u64(datagram.data() + kOffTag)) == 0;
 }
 
