@@ -253,9 +253,14 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
     bool ok;
     if (checked) {
       ok = true;
-      if (words != nullptr)  // the table scans them (stored.scanned stays false)
+      // The table scans the words (stored.scanned stays false): in the datagram where it
+      // completes the round (the completion reads them there), else where they are copied.
+      if (completes) {
+        stored.in_datagram = true;
+      } else if (words != nullptr) {
         std::memcpy(words, datagram.data() + wire::kHeaderSize,
                     datagram.size() - wire::kHeaderSize);
+      }
     } else if (words == nullptr) {
       ok = verify_tag(job.cfg, job.traffic, job.relay.get(), h, datagram);
     } else if (completes) {
