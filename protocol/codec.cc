@@ -183,6 +183,21 @@ void dequantize(const int64_t* q, size_t n, DType t, int scale, void* dst) {
   });
 }
 
+// The portable completion's step: elements [at, at + m) of every rank's words quantized and
+// summed into `tile`, stored from the first rank's (not added to zeros: no clearing pass).
+void sum_tile(const uint8_t* const* src, size_t ranks, size_t at, size_t m, DType t, int16_t exp,
+              uint32_t world_size, int64_t* tile) {
+  const size_t esize = dtype_size(t);
+  if (ranks == 0) std::fill_n(tile, m, int64_t{0});
+  for (size_t r = 0; r < ranks; ++r) {
+    if (r == 0) {
+      quantize(src[0] + at * esize, m, t, exp, world_size, tile);
+    } else {
+      quantize_add(src[r] + at * esize, m, t, exp, world_size, tile);
+    }
+  }
+}
+
 void quantize_sum(const uint8_t* const* src, size_t ranks, size_t n, DType t, int16_t exp,
                   uint32_t world_size, void* dst, bool bounded) {
   const int scale = scale_exponent(t, exp, world_size);
@@ -201,14 +216,7 @@ void quantize_sum(const uint8_t* const* src, size_t ranks, size_t n, DType t, in
   const size_t esize = dtype_size(t);
   for (size_t at = 0; at < n; at += kTile) {
     const size_t m = std::min(kTile, n - at);
-    if (ranks == 0) std::fill_n(tile, m, int64_t{0});
-    for (size_t r = 0; r < ranks; ++r) {
-      if (r == 0) {
-        quantize(src[0] + at * esize, m, t, exp, world_size, tile);
-      } else {
-        quantize_add(src[r] + at * esize, m, t, exp, world_size, tile);
-      }
-    }
+    sum_tile(src, ranks, at, m, t, exp, world_size, tile);
     dequantize(tile, m, t, scale, static_cast<uint8_t*>(dst) + at * esize);
   }
 }
@@ -230,17 +238,9 @@ void quantize_sum_words(const uint8_t* const* src, size_t ranks, size_t n, DType
   }
   constexpr size_t kTile = 512;
   alignas(64) int64_t tile[kTile];
-  const size_t esize = dtype_size(t);
   for (size_t at = 0; at < n; at += kTile) {
     const size_t m = std::min(kTile, n - at);
-    if (ranks == 0) std::fill_n(tile, m, int64_t{0});
-    for (size_t r = 0; r < ranks; ++r) {
-      if (r == 0) {
-        quantize(src[0] + at * esize, m, t, exp, world_size, tile);
-      } else {
-        quantize_add(src[r] + at * esize, m, t, exp, world_size, tile);
-      }
-    }
+    sum_tile(src, ranks, at, m, t, exp, world_size, tile);
     store_acc(tile, m, t, dst + at * width);
   }
 }

@@ -865,29 +865,32 @@ uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t
   return finish(key, polyval_of<true, false>(key, msg, zero_word, path, from, &o), msg.size());
 }
 
-uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
-                         size_t from, uint8_t* dst, MagnitudeCodes* codes, MacPath path) {
+namespace {
+// The pass that scans msg[from, n) as magnitude codes into `codes`, copying those bytes to dst
+// with kCopy.
+template <bool kCopy>
+uint64_t packet_mac_codes(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
+                          size_t from, uint8_t* dst, MagnitudeCodes* codes, MacPath path) {
   PassOut o;
   o.dst = dst;
   o.bad = codes->bad;
   o.top = codes->top;
   o.nonfinite = codes->nonfinite;
-  const Gf128 s = polyval_of<true, true>(key, msg, zero_word, path, from, &o);
+  const Gf128 s = polyval_of<kCopy, true>(key, msg, zero_word, path, from, &o);
   codes->top = o.top;
   codes->nonfinite = o.nonfinite;
   return finish(key, s, msg.size());
 }
+}  // namespace
+
+uint64_t packet_mac_copy(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
+                         size_t from, uint8_t* dst, MagnitudeCodes* codes, MacPath path) {
+  return packet_mac_codes<true>(key, msg, zero_word, from, dst, codes, path);
+}
 
 uint64_t packet_mac_scan(const MacKey& key, std::span<const uint8_t> msg, size_t zero_word,
                          size_t from, MagnitudeCodes* codes, MacPath path) {
-  PassOut o;
-  o.bad = codes->bad;
-  o.top = codes->top;
-  o.nonfinite = codes->nonfinite;
-  const Gf128 s = polyval_of<false, true>(key, msg, zero_word, path, from, &o);
-  codes->top = o.top;
-  codes->nonfinite = o.nonfinite;
-  return finish(key, s, msg.size());
+  return packet_mac_codes<false>(key, msg, zero_word, from, nullptr, codes, path);
 }
 
 namespace {

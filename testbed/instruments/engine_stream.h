@@ -195,6 +195,11 @@ struct ReceivePassNs {
   double separate_copy = 0, fused_copy = 0, separate_scan = 0, fused_scan = 0;
   double stream_copy = 0;  // fused_copy into a stream (CopyDst::kStream: prefetched stores)
 };
+// The median of the runs' figures (the upper one of an even count).
+inline double median_of(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
 inline double thread_cpu_s() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
@@ -244,11 +249,7 @@ inline ReceivePassNs receive_pass_ns(size_t bytes, size_t dst_span, uint32_t n =
   }
   volatile uint64_t keep = sink + dst[dst.size() / 2];
   (void)keep;
-  auto med = [](std::vector<double>& v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  return {med(ns[0]), med(ns[1]), med(ns[2]), med(ns[3]), med(ns[4])};
+  return {median_of(ns[0]), median_of(ns[1]), median_of(ns[2]), median_of(ns[3]), median_of(ns[4])};
 }
 
 // A DATA datagram sealed over its payload in place (the worker: the header's tag over the user's
@@ -286,11 +287,7 @@ inline SealWalkNs seal_walk_ns(size_t payload, size_t src_span, uint32_t n = 200
   }
   volatile uint64_t keep = sink;
   (void)keep;
-  auto med = [](std::vector<double>& v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
-  return {med(ns[0]), med(ns[1]), med(ns[2])};
+  return {median_of(ns[0]), median_of(ns[1]), median_of(ns[2])};
 }
 
 // SipHash-2-4 over the whole datagram: wire v3's tag, for comparison.
