@@ -14,7 +14,7 @@ Writes --out DIR: machine.txt (CPU, cores, load before and after, revision, comm
 results.csv (round,variant,ranks,bytes,time_us,wrong), summary.md (medians and ratios).
 
 options (the alltoall scenario's, or after `--` on testbed/run.py):
-       [-N 4,8] [-b 8] [-e 64M] [-f 4] [-n 20] [-w 5] [-B 256M] [--rounds 3] [--coll alltoall|alltoallv] [--zipf 1.2]
+       [-N 4,8] [-b 8] [-e 64M] [-f 4] [-n 200] [-w 5] [-B 256M] [--rounds 3] [--coll alltoall|alltoallv] [--zipf 1.2]
        [--variants ina,mpi] [--group G] [--build-dir build] [--base-bench PATH]
        [--timeout 300] --out DIR
 """
@@ -84,7 +84,11 @@ def main(argv):
     p.add_argument("-b", default="8")
     p.add_argument("-e", default="64M")
     p.add_argument("-f", type=float, default=4)
-    p.add_argument("-n", type=int, default=20)
+    # Calls per size and round (-B caps them at large sizes). 200, not 20: at 8-512 KiB per rank
+    # 20 calls last 1-4 ms, and one call that a scheduler hiccup stretches to 1-5 ms (4 or 8
+    # ranks on 2 cores) moved a point's mean 1.5-2x between runs, for every tool
+    # (testbed/results/alltoall-variance-20261206/).
+    p.add_argument("-n", type=int, default=200)
     p.add_argument("-w", type=int, default=5)
     p.add_argument("-B", default="256M")
     p.add_argument("--rounds", type=int, default=3)
