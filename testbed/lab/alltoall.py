@@ -87,7 +87,7 @@ def main(argv):
     # Calls per size and round (-B caps them at large sizes). 200, not 20: at 8-512 KiB per rank
     # 20 calls last 1-4 ms, and one call that a scheduler hiccup stretches to 1-5 ms (4 or 8
     # ranks on 2 cores) moved a point's mean 1.5-2x between runs, for every tool
-    # (testbed/results/alltoall-variance-20261206/).
+    # (testbed/results/alltoall-large-20261206/, "Run-to-run spread").
     p.add_argument("-n", type=int, default=200)
     p.add_argument("-w", type=int, default=5)
     p.add_argument("-B", default="256M")
