@@ -251,37 +251,27 @@ Reply Engine::on_packet(std::span<const uint8_t> datagram, uint64_t now_ns, int3
         (h.flags & (wire::kFlagHello | wire::kFlagResult | wire::kFlagError)) == 0 &&
         *tag_checked == job.traffic;
     bool ok;
+    // Where the packet completes its round its words stay in the datagram (the completion reads
+    // them there); any other float SUM DATA's are stored in the table by the verifying pass.
+    stored.in_datagram = completes;
     if (checked) {
-      ok = true;
-      // The table scans the words (stored.scanned stays false): in the datagram where it
-      // completes the round (the completion reads them there), else where they are copied.
-      if (completes) {
-        stored.in_datagram = true;
-      } else if (words != nullptr) {
+      ok = true;  // the table scans the words (stored.scanned stays false)
+      if (words != nullptr && !completes) {
         std::memcpy(words, datagram.data() + wire::kHeaderSize,
                     datagram.size() - wire::kHeaderSize);
       }
     } else if (words == nullptr) {
       ok = verify_tag(job.cfg, job.traffic, job.relay.get(), h, datagram);
-    } else if (completes) {
-      stored.in_datagram = true;
-      if (h.dtype == DType::kFloat32) {
-        MagnitudeCodes codes;
-        codes.bad = codec::nonfinite_code(h.dtype, h.op);
-        ok = wire::tag_ok_scan(datagram, job.traffic, &codes);
-        stored.scanned = true;
-        stored.scan = codec::scan_of_codes(h.dtype, codes.top, codes.nonfinite);
-      } else {
-        ok = wire::tag_ok(datagram, job.traffic);  // scanned in the datagram by on_data
-      }
     } else if (h.dtype == DType::kFloat32) {
       MagnitudeCodes codes;
       codes.bad = codec::nonfinite_code(h.dtype, h.op);
-      ok = wire::tag_ok_copy(datagram, job.traffic, words, &codes);
+      ok = completes ? wire::tag_ok_scan(datagram, job.traffic, &codes)
+                     : wire::tag_ok_copy(datagram, job.traffic, words, &codes);
       stored.scanned = true;
       stored.scan = codec::scan_of_codes(h.dtype, codes.top, codes.nonfinite);
-    } else {
-      ok = wire::tag_ok_copy(datagram, job.traffic, words);  // scanned where stored
+    } else {  // scanned by on_data, in the datagram or where stored
+      ok = completes ? wire::tag_ok(datagram, job.traffic)
+                     : wire::tag_ok_copy(datagram, job.traffic, words);
     }
     if (!ok) [[unlikely]] {
       counters_.bad_tag += one;
