@@ -286,9 +286,11 @@ class LinkSweep:
                               f"{dt} skipped ({why})", flush=True)
                     continue
                 self.topo = topo.Topology(n, 2, "bridge", link_rate=rate, mtu=self.a.mtu,
-                                          prefix=self.a.ns_prefix)
+                                          prefix=self.a.ns_prefix, tcp_cc=self.a.tcp_cc)
                 with self.topo:
                     t = self.topo
+                    print(f"# N={n}: {t.describe().splitlines()[0]}", flush=True)
+                    tables.write(f"== topology N={n}\n{t.describe().splitlines()[0]}\n\n")
                     # agg1 carries the DPDK aggregator: no kernel address on its eth0
                     t._ns(t.aggregators()[1].ns, "ip", "addr", "flush", "dev", "eth0")
                     ok, rows = t.rate_check()

@@ -574,6 +574,12 @@ def main(argv=None):
     ap.add_argument("--mtu", type=int, default=None,
                     help="--link-rate: every veth's MTU (default: the kernel's 1500; 9000 for "
                          "jumbo frames, which INA's blocks follow up to 8 KiB)")
+    ap.add_argument("--tcp-cc", default=None,
+                    help="--link-rate: the TCP congestion control of every namespace (default: "
+                         "the machine's; the run's tables.txt names the one in use). TCP peers "
+                         "differ under each: under bbr on tbf-shaped links a flow's estimate of "
+                         "its rate swings with the bucket's bursts and its pacing can hold a "
+                         "message's last bytes for milliseconds")
     ap.add_argument("-d", "--dtypes", type=parse_list("dtypes", str), default=None,
                     help="link-bound sweep: float32,bfloat16 (Gloo and Open MPI: float32 only)")
     ap.add_argument("--coll", default="allreduce", choices=["allreduce", "alltoall", "alltoallv"],
@@ -636,6 +642,8 @@ def main(argv=None):
             a.variants.remove("gloo")
             print("# gloo skipped: gloo::alltoallv is not in ina-gloo-bench (AllToAll only)")
         a.no_report = True  # the report's bounds are AllReduce's
+    if a.tcp_cc and not a.link_rate:
+        ap.error("--tcp-cc: with --link-rate (the namespaces' congestion control)")
     if a.link_rate and any(x > 0 for x in a.loss):
         ap.error("--loss: the link-bound sweep (--link-rate) runs without loss")
     if any(not 0 <= x <= 100 for x in a.loss):

@@ -106,11 +106,14 @@ class Topology:
     round-robin over `leaves` leaf bridges, each joined to one spine bridge)."""
 
     def __init__(self, workers, aggregators=1, kind="bridge", leaves=2, run_id=None,
-                 link_rate=None, prefix="inatb", mtu=None):
+                 link_rate=None, prefix="inatb", mtu=None, tcp_cc=None):
         """link_rate: bits/s of tbf on both ends of every worker link and on every leaf-spine
         link (None: unshaped); the aggregators' links stay unshaped (the aggregator plays the
         switch). prefix: the first part of every namespace's name. mtu: every veth's MTU (None:
-        the kernel's 1500; 9000 for jumbo frames, as data-centre networks carry)."""
+        the kernel's 1500; 9000 for jumbo frames, as data-centre networks carry). tcp_cc: the
+        TCP congestion control of every namespace (None: the machine's default, which a new
+        namespace inherits); TCP peers (the host mesh, Gloo, Open MPI) behave differently under
+        each, so the run records the one in use (describe())."""
         if mtu is not None and not 68 <= mtu <= 65535:
             raise ValueError(f"mtu {mtu}: must be in 68..65535")
         self.mtu = mtu
@@ -124,6 +127,9 @@ class Topology:
         self.prefix = f"{prefix}-{self.run_id}"
         self.kind, self.leaves = kind, leaves
         self.link_rate = link_rate
+        self.tcp_cc = tcp_cc
+        self.tcp_cc_in_use = None
+        self._allowed_cc = None  # the machine's allowed list, where up() had to widen it
         self.switch_ns = f"{self.prefix}-sw"
         self.hosts = []
         for i in range(workers):
@@ -154,10 +160,38 @@ class Topology:
         _run(["ip", "netns", "add", ns])
         self.namespaces.append(ns)
         self._ns(ns, "ip", "link", "set", "lo", "up")
+        if self.tcp_cc:
+            self._ns(ns, "sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={self.tcp_cc}")
+        self.tcp_cc_in_use = self._ns(ns, "sysctl", "-n", "net.ipv4.tcp_congestion_control",
+                                      check=False).stdout.strip() or None
+
+    def _allow_cc(self):
+        """A namespace other than the first may take as its default only a congestion control
+        in net.ipv4.tcp_allowed_congestion_control: adds tcp_cc to that list for the run (down()
+        restores it)."""
+        key = "net.ipv4.tcp_allowed_congestion_control"
+        r = subprocess.run(["sysctl", "-n", "net.ipv4.tcp_available_congestion_control"],
+                           capture_output=True, text=True)
+        if self.tcp_cc not in r.stdout.split():
+            modprobe = shutil.which("modprobe") or "/usr/sbin/modprobe"
+            if os.access(modprobe, os.X_OK):
+                subprocess.run([modprobe, f"tcp_{self.tcp_cc}"], capture_output=True)
+            r = subprocess.run(["sysctl", "-n", "net.ipv4.tcp_available_congestion_control"],
+                               capture_output=True, text=True)
+            if self.tcp_cc not in r.stdout.split():
+                raise RuntimeError(f"tcp_cc {self.tcp_cc!r}: not available here "
+                                   f"({r.stdout.strip()})")
+        allowed = subprocess.run(["sysctl", "-n", key], capture_output=True,
+                                 text=True).stdout.split()
+        if self.tcp_cc not in allowed:
+            self._allowed_cc = " ".join(allowed)
+            _run(["sysctl", "-q", "-w", f"{key}={' '.join(allowed + [self.tcp_cc])}"])
 
     def up(self):
         atexit.register(self.down)
         try:
+            if self.tcp_cc:
+                self._allow_cc()
             self._add_ns(self.switch_ns)
             sw = self.switch_ns
             if self.kind == "bridge":
@@ -241,6 +275,11 @@ class Topology:
                     pass
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
         self.namespaces = []
+        if self._allowed_cc is not None:
+            subprocess.run(["sysctl", "-q", "-w",
+                            f"net.ipv4.tcp_allowed_congestion_control={self._allowed_cc}"],
+                           capture_output=True)
+            self._allowed_cc = None
 
     def __enter__(self):
         return self.up()
@@ -319,7 +358,8 @@ class Topology:
         lines = [f"topology {self.kind} run {self.run_id}: switch namespace {self.switch_ns}" +
                  (f", worker links shaped to {linkbound.rate_name(self.link_rate)} (tbf burst "
                   f"{linkbound.TBF_BURST} limit {linkbound.TBF_LIMIT}, both ends)"
-                  if self.link_rate else "")]
+                  if self.link_rate else "") +
+                 (f", TCP congestion control {self.tcp_cc_in_use}" if self.tcp_cc_in_use else "")]
         for h in self.hosts:
             leaf = self.leaf_of(h)
             lines.append(f"  {h.name:6s} {h.ns:24s} {h.ip:12s}" +

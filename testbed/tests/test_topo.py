@@ -52,6 +52,36 @@ class TopologyTeardown(unittest.TestCase):
             self.assertNotIn(topo.NFT_TABLE, nft.stdout)
         self.assert_clean(before, t.run_id)
 
+    def test_tcp_congestion_control(self):
+        def sysctl(key, ns=None):
+            argv = ["sysctl", "-n", key]
+            if ns:
+                argv = ["ip", "netns", "exec", ns] + argv
+            return subprocess.run(argv, capture_output=True, text=True).stdout.split()
+        available = sysctl("net.ipv4.tcp_available_congestion_control")
+        allowed = sysctl("net.ipv4.tcp_allowed_congestion_control")
+        machine = sysctl("net.ipv4.tcp_congestion_control")[0]
+        # one the machine does not use by default, restricted where possible (the topology must
+        # then widen the allowed list for the run and put it back)
+        others = [c for c in available if c != machine]
+        if not others:
+            self.skipTest(f"one congestion control only here ({machine})")
+        cc = next((c for c in others if c not in allowed), others[0])
+        before = snapshot()
+        t = topo.Topology(2, 1, tcp_cc=cc)
+        with t:
+            for h in t.hosts:
+                self.assertEqual(sysctl("net.ipv4.tcp_congestion_control", h.ns), [cc])
+            self.assertEqual(t.tcp_cc_in_use, cc)
+            self.assertIn(f"TCP congestion control {cc}", t.describe())
+        self.assertEqual(sysctl("net.ipv4.tcp_allowed_congestion_control"), allowed)
+        self.assertEqual(sysctl("net.ipv4.tcp_congestion_control"), [machine])
+        self.assert_clean(before, t.run_id)
+        with self.assertRaises(RuntimeError):
+            with topo.Topology(1, 0, tcp_cc="no-such-cc"):
+                pass
+        self.assertEqual(sysctl("net.ipv4.tcp_allowed_congestion_control"), allowed)
+
     def test_leafspine_and_exception(self):
         before = snapshot()
         t = topo.Topology(4, 2, "leafspine", leaves=2)
