@@ -83,6 +83,8 @@ Result<std::unique_ptr<addrinfo, AddrInfoDeleter>> resolve(const std::string& ho
 
 }  // namespace
 
+void flush_tcp(int fd) { (void)set_nodelay(fd); }
+
 bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b) {
   if (a.ss_family != b.ss_family) return false;
   if (a.ss_family == AF_INET) {

@@ -49,6 +49,12 @@ bool same_endpoint(const sockaddr_storage& a, const sockaddr_storage& b);
 bool is_self_connect(int fd);
 
 Status set_nonblocking(int fd);
+// Sends now whatever the kernel holds back of what was written (TCP_NODELAY set again: tcp(7)
+// "forces an explicit flush of pending output"). Linux's autocorking keeps a write's last,
+// partial segment while an earlier one of the socket still waits in a queue below TCP (a qdisc,
+// the NIC's ring); when the link is the bottleneck that queue is long and the tail waits for it
+// to drain. Best effort: a failure only leaves the tail to the kernel.
+void flush_tcp(int fd);
 // Writes/reads exactly n bytes on a non-blocking socket, polling until `deadline`. `what` names
 // the peer in errors ("store server", "rank 3").
 Status send_all(int fd, const void* buf, size_t n, Clock::time_point deadline,
