@@ -575,11 +575,10 @@ def main(argv=None):
                     help="--link-rate: every veth's MTU (default: the kernel's 1500; 9000 for "
                          "jumbo frames, which INA's blocks follow up to 8 KiB)")
     ap.add_argument("--tcp-cc", default=None,
-                    help="--link-rate: the TCP congestion control of every namespace (default: "
-                         "the machine's; the run's tables.txt names the one in use). TCP peers "
-                         "differ under each: under bbr on tbf-shaped links a flow's estimate of "
-                         "its rate swings with the bucket's bursts and its pacing can hold a "
-                         "message's last bytes for milliseconds")
+                    help="--link-rate: the TCP congestion control of every namespace, e.g. "
+                         "cubic (default: the machine's, which new namespaces inherit; the run's "
+                         "tables.txt names the one in use). TCP peers differ under each: under "
+                         "bbr tbf's bursts swing the flows' rate estimates")
     ap.add_argument("-d", "--dtypes", type=parse_list("dtypes", str), default=None,
                     help="link-bound sweep: float32,bfloat16 (Gloo and Open MPI: float32 only)")
     ap.add_argument("--coll", default="allreduce", choices=["allreduce", "alltoall", "alltoallv"],
