@@ -270,6 +270,13 @@ void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
   kernels::codec_kernels().from_sum_int32(acc, n, dst);
 }
 
+void fold_int32(const void* src, size_t n, ReduceOp op, int32_t* acc) {
+  const auto fold = op == ReduceOp::kSum   ? kernels::WordFold::kAdd
+                    : op == ReduceOp::kMax ? kernels::WordFold::kMax
+                                           : kernels::WordFold::kMin;
+  kernels::codec_kernels().fold_int32(fold, src, n, acc);
+}
+
 void fill_nan(void* dst, size_t n, DType t) {
   dispatch(t, [&]<class E>(E) {
     for (size_t i = 0; i < n; ++i) store<E>(dst, i, E::kNaN);

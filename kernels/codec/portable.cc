@@ -86,11 +86,32 @@ void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
   for (size_t i = 0; i < n; ++i) store<F32>(dst, i, static_cast<uint32_t>(acc[i]));
 }
 
+void fold_int32(WordFold op, const void* src, size_t n, int32_t* acc) {
+  switch (op) {
+    case WordFold::kAdd:
+      for (size_t i = 0; i < n; ++i) {
+        acc[i] = static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + load<F32>(src, i));
+      }
+      return;
+    case WordFold::kMin:
+      for (size_t i = 0; i < n; ++i) {
+        acc[i] = std::min(acc[i], static_cast<int32_t>(load<F32>(src, i)));
+      }
+      return;
+    case WordFold::kMax:
+      for (size_t i = 0; i < n; ++i) {
+        acc[i] = std::max(acc[i], static_cast<int32_t>(load<F32>(src, i)));
+      }
+      return;
+  }
+}
+
 constexpr CodecKernels kPortable{
     "portable", scan_codes,     quantize_f32,      widen,     keys,
     from_keys,  dequantize_f32, dequantize_narrow, add_int32, from_sum_int32,
     nullptr,  // quantize_sum: the codec composes the loops above (its tile loop)
     nullptr,  // quantize_sum_words: likewise
+    fold_int32,
 };
 
 }  // namespace

@@ -340,6 +340,40 @@ void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
   from_sum_int32_avx2(acc, n, static_cast<uint8_t*>(dst));
 }
 
+// int32 SUM (wrapping) and MIN/MAX in int32: sixteen elements a step in two vectors.
+template <WordFold kOp>
+[[gnu::target("avx2")]] __m256i fold8(__m256i a, __m256i x) {
+  if constexpr (kOp == WordFold::kAdd) return _mm256_add_epi32(a, x);
+  if constexpr (kOp == WordFold::kMin) return _mm256_min_epi32(a, x);
+  return _mm256_max_epi32(a, x);
+}
+template <WordFold kOp>
+[[gnu::target("avx2")]] void fold_int32_avx2(const uint8_t* src, size_t n, int32_t* acc) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    auto* a = reinterpret_cast<__m256i*>(acc + i);
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 4 * i));
+    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 4 * i + 32));
+    _mm256_storeu_si256(a, fold8<kOp>(_mm256_loadu_si256(a), x0));
+    _mm256_storeu_si256(a + 1, fold8<kOp>(_mm256_loadu_si256(a + 1), x1));
+  }
+  for (; i + 8 <= n; i += 8) {
+    auto* a = reinterpret_cast<__m256i*>(acc + i);
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 4 * i));
+    _mm256_storeu_si256(a, fold8<kOp>(_mm256_loadu_si256(a), x));
+  }
+  if (i < n) portable_codec_kernels().fold_int32(kOp, src + 4 * i, n - i, acc + i);
+}
+
+void fold_int32(WordFold op, const void* src, size_t n, int32_t* acc) {
+  const auto* p = static_cast<const uint8_t*>(src);
+  switch (op) {
+    case WordFold::kAdd: fold_int32_avx2<WordFold::kAdd>(p, n, acc); return;
+    case WordFold::kMin: fold_int32_avx2<WordFold::kMin>(p, n, acc); return;
+    case WordFold::kMax: fold_int32_avx2<WordFold::kMax>(p, n, acc); return;
+  }
+}
+
 // The float SUM's completion (quantize_sum): a tile of up to 256 elements at a time, eight at a
 // time summed over every rank in registers, then the tile's sums converted by the dequantizers
 // above (float32: the portable loop, AVX2 having no int64 -> float conversion). Each rank's word
@@ -512,6 +546,7 @@ const CodecKernels& avx2_table() {
       from_sum_int32,
       quantize_sum,
       nullptr,  // quantize_sum_words: the codec composes quantize_f32's
+      fold_int32,
   };
   return t;
 }

@@ -181,6 +181,30 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
     k.from_sum_int32(a.data(), n, oa.data() + off % 4);
     ref.from_sum_int32(a.data(), n, oc.data() + off % 4);
     CHECK(oa == oc, "%s: from_sum_int32", where);
+    // int32 SUM (wrapping) and MIN/MAX in int32, into random accumulators at two alignments,
+    // and against the low words of the int64 loops they stand for.
+    for (WordFold op : {WordFold::kAdd, WordFold::kMin, WordFold::kMax}) {
+      for (size_t s : {size_t{0}, size_t{1}}) {
+        std::vector<int32_t> wa(n + 8), wc(n + 8);
+        std::vector<int64_t> wide(n + 8);
+        for (size_t i = 0; i < n + 8; ++i) {
+          wa[i] = wc[i] = static_cast<int32_t>(rng());
+          wide[i] = wa[i];
+        }
+        k.fold_int32(op, in.p, n, wa.data() + s);
+        ref.fold_int32(op, in.p, n, wc.data() + s);
+        CHECK(wa == wc, "%s: fold_int32 op %d acc+%zu", where, static_cast<int>(op), s);
+        if (op == WordFold::kAdd) {
+          ref.add_int32(in.p, n, wide.data() + s);
+        } else {
+          ref.keys(Format::kI32, op == WordFold::kMin ? KeyFold::kMin : KeyFold::kMax, in.p, n,
+                   wide.data() + s);
+        }
+        bool low = true;
+        for (size_t i = 0; i < n + 8; ++i) low = low && wc[i] == static_cast<int32_t>(wide[i]);
+        CHECK(low, "%s: fold_int32 op %d against the int64 loops", where, static_cast<int>(op));
+      }
+    }
   }
   // The fused float SUM completion (where the table has one), every format, 0..5 ranks whose
   // blocks lie at an odd stride but the last, which lies apart at an odd address (a round

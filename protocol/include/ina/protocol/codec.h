@@ -93,6 +93,10 @@ void from_keys(const int64_t* key, size_t n, DType t, void* dst);
 // int32 SUM: acc[i] += x_i (the result wraps modulo 2^32 when narrowed, from_sum_int32).
 void add_int32(const void* src, size_t n, int64_t* acc);
 void from_sum_int32(const int64_t* acc, size_t n, void* dst);
+// int32 SUM and MIN/MAX in int32 (what the slot table keeps: the result is the accumulator):
+// acc[i] = acc[i] + x_i modulo 2^32 (op SUM), or the MIN/MAX of the two; bit for bit the words
+// from_sum_int32 and from_keys give of the int64 accumulators. acc 4-byte aligned.
+void fold_int32(const void* src, size_t n, ReduceOp op, int32_t* acc);
 
 // n quiet NaNs of float type t.
 void fill_nan(void* dst, size_t n, DType t);
