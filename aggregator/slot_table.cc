@@ -1,6 +1,7 @@
 // The slot table: see slot_table.h for the round semantics.
 //
-// Layout: copy k (k = copy_index(slot, shadow)) owns acc_[k * max_elems_, +max_elems_),
+// Layout: copy k (k = copy_index(slot, shadow)) owns acc_[k * max_elems_, +max_elems_) (float
+// MIN/MAX keys, PARTIAL words; an int32 round reduces in its result's words instead),
 // result_[k * max_payload_bytes, +max_payload_bytes), raw_[k * world * max_payload_bytes, +world *
 // max_payload_bytes) (rank r's words at r * max_payload_bytes) and bitmaps_[k * bitmap_words_,
 // +bitmap_words_). Everything is allocated once in create(); on_data() touches only the one copy
@@ -145,11 +146,8 @@ void SlotTable::finish(size_t k, const uint8_t* last, uint32_t last_rank) {
   }
   switch (c.mode) {
     case CopyMode::kReduce:
-      if (c.op == ReduceOp::kSum) {
-        codec::from_sum_int32(acc, c.count, out);
-      } else {
-        codec::from_keys(acc, c.count, c.dtype, out);
-      }
+      // int32 reduces in the result itself (on_data); the float MIN/MAX keys are converted.
+      if (is_float) codec::from_keys(acc, c.count, c.dtype, out);
       return;
     case CopyMode::kRaw: {
       if (cfg_.defer_float_sum) return;
@@ -254,6 +252,7 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
     return h.has(wire::kFlagRetransmit) ? Verdict::kReportMissing : Verdict::kDuplicate;
   }
 
+  bool first_int32 = false;  // the first contribution of an int32 round: stored as it is
   if (c.contributors == 0 && c.mode != CopyMode::kPartial) {
     // Words without the exponent round before them: a broken or confused leaf.
     if (mode == CopyMode::kPartial) return Verdict::kMismatch;
@@ -266,7 +265,11 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
     c.root = h.root;
     c.mode = mode;
     c.exp = kNoExponent;
-    if (mode == CopyMode::kReduce) {
+    if (mode == CopyMode::kReduce && h.dtype == DType::kInt32) {
+      // int32 reduces in int32, in the result itself: the first contribution is stored, the
+      // others added modulo 2^32 or folded (on_data below); no accumulators, no final pass.
+      first_int32 = true;
+    } else if (mode == CopyMode::kReduce) {
       const int64_t init = h.op == ReduceOp::kMin   ? INT64_MAX
                            : h.op == ReduceOp::kMax ? INT64_MIN
                                                     : 0;
@@ -292,14 +295,19 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
   const uint8_t* last_words = nullptr;  // kRaw: the completing words, left in the datagram
   switch (mode) {
     case CopyMode::kReduce:
-      if (c.dtype != DType::kInt32) {
-        c.nonfinite = c.nonfinite || codec::scan(src, h.count, c.dtype, c.op).nonfinite;
+      if (c.dtype == DType::kInt32) {
+        // SUM wraps modulo 2^32 and MIN/MAX are exact in int32 (QUANTIZATION.md): the result's
+        // words are the accumulators.
+        auto* out = reinterpret_cast<int32_t*>(result_.data() + k * cfg_.max_payload_bytes);
+        if (first_int32) {
+          if (h.count > 0) std::memcpy(out, src, size_t{h.count} * 4);
+        } else {
+          codec::fold_int32(src, h.count, c.op, out);
+        }
+        break;
       }
-      if (c.op == ReduceOp::kSum) {
-        codec::add_int32(src, h.count, acc);
-      } else {
-        codec::keys_minmax(src, h.count, c.dtype, c.op, acc);
-      }
+      c.nonfinite = c.nonfinite || codec::scan(src, h.count, c.dtype, c.op).nonfinite;
+      codec::keys_minmax(src, h.count, c.dtype, c.op, acc);
       break;
     case CopyMode::kRaw: {
       uint8_t* words = raw_.data() + (k * cfg_.world_size + h.rank) * cfg_.max_payload_bytes;

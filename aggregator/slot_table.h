@@ -24,7 +24,9 @@
 //     DATA for it is answered with kAborted, so that a rank arriving late fails as the others
 //     did instead of completing what they abandoned.
 // How a round reduces (wire v2, protocol/QUANTIZATION.md): int32 SUM and MIN/MAX as the
-// contributions arrive, in an int64 accumulator per element (MIN/MAX of floats through the
+// contributions arrive, in int32 in the result's own words (SUM wraps modulo 2^32 by definition,
+// MIN/MAX are exact: no wider accumulator, no final pass), MIN/MAX of floats too, in an int64
+// accumulator per element (through the
 // codec's order-preserving keys); a float SUM keeps every rank's raw words and block exponent and,
 // when the round completes, quantizes them all with E = MAX, adds them in integers and converts
 // the sum to the user's type once (codec.h). The result is kept in the user's width for RESULT.
@@ -235,7 +237,7 @@ class SlotTable {
     };
     std::unique_ptr<T, Free> p_;
   };
-  ZeroedArray<int64_t> acc_;                // accumulators, max_elems_ per copy
+  ZeroedArray<int64_t> acc_;                // accumulators, max_elems_ per copy (not int32)
   ZeroedArray<uint8_t> result_;             // max_payload_bytes per copy
   ZeroedArray<uint8_t> raw_;                // float SUM: world_size * max_payload_bytes per copy
   std::vector<uint64_t> bitmaps_;           // bitmap_words_ per copy

@@ -118,6 +118,50 @@ TEST(SlotTableTest, SumWrapsModulo2To32) {
   EXPECT_EQ(data_of(t->copy(0, false)), (std::vector<int32_t>{kMin, kMax, kMax}));
 }
 
+// int32 reduces in int32, in the result's own words: SUM wraps modulo 2^32 at the accumulator
+// (INT32_MAX + 1 is INT32_MIN, four INT32_MIN are 0), MIN/MAX keep the extreme values, at every
+// length through the vector loops and their tails; and a copy's next round starts from its first
+// contribution, not from the previous round's result in the same words.
+TEST(SlotTableTest, Int32ReducesInItsOwnWordsAtEveryLength) {
+  constexpr int32_t kMax = std::numeric_limits<int32_t>::max();
+  constexpr int32_t kMin = std::numeric_limits<int32_t>::min();
+  for (uint16_t n = 1; n <= 45; ++n) {
+    SCOPED_TRACE(n);
+    auto t = make_table(4, 2, 64);
+    const auto round = [&](BlockSeq seq, ReduceOp op, const std::vector<std::vector<int32_t>>& in) {
+      for (uint16_t r = 0; r < 4; ++r) {
+        wire::Header h = data_header(1, 0, r, 1, false, seq, n);
+        h.op = op;
+        EXPECT_EQ(feed(*t, h, in[r]), r == 3 ? Verdict::kCompleted : Verdict::kAdded);
+      }
+      return data_of(t->copy(1, false));
+    };
+    const std::vector<int32_t> max(n, kMax), min(n, kMin), one(n, 1), zero(n, 0), minus(n, -1);
+    // INT32_MAX + 1 (+ 0 + 0) wraps to INT32_MIN; 4 x INT32_MIN to 0; 4 x INT32_MAX to -4.
+    EXPECT_EQ(round(1, ReduceOp::kSum, {max, one, zero, zero}), min);
+    EXPECT_EQ(round(3, ReduceOp::kSum, {min, min, min, min}), zero);
+    EXPECT_EQ(round(5, ReduceOp::kSum, {max, max, max, max}), std::vector<int32_t>(n, -4));
+    EXPECT_EQ(round(7, ReduceOp::kSum, {min, minus, one, zero}), min);
+    // MIN/MAX at the edges, the extreme value from any rank, element by element.
+    std::vector<int32_t> mixed(n), mixed2(n);
+    for (uint16_t i = 0; i < n; ++i) {
+      mixed[i] = i % 2 == 0 ? kMin : kMax;
+      mixed2[i] = i % 3 == 0 ? kMax : -1;
+    }
+    std::vector<int32_t> want_min(n), want_max(n);
+    for (uint16_t i = 0; i < n; ++i) {
+      want_min[i] = std::min({mixed[i], mixed2[i], 0});
+      want_max[i] = std::max({mixed[i], mixed2[i], 0});
+    }
+    EXPECT_EQ(round(9, ReduceOp::kMin, {zero, mixed, mixed2, zero}), want_min);
+    EXPECT_EQ(round(11, ReduceOp::kMax, {mixed2, zero, zero, mixed}), want_max);
+    EXPECT_EQ(round(13, ReduceOp::kMin, {max, max, max, max}), max);
+    EXPECT_EQ(round(15, ReduceOp::kMax, {min, min, min, min}), min);
+    // The previous round's INT32_MIN words are not folded into this MAX of -1s.
+    EXPECT_EQ(round(17, ReduceOp::kMax, {minus, minus, minus, minus}), minus);
+  }
+}
+
 TEST(SlotTableTest, MinAndMaxAreSigned) {
   for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
     auto t = make_table(3);
