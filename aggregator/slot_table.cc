@@ -164,9 +164,24 @@ void SlotTable::finish(size_t k, const uint8_t* last, uint32_t last_rank) {
       return;
     }
     case CopyMode::kExp: c.answer_exp = c.exp; return;
-    case CopyMode::kPartial:
-      codec::dequantize(acc, c.count, c.dtype, c.exp == kNoExponent ? codec::kNoScale : c.exp, out);
+    case CopyMode::kPartial: {
+      const int scale = c.exp == kNoExponent ? codec::kNoScale : c.exp;
+      if (c.dtype == DType::kFloat32) {
+        codec::dequantize(acc, c.count, c.dtype, scale, out);
+        return;
+      }
+      // The narrower types' int32 sums (on_data), sign-extended a tile at a time for the
+      // dequantizer (an L1-resident tile: no second array).
+      const auto* sum = reinterpret_cast<const int32_t*>(acc);
+      constexpr size_t kTile = 256;
+      alignas(64) int64_t tile[kTile];
+      for (size_t at = 0; at < c.count; at += kTile) {
+        const size_t m = std::min<size_t>(kTile, c.count - at);
+        std::copy_n(sum + at, m, tile);
+        codec::dequantize(tile, m, c.dtype, scale, out + at * dtype_size(c.dtype));
+      }
       return;
+    }
   }
 }
 
@@ -275,8 +290,11 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
                                                     : 0;
       std::fill_n(acc, h.count, init);
     }
-  } else if (mode == CopyMode::kPartial && (mode != c.mode || h.exp != c.exp)) {
-    return Verdict::kMismatch;  // a leaf's words that do not fit the round: a broken leaf
+  } else if (mode == CopyMode::kPartial &&
+             (mode != c.mode || h.exp != c.exp || h.dtype != c.dtype || h.count != c.count)) {
+    // A leaf's words that do not fit the round (another exponent, or words of another width or
+    // number than on_data reads below): a broken leaf.
+    return Verdict::kMismatch;
   } else if (!same_shape(c, h) || mode != c.mode) {
     // The ranks called the collective with different arguments: the round is poisoned. It
     // collects which rank sent which shape until every rank is in, then tells each of them the
@@ -332,7 +350,15 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
       break;
     }
     case CopyMode::kExp: c.exp = codec::max_exponent(c.exp, h.exp); break;
-    case CopyMode::kPartial: codec::add_acc(src, h.count, c.dtype, acc); break;
+    case CopyMode::kPartial:
+      if (c.dtype == DType::kFloat32) {
+        codec::add_acc(src, h.count, c.dtype, acc);
+      } else {
+        // The narrower types' words are int32 and so are their sums: B = 30 - ceil(log2 N) keeps
+        // any sum over the N ranks within 2^30 (QUANTIZATION.md), so int32 never wraps here.
+        codec::fold_int32(src, h.count, ReduceOp::kSum, reinterpret_cast<int32_t*>(acc));
+      }
+      break;
   }
   word |= bit;
   c.nonfinite = c.nonfinite || h.has(wire::kFlagNonFinite);

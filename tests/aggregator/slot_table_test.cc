@@ -710,5 +710,41 @@ TEST(SlotTableTree, LeavesAndRootGiveTheFlatBits) {
   }
 }
 
+// A root reads a leaf's PARTIAL words at the width and number of its round (int32 words for the
+// 16-bit types, added in int32): words of another type or count are a broken leaf's, refused
+// without being read.
+TEST(SlotTableTree, RootRefusesWordsOfAnotherWidthOrCount) {
+  SlotTableConfig rc;
+  rc.world_size = 2;
+  rc.num_slots = 1;
+  auto root = std::move(SlotTable::create(rc)).value();
+  auto partial = [&](uint16_t leaf, DType t, uint16_t count, int16_t exp,
+                     const std::vector<uint8_t>& words) {
+    wire::Header h = data_header(1, 0, leaf, 0, false, 3, count);
+    h.dtype = t;
+    h.flags = wire::kFlagPartial;
+    h.exp = exp;
+    return feed_bytes(*root, packet(h, words));
+  };
+  EXPECT_EQ(partial(0, DType::kBFloat16, 0, 4, {}), Verdict::kAdded);
+  EXPECT_EQ(partial(1, DType::kBFloat16, 0, 2, {}), Verdict::kExpCompleted);
+  // Leaf 0's words: 1 and -2 units of 2^-25 (the scale the packets carry).
+  const std::vector<uint8_t> w0 = {1, 0, 0, 0, 0xFE, 0xFF, 0xFF, 0xFF};
+  EXPECT_EQ(partial(0, DType::kBFloat16, 2, -25, w0), Verdict::kAdded);
+  // Leaf 1's words of another width or count, or at another scale.
+  EXPECT_EQ(partial(1, DType::kFloat32, 2, -25, std::vector<uint8_t>(16, 0)), Verdict::kMismatch);
+  EXPECT_EQ(partial(1, DType::kBFloat16, 1, -25, {3, 0, 0, 0}), Verdict::kMismatch);
+  EXPECT_EQ(partial(1, DType::kBFloat16, 2, -24, w0), Verdict::kMismatch);
+  // Its right words complete the round: (1 + 3) * 2^-25 and (-2 - 4) * 2^-25.
+  const std::vector<uint8_t> w1 = {3, 0, 0, 0, 0xFC, 0xFF, 0xFF, 0xFF};
+  ASSERT_EQ(partial(1, DType::kBFloat16, 2, -25, w1), Verdict::kCompleted);
+  const CopyView c = root->copy(0, false);
+  ASSERT_EQ(c.count, 2);
+  uint16_t got[2];
+  std::memcpy(got, c.result, 4);
+  EXPECT_EQ(got[0], float_to_bf16(std::ldexp(4.0f, -25)));
+  EXPECT_EQ(got[1], float_to_bf16(std::ldexp(-6.0f, -25)));
+}
+
 }  // namespace
 }  // namespace ina::agg
