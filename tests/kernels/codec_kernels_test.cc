@@ -139,6 +139,12 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
         k.from_keys(f, key.data(), n, a.data());
         ref.from_keys(f, key.data(), n, b.data());
         CHECK(a == b, "%s: from_keys", where);
+        // from_keys32 of the same keys as int32 words: the same elements.
+        std::vector<int32_t> key32(key.begin(), key.end());
+        std::vector<uint8_t> c(n * width(f) + 8, 0xA5), d(n * width(f) + 8, 0xA5);
+        k.from_keys32(f, key32.data(), n, c.data());
+        ref.from_keys32(f, key32.data(), n, d.data());
+        CHECK(c == d && c == b, "%s: from_keys32", where);
       }
     }
     // keys: store, MIN and MAX into random accumulators.
@@ -149,6 +155,17 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
         k.keys(f, op, in.p, n, a.data() + s);
         ref.keys(f, op, in.p, n, b.data() + s);
         CHECK(a == b, "%s: keys op %d acc+%zu", where, static_cast<int>(op), s);
+        // keys32: the same keys in int32 words, from the same (int32) accumulators: the int64
+        // keys' low words.
+        std::vector<int32_t> c(n + 8), d(n + 8);
+        for (size_t i = 0; i < n + 8; ++i) c[i] = d[i] = static_cast<int32_t>(init[i]);
+        std::vector<int64_t> wide(c.begin(), c.end());
+        k.keys32(f, op, in.p, n, c.data() + s);
+        ref.keys32(f, op, in.p, n, d.data() + s);
+        ref.keys(f, op, in.p, n, wide.data() + s);
+        bool low = true;
+        for (size_t i = 0; i < n + 8; ++i) low = low && d[i] == static_cast<int32_t>(wide[i]);
+        CHECK(c == d && low, "%s: keys32 op %d acc+%zu", where, static_cast<int>(op), s);
       }
     }
   }

@@ -77,6 +77,10 @@ struct CodecKernels {
   // SUM wraps by definition, QUANTIZATION.md), or the signed MIN/MAX of the two; the low words of
   // what add_int32 and keys(kI32) do in int64. acc is 4-byte aligned; src at any alignment.
   void (*fold_int32)(WordFold op, const void* src, size_t n, int32_t* acc);
+  // keys() and from_keys() with the keys as int32 words (what the slot table keeps for a float
+  // MIN/MAX): the same keys, not sign-extended; acc and key 4-byte aligned.
+  void (*keys32)(Format f, KeyFold op, const void* src, size_t n, int32_t* acc);
+  void (*from_keys32)(Format f, const int32_t* key, size_t n, void* dst);
 };
 
 // The implementation in use (chosen at the first call: the best this CPU runs).
