@@ -1,7 +1,8 @@
 // The slot table: see slot_table.h for the round semantics.
 //
-// Layout: copy k (k = copy_index(slot, shadow)) owns acc_[k * max_elems_, +max_elems_) (float
-// MIN/MAX keys, PARTIAL words; an int32 round reduces in its result's words instead),
+// Layout: copy k (k = copy_index(slot, shadow)) owns acc_[k * acc_words_, +acc_words_) (int64
+// words holding float MIN/MAX's int32 keys or PARTIAL words: int64 for float32, int32 for the
+// narrower types; an int32 round reduces in its result's words instead),
 // result_[k * max_payload_bytes, +max_payload_bytes), raw_[k * world * max_payload_bytes, +world *
 // max_payload_bytes) (rank r's words at r * max_payload_bytes) and bitmaps_[k * bitmap_words_,
 // +bitmap_words_). Everything is allocated once in create(); on_data() touches only the one copy
@@ -50,7 +51,9 @@ namespace {
 constexpr uint32_t kMaxSlots = uint32_t{wire::kMaxSlot} + 1;
 constexpr uint32_t kMaxPayload = 16384;
 constexpr uint32_t kMaxWorld = 65535;
-constexpr uint32_t kMinWidth = 1;  // the narrowest element (float8): sizes the accumulators
+// Accumulator bytes per byte of a block: 4 (int32 keys and PARTIAL words of the 1-byte float8
+// types); float32's int64 PARTIAL words need 2.
+constexpr uint32_t kAccBytesPerByte = 4;
 
 std::string range_error(const char* field, uint32_t lo, uint32_t hi, uint64_t got) {
   return std::string("slot table: ") + field + " must be in " + std::to_string(lo) + ".." +
@@ -103,7 +106,7 @@ Result<std::unique_ptr<SlotTable>> SlotTable::create(const SlotTableConfig& cfg)
   } catch (const std::bad_alloc&) {
     const uint64_t copies = uint64_t{cfg.num_slots} * 2;
     const uint64_t bytes =
-        copies * cfg.max_payload_bytes * (uint64_t{cfg.world_size} + 1 + 8 / kMinWidth);
+        copies * cfg.max_payload_bytes * (uint64_t{cfg.world_size} + 1 + kAccBytesPerByte);
     return resource_exhausted(
         "slot table: cannot allocate " + std::to_string(bytes) + " bytes (num_slots " +
         std::to_string(cfg.num_slots) + " x 2 copies x max_payload_bytes " +
@@ -115,10 +118,10 @@ Result<std::unique_ptr<SlotTable>> SlotTable::create(const SlotTableConfig& cfg)
 SlotTable::SlotTable(const SlotTableConfig& cfg)
     : cfg_(cfg),
       quant_world_(cfg.quant_world != 0 ? cfg.quant_world : cfg.world_size),
-      max_elems_(cfg.max_payload_bytes / kMinWidth),
+      acc_words_(cfg.max_payload_bytes * kAccBytesPerByte / 8),
       bitmap_words_((cfg.world_size + 63) / 64),
       copies_(size_t{cfg.num_slots} * 2),
-      acc_(size_t{cfg.num_slots} * 2 * max_elems_),
+      acc_(size_t{cfg.num_slots} * 2 * acc_words_),
       result_(size_t{cfg.num_slots} * 2 * cfg.max_payload_bytes),
       raw_(size_t{cfg.num_slots} * 2 * cfg.world_size * cfg.max_payload_bytes),
       bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_),
@@ -137,7 +140,7 @@ void SlotTable::reset() {
 // raw words wait for the root's exponent).
 void SlotTable::finish(size_t k, const uint8_t* last, uint32_t last_rank) {
   Copy& c = copies_[k];
-  int64_t* acc = acc_.data() + k * max_elems_;
+  int64_t* acc = acc_.data() + k * acc_words_;
   uint8_t* out = result_.data() + k * cfg_.max_payload_bytes;
   const bool is_float = c.dtype != DType::kInt32;
   if (c.nonfinite && is_float) {
@@ -147,7 +150,8 @@ void SlotTable::finish(size_t k, const uint8_t* last, uint32_t last_rank) {
   switch (c.mode) {
     case CopyMode::kReduce:
       // int32 reduces in the result itself (on_data); the float MIN/MAX keys are converted.
-      if (is_float) codec::from_keys(acc, c.count, c.dtype, out);
+      if (is_float)
+        codec::from_keys32(reinterpret_cast<const int32_t*>(acc), c.count, c.dtype, out);
       return;
     case CopyMode::kRaw: {
       if (cfg_.defer_float_sum) return;
@@ -229,7 +233,7 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
   const size_t k = copy_index(h.slot, h.shadow);
   Copy& c = copies_[k];
   uint64_t* bitmap = bitmaps_.data() + k * bitmap_words_;
-  int64_t* acc = acc_.data() + k * max_elems_;
+  int64_t* acc = acc_.data() + k * acc_words_;
 
   if (c.used) {
     // Serial-number arithmetic: the sequence wraps after 2^32 blocks, and a copy is reused every
@@ -245,14 +249,16 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
     std::fill_n(bitmap, bitmap_words_, uint64_t{0});
   } else if (c.mode == CopyMode::kExp && mode == CopyMode::kPartial && c.complete) {
     // Root: the first leaf's words after the exponent round: the words stage of the same round
-    // (the exponent and the non-finite mark stay).
+    // (the exponent and the non-finite mark stay). Words of another type than the round's are a
+    // broken leaf's (and would not fit the accumulators: acc_words_).
+    if (h.dtype != c.dtype) return Verdict::kMismatch;
     c.contributors = 0;
     c.complete = false;
     c.mode = CopyMode::kPartial;
     c.count = h.count;
     c.exp = h.exp;
     std::fill_n(bitmap, bitmap_words_, uint64_t{0});
-    std::fill_n(acc, h.count, int64_t{0});
+    std::memset(acc, 0, size_t{h.count} * wire::acc_bytes(c.dtype));
   } else if (mode == CopyMode::kExp && c.mode == CopyMode::kPartial) {
     return Verdict::kResendExp;  // a leaf that lost the answer asks again
   }
@@ -267,7 +273,7 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
     return h.has(wire::kFlagRetransmit) ? Verdict::kReportMissing : Verdict::kDuplicate;
   }
 
-  bool first_int32 = false;  // the first contribution of an int32 round: stored as it is
+  bool first_reduce = false;  // the first contribution of a kReduce round: stored as it is
   if (c.contributors == 0 && c.mode != CopyMode::kPartial) {
     // Words without the exponent round before them: a broken or confused leaf.
     if (mode == CopyMode::kPartial) return Verdict::kMismatch;
@@ -280,16 +286,9 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
     c.root = h.root;
     c.mode = mode;
     c.exp = kNoExponent;
-    if (mode == CopyMode::kReduce && h.dtype == DType::kInt32) {
-      // int32 reduces in int32, in the result itself: the first contribution is stored, the
-      // others added modulo 2^32 or folded (on_data below); no accumulators, no final pass.
-      first_int32 = true;
-    } else if (mode == CopyMode::kReduce) {
-      const int64_t init = h.op == ReduceOp::kMin   ? INT64_MAX
-                           : h.op == ReduceOp::kMax ? INT64_MIN
-                                                    : 0;
-      std::fill_n(acc, h.count, init);
-    }
+    // int32 SUM and MIN/MAX and float MIN/MAX reduce in int32 words (on_data below), from the
+    // first contribution's, stored as they are: no initial fill.
+    first_reduce = mode == CopyMode::kReduce;
   } else if (mode == CopyMode::kPartial &&
              (mode != c.mode || h.exp != c.exp || h.dtype != c.dtype || h.count != c.count)) {
     // A leaf's words that do not fit the round (another exponent, or words of another width or
@@ -317,15 +316,20 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
         // SUM wraps modulo 2^32 and MIN/MAX are exact in int32 (QUANTIZATION.md): the result's
         // words are the accumulators.
         auto* out = reinterpret_cast<int32_t*>(result_.data() + k * cfg_.max_payload_bytes);
-        if (first_int32) {
+        if (first_reduce) {
           if (h.count > 0) std::memcpy(out, src, size_t{h.count} * 4);
         } else {
           codec::fold_int32(src, h.count, c.op, out);
         }
         break;
       }
+      // A float's order-preserving key is an int32 (QUANTIZATION.md): int32 words too.
       c.nonfinite = c.nonfinite || codec::scan(src, h.count, c.dtype, c.op).nonfinite;
-      codec::keys_minmax(src, h.count, c.dtype, c.op, acc);
+      if (first_reduce) {
+        codec::keys32(src, h.count, c.dtype, reinterpret_cast<int32_t*>(acc));
+      } else {
+        codec::keys_minmax32(src, h.count, c.dtype, c.op, reinterpret_cast<int32_t*>(acc));
+      }
       break;
     case CopyMode::kRaw: {
       uint8_t* words = raw_.data() + (k * cfg_.world_size + h.rank) * cfg_.max_payload_bytes;
@@ -403,7 +407,7 @@ bool SlotTable::quantize_partial(uint16_t slot, bool shadow, BlockSeq seq, int16
     rank_words_[r] = raw + size_t{r} * cfg_.max_payload_bytes;
   }
   codec::quantize_sum_words(rank_words_.data(), cfg_.world_size, c.count, c.dtype, exp,
-                            quant_world_, reinterpret_cast<uint8_t*>(acc_.data() + k * max_elems_));
+                            quant_world_, reinterpret_cast<uint8_t*>(acc_.data() + k * acc_words_));
   c.answer_exp = exp;
   c.nonfinite = c.nonfinite || nonfinite;
   c.partial_ready = true;
@@ -475,7 +479,7 @@ CopyView SlotTable::copy(uint16_t slot, bool shadow) const {
   v.partial_ready = c.partial_ready;
   v.contributors = c.contributors;
   v.result = result_.data() + k * cfg_.max_payload_bytes;
-  v.partial = reinterpret_cast<const uint8_t*>(acc_.data() + k * max_elems_);
+  v.partial = reinterpret_cast<const uint8_t*>(acc_.data() + k * acc_words_);
   v.bitmap = std::span<const uint64_t>(bitmaps_.data() + k * bitmap_words_, bitmap_words_);
   v.poisoned = c.poisoned;
   v.other_count = c.other_count;

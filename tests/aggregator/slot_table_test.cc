@@ -710,6 +710,38 @@ TEST(SlotTableTree, LeavesAndRootGiveTheFlatBits) {
   }
 }
 
+// A float MIN/MAX round keeps int32 keys from its first contribution's: a copy's next round
+// does not see the previous round's keys, whatever the ops.
+TEST(SlotTableTest, FloatMinMaxStartsFromTheFirstContribution) {
+  auto t = make_table(2);
+  auto bits = [](std::vector<float> v) {
+    std::vector<uint8_t> b(v.size() * 4);
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  auto round = [&](BlockSeq seq, ReduceOp op, std::vector<float> a, std::vector<float> b) {
+    for (uint16_t r = 0; r < 2; ++r) {
+      wire::Header h = data_header(1, 0, r, 0, false, seq, static_cast<uint16_t>(a.size()));
+      h.dtype = DType::kFloat32;
+      h.op = op;
+      feed_bytes(*t, packet(h, bits(r == 0 ? a : b)));
+    }
+    const CopyView c = t->copy(0, false);
+    EXPECT_TRUE(c.complete);
+    std::vector<float> out(c.count);
+    std::memcpy(out.data(), c.result, out.size() * 4);
+    return out;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(round(1, ReduceOp::kMax, {inf, 1, -0.0f}, {2, -inf, 0.0f}),
+            (std::vector<float>{inf, 1, 0.0f}));
+  EXPECT_EQ(round(3, ReduceOp::kMin, {5, 6, 7}, {8, 9, 10}), (std::vector<float>{5, 6, 7}));
+  EXPECT_EQ(round(5, ReduceOp::kMax, {-5, -6, -7}, {-8, -9, -10}),
+            (std::vector<float>{-5, -6, -7}));
+  const std::vector<float> z = round(7, ReduceOp::kMin, {0.0f, -0.0f, -inf}, {0.0f, 0.0f, 1});
+  EXPECT_TRUE(std::signbit(z[1]) && !std::signbit(z[0]) && z[2] == -inf);
+}
+
 // A root reads a leaf's PARTIAL words at the width and number of its round (int32 words for the
 // 16-bit types, added in int32): words of another type or count are a broken leaf's, refused
 // without being read.
@@ -730,6 +762,9 @@ TEST(SlotTableTree, RootRefusesWordsOfAnotherWidthOrCount) {
   EXPECT_EQ(partial(1, DType::kBFloat16, 0, 2, {}), Verdict::kExpCompleted);
   // Leaf 0's words: 1 and -2 units of 2^-25 (the scale the packets carry).
   const std::vector<uint8_t> w0 = {1, 0, 0, 0, 0xFE, 0xFF, 0xFF, 0xFF};
+  // The first words of another type than the exponent round's: refused, nothing changed.
+  EXPECT_EQ(partial(0, DType::kFloat32, 2, -25, std::vector<uint8_t>(16, 0xFF)),
+            Verdict::kMismatch);
   EXPECT_EQ(partial(0, DType::kBFloat16, 2, -25, w0), Verdict::kAdded);
   // Leaf 1's words of another width or count, or at another scale.
   EXPECT_EQ(partial(1, DType::kFloat32, 2, -25, std::vector<uint8_t>(16, 0)), Verdict::kMismatch);
