@@ -1,6 +1,8 @@
 // The slot table: see slot_table.h for the round semantics.
 //
-// Layout: copy k (k = copy_index(slot, shadow)) owns acc_[k * max_elems_, +max_elems_),
+// Layout: copy k (k = copy_index(slot, shadow)) owns acc_[k * acc_words_, +acc_words_) (int64
+// words holding float MIN/MAX's int32 keys or PARTIAL words: int64 for float32, int32 for the
+// narrower types; an int32 round reduces in its result's words instead),
 // result_[k * max_payload_bytes, +max_payload_bytes), raw_[k * world * max_payload_bytes, +world *
 // max_payload_bytes) (rank r's words at r * max_payload_bytes) and bitmaps_[k * bitmap_words_,
 // +bitmap_words_). Everything is allocated once in create(); on_data() touches only the one copy
@@ -49,7 +51,9 @@ namespace {
 constexpr uint32_t kMaxSlots = uint32_t{wire::kMaxSlot} + 1;
 constexpr uint32_t kMaxPayload = 16384;
 constexpr uint32_t kMaxWorld = 65535;
-constexpr uint32_t kMinWidth = 1;  // the narrowest element (float8): sizes the accumulators
+// Accumulator bytes per byte of a block: 4 (int32 keys and PARTIAL words of the 1-byte float8
+// types); float32's int64 PARTIAL words need 2.
+constexpr uint32_t kAccBytesPerByte = 4;
 
 std::string range_error(const char* field, uint32_t lo, uint32_t hi, uint64_t got) {
   return std::string("slot table: ") + field + " must be in " + std::to_string(lo) + ".." +
@@ -102,7 +106,7 @@ Result<std::unique_ptr<SlotTable>> SlotTable::create(const SlotTableConfig& cfg)
   } catch (const std::bad_alloc&) {
     const uint64_t copies = uint64_t{cfg.num_slots} * 2;
     const uint64_t bytes =
-        copies * cfg.max_payload_bytes * (uint64_t{cfg.world_size} + 1 + 8 / kMinWidth);
+        copies * cfg.max_payload_bytes * (uint64_t{cfg.world_size} + 1 + kAccBytesPerByte);
     return resource_exhausted(
         "slot table: cannot allocate " + std::to_string(bytes) + " bytes (num_slots " +
         std::to_string(cfg.num_slots) + " x 2 copies x max_payload_bytes " +
@@ -114,10 +118,10 @@ Result<std::unique_ptr<SlotTable>> SlotTable::create(const SlotTableConfig& cfg)
 SlotTable::SlotTable(const SlotTableConfig& cfg)
     : cfg_(cfg),
       quant_world_(cfg.quant_world != 0 ? cfg.quant_world : cfg.world_size),
-      max_elems_(cfg.max_payload_bytes / kMinWidth),
+      acc_words_(cfg.max_payload_bytes * kAccBytesPerByte / 8),
       bitmap_words_((cfg.world_size + 63) / 64),
       copies_(size_t{cfg.num_slots} * 2),
-      acc_(size_t{cfg.num_slots} * 2 * max_elems_),
+      acc_(size_t{cfg.num_slots} * 2 * acc_words_),
       result_(size_t{cfg.num_slots} * 2 * cfg.max_payload_bytes),
       raw_(size_t{cfg.num_slots} * 2 * cfg.world_size * cfg.max_payload_bytes),
       bitmaps_(size_t{cfg.num_slots} * 2 * bitmap_words_),
@@ -136,7 +140,7 @@ void SlotTable::reset() {
 // raw words wait for the root's exponent).
 void SlotTable::finish(size_t k, const uint8_t* last, uint32_t last_rank) {
   Copy& c = copies_[k];
-  int64_t* acc = acc_.data() + k * max_elems_;
+  int64_t* acc = acc_.data() + k * acc_words_;
   uint8_t* out = result_.data() + k * cfg_.max_payload_bytes;
   const bool is_float = c.dtype != DType::kInt32;
   if (c.nonfinite && is_float) {
@@ -145,11 +149,9 @@ void SlotTable::finish(size_t k, const uint8_t* last, uint32_t last_rank) {
   }
   switch (c.mode) {
     case CopyMode::kReduce:
-      if (c.op == ReduceOp::kSum) {
-        codec::from_sum_int32(acc, c.count, out);
-      } else {
-        codec::from_keys(acc, c.count, c.dtype, out);
-      }
+      // int32 reduces in the result itself (on_data); the float MIN/MAX keys are converted.
+      if (is_float)
+        codec::from_keys32(reinterpret_cast<const int32_t*>(acc), c.count, c.dtype, out);
       return;
     case CopyMode::kRaw: {
       if (cfg_.defer_float_sum) return;
@@ -166,9 +168,24 @@ void SlotTable::finish(size_t k, const uint8_t* last, uint32_t last_rank) {
       return;
     }
     case CopyMode::kExp: c.answer_exp = c.exp; return;
-    case CopyMode::kPartial:
-      codec::dequantize(acc, c.count, c.dtype, c.exp == kNoExponent ? codec::kNoScale : c.exp, out);
+    case CopyMode::kPartial: {
+      const int scale = c.exp == kNoExponent ? codec::kNoScale : c.exp;
+      if (c.dtype == DType::kFloat32) {
+        codec::dequantize(acc, c.count, c.dtype, scale, out);
+        return;
+      }
+      // The narrower types' int32 sums (on_data), sign-extended a tile at a time for the
+      // dequantizer (an L1-resident tile: no second array).
+      const auto* sum = reinterpret_cast<const int32_t*>(acc);
+      constexpr size_t kTile = 256;
+      alignas(64) int64_t tile[kTile];
+      for (size_t at = 0; at < c.count; at += kTile) {
+        const size_t m = std::min<size_t>(kTile, c.count - at);
+        std::copy_n(sum + at, m, tile);
+        codec::dequantize(tile, m, c.dtype, scale, out + at * dtype_size(c.dtype));
+      }
       return;
+    }
   }
 }
 
@@ -216,7 +233,7 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
   const size_t k = copy_index(h.slot, h.shadow);
   Copy& c = copies_[k];
   uint64_t* bitmap = bitmaps_.data() + k * bitmap_words_;
-  int64_t* acc = acc_.data() + k * max_elems_;
+  int64_t* acc = acc_.data() + k * acc_words_;
 
   if (c.used) {
     // Serial-number arithmetic: the sequence wraps after 2^32 blocks, and a copy is reused every
@@ -232,14 +249,16 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
     std::fill_n(bitmap, bitmap_words_, uint64_t{0});
   } else if (c.mode == CopyMode::kExp && mode == CopyMode::kPartial && c.complete) {
     // Root: the first leaf's words after the exponent round: the words stage of the same round
-    // (the exponent and the non-finite mark stay).
+    // (the exponent and the non-finite mark stay). Words of another type than the round's are a
+    // broken leaf's (and would not fit the accumulators: acc_words_).
+    if (h.dtype != c.dtype) return Verdict::kMismatch;
     c.contributors = 0;
     c.complete = false;
     c.mode = CopyMode::kPartial;
     c.count = h.count;
     c.exp = h.exp;
     std::fill_n(bitmap, bitmap_words_, uint64_t{0});
-    std::fill_n(acc, h.count, int64_t{0});
+    std::memset(acc, 0, size_t{h.count} * wire::acc_bytes(c.dtype));
   } else if (mode == CopyMode::kExp && c.mode == CopyMode::kPartial) {
     return Verdict::kResendExp;  // a leaf that lost the answer asks again
   }
@@ -254,6 +273,7 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
     return h.has(wire::kFlagRetransmit) ? Verdict::kReportMissing : Verdict::kDuplicate;
   }
 
+  bool first_reduce = false;  // the first contribution of a kReduce round: stored as it is
   if (c.contributors == 0 && c.mode != CopyMode::kPartial) {
     // Words without the exponent round before them: a broken or confused leaf.
     if (mode == CopyMode::kPartial) return Verdict::kMismatch;
@@ -266,14 +286,14 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
     c.root = h.root;
     c.mode = mode;
     c.exp = kNoExponent;
-    if (mode == CopyMode::kReduce) {
-      const int64_t init = h.op == ReduceOp::kMin   ? INT64_MAX
-                           : h.op == ReduceOp::kMax ? INT64_MIN
-                                                    : 0;
-      std::fill_n(acc, h.count, init);
-    }
-  } else if (mode == CopyMode::kPartial && (mode != c.mode || h.exp != c.exp)) {
-    return Verdict::kMismatch;  // a leaf's words that do not fit the round: a broken leaf
+    // int32 SUM and MIN/MAX and float MIN/MAX reduce in int32 words (on_data below), from the
+    // first contribution's, stored as they are: no initial fill.
+    first_reduce = mode == CopyMode::kReduce;
+  } else if (mode == CopyMode::kPartial &&
+             (mode != c.mode || h.exp != c.exp || h.dtype != c.dtype || h.count != c.count)) {
+    // A leaf's words that do not fit the round (another exponent, or words of another width or
+    // number than on_data reads below): a broken leaf.
+    return Verdict::kMismatch;
   } else if (!same_shape(c, h) || mode != c.mode) {
     // The ranks called the collective with different arguments: the round is poisoned. It
     // collects which rank sent which shape until every rank is in, then tells each of them the
@@ -292,13 +312,23 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
   const uint8_t* last_words = nullptr;  // kRaw: the completing words, left in the datagram
   switch (mode) {
     case CopyMode::kReduce:
-      if (c.dtype != DType::kInt32) {
-        c.nonfinite = c.nonfinite || codec::scan(src, h.count, c.dtype, c.op).nonfinite;
+      if (c.dtype == DType::kInt32) {
+        // SUM wraps modulo 2^32 and MIN/MAX are exact in int32 (QUANTIZATION.md): the result's
+        // words are the accumulators.
+        auto* out = reinterpret_cast<int32_t*>(result_.data() + k * cfg_.max_payload_bytes);
+        if (first_reduce) {
+          if (h.count > 0) std::memcpy(out, src, size_t{h.count} * 4);
+        } else {
+          codec::fold_int32(src, h.count, c.op, out);
+        }
+        break;
       }
-      if (c.op == ReduceOp::kSum) {
-        codec::add_int32(src, h.count, acc);
+      // A float's order-preserving key is an int32 (QUANTIZATION.md): int32 words too.
+      c.nonfinite = c.nonfinite || codec::scan(src, h.count, c.dtype, c.op).nonfinite;
+      if (first_reduce) {
+        codec::keys32(src, h.count, c.dtype, reinterpret_cast<int32_t*>(acc));
       } else {
-        codec::keys_minmax(src, h.count, c.dtype, c.op, acc);
+        codec::keys_minmax32(src, h.count, c.dtype, c.op, reinterpret_cast<int32_t*>(acc));
       }
       break;
     case CopyMode::kRaw: {
@@ -324,7 +354,15 @@ Verdict SlotTable::on_data(const wire::PacketView& pkt, const StoredWords* store
       break;
     }
     case CopyMode::kExp: c.exp = codec::max_exponent(c.exp, h.exp); break;
-    case CopyMode::kPartial: codec::add_acc(src, h.count, c.dtype, acc); break;
+    case CopyMode::kPartial:
+      if (c.dtype == DType::kFloat32) {
+        codec::add_acc(src, h.count, c.dtype, acc);
+      } else {
+        // The narrower types' words are int32 and so are their sums: B = 30 - ceil(log2 N) keeps
+        // any sum over the N ranks within 2^30 (QUANTIZATION.md), so int32 never wraps here.
+        codec::fold_int32(src, h.count, ReduceOp::kSum, reinterpret_cast<int32_t*>(acc));
+      }
+      break;
   }
   word |= bit;
   c.nonfinite = c.nonfinite || h.has(wire::kFlagNonFinite);
@@ -369,7 +407,7 @@ bool SlotTable::quantize_partial(uint16_t slot, bool shadow, BlockSeq seq, int16
     rank_words_[r] = raw + size_t{r} * cfg_.max_payload_bytes;
   }
   codec::quantize_sum_words(rank_words_.data(), cfg_.world_size, c.count, c.dtype, exp,
-                            quant_world_, reinterpret_cast<uint8_t*>(acc_.data() + k * max_elems_));
+                            quant_world_, reinterpret_cast<uint8_t*>(acc_.data() + k * acc_words_));
   c.answer_exp = exp;
   c.nonfinite = c.nonfinite || nonfinite;
   c.partial_ready = true;
@@ -441,7 +479,7 @@ CopyView SlotTable::copy(uint16_t slot, bool shadow) const {
   v.partial_ready = c.partial_ready;
   v.contributors = c.contributors;
   v.result = result_.data() + k * cfg_.max_payload_bytes;
-  v.partial = reinterpret_cast<const uint8_t*>(acc_.data() + k * max_elems_);
+  v.partial = reinterpret_cast<const uint8_t*>(acc_.data() + k * acc_words_);
   v.bitmap = std::span<const uint64_t>(bitmaps_.data() + k * bitmap_words_, bitmap_words_);
   v.poisoned = c.poisoned;
   v.other_count = c.other_count;

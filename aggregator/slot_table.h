@@ -24,7 +24,8 @@
 //     DATA for it is answered with kAborted, so that a rank arriving late fails as the others
 //     did instead of completing what they abandoned.
 // How a round reduces (wire v2, protocol/QUANTIZATION.md): int32 SUM and MIN/MAX as the
-// contributions arrive, in an int64 accumulator per element (MIN/MAX of floats through the
+// contributions arrive, in int32 in the result's own words (SUM wraps modulo 2^32 by definition,
+// MIN/MAX are exact: no wider accumulator, no final pass), MIN/MAX of floats in int32 too (the
 // codec's order-preserving keys); a float SUM keeps every rank's raw words and block exponent and,
 // when the round completes, quantizes them all with E = MAX, adds them in integers and converts
 // the sum to the user's type once (codec.h). The result is kept in the user's width for RESULT.
@@ -214,7 +215,7 @@ class SlotTable {
 
   SlotTableConfig cfg_;
   uint32_t quant_world_ = 1;
-  uint32_t max_elems_ = 0;     // elements of the narrowest type per block
+  uint32_t acc_words_ = 0;     // int64 words of accumulators per copy (4 bytes per block byte)
   uint32_t bitmap_words_ = 0;  // uint64 words per bitmap
   std::vector<Copy> copies_;   // 2 per slot: copy_index(slot, shadow)
   // The large arrays are calloc'ed: zero pages the kernel maps on first touch, so a table sized
@@ -235,7 +236,7 @@ class SlotTable {
     };
     std::unique_ptr<T, Free> p_;
   };
-  ZeroedArray<int64_t> acc_;                // accumulators, max_elems_ per copy
+  ZeroedArray<int64_t> acc_;                // accumulators, acc_words_ per copy (not int32)
   ZeroedArray<uint8_t> result_;             // max_payload_bytes per copy
   ZeroedArray<uint8_t> raw_;                // float SUM: world_size * max_payload_bytes per copy
   std::vector<uint64_t> bitmaps_;           // bitmap_words_ per copy

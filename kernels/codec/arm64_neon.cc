@@ -160,6 +160,19 @@ void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
   for (; i < n; ++i) store<F32>(d, i, static_cast<uint32_t>(acc[i]));
 }
 
+void fold_int32(WordFold op, const void* src, size_t n, int32_t* acc) {
+  const auto* p = static_cast<const uint8_t*>(src);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const int32x4_t x = vld1q_s32(reinterpret_cast<const int32_t*>(p + 4 * i));
+    const int32x4_t a = vld1q_s32(acc + i);
+    vst1q_s32(acc + i, op == WordFold::kAdd   ? vaddq_s32(a, x)
+                       : op == WordFold::kMin ? vminq_s32(a, x)
+                                              : vmaxq_s32(a, x));
+  }
+  if (i < n) portable_codec_kernels().fold_int32(op, p + 4 * i, n - i, acc + i);
+}
+
 const CodecKernels& neon_table() {
   static const CodecKernels t = [] {
     CodecKernels k = portable_codec_kernels();
@@ -169,6 +182,7 @@ const CodecKernels& neon_table() {
     k.keys = keys;
     k.add_int32 = add_int32;
     k.from_sum_int32 = from_sum_int32;
+    k.fold_int32 = fold_int32;
     k.quantize_sum = nullptr;  // composed of the loops above (the codec's tile loop)
     return k;
   }();

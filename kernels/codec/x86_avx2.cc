@@ -159,6 +159,56 @@ void keys_avx2(const uint8_t* src, size_t n, KeyOp op, int64_t* acc) {
   }
 }
 
+// keys32(): the same keys as int32 words, stored or folded with signed 32-bit MIN/MAX (the
+// int64 fold's low words: the keys are sign-extended int32s there).
+template <class E, KeyOp kOp>
+[[gnu::target("avx2,f16c")]] void keys32_avx2(const uint8_t* src, size_t n, int32_t* acc) {
+  constexpr bool kInt = std::is_same_v<E, I32>;
+  constexpr size_t w = sizeof(typename E::Bits);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    __m256i k;
+    if constexpr (kInt) {
+      k = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + w * i));
+    } else {
+      k = ordered8(_mm256_castps_si256(widen8<E>(src + w * i)));
+    }
+    auto* a = reinterpret_cast<__m256i*>(acc + i);
+    if constexpr (kOp == KeyOp::kMax) k = _mm256_max_epi32(_mm256_loadu_si256(a), k);
+    if constexpr (kOp == KeyOp::kMin) k = _mm256_min_epi32(_mm256_loadu_si256(a), k);
+    _mm256_storeu_si256(a, k);
+  }
+  for (; i < n; ++i) {
+    int32_t k;
+    if constexpr (kInt) {
+      std::memcpy(&k, src + 4 * i, 4);
+    } else {
+      k = ordered(E::to_float(load<E>(src, i)));
+    }
+    acc[i] = static_cast<int32_t>(apply_key(kOp, acc[i], k));
+  }
+}
+template <class E>
+void keys32_avx2(const uint8_t* src, size_t n, KeyOp op, int32_t* acc) {
+  switch (op) {
+    case KeyOp::kStore: return keys32_avx2<E, KeyOp::kStore>(src, n, acc);
+    case KeyOp::kMin: return keys32_avx2<E, KeyOp::kMin>(src, n, acc);
+    case KeyOp::kMax: return keys32_avx2<E, KeyOp::kMax>(src, n, acc);
+  }
+}
+
+// from_keys32(): the int32 keys back to E (from_keys' loop on words already narrow).
+template <class E>
+[[gnu::target("avx2,f16c")]] void from_keys32_avx2(const int32_t* key, size_t n, uint8_t* dst) {
+  constexpr size_t w = sizeof(typename E::Bits);
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i k = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(key + i));
+    store8<E>(dst + w * i, _mm256_castsi256_ps(ordered8(k)));
+  }
+  for (; i < n; ++i) store<E>(dst, i, E::from_float(from_ordered(key[i])));
+}
+
 // from_keys(): the keys' low words back to float32 bits (from_ordered), narrowed to E (exact:
 // each key came from a value of type E).
 template <class E>
@@ -324,6 +374,20 @@ void from_keys(Format f, const int64_t* key, size_t n, void* dst) {
   with_float(f, [&]<class E>(E) { from_keys_avx2<E>(key, n, static_cast<uint8_t*>(dst)); });
 }
 
+void keys32(Format f, KeyFold fold, const void* src, size_t n, int32_t* acc) {
+  const auto* p = static_cast<const uint8_t*>(src);
+  const KeyOp op = key_op(fold);
+  if (f == Format::kI32) {
+    keys32_avx2<I32>(p, n, op, acc);
+    return;
+  }
+  with_float(f, [&]<class E>(E) { keys32_avx2<E>(p, n, op, acc); });
+}
+
+void from_keys32(Format f, const int32_t* key, size_t n, void* dst) {
+  with_float(f, [&]<class E>(E) { from_keys32_avx2<E>(key, n, static_cast<uint8_t*>(dst)); });
+}
+
 void dequantize_narrow(Format f, const int64_t* q, size_t n, float m, void* dst) {
   with_float(f, [&]<class E>(E) {
     if constexpr (!std::is_same_v<E, F32>) {
@@ -338,6 +402,40 @@ void add_int32(const void* src, size_t n, int64_t* acc) {
 
 void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
   from_sum_int32_avx2(acc, n, static_cast<uint8_t*>(dst));
+}
+
+// int32 SUM (wrapping) and MIN/MAX in int32: sixteen elements a step in two vectors.
+template <WordFold kOp>
+[[gnu::target("avx2")]] __m256i fold8(__m256i a, __m256i x) {
+  if constexpr (kOp == WordFold::kAdd) return _mm256_add_epi32(a, x);
+  if constexpr (kOp == WordFold::kMin) return _mm256_min_epi32(a, x);
+  return _mm256_max_epi32(a, x);
+}
+template <WordFold kOp>
+[[gnu::target("avx2")]] void fold_int32_avx2(const uint8_t* src, size_t n, int32_t* acc) {
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    auto* a = reinterpret_cast<__m256i*>(acc + i);
+    const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 4 * i));
+    const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 4 * i + 32));
+    _mm256_storeu_si256(a, fold8<kOp>(_mm256_loadu_si256(a), x0));
+    _mm256_storeu_si256(a + 1, fold8<kOp>(_mm256_loadu_si256(a + 1), x1));
+  }
+  for (; i + 8 <= n; i += 8) {
+    auto* a = reinterpret_cast<__m256i*>(acc + i);
+    const __m256i x = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + 4 * i));
+    _mm256_storeu_si256(a, fold8<kOp>(_mm256_loadu_si256(a), x));
+  }
+  if (i < n) portable_codec_kernels().fold_int32(kOp, src + 4 * i, n - i, acc + i);
+}
+
+void fold_int32(WordFold op, const void* src, size_t n, int32_t* acc) {
+  const auto* p = static_cast<const uint8_t*>(src);
+  switch (op) {
+    case WordFold::kAdd: fold_int32_avx2<WordFold::kAdd>(p, n, acc); return;
+    case WordFold::kMin: fold_int32_avx2<WordFold::kMin>(p, n, acc); return;
+    case WordFold::kMax: fold_int32_avx2<WordFold::kMax>(p, n, acc); return;
+  }
 }
 
 // The float SUM's completion (quantize_sum): a tile of up to 256 elements at a time, eight at a
@@ -512,6 +610,9 @@ const CodecKernels& avx2_table() {
       from_sum_int32,
       quantize_sum,
       nullptr,  // quantize_sum_words: the codec composes quantize_f32's
+      fold_int32,
+      keys32,
+      from_keys32,
   };
   return t;
 }

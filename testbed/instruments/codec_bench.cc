@@ -166,6 +166,7 @@ int main(int argc, char** argv) {
         const std::vector<uint8_t> in = make_input(t, elems);
         std::vector<uint8_t> out(in.size());
         std::vector<int64_t> acc(elems, 0);
+        std::vector<int32_t> acc32(elems, 0);
         const double bytes = static_cast<double>(in.size());
         auto per_block = [&](auto&& step) {
           return median_seconds(reps, [&] {
@@ -198,13 +199,19 @@ int main(int argc, char** argv) {
                               out.data() + off * w);
           });
         } else {
+          // int32 SUM as the slot table runs it: in int32 words (fold_int32).
           quant_s = per_block([&](size_t off, size_t n) {
-            codec::add_int32(in.data() + off * w, n, acc.data() + off);
+            codec::fold_int32(in.data() + off * w, n, ReduceOp::kSum, acc32.data() + off);
           });
         }
         std::fill(acc.begin(), acc.end(), int64_t{INT64_MIN});
+        std::fill(acc32.begin(), acc32.end(), INT32_MIN);
         const double mm_s = per_block([&](size_t off, size_t n) {
-          codec::keys_minmax(in.data() + off * w, n, t, ReduceOp::kMax, acc.data() + off);
+          if (is_float) {  // the slot table's int32 keys
+            codec::keys_minmax32(in.data() + off * w, n, t, ReduceOp::kMax, acc32.data() + off);
+          } else {
+            codec::fold_int32(in.data() + off * w, n, ReduceOp::kMax, acc32.data() + off);
+          }
         });
         const double cp_s =
             median_seconds(reps, [&] { std::memcpy(out.data(), in.data(), in.size()); });

@@ -118,6 +118,50 @@ TEST(SlotTableTest, SumWrapsModulo2To32) {
   EXPECT_EQ(data_of(t->copy(0, false)), (std::vector<int32_t>{kMin, kMax, kMax}));
 }
 
+// int32 reduces in int32, in the result's own words: SUM wraps modulo 2^32 at the accumulator
+// (INT32_MAX + 1 is INT32_MIN, four INT32_MIN are 0), MIN/MAX keep the extreme values, at every
+// length through the vector loops and their tails; and a copy's next round starts from its first
+// contribution, not from the previous round's result in the same words.
+TEST(SlotTableTest, Int32ReducesInItsOwnWordsAtEveryLength) {
+  constexpr int32_t kMax = std::numeric_limits<int32_t>::max();
+  constexpr int32_t kMin = std::numeric_limits<int32_t>::min();
+  for (uint16_t n = 1; n <= 45; ++n) {
+    SCOPED_TRACE(n);
+    auto t = make_table(4, 2, 64);
+    const auto round = [&](BlockSeq seq, ReduceOp op, const std::vector<std::vector<int32_t>>& in) {
+      for (uint16_t r = 0; r < 4; ++r) {
+        wire::Header h = data_header(1, 0, r, 1, false, seq, n);
+        h.op = op;
+        EXPECT_EQ(feed(*t, h, in[r]), r == 3 ? Verdict::kCompleted : Verdict::kAdded);
+      }
+      return data_of(t->copy(1, false));
+    };
+    const std::vector<int32_t> max(n, kMax), min(n, kMin), one(n, 1), zero(n, 0), minus(n, -1);
+    // INT32_MAX + 1 (+ 0 + 0) wraps to INT32_MIN; 4 x INT32_MIN to 0; 4 x INT32_MAX to -4.
+    EXPECT_EQ(round(1, ReduceOp::kSum, {max, one, zero, zero}), min);
+    EXPECT_EQ(round(3, ReduceOp::kSum, {min, min, min, min}), zero);
+    EXPECT_EQ(round(5, ReduceOp::kSum, {max, max, max, max}), std::vector<int32_t>(n, -4));
+    EXPECT_EQ(round(7, ReduceOp::kSum, {min, minus, one, zero}), min);
+    // MIN/MAX at the edges, the extreme value from any rank, element by element.
+    std::vector<int32_t> mixed(n), mixed2(n);
+    for (uint16_t i = 0; i < n; ++i) {
+      mixed[i] = i % 2 == 0 ? kMin : kMax;
+      mixed2[i] = i % 3 == 0 ? kMax : -1;
+    }
+    std::vector<int32_t> want_min(n), want_max(n);
+    for (uint16_t i = 0; i < n; ++i) {
+      want_min[i] = std::min({mixed[i], mixed2[i], 0});
+      want_max[i] = std::max({mixed[i], mixed2[i], 0});
+    }
+    EXPECT_EQ(round(9, ReduceOp::kMin, {zero, mixed, mixed2, zero}), want_min);
+    EXPECT_EQ(round(11, ReduceOp::kMax, {mixed2, zero, zero, mixed}), want_max);
+    EXPECT_EQ(round(13, ReduceOp::kMin, {max, max, max, max}), max);
+    EXPECT_EQ(round(15, ReduceOp::kMax, {min, min, min, min}), min);
+    // The previous round's INT32_MIN words are not folded into this MAX of -1s.
+    EXPECT_EQ(round(17, ReduceOp::kMax, {minus, minus, minus, minus}), minus);
+  }
+}
+
 TEST(SlotTableTest, MinAndMaxAreSigned) {
   for (ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
     auto t = make_table(3);
@@ -664,6 +708,77 @@ TEST(SlotTableTree, LeavesAndRootGiveTheFlatBits) {
       }
     }
   }
+}
+
+// A float MIN/MAX round keeps int32 keys from its first contribution's: a copy's next round
+// does not see the previous round's keys, whatever the ops.
+TEST(SlotTableTest, FloatMinMaxStartsFromTheFirstContribution) {
+  auto t = make_table(2);
+  auto bits = [](std::vector<float> v) {
+    std::vector<uint8_t> b(v.size() * 4);
+    std::memcpy(b.data(), v.data(), b.size());
+    return b;
+  };
+  auto round = [&](BlockSeq seq, ReduceOp op, std::vector<float> a, std::vector<float> b) {
+    for (uint16_t r = 0; r < 2; ++r) {
+      wire::Header h = data_header(1, 0, r, 0, false, seq, static_cast<uint16_t>(a.size()));
+      h.dtype = DType::kFloat32;
+      h.op = op;
+      feed_bytes(*t, packet(h, bits(r == 0 ? a : b)));
+    }
+    const CopyView c = t->copy(0, false);
+    EXPECT_TRUE(c.complete);
+    std::vector<float> out(c.count);
+    std::memcpy(out.data(), c.result, out.size() * 4);
+    return out;
+  };
+  const float inf = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(round(1, ReduceOp::kMax, {inf, 1, -0.0f}, {2, -inf, 0.0f}),
+            (std::vector<float>{inf, 1, 0.0f}));
+  EXPECT_EQ(round(3, ReduceOp::kMin, {5, 6, 7}, {8, 9, 10}), (std::vector<float>{5, 6, 7}));
+  EXPECT_EQ(round(5, ReduceOp::kMax, {-5, -6, -7}, {-8, -9, -10}),
+            (std::vector<float>{-5, -6, -7}));
+  const std::vector<float> z = round(7, ReduceOp::kMin, {0.0f, -0.0f, -inf}, {0.0f, 0.0f, 1});
+  EXPECT_TRUE(std::signbit(z[1]) && !std::signbit(z[0]) && z[2] == -inf);
+}
+
+// A root reads a leaf's PARTIAL words at the width and number of its round (int32 words for the
+// 16-bit types, added in int32): words of another type or count are a broken leaf's, refused
+// without being read.
+TEST(SlotTableTree, RootRefusesWordsOfAnotherWidthOrCount) {
+  SlotTableConfig rc;
+  rc.world_size = 2;
+  rc.num_slots = 1;
+  auto root = std::move(SlotTable::create(rc)).value();
+  auto partial = [&](uint16_t leaf, DType t, uint16_t count, int16_t exp,
+                     const std::vector<uint8_t>& words) {
+    wire::Header h = data_header(1, 0, leaf, 0, false, 3, count);
+    h.dtype = t;
+    h.flags = wire::kFlagPartial;
+    h.exp = exp;
+    return feed_bytes(*root, packet(h, words));
+  };
+  EXPECT_EQ(partial(0, DType::kBFloat16, 0, 4, {}), Verdict::kAdded);
+  EXPECT_EQ(partial(1, DType::kBFloat16, 0, 2, {}), Verdict::kExpCompleted);
+  // Leaf 0's words: 1 and -2 units of 2^-25 (the scale the packets carry).
+  const std::vector<uint8_t> w0 = {1, 0, 0, 0, 0xFE, 0xFF, 0xFF, 0xFF};
+  // The first words of another type than the exponent round's: refused, nothing changed.
+  EXPECT_EQ(partial(0, DType::kFloat32, 2, -25, std::vector<uint8_t>(16, 0xFF)),
+            Verdict::kMismatch);
+  EXPECT_EQ(partial(0, DType::kBFloat16, 2, -25, w0), Verdict::kAdded);
+  // Leaf 1's words of another width or count, or at another scale.
+  EXPECT_EQ(partial(1, DType::kFloat32, 2, -25, std::vector<uint8_t>(16, 0)), Verdict::kMismatch);
+  EXPECT_EQ(partial(1, DType::kBFloat16, 1, -25, {3, 0, 0, 0}), Verdict::kMismatch);
+  EXPECT_EQ(partial(1, DType::kBFloat16, 2, -24, w0), Verdict::kMismatch);
+  // Its right words complete the round: (1 + 3) * 2^-25 and (-2 - 4) * 2^-25.
+  const std::vector<uint8_t> w1 = {3, 0, 0, 0, 0xFC, 0xFF, 0xFF, 0xFF};
+  ASSERT_EQ(partial(1, DType::kBFloat16, 2, -25, w1), Verdict::kCompleted);
+  const CopyView c = root->copy(0, false);
+  ASSERT_EQ(c.count, 2);
+  uint16_t got[2];
+  std::memcpy(got, c.result, 4);
+  EXPECT_EQ(got[0], float_to_bf16(std::ldexp(4.0f, -25)));
+  EXPECT_EQ(got[1], float_to_bf16(std::ldexp(-6.0f, -25)));
 }
 
 }  // namespace

@@ -139,6 +139,12 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
         k.from_keys(f, key.data(), n, a.data());
         ref.from_keys(f, key.data(), n, b.data());
         CHECK(a == b, "%s: from_keys", where);
+        // from_keys32 of the same keys as int32 words: the same elements.
+        std::vector<int32_t> key32(key.begin(), key.end());
+        std::vector<uint8_t> c(n * width(f) + 8, 0xA5), d(n * width(f) + 8, 0xA5);
+        k.from_keys32(f, key32.data(), n, c.data());
+        ref.from_keys32(f, key32.data(), n, d.data());
+        CHECK(c == d && c == b, "%s: from_keys32", where);
       }
     }
     // keys: store, MIN and MAX into random accumulators.
@@ -149,6 +155,17 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
         k.keys(f, op, in.p, n, a.data() + s);
         ref.keys(f, op, in.p, n, b.data() + s);
         CHECK(a == b, "%s: keys op %d acc+%zu", where, static_cast<int>(op), s);
+        // keys32: the same keys in int32 words, from the same (int32) accumulators: the int64
+        // keys' low words.
+        std::vector<int32_t> c(n + 8), d(n + 8);
+        for (size_t i = 0; i < n + 8; ++i) c[i] = d[i] = static_cast<int32_t>(init[i]);
+        std::vector<int64_t> wide(c.begin(), c.end());
+        k.keys32(f, op, in.p, n, c.data() + s);
+        ref.keys32(f, op, in.p, n, d.data() + s);
+        ref.keys(f, op, in.p, n, wide.data() + s);
+        bool low = true;
+        for (size_t i = 0; i < n + 8; ++i) low = low && d[i] == static_cast<int32_t>(wide[i]);
+        CHECK(c == d && low, "%s: keys32 op %d acc+%zu", where, static_cast<int>(op), s);
       }
     }
   }
@@ -181,6 +198,30 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
     k.from_sum_int32(a.data(), n, oa.data() + off % 4);
     ref.from_sum_int32(a.data(), n, oc.data() + off % 4);
     CHECK(oa == oc, "%s: from_sum_int32", where);
+    // int32 SUM (wrapping) and MIN/MAX in int32, into random accumulators at two alignments,
+    // and against the low words of the int64 loops they stand for.
+    for (WordFold op : {WordFold::kAdd, WordFold::kMin, WordFold::kMax}) {
+      for (size_t s : {size_t{0}, size_t{1}}) {
+        std::vector<int32_t> wa(n + 8), wc(n + 8);
+        std::vector<int64_t> wide(n + 8);
+        for (size_t i = 0; i < n + 8; ++i) {
+          wa[i] = wc[i] = static_cast<int32_t>(rng());
+          wide[i] = wa[i];
+        }
+        k.fold_int32(op, in.p, n, wa.data() + s);
+        ref.fold_int32(op, in.p, n, wc.data() + s);
+        CHECK(wa == wc, "%s: fold_int32 op %d acc+%zu", where, static_cast<int>(op), s);
+        if (op == WordFold::kAdd) {
+          ref.add_int32(in.p, n, wide.data() + s);
+        } else {
+          ref.keys(Format::kI32, op == WordFold::kMin ? KeyFold::kMin : KeyFold::kMax, in.p, n,
+                   wide.data() + s);
+        }
+        bool low = true;
+        for (size_t i = 0; i < n + 8; ++i) low = low && wc[i] == static_cast<int32_t>(wide[i]);
+        CHECK(low, "%s: fold_int32 op %d against the int64 loops", where, static_cast<int>(op));
+      }
+    }
   }
   // The fused float SUM completion (where the table has one), every format, 0..5 ranks whose
   // blocks lie at an odd stride but the last, which lies apart at an odd address (a round

@@ -28,6 +28,8 @@ namespace ina::kernels {
 enum class Format : uint8_t { kF32, kF16, kBF16, kE4M3, kE5M2, kI32 };
 // What keys() does with each key: store it, or fold it into acc with signed MIN/MAX.
 enum class KeyFold : uint8_t { kStore, kMin, kMax };
+// What fold_int32() does with each element: add it (modulo 2^32), or take the signed MIN/MAX.
+enum class WordFold : uint8_t { kAdd, kMin, kMax };
 
 struct CodecKernels {
   const char* name;
@@ -71,6 +73,14 @@ struct CodecKernels {
   // width. Null where a table has none (the caller composes quantize_f32's rank by rank).
   void (*quantize_sum_words)(Format f, const uint8_t* const* src, size_t ranks, size_t n,
                              double scale, double limit, void* dst);
+  // int32 SUM and MIN/MAX in the elements' own width: acc[i] = acc[i] + x_i modulo 2^32 (int32
+  // SUM wraps by definition, QUANTIZATION.md), or the signed MIN/MAX of the two; the low words of
+  // what add_int32 and keys(kI32) do in int64. acc is 4-byte aligned; src at any alignment.
+  void (*fold_int32)(WordFold op, const void* src, size_t n, int32_t* acc);
+  // keys() and from_keys() with the keys as int32 words (what the slot table keeps for a float
+  // MIN/MAX): the same keys, not sign-extended; acc and key 4-byte aligned.
+  void (*keys32)(Format f, KeyFold op, const void* src, size_t n, int32_t* acc);
+  void (*from_keys32)(Format f, const int32_t* key, size_t n, void* dst);
 };
 
 // The implementation in use (chosen at the first call: the best this CPU runs).

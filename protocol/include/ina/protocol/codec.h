@@ -89,10 +89,19 @@ void keys(const void* src, size_t n, DType t, int64_t* key);
 void keys_minmax(const void* src, size_t n, DType t, ReduceOp op, int64_t* acc);
 // The elements of type t the keys stand for (exact).
 void from_keys(const int64_t* key, size_t n, DType t, void* dst);
+// The same three with the keys in int32 words (what the slot table keeps): bit for bit the int64
+// keys' low words, and the same elements back. key and acc 4-byte aligned.
+void keys32(const void* src, size_t n, DType t, int32_t* key);
+void keys_minmax32(const void* src, size_t n, DType t, ReduceOp op, int32_t* acc);
+void from_keys32(const int32_t* key, size_t n, DType t, void* dst);
 
 // int32 SUM: acc[i] += x_i (the result wraps modulo 2^32 when narrowed, from_sum_int32).
 void add_int32(const void* src, size_t n, int64_t* acc);
 void from_sum_int32(const int64_t* acc, size_t n, void* dst);
+// int32 SUM and MIN/MAX in int32 (what the slot table keeps: the result is the accumulator):
+// acc[i] = acc[i] + x_i modulo 2^32 (op SUM), or the MIN/MAX of the two; bit for bit the words
+// from_sum_int32 and from_keys give of the int64 accumulators. acc 4-byte aligned.
+void fold_int32(const void* src, size_t n, ReduceOp op, int32_t* acc);
 
 // n quiet NaNs of float type t.
 void fill_nan(void* dst, size_t n, DType t);
