@@ -236,7 +236,7 @@ class SlotTable {
     };
     std::unique_ptr<T, Free> p_;
   };
-  ZeroedArray<int64_t> acc_;                // accumulators, acc_words_ per copy (not int32)
+  ZeroedArray<int64_t> acc_;                // accumulators, acc_words_ per copy (int32 views too)
   ZeroedArray<uint8_t> result_;             // max_payload_bytes per copy
   ZeroedArray<uint8_t> raw_;                // float SUM: world_size * max_payload_bytes per copy
   std::vector<uint64_t> bitmaps_;           // bitmap_words_ per copy
