@@ -55,7 +55,8 @@ constexpr size_t kSmallMessage = 64 << 10;  // the blocking path's limit (larger
 // the queue below TCP, and under a bottleneck that queue holds every flow's burst. 8 ranks on
 // 1 Gbit/s links (tbf), AllToAll of 512 KiB per rank: 64 KiB + 8 bytes per pair, whose last 384
 // bytes waited 2-4 ms; 6.3-6.8 ms a call, 3.95-4.0 ms flushed (the busiest link's bound 3.84).
-// Smaller messages are mostly one segment, where nothing of this message can wait behind it.
+// The kernel cuts a write into buffers of up to about 64 KiB (less under pacing); a smaller
+// message is one buffer, and for it the extra system call would weigh against its copy.
 constexpr size_t kFlushFrom = 8 << 10;
 // A wait polls without sleeping (yielding the CPU between polls) for up to kSpin before it
 // blocks: a message due within microseconds then costs no wake-up (10-15 us at each end on a
