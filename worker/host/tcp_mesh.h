@@ -19,7 +19,10 @@
 // even behind queued ones, unless the socket was full at the last try (then POLLOUT resumes it): a
 // rank working through received data without polling (each wait completing at once) still feeds its
 // peers, instead of holding its sends until its next poll, which stalled a pipelined ring behind
-// the slowest-scheduled rank.
+// the slowest-scheduled rank. Once the kernel holds the whole of a message of 8 KiB or more, the
+// socket is flushed (TCP_NODELAY set again): Linux would otherwise keep the message's last, partial
+// segment back while its earlier ones wait in the queue below TCP, which on a link-bound path holds
+// every flow's burst (milliseconds per message on 1 Gbit/s links).
 //
 // Small-message path: a wait() on a receive of at most 64 KiB while no send is queued anywhere (the
 // latency-bound steps of hd, tree and the agreement messages: the send went out eagerly when
