@@ -402,14 +402,13 @@ class CommunicatorImpl final : public Communicator {
       const size_t b1 = std::min(nb, b0 + chunk_blocks);
       const size_t first = b0 * k;
       const size_t n = std::min(count, b1 * k) - first;
-      acc_.resize(std::max(acc_.size(), n));
+      if (sum) acc_.resize(std::max(acc_.size(), n));
       q_.resize(std::max(q_.size(), n * limbs));
       if (!sum) {
-        codec::keys(in + first * es, n, dtype, acc_.data());
-        for (size_t i = 0; i < n; ++i) q_[i] = static_cast<int32_t>(acc_[i]);
+        // MIN/MAX: the order-preserving int32 keys, as the aggregator folds them.
+        codec::keys32(in + first * es, n, dtype, q_.data());
         INA_RETURN_IF_ERROR(
             host::allreduce(*mesh_, q_.data(), q_.data(), n, DType::kInt32, op, algo(n * 4)));
-        for (size_t i = 0; i < n; ++i) acc_[i] = q_[i];
       } else {
         for (size_t b = b0; b < b1; ++b) {
           const size_t len = std::min(k, count - b * k);
@@ -441,15 +440,14 @@ class CommunicatorImpl final : public Communicator {
       for (size_t b = b0; b < b1; ++b) {
         const size_t len = std::min(k, count - b * k);
         uint8_t* o = out + b * k * es;
-        const int64_t* a = acc_.data() + (b - b0) * k;
         if (meta_[b] != 0) {
           codec::fill_nan(o, len, dtype);
         } else if (sum) {
           codec::dequantize(
-              a, len, dtype,
+              acc_.data() + (b - b0) * k, len, dtype,
               codec::scale_exponent(dtype, static_cast<int16_t>(meta_[nb + b]), world), o);
         } else {
-          codec::from_keys(a, len, dtype, o);
+          codec::from_keys32(q_.data() + (b - b0) * k, len, dtype, o);
         }
       }
     }
@@ -464,8 +462,8 @@ class CommunicatorImpl final : public Communicator {
   CommStats host_stats_;                   // collectives the communicator ran on the mesh
   mutable CommStats stats_;                // the policy's + host_stats_
   std::vector<int32_t> meta_;              // exact mode: per-block flags and exponents
-  std::vector<int32_t> q_;                 // exact mode: the words on the host path
-  std::vector<int64_t> acc_;               // exact mode: fixed-point words or keys
+  std::vector<int32_t> q_;                 // exact mode: the words on the host path (MIN/MAX: keys)
+  std::vector<int64_t> acc_;               // exact mode: SUM's fixed-point words
   std::vector<float> wide_;      // float mode, reduce_scatter: 16-bit elements widened to float32
   std::vector<float> wide_out_;  // reduce_scatter of 16-bit elements: the float32 result
 };
