@@ -510,13 +510,8 @@ TEST_P(DpdkLoop, ResultsFromAFreshMbufWhenTheReceivedOneIsShared) {
   join(*run, kWorld, kSlots, kElems);
   for (uint32_t b = 0; b < kSlots; ++b) {
     for (uint32_t r = 0; r < kWorld; ++r) {
-      wire::Header h;
-      h.tag = kKey;
-      h.job = kJob;
-      h.rank = static_cast<uint16_t>(r);
-      h.slot = static_cast<uint16_t>(b);
-      h.seq = b + 1;
-      h.count = kElems;
+      const wire::Header h = testing::data_header(kJob, kKey, static_cast<uint16_t>(r),
+                                                  static_cast<uint16_t>(b), false, b + 1, kElems);
       std::vector<int32_t> pl(kElems);
       for (uint32_t i = 0; i < kElems; ++i) pl[i] = value(r, b, i);
       run->port->inject_clone(ina_frame(r, h, pl));
@@ -547,7 +542,6 @@ TEST_P(DpdkLoop, ResultsFromAFreshMbufWhenTheReceivedOneIsShared) {
   EXPECT_EQ(rte_mempool_in_use_count(g_pool), in_use);
 }
 
-// Malformed frames are counted by reason and never answered; ARP and ICMP echo are answered.
 // The loop verifies the tags of a burst's DATA at once (packet_mac_many): frames sealed with
 // another key, and genuine frames tampered with after sealing, of the same length as the genuine
 // ones and in the same bursts (the lanes of one lockstep group), change nothing: every rank gets
@@ -564,14 +558,9 @@ TEST_P(DpdkLoop, ForgedDataInTheSameBurstsChangesNothing) {
   std::vector<std::vector<uint8_t>> frames;
   for (uint32_t b = 0; b < kBlocks; ++b) {
     for (uint32_t r = 0; r < kWorld; ++r) {
-      wire::Header h;
-      h.tag = kKey;
-      h.job = kJob;
-      h.rank = static_cast<uint16_t>(r);
-      h.slot = static_cast<uint16_t>(b % kSlots);
-      h.shadow = ((b / kSlots) % 2) != 0;
-      h.seq = b + 1;
-      h.count = kElems;
+      const wire::Header h = testing::data_header(kJob, kKey, static_cast<uint16_t>(r),
+                                                  static_cast<uint16_t>(b % kSlots),
+                                                  ((b / kSlots) % 2) != 0, b + 1, kElems);
       std::vector<int32_t> pl(kElems), junk(kElems, 1000000);
       for (uint32_t i = 0; i < kElems; ++i) pl[i] = value(r, b, i);
       wire::Header forged = h;
@@ -616,6 +605,7 @@ TEST_P(DpdkLoop, ForgedDataInTheSameBurstsChangesNothing) {
   EXPECT_EQ(rte_mempool_in_use_count(g_pool), in_use);
 }
 
+// Malformed frames are counted by reason and never answered; ARP and ICMP echo are answered.
 TEST_P(DpdkLoop, MalformedFramesCountedArpAndPingAnswered) {
   const unsigned lcores = std::get<0>(GetParam());
   constexpr uint32_t kWorld = 2;
