@@ -162,8 +162,9 @@ class Topology:
         self._ns(ns, "ip", "link", "set", "lo", "up")
         if self.tcp_cc:
             self._ns(ns, "sysctl", "-q", "-w", f"net.ipv4.tcp_congestion_control={self.tcp_cc}")
-        self.tcp_cc_in_use = self._ns(ns, "sysctl", "-n", "net.ipv4.tcp_congestion_control",
-                                      check=False).stdout.strip() or None
+        if self.tcp_cc_in_use is None:  # every namespace has the same: read it from the first
+            self.tcp_cc_in_use = self._ns(ns, "sysctl", "-n", "net.ipv4.tcp_congestion_control",
+                                          check=False).stdout.strip() or None
 
     def _allow_cc(self):
         """A namespace other than the first may take as its default only a congestion control
