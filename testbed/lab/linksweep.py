@@ -289,8 +289,9 @@ class LinkSweep:
                                           prefix=self.a.ns_prefix, tcp_cc=self.a.tcp_cc)
                 with self.topo:
                     t = self.topo
-                    print(f"# N={n}: {t.describe().splitlines()[0]}", flush=True)
-                    tables.write(f"== topology N={n}\n{t.describe().splitlines()[0]}\n\n")
+                    layout = t.describe().splitlines()[0]  # links, rate, congestion control
+                    print(f"# N={n}: {layout}", flush=True)
+                    tables.write(f"== topology N={n}\n{layout}\n\n")
                     # agg1 carries the DPDK aggregator: no kernel address on its eth0
                     t._ns(t.aggregators()[1].ns, "ip", "addr", "flush", "dev", "eth0")
                     ok, rows = t.rate_check()
