@@ -245,23 +245,6 @@ void quantize_sum_words(const uint8_t* const* src, size_t ranks, size_t n, DType
   }
 }
 
-void keys(const void* src, size_t n, DType t, int64_t* key) {
-  kernels::codec_kernels().keys(format(t), kernels::KeyFold::kStore, src, n, key);
-}
-
-void keys_minmax(const void* src, size_t n, DType t, ReduceOp op, int64_t* acc) {
-  const auto fold = op == ReduceOp::kMax ? kernels::KeyFold::kMax : kernels::KeyFold::kMin;
-  kernels::codec_kernels().keys(format(t), fold, src, n, acc);
-}
-
-void from_keys(const int64_t* key, size_t n, DType t, void* dst) {
-  if (t == DType::kInt32) {
-    from_sum_int32(key, n, dst);
-    return;
-  }
-  kernels::codec_kernels().from_keys(format(t), key, n, dst);
-}
-
 void keys32(const void* src, size_t n, DType t, int32_t* key) {
   kernels::codec_kernels().keys32(format(t), kernels::KeyFold::kStore, src, n, key);
 }
@@ -277,14 +260,6 @@ void from_keys32(const int32_t* key, size_t n, DType t, void* dst) {
     return;
   }
   kernels::codec_kernels().from_keys32(format(t), key, n, dst);
-}
-
-void add_int32(const void* src, size_t n, int64_t* acc) {
-  kernels::codec_kernels().add_int32(src, n, acc);
-}
-
-void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
-  kernels::codec_kernels().from_sum_int32(acc, n, dst);
 }
 
 void fold_int32(const void* src, size_t n, ReduceOp op, int32_t* acc) {

@@ -1,7 +1,7 @@
 // The arm64 NEON codec loops (AdvSIMD is part of every arm64 CPU: BlueField's Cortex-A72 and
 // A78 cores, Graviton, Apple): the magnitude scan of every float format, the float32 quantizer
-// (vcvtnq_s64_f64 rounds to nearest even and converts in one instruction), int32 SUM and the
-// float32 and int32 MIN/MAX keys. The other loops are the portable ones. Each gives the portable
+// (vcvtnq_s64_f64 rounds to nearest even and converts in one instruction), and int32 SUM and
+// MIN/MAX. The other loops are the portable ones. Each gives the portable
 // loops' bits for every input; codec_kernels_test runs under qemu-user to check it
 // (test codec_kernels_arm64, tests/arm64_check.sh).
 #include "ina/kernels/codec.h"
@@ -100,66 +100,6 @@ void quantize_f32(const void* src, size_t n, double scale, double limit, int64_t
   if (i < n) portable_codec_kernels().quantize_f32(p + 4 * i, n - i, scale, limit, q + i, add);
 }
 
-// Four int32 keys folded into acc[0..3].
-inline void fold4(KeyFold op, int32x4_t k32, int64_t* acc) {
-  const int64x2_t k0 = vmovl_s32(vget_low_s32(k32));
-  const int64x2_t k1 = vmovl_high_s32(k32);
-  if (op == KeyFold::kStore) {
-    vst1q_s64(acc, k0);
-    vst1q_s64(acc + 2, k1);
-    return;
-  }
-  const int64x2_t a0 = vld1q_s64(acc), a1 = vld1q_s64(acc + 2);
-  if (op == KeyFold::kMax) {
-    vst1q_s64(acc, vbslq_s64(vcgtq_s64(k0, a0), k0, a0));
-    vst1q_s64(acc + 2, vbslq_s64(vcgtq_s64(k1, a1), k1, a1));
-  } else {
-    vst1q_s64(acc, vbslq_s64(vcgtq_s64(a0, k0), k0, a0));
-    vst1q_s64(acc + 2, vbslq_s64(vcgtq_s64(a1, k1), k1, a1));
-  }
-}
-
-void keys(Format f, KeyFold op, const void* src, size_t n, int64_t* acc) {
-  if (f != Format::kF32 && f != Format::kI32) {
-    portable_codec_kernels().keys(f, op, src, n, acc);
-    return;
-  }
-  const auto* p = static_cast<const uint8_t*>(src);
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    int32x4_t k = vld1q_s32(reinterpret_cast<const int32_t*>(p + 4 * i));
-    // ordered(): b ^ ((b >> 31) & 0x7FFFFFFF). float32 widening is the identity (a signalling
-    // NaN stays as it is, as in the portable loop's bit_cast).
-    if (f == Format::kF32) {
-      k = veorq_s32(k, vandq_s32(vshrq_n_s32(k, 31), vdupq_n_s32(0x7FFFFFFF)));
-    }
-    fold4(op, k, acc + i);
-  }
-  if (i < n) portable_codec_kernels().keys(f, op, p + 4 * i, n - i, acc + i);
-}
-
-void add_int32(const void* src, size_t n, int64_t* acc) {
-  const auto* p = static_cast<const uint8_t*>(src);
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const int32x4_t x = vld1q_s32(reinterpret_cast<const int32_t*>(p + 4 * i));
-    vst1q_s64(acc + i, vaddq_s64(vld1q_s64(acc + i), vmovl_s32(vget_low_s32(x))));
-    vst1q_s64(acc + i + 2, vaddq_s64(vld1q_s64(acc + i + 2), vmovl_high_s32(x)));
-  }
-  for (; i < n; ++i) acc[i] += static_cast<int32_t>(load<F32>(p, i));
-}
-
-void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
-  auto* d = static_cast<uint8_t*>(dst);
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const int32x4_t w =
-        vcombine_s32(vmovn_s64(vld1q_s64(acc + i)), vmovn_s64(vld1q_s64(acc + i + 2)));
-    vst1q_s32(reinterpret_cast<int32_t*>(d + 4 * i), w);
-  }
-  for (; i < n; ++i) store<F32>(d, i, static_cast<uint32_t>(acc[i]));
-}
-
 void fold_int32(WordFold op, const void* src, size_t n, int32_t* acc) {
   const auto* p = static_cast<const uint8_t*>(src);
   size_t i = 0;
@@ -179,9 +119,6 @@ const CodecKernels& neon_table() {
     k.name = "neon";
     k.scan_codes = scan_codes;
     k.quantize_f32 = quantize_f32;
-    k.keys = keys;
-    k.add_int32 = add_int32;
-    k.from_sum_int32 = from_sum_int32;
     k.fold_int32 = fold_int32;
     k.quantize_sum = nullptr;  // composed of the loops above (the codec's tile loop)
     return k;

@@ -40,34 +40,6 @@ void widen(Format f, const void* src, size_t n, float* dst) {
   });
 }
 
-void keys(Format f, KeyFold fold, const void* src, size_t n, int64_t* acc) {
-  const KeyOp op = key_op(fold);
-  if (f == Format::kI32) {
-    for (size_t i = 0; i < n; ++i) {
-      acc[i] = apply_key(op, acc[i], static_cast<int32_t>(load<F32>(src, i)));
-    }
-    return;
-  }
-  with_float(f, [&]<class E>(E) {
-    if constexpr (sizeof(typename E::Bits) == 1) {
-      const int32_t* table = fp8_keys<E>();
-      for (size_t i = 0; i < n; ++i) acc[i] = apply_key(op, acc[i], table[load<E>(src, i)]);
-    } else {
-      for (size_t i = 0; i < n; ++i) {
-        acc[i] = apply_key(op, acc[i], ordered(E::to_float(load<E>(src, i))));
-      }
-    }
-  });
-}
-
-void from_keys(Format f, const int64_t* key, size_t n, void* dst) {
-  with_float(f, [&]<class E>(E) {
-    for (size_t i = 0; i < n; ++i) {
-      store<E>(dst, i, E::from_float(from_ordered(static_cast<int32_t>(key[i]))));
-    }
-  });
-}
-
 void dequantize_f32(const int64_t* q, size_t n, float m, void* dst) {
   for (size_t i = 0; i < n; ++i) store<F32>(dst, i, F32::from_float(static_cast<float>(q[i]) * m));
 }
@@ -76,14 +48,6 @@ void dequantize_narrow(Format f, const int64_t* q, size_t n, float m, void* dst)
   with_float(f, [&]<class E>(E) {
     for (size_t i = 0; i < n; ++i) store<E>(dst, i, E::from_float(round_to_odd24(q[i]) * m));
   });
-}
-
-void add_int32(const void* src, size_t n, int64_t* acc) {
-  for (size_t i = 0; i < n; ++i) acc[i] += static_cast<int32_t>(load<F32>(src, i));
-}
-
-void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
-  for (size_t i = 0; i < n; ++i) store<F32>(dst, i, static_cast<uint32_t>(acc[i]));
 }
 
 void fold_int32(WordFold op, const void* src, size_t n, int32_t* acc) {
@@ -108,9 +72,7 @@ void fold_int32(WordFold op, const void* src, size_t n, int32_t* acc) {
 
 void keys32(Format f, KeyFold fold, const void* src, size_t n, int32_t* acc) {
   const KeyOp op = key_op(fold);
-  const auto put = [&](size_t i, int32_t k) {
-    acc[i] = static_cast<int32_t>(apply_key(op, acc[i], k));
-  };
+  const auto put = [&](size_t i, int32_t k) { acc[i] = apply_key(op, acc[i], k); };
   if (f == Format::kI32) {
     for (size_t i = 0; i < n; ++i) put(i, static_cast<int32_t>(load<F32>(src, i)));
     return;
@@ -132,11 +94,10 @@ void from_keys32(Format f, const int32_t* key, size_t n, void* dst) {
 }
 
 constexpr CodecKernels kPortable{
-    "portable", scan_codes,     quantize_f32,      widen,     keys,
-    from_keys,  dequantize_f32, dequantize_narrow, add_int32, from_sum_int32,
+    "portable", scan_codes, quantize_f32, widen, dequantize_f32, dequantize_narrow,
     nullptr,  // quantize_sum: the codec composes the loops above (its tile loop)
     nullptr,  // quantize_sum_words: likewise
-    fold_int32, keys32,         from_keys32,
+    fold_int32, keys32,     from_keys32,
 };
 
 }  // namespace

@@ -107,60 +107,8 @@ template <class E>
   for (; i < n; ++i) dst[i] = E::to_float(load<E>(src, i));
 }
 
-// Four int32 keys sign-extended to int64, stored at a (kStore) or folded into it.
-template <KeyOp kOp>
-INA_SIMD void fold4(int64_t* a, __m128i k32) {
-  const __m256i k = _mm256_cvtepi32_epi64(k32);
-  auto* p = reinterpret_cast<__m256i*>(a);
-  if constexpr (kOp == KeyOp::kStore) {
-    _mm256_storeu_si256(p, k);
-  } else {
-    const __m256i old = _mm256_loadu_si256(p);
-    const __m256i take =
-        kOp == KeyOp::kMax ? _mm256_cmpgt_epi64(k, old) : _mm256_cmpgt_epi64(old, k);
-    _mm256_storeu_si256(p, _mm256_blendv_epi8(old, k, take));
-  }
-}
-
-// keys() / keys_minmax(): the key of each element (int32: the value; floats: ordered() of the
-// widened value), sign-extended to int64, stored (kStore) or folded into acc with signed MIN/MAX.
-// E is a float's traits or I32.
-template <class E, KeyOp kOp>
-[[gnu::target("avx2,f16c")]] void keys_avx2(const uint8_t* src, size_t n, int64_t* acc) {
-  constexpr bool kInt = std::is_same_v<E, I32>;
-  constexpr size_t w = sizeof(typename E::Bits);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    __m256i k;
-    if constexpr (kInt) {
-      k = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + w * i));
-    } else {
-      k = ordered8(_mm256_castps_si256(widen8<E>(src + w * i)));
-    }
-    fold4<kOp>(acc + i, _mm256_castsi256_si128(k));
-    fold4<kOp>(acc + i + 4, _mm256_extracti128_si256(k, 1));
-  }
-  for (; i < n; ++i) {
-    int32_t k;
-    if constexpr (kInt) {
-      std::memcpy(&k, src + 4 * i, 4);
-    } else {
-      k = ordered(E::to_float(load<E>(src, i)));
-    }
-    acc[i] = apply_key(kOp, acc[i], k);
-  }
-}
-template <class E>
-void keys_avx2(const uint8_t* src, size_t n, KeyOp op, int64_t* acc) {
-  switch (op) {
-    case KeyOp::kStore: return keys_avx2<E, KeyOp::kStore>(src, n, acc);
-    case KeyOp::kMin: return keys_avx2<E, KeyOp::kMin>(src, n, acc);
-    case KeyOp::kMax: return keys_avx2<E, KeyOp::kMax>(src, n, acc);
-  }
-}
-
-// keys32(): the same keys as int32 words, stored or folded with signed 32-bit MIN/MAX (the
-// int64 fold's low words: the keys are sign-extended int32s there).
+// keys32(): the key of each element (int32: the value; floats: ordered() of the widened value),
+// stored (kStore) or folded into acc with signed MIN/MAX. E is a float's traits or I32.
 template <class E, KeyOp kOp>
 [[gnu::target("avx2,f16c")]] void keys32_avx2(const uint8_t* src, size_t n, int32_t* acc) {
   constexpr bool kInt = std::is_same_v<E, I32>;
@@ -185,7 +133,7 @@ template <class E, KeyOp kOp>
     } else {
       k = ordered(E::to_float(load<E>(src, i)));
     }
-    acc[i] = static_cast<int32_t>(apply_key(kOp, acc[i], k));
+    acc[i] = apply_key(kOp, acc[i], k);
   }
 }
 template <class E>
@@ -197,7 +145,8 @@ void keys32_avx2(const uint8_t* src, size_t n, KeyOp op, int32_t* acc) {
   }
 }
 
-// from_keys32(): the int32 keys back to E (from_keys' loop on words already narrow).
+// from_keys32(): the keys back to float32 bits (from_ordered), narrowed to E (exact: each key
+// came from a value of type E).
 template <class E>
 [[gnu::target("avx2,f16c")]] void from_keys32_avx2(const int32_t* key, size_t n, uint8_t* dst) {
   constexpr size_t w = sizeof(typename E::Bits);
@@ -207,18 +156,6 @@ template <class E>
     store8<E>(dst + w * i, _mm256_castsi256_ps(ordered8(k)));
   }
   for (; i < n; ++i) store<E>(dst, i, E::from_float(from_ordered(key[i])));
-}
-
-// from_keys(): the keys' low words back to float32 bits (from_ordered), narrowed to E (exact:
-// each key came from a value of type E).
-template <class E>
-[[gnu::target("avx2,f16c")]] void from_keys_avx2(const int64_t* key, size_t n, uint8_t* dst) {
-  constexpr size_t w = sizeof(typename E::Bits);
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) {
-    store8<E>(dst + w * i, _mm256_castsi256_ps(ordered8(low_words8(key + i))));
-  }
-  for (; i < n; ++i) store<E>(dst, i, E::from_float(from_ordered(static_cast<int32_t>(key[i]))));
 }
 
 // dequantize() of the narrower types for scale in [-126, 127] (see there): dst = E(Q rounded to
@@ -310,35 +247,6 @@ template <class E>
   *nonfinite_out = any;
 }
 
-// int32 SUM: acc[i] += x_i (sign-extended), and the wrapped low words back.
-[[gnu::target("avx2")]] void add_int32_avx2(const uint8_t* src, size_t n, int64_t* acc) {
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const __m256i x =
-        _mm256_cvtepi32_epi64(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 4 * i)));
-    auto* a = reinterpret_cast<__m256i*>(acc + i);
-    _mm256_storeu_si256(a, _mm256_add_epi64(_mm256_loadu_si256(a), x));
-  }
-  for (; i < n; ++i) {
-    int32_t x;
-    std::memcpy(&x, src + 4 * i, 4);
-    acc[i] += x;
-  }
-}
-[[gnu::target("avx2")]] void from_sum_int32_avx2(const int64_t* acc, size_t n, uint8_t* dst) {
-  const __m256i low = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
-  size_t i = 0;
-  for (; i + 4 <= n; i += 4) {
-    const __m256i a = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(acc + i));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(dst + 4 * i),
-                     _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(a, low)));
-  }
-  for (; i < n; ++i) {
-    const auto w = static_cast<uint32_t>(acc[i]);
-    std::memcpy(dst + 4 * i, &w, 4);
-  }
-}
-
 void scan_codes(Format f, const void* src, size_t n, uint32_t bad, uint32_t* top, bool* nonfinite) {
   with_float(f, [&]<class E>(E) {
     scan_codes_avx2<E>(static_cast<const uint8_t*>(src), n, bad, top, nonfinite);
@@ -358,20 +266,6 @@ void widen(Format f, const void* src, size_t n, float* dst) {
   with_float(f, [&]<class E>(E) {
     if constexpr (!std::is_same_v<E, F32>) widen_avx2<E>(src, n, dst);
   });
-}
-
-void keys(Format f, KeyFold fold, const void* src, size_t n, int64_t* acc) {
-  const auto* p = static_cast<const uint8_t*>(src);
-  const KeyOp op = key_op(fold);
-  if (f == Format::kI32) {
-    keys_avx2<I32>(p, n, op, acc);
-    return;
-  }
-  with_float(f, [&]<class E>(E) { keys_avx2<E>(p, n, op, acc); });
-}
-
-void from_keys(Format f, const int64_t* key, size_t n, void* dst) {
-  with_float(f, [&]<class E>(E) { from_keys_avx2<E>(key, n, static_cast<uint8_t*>(dst)); });
 }
 
 void keys32(Format f, KeyFold fold, const void* src, size_t n, int32_t* acc) {
@@ -394,14 +288,6 @@ void dequantize_narrow(Format f, const int64_t* q, size_t n, float m, void* dst)
       dequantize_narrow_avx2<E>(q, n, m, static_cast<uint8_t*>(dst));
     }
   });
-}
-
-void add_int32(const void* src, size_t n, int64_t* acc) {
-  add_int32_avx2(static_cast<const uint8_t*>(src), n, acc);
-}
-
-void from_sum_int32(const int64_t* acc, size_t n, void* dst) {
-  from_sum_int32_avx2(acc, n, static_cast<uint8_t*>(dst));
 }
 
 // int32 SUM (wrapping) and MIN/MAX in int32: sixteen elements a step in two vectors.
@@ -602,12 +488,8 @@ const CodecKernels& avx2_table() {
       scan_codes,
       quantize_f32,
       widen,
-      keys,
-      from_keys,
       portable_codec_kernels().dequantize_f32,
       dequantize_narrow,
-      add_int32,
-      from_sum_int32,
       quantize_sum,
       nullptr,  // quantize_sum_words: the codec composes quantize_f32's
       fold_int32,

@@ -544,13 +544,32 @@ Outcome reference(const std::vector<std::vector<uint8_t>>& ranks, DType t, Reduc
     e = codec::max_exponent(e, s.exp);
     o.nonfinite = o.nonfinite || s.nonfinite;
   }
+  const size_t es = dtype_size(t);
   if (t == DType::kInt32 && op == ReduceOp::kSum) {
-    for (const auto& r : ranks) codec::add_int32(r.data(), n, acc.data());
-    codec::from_sum_int32(acc.data(), n, o.result.data());
+    // The sum modulo 2^32 (two's complement).
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t sum = 0;
+      for (const auto& r : ranks) {
+        uint32_t x;
+        std::memcpy(&x, r.data() + i * 4, 4);
+        sum += x;
+      }
+      std::memcpy(o.result.data() + i * 4, &sum, 4);
+    }
   } else if (op != ReduceOp::kSum) {
-    codec::keys(ranks[0].data(), n, t, acc.data());
-    for (const auto& r : ranks) codec::keys_minmax(r.data(), n, t, op, acc.data());
-    codec::from_keys(acc.data(), n, t, o.result.data());
+    // The element of least (MIN) or greatest (MAX) value, -0 below +0, as it arrived (a NaN
+    // anywhere makes the block non-finite below).
+    for (size_t i = 0; i < n; ++i) {
+      const uint8_t* best = ranks[0].data() + i * es;
+      for (const auto& r : ranks) {
+        const uint8_t* x = r.data() + i * es;
+        const double a = codec::widen(x, 0, t), b = codec::widen(best, 0, t);
+        const bool below = a < b || (a == b && std::signbit(a) && !std::signbit(b));
+        const bool above = a > b || (a == b && !std::signbit(a) && std::signbit(b));
+        if (op == ReduceOp::kMin ? below : above) best = x;
+      }
+      std::memcpy(o.result.data() + i * es, best, es);
+    }
   } else {
     for (const auto& r : ranks) codec::quantize_add(r.data(), n, t, e, world, acc.data());
     codec::dequantize(acc.data(), n, t, codec::scale_exponent(t, e, world), o.result.data());

@@ -163,14 +163,30 @@ std::vector<uint8_t> model_result(const std::vector<std::vector<uint8_t>>& input
     }
     uint8_t* o = out.data() + base * es;
     if (c.op == ReduceOp::kSum && c.dtype == DType::kInt32) {
-      std::fill_n(acc.begin(), n, int64_t{0});
-      for (const auto& in : inputs) codec::add_int32(in.data() + base * es, n, acc.data());
-      codec::from_sum_int32(acc.data(), n, o);
+      // The sum modulo 2^32 (two's complement).
+      for (size_t i = 0; i < n; ++i) {
+        uint32_t sum = 0;
+        for (const auto& in : inputs) {
+          uint32_t x;
+          std::memcpy(&x, in.data() + (base + i) * 4, 4);
+          sum += x;
+        }
+        std::memcpy(o + i * 4, &sum, 4);
+      }
     } else if (c.op != ReduceOp::kSum) {
-      codec::keys(inputs[0].data() + base * es, n, c.dtype, acc.data());
-      for (const auto& in : inputs)
-        codec::keys_minmax(in.data() + base * es, n, c.dtype, c.op, acc.data());
-      codec::from_keys(acc.data(), n, c.dtype, o);
+      // The element of least (MIN) or greatest (MAX) value, -0 below +0, as it arrived (a NaN
+      // anywhere makes the block NONFINITE below).
+      for (size_t i = 0; i < n; ++i) {
+        const uint8_t* best = inputs[0].data() + (base + i) * es;
+        for (const auto& in : inputs) {
+          const uint8_t* x = in.data() + (base + i) * es;
+          const double a = codec::widen(x, 0, c.dtype), b = codec::widen(best, 0, c.dtype);
+          const bool below = a < b || (a == b && std::signbit(a) && !std::signbit(b));
+          const bool above = a > b || (a == b && !std::signbit(a) && std::signbit(b));
+          if (c.op == ReduceOp::kMin ? below : above) best = x;
+        }
+        std::memcpy(o + i * es, best, es);
+      }
     } else {
       std::fill_n(acc.begin(), n, int64_t{0});
       for (const auto& in : inputs) {

@@ -131,41 +131,47 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
         ref.widen(f, in.p, n, b.data());
         CHECK(std::memcmp(a.data(), b.data(), a.size() * 4) == 0, "%s: widen", where);
       }
-      // from_keys of valid keys (the portable keys of the elements).
+      // from_keys32 of valid keys (the portable keys of the elements), to a destination at
+      // offset `off`: the same bytes, and every element but a NaN as it was.
       {
-        std::vector<int64_t> key(n);
-        ref.keys(f, KeyFold::kStore, in.p, n, key.data());
-        std::vector<uint8_t> a(n * width(f) + 8, 0xA5), b(n * width(f) + 8, 0xA5);
-        k.from_keys(f, key.data(), n, a.data());
-        ref.from_keys(f, key.data(), n, b.data());
-        CHECK(a == b, "%s: from_keys", where);
-        // from_keys32 of the same keys as int32 words: the same elements.
-        std::vector<int32_t> key32(key.begin(), key.end());
-        std::vector<uint8_t> c(n * width(f) + 8, 0xA5), d(n * width(f) + 8, 0xA5);
-        k.from_keys32(f, key32.data(), n, c.data());
-        ref.from_keys32(f, key32.data(), n, d.data());
-        CHECK(c == d && c == b, "%s: from_keys32", where);
+        const size_t w = width(f);
+        std::vector<int32_t> key(n);
+        ref.keys32(f, KeyFold::kStore, in.p, n, key.data());
+        std::vector<uint8_t> a(n * w + 16, 0xA5), b(n * w + 16, 0xA5);
+        k.from_keys32(f, key.data(), n, a.data() + off);
+        ref.from_keys32(f, key.data(), n, b.data() + off);
+        bool same = true;
+        with_float(f, [&]<class E>(E) {
+          for (size_t i = 0; i < n; ++i) {
+            const float x = E::to_float(load<E>(in.p, i));
+            same = same && (x != x || load<E>(b.data() + off, i) == load<E>(in.p, i));
+          }
+        });
+        CHECK(a == b && same, "%s: from_keys32", where);
       }
     }
-    // keys: store, MIN and MAX into random accumulators.
+    // keys32: store, MIN and MAX into random int32 accumulators at word offsets 0..3, against
+    // the plain fold of the keys (int32: the element; floats: ordered() of the widened value).
+    std::vector<int32_t> plain(n);
+    for (size_t i = 0; i < n; ++i) {
+      if (!with_float(f, [&]<class E>(E) { plain[i] = ordered(E::to_float(load<E>(in.p, i))); })) {
+        plain[i] = static_cast<int32_t>(load<F32>(in.p, i));
+      }
+    }
     for (KeyFold op : {KeyFold::kStore, KeyFold::kMin, KeyFold::kMax}) {
-      const std::vector<int64_t> init = random_acc(n + 8, rng, 33);
-      for (size_t s = 0; s < 2; ++s) {
-        std::vector<int64_t> a(init), b(init);
-        k.keys(f, op, in.p, n, a.data() + s);
-        ref.keys(f, op, in.p, n, b.data() + s);
-        CHECK(a == b, "%s: keys op %d acc+%zu", where, static_cast<int>(op), s);
-        // keys32: the same keys in int32 words, from the same (int32) accumulators: the int64
-        // keys' low words.
+      for (size_t s = 0; s < 4; ++s) {
         std::vector<int32_t> c(n + 8), d(n + 8);
-        for (size_t i = 0; i < n + 8; ++i) c[i] = d[i] = static_cast<int32_t>(init[i]);
-        std::vector<int64_t> wide(c.begin(), c.end());
+        for (size_t i = 0; i < n + 8; ++i) c[i] = d[i] = static_cast<int32_t>(rng());
+        std::vector<int32_t> want(c);
+        for (size_t i = 0; i < n; ++i) {
+          int32_t& wi = want[s + i];
+          wi = op == KeyFold::kStore ? plain[i]
+               : op == KeyFold::kMin ? std::min(wi, plain[i])
+                                     : std::max(wi, plain[i]);
+        }
         k.keys32(f, op, in.p, n, c.data() + s);
         ref.keys32(f, op, in.p, n, d.data() + s);
-        ref.keys(f, op, in.p, n, wide.data() + s);
-        bool low = true;
-        for (size_t i = 0; i < n + 8; ++i) low = low && d[i] == static_cast<int32_t>(wide[i]);
-        CHECK(c == d && low, "%s: keys32 op %d acc+%zu", where, static_cast<int>(op), s);
+        CHECK(c == d && d == want, "%s: keys32 op %d acc+%zu", where, static_cast<int>(op), s);
       }
     }
   }
@@ -188,38 +194,24 @@ void check_impl(const CodecKernels& k, const CodecKernels& ref, size_t n, size_t
         }
       }
     }
-    // int32 SUM.
-    const std::vector<int64_t> init = random_acc(n + 8, rng, 63);
-    std::vector<int64_t> a(init), c(init);
-    k.add_int32(in.p, n, a.data() + 1);
-    ref.add_int32(in.p, n, c.data() + 1);
-    CHECK(a == c, "%s: add_int32", where);
-    std::vector<uint8_t> oa(4 * n + 8, 0x5A), oc(4 * n + 8, 0x5A);
-    k.from_sum_int32(a.data(), n, oa.data() + off % 4);
-    ref.from_sum_int32(a.data(), n, oc.data() + off % 4);
-    CHECK(oa == oc, "%s: from_sum_int32", where);
-    // int32 SUM (wrapping) and MIN/MAX in int32, into random accumulators at two alignments,
-    // and against the low words of the int64 loops they stand for.
+    // int32 SUM (modulo 2^32) and MIN/MAX in int32, into random accumulators at word offsets
+    // 0..3, against the plain loop (float32 patterns as int32: edge words, random ones).
     for (WordFold op : {WordFold::kAdd, WordFold::kMin, WordFold::kMax}) {
-      for (size_t s : {size_t{0}, size_t{1}}) {
+      for (size_t s = 0; s < 4; ++s) {
         std::vector<int32_t> wa(n + 8), wc(n + 8);
-        std::vector<int64_t> wide(n + 8);
-        for (size_t i = 0; i < n + 8; ++i) {
-          wa[i] = wc[i] = static_cast<int32_t>(rng());
-          wide[i] = wa[i];
+        for (size_t i = 0; i < n + 8; ++i) wa[i] = wc[i] = static_cast<int32_t>(rng());
+        std::vector<int32_t> want(wa);
+        for (size_t i = 0; i < n; ++i) {
+          const uint32_t x = load<F32>(in.p, i);
+          int32_t& wi = want[s + i];
+          wi = op == WordFold::kAdd   ? static_cast<int32_t>(static_cast<uint32_t>(wi) + x)
+               : op == WordFold::kMin ? std::min(wi, static_cast<int32_t>(x))
+                                      : std::max(wi, static_cast<int32_t>(x));
         }
         k.fold_int32(op, in.p, n, wa.data() + s);
         ref.fold_int32(op, in.p, n, wc.data() + s);
-        CHECK(wa == wc, "%s: fold_int32 op %d acc+%zu", where, static_cast<int>(op), s);
-        if (op == WordFold::kAdd) {
-          ref.add_int32(in.p, n, wide.data() + s);
-        } else {
-          ref.keys(Format::kI32, op == WordFold::kMin ? KeyFold::kMin : KeyFold::kMax, in.p, n,
-                   wide.data() + s);
-        }
-        bool low = true;
-        for (size_t i = 0; i < n + 8; ++i) low = low && wc[i] == static_cast<int32_t>(wide[i]);
-        CHECK(low, "%s: fold_int32 op %d against the int64 loops", where, static_cast<int>(op));
+        CHECK(wa == wc && wc == want, "%s: fold_int32 op %d acc+%zu", where, static_cast<int>(op),
+              s);
       }
     }
   }

@@ -245,21 +245,28 @@ std::vector<uint8_t> random_block(DType t, size_t n, std::mt19937_64& rng) {
 
 TEST(Codec, FastPathsMatchTheReference) {
   std::mt19937_64 rng(11);
-  // int32 SUM: sign-extending adds and the wrapped low words, whole blocks.
+  // int32 SUM (modulo 2^32) and MIN/MAX in int32 words, whole blocks, the source at every
+  // offset 0..3 from its words.
   for (int rep = 0; rep < 200; ++rep) {
     const size_t n = 1 + rng() % 1100;
+    const size_t off = static_cast<size_t>(rep) % 4;
     std::vector<int32_t> x(n);
-    std::vector<int64_t> acc(n), want(n);
-    for (size_t i = 0; i < n; ++i) {
-      x[i] = static_cast<int32_t>(rng());
-      acc[i] = want[i] = static_cast<int64_t>(rng()) >> 2;
-      want[i] += x[i];
+    std::vector<uint8_t> src(4 * n + off);
+    for (size_t i = 0; i < n; ++i) x[i] = static_cast<int32_t>(rng());
+    std::memcpy(src.data() + off, x.data(), 4 * n);
+    for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax}) {
+      std::vector<int32_t> acc(n), want(n);
+      for (size_t i = 0; i < n; ++i) {
+        acc[i] = static_cast<int32_t>(rng());
+        want[i] =
+            op == ReduceOp::kSum
+                ? static_cast<int32_t>(static_cast<uint32_t>(acc[i]) + static_cast<uint32_t>(x[i]))
+            : op == ReduceOp::kMin ? std::min(acc[i], x[i])
+                                   : std::max(acc[i], x[i]);
+      }
+      fold_int32(src.data() + off, n, op, acc.data());
+      ASSERT_EQ(acc, want) << "n " << n << " op " << static_cast<int>(op);
     }
-    add_int32(x.data(), n, acc.data());
-    ASSERT_EQ(acc, want) << "n " << n;
-    std::vector<uint32_t> out(n);
-    from_sum_int32(acc.data(), n, out.data());
-    for (size_t i = 0; i < n; ++i) ASSERT_EQ(out[i], static_cast<uint32_t>(want[i])) << i;
   }
   const DType types[] = {DType::kFloat32, DType::kFloat16, DType::kBFloat16, DType::kFloat8E4M3,
                          DType::kFloat8E5M2};
@@ -348,7 +355,7 @@ TEST(Codec, FastPathsMatchTheReference) {
 // scalar codec as it was before them (codec.cc at 1e325c9, copied here), bit for bit: every
 // 16-bit and 8-bit pattern through the MIN/MAX keys and the quantizer, a sweep of 6.3 million
 // float32 patterns (every top 20 bits: all exponents, signs, NaN payloads, subnormals, Infs;
-// below them exact, tie and just-above-tie tails) through from_keys' narrowing, and the sums a
+// below them exact, tie and just-above-tie tails) through from_keys32's narrowing, and the sums a
 // dequantize can see: every finite value of each narrow type, the midpoints to its neighbours
 // and one unit either side, each as sums of several widths (the int32-lane path, the wide
 // words' fallback, the double path outside [-126, 127]), plus random words and scales.
@@ -541,28 +548,49 @@ TEST(CodecExhaustive, EveryPatternKeysAndQuantizesAsTheScalarCode) {
     // Below 2^61 in magnitude: a word is at most 2^62 (magnitude_bits), so acc0 + word fits in
     // int64 as the accumulators' no-overflow argument promises (the expectation below adds them).
     for (int64_t& a : acc0) a = static_cast<int64_t>(rng()) >> (2 + rng() % 40);
+    // The MIN/MAX accumulators: any int32 word.
+    std::vector<int32_t> key0(n);
+    for (int32_t& a : key0) a = static_cast<int32_t>(rng());
     both_paths([&] {
-      std::vector<int64_t> k(n);
-      keys(in.data(), n, t, k.data());
+      std::vector<int32_t> k(n);
+      keys32(in.data(), n, t, k.data());
       for (size_t i = 0; i < n; ++i) {
-        ASSERT_EQ(k[i], old::key(t, in.get(i))) << "keys, pattern 0x" << std::hex << in.get(i);
+        ASSERT_EQ(k[i], old::key(t, in.get(i))) << "keys32, pattern 0x" << std::hex << in.get(i);
       }
       for (const ReduceOp op : {ReduceOp::kMin, ReduceOp::kMax}) {
-        std::vector<int64_t> acc = acc0;
-        keys_minmax(in.data(), n, t, op, acc.data());
+        std::vector<int32_t> acc = key0;
+        keys_minmax32(in.data(), n, t, op, acc.data());
         for (size_t i = 0; i < n; ++i) {
-          const int64_t want = op == ReduceOp::kMax ? std::max(acc0[i], old::key(t, in.get(i)))
-                                                    : std::min(acc0[i], old::key(t, in.get(i)));
-          ASSERT_EQ(acc[i], want) << "keys_minmax, pattern 0x" << std::hex << in.get(i);
+          const int64_t want = op == ReduceOp::kMax
+                                   ? std::max<int64_t>(key0[i], old::key(t, in.get(i)))
+                                   : std::min<int64_t>(key0[i], old::key(t, in.get(i)));
+          ASSERT_EQ(acc[i], want) << "keys_minmax32, pattern 0x" << std::hex << in.get(i);
         }
       }
       // And back: every key (NaNs' included) to the same element the scalar code gives.
       Elems back(n, w);
-      from_keys(k.data(), n, t, back.data());
+      from_keys32(k.data(), n, t, back.data());
       for (size_t i = 0; i < n; ++i) {
-        ASSERT_EQ(back.get(i), old::from_key(t, k[i])) << "from_keys, key " << k[i];
+        ASSERT_EQ(back.get(i), old::from_key(t, k[i])) << "from_keys32, key " << k[i];
       }
-      if (t == DType::kInt32) return;
+      if (t == DType::kInt32) {
+        // int32's own reduction (the slot table's): SUM modulo 2^32, MIN and MAX of the words.
+        for (const ReduceOp op : {ReduceOp::kSum, ReduceOp::kMin, ReduceOp::kMax}) {
+          std::vector<int32_t> acc = key0;
+          fold_int32(in.data(), n, op, acc.data());
+          for (size_t i = 0; i < n; ++i) {
+            const auto x = static_cast<int32_t>(in.get(i));
+            const int32_t want =
+                op == ReduceOp::kSum
+                    ? static_cast<int32_t>(static_cast<uint32_t>(key0[i]) + in.get(i))
+                : op == ReduceOp::kMin ? std::min(key0[i], x)
+                                       : std::max(key0[i], x);
+            ASSERT_EQ(acc[i], want)
+                << "fold_int32 op " << static_cast<int>(op) << ", 0x" << std::hex << in.get(i);
+          }
+        }
+        return;
+      }
       // quantize: the block's own exponent, a broken (too small) one, a large one and a few
       // around each type's range, with every world size class.
       const int16_t own = scan(in.data(), n, t, ReduceOp::kSum).exp;
@@ -591,7 +619,7 @@ TEST(CodecExhaustive, FloatSweepNarrowsAsTheScalarCode) {
   // bfloat16, 20 e4m3, 21 e5m2; the bits below the position come from the top 20 otherwise).
   const uint32_t lows[] = {0x000, 0x001, 0x7FF, 0x800, 0x801, 0xFFF};
   const size_t n = (size_t{1} << 20) * std::size(lows);
-  std::vector<int64_t> k(n);
+  std::vector<int32_t> k(n);
   for (size_t i = 0; i < n; ++i) {
     const auto bits = static_cast<uint32_t>(((i / std::size(lows)) << 12) | lows[i % 6]);
     k[i] = quant::float_to_ordered(std::bit_cast<float>(bits));
@@ -603,18 +631,17 @@ TEST(CodecExhaustive, FloatSweepNarrowsAsTheScalarCode) {
     for (size_t i = 0; i < n; ++i) want[i] = old::from_key(t, k[i]);
     both_paths([&] {
       Elems out(n, w);
-      from_keys(k.data(), n, t, out.data());
+      from_keys32(k.data(), n, t, out.data());
       for (size_t i = 0; i < n; ++i) {
         ASSERT_EQ(out.get(i), want[i])
-            << "float 0x" << std::hex
-            << std::bit_cast<uint32_t>(quant::ordered_to_float(static_cast<int32_t>(k[i])));
+            << "float 0x" << std::hex << std::bit_cast<uint32_t>(quant::ordered_to_float(k[i]));
       }
       if (t == DType::kFloat32) {
         // float32 keys of the same patterns (every top 20 bits).
         Elems f(n, 4);
         for (size_t i = 0; i < n; ++i) f.set(i, static_cast<uint32_t>(want[i]));
-        std::vector<int64_t> back(n);
-        keys(f.data(), n, t, back.data());
+        std::vector<int32_t> back(n);
+        keys32(f.data(), n, t, back.data());
         for (size_t i = 0; i < n; ++i) ASSERT_EQ(back[i], k[i]) << i;
       }
     });
@@ -722,35 +749,33 @@ TEST(Codec, KeysRoundTripEvery16BitPattern) {
       const auto x = static_cast<uint16_t>(b);
       const float f = t == DType::kFloat16 ? half_to_float(x) : bf16_to_float(x);
       if (std::isnan(f)) continue;
-      int64_t k;
-      keys(&x, 1, t, &k);
+      int32_t k;
+      keys32(&x, 1, t, &k);
       uint16_t back;
-      from_keys(&k, 1, t, &back);
+      from_keys32(&k, 1, t, &back);
       EXPECT_EQ(back, x) << std::hex << b;
     }
   }
   const float v[] = {-std::numeric_limits<float>::infinity(), -2.5f, -0.0f, 0.0f, 1.0f};
-  int64_t k[5];
-  keys(v, 5, DType::kFloat32, k);
+  int32_t k[5];
+  keys32(v, 5, DType::kFloat32, k);
   for (int i = 0; i + 1 < 5; ++i) EXPECT_LT(k[i], k[i + 1]);
-  int64_t acc[5] = {k[4], k[4], k[4], k[4], k[4]};
-  keys_minmax(v, 5, DType::kFloat32, ReduceOp::kMin, acc);
+  int32_t acc[5] = {k[4], k[4], k[4], k[4], k[4]};
+  keys_minmax32(v, 5, DType::kFloat32, ReduceOp::kMin, acc);
   float out[5];
-  from_keys(acc, 5, DType::kFloat32, out);
+  from_keys32(acc, 5, DType::kFloat32, out);
   for (int i = 0; i < 5; ++i)
     EXPECT_EQ(std::bit_cast<uint32_t>(out[i]), std::bit_cast<uint32_t>(v[i]));
 }
 
 TEST(Codec, Int32SumWraps) {
   const int32_t a[] = {INT32_MAX, INT32_MIN, -1};
-  int64_t acc[3] = {0, 0, 0};
-  add_int32(a, 3, acc);
-  add_int32(a, 3, acc);
-  int32_t out[3];
-  from_sum_int32(acc, 3, out);
-  EXPECT_EQ(out[0], -2);
-  EXPECT_EQ(out[1], 0);
-  EXPECT_EQ(out[2], -2);
+  int32_t acc[3] = {0, 0, 0};
+  fold_int32(a, 3, ReduceOp::kSum, acc);
+  fold_int32(a, 3, ReduceOp::kSum, acc);
+  EXPECT_EQ(acc[0], -2);
+  EXPECT_EQ(acc[1], 0);
+  EXPECT_EQ(acc[2], -2);
 }
 
 TEST(Codec, FillNanGivesQuietNans) {

@@ -11,8 +11,8 @@
 //             and the fused float SUM completion (quantize_sum)
 //   avx512bf16 the avx512 table with bfloat16's final rounding by vcvtneps2bf16 (AVX512-BF16)
 //   neon      arm64 (BlueField and other SmartNIC aggregators): the magnitude scan, the float32
-//             quantizer, int32 SUM and the float32/int32 keys; the rest portable (and no fused
-//             completion: the codec composes it of the loops)
+//             quantizer and int32 SUM and MIN/MAX; the rest portable (and no fused completion:
+//             the codec composes it of the loops)
 //
 // Every function takes raw little-endian bytes at any alignment and any n (tails included).
 #pragma once
@@ -26,7 +26,7 @@ namespace ina::kernels {
 
 // The element formats the loops see.
 enum class Format : uint8_t { kF32, kF16, kBF16, kE4M3, kE5M2, kI32 };
-// What keys() does with each key: store it, or fold it into acc with signed MIN/MAX.
+// What keys32() does with each key: store it, or fold it into acc with signed MIN/MAX.
 enum class KeyFold : uint8_t { kStore, kMin, kMax };
 // What fold_int32() does with each element: add it (modulo 2^32), or take the signed MIN/MAX.
 enum class WordFold : uint8_t { kAdd, kMin, kMax };
@@ -42,19 +42,11 @@ struct CodecKernels {
   void (*quantize_f32)(const void* src, size_t n, double scale, double limit, int64_t* q, bool add);
   // dst[i] = float32(x_i), exact, for a 16- or 8-bit float format.
   void (*widen)(Format f, const void* src, size_t n, float* dst);
-  // key_i = the element (kI32) or the order-preserving int32 image of its float32 value,
-  // sign-extended; stored or folded into acc.
-  void (*keys)(Format f, KeyFold op, const void* src, size_t n, int64_t* acc);
-  // The elements of float format f the keys' low words stand for (exact).
-  void (*from_keys)(Format f, const int64_t* key, size_t n, void* dst);
   // float32 dst[i] = float(q_i) * m (float(q_i) rounded to nearest even once; m a power of two
   // whose products with every non-zero float(q_i) are float32 normals or overflow).
   void (*dequantize_f32)(const int64_t* q, size_t n, float m, void* dst);
   // A 16- or 8-bit float format: dst[i] = (q_i rounded to odd at 24 bits) * m, rounded once.
   void (*dequantize_narrow)(Format f, const int64_t* q, size_t n, float m, void* dst);
-  // int32 SUM: acc[i] += x_i (sign-extended); from_sum_int32: the low words back.
-  void (*add_int32)(const void* src, size_t n, int64_t* acc);
-  void (*from_sum_int32)(const int64_t* acc, size_t n, void* dst);
   // A float SUM's completion in one pass: `ranks` blocks of n elements of float format f, block
   // r at src[r] (anywhere: the slot's storage, or the datagram that completed the round); Q_i = the
   // sum over the ranks of rint(clamp(x * scale, -limit, limit)) (quantize_f32's word of each
@@ -74,11 +66,13 @@ struct CodecKernels {
   void (*quantize_sum_words)(Format f, const uint8_t* const* src, size_t ranks, size_t n,
                              double scale, double limit, void* dst);
   // int32 SUM and MIN/MAX in the elements' own width: acc[i] = acc[i] + x_i modulo 2^32 (int32
-  // SUM wraps by definition, QUANTIZATION.md), or the signed MIN/MAX of the two; the low words of
-  // what add_int32 and keys(kI32) do in int64. acc is 4-byte aligned; src at any alignment.
+  // SUM wraps by definition, QUANTIZATION.md), or the signed MIN/MAX of the two. acc is 4-byte
+  // aligned; src at any alignment.
   void (*fold_int32)(WordFold op, const void* src, size_t n, int32_t* acc);
-  // keys() and from_keys() with the keys as int32 words (what the slot table keeps for a float
-  // MIN/MAX): the same keys, not sign-extended; acc and key 4-byte aligned.
+  // MIN/MAX keys (what the slot table keeps for a float MIN/MAX): key_i = the element (kI32) or
+  // the order-preserving int32 image of its float32 value, stored or folded into acc;
+  // from_keys32: the elements of float format f the keys stand for (exact). acc and key 4-byte
+  // aligned; src and dst at any alignment.
   void (*keys32)(Format f, KeyFold op, const void* src, size_t n, int32_t* acc);
   void (*from_keys32)(Format f, const int32_t* key, size_t n, void* dst);
 };

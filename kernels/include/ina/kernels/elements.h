@@ -124,9 +124,9 @@ const int32_t* fp8_keys() {
   return table.data();
 }
 
-// What keys() and keys_minmax() do with each key.
+// What keys32() does with each key.
 enum class KeyOp { kStore, kMin, kMax };
-inline int64_t apply_key(KeyOp op, int64_t acc, int64_t key) {
+inline int32_t apply_key(KeyOp op, int32_t acc, int32_t key) {
   return op == KeyOp::kStore ? key : op == KeyOp::kMax ? std::max(acc, key) : std::min(acc, key);
 }
 

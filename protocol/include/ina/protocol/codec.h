@@ -4,7 +4,7 @@
 //   scan         block exponent (frexp of the largest finite |x|) and the non-finite mark
 //   quantize     q = rint(x * 2^(B-E)), ties to even, into int64 (the accumulator)
 //   dequantize   a fixed-point sum Q at scale 2^(E-B) -> the user's type, correctly rounded once
-//   keys         MIN/MAX: an order-preserving integer image of each element (int32: the value)
+//   keys32       MIN/MAX: an order-preserving int32 image of each element (int32: the value)
 //   fill_nan     the result of a NONFINITE block
 //
 // B = magnitude_bits(dtype, N): 62 - ceil(log2 N) for float32 (int64 accumulators), 30 -
@@ -82,25 +82,17 @@ void quantize_sum(const uint8_t* const* src, size_t ranks, size_t n, DType t, in
 void quantize_sum_words(const uint8_t* const* src, size_t ranks, size_t n, DType t, int16_t exp,
                         uint32_t world_size, uint8_t* dst);
 
-// MIN/MAX. key = the element itself (int32) or the order-preserving int32 image of its float32
-// value (float types, widened exactly): -Inf < ... < -0 < +0 < ... < +Inf.
-void keys(const void* src, size_t n, DType t, int64_t* key);
-// acc[i] = min or max(acc[i], key_i).
-void keys_minmax(const void* src, size_t n, DType t, ReduceOp op, int64_t* acc);
-// The elements of type t the keys stand for (exact).
-void from_keys(const int64_t* key, size_t n, DType t, void* dst);
-// The same three with the keys in int32 words (what the slot table keeps): bit for bit the int64
-// keys' low words, and the same elements back. key and acc 4-byte aligned.
+// MIN/MAX, in int32 words (what the slot table keeps). key = the element itself (int32) or the
+// order-preserving int32 image of its float32 value (float types, widened exactly):
+// -Inf < ... < -0 < +0 < ... < +Inf. key and acc 4-byte aligned.
 void keys32(const void* src, size_t n, DType t, int32_t* key);
+// acc[i] = min or max(acc[i], key_i).
 void keys_minmax32(const void* src, size_t n, DType t, ReduceOp op, int32_t* acc);
+// The elements of type t the keys stand for (exact).
 void from_keys32(const int32_t* key, size_t n, DType t, void* dst);
 
-// int32 SUM: acc[i] += x_i (the result wraps modulo 2^32 when narrowed, from_sum_int32).
-void add_int32(const void* src, size_t n, int64_t* acc);
-void from_sum_int32(const int64_t* acc, size_t n, void* dst);
 // int32 SUM and MIN/MAX in int32 (what the slot table keeps: the result is the accumulator):
-// acc[i] = acc[i] + x_i modulo 2^32 (op SUM), or the MIN/MAX of the two; bit for bit the words
-// from_sum_int32 and from_keys give of the int64 accumulators. acc 4-byte aligned.
+// acc[i] = acc[i] + x_i modulo 2^32 (op SUM), or the MIN/MAX of the two. acc 4-byte aligned.
 void fold_int32(const void* src, size_t n, ReduceOp op, int32_t* acc);
 
 // n quiet NaNs of float type t.
