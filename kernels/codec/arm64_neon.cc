@@ -1,9 +1,9 @@
 // The arm64 NEON codec loops (AdvSIMD is part of every arm64 CPU: BlueField's Cortex-A72 and
 // A78 cores, Graviton, Apple): the magnitude scan of every float format, the float32 quantizer
-// (vcvtnq_s64_f64 rounds to nearest even and converts in one instruction), and int32 SUM and
-// MIN/MAX. The other loops are the portable ones. Each gives the portable
-// loops' bits for every input; codec_kernels_test runs under qemu-user to check it
-// (test codec_kernels_arm64, tests/arm64_check.sh).
+// (vcvtnq_s64_f64 rounds to nearest even and converts in one instruction), int32 SUM and
+// MIN/MAX, and the float32 and int32 MIN/MAX keys. The other loops are the portable ones. Each
+// gives the portable loops' bits for every input; codec_kernels_test runs under qemu-user to check
+// it (test codec_kernels_arm64, tests/arm64_check.sh).
 #include "ina/kernels/codec.h"
 
 #if defined(__aarch64__)
@@ -113,6 +113,43 @@ void fold_int32(WordFold op, const void* src, size_t n, int32_t* acc) {
   if (i < n) portable_codec_kernels().fold_int32(op, p + 4 * i, n - i, acc + i);
 }
 
+// The order-preserving key of four float32 (ordered(): b ^ ((b >> 31) & 0x7FFFFFFF), which is
+// its own inverse, so from_keys32 runs it too). float32 widening is the identity: a signalling
+// NaN stays as it is, as in the portable loop's bit_cast.
+inline int32x4_t ordered4(int32x4_t b) {
+  return veorq_s32(b, vandq_s32(vshrq_n_s32(b, 31), vdupq_n_s32(0x7FFFFFFF)));
+}
+
+void keys32(Format f, KeyFold op, const void* src, size_t n, int32_t* acc) {
+  if (f != Format::kF32 && f != Format::kI32) {
+    portable_codec_kernels().keys32(f, op, src, n, acc);
+    return;
+  }
+  const auto* p = static_cast<const uint8_t*>(src);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    int32x4_t k = vld1q_s32(reinterpret_cast<const int32_t*>(p + 4 * i));
+    if (f == Format::kF32) k = ordered4(k);
+    if (op == KeyFold::kMin) k = vminq_s32(vld1q_s32(acc + i), k);
+    if (op == KeyFold::kMax) k = vmaxq_s32(vld1q_s32(acc + i), k);
+    vst1q_s32(acc + i, k);
+  }
+  if (i < n) portable_codec_kernels().keys32(f, op, p + 4 * i, n - i, acc + i);
+}
+
+void from_keys32(Format f, const int32_t* key, size_t n, void* dst) {
+  if (f != Format::kF32) {
+    portable_codec_kernels().from_keys32(f, key, n, dst);
+    return;
+  }
+  auto* d = static_cast<uint8_t*>(dst);
+  size_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    vst1q_s32(reinterpret_cast<int32_t*>(d + 4 * i), ordered4(vld1q_s32(key + i)));
+  }
+  if (i < n) portable_codec_kernels().from_keys32(f, key + i, n - i, d + 4 * i);
+}
+
 const CodecKernels& neon_table() {
   static const CodecKernels t = [] {
     CodecKernels k = portable_codec_kernels();
@@ -120,6 +157,8 @@ const CodecKernels& neon_table() {
     k.scan_codes = scan_codes;
     k.quantize_f32 = quantize_f32;
     k.fold_int32 = fold_int32;
+    k.keys32 = keys32;
+    k.from_keys32 = from_keys32;
     k.quantize_sum = nullptr;  // composed of the loops above (the codec's tile loop)
     return k;
   }();
