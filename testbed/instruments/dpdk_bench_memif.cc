@@ -318,10 +318,11 @@ int memif_aggregator(const MemifArgs& a) {
   };
   std::printf("RESULT packets_in=%" PRIu64 " completed=%" PRIu64 " tx=%" PRIu64
               " tx_dropped=%" PRIu64 " no_mbuf=%" PRIu64 " polls=%" PRIu64 " idle_polls=%" PRIu64
-              " cycles=%.1f malformed=%" PRIu64 " rx_cyc=%.1f work_cyc=%.1f tx_cyc=%.1f\n",
+              " cycles=%.1f malformed=%" PRIu64
+              " rx_cyc=%.1f work_cyc=%.1f tx_cyc=%.1f hellos=%" PRIu64 "\n",
               e.packets_in, e.completed, l.tx, l.tx_dropped, l.no_mbuf, l.polls, l.idle_polls,
               per_frame(l.busy_tsc), e.malformed, per_frame(l.rx_tsc), per_frame(l.work_tsc),
-              per_frame(l.tx_tsc));
+              per_frame(l.tx_tsc), e.hellos);
   std::fflush(stdout);
   ag.reset();  // stops and closes the port
   return 0;
@@ -446,14 +447,15 @@ MemifRow memif_measure(const std::string& argv0, const std::string& testpmd, con
     d.in_fd = -1;
     while (d.read_line(&line, std::chrono::seconds(10))) {
       if (line.rfind("RESULT ", 0) == 0) {
-        std::sscanf(
-            line.c_str(),
-            "RESULT packets_in=%" SCNu64 " completed=%" SCNu64 " tx=%" SCNu64 " tx_dropped=%" SCNu64
-            " no_mbuf=%" SCNu64 " polls=%" SCNu64 " idle_polls=%" SCNu64
-            " cycles=%lf malformed=%" SCNu64 " rx_cyc=%lf work_cyc=%lf tx_cyc=%lf",
-            &row.dut_packets_in, &row.dut_completed, &row.dut_tx, &row.dut_tx_dropped,
-            &row.dut_no_mbuf, &row.dut_polls, &row.dut_idle_polls, &row.dut_cycles,
-            &row.dut_malformed, &row.dut_rx_cycles, &row.dut_work_cycles, &row.dut_tx_cycles);
+        std::sscanf(line.c_str(),
+                    "RESULT packets_in=%" SCNu64 " completed=%" SCNu64 " tx=%" SCNu64
+                    " tx_dropped=%" SCNu64 " no_mbuf=%" SCNu64 " polls=%" SCNu64
+                    " idle_polls=%" SCNu64 " cycles=%lf malformed=%" SCNu64
+                    " rx_cyc=%lf work_cyc=%lf tx_cyc=%lf hellos=%" SCNu64,
+                    &row.dut_packets_in, &row.dut_completed, &row.dut_tx, &row.dut_tx_dropped,
+                    &row.dut_no_mbuf, &row.dut_polls, &row.dut_idle_polls, &row.dut_cycles,
+                    &row.dut_malformed, &row.dut_rx_cycles, &row.dut_work_cycles,
+                    &row.dut_tx_cycles, &row.dut_hellos);
         break;
       }
     }

@@ -53,7 +53,8 @@ struct MemifRow {
   // Aggregator DUT only: its own counters over its whole run.
   uint64_t dut_packets_in = 0, dut_completed = 0, dut_tx = 0, dut_tx_dropped = 0, dut_no_mbuf = 0;
   uint64_t dut_idle_polls = 0, dut_polls = 0, dut_malformed = 0;
-  int dut_chains = -1;  // aggregator: 1 results as chains, 0 as copies (DpdkOptions::fanout)
+  uint64_t dut_hellos = 0;  // HELLOs among dut_packets_in (repeated until answered)
+  int dut_chains = -1;      // aggregator: 1 results as chains, 0 as copies (DpdkOptions::fanout)
   // TSC cycles per frame of the DUT's busy loop iterations (rx to tx, bursts that had frames):
   // the aggregator's own count, testpmd's --record-core-cycles; -1 when not known.
   double dut_cycles = -1;

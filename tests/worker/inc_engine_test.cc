@@ -706,7 +706,10 @@ TEST(IncEngineAllreduce, MismatchGivesEveryRankTheSameErrorAndTheNextCollectiveW
 // them and return success: it fails too, within its own deadline, naming the rank that gave up.
 // The next collective, called alike by every rank, succeeds on every rank with the exact sum. One
 // collective within the window (every round outstanding at the deadline) and one of several
-// rounds per slot (the late rank's first rounds hit the aborted copies).
+// rounds per slot (the late rank's first rounds hit the aborted copies). The late rank starts
+// when the others have returned, not after a fixed sleep (on a loaded machine a rank descheduled
+// past the sleep had not yet sent its aborts), and each collective starts on every rank at once
+// (a rank thread started late by the scheduler made the others miss the short deadline).
 TEST(IncEngineAllreduce, LateRankFailsAsTheOthersDidAndTheNextCollectiveWorks) {
   constexpr int kWorld = 3;
   constexpr int kLate = 2;
@@ -721,14 +724,29 @@ TEST(IncEngineAllreduce, LateRankFailsAsTheOthersDidAndTheNextCollectiveWorks) {
     SCOPED_TRACE("count " + std::to_string(count));
     std::vector<Status> st(kWorld), after(kWorld);
     std::vector<std::vector<int32_t>> out(kWorld);
+    std::mutex m;
+    std::condition_variable cv;
+    int failed = 0;  // ranks other than the late one that have returned
+    std::barrier begin(kWorld);
     run_ranks(kWorld, [&](int r) {
+      begin.arrive_and_wait();
       // The late rank starts once the others have failed (and sent their aborts).
-      if (r == kLate) std::this_thread::sleep_for(deadline + milliseconds(150));
+      if (r == kLate) {
+        std::unique_lock<std::mutex> l(m);
+        cv.wait(l, [&] { return failed == kWorld - 1; });
+      }
       std::vector<int32_t> buf(count, r + 1);
       st[r] = engines[r]->allreduce(buf.data(), buf.data(), count, DType::kInt32, ReduceOp::kSum);
+      if (r != kLate) {
+        std::lock_guard<std::mutex> l(m);
+        ++failed;
+        cv.notify_all();
+      }
     });
+    std::barrier start(kWorld);
     run_ranks(kWorld, [&](int r) {
       out[r].assign(count, r + 1);
+      start.arrive_and_wait();
       after[r] =
           engines[r]->allreduce(out[r].data(), out[r].data(), count, DType::kInt32, ReduceOp::kSum);
     });
@@ -751,15 +769,19 @@ TEST(IncEngineAllreduce, LateRankFailsAsTheOthersDidAndTheNextCollectiveWorks) {
 // and the late rank's blocks reach the aggregator before their aborts do (the aborts are held in
 // their transports until the late rank has returned). The rounds complete there, so the late
 // rank returns success; the ranks that gave up must too, with the same bits, or the ranks would
-// disagree on the collective's outcome. The aggregator answers each late abort with the round's
-// result, and a rank waits for those answers at its deadline (IncEngine::kAbortSettle). Without
-// that wait, ranks 0 and 1 returned kDeadlineExceeded while rank 2 returned OK.
+// disagree on the collective's outcome. The late rank starts once both are held, so both have
+// sent every block whatever the scheduler did (starting when the first one was held left the
+// other short of blocks when a loaded machine had descheduled it past that deadline, and every
+// rank failed); each collective starts on every rank at once. The aggregator answers each late
+// abort with the round's result, and a rank waits for those answers at its deadline
+// (IncEngine::kAbortSettle). Without that wait, ranks 0 and 1 returned kDeadlineExceeded while rank
+// 2 returned OK.
 TEST(IncEngineAllreduce, AbortThatLosesTheRaceToALateBlockGetsTheResult) {
-  // Holds the first send that carries an abort (ERROR) until released; everything else passes.
+  // Holds every send that carries an abort (ERROR) until released; everything else passes.
   struct Gate {
     std::mutex m;
     std::condition_variable cv;
-    bool aborting = false;  // a rank is about to send its aborts
+    int aborting = 0;  // ranks held with their aborts
     bool released = false;
   };
   class HoldAborts final : public Transport {
@@ -771,7 +793,8 @@ TEST(IncEngineAllreduce, AbortThatLosesTheRaceToALateBlockGetsTheResult) {
         abort |= d.size() > wire::kOffFlags && d[wire::kOffFlags] == wire::kFlagError;
       if (abort) {
         std::unique_lock<std::mutex> l(g_->m);
-        g_->aborting = true;
+        if (!held_) g_->aborting++;
+        held_ = true;
         g_->cv.notify_all();
         g_->cv.wait(l, [&] { return g_->released; });
       }
@@ -786,6 +809,7 @@ TEST(IncEngineAllreduce, AbortThatLosesTheRaceToALateBlockGetsTheResult) {
    private:
     std::unique_ptr<Transport> t_;
     Gate* g_;
+    bool held_ = false;
   };
 
   constexpr int kWorld = 3;
@@ -803,12 +827,14 @@ TEST(IncEngineAllreduce, AbortThatLosesTheRaceToALateBlockGetsTheResult) {
   constexpr size_t kCount = 1000;  // 4 blocks of 256: all outstanding at the deadline
   std::vector<Status> st(kWorld);
   std::vector<std::vector<int32_t>> out(kWorld);
+  std::barrier begin(kWorld), again(kWorld);  // each collective starts on every rank at once
   run_ranks(kWorld, [&](int r) {
     out[r].assign(kCount, r + 1);
+    begin.arrive_and_wait();
     if (r == kLate) {
       {
         std::unique_lock<std::mutex> l(gate.m);
-        gate.cv.wait(l, [&] { return gate.aborting; });
+        gate.cv.wait(l, [&] { return gate.aborting == kWorld - 1; });
       }
       st[r] = engines[r]->allreduce(out[r].data(), out[r].data(), kCount, DType::kInt32,
                                     ReduceOp::kSum);
@@ -824,13 +850,14 @@ TEST(IncEngineAllreduce, AbortThatLosesTheRaceToALateBlockGetsTheResult) {
     EXPECT_TRUE(st[r].ok()) << "rank " << r << ": " << st[r].to_string();
     EXPECT_EQ(out[r], std::vector<int32_t>(kCount, 6)) << "rank " << r;
   }
-  // The first rank to give up let the late rank go; the other one may have had the results
-  // before its own deadline (a few microseconds later), and then it completed in time.
+  // Both ranks that gave up completed late, from the answers to their aborts.
   EXPECT_EQ(engines[kLate]->stats().late_completions, 0u);
-  EXPECT_GE(engines[0]->stats().late_completions + engines[1]->stats().late_completions, 1u);
+  EXPECT_GE(engines[0]->stats().late_completions, 1u);
+  EXPECT_GE(engines[1]->stats().late_completions, 1u);
   // The next collective, within the deadline, succeeds everywhere.
   run_ranks(kWorld, [&](int r) {
     out[r].assign(kCount, 2 * r);
+    again.arrive_and_wait();
     st[r] =
         engines[r]->allreduce(out[r].data(), out[r].data(), kCount, DType::kInt32, ReduceOp::kSum);
   });
