@@ -76,9 +76,9 @@ bool aggregator_configured() {
 // segment would otherwise wait, autocorked, until the message's earlier segments had left the
 // queue below TCP, which under a bottleneck holds every flow's burst (as in the host mesh,
 // worker/host/tcp_mesh.cc kFlushFrom). Setting TCP_NODELAY again pushes what is pending (tcp(7)).
-// An AllToAll over this net, 8 ranks on 1 Gbit/s links (tbf), a message to and from every peer:
-// 64 KiB per pair 3.9-4.4 ms flushed against 4.8-6.7 ms (the bound 3.7), 256 KiB 15.5-16.6
-// against 16.2-23.5 ms (testbed/results/alltoall-large-20261206/).
+// AllToAll over this net (ina-nccl-net-bench), 8 ranks on 1 Gbit/s links (tbf), 64 KiB per pair:
+// 4.1-4.5 ms flushed, 5.8-6.3 unflushed (the bound 3.8); 4 ranks, and 256 KiB-1 MiB per pair, no
+// change beyond the noise (testbed/results/alltoall-large-20261206/).
 constexpr size_t kFlushFrom = 8 << 10;
 
 // Sends as much of r (its 8-byte length, then its payload, in one sendmsg) as the socket takes

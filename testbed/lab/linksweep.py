@@ -44,9 +44,9 @@ import linkbound  # noqa: E402
 import topo  # noqa: E402
 
 LINK_VARIANTS = ["ina", "host", "host-ring", "host-tree", "host-hd", "gloo", "mpi", "mpi-ring",
-                 "ina-xdp", "ina-dpdk"]
+                 "ina-xdp", "ina-dpdk", "nccl-net"]
 LATE = ("ina-xdp", "ina-dpdk")  # run last in a topology, in this order: they change offloads
-FLOAT32_ONLY = {"gloo", "mpi", "mpi-ring"}
+FLOAT32_ONLY = {"gloo", "mpi", "mpi-ring", "nccl-net"}
 SUBNET = "10.77.0.0/16"
 
 
@@ -105,7 +105,12 @@ class LinkSweep:
             return f"{self.xdp_plugin()} is not built (libxdp-dev, libbpf-dev, -Dxdp)"
         if variant == "ina-dpdk" and "--backend" not in self.h.agg_help:
             return "ina-aggregator has no DPDK backend in this build (-Ddpdk)"
+        if variant == "nccl-net" and not os.path.exists(self.nccl_plugin()):
+            return f"{self.nccl_plugin()} is not built (-Dnccl_plugin)"
         return self.h.unavailable(variant if variant != "mpi-ring" else "mpi")
+
+    def nccl_plugin(self):
+        return os.path.join(self.h.build, "integrations", "nccl", "libnccl-net-ina.so")
 
     def xdp_plugin(self):
         return os.path.join(self.h.build, "worker", "libina-xdp.so")
@@ -229,6 +234,16 @@ class LinkSweep:
                      self._env(INA_STORE=f"{ws[0].ip}:{port}", INA_MESH_ADDR=w.ip,
                                INA_TIMEOUT_MS=60000)) for w in ws]
             return self._ranks(jobs, timeout, log)
+        if variant == "nccl-net":  # AllToAll over the NCCL plugin's point-to-point net
+            store = os.path.join(self.tmpdir, f"nccl-net-store-{port}")
+            os.makedirs(store)
+            jobs = [([self.h.bin["nccl-net"], "--plugin", self.nccl_plugin(), "--rank",
+                      str(w.index), "--world-size", str(n), "--store-dir", store, "--bind", w.ip,
+                      *sizes, *csv_of(w.index)], self._env()) for w in ws]
+            try:
+                return self._ranks(jobs, timeout, log)
+            finally:
+                shutil.rmtree(store, ignore_errors=True)
         if variant == "gloo":
             store = os.path.join(self.tmpdir, f"gloo-store-{port}")
             os.makedirs(store)

@@ -202,7 +202,8 @@ class Harness:
         self.build = build
         self.bin = {k: os.path.join(self.build, *v) for k, v in {
             "ina": ("testbed", "ina-bench"), "agg": ("aggregator", "ina-aggregator"),
-            "mpi": ("testbed", "ina-mpi-bench"), "gloo": ("testbed", "ina-gloo-bench")}.items()}
+            "mpi": ("testbed", "ina-mpi-bench"), "gloo": ("testbed", "ina-gloo-bench"),
+            "nccl-net": ("testbed", "ina-nccl-net-bench")}.items()}
 
     def ab_points(self, i):
         """(round, build label) of each run of the i-th point, the binaries switched before
@@ -233,6 +234,10 @@ class Harness:
                 return "mpirun is not installed (openmpi-bin)"
         if variant == "gloo" and not exe("gloo"):
             return f"{self.bin['gloo']} is not built (libgloo-dev)"
+        if variant == "nccl-net" and not exe("nccl-net"):
+            return f"{self.bin['nccl-net']} is not built"
+        if variant == "nccl-net" and getattr(self.a, "coll", "allreduce") != "alltoall":
+            return "ina-nccl-net-bench runs AllToAll only (--coll alltoall)"
         if variant == "host-alltoall" and not self.ina_coll_flag:
             return "ina-bench --help shows no --coll (alltoall mode not merged yet)"
         if variant == "mpi-alltoall" and not self.mpi_coll_flag:
@@ -634,12 +639,16 @@ def main(argv=None):
     if a.coll != "allreduce":
         if not a.link_rate:
             ap.error("--coll: AllToAll on loopback is the alltoall scenario; here with --link-rate")
-        bad = [v for v in a.variants if v not in ("host", "gloo", "mpi")]
+        bad = [v for v in a.variants if v not in ("host", "gloo", "mpi", "nccl-net")]
         if bad:
-            ap.error(f"--coll {a.coll}: variants host, gloo, mpi only (not {','.join(bad)})")
+            ap.error(f"--coll {a.coll}: variants host, gloo, mpi, nccl-net only "
+                     f"(not {','.join(bad)})")
         if a.coll == "alltoallv" and "gloo" in a.variants:
             a.variants.remove("gloo")
             print("# gloo skipped: gloo::alltoallv is not in ina-gloo-bench (AllToAll only)")
+        if a.coll == "alltoallv" and "nccl-net" in a.variants:
+            a.variants.remove("nccl-net")
+            print("# nccl-net skipped: ina-nccl-net-bench runs AllToAll only")
         a.no_report = True  # the report's bounds are AllReduce's
     if a.tcp_cc and not a.link_rate:
         ap.error("--tcp-cc: with --link-rate (the namespaces' congestion control)")
