@@ -354,14 +354,16 @@ int main(int argc, char** argv) {
     }
     pids.push_back(pid);
   }
+  // Reaped as they end: the first rank that fails ends the others, which would wait for it.
   int rc = static_cast<int>(pids.size()) == o.ranks ? 0 : 1;
-  for (pid_t pid : pids) {
+  if (rc != 0)
+    for (pid_t q : pids) kill(q, SIGKILL);
+  for (size_t left = pids.size(); left > 0; --left) {
     int st = 0;
-    if (rc != 0) kill(pid, SIGKILL);
-    if (waitpid(pid, &st, 0) != pid || !WIFEXITED(st) || WEXITSTATUS(st) != 0) {
-      if (rc == 0)
-        for (pid_t q : pids) kill(q, SIGKILL);  // one rank failed: the others would wait
+    if (waitpid(-1, &st, 0) < 0) break;
+    if ((!WIFEXITED(st) || WEXITSTATUS(st) != 0) && rc == 0) {
       rc = 1;
+      for (pid_t q : pids) kill(q, SIGKILL);
     }
   }
   remove_store(dir);
