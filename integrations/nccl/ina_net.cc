@@ -76,9 +76,10 @@ bool aggregator_configured() {
 // segment would otherwise wait, autocorked, until the message's earlier segments had left the
 // queue below TCP, which under a bottleneck holds every flow's burst (as in the host mesh,
 // worker/host/tcp_mesh.cc kFlushFrom). Setting TCP_NODELAY again pushes what is pending (tcp(7)).
-// AllToAll over this net (ina-nccl-net-bench), 8 ranks on 1 Gbit/s links (tbf), 64 KiB per pair:
-// 4.1-4.5 ms flushed, 5.8-6.3 unflushed (the bound 3.8); 4 ranks, and 256 KiB-1 MiB per pair, no
-// change beyond the noise (testbed/results/alltoall-large-20261206/).
+// AllToAll over this net (ina-nccl-net-bench), 8 ranks on 1 Gbit/s links (tbf), medians: 64 KiB
+// per pair 4.2-4.4 ms flushed against 6.2 unflushed (the bound 3.8), 128 KiB 8.0 against 11.1;
+// 256 KiB 1.01-1.13x in five sittings (a slow mode hit a little more often, unexplained), 1 MiB
+// and 4 ranks within the noise (testbed/results/alltoall-large-20261206/).
 constexpr size_t kFlushFrom = 8 << 10;
 
 // Sends as much of r (its 8-byte length, then its payload, in one sendmsg) as the socket takes
