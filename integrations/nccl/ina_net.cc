@@ -27,6 +27,7 @@
 
 #include "integrations/nccl/collnet_v8.h"
 #include "integrations/nccl/plugin_log.h"
+#include "worker/host/socket.h"
 
 namespace {
 
@@ -72,16 +73,6 @@ bool aggregator_configured() {
   return a != nullptr && a[0] != '\0';
 }
 
-// A sent message of kFlushFrom bytes or more is flushed once the kernel has it all: its last
-// segment would otherwise wait, autocorked, until the message's earlier segments had left the
-// queue below TCP, which under a bottleneck holds every flow's burst (as in the host mesh,
-// worker/host/tcp_mesh.cc kFlushFrom). Setting TCP_NODELAY again pushes what is pending (tcp(7)).
-// AllToAll over this net (ina-nccl-net-bench), 8 ranks on 1 Gbit/s links (tbf), medians: 64 KiB
-// per pair 4.2-4.4 ms flushed against 6.2 unflushed (the bound 3.8), 128 KiB 8.0 against 11.1;
-// 256 KiB 1.01-1.13x in five sittings (a slow mode hit a little more often, unexplained), 1 MiB
-// and 4 ranks within the noise (testbed/results/alltoall-large-20261206/).
-constexpr size_t kFlushFrom = 8 << 10;
-
 // Sends as much of r (its 8-byte length, then its payload, in one sendmsg) as the socket takes
 // now. False on a broken connection.
 bool advance_send(NetRequest* r) {
@@ -110,10 +101,12 @@ bool advance_send(NetRequest* r) {
     r->header_done += head;
     r->payload_done += moved - head;
   }
-  if (total >= kFlushFrom) {
-    const int one = 1;
-    (void)setsockopt(c->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  }
+  // Its tail out now, as the host mesh does (worker/host/socket.h flush_tcp). AllToAll over this
+  // net (ina-nccl-net-bench), 8 ranks on 1 Gbit/s links (tbf), medians: 64 KiB per pair 4.2-4.4
+  // ms flushed against 6.2 unflushed (the bound 3.8), 128 KiB 8.0 against 11.1; 256 KiB 1.01-1.13x
+  // in five sittings (a slow mode hit a little more often, unexplained), 1 MiB and 4 ranks within
+  // the noise (testbed/results/alltoall-large-20261206/).
+  if (total >= ina::host::kFlushFrom) ina::host::flush_tcp(c->fd);
   r->done = true;
   return true;
 }

@@ -50,14 +50,6 @@ Result<int> check_hello(const uint8_t* p, int size, const std::string& from) {
 constexpr int kMinBacklog = 128;            // the listen backlog of a small world (see connect)
 constexpr int kRecvSliceMs = 100;           // a blocking receive re-checks the deadline this often
 constexpr size_t kSmallMessage = 64 << 10;  // the blocking path's limit (larger ones poll)
-// A message of kFlushFrom bytes or more is flushed once the kernel has it all (flush_tcp): its
-// last segment would otherwise wait, autocorked, until the message's earlier segments had left
-// the queue below TCP, and under a bottleneck that queue holds every flow's burst. 8 ranks on
-// 1 Gbit/s links (tbf), AllToAll of 512 KiB per rank: 64 KiB + 8 bytes per pair, whose last 384
-// bytes waited 2-4 ms; 6.3-6.8 ms a call, 3.95-4.0 ms flushed (the busiest link's bound 3.84).
-// The kernel cuts a write into buffers of up to about 64 KiB (less under pacing); a smaller
-// message is one buffer, and for it the extra system call would weigh against its copy.
-constexpr size_t kFlushFrom = 8 << 10;
 // A wait polls without sleeping (yielding the CPU between polls) for up to kSpin before it
 // blocks: a message due within microseconds then costs no wake-up (10-15 us at each end on a
 // virtualized 2-core machine). On a quiet 2-core VM, 4 ranks on loopback, AllToAll of 32-512 KiB
