@@ -348,15 +348,11 @@ int main(int argc, char** argv) {
   sizes.resize(static_cast<size_t>(n));
   if (o.alltoall) {  // whole elements per rank; drop empty and repeated sizes
     const size_t unit = static_cast<size_t>(o.ranks) * 4;
-    std::vector<size_t> kept;
-    for (size_t b : sizes)
-      if (b / unit * unit > 0 && (kept.empty() || kept.back() != b / unit * unit))
-        kept.push_back(b / unit * unit);
-    if (kept.empty()) {
+    sizes = ina::bench::alltoall_sizes(sizes, unit);
+    if (sizes.empty()) {
       std::fprintf(stderr, "ina-gloo-bench: alltoall needs at least %zu B\n", unit);
       return 1;
     }
-    sizes = kept;
   }
   const char* type_name = o.is_int ? "int32" : "float32";
 

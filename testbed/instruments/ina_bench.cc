@@ -1355,16 +1355,12 @@ int main(int argc, char** argv) {
     const size_t ranks =
         static_cast<size_t>(external && !o.workers_given ? o.env.world_size : o.workers);
     const size_t unit = ranks * ina::dtype_size(o.dtype);
-    std::vector<size_t> kept;
-    for (size_t b : sizes)
-      if (b / unit * unit > 0 && (kept.empty() || kept.back() != b / unit * unit))
-        kept.push_back(b / unit * unit);
-    if (kept.empty()) {
+    sizes = ina::bench::alltoall_sizes(sizes, unit);
+    if (sizes.empty()) {
       std::fprintf(stderr, "ina-bench: alltoall needs at least %zu B (one element per rank)\n",
                    unit);
       return 1;
     }
-    sizes = kept;
   }
 
   return external ? run_external(o, sizes) : run_local(o, sizes);

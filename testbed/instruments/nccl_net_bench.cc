@@ -320,15 +320,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::vector<size_t> sizes(BENCH_MAX_SIZES);
-  const int k = bench_sizes(o.min_b, o.max_b, o.stepfactor, 4, sizes.data());
-  std::vector<size_t> kept;  // whole int32 elements to every peer; no repeats
+  sizes.resize(static_cast<size_t>(
+      std::max(0, bench_sizes(o.min_b, o.max_b, o.stepfactor, 4, sizes.data()))));
+  // Whole int32 elements to every peer; a rank's buffer at most 2 GiB (the net's sizes are ints).
   const size_t unit = static_cast<size_t>(o.ranks) * 4;
-  for (int i = 0; i < k; ++i) {
-    const size_t b = sizes[static_cast<size_t>(i)] / unit * unit;
-    if (b > 0 && b <= (size_t{1} << 31) / static_cast<size_t>(o.ranks) * o.ranks &&
-        (kept.empty() || kept.back() != b))
-      kept.push_back(b);
-  }
+  std::vector<size_t> kept = ina::bench::alltoall_sizes(sizes, unit);
+  std::erase_if(kept, [&](size_t b) {
+    return b > (size_t{1} << 31) / static_cast<size_t>(o.ranks) * static_cast<size_t>(o.ranks);
+  });
   if (kept.empty()) {
     std::fprintf(stderr, "ina-nccl-net-bench: no size in the range holds %zu B\n", unit);
     return 1;
