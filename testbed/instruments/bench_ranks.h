@@ -4,8 +4,10 @@
 // size: time = max over ranks, #wrong = sum over ranks.
 #pragma once
 
+#include <dirent.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -214,6 +216,25 @@ inline void report_stats(int fd, int rank, const std::array<uint64_t, BENCH_STAT
   rec.rank = rank;
   std::memcpy(rec.stats, stats.data(), sizeof rec.stats);
   (void)bench_write_record(fd, &rec);
+}
+
+// Removes a directory and everything below it (the forked ranks' rendezvous store).
+inline void remove_dir(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d != nullptr) {
+    while (dirent* e = readdir(d)) {
+      std::string name = e->d_name;
+      if (name == "." || name == "..") continue;
+      std::string path = dir + "/" + name;
+      struct stat st;
+      if (lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+        remove_dir(path);
+      else
+        unlink(path.c_str());
+    }
+    closedir(d);
+  }
+  rmdir(dir.c_str());
 }
 
 }  // namespace bench

@@ -19,14 +19,12 @@
 //
 // time = max over ranks of the average time of one call; #wrong = sum over ranks (the inputs
 // have few significant bits, so the float sum is exact in any order; one ulp is allowed anyway).
-#include <dirent.h>
 #include <gloo/allreduce.h>
 #include <gloo/alltoall.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -259,24 +257,6 @@ int child_main(const Options& o, const std::vector<size_t>& sizes, const std::st
   }
 }
 
-void remove_dir(const std::string& dir) {
-  DIR* d = opendir(dir.c_str());
-  if (d != nullptr) {
-    while (dirent* e = readdir(d)) {
-      std::string name = e->d_name;
-      if (name == "." || name == "..") continue;
-      std::string path = dir + "/" + name;
-      struct stat st;
-      if (lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-        remove_dir(path);
-      else
-        unlink(path.c_str());
-    }
-    closedir(d);
-  }
-  rmdir(dir.c_str());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -452,7 +432,7 @@ int main(int argc, char** argv) {
                 [rank, fd](const std::string& msg) { bench::report_failure(fd, rank, msg); });
           },
           &pids, &read_fd)) {
-    remove_dir(dir);
+    bench::remove_dir(dir);
     return 1;
   }
   bench::Collected col;
@@ -472,12 +452,12 @@ int main(int argc, char** argv) {
           all_ok = false;
         }
       },
-      &col, [&] { remove_dir(dir); });
+      &col, [&] { bench::remove_dir(dir); });
   std::vector<std::string> failures = col.failures;
   if (!bench::wait_ranks(pids, &failures)) all_ok = false;
   for (size_t k = 0; k < sizes.size(); ++k)
     if (!col.rows[k].printed) all_ok = false;
-  remove_dir(dir);
+  bench::remove_dir(dir);
   bench_print_footer(stdout, busbw_sum, rows, wrong_total, o.check);
   for (const auto& f : failures) std::printf("# FAILED %s\n", f.c_str());
   std::fflush(stdout);

@@ -14,11 +14,9 @@
 //
 // The net offers its device only when INA is configured (INA_AGGREGATOR), so the bench sets that
 // variable where it is unset: it measures the net alone, and no aggregator is involved.
-#include <dirent.h>
 #include <dlfcn.h>
 #include <sched.h>
 #include <signal.h>
-#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -33,6 +31,7 @@
 
 #include "bench_cli.h"
 #include "bench_common.h"
+#include "bench_ranks.h"
 #include "ina_config.h"
 #include "integrations/nccl/collnet_v8.h"
 
@@ -276,15 +275,6 @@ class Rank {
   std::vector<void*> send_, recv_;
 };
 
-void remove_store(const std::string& dir) {
-  if (DIR* d = opendir(dir.c_str())) {
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') unlink((dir + "/" + e->d_name).c_str());
-    closedir(d);
-  }
-  rmdir(dir.c_str());
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -342,21 +332,16 @@ int main(int argc, char** argv) {
     return 1;
   }
   o.store_dir = dir;
-  std::fflush(stdout);
   std::vector<pid_t> pids;
-  for (int r = 0; r < o.ranks; ++r) {
-    const pid_t pid = fork();
-    if (pid == 0) _exit(Rank(o, r).run(kept));
-    if (pid < 0) {
-      std::perror("ina-nccl-net-bench: fork");
-      break;
-    }
-    pids.push_back(pid);
+  int report_fd = -1;  // unused: rank 0 gathers the rows over the net itself
+  if (!bench::spawn_ranks(
+          o.ranks, [&](int r, int) { return Rank(o, r).run(kept); }, &pids, &report_fd)) {
+    bench::remove_dir(dir);
+    return 1;
   }
+  close(report_fd);
   // Reaped as they end: the first rank that fails ends the others, which would wait for it.
-  int rc = static_cast<int>(pids.size()) == o.ranks ? 0 : 1;
-  if (rc != 0)
-    for (pid_t q : pids) kill(q, SIGKILL);
+  int rc = 0;
   for (size_t left = pids.size(); left > 0; --left) {
     int st = 0;
     if (waitpid(-1, &st, 0) < 0) break;
@@ -365,6 +350,6 @@ int main(int argc, char** argv) {
       for (pid_t q : pids) kill(q, SIGKILL);
     }
   }
-  remove_store(dir);
+  bench::remove_dir(dir);
   return rc;
 }
