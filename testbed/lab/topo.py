@@ -171,19 +171,20 @@ class Topology:
         in net.ipv4.tcp_allowed_congestion_control: adds tcp_cc to that list for the run (down()
         restores it)."""
         key = "net.ipv4.tcp_allowed_congestion_control"
-        r = subprocess.run(["sysctl", "-n", "net.ipv4.tcp_available_congestion_control"],
-                           capture_output=True, text=True)
-        if self.tcp_cc not in r.stdout.split():
+
+        def listed(k):
+            r = subprocess.run(["sysctl", "-n", k], capture_output=True, text=True)
+            return r.stdout.split()
+
+        available = "net.ipv4.tcp_available_congestion_control"
+        if self.tcp_cc not in listed(available):
             modprobe = shutil.which("modprobe") or "/usr/sbin/modprobe"
             if os.access(modprobe, os.X_OK):
                 subprocess.run([modprobe, f"tcp_{self.tcp_cc}"], capture_output=True)
-            r = subprocess.run(["sysctl", "-n", "net.ipv4.tcp_available_congestion_control"],
-                               capture_output=True, text=True)
-            if self.tcp_cc not in r.stdout.split():
+            if self.tcp_cc not in listed(available):
                 raise RuntimeError(f"tcp_cc {self.tcp_cc!r}: not available here "
-                                   f"({r.stdout.strip()})")
-        allowed = subprocess.run(["sysctl", "-n", key], capture_output=True,
-                                 text=True).stdout.split()
+                                   f"({' '.join(listed(available))})")
+        allowed = listed(key)
         if self.tcp_cc not in allowed:
             self._allowed_cc = " ".join(allowed)
             _run(["sysctl", "-q", "-w", f"{key}={' '.join(allowed + [self.tcp_cc])}"])
