@@ -72,6 +72,7 @@
 #include "bench_common.h"
 #include "bench_ranks.h"
 #include "ina/base/half.h"
+#include "ina/base/log.h"
 #include "ina/base/status.h"
 #include "ina/ina.hpp"
 #include "ina/protocol/fp8.h"
@@ -121,8 +122,9 @@ struct Options {
   bool workers_given = false;
   ina::Config env;  // the environment (INA_*) overlaid with the flags given
   bool verbose = false;
-  bool cpu = true;    // local mode: CPU per GB reduced after the table
-  bool floor = true;  // ... beside the kernel's floor for the same datagrams
+  bool cpu = true;       // local mode: CPU per GB reduced after the table
+  bool floor = true;     // ... beside the kernel's floor for the same datagrams
+  bool vs_ring = false;  // local in-network AllReduce: then the host ring's sweep beside it
 
   // Derived.
   bool host = false;       // --transport host
@@ -702,6 +704,26 @@ class CpuReport {
     last_ = now;
     rows_.push_back(r);
   }
+  // The CPU per GB reduced over every row (the figures print() ends with).
+  struct Totals {
+    double ranks = 0;
+    double agg = 0;
+    bool valid = false;
+  };
+  Totals totals() const {
+    double ranks_sum = 0, timed_sum = 0, agg_sum = 0, all_sum = 0;
+    for (const Row& r : rows_) {
+      ranks_sum += r.ranks_s;
+      timed_sum += r.timed_gb;
+      agg_sum += r.agg_s;
+      all_sum += r.all_gb;
+    }
+    Totals t;
+    t.valid = timed_sum > 0;
+    t.ranks = timed_sum > 0 ? ranks_sum / timed_sum : 0;
+    t.agg = aggregator_ && all_sum > 0 ? agg_sum / all_sum : 0;
+    return t;
+  }
   void print(bool floor) const {
     if (rows_.empty()) return;
     bench::UdpFloor f;
@@ -728,20 +750,18 @@ class CpuReport {
     } else {
       std::printf("# %10s %9s %10s %9s\n", "size", "ranks", "aggregator", "total");
     }
-    double ranks_sum = 0, timed_sum = 0, agg_sum = 0, all_sum = 0, floor_sum = 0;
+    double timed_sum = 0, floor_sum = 0;
     for (const Row& r : rows_) {
       const double ranks = r.timed_gb > 0 ? r.ranks_s / r.timed_gb : 0;
       const double agg = aggregator_ && r.all_gb > 0 ? r.agg_s / r.all_gb : 0;
       const double side = have_floor ? side_floor(f, r.bytes, payload) : 0;
-      ranks_sum += r.ranks_s;
       timed_sum += r.timed_gb;
-      agg_sum += r.agg_s;
-      all_sum += r.all_gb;
       floor_sum += side * r.timed_gb;
       print_line(r.bytes, ranks, agg, side);
     }
-    const double ranks = timed_sum > 0 ? ranks_sum / timed_sum : 0;
-    const double agg = aggregator_ && all_sum > 0 ? agg_sum / all_sum : 0;
+    const Totals t = totals();
+    const double ranks = t.ranks;
+    const double agg = t.agg;
     char a[32] = "-";
     if (aggregator_) std::snprintf(a, sizeof a, "%.3f s", agg);
     std::printf("# CPU per GB reduced (all rows): ranks %.3f s, aggregator %s, total %.3f s", ranks,
@@ -788,6 +808,7 @@ class CpuReport {
 // the ranks reaped; all_ok is false for a failed, incomplete, wrong or unreached size, a rank that
 // did not exit cleanly, or a truncated report.
 struct Sweep {
+  std::vector<double> time_us;  // per size: the slowest rank's average call (0: no figure)
   double busbw_sum = 0;
   int rows = 0;
   int64_t wrong_total = 0;
@@ -808,6 +829,7 @@ struct Sweep {
 Sweep collect_sweep(const Options& o, const std::vector<size_t>& sizes, int read_fd,
                     const std::vector<pid_t>& pids, CpuReport* cpu) {
   Sweep sw;
+  sw.time_us.assign(sizes.size(), 0.0);
   cpu->start();
   bench::collect(
       read_fd, o.workers, static_cast<int>(sizes.size()),
@@ -818,6 +840,7 @@ Sweep collect_sweep(const Options& o, const std::vector<size_t>& sizes, int read
           return;
         }
         const bool complete = row.reports == o.workers;
+        if (complete) sw.time_us[static_cast<size_t>(k)] = row.time_us;
         print_row(o, o.workers, sizes[static_cast<size_t>(k)], row.time_us, row.wrong, complete,
                   &sw.busbw_sum, &sw.rows);
         if (complete) cpu->row(sizes[static_cast<size_t>(k)], row.cpu_s);
@@ -836,28 +859,98 @@ Sweep collect_sweep(const Options& o, const std::vector<size_t>& sizes, int read
   return sw;
 }
 
-// Local mode on the host transport: the ranks and their TCP mesh, no aggregator.
-int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vector<size_t>& sizes) {
-  bench_print_preamble(stdout, tool_line(o));
-  print_config_line(o, o.workers, "host TCP mesh on 127.0.0.1, store " + env_cfg.store);
+// The sweep on the host transport: the ranks and their TCP mesh, no aggregator; the table, its
+// footer and the CPU report (o.cpu). Returns false when no rank could be started.
+bool host_sweep(const Options& o, const ina::Config& env_cfg, const std::vector<size_t>& sizes,
+                Sweep* sw, CpuReport* cpu) {
   bench_print_table_header(stdout);
   std::vector<pid_t> pids;
   int read_fd = -1;
   if (!bench::spawn_ranks(
           o.workers, [&](int rank, int fd) { return child_main(o, env_cfg, sizes, {}, rank, fd); },
           &pids, &read_fd))
-    return 1;
-  CpuReport cpu(o, false);
-  const Sweep sw = collect_sweep(o, sizes, read_fd, pids, &cpu);
-  bench_print_footer(stdout, sw.busbw_sum, sw.rows, static_cast<long long>(sw.wrong_total),
+    return false;
+  *sw = collect_sweep(o, sizes, read_fd, pids, cpu);
+  bench_print_footer(stdout, sw->busbw_sum, sw->rows, static_cast<long long>(sw->wrong_total),
                      o.check);
-  if (o.cpu) cpu.print(false);
+  if (o.cpu) cpu->print(false);
+  return true;
+}
+
+// Local mode on the host transport.
+int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vector<size_t>& sizes) {
+  bench_print_preamble(stdout, tool_line(o));
+  print_config_line(o, o.workers, "host TCP mesh on 127.0.0.1, store " + env_cfg.store);
+  Sweep sw;
+  CpuReport cpu(o, false);
+  if (!host_sweep(o, env_cfg, sizes, &sw, &cpu)) return 1;
   const std::array<uint64_t, BENCH_STATS> w = sw.stats();
   std::printf("# workers: collectives %llu\n", static_cast<unsigned long long>(w[0]));
   print_path(o, w);
   for (const auto& f : sw.failures) std::printf("# FAILED %s\n", f.c_str());
   std::fflush(stdout);
   return sw.all_ok ? 0 : 1;
+}
+
+// --vs-ring: the in-network sweep just run, then the same sizes on libina's host ring (the same
+// ranks as processes, its TCP mesh on loopback, reducing in float as the host path does), and the
+// two side by side: the time per call at each size, and (o.cpu) the CPU per GB reduced of all of
+// INA (ranks and aggregator) and of its ranks alone against the ring's. Returns false when the
+// ring's sweep failed.
+bool ring_beside(const Options& o, const std::vector<size_t>& sizes, const Sweep& ina_sweep,
+                 const CpuReport& ina_cpu) {
+  Options ro = o;
+  ro.host = true;
+  ro.transport = "host";
+  ro.algo = "ring";
+  ro.env.host_only = true;
+  ro.env.host_algorithm = "ring";
+  if (std::getenv("INA_FALLBACK") == nullptr) ro.env.fallback = ina::FallbackMode::kFloat;
+  setenv("INA_ALGO", "ring", 1);  // the forked ranks read it as their communicator starts
+  if (ro.env.store.empty()) {
+    ina::Result<uint16_t> p = ina::host::free_tcp_port("127.0.0.1");
+    if (!p.ok()) {
+      std::printf("# FAILED the host ring beside it: %s\n", p.status().to_string().c_str());
+      return false;
+    }
+    ro.env.store = "127.0.0.1:" + std::to_string(*p);
+  }
+  std::printf(
+      "#\n# The same sweep on libina's host ring (the same %d ranks, TCP mesh on loopback, "
+      "store %s):\n",
+      o.workers, ro.env.store.c_str());
+  // Each rank's note that it runs on the host mesh says what this section's header says.
+  const ina::log::Level level = ina::log::level();
+  if (std::getenv("INA_LOG_LEVEL") == nullptr && level == ina::log::Level::kInfo)
+    ina::log::set_level(ina::log::Level::kWarn);
+  Sweep sw;
+  CpuReport cpu(ro, false);
+  const bool started = host_sweep(ro, ro.env, sizes, &sw, &cpu);
+  ina::log::set_level(level);
+  if (!started) return false;
+  for (const auto& f : sw.failures) std::printf("# FAILED (ring) %s\n", f.c_str());
+  std::printf(
+      "# INA against the host ring, per size: time per call (us) and the ring's time over "
+      "INA's\n# %10s %10s %10s %9s\n",
+      "size", "ina", "ring", "ring/ina");
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const double a = ina_sweep.time_us[k];
+    const double b = sw.time_us[k];
+    if (a <= 0 || b <= 0) continue;
+    std::printf("# %10zu %10.1f %10.1f %9.2f\n", sizes[k], a, b, b / a);
+  }
+  const CpuReport::Totals ti = ina_cpu.totals();
+  const CpuReport::Totals tr = cpu.totals();
+  if (o.cpu && ti.valid && tr.valid && tr.ranks > 0) {
+    std::printf(
+        "# CPU per GB reduced: INA %.3f s (ranks %.3f, aggregator %.3f), ring %.3f s: INA / ring "
+        "%.2fx, INA's ranks / ring %.2fx\n",
+        ti.ranks + ti.agg, ti.ranks, ti.agg, tr.ranks, (ti.ranks + ti.agg) / tr.ranks,
+        ti.ranks / tr.ranks);
+  }
+  std::printf("#\n");
+  std::fflush(stdout);
+  return sw.all_ok;
 }
 
 int run_local(const Options& o, const std::vector<size_t>& sizes) {
@@ -991,6 +1084,7 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
     all_ok = false;
   }
   for (const auto& f : failures) std::printf("# FAILED %s\n", f.c_str());
+  if (o.vs_ring && !o.alltoall && !ring_beside(o, sizes, sw, cpu)) all_ok = false;
   std::fflush(stdout);
   return all_ok ? 0 : 1;
 }
@@ -1229,6 +1323,9 @@ int main(int argc, char** argv) {
   app.add_flag("--floor,!--no-floor", o.floor,
                "local mode: measure the kernel's floor for the same datagrams and print the ratio")
       ->capture_default_str();
+  app.add_flag("--vs-ring", o.vs_ring,
+               "local mode, in-network AllReduce: then run the same sweep on libina's host ring "
+               "and print the two side by side (time per call; CPU per GB with --cpu)");
   CLI11_PARSE(app, argc, argv);
   o.workers_given = workers_opt->count() > 0;
   const bool aggregators_given = aggregators_opt->count() > 0;
@@ -1318,6 +1415,12 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "ina-bench: --aggregators is for local mode through embedded aggregators "
                  "(external mode: --aggregator h1:p1,h2:p2)\n");
+    return 1;
+  }
+  if (o.vs_ring && (external || o.host || o.alltoall)) {
+    std::fprintf(stderr,
+                 "ina-bench: --vs-ring compares a local in-network AllReduce with the host ring "
+                 "(not with --transport host, --coll alltoall(v) or external mode)\n");
     return 1;
   }
   if (via_controller && !rank_given && o.aggregator.empty()) {
