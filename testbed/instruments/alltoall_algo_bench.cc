@@ -19,11 +19,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "bench_common.h"
+#include "bench_ranks.h"
 #include "worker/host/alltoall.h"
 #include "worker/host/barrier.h"
 #include "worker/host/select.h"
@@ -153,9 +153,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ina-a2a-algo-bench: bad -b/-e\n");
     return 1;
   }
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = std::string(base != nullptr && *base ? base : "/tmp") + "/ina-a2a-XXXXXX";
-  if (mkdtemp(tmpl.data()) == nullptr) return 1;
+  const std::string tmpl = bench::make_temp_dir("ina-a2a");
+  if (tmpl.empty()) return 1;
   std::vector<pid_t> kids;
   for (int r = 0; r < o.ranks; ++r) {
     const pid_t pid = fork();
@@ -168,7 +167,6 @@ int main(int argc, char** argv) {
     waitpid(pid, &st, 0);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) rc = 1;
   }
-  std::error_code ec;
-  std::filesystem::remove_all(tmpl, ec);
+  bench::remove_dir(tmpl);
   return rc;
 }

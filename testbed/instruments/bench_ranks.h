@@ -4,10 +4,8 @@
 // size: time = max over ranks, #wrong = sum over ranks.
 #pragma once
 
-#include <dirent.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,9 +13,12 @@
 #include <array>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <functional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "bench_common.h"
@@ -218,23 +219,19 @@ inline void report_stats(int fd, int rank, const std::array<uint64_t, BENCH_STAT
   (void)bench_write_record(fd, &rec);
 }
 
-// Removes a directory and everything below it (the forked ranks' rendezvous store).
+// A fresh directory for the forked ranks' rendezvous store: $TMPDIR (or /tmp)/<name>-XXXXXX.
+// Empty on failure (errno says why).
+inline std::string make_temp_dir(const std::string& name) {
+  const char* base = std::getenv("TMPDIR");
+  std::string dir =
+      std::string(base != nullptr && *base != '\0' ? base : "/tmp") + "/" + name + "-XXXXXX";
+  return mkdtemp(dir.data()) != nullptr ? dir : std::string();
+}
+
+// Removes that directory and everything below it.
 inline void remove_dir(const std::string& dir) {
-  DIR* d = opendir(dir.c_str());
-  if (d != nullptr) {
-    while (dirent* e = readdir(d)) {
-      std::string name = e->d_name;
-      if (name == "." || name == "..") continue;
-      std::string path = dir + "/" + name;
-      struct stat st;
-      if (lstat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode))
-        remove_dir(path);
-      else
-        unlink(path.c_str());
-    }
-    closedir(d);
-  }
-  rmdir(dir.c_str());
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace bench

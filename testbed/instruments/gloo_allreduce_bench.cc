@@ -401,16 +401,11 @@ int main(int argc, char** argv) {
     return rc == 0 && all_ok ? 0 : 1;
   }
 
-  const char* tmpbase = std::getenv("TMPDIR");
-  std::string tmpl_s =
-      std::string(tmpbase != nullptr && *tmpbase ? tmpbase : "/tmp") + "/ina-gloo-bench-XXXXXX";
-  std::vector<char> tmpl(tmpl_s.begin(), tmpl_s.end());
-  tmpl.push_back('\0');
-  if (mkdtemp(tmpl.data()) == nullptr) {
+  const std::string dir = bench::make_temp_dir("ina-gloo-bench");
+  if (dir.empty()) {
     std::perror("mkdtemp");
     return 1;
   }
-  const std::string dir = tmpl.data();
 
   print_header(o.bind.c_str());
 

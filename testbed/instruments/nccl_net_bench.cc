@@ -325,9 +325,8 @@ int main(int argc, char** argv) {
   if (o.rank >= 0) return Rank(o, o.rank).run(kept);
 
   // Forked ranks on 127.0.0.1, their handles in a fresh directory.
-  std::string dir = (std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp");
-  dir += "/ina-nccl-net-XXXXXX";
-  if (mkdtemp(dir.data()) == nullptr) {
+  const std::string dir = bench::make_temp_dir("ina-nccl-net");
+  if (dir.empty()) {
     std::perror("ina-nccl-net-bench: mkdtemp");
     return 1;
   }
