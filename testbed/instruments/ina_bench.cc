@@ -643,6 +643,38 @@ void print_config_line(const Options& o, int ranks, const std::string& where, ui
         o.drop_percent, o.agg_drop_percent);
 }
 
+// The host transport for the ranks: the host path only, reducing in float unless INA_FALLBACK
+// asks for the quantized words.
+void use_host_transport(Options* o) {
+  o->host = true;
+  o->transport = "host";
+  o->env.host_only = true;
+  if (std::getenv("INA_FALLBACK") == nullptr) o->env.fallback = ina::FallbackMode::kFloat;
+}
+
+// The host AllReduce algorithm the ranks use: auto (the cost model), ring, tree or hd; empty
+// leaves INA_ALGO as set. The ranks read INA_ALGO when their communicator starts (forked children
+// inherit it).
+void use_host_algo(Options* o, const std::string& algo) {
+  o->algo = algo;
+  if (algo == "auto") {
+    unsetenv("INA_ALGO");
+    o->env.host_algorithm.clear();
+  } else if (!algo.empty()) {
+    setenv("INA_ALGO", algo.c_str(), 1);  // print_config_line shows it
+    o->env.host_algorithm = algo;
+  }
+}
+
+// A rendezvous store on a free 127.0.0.1 port where `cfg` names none (the host mesh's).
+ina::Status ensure_local_store(ina::Config* cfg) {
+  if (!cfg->store.empty()) return ina::ok_status();
+  ina::Result<uint16_t> p = ina::host::free_tcp_port("127.0.0.1");
+  if (!p.ok()) return p.status();
+  cfg->store = "127.0.0.1:" + std::to_string(*p);
+  return ina::ok_status();
+}
+
 // ---- local mode ----
 
 int child_main(const Options& o, const ina::Config& env_cfg, const std::vector<size_t>& sizes,
@@ -900,20 +932,11 @@ int run_local_host(const Options& o, const ina::Config& env_cfg, const std::vect
 bool ring_beside(const Options& o, const std::vector<size_t>& sizes, const Sweep& ina_sweep,
                  const CpuReport& ina_cpu) {
   Options ro = o;
-  ro.host = true;
-  ro.transport = "host";
-  ro.algo = "ring";
-  ro.env.host_only = true;
-  ro.env.host_algorithm = "ring";
-  if (std::getenv("INA_FALLBACK") == nullptr) ro.env.fallback = ina::FallbackMode::kFloat;
-  setenv("INA_ALGO", "ring", 1);  // the forked ranks read it as their communicator starts
-  if (ro.env.store.empty()) {
-    ina::Result<uint16_t> p = ina::host::free_tcp_port("127.0.0.1");
-    if (!p.ok()) {
-      std::printf("# FAILED the host ring beside it: %s\n", p.status().to_string().c_str());
-      return false;
-    }
-    ro.env.store = "127.0.0.1:" + std::to_string(*p);
+  use_host_transport(&ro);
+  use_host_algo(&ro, "ring");
+  if (ina::Status st = ensure_local_store(&ro.env); !st.ok()) {
+    std::printf("# FAILED the host ring beside it: %s\n", st.to_string().c_str());
+    return false;
   }
   std::printf(
       "#\n# The same sweep on libina's host ring (the same %d ranks, TCP mesh on loopback, "
@@ -957,13 +980,11 @@ int run_local(const Options& o, const std::vector<size_t>& sizes) {
   // Flags and the environment were merged into o.env by main().
   ina::Config env_cfg = o.env;
   // A rendezvous store for the host mesh (the host transport, AllToAll).
-  if ((o.host || o.alltoall) && env_cfg.store.empty()) {
-    ina::Result<uint16_t> p = ina::host::free_tcp_port("127.0.0.1");
-    if (!p.ok()) {
-      std::fprintf(stderr, "ina-bench: %s\n", p.status().to_string().c_str());
+  if (o.host || o.alltoall) {
+    if (ina::Status st = ensure_local_store(&env_cfg); !st.ok()) {
+      std::fprintf(stderr, "ina-bench: %s\n", st.to_string().c_str());
       return 1;
     }
-    env_cfg.store = "127.0.0.1:" + std::to_string(*p);
   }
   if (o.host) return run_local_host(o, env_cfg, sizes);
   // The embedded aggregators are the job's: INA_STORE set without INA_AGGREGATOR made the
@@ -1341,22 +1362,10 @@ int main(int argc, char** argv) {
   const char* env_transport = std::getenv("INA_TRANSPORT");
   o.host = o.transport == "host" ||
            (env_transport != nullptr && std::string_view(env_transport) == "host");
-  if (o.host) {
-    o.transport = "host";
-    o.env.host_only = true;
-    // The host algorithms reduce in float unless INA_FALLBACK asks for the quantized words.
-    if (std::getenv("INA_FALLBACK") == nullptr) o.env.fallback = ina::FallbackMode::kFloat;
-  }
+  if (o.host) use_host_transport(&o);
   o.alltoall = o.coll == "alltoall" || o.coll == "alltoallv";
   o.alltoallv = o.coll == "alltoallv";
-  // The ranks read INA_ALGO when their communicator starts (forked children inherit it).
-  if (o.algo == "auto") {
-    unsetenv("INA_ALGO");
-    o.env.host_algorithm.clear();
-  } else if (!o.algo.empty()) {
-    setenv("INA_ALGO", o.algo.c_str(), 1);  // print_config_line shows it
-    o.env.host_algorithm = o.algo;
-  }
+  use_host_algo(&o, o.algo);
   if (block_opt->count() > 0)
     o.env.block_elems = o.block_elems;
   else
@@ -1436,13 +1445,10 @@ int main(int argc, char** argv) {
     if (o.env.job_name.empty() && o.env.store.empty()) {
       o.env.job_name = "ina-bench-" + std::to_string(::getpid());
     }
-    if (o.env.store.empty()) {  // the host fallback when the controller refuses
-      ina::Result<uint16_t> p = ina::host::free_tcp_port("127.0.0.1");
-      if (!p.ok()) {
-        std::fprintf(stderr, "ina-bench: %s\n", p.status().to_string().c_str());
-        return 1;
-      }
-      o.env.store = "127.0.0.1:" + std::to_string(*p);
+    // The host fallback when the controller refuses.
+    if (ina::Status st = ensure_local_store(&o.env); !st.ok()) {
+      std::fprintf(stderr, "ina-bench: %s\n", st.to_string().c_str());
+      return 1;
     }
   }
   std::vector<size_t> sizes(BENCH_MAX_SIZES);
